@@ -1,0 +1,59 @@
+/* Shared helpers of the subcommands: lookup, usage and error reporting. */
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+const cli_command *cli_find(const char *name)
+{
+    for (const cli_command *c = cli_commands; c->name != NULL; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+void cli_print_usage(const cli_command *cmd, FILE *out)
+{
+    fprintf(out, "%s", cmd->usage);
+}
+
+int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "stagecraft %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n\n");
+    cli_print_usage(cmd, stderr);
+    return CLI_USAGE;
+}
+
+int cli_report(const cli_command *cmd, const sc_err *err)
+{
+    fprintf(stderr, "stagecraft %s: %s\n", cmd->name,
+            err->msg[0] ? err->msg : sc_status_str(err->code));
+    switch (err->code) {
+    case SC_ERR_INVALID:
+    case SC_ERR_PARSE:
+    case SC_ERR_NOT_FOUND:
+    case SC_ERR_VERSION:
+    case SC_ERR_TOO_LARGE:
+    case SC_ERR_IO:
+        return CLI_USAGE;
+    default:
+        return CLI_FAILURE;
+    }
+}
+
+int cli_wants_help(const cli_command *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,91 @@
+# Finds the C libraries stagecraft links against, with pkg-config, and the optional CUDA
+# toolkit + NCCL. A missing library stops configure with the Debian package to install.
+find_package(PkgConfig)
+if(NOT PKG_CONFIG_FOUND)
+    message(FATAL_ERROR "pkg-config not found: install the Debian package 'pkg-config' "
+                        "(or run deploy/install-deps.sh)")
+endif()
+
+# sc_require_pkg(<target suffix> <pkg-config module> <debian package>)
+function(sc_require_pkg name module debian)
+    pkg_check_modules(SC_${name} QUIET IMPORTED_TARGET GLOBAL ${module})
+    if(NOT SC_${name}_FOUND)
+        message(FATAL_ERROR "pkg-config module '${module}' not found: install the Debian package "
+                            "'${debian}' (or run deploy/install-deps.sh)")
+    endif()
+    add_library(sc::${name} ALIAS PkgConfig::SC_${name})
+    set(SC_FOUND_LIBS "${SC_FOUND_LIBS} ${module}-${SC_${name}_VERSION}" PARENT_SCOPE)
+endfunction()
+
+set(SC_FOUND_LIBS "")
+sc_require_pkg(grpc      grpc          libgrpc-dev)
+sc_require_pkg(protobufc libprotobuf-c libprotobuf-c-dev)
+sc_require_pkg(zmq       libzmq        libzmq3-dev)
+sc_require_pkg(hwloc     hwloc         libhwloc-dev)
+sc_require_pkg(cmocka    cmocka        libcmocka-dev)
+sc_require_pkg(jansson   jansson       libjansson-dev)
+sc_require_pkg(sqlite3   sqlite3       libsqlite3-dev)
+
+find_program(SC_PROTOC_C NAMES protoc-c)
+if(NOT SC_PROTOC_C)
+    message(FATAL_ERROR "protoc-c not found: install the Debian package 'protobuf-c-compiler' "
+                        "(or run deploy/install-deps.sh)")
+endif()
+
+# --- CUDA + NCCL (optional) -------------------------------------------------------------
+set(STAGECRAFT_CUDA "AUTO" CACHE STRING "Build the CUDA parts: AUTO, ON or OFF")
+set_property(CACHE STAGECRAFT_CUDA PROPERTY STRINGS AUTO ON OFF)
+
+set(SC_CUDA_ENABLED OFF)
+set(SC_CUDA_WHY "STAGECRAFT_CUDA=OFF")
+if(NOT STAGECRAFT_CUDA STREQUAL "OFF")
+    set(_roots "")
+    if(DEFINED CUDAToolkit_ROOT)
+        list(APPEND _roots "${CUDAToolkit_ROOT}")
+    endif()
+    if(DEFINED ENV{CUDAToolkit_ROOT})
+        list(APPEND _roots "$ENV{CUDAToolkit_ROOT}")
+    endif()
+    list(APPEND _roots "/usr/local/cuda")
+    find_program(SC_NVCC NAMES nvcc HINTS ${_roots} PATH_SUFFIXES bin)
+    set(_nccl_roots "")
+    if(DEFINED NCCL_ROOT)
+        list(APPEND _nccl_roots "${NCCL_ROOT}")
+    endif()
+    if(DEFINED ENV{NCCL_ROOT})
+        list(APPEND _nccl_roots "$ENV{NCCL_ROOT}")
+    endif()
+    list(APPEND _nccl_roots ${_roots})
+    find_path(SC_NCCL_INCLUDE nccl.h HINTS ${_nccl_roots} PATH_SUFFIXES include)
+    find_library(SC_NCCL_LIB nccl HINTS ${_nccl_roots} PATH_SUFFIXES lib64 lib)
+    if(SC_NVCC AND SC_NCCL_INCLUDE AND SC_NCCL_LIB)
+        set(SC_CUDA_ENABLED ON)
+    else()
+        set(SC_CUDA_WHY "nvcc: ${SC_NVCC}; nccl.h: ${SC_NCCL_INCLUDE}; libnccl: ${SC_NCCL_LIB}")
+        if(STAGECRAFT_CUDA STREQUAL "ON")
+            message(FATAL_ERROR "STAGECRAFT_CUDA=ON but the CUDA toolkit or NCCL was not found "
+                                "(${SC_CUDA_WHY}); set CUDAToolkit_ROOT / NCCL_ROOT, or use "
+                                "STAGECRAFT_CUDA=AUTO or OFF")
+        endif()
+    endif()
+endif()
+
+if(SC_CUDA_ENABLED)
+    if(NOT DEFINED CMAKE_CUDA_COMPILER)
+        set(CMAKE_CUDA_COMPILER "${SC_NVCC}")
+    endif()
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+        # Hopper and Ampere as real code, plus PTX for newer GPUs to JIT.
+        set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    add_library(sc::nccl UNKNOWN IMPORTED GLOBAL)
+    set_target_properties(sc::nccl PROPERTIES IMPORTED_LOCATION "${SC_NCCL_LIB}"
+                                              INTERFACE_INCLUDE_DIRECTORIES "${SC_NCCL_INCLUDE}")
+    set(SC_BUILD_KIND "CUDA ${CUDAToolkit_VERSION} (nvcc ${SC_NVCC}, NCCL ${SC_NCCL_LIB})")
+else()
+    set(SC_BUILD_KIND "CPU-only (${SC_CUDA_WHY})")
+endif()
+
+message(STATUS "stagecraft: found${SC_FOUND_LIBS}; build: ${SC_BUILD_KIND}")

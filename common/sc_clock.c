@@ -1,0 +1,24 @@
+/* Monotonic clock over clock_gettime(CLOCK_MONOTONIC). */
+#include "common/sc_clock.h"
+
+#include <errno.h>
+#include <time.h>
+
+uint64_t sc_clock_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double sc_clock_now_s(void)
+{
+    return (double)sc_clock_now_ns() * 1e-9;
+}
+
+void sc_clock_sleep_ms(uint64_t ms)
+{
+    struct timespec req = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&req, &req) != 0 && errno == EINTR) {
+    }
+}

@@ -1,0 +1,102 @@
+/* Helpers with no policy; see sc_util.h. */
+#include "common/sc_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t sc_strlcpy(char *dst, const char *src, size_t size)
+{
+    size_t len = strlen(src);
+    if (size > 0) {
+        size_t n = len < size - 1 ? len : size - 1;
+        memcpy(dst, src, n);
+        dst[n] = '\0';
+    }
+    return len;
+}
+
+sc_status sc_file_read(const char *path, size_t max_bytes, char **out, size_t *len, sc_err *err)
+{
+    *out = NULL;
+    if (len)
+        *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return SC_ERRF(err, SC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return SC_ERRF(err, SC_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap > max_bytes)
+                break;
+            size_t ncap = cap * 2;
+            char *nbuf = realloc(buf, ncap + 1);
+            if (nbuf == NULL) {
+                free(buf);
+                fclose(f);
+                return SC_ERRF(err, SC_ERR_NOMEM, "%s: out of memory", path);
+            }
+            buf = nbuf;
+            cap = ncap;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    int read_error = ferror(f);
+    fclose(f);
+    if (read_error) {
+        free(buf);
+        return SC_ERRF(err, SC_ERR_IO, "%s: read error", path);
+    }
+    if (n > max_bytes) {
+        free(buf);
+        return SC_ERRF(err, SC_ERR_TOO_LARGE, "%s: larger than the %zu-byte limit", path,
+                       max_bytes);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    return SC_OK;
+}
+
+sc_status sc_parse_int64(const char *s, int64_t min, int64_t max, const char *what, int64_t *out,
+                         sc_err *err)
+{
+    if (s == NULL || *s == '\0')
+        return SC_ERRF(err, SC_ERR_INVALID, "%s: empty value; expected an integer in [%lld, %lld]",
+                       what, (long long)min, (long long)max);
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return SC_ERRF(err, SC_ERR_INVALID, "%s: '%s' is not an integer in [%lld, %lld]", what, s,
+                       (long long)min, (long long)max);
+    *out = v;
+    return SC_OK;
+}
+
+sc_status sc_parse_double(const char *s, double min, double max, const char *what, double *out,
+                          sc_err *err)
+{
+    if (s == NULL || *s == '\0')
+        return SC_ERRF(err, SC_ERR_INVALID, "%s: empty value; expected a number in [%g, %g]", what,
+                       min, max);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(v) || v < min || v > max)
+        return SC_ERRF(err, SC_ERR_INVALID, "%s: '%s' is not a number in [%g, %g]", what, s, min,
+                       max);
+    *out = v;
+    return SC_OK;
+}

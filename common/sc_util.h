@@ -1,0 +1,32 @@
+/*
+ * Small helpers with no policy: bounded string copy, whole-file reads with a size cap,
+ * checked number parsing for command-line values.
+ */
+#ifndef SC_UTIL_H
+#define SC_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+
+#define SC_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Copies at most size-1 bytes and always NUL-terminates (size > 0). Returns strlen(src), so
+ * truncation is `return value >= size`. */
+size_t sc_strlcpy(char *dst, const char *src, size_t size);
+
+/* Reads a whole file into a NUL-terminated heap buffer (caller frees). Files larger than
+ * `max_bytes` are refused with SC_ERR_TOO_LARGE; a missing or unreadable file is SC_ERR_IO
+ * with the path and strerror in the message. */
+sc_status sc_file_read(const char *path, size_t max_bytes, char **out, size_t *len, sc_err *err);
+
+/* Strict number parsing for flags and environment: the whole string must be a number in
+ * [min, max]. `what` names the value in the error ("--port"). Accepts 1e9-style doubles. */
+sc_status sc_parse_int64(const char *s, int64_t min, int64_t max, const char *what, int64_t *out,
+                         sc_err *err);
+sc_status sc_parse_double(const char *s, double min, double max, const char *what, double *out,
+                          sc_err *err);
+
+#endif /* SC_UTIL_H */

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages stagecraft builds against, and only those that are missing.
+# Idempotent: a second run installs nothing. Runs apt-get as root, or through sudo.
+# The CUDA toolkit and NCCL are not Debian packages: they are used when present under
+# /usr/local/cuda (or CUDAToolkit_ROOT / NCCL_ROOT) and the build is CPU-only otherwise.
+set -euo pipefail
+
+packages=(
+    build-essential cmake pkg-config
+    libgrpc-dev
+    libprotobuf-c-dev protobuf-c-compiler
+    libzmq3-dev
+    libhwloc-dev
+    libcmocka-dev
+    libjansson-dev
+    libsqlite3-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages already installed"
+    exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+else
+    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

@@ -1,0 +1,40 @@
+/*
+ * Wire-level facts shared by both planes: the protocol version and its check, and protobuf-c
+ * packing helpers.
+ *
+ * SC_PROTOCOL_VERSION is bumped on any incompatible change to stagecraft.proto or control.proto.
+ * Peers refuse a message with another version, naming both, rather than guess at its meaning.
+ */
+#ifndef SC_WIRE_H
+#define SC_WIRE_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+
+#define SC_PROTOCOL_VERSION 1
+
+/* SC_OK when `got` == SC_PROTOCOL_VERSION, else SC_ERR_VERSION with a message naming both
+ * versions and `what` (e.g. "RegisterWorker request from 10.0.0.3"). A version of 0 means the
+ * peer sent none. */
+sc_status sc_wire_check_version(uint32_t got, const char *what, sc_err *err);
+
+/* Packs a message into a new heap buffer (caller frees). */
+sc_status sc_wire_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len, sc_err *err);
+
+/* Unpacks `len` bytes as `desc`; malformed bytes are SC_ERR_PARSE naming the message type.
+ * Free the result with protobuf_c_message_free_unpacked(msg, NULL). */
+sc_status sc_wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                         ProtobufCMessage **out, sc_err *err);
+
+/* The `header` field (stagecraft.Header) of a management-plane message, or NULL when the message
+ * has none or it is unset. */
+const ProtobufCMessage *sc_wire_header(const ProtobufCMessage *msg);
+
+/* Sets the message's `header` to `hdr` if the message has a header field and it is unset.
+ * `hdr` is borrowed and must outlive packing. */
+void sc_wire_set_header(ProtobufCMessage *msg, ProtobufCMessage *hdr);
+
+#endif /* SC_WIRE_H */

@@ -1,0 +1,154 @@
+/* common/sc_status, sc_log, sc_clock, sc_util: the error record, string tables, parsing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_status.h"
+#include "common/sc_util.h"
+
+static void test_status_strings(void **state)
+{
+    (void)state;
+    assert_string_equal(sc_status_str(SC_OK), "ok");
+    assert_string_equal(sc_status_name(SC_ERR_PARSE), "SC_ERR_PARSE");
+    assert_string_equal(sc_status_str(SC_ERR_TOO_LARGE), "resource exhausted");
+    assert_string_equal(sc_status_str((sc_status)9999), "unknown status");
+    /* every status has a distinct, non-empty name */
+    for (int i = 0; i < SC_STATUS_COUNT; i++) {
+        assert_true(strlen(sc_status_str((sc_status)i)) > 0);
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(sc_status_name((sc_status)i), sc_status_name((sc_status)j));
+    }
+}
+
+static sc_status fails_twice(sc_err *err)
+{
+    SC_ERRF(err, SC_ERR_IO, "first %d", 1);
+    return SC_ERRF(err, SC_ERR_INTERNAL, "second");
+}
+
+static void test_first_error_wins(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(fails_twice(&err), SC_ERR_INTERNAL);
+    assert_int_equal(err.code, SC_ERR_IO);
+    assert_string_equal(err.msg, "first 1");
+    assert_non_null(strstr(err.file, "test_status.c"));
+    assert_true(err.line > 0);
+    sc_err_prefix(&err, "loading %s", "x.json");
+    assert_string_equal(err.msg, "loading x.json: first 1");
+    /* NULL err is accepted */
+    assert_int_equal(SC_ERRF(NULL, SC_ERR_INVALID, "ignored"), SC_ERR_INVALID);
+}
+
+static sc_status checked(int fail, int *reached)
+{
+    sc_status rc = SC_OK;
+    SC_CHECK_GOTO(fail ? SC_ERR_TIMEOUT : SC_OK, out);
+    *reached = 1;
+out:
+    return rc;
+}
+
+static void test_check_macros(void **state)
+{
+    (void)state;
+    int reached = 0;
+    assert_int_equal(checked(1, &reached), SC_ERR_TIMEOUT);
+    assert_int_equal(reached, 0);
+    assert_int_equal(checked(0, &reached), SC_OK);
+    assert_int_equal(reached, 1);
+}
+
+static void test_parse_numbers(void **state)
+{
+    (void)state;
+    sc_err err;
+    int64_t v;
+    double d;
+    sc_err_clear(&err);
+    assert_int_equal(sc_parse_int64("42", 0, 100, "--n", &v, &err), SC_OK);
+    assert_int_equal(v, 42);
+    assert_int_equal(sc_parse_int64("4x", 0, 100, "--n", &v, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "--n"));
+    assert_non_null(strstr(err.msg, "'4x'"));
+    sc_err_clear(&err);
+    assert_int_equal(sc_parse_int64("101", 0, 100, "--n", &v, &err), SC_ERR_INVALID);
+    assert_int_equal(sc_parse_double("1e9", 0, 1e12, "--bandwidth", &d, &err), SC_OK);
+    assert_true(d == 1e9);
+    assert_int_equal(sc_parse_double("nan", 0, 1, "--x", &d, &err), SC_ERR_INVALID);
+    assert_int_equal(sc_parse_double("", 0, 1, "--x", &d, &err), SC_ERR_INVALID);
+}
+
+static void test_strlcpy_and_file_read(void **state)
+{
+    (void)state;
+    char small[4];
+    assert_int_equal(sc_strlcpy(small, "abcdef", sizeof small), 6);
+    assert_string_equal(small, "abc");
+
+    char path[] = "/tmp/sc_test_util_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "hello world", 11), 11);
+    close(fd);
+    char *buf = NULL;
+    size_t len = 0;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_file_read(path, 100, &buf, &len, &err), SC_OK);
+    assert_int_equal(len, 11);
+    assert_string_equal(buf, "hello world");
+    free(buf);
+    assert_int_equal(sc_file_read(path, 5, &buf, &len, &err), SC_ERR_TOO_LARGE);
+    assert_null(buf);
+    assert_non_null(strstr(err.msg, path));
+    unlink(path);
+    sc_err_clear(&err);
+    assert_int_equal(sc_file_read("/nonexistent/x", 5, &buf, &len, &err), SC_ERR_IO);
+    assert_non_null(strstr(err.msg, "/nonexistent/x"));
+}
+
+static void test_clock_monotonic(void **state)
+{
+    (void)state;
+    uint64_t a = sc_clock_now_ns();
+    sc_clock_sleep_ms(2);
+    uint64_t b = sc_clock_now_ns();
+    assert_true(b >= a + 2000000ull);
+}
+
+static void test_log_levels(void **state)
+{
+    (void)state;
+    sc_log_level lvl;
+    assert_true(sc_log_level_parse("DEBUG", &lvl));
+    assert_int_equal(lvl, SC_LOG_DEBUG);
+    assert_false(sc_log_level_parse("loud", &lvl));
+    sc_log_set_level(SC_LOG_WARN);
+    assert_false(sc_log_enabled(SC_LOG_INFO));
+    assert_true(sc_log_enabled(SC_LOG_ERROR));
+    sc_log_set_level(SC_LOG_INFO);
+    assert_true(sc_log_enabled(SC_LOG_INFO));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_strings), cmocka_unit_test(test_first_error_wins),
+        cmocka_unit_test(test_check_macros),   cmocka_unit_test(test_parse_numbers),
+        cmocka_unit_test(test_strlcpy_and_file_read), cmocka_unit_test(test_clock_monotonic),
+        cmocka_unit_test(test_log_levels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
