@@ -1,0 +1,271 @@
+/*
+ * ZeroMQ control channel (see sc_control.h). A ROUTER frame is [routing id][payload]; a DEALER
+ * frame is [payload]. Everything that arrives is checked here (size, decoding, protocol version)
+ * so the coordinator and worker loops only see well-formed envelopes of their own version.
+ */
+#include "proto/sc_control.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "proto/sc_wire.h"
+
+struct sc_ctl {
+    void *ctx;
+    bool owns_ctx;
+    void *sock;
+    bool router;
+    size_t max_frame_bytes;
+    char endpoint[256];
+};
+
+#define ZMQ_FAIL(err, what) SC_ERRF((err), SC_ERR_ZMQ, "%s: %s", (what), zmq_strerror(zmq_errno()))
+
+static sc_status ctl_open(sc_ctl **out, int type, const sc_ctl_cfg *cfg, sc_err *err)
+{
+    *out = NULL;
+    sc_ctl *c = calloc(1, sizeof *c);
+    SC_ALLOC_CHECK(c, err);
+    c->router = type == ZMQ_ROUTER;
+    c->max_frame_bytes = cfg && cfg->max_frame_bytes ? cfg->max_frame_bytes
+                                                     : SC_CTL_DEFAULT_MAX_FRAME_BYTES;
+    if (cfg && cfg->zmq_context) {
+        c->ctx = cfg->zmq_context;
+    } else {
+        c->ctx = zmq_ctx_new();
+        c->owns_ctx = true;
+        if (c->ctx == NULL) {
+            free(c);
+            return ZMQ_FAIL(err, "creating a ZeroMQ context");
+        }
+    }
+    c->sock = zmq_socket(c->ctx, type);
+    if (c->sock == NULL) {
+        ZMQ_FAIL(err, "creating a ZeroMQ socket");
+        sc_ctl_destroy(&c);
+        return SC_ERR_ZMQ;
+    }
+    int64_t max = (int64_t)c->max_frame_bytes + SC_CTL_PEER_ID_MAX;
+    int linger = cfg ? cfg->linger_ms : 0;
+    int one = 1;
+    if (zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0 ||
+        zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        (c->router && zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0)) {
+        ZMQ_FAIL(err, "setting control socket options");
+        sc_ctl_destroy(&c);
+        return SC_ERR_ZMQ;
+    }
+    *out = c;
+    return SC_OK;
+}
+
+sc_status sc_ctl_router_new(sc_ctl **out, const char *endpoint, const sc_ctl_cfg *cfg, sc_err *err)
+{
+    sc_ctl *c;
+    SC_CHECK(ctl_open(&c, ZMQ_ROUTER, cfg, err));
+    if (zmq_bind(c->sock, endpoint) != 0) {
+        SC_ERRF(err, SC_ERR_UNAVAILABLE, "cannot bind control endpoint %s: %s", endpoint,
+                zmq_strerror(zmq_errno()));
+        sc_ctl_destroy(&c);
+        return SC_ERR_UNAVAILABLE;
+    }
+    size_t len = sizeof c->endpoint;
+    if (zmq_getsockopt(c->sock, ZMQ_LAST_ENDPOINT, c->endpoint, &len) != 0)
+        sc_strlcpy(c->endpoint, endpoint, sizeof c->endpoint);
+    *out = c;
+    return SC_OK;
+}
+
+sc_status sc_ctl_dealer_new(sc_ctl **out, const char *endpoint, const sc_ctl_cfg *cfg, sc_err *err)
+{
+    *out = NULL;
+    const char *id = cfg ? cfg->routing_id : NULL;
+    if (id == NULL || id[0] == '\0' || strlen(id) >= SC_CTL_PEER_ID_MAX)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "a control DEALER needs a routing id of 1 to %d bytes (the worker id)",
+                       SC_CTL_PEER_ID_MAX - 1);
+    sc_ctl *c;
+    SC_CHECK(ctl_open(&c, ZMQ_DEALER, cfg, err));
+    if (zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, id, strlen(id)) != 0) {
+        ZMQ_FAIL(err, "setting the control routing id");
+        sc_ctl_destroy(&c);
+        return SC_ERR_ZMQ;
+    }
+    if (zmq_connect(c->sock, endpoint) != 0) {
+        SC_ERRF(err, SC_ERR_INVALID, "cannot connect to control endpoint '%s': %s", endpoint,
+                zmq_strerror(zmq_errno()));
+        sc_ctl_destroy(&c);
+        return SC_ERR_INVALID;
+    }
+    sc_strlcpy(c->endpoint, endpoint, sizeof c->endpoint);
+    *out = c;
+    return SC_OK;
+}
+
+void sc_ctl_destroy(sc_ctl **ctl)
+{
+    if (ctl == NULL || *ctl == NULL)
+        return;
+    sc_ctl *c = *ctl;
+    if (c->sock)
+        zmq_close(c->sock);
+    if (c->owns_ctx && c->ctx)
+        zmq_ctx_term(c->ctx);
+    free(c);
+    *ctl = NULL;
+}
+
+const char *sc_ctl_endpoint(const sc_ctl *ctl)
+{
+    return ctl->endpoint;
+}
+
+void *sc_ctl_socket(sc_ctl *ctl)
+{
+    return ctl->sock;
+}
+
+sc_status sc_ctl_send(sc_ctl *ctl, const char *peer, Stagecraft__ControlEnvelope *env, sc_err *err)
+{
+    if (ctl->router != (peer != NULL))
+        return SC_ERRF(err, SC_ERR_INVALID, "%s",
+                       ctl->router ? "a ROUTER send needs the peer id"
+                                   : "a DEALER send takes no peer id");
+    if (env->protocol_version == 0)
+        env->protocol_version = SC_PROTOCOL_VERSION;
+    if (env->sent_ns == 0)
+        env->sent_ns = sc_clock_now_ns();
+    size_t n = protobuf_c_message_get_packed_size(&env->base);
+    if (n > ctl->max_frame_bytes)
+        return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                       "control frame of %zu bytes exceeds the %zu-byte limit", n,
+                       ctl->max_frame_bytes);
+    uint8_t *buf;
+    SC_CHECK(sc_wire_pack(&env->base, &buf, &n, err));
+    sc_status rc = SC_OK;
+    if (peer != NULL && zmq_send(ctl->sock, peer, strlen(peer), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        rc = SC_ERRF(err, SC_ERR_UNAVAILABLE, "control send to '%s' failed: %s", peer,
+                     e == EHOSTUNREACH ? "no such peer is connected" : zmq_strerror(e));
+        goto out;
+    }
+    if (zmq_send(ctl->sock, buf, n, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        rc = SC_ERRF(err, SC_ERR_UNAVAILABLE, "control send%s%s failed: %s", peer ? " to " : "",
+                     peer ? peer : "", e == EAGAIN ? "queue full" : zmq_strerror(e));
+    }
+out:
+    free(buf);
+    return rc;
+}
+
+/* Reads the remaining frames of a multi-part message, so one bad message cannot desynchronise
+ * the ones after it. */
+static void drain_more(void *sock)
+{
+    int more = 0;
+    size_t len = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, sock, ZMQ_DONTWAIT);
+        zmq_msg_close(&m);
+        len = sizeof more;
+    }
+}
+
+static void reply_version_error(sc_ctl *ctl, const char *peer, uint32_t got)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
+    char msg[256];
+    snprintf(msg, sizeof msg, "protocol version %u refused: this peer speaks version %d", got,
+             SC_PROTOCOL_VERSION);
+    e.code = "VERSION";
+    e.message = msg;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    sc_err ignored;
+    sc_err_clear(&ignored);
+    sc_ctl_send(ctl, ctl->router ? peer : NULL, &env, &ignored);
+}
+
+sc_status sc_ctl_recv(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX],
+                      Stagecraft__ControlEnvelope **env, sc_err *err)
+{
+    *env = NULL;
+    peer[0] = '\0';
+    zmq_pollitem_t item = {ctl->sock, 0, ZMQ_POLLIN, 0};
+    int n = zmq_poll(&item, 1, timeout_ms);
+    if (n < 0) {
+        if (zmq_errno() == EINTR)
+            return SC_ERRF(err, SC_ERR_TIMEOUT, "control receive interrupted");
+        return ZMQ_FAIL(err, "polling the control socket");
+    }
+    if (n == 0)
+        return SC_ERRF(err, SC_ERR_TIMEOUT, "no control message within %d ms", timeout_ms);
+
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (ctl->router) {
+        if (zmq_msg_recv(&msg, ctl->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            return ZMQ_FAIL(err, "receiving a control frame");
+        }
+        size_t id_len = zmq_msg_size(&msg);
+        if (id_len >= SC_CTL_PEER_ID_MAX)
+            id_len = SC_CTL_PEER_ID_MAX - 1;
+        memcpy(peer, zmq_msg_data(&msg), id_len);
+        peer[id_len] = '\0';
+        zmq_msg_close(&msg);
+        zmq_msg_init(&msg);
+    }
+    if (zmq_msg_recv(&msg, ctl->sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&msg);
+        return ZMQ_FAIL(err, "receiving a control frame");
+    }
+    drain_more(ctl->sock);
+    sc_status rc;
+    ProtobufCMessage *m = NULL;
+    size_t len = zmq_msg_size(&msg);
+    const char *from = peer[0] ? peer : "the coordinator";
+    if (len > ctl->max_frame_bytes) {
+        rc = SC_ERRF(err, SC_ERR_TOO_LARGE, "dropped a %zu-byte control frame from %s: over the "
+                     "%zu-byte limit", len, from, ctl->max_frame_bytes);
+        goto out;
+    }
+    rc = sc_wire_unpack(&stagecraft__control_envelope__descriptor, zmq_msg_data(&msg), len, &m,
+                        err);
+    if (rc != SC_OK) {
+        sc_err_prefix(err, "dropped a control frame from %s", from);
+        goto out;
+    }
+    Stagecraft__ControlEnvelope *e = (Stagecraft__ControlEnvelope *)m;
+    if (e->protocol_version != SC_PROTOCOL_VERSION) {
+        char what[300];
+        snprintf(what, sizeof what, "control message from %s", from);
+        rc = sc_wire_check_version(e->protocol_version, what, err);
+        if (e->body_case != STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR)
+            reply_version_error(ctl, peer, e->protocol_version);
+        protobuf_c_message_free_unpacked(m, NULL);
+        goto out;
+    }
+    *env = e;
+out:
+    zmq_msg_close(&msg);
+    return rc;
+}
+
+void sc_ctl_envelope_free(Stagecraft__ControlEnvelope **env)
+{
+    if (env == NULL || *env == NULL)
+        return;
+    protobuf_c_message_free_unpacked(&(*env)->base, NULL);
+    *env = NULL;
+}

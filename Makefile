@@ -1,0 +1,38 @@
+# Thin wrapper over CMake: the build itself is described in CMakeLists.txt.
+#   make          configure build/ and build everything
+#   make test     install missing Debian packages, build, run every test (ctest)
+#   make test-sanitize  the same in build-sanitize/ with AddressSanitizer + UBSan (CPU parts)
+#   make clean    remove the build folders
+# Variables: BUILD_TYPE (RelWithDebInfo), CMAKE_FLAGS (extra -D options), JOBS (cores).
+
+BUILD_TYPE ?= RelWithDebInfo
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+SANITIZE ?= address,undefined
+
+.PHONY: all deps build test test-sanitize clean
+
+all: build
+
+deps:
+	@bash deploy/install-deps.sh
+
+build/CMakeCache.txt:
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+
+build: build/CMakeCache.txt
+	cmake --build build -j $(JOBS)
+
+test: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+	cmake --build build -j $(JOBS)
+	ctest --test-dir build --output-on-failure -j $(JOBS)
+
+test-sanitize: deps
+	cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=Debug -DSTAGECRAFT_CUDA=OFF \
+	      -DSTAGECRAFT_SANITIZE=$(SANITIZE) $(CMAKE_FLAGS)
+	cmake --build build-sanitize -j $(JOBS)
+	ctest --test-dir build-sanitize --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf build build-sanitize

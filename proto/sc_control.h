@@ -1,0 +1,67 @@
+/*
+ * ZeroMQ control channel: the coordinator's ROUTER and each worker's DEALER, carrying one
+ * protobuf-c ControlEnvelope (proto/control.proto) per frame.
+ *
+ * - Frames larger than max_frame_bytes are refused on send (SC_ERR_TOO_LARGE) and dropped on
+ *   receipt: the socket's ZMQ_MAXMSGSIZE makes ZeroMQ close a connection that sends one, and the
+ *   peer reconnects. A frame that does not decode is dropped with SC_ERR_PARSE.
+ * - The ROUTER is ZMQ_ROUTER_MANDATORY: a send to a peer id that is not connected fails with
+ *   SC_ERR_UNAVAILABLE instead of vanishing.
+ * - An envelope with another protocol version is answered with an Error envelope naming both
+ *   versions (never an Error in reply to an Error) and reported to the caller as SC_ERR_VERSION.
+ * - Each DEALER carries a routing id (the worker's id), by which the ROUTER addresses it.
+ *
+ * Not thread-safe: a channel belongs to the one event-loop thread that owns its socket (ZeroMQ
+ * sockets must not be shared between threads). The ZeroMQ context may be shared.
+ */
+#ifndef SC_CONTROL_H
+#define SC_CONTROL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+#include "proto/control.pb-c.h"
+
+#define SC_CTL_DEFAULT_MAX_FRAME_BYTES (1u << 20)
+#define SC_CTL_PEER_ID_MAX 256
+
+typedef struct sc_ctl sc_ctl;
+
+typedef struct {
+    void *zmq_context;       /* shared ZeroMQ context, or NULL to create one for this channel */
+    size_t max_frame_bytes;  /* 0: SC_CTL_DEFAULT_MAX_FRAME_BYTES */
+    const char *routing_id;  /* DEALER only: the id the ROUTER addresses this peer by */
+    int linger_ms;           /* how long close waits for unsent frames; default 0 */
+} sc_ctl_cfg;
+
+/* Binds a ROUTER to `endpoint` ("tcp://127.0.0.1:0" picks a free port; see sc_ctl_endpoint). */
+sc_status sc_ctl_router_new(sc_ctl **out, const char *endpoint, const sc_ctl_cfg *cfg, sc_err *err);
+
+/* Connects a DEALER to a ROUTER's endpoint. Connecting never blocks: ZeroMQ (re)connects in the
+ * background and queues frames meanwhile. cfg->routing_id is required (1..255 bytes). */
+sc_status sc_ctl_dealer_new(sc_ctl **out, const char *endpoint, const sc_ctl_cfg *cfg, sc_err *err);
+
+void sc_ctl_destroy(sc_ctl **ctl);
+
+/* The endpoint the ROUTER is bound to, with the port resolved ("tcp://127.0.0.1:40123"). */
+const char *sc_ctl_endpoint(const sc_ctl *ctl);
+
+/* The underlying ZeroMQ socket, for zmq_poll() in an event loop. Borrowed. */
+void *sc_ctl_socket(sc_ctl *ctl);
+
+/* Sends one envelope. `peer` names the DEALER for a ROUTER and must be NULL for a DEALER.
+ * protocol_version and sent_ns are filled in when zero. Never blocks: a full queue is
+ * SC_ERR_UNAVAILABLE. */
+sc_status sc_ctl_send(sc_ctl *ctl, const char *peer, Stagecraft__ControlEnvelope *env, sc_err *err);
+
+/* Receives one envelope, waiting up to timeout_ms (0: do not wait; -1: forever).
+ * On SC_OK, *env is owned by the caller (free with sc_ctl_envelope_free) and, for a ROUTER,
+ * `peer` holds the sender's id. SC_ERR_TIMEOUT: nothing arrived. SC_ERR_PARSE / SC_ERR_VERSION:
+ * a frame from `peer` was dropped, err says why; the channel stays usable. */
+sc_status sc_ctl_recv(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX],
+                      Stagecraft__ControlEnvelope **env, sc_err *err);
+
+void sc_ctl_envelope_free(Stagecraft__ControlEnvelope **env);
+
+#endif /* SC_CONTROL_H */
