@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The `stagecraft` command's dispatch: --help on every subcommand, --version, and a one-line
+# error plus usage (exit 2) for unknown subcommands and flags.
+# Usage: test_cli.sh PATH/TO/stagecraft
+set -u
+sc=${1:?usage: test_cli.sh PATH/TO/stagecraft}
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+out=$("$sc" --version) || fail "--version exited $?"
+[[ $out == "stagecraft "* ]] || fail "--version printed '$out'"
+
+"$sc" version --json | grep -q '"protocol": 1' || fail "version --json lacks the protocol"
+
+"$sc" --help >/dev/null || fail "--help exited $?"
+subcommands=$("$sc" --help | awk '/^subcommands:/{on=1; next} on && /^  [a-z]/{print $1}')
+[ -n "$subcommands" ] || fail "--help lists no subcommands"
+for c in $subcommands; do
+    out=$("$sc" "$c" --help 2>&1); rc=$?
+    [ $rc -eq 0 ] || fail "'$c --help' exited $rc"
+    [[ $out == *"usage: stagecraft $c"* ]] || fail "'$c --help' shows no usage line: $out"
+done
+
+err=$("$sc" frobnicate 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "unknown subcommand exited $rc, want 2"
+[[ $(echo "$err" | head -1) == "stagecraft: unknown subcommand 'frobnicate'" ]] ||
+    fail "unknown subcommand message: $(echo "$err" | head -1)"
+[[ $err == *"usage: stagecraft"* ]] || fail "unknown subcommand prints no usage"
+
+err=$("$sc" --frobnicate 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "unknown top-level flag exited $rc, want 2"
+[[ $err == *"unknown flag '--frobnicate'"* ]] || fail "unknown flag message: $err"
+
+err=$("$sc" version --frobnicate 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "unknown subcommand flag exited $rc, want 2"
+[[ $(echo "$err" | head -1) == "stagecraft version: unknown argument '--frobnicate'" ]] ||
+    fail "unknown subcommand flag message: $(echo "$err" | head -1)"
+
+"$sc" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "no subcommand exited $rc, want 2"
+
+err=$("$sc" --log-level loud version 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "bad --log-level exited $rc, want 2"
+
+if [ $failures -ne 0 ]; then
+    echo "test_cli: $failures failure(s)"
+    exit 1
+fi
+echo "test_cli: all checks passed"
