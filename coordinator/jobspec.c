@@ -1,0 +1,174 @@
+/* Job spec parsing and validation (see jobspec.h). */
+#include "coordinator/jobspec.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_json.h"
+#include "common/sc_util.h"
+
+static const char *const data_kinds[] = {"text", "tokens", "cifar10", "synthetic", NULL};
+static const char *const schedules[] = {"auto", "gpipe", "1f1b", "pipedream", "sliced",
+                                        "unequal", NULL};
+static const char *const strategies[] = {"hetero", "uniform", "blockpartition", "minmax",
+                                         "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
+static const char *const optimizers[] = {"adamw", "sgd", NULL};
+static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
+
+static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err *err)
+{
+    sc_jnode w;
+    SC_CHECK(sc_jnode_member(root, "workers", &w, err));
+    if (json_is_array(w.value)) {
+        SC_CHECK(sc_jnode_expect_array(&w, 1, COORD_JOBSPEC_MAX_WORKERS, err));
+        size_t n = sc_jnode_size(&w);
+        spec->worker_names = calloc(n + 1, sizeof *spec->worker_names);
+        SC_ALLOC_CHECK(spec->worker_names, err);
+        for (size_t i = 0; i < n; i++) {
+            sc_jnode e = sc_jnode_element(&w, i);
+            const char *name;
+            SC_CHECK(sc_jnode_string(&e, &name, err));
+            if (name[0] == '\0')
+                return sc_jnode_fail(&e, err, SC_ERR_INVALID, "expected a worker name, got \"\"");
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(spec->worker_names[j], name) == 0)
+                    return sc_jnode_fail(&e, err, SC_ERR_INVALID,
+                                         "worker \"%s\" is listed twice", name);
+            spec->worker_names[i] = strdup(name);
+            SC_ALLOC_CHECK(spec->worker_names[i], err);
+        }
+        spec->workers = (uint32_t)n;
+        return SC_OK;
+    }
+    int64_t n;
+    if (!json_is_number(w.value))
+        return sc_jnode_fail(&w, err, SC_ERR_INVALID,
+                             "expected a worker count (1 to %d) or a list of worker names",
+                             COORD_JOBSPEC_MAX_WORKERS);
+    SC_CHECK(sc_jnode_int(&w, 1, COORD_JOBSPEC_MAX_WORKERS, &n, err));
+    spec->workers = (uint32_t)n;
+    return SC_OK;
+}
+
+static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err)
+{
+    sc_jnode root = sc_jdoc_root(doc), model, data, opt;
+    const char *s;
+    int64_t v;
+    int which;
+    SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-job", 1, NULL, err));
+
+    SC_CHECK(sc_json_get_string(&root, "name", &s, err));
+    if (s[0] == '\0' || strlen(s) >= sizeof spec->name) {
+        sc_jnode n;
+        sc_jnode_member(&root, "name", &n, NULL);
+        return sc_jnode_fail(&n, err, SC_ERR_INVALID, "expected a name of 1 to %zu characters",
+                             sizeof spec->name - 1);
+    }
+    sc_strlcpy(spec->name, s, sizeof spec->name);
+
+    SC_CHECK(sc_json_get_object(&root, "model", &model, err));
+    SC_CHECK(sc_json_get_enum(&model, "kind", model_kinds, &which, err));
+    sc_strlcpy(spec->model_kind, model_kinds[which], sizeof spec->model_kind);
+    spec->model_json = json_dumps(model.value, JSON_COMPACT | JSON_SORT_KEYS);
+    SC_ALLOC_CHECK(spec->model_json, err);
+
+    SC_CHECK(sc_json_get_object(&root, "data", &data, err));
+    SC_CHECK(sc_json_get_enum(&data, "kind", data_kinds, &which, err));
+    spec->data_kind = (coord_data_kind)which;
+    if (spec->data_kind != COORD_DATA_SYNTHETIC) {
+        SC_CHECK(sc_json_get_string(&data, "path", &s, err));
+        if (s[0] == '\0' || strlen(s) >= sizeof spec->data_path) {
+            sc_jnode n;
+            sc_jnode_member(&data, "path", &n, NULL);
+            return sc_jnode_fail(&n, err, SC_ERR_INVALID, "expected a path to the %s data",
+                                 data_kinds[which]);
+        }
+        sc_strlcpy(spec->data_path, s, sizeof spec->data_path);
+    }
+
+    SC_CHECK(sc_json_get_int(&root, "batch_size", 1, 1 << 20, &v, err));
+    spec->batch_size = (uint32_t)v;
+
+    sc_jnode mb;
+    spec->microbatches = 0;
+    if (sc_jnode_has(&root, "microbatches")) {
+        SC_CHECK(sc_jnode_member(&root, "microbatches", &mb, err));
+        if (json_is_string(mb.value)) {
+            static const char *const autos[] = {"auto", NULL};
+            SC_CHECK(sc_jnode_enum(&mb, autos, &which, err));
+        } else {
+            SC_CHECK(sc_jnode_int(&mb, 1, spec->batch_size, &v, err));
+            if (spec->batch_size % (uint32_t)v != 0)
+                return sc_jnode_fail(&mb, err, SC_ERR_INVALID,
+                                     "%lld micro-batches do not divide the batch of %u samples; "
+                                     "use a divisor of batch_size or \"auto\"",
+                                     (long long)v, spec->batch_size);
+            spec->microbatches = (uint32_t)v;
+        }
+    }
+
+    SC_CHECK(sc_json_opt_string(&root, "schedule", "auto", &s, err));
+    if (sc_jnode_has(&root, "schedule"))
+        SC_CHECK(sc_json_get_enum(&root, "schedule", schedules, &which, err));
+    sc_strlcpy(spec->schedule, s, sizeof spec->schedule);
+
+    SC_CHECK(sc_json_opt_string(&root, "strategy", "hetero", &s, err));
+    if (sc_jnode_has(&root, "strategy"))
+        SC_CHECK(sc_json_get_enum(&root, "strategy", strategies, &which, err));
+    sc_strlcpy(spec->strategy, s, sizeof spec->strategy);
+
+    SC_CHECK(parse_workers(&root, spec, err));
+
+    SC_CHECK(sc_json_get_int(&root, "steps", 1, INT64_C(1) << 40, &v, err));
+    spec->steps = (uint64_t)v;
+    SC_CHECK(sc_json_opt_int(&root, "seed", 0, INT64_MAX, 1, &v, err));
+    spec->seed = (uint64_t)v;
+    SC_CHECK(sc_json_opt_int(&root, "checkpoint_every", 0, INT64_C(1) << 40, 0, &v, err));
+    spec->checkpoint_every = (uint64_t)v;
+
+    sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
+    spec->lr = 3e-4;
+    spec->weight_decay = 0.0;
+    spec->momentum = 0.9;
+    if (sc_jnode_has(&root, "optimizer")) {
+        SC_CHECK(sc_json_get_object(&root, "optimizer", &opt, err));
+        SC_CHECK(sc_json_get_enum(&opt, "kind", optimizers, &which, err));
+        sc_strlcpy(spec->optimizer, optimizers[which], sizeof spec->optimizer);
+        SC_CHECK(sc_json_opt_number(&opt, "lr", 1e-12, 10.0, spec->lr, &spec->lr, err));
+        SC_CHECK(sc_json_opt_number(&opt, "weight_decay", 0.0, 1.0, 0.0, &spec->weight_decay,
+                                    err));
+        SC_CHECK(sc_json_opt_number(&opt, "momentum", 0.0, 0.9999, 0.9, &spec->momentum, err));
+    }
+    return SC_OK;
+}
+
+sc_status coord_jobspec_parse(const char *source, const char *text, size_t len,
+                              coord_jobspec *spec, sc_err *err)
+{
+    memset(spec, 0, sizeof *spec);
+    if (len > COORD_JOBSPEC_MAX_BYTES)
+        return SC_ERRF(err, SC_ERR_TOO_LARGE, "%s: job spec of %zu bytes is over the %u-byte limit",
+                       source, len, COORD_JOBSPEC_MAX_BYTES);
+    sc_jdoc *doc;
+    SC_CHECK(sc_jdoc_parse(&doc, source, text, len, err));
+    sc_status rc = parse_body(doc, spec, err);
+    sc_jdoc_destroy(&doc);
+    if (rc != SC_OK)
+        coord_jobspec_clear(spec);
+    return rc;
+}
+
+void coord_jobspec_clear(coord_jobspec *spec)
+{
+    if (spec == NULL)
+        return;
+    free(spec->model_json);
+    if (spec->worker_names) {
+        for (char **p = spec->worker_names; *p; p++)
+            free(*p);
+        free(spec->worker_names);
+    }
+    memset(spec, 0, sizeof *spec);
+}

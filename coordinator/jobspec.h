@@ -1,0 +1,55 @@
+/*
+ * The job spec (`"format": "stagecraft-job"`, FORMATS.md): what a user submits.
+ *
+ * Parsing validates every field and names the JSON path and what would be valid on error.
+ * The model object is kept as JSON text for the kernels' model builder, which validates it in
+ * full (coord_jobspec_parse only checks that it is an object with a known kind).
+ */
+#ifndef COORD_JOBSPEC_H
+#define COORD_JOBSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+
+#define COORD_JOBSPEC_MAX_BYTES (1u << 20)
+#define COORD_JOBSPEC_MAX_WORKERS 1024
+
+typedef enum {
+    COORD_DATA_TEXT,
+    COORD_DATA_TOKENS,
+    COORD_DATA_CIFAR10,
+    COORD_DATA_SYNTHETIC,
+} coord_data_kind;
+
+typedef struct {
+    char name[128];
+    char *model_json;       /* owned: the "model" object, serialised */
+    char model_kind[16];    /* "gpt", "vgg", "mlp" */
+    coord_data_kind data_kind;
+    char data_path[1024];   /* "" for synthetic */
+    uint32_t batch_size;
+    uint32_t microbatches;  /* 0 = auto */
+    char schedule[16];      /* gpipe, 1f1b, pipedream, sliced, unequal, auto */
+    char strategy[16];      /* planner strategy; default "hetero" */
+    uint32_t workers;       /* how many workers; when names are given, their count */
+    char **worker_names;    /* owned; NULL when a count was given */
+    uint64_t steps;
+    uint64_t seed;
+    char optimizer[16];     /* "adamw" or "sgd" */
+    double lr;
+    double weight_decay;
+    double momentum;
+    uint64_t checkpoint_every; /* 0 = never */
+} coord_jobspec;
+
+/* Parses and validates a job spec. `source` names it in errors (a file name, or "request").
+ * On success *spec is filled (free with coord_jobspec_clear). */
+sc_status coord_jobspec_parse(const char *source, const char *text, size_t len,
+                              coord_jobspec *spec, sc_err *err);
+
+void coord_jobspec_clear(coord_jobspec *spec);
+
+#endif /* COORD_JOBSPEC_H */

@@ -1,0 +1,475 @@
+/*
+ * SQLite job store (see store.h). The schema is created on open; `meta.schema_version` guards
+ * against opening a state folder written by an incompatible release. Job ids come from the
+ * table's rowid, so they are never reused, even after a restart.
+ */
+#include "coordinator/store.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/sc_util.h"
+
+#define SCHEMA_VERSION 1
+
+struct coord_store {
+    sqlite3 *db;
+    char path[4096];
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS jobs("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, name TEXT NOT NULL,"
+    "  state TEXT NOT NULL, reason TEXT NOT NULL, spec_json TEXT NOT NULL, plan_json TEXT,"
+    "  step INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0,"
+    "  last_checkpoint_step INTEGER NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS transitions("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, from_state TEXT NOT NULL,"
+    "  to_state TEXT NOT NULL, reason TEXT NOT NULL, at_ms INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job_id, seq);"
+    "CREATE TABLE IF NOT EXISTS workers("
+    "  id TEXT PRIMARY KEY, name TEXT NOT NULL, host TEXT NOT NULL, endpoint TEXT NOT NULL,"
+    "  epoch INTEGER NOT NULL, hardware BLOB, registered_ms INTEGER NOT NULL);";
+
+static int64_t now_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static sc_status db_fail(coord_store *s, sc_err *err, const char *what)
+{
+    return SC_ERRF(err, SC_ERR_IO, "state database %s: %s: %s", s->path, what,
+                   sqlite3_errmsg(s->db));
+}
+
+static sc_status exec(coord_store *s, const char *sql, sc_err *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        SC_ERRF(err, SC_ERR_IO, "state database %s: %s", s->path, msg ? msg : "error");
+        sqlite3_free(msg);
+        return SC_ERR_IO;
+    }
+    return SC_OK;
+}
+
+static sc_status prepare(coord_store *s, const char *sql, sqlite3_stmt **st, sc_err *err)
+{
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
+        return db_fail(s, err, "prepare");
+    return SC_OK;
+}
+
+static sc_status check_schema_version(coord_store *s, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "SELECT value FROM meta WHERE key='schema_version'", &st, err));
+    sc_status rc = SC_OK;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        int v = atoi((const char *)sqlite3_column_text(st, 0));
+        if (v != SCHEMA_VERSION)
+            rc = SC_ERRF(err, SC_ERR_VERSION,
+                         "state database %s has schema version %d; this stagecraft uses %d",
+                         s->path, v, SCHEMA_VERSION);
+    } else {
+        sqlite3_finalize(st);
+        char sql[128];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO meta(key, value) VALUES('schema_version', '%d')", SCHEMA_VERSION);
+        return exec(s, sql, err);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+sc_status coord_store_open(coord_store **out, const char *dir, sc_err *err)
+{
+    *out = NULL;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return SC_ERRF(err, SC_ERR_IO, "cannot create state folder %s: %s", dir, strerror(errno));
+    coord_store *s = calloc(1, sizeof *s);
+    SC_ALLOC_CHECK(s, err);
+    snprintf(s->path, sizeof s->path, "%s/stagecraft.db", dir);
+    sc_status rc = SC_OK;
+    if (sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
+        SQLITE_OK) {
+        rc = db_fail(s, err, "open");
+        goto fail;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    SC_CHECK_GOTO(exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err), fail);
+    SC_CHECK_GOTO(exec(s, schema, err), fail);
+    SC_CHECK_GOTO(check_schema_version(s, err), fail);
+    *out = s;
+    return SC_OK;
+fail:
+    coord_store_close(&s);
+    return rc;
+}
+
+void coord_store_close(coord_store **store)
+{
+    if (store == NULL || *store == NULL)
+        return;
+    sqlite3_close((*store)->db);
+    free(*store);
+    *store = NULL;
+}
+
+static char *dup_text(sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+static void copy_text(char *dst, size_t size, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    sc_strlcpy(dst, t ? (const char *)t : "", size);
+}
+
+#define JOB_COLUMNS                                                                                \
+    "id, name, state, reason, spec_json, plan_json, step, steps, last_checkpoint_step, "           \
+    "created_ms, updated_ms"
+
+static void job_from_row(sqlite3_stmt *st, coord_job *job)
+{
+    memset(job, 0, sizeof *job);
+    copy_text(job->id, sizeof job->id, st, 0);
+    copy_text(job->name, sizeof job->name, st, 1);
+    if (!coord_job_state_parse((const char *)sqlite3_column_text(st, 2), &job->state))
+        job->state = COORD_JOB_FAILED;
+    copy_text(job->reason, sizeof job->reason, st, 3);
+    job->spec_json = dup_text(st, 4);
+    job->plan_json = dup_text(st, 5);
+    job->step = (uint64_t)sqlite3_column_int64(st, 6);
+    job->steps = (uint64_t)sqlite3_column_int64(st, 7);
+    job->last_checkpoint_step = (uint64_t)sqlite3_column_int64(st, 8);
+    job->created_unix_ms = sqlite3_column_int64(st, 9);
+    job->updated_unix_ms = sqlite3_column_int64(st, 10);
+}
+
+sc_status coord_store_job_insert(coord_store *s, coord_job *job, sc_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    sc_status rc = SC_OK;
+    int64_t now = now_unix_ms();
+    SC_CHECK(exec(s, "BEGIN IMMEDIATE", err));
+    SC_CHECK_GOTO(prepare(s,
+                          "INSERT INTO jobs(name, state, reason, spec_json, steps, created_ms, "
+                          "updated_ms) VALUES(?, 'submitted', ?, ?, ?, ?, ?)",
+                          &st, err),
+                  rollback);
+    sqlite3_bind_text(st, 1, job->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, job->reason[0] ? job->reason : "submitted", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, job->spec_json ? job->spec_json : "{}", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)job->steps);
+    sqlite3_bind_int64(st, 5, now);
+    sqlite3_bind_int64(st, 6, now);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = db_fail(s, err, "insert job");
+        goto rollback;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    snprintf(job->id, sizeof job->id, "job-%lld", (long long)sqlite3_last_insert_rowid(s->db));
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE jobs SET id='%s' WHERE seq=%lld", job->id,
+             (long long)sqlite3_last_insert_rowid(s->db));
+    SC_CHECK_GOTO(exec(s, sql, err), rollback);
+    SC_CHECK_GOTO(prepare(s,
+                          "INSERT INTO transitions(job_id, from_state, to_state, reason, at_ms) "
+                          "VALUES(?, '', 'submitted', ?, ?)",
+                          &st, err),
+                  rollback);
+    sqlite3_bind_text(st, 1, job->id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, job->reason[0] ? job->reason : "submitted", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, now);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = db_fail(s, err, "record transition");
+        goto rollback;
+    }
+    sqlite3_finalize(st);
+    SC_CHECK(exec(s, "COMMIT", err));
+    job->state = COORD_JOB_SUBMITTED;
+    job->created_unix_ms = job->updated_unix_ms = now;
+    return SC_OK;
+rollback:
+    sqlite3_finalize(st);
+    exec(s, "ROLLBACK", NULL);
+    return rc;
+}
+
+sc_status coord_store_job_get(coord_store *s, const char *id, coord_job *job, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?", &st, err));
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sc_status rc = SC_OK;
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW)
+        job_from_row(st, job);
+    else if (r == SQLITE_DONE)
+        rc = SC_ERRF(err, SC_ERR_NOT_FOUND, "no job with id '%s'", id);
+    else
+        rc = db_fail(s, err, "read job");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+sc_status coord_store_job_transition(coord_store *s, const char *id, coord_job_state to,
+                                     const char *reason, sc_err *err)
+{
+    coord_job job;
+    sqlite3_stmt *st = NULL;
+    sc_status rc = SC_OK;
+    int64_t now = now_unix_ms();
+    SC_CHECK(exec(s, "BEGIN IMMEDIATE", err));
+    SC_CHECK_GOTO(coord_store_job_get(s, id, &job, err), rollback);
+    coord_job_state from = job.state;
+    coord_job_clear(&job);
+    if (!coord_job_transition_allowed(from, to)) {
+        rc = SC_ERRF(err, SC_ERR_PRECONDITION, "job %s cannot go from %s to %s", id,
+                     coord_job_state_name(from), coord_job_state_name(to));
+        goto rollback;
+    }
+    SC_CHECK_GOTO(prepare(s, "UPDATE jobs SET state=?, reason=?, updated_ms=? WHERE id=?", &st,
+                          err),
+                  rollback);
+    sqlite3_bind_text(st, 1, coord_job_state_name(to), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_text(st, 4, id, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = db_fail(s, err, "update job state");
+        goto rollback;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    SC_CHECK_GOTO(prepare(s,
+                          "INSERT INTO transitions(job_id, from_state, to_state, reason, at_ms) "
+                          "VALUES(?, ?, ?, ?, ?)",
+                          &st, err),
+                  rollback);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, coord_job_state_name(from), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, coord_job_state_name(to), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 5, now);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = db_fail(s, err, "record transition");
+        goto rollback;
+    }
+    sqlite3_finalize(st);
+    return exec(s, "COMMIT", err);
+rollback:
+    sqlite3_finalize(st);
+    exec(s, "ROLLBACK", NULL);
+    return rc;
+}
+
+/* Runs an UPDATE on one job by id (last bound parameter) and checks that it existed. */
+static sc_status update_one(coord_store *s, sqlite3_stmt *st, const char *id, sc_err *err)
+{
+    sc_status rc = SC_OK;
+    if (sqlite3_step(st) != SQLITE_DONE)
+        rc = db_fail(s, err, "update job");
+    else if (sqlite3_changes(s->db) == 0)
+        rc = SC_ERRF(err, SC_ERR_NOT_FOUND, "no job with id '%s'", id);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *plan_json,
+                                   sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "UPDATE jobs SET plan_json=?, updated_ms=? WHERE id=?", &st, err));
+    sqlite3_bind_text(st, 1, plan_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, now_unix_ms());
+    sqlite3_bind_text(st, 3, id, -1, SQLITE_TRANSIENT);
+    return update_one(s, st, id, err);
+}
+
+sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
+                                       uint64_t last_checkpoint_step, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "UPDATE jobs SET step=?, last_checkpoint_step=?, updated_ms=? WHERE id=?",
+                     &st, err));
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)step);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)last_checkpoint_step);
+    sqlite3_bind_int64(st, 3, now_unix_ms());
+    sqlite3_bind_text(st, 4, id, -1, SQLITE_TRANSIENT);
+    return update_one(s, st, id, err);
+}
+
+sc_status coord_store_job_list(coord_store *s, coord_job **jobs, size_t *n, sc_err *err)
+{
+    *jobs = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "SELECT " JOB_COLUMNS " FROM jobs ORDER BY seq", &st, err));
+    size_t cap = 0;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            coord_job *grown = realloc(*jobs, cap * sizeof **jobs);
+            if (grown == NULL) {
+                sqlite3_finalize(st);
+                coord_job_list_free(jobs, *n);
+                *n = 0;
+                return SC_ERRF(err, SC_ERR_NOMEM, "out of memory listing jobs");
+            }
+            *jobs = grown;
+        }
+        job_from_row(st, &(*jobs)[(*n)++]);
+    }
+    sqlite3_finalize(st);
+    if (r != SQLITE_DONE) {
+        coord_job_list_free(jobs, *n);
+        *n = 0;
+        return db_fail(s, err, "list jobs");
+    }
+    return SC_OK;
+}
+
+sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out,
+                                  size_t *n, sc_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "SELECT from_state, to_state, reason, at_ms FROM transitions "
+                     "WHERE job_id=? ORDER BY seq",
+                     &st, err));
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
+    size_t cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            coord_transition *grown = realloc(*out, cap * sizeof **out);
+            if (grown == NULL) {
+                sqlite3_finalize(st);
+                free(*out);
+                *out = NULL;
+                *n = 0;
+                return SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading history");
+            }
+            *out = grown;
+        }
+        coord_transition *t = &(*out)[(*n)++];
+        const char *from = (const char *)sqlite3_column_text(st, 0);
+        if (from == NULL || !coord_job_state_parse(from, &t->from))
+            t->from = COORD_JOB_SUBMITTED;
+        if (!coord_job_state_parse((const char *)sqlite3_column_text(st, 1), &t->to))
+            t->to = COORD_JOB_FAILED;
+        copy_text(t->reason, sizeof t->reason, st, 2);
+        t->at_unix_ms = sqlite3_column_int64(st, 3);
+    }
+    sqlite3_finalize(st);
+    return SC_OK;
+}
+
+void coord_job_clear(coord_job *job)
+{
+    if (job == NULL)
+        return;
+    free(job->spec_json);
+    free(job->plan_json);
+    job->spec_json = job->plan_json = NULL;
+}
+
+void coord_job_list_free(coord_job **jobs, size_t n)
+{
+    if (jobs == NULL || *jobs == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        coord_job_clear(&(*jobs)[i]);
+    free(*jobs);
+    *jobs = NULL;
+}
+
+sc_status coord_store_worker_put(coord_store *s, const coord_worker_rec *w, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "INSERT OR REPLACE INTO workers(id, name, host, endpoint, epoch, hardware, "
+                     "registered_ms) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                     &st, err));
+    sqlite3_bind_text(st, 1, w->id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, w->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, w->endpoint, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)w->epoch);
+    sqlite3_bind_blob(st, 6, w->hardware, (int)w->hardware_len, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 7, w->registered_unix_ms ? w->registered_unix_ms : now_unix_ms());
+    sc_status rc = sqlite3_step(st) == SQLITE_DONE ? SC_OK : db_fail(s, err, "store worker");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+sc_status coord_store_worker_list(coord_store *s, coord_worker_rec **out, size_t *n, sc_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "SELECT id, name, host, endpoint, epoch, hardware, registered_ms "
+                     "FROM workers ORDER BY registered_ms, id",
+                     &st, err));
+    size_t cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            coord_worker_rec *grown = realloc(*out, cap * sizeof **out);
+            if (grown == NULL) {
+                sqlite3_finalize(st);
+                coord_worker_list_free(out, *n);
+                *n = 0;
+                return SC_ERRF(err, SC_ERR_NOMEM, "out of memory listing workers");
+            }
+            *out = grown;
+        }
+        coord_worker_rec *w = &(*out)[(*n)++];
+        memset(w, 0, sizeof *w);
+        copy_text(w->id, sizeof w->id, st, 0);
+        copy_text(w->name, sizeof w->name, st, 1);
+        copy_text(w->host, sizeof w->host, st, 2);
+        copy_text(w->endpoint, sizeof w->endpoint, st, 3);
+        w->epoch = (uint64_t)sqlite3_column_int64(st, 4);
+        int len = sqlite3_column_bytes(st, 5);
+        if (len > 0) {
+            w->hardware = malloc((size_t)len);
+            if (w->hardware != NULL) {
+                memcpy(w->hardware, sqlite3_column_blob(st, 5), (size_t)len);
+                w->hardware_len = (size_t)len;
+            }
+        }
+        w->registered_unix_ms = sqlite3_column_int64(st, 6);
+    }
+    sqlite3_finalize(st);
+    return SC_OK;
+}
+
+void coord_worker_list_free(coord_worker_rec **list, size_t n)
+{
+    if (list == NULL || *list == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free((*list)[i].hardware);
+    free(*list);
+    *list = NULL;
+}

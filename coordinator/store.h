@@ -1,0 +1,94 @@
+/*
+ * The coordinator's durable state: jobs (spec, plan, state, progress), every state transition
+ * with its reason, and the workers that registered (so a restarted coordinator gives a returning
+ * worker its old id). One SQLite database, `stagecraft.db` in the state folder, in WAL mode.
+ *
+ * Every write is one transaction, committed before the call returns: a coordinator killed at any
+ * moment loses no accepted job. Heartbeats are not stored (they are in-memory, see registry.h).
+ * Not thread-safe: the coordinator's event-loop thread owns the store.
+ */
+#ifndef COORD_STORE_H
+#define COORD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+#include "coordinator/job_state.h"
+
+typedef struct coord_store coord_store;
+
+#define COORD_ID_MAX 64
+#define COORD_NAME_MAX 128
+#define COORD_REASON_MAX 512
+
+typedef struct {
+    char id[COORD_ID_MAX];     /* "job-<n>" */
+    char name[COORD_NAME_MAX];
+    coord_job_state state;
+    char reason[COORD_REASON_MAX];
+    char *spec_json;           /* owned; the submitted stagecraft-job document */
+    char *plan_json;           /* owned; NULL until planned */
+    uint64_t step;
+    uint64_t steps;
+    uint64_t last_checkpoint_step;
+    int64_t created_unix_ms;
+    int64_t updated_unix_ms;
+} coord_job;
+
+typedef struct {
+    coord_job_state from;
+    coord_job_state to;
+    char reason[COORD_REASON_MAX];
+    int64_t at_unix_ms;
+} coord_transition;
+
+typedef struct {
+    char id[COORD_ID_MAX];     /* "w-<n>" */
+    char name[COORD_NAME_MAX];
+    char host[COORD_NAME_MAX];
+    char endpoint[COORD_NAME_MAX];
+    uint64_t epoch;
+    uint8_t *hardware;         /* owned; packed HardwareReport */
+    size_t hardware_len;
+    int64_t registered_unix_ms;
+} coord_worker_rec;
+
+/* Opens (creating if needed) `dir`/stagecraft.db. The folder is created when missing. */
+sc_status coord_store_open(coord_store **out, const char *dir, sc_err *err);
+void coord_store_close(coord_store **store);
+
+/* Inserts a new job in state `submitted`; assigns job->id and the timestamps. */
+sc_status coord_store_job_insert(coord_store *s, coord_job *job, sc_err *err);
+
+/* Moves a job to `to`, recording the reason. SC_ERR_PRECONDITION when the transition is not
+ * allowed (the message names both states); SC_ERR_NOT_FOUND for an unknown id. */
+sc_status coord_store_job_transition(coord_store *s, const char *id, coord_job_state to,
+                                     const char *reason, sc_err *err);
+
+sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *plan_json,
+                                   sc_err *err);
+sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
+                                       uint64_t last_checkpoint_step, sc_err *err);
+
+/* Fills *job (free its strings with coord_job_clear). SC_ERR_NOT_FOUND for an unknown id. */
+sc_status coord_store_job_get(coord_store *s, const char *id, coord_job *job, sc_err *err);
+
+/* All jobs, oldest first; free with coord_job_list_free. */
+sc_status coord_store_job_list(coord_store *s, coord_job **jobs, size_t *n, sc_err *err);
+
+/* A job's transitions, oldest first; caller frees *out with free(). */
+sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out,
+                                  size_t *n, sc_err *err);
+
+void coord_job_clear(coord_job *job);
+void coord_job_list_free(coord_job **jobs, size_t n);
+
+/* Inserts or replaces a worker record (by id). */
+sc_status coord_store_worker_put(coord_store *s, const coord_worker_rec *w, sc_err *err);
+
+/* All worker records, by id; free with coord_worker_list_free. */
+sc_status coord_store_worker_list(coord_store *s, coord_worker_rec **out, size_t *n, sc_err *err);
+void coord_worker_list_free(coord_worker_rec **list, size_t n);
+
+#endif /* COORD_STORE_H */

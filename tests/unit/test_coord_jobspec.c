@@ -1,0 +1,136 @@
+/* coordinator/jobspec: the job spec of FORMATS.md, valid and invalid. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "coordinator/jobspec.h"
+
+static const char good[] =
+    "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"gpt-demo\",\n"
+    " \"model\": {\"kind\": \"gpt\", \"vocab\": 256, \"seq_len\": 64, \"layers\": 4,\n"
+    "           \"width\": 128, \"heads\": 4},\n"
+    " \"data\": {\"kind\": \"text\", \"path\": \"/usr/share/common-licenses/GPL-3\"},\n"
+    " \"batch_size\": 16, \"microbatches\": \"auto\", \"schedule\": \"auto\",\n"
+    " \"strategy\": \"hetero\", \"workers\": 4, \"steps\": 200, \"seed\": 1,\n"
+    " \"optimizer\": {\"kind\": \"adamw\", \"lr\": 3e-4, \"weight_decay\": 0.0},\n"
+    " \"checkpoint_every\": 50}\n";
+
+static void test_good_spec(void **state)
+{
+    (void)state;
+    coord_jobspec spec;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_jobspec_parse("job.json", good, strlen(good), &spec, &err), SC_OK);
+    assert_string_equal(spec.name, "gpt-demo");
+    assert_string_equal(spec.model_kind, "gpt");
+    assert_non_null(strstr(spec.model_json, "\"heads\":4"));
+    assert_int_equal(spec.data_kind, COORD_DATA_TEXT);
+    assert_string_equal(spec.data_path, "/usr/share/common-licenses/GPL-3");
+    assert_int_equal(spec.batch_size, 16);
+    assert_int_equal(spec.microbatches, 0);
+    assert_string_equal(spec.schedule, "auto");
+    assert_string_equal(spec.strategy, "hetero");
+    assert_int_equal(spec.workers, 4);
+    assert_null(spec.worker_names);
+    assert_int_equal(spec.steps, 200);
+    assert_string_equal(spec.optimizer, "adamw");
+    assert_true(spec.lr == 3e-4);
+    assert_int_equal(spec.checkpoint_every, 50);
+    coord_jobspec_clear(&spec);
+}
+
+static void test_worker_names_and_defaults(void **state)
+{
+    (void)state;
+    const char *text = "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"m\","
+                       " \"model\": {\"kind\": \"mlp\", \"sizes\": [4, 2]},"
+                       " \"data\": {\"kind\": \"synthetic\"}, \"batch_size\": 8,"
+                       " \"microbatches\": 4, \"workers\": [\"a\", \"b\"], \"steps\": 3}";
+    coord_jobspec spec;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_jobspec_parse("job.json", text, strlen(text), &spec, &err), SC_OK);
+    assert_int_equal(spec.workers, 2);
+    assert_string_equal(spec.worker_names[0], "a");
+    assert_string_equal(spec.worker_names[1], "b");
+    assert_null(spec.worker_names[2]);
+    assert_int_equal(spec.microbatches, 4);
+    assert_string_equal(spec.schedule, "auto");
+    assert_string_equal(spec.strategy, "hetero");
+    assert_string_equal(spec.optimizer, "adamw");
+    assert_int_equal(spec.seed, 1);
+    coord_jobspec_clear(&spec);
+}
+
+/* Replaces the first occurrence of `from` in the good spec by `to` and expects an error whose
+ * message contains `want`. */
+static void expect_error(const char *from, const char *to, const char *want)
+{
+    char text[2048];
+    const char *at = strstr(good, from);
+    assert_non_null(at);
+    size_t head = (size_t)(at - good);
+    memcpy(text, good, head);
+    strcpy(text + head, to);
+    strcat(text, at + strlen(from));
+    coord_jobspec spec;
+    sc_err err;
+    sc_err_clear(&err);
+    sc_status rc = coord_jobspec_parse("job.json", text, strlen(text), &spec, &err);
+    if (rc == SC_OK || strstr(err.msg, want) == NULL)
+        fail_msg("replacing %s by %s: got rc %d, message '%s', wanted '%s'", from, to, rc,
+                 err.msg, want);
+}
+
+static void test_bad_specs(void **state)
+{
+    (void)state;
+    expect_error("\"batch_size\": 16", "\"batch_size\": 0",
+                 "job.json:5:16: $.batch_size: expected an integer in [1, 1048576], got 0");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"zigzag\"",
+                 "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
+    expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
+                 "$.model.kind: expected one of \"gpt\", \"vgg\", \"mlp\", got \"rnn\"");
+    expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
+    expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
+                 "$.data: missing required field \"path\"");
+    expect_error("\"microbatches\": \"auto\"", "\"microbatches\": 5",
+                 "$.microbatches: 5 micro-batches do not divide the batch of 16 samples");
+    expect_error("\"workers\": 4", "\"workers\": \"four\"",
+                 "$.workers: expected a worker count (1 to 1024) or a list of worker names");
+    expect_error("\"workers\": 4", "\"workers\": [\"a\", \"a\"]",
+                 "$.workers[1]: worker \"a\" is listed twice");
+    expect_error("\"steps\": 200", "\"steps\": -1", "$.steps: expected an integer");
+    expect_error("\"lr\": 3e-4", "\"lr\": \"fast\"", "$.optimizer.lr: expected a number");
+    expect_error("\"stagecraft-job\"", "\"stagecraft-plan\"",
+                 "$.format: expected \"stagecraft-job\", got \"stagecraft-plan\"");
+    expect_error("\"version\": 1", "\"version\": 2", "newer than this stagecraft reads");
+    expect_error("\"steps\": 200,", "\"steps\": 200,,", "job.json:6:");
+    expect_error("\"name\": \"gpt-demo\",", "", "$: missing required field \"name\"");
+}
+
+static void test_oversized_spec(void **state)
+{
+    (void)state;
+    coord_jobspec spec;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_jobspec_parse("request", good, COORD_JOBSPEC_MAX_BYTES + 1, &spec, &err),
+                     SC_ERR_TOO_LARGE);
+    assert_non_null(strstr(err.msg, "limit"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_spec),
+        cmocka_unit_test(test_worker_names_and_defaults),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_oversized_spec),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
