@@ -1,6 +1,7 @@
 /* Shared helpers of the subcommands: lookup, usage and error reporting. */
 #include "cli/cli.h"
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -56,4 +57,24 @@ int cli_wants_help(const cli_command *cmd, int argc, char **argv)
             return 1;
     }
     return 0;
+}
+
+int cli_getopt(const cli_command *cmd, int argc, char **argv, const struct option *longopts)
+{
+    static char **current;
+    if (current != argv) {
+        current = argv;
+        optind = 1;
+    }
+    opterr = 0;
+    int c = getopt_long(argc, argv, ":", longopts, NULL);
+    if (c == '?') {
+        cli_usage_error(cmd, "unknown flag '%s'", argv[optind - 1]);
+        return -2;
+    }
+    if (c == ':') {
+        cli_usage_error(cmd, "flag '%s' needs a value", argv[optind - 1]);
+        return -2;
+    }
+    return c;
 }

@@ -38,6 +38,12 @@ int cli_report(const cli_command *cmd, const sc_err *err);
 /* Prints the usage of `cmd` to `out`. */
 void cli_print_usage(const cli_command *cmd, FILE *out);
 
+struct option;
+/* getopt_long for subcommands: returns the next option like getopt_long, or -1 at the end, or
+ * -2 after printing a usage error for an unknown flag or a flag missing its value (the caller
+ * then returns CLI_USAGE). Resets getopt's state on the first call for a new argv. */
+int cli_getopt(const cli_command *cmd, int argc, char **argv, const struct option *longopts);
+
 /* Scans argv for --help/-h before any other parsing; prints usage and returns true if found. */
 int cli_wants_help(const cli_command *cmd, int argc, char **argv);
 

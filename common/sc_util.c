@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,21 @@ size_t sc_strlcpy(char *dst, const char *src, size_t size)
         dst[n] = '\0';
     }
     return len;
+}
+
+size_t sc_strfmt(char *dst, size_t size, const char *fmt, ...)
+{
+    if (size == 0)
+        return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(dst, size, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        dst[0] = '\0';
+        return 0;
+    }
+    return (size_t)n < size ? (size_t)n : size - 1;
 }
 
 sc_status sc_file_read(const char *path, size_t max_bytes, char **out, size_t *len, sc_err *err)

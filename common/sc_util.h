@@ -17,6 +17,10 @@
  * truncation is `return value >= size`. */
 size_t sc_strlcpy(char *dst, const char *src, size_t size);
 
+/* snprintf that truncates on purpose (messages, labels): always NUL-terminates; returns the
+ * length written. */
+size_t sc_strfmt(char *dst, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Reads a whole file into a NUL-terminated heap buffer (caller frees). Files larger than
  * `max_bytes` are refused with SC_ERR_TOO_LARGE; a missing or unreadable file is SC_ERR_IO
  * with the path and strerror in the message. */

@@ -7,6 +7,7 @@
 
 #include "common/sc_json.h"
 #include "common/sc_util.h"
+#include "kernels/model.h"
 
 static const char *const data_kinds[] = {"text", "tokens", "cifar10", "synthetic", NULL};
 static const char *const schedules[] = {"auto", "gpipe", "1f1b", "pipedream", "sliced",
@@ -71,7 +72,17 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     SC_CHECK(sc_json_get_object(&root, "model", &model, err));
     SC_CHECK(sc_json_get_enum(&model, "kind", model_kinds, &which, err));
     sc_strlcpy(spec->model_kind, model_kinds[which], sizeof spec->model_kind);
-    spec->model_json = json_dumps(model.value, JSON_COMPACT | JSON_SORT_KEYS);
+    /* The model builder validates the rest (sizes, heads, configs) with its own messages. */
+    kn_model *built = NULL;
+    SC_CHECK(kn_model_from_node(&built, &model, err));
+    kn_model_destroy(&built);
+    /* Workers receive the model as a stand-alone stagecraft-model document. */
+    json_t *standalone = json_deep_copy(model.value);
+    SC_ALLOC_CHECK(standalone, err);
+    json_object_set_new(standalone, "format", json_string("stagecraft-model"));
+    json_object_set_new(standalone, "version", json_integer(1));
+    spec->model_json = json_dumps(standalone, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(standalone);
     SC_ALLOC_CHECK(spec->model_json, err);
 
     SC_CHECK(sc_json_get_object(&root, "data", &data, err));

@@ -2,8 +2,8 @@
  * The job spec (`"format": "stagecraft-job"`, FORMATS.md): what a user submits.
  *
  * Parsing validates every field and names the JSON path and what would be valid on error.
- * The model object is kept as JSON text for the kernels' model builder, which validates it in
- * full (coord_jobspec_parse only checks that it is an object with a known kind).
+ * The model object is validated by the kernels' model builder (so a bad width or head count is
+ * refused at submit) and kept as a stand-alone stagecraft-model document for the workers.
  */
 #ifndef COORD_JOBSPEC_H
 #define COORD_JOBSPEC_H
@@ -26,7 +26,7 @@ typedef enum {
 
 typedef struct {
     char name[128];
-    char *model_json;       /* owned: the "model" object, serialised */
+    char *model_json;       /* owned: the model as a stagecraft-model document */
     char model_kind[16];    /* "gpt", "vgg", "mlp" */
     coord_data_kind data_kind;
     char data_path[1024];   /* "" for synthetic */

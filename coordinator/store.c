@@ -27,7 +27,7 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS jobs("
     "  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, name TEXT NOT NULL,"
     "  state TEXT NOT NULL, reason TEXT NOT NULL, spec_json TEXT NOT NULL, plan_json TEXT,"
-    "  step INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0,"
+    "  workers TEXT, step INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0,"
     "  last_checkpoint_step INTEGER NOT NULL DEFAULT 0,"
     "  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS transitions("
@@ -139,7 +139,7 @@ static void copy_text(char *dst, size_t size, sqlite3_stmt *st, int col)
 
 #define JOB_COLUMNS                                                                                \
     "id, name, state, reason, spec_json, plan_json, step, steps, last_checkpoint_step, "           \
-    "created_ms, updated_ms"
+    "created_ms, updated_ms, workers"
 
 static void job_from_row(sqlite3_stmt *st, coord_job *job)
 {
@@ -156,6 +156,7 @@ static void job_from_row(sqlite3_stmt *st, coord_job *job)
     job->last_checkpoint_step = (uint64_t)sqlite3_column_int64(st, 8);
     job->created_unix_ms = sqlite3_column_int64(st, 9);
     job->updated_unix_ms = sqlite3_column_int64(st, 10);
+    job->worker_ids = dup_text(st, 11);
 }
 
 sc_status coord_store_job_insert(coord_store *s, coord_job *job, sc_err *err)
@@ -300,6 +301,31 @@ sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *p
     return update_one(s, st, id, err);
 }
 
+sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char *reason,
+                                     sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "UPDATE jobs SET reason=?, updated_ms=? WHERE id=?", &st, err));
+    sqlite3_bind_text(st, 1, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, now_unix_ms());
+    sqlite3_bind_text(st, 3, id, -1, SQLITE_TRANSIENT);
+    return update_one(s, st, id, err);
+}
+
+sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char *worker_ids,
+                                      sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "UPDATE jobs SET workers=?, updated_ms=? WHERE id=?", &st, err));
+    if (worker_ids)
+        sqlite3_bind_text(st, 1, worker_ids, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 1);
+    sqlite3_bind_int64(st, 2, now_unix_ms());
+    sqlite3_bind_text(st, 3, id, -1, SQLITE_TRANSIENT);
+    return update_one(s, st, id, err);
+}
+
 sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
                                        uint64_t last_checkpoint_step, sc_err *err)
 {
@@ -389,7 +415,8 @@ void coord_job_clear(coord_job *job)
         return;
     free(job->spec_json);
     free(job->plan_json);
-    job->spec_json = job->plan_json = NULL;
+    free(job->worker_ids);
+    job->spec_json = job->plan_json = job->worker_ids = NULL;
 }
 
 void coord_job_list_free(coord_job **jobs, size_t n)

@@ -29,6 +29,7 @@ typedef struct {
     char reason[COORD_REASON_MAX];
     char *spec_json;           /* owned; the submitted stagecraft-job document */
     char *plan_json;           /* owned; NULL until planned */
+    char *worker_ids;          /* owned; comma-separated ids of the job's workers, or NULL */
     uint64_t step;
     uint64_t steps;
     uint64_t last_checkpoint_step;
@@ -68,6 +69,13 @@ sc_status coord_store_job_transition(coord_store *s, const char *id, coord_job_s
 
 sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *plan_json,
                                    sc_err *err);
+/* Updates the reason shown for a job's current state without changing the state. */
+sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char *reason,
+                                     sc_err *err);
+
+/* Records the workers a job runs on ("w-1,w-4"), or NULL to clear. */
+sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char *worker_ids,
+                                      sc_err *err);
 sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
                                        uint64_t last_checkpoint_step, sc_err *err);
 

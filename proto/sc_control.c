@@ -56,7 +56,8 @@ static sc_status ctl_open(sc_ctl **out, int type, const sc_ctl_cfg *cfg, sc_err 
     int one = 1;
     if (zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0 ||
         zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-        (c->router && zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0)) {
+        (c->router && zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0) ||
+        (c->router && zmq_setsockopt(c->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one) != 0)) {
         ZMQ_FAIL(err, "setting control socket options");
         sc_ctl_destroy(&c);
         return SC_ERR_ZMQ;

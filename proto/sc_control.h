@@ -9,7 +9,9 @@
  *   SC_ERR_UNAVAILABLE instead of vanishing.
  * - An envelope with another protocol version is answered with an Error envelope naming both
  *   versions (never an Error in reply to an Error) and reported to the caller as SC_ERR_VERSION.
- * - Each DEALER carries a routing id (the worker's id), by which the ROUTER addresses it.
+ * - Each DEALER carries a routing id (the worker's id), by which the ROUTER addresses it. A new
+ *   connection with a routing id already in use takes it over (ZMQ_ROUTER_HANDOVER): that is a
+ *   restarted worker; the fencing epoch in each envelope keeps an old incarnation out.
  *
  * Not thread-safe: a channel belongs to the one event-loop thread that owns its socket (ZeroMQ
  * sockets must not be shared between threads). The ZeroMQ context may be shared.

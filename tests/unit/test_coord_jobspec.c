@@ -28,6 +28,7 @@ static void test_good_spec(void **state)
     assert_string_equal(spec.name, "gpt-demo");
     assert_string_equal(spec.model_kind, "gpt");
     assert_non_null(strstr(spec.model_json, "\"heads\":4"));
+    assert_non_null(strstr(spec.model_json, "\"format\":\"stagecraft-model\""));
     assert_int_equal(spec.data_kind, COORD_DATA_TEXT);
     assert_string_equal(spec.data_path, "/usr/share/common-licenses/GPL-3");
     assert_int_equal(spec.batch_size, 16);
@@ -95,6 +96,7 @@ static void test_bad_specs(void **state)
                  "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
                  "$.model.kind: expected one of \"gpt\", \"vgg\", \"mlp\", got \"rnn\"");
+    expect_error("\"heads\": 4", "\"heads\": 3", "$.model");
     expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
     expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
                  "$.data: missing required field \"path\"");

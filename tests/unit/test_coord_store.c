@@ -76,6 +76,7 @@ static void test_jobs_survive_reopen(void **state)
     assert_int_equal(coord_store_job_transition(s, a.id, COORD_JOB_PLANNED, "hetero plan", &err),
                      SC_OK);
     assert_int_equal(coord_store_job_set_progress(s, a.id, 120, 100, &err), SC_OK);
+    assert_int_equal(coord_store_job_set_workers(s, a.id, "w-1,w-3", &err), SC_OK);
 
     /* a forbidden transition is refused and changes nothing */
     assert_int_equal(coord_store_job_transition(s, a.id, COORD_JOB_SUCCEEDED, "skip", &err),
@@ -100,6 +101,7 @@ static void test_jobs_survive_reopen(void **state)
     assert_int_equal(got.step, 120);
     assert_int_equal(got.last_checkpoint_step, 100);
     assert_int_equal(got.steps, 200);
+    assert_string_equal(got.worker_ids, "w-1,w-3");
     coord_job_clear(&got);
 
     coord_transition *h;

@@ -1,0 +1,70 @@
+/* Shared helpers of the client subcommands (see client.h). */
+#include "cli/client.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_util.h"
+
+const char *cli_coordinator_addr(const char *flag)
+{
+    if (flag && flag[0])
+        return flag;
+    const char *env = getenv("STAGECRAFT_COORDINATOR");
+    return env && env[0] ? env : "127.0.0.1:7070";
+}
+
+sc_status cli_read_token(const char *file, const char *env, char *token, size_t size,
+                         sc_err *err)
+{
+    token[0] = '\0';
+    if (file) {
+        char *text;
+        size_t len;
+        SC_CHECK(sc_file_read(file, 4096, &text, &len, err));
+        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+            text[--len] = '\0';
+        sc_strlcpy(token, text, size);
+        free(text);
+        if (token[0] == '\0')
+            return SC_ERRF(err, SC_ERR_INVALID, "token file %s is empty", file);
+        return SC_OK;
+    }
+    const char *v = getenv(env);
+    if (v)
+        sc_strlcpy(token, v, size);
+    return SC_OK;
+}
+
+sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                   sc_err *err)
+{
+    sc_rpc_client *cli = NULL;
+    SC_CHECK(sc_rpc_client_new(&cli, addr, NULL, err));
+    sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, CLI_CALL_TIMEOUT_MS, err);
+    sc_rpc_client_destroy(&cli);
+    return rc;
+}
+
+static volatile sig_atomic_t *stop_flag;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (stop_flag)
+        *stop_flag = 1;
+}
+
+void cli_on_stop_signals(volatile sig_atomic_t *flag)
+{
+    stop_flag = flag;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}

@@ -1,0 +1,31 @@
+/*
+ * What the client subcommands (submit, status, workers, cancel) share: finding the
+ * coordinator and the client token, and making one call to it.
+ */
+#ifndef SC_CLI_CLIENT_H
+#define SC_CLI_CLIENT_H
+
+#include <signal.h>
+
+#include "cli/cli.h"
+#include "proto/sc_rpc.h"
+
+#define CLI_CALL_TIMEOUT_MS 10000
+
+/* --coordinator, else STAGECRAFT_COORDINATOR, else 127.0.0.1:7070. */
+const char *cli_coordinator_addr(const char *flag);
+
+/* Reads a token from --FLAG FILE when given, else the environment variable `env`; *token is
+ * "" when neither is set. The file may end with a newline. */
+sc_status cli_read_token(const char *file, const char *env, char *token, size_t size,
+                         sc_err *err);
+
+/* One call to the coordinator at `addr`; on error err says which call failed and why. */
+sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                   sc_err *err);
+
+/* Installs SIGINT/SIGTERM handlers that set *flag (daemons poll it). */
+void cli_on_stop_signals(volatile sig_atomic_t *flag);
+
+#endif /* SC_CLI_CLIENT_H */

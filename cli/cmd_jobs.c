@@ -1,0 +1,364 @@
+/* `stagecraft submit`, `status`, `cancel` and `workers`: the client subcommands. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "common/sc_util.h"
+#include "coordinator/jobspec.h"
+
+enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON };
+
+static const struct option client_opts[] = {
+    {"coordinator", required_argument, NULL, O_COORD},
+    {"json", no_argument, NULL, O_JSON},
+    {"token-file", required_argument, NULL, O_TOKEN},
+    {"reason", required_argument, NULL, O_REASON},
+    {NULL, 0, NULL, 0},
+};
+
+typedef struct {
+    const char *coordinator;
+    const char *token_file;
+    const char *reason;
+    int json;
+    const char *arg; /* the one positional argument, or NULL */
+} client_args;
+
+/* Parses the shared flags; `positional` is 0 (none), 1 (exactly one) or 2 (at most one). */
+static int parse_client_args(const cli_command *self, int argc, char **argv, int positional,
+                             client_args *a)
+{
+    memset(a, 0, sizeof *a);
+    int c;
+    while ((c = cli_getopt(self, argc, argv, client_opts)) != -1) {
+        switch (c) {
+        case -2:
+            return CLI_USAGE;
+        case O_COORD:
+            a->coordinator = optarg;
+            break;
+        case O_JSON:
+            a->json = 1;
+            break;
+        case O_TOKEN:
+            a->token_file = optarg;
+            break;
+        case O_REASON:
+            a->reason = optarg;
+            break;
+        }
+    }
+    int rest = argc - optind;
+    if (rest > 1 || (positional == 0 && rest > 0))
+        return cli_usage_error(self, "unexpected argument '%s'", argv[argc - 1]);
+    if (positional == 1 && rest == 0)
+        return cli_usage_error(self, "missing argument");
+    a->arg = rest ? argv[optind] : NULL;
+    a->coordinator = cli_coordinator_addr(a->coordinator);
+    return CLI_OK;
+}
+
+int cmd_submit(const cli_command *self, int argc, char **argv)
+{
+    client_args a;
+    int rc = parse_client_args(self, argc, argv, 1, &a);
+    if (rc != CLI_OK)
+        return rc;
+    sc_err err;
+    sc_err_clear(&err);
+    char *text;
+    size_t len;
+    if (sc_file_read(a.arg, COORD_JOBSPEC_MAX_BYTES, &text, &len, &err) != SC_OK)
+        return cli_report(self, &err);
+    /* Validate here first: the user gets the file name, line and column in the message. */
+    coord_jobspec spec;
+    if (coord_jobspec_parse(a.arg, text, len, &spec, &err) != SC_OK) {
+        free(text);
+        return cli_report(self, &err);
+    }
+    coord_jobspec_clear(&spec);
+    char token[256];
+    if (cli_read_token(a.token_file, "STAGECRAFT_TOKEN", token, sizeof token, &err) != SC_OK) {
+        free(text);
+        return cli_report(self, &err);
+    }
+    Stagecraft__SubmitJobRequest req = STAGECRAFT__SUBMIT_JOB_REQUEST__INIT;
+    Stagecraft__Header hdr = STAGECRAFT__HEADER__INIT;
+    hdr.token = token;
+    req.header = &hdr;
+    req.job_json = text;
+    ProtobufCMessage *m = NULL;
+    sc_status s = cli_call(a.coordinator, "/stagecraft.Coordinator/SubmitJob", &req.base,
+                           &stagecraft__submit_job_response__descriptor, &m, &err);
+    free(text);
+    if (s != SC_OK)
+        return cli_report(self, &err);
+    Stagecraft__SubmitJobResponse *resp = (void *)m;
+    if (a.json)
+        printf("{\"job_id\": \"%s\"}\n", resp->job_id);
+    else
+        printf("submitted %s\n", resp->job_id);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return CLI_OK;
+}
+
+static const char *job_state_name(Stagecraft__JobState s)
+{
+    switch (s) {
+    case STAGECRAFT__JOB_STATE__JOB_SUBMITTED:
+        return "submitted";
+    case STAGECRAFT__JOB_STATE__JOB_PROFILING:
+        return "profiling";
+    case STAGECRAFT__JOB_STATE__JOB_PLANNED:
+        return "planned";
+    case STAGECRAFT__JOB_STATE__JOB_RUNNING:
+        return "running";
+    case STAGECRAFT__JOB_STATE__JOB_RECOVERING:
+        return "recovering";
+    case STAGECRAFT__JOB_STATE__JOB_REBALANCING:
+        return "rebalancing";
+    case STAGECRAFT__JOB_STATE__JOB_SUCCEEDED:
+        return "succeeded";
+    case STAGECRAFT__JOB_STATE__JOB_FAILED:
+        return "failed";
+    case STAGECRAFT__JOB_STATE__JOB_CANCELLED:
+        return "cancelled";
+    default:
+        return "unknown";
+    }
+}
+
+/* The job as the JSON object `status --json` prints (caller decrefs). */
+static json_t *job_json(const Stagecraft__JobInfo *j)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "job_id", json_string(j->job_id));
+    json_object_set_new(o, "name", json_string(j->name));
+    json_object_set_new(o, "state", json_string(job_state_name(j->state)));
+    json_object_set_new(o, "reason", json_string(j->reason));
+    json_object_set_new(o, "step", json_integer((json_int_t)j->step));
+    json_object_set_new(o, "steps", json_integer((json_int_t)j->steps));
+    json_object_set_new(o, "last_checkpoint_step", json_integer((json_int_t)j->last_checkpoint_step));
+    json_object_set_new(o, "created_unix_ms", json_integer(j->created_unix_ms));
+    json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
+    json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
+    json_object_set_new(o, "plan", plan ? plan : json_null());
+    json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
+    if (spec)
+        json_object_set_new(o, "spec", spec);
+    return o;
+}
+
+static void print_plan(json_t *plan)
+{
+    printf("plan:    %s, predicted %.4g s per iteration, %.4g samples/s, bubble %.1f%%\n",
+           json_string_value(json_object_get(plan, "strategy")),
+           json_number_value(json_object_get(plan, "iteration_time_s")),
+           json_number_value(json_object_get(plan, "throughput_samples_per_s")),
+           100.0 * json_number_value(json_object_get(plan, "bubble_fraction")));
+    printf("  %-6s %-12s %-16s %-12s %s\n", "stage", "blocks", "workers", "compute_s",
+           "peak_memory");
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(plan, "stages"), i, st)
+    {
+        char blocks[32], workers[128] = "";
+        snprintf(blocks, sizeof blocks, "%lld-%lld",
+                 (long long)json_integer_value(json_object_get(st, "first_block")),
+                 (long long)json_integer_value(json_object_get(st, "last_block")));
+        json_t *ids = json_object_get(st, "worker_ids");
+        if (!json_is_array(ids))
+            ids = json_object_get(st, "devices");
+        size_t k;
+        json_t *w;
+        json_array_foreach(ids, k, w)
+        {
+            size_t used = strlen(workers);
+            if (json_is_string(w))
+                snprintf(workers + used, sizeof workers - used, "%s%s", k ? "," : "",
+                         json_string_value(w));
+            else
+                snprintf(workers + used, sizeof workers - used, "%s%lld", k ? "," : "",
+                         (long long)json_integer_value(w));
+        }
+        printf("  %-6zu %-12s %-16s %-12.4g %.3g MB\n", i, blocks, workers,
+               json_number_value(json_object_get(st, "compute_s")),
+               json_number_value(json_object_get(st, "peak_memory_bytes")) / 1e6);
+    }
+}
+
+int cmd_status(const cli_command *self, int argc, char **argv)
+{
+    client_args a;
+    int rc = parse_client_args(self, argc, argv, 2, &a);
+    if (rc != CLI_OK)
+        return rc;
+    sc_err err;
+    sc_err_clear(&err);
+    ProtobufCMessage *m = NULL;
+    if (a.arg == NULL) {
+        Stagecraft__ListJobsRequest req = STAGECRAFT__LIST_JOBS_REQUEST__INIT;
+        if (cli_call(a.coordinator, "/stagecraft.Coordinator/ListJobs", &req.base,
+                     &stagecraft__list_jobs_response__descriptor, &m, &err) != SC_OK)
+            return cli_report(self, &err);
+        Stagecraft__ListJobsResponse *resp = (void *)m;
+        if (a.json) {
+            json_t *arr = json_array();
+            for (size_t i = 0; i < resp->n_jobs; i++)
+                json_array_append_new(arr, job_json(resp->jobs[i]));
+            json_t *o = json_pack("{s:o}", "jobs", arr);
+            json_dumpf(o, stdout, JSON_INDENT(2));
+            printf("\n");
+            json_decref(o);
+        } else {
+            printf("%-10s %-20s %-11s %-12s %s\n", "JOB", "NAME", "STATE", "STEP", "REASON");
+            for (size_t i = 0; i < resp->n_jobs; i++) {
+                Stagecraft__JobInfo *j = resp->jobs[i];
+                char step[32];
+                snprintf(step, sizeof step, "%llu/%llu", (unsigned long long)j->step,
+                         (unsigned long long)j->steps);
+                printf("%-10s %-20s %-11s %-12s %s\n", j->job_id, j->name,
+                       job_state_name(j->state), step, j->reason);
+            }
+        }
+        protobuf_c_message_free_unpacked(m, NULL);
+        return CLI_OK;
+    }
+    Stagecraft__GetJobRequest req = STAGECRAFT__GET_JOB_REQUEST__INIT;
+    req.job_id = (char *)a.arg;
+    if (cli_call(a.coordinator, "/stagecraft.Coordinator/GetJob", &req.base,
+                 &stagecraft__get_job_response__descriptor, &m, &err) != SC_OK)
+        return cli_report(self, &err);
+    Stagecraft__JobInfo *j = ((Stagecraft__GetJobResponse *)m)->job;
+    json_t *o = job_json(j);
+    if (a.json) {
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        printf("\n");
+    } else {
+        printf("job:     %s (%s)\nstate:   %s: %s\nstep:    %llu of %llu (last checkpoint %llu)\n",
+               j->job_id, j->name, job_state_name(j->state), j->reason,
+               (unsigned long long)j->step, (unsigned long long)j->steps,
+               (unsigned long long)j->last_checkpoint_step);
+        json_t *plan = json_object_get(o, "plan");
+        if (json_is_object(plan))
+            print_plan(plan);
+    }
+    json_decref(o);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return CLI_OK;
+}
+
+int cmd_cancel(const cli_command *self, int argc, char **argv)
+{
+    client_args a;
+    int rc = parse_client_args(self, argc, argv, 1, &a);
+    if (rc != CLI_OK)
+        return rc;
+    sc_err err;
+    sc_err_clear(&err);
+    char token[256];
+    if (cli_read_token(a.token_file, "STAGECRAFT_TOKEN", token, sizeof token, &err) != SC_OK)
+        return cli_report(self, &err);
+    Stagecraft__CancelJobRequest req = STAGECRAFT__CANCEL_JOB_REQUEST__INIT;
+    Stagecraft__Header hdr = STAGECRAFT__HEADER__INIT;
+    hdr.token = token;
+    req.header = &hdr;
+    req.job_id = (char *)a.arg;
+    req.reason = (char *)(a.reason ? a.reason : "");
+    ProtobufCMessage *m = NULL;
+    if (cli_call(a.coordinator, "/stagecraft.Coordinator/CancelJob", &req.base,
+                 &stagecraft__cancel_job_response__descriptor, &m, &err) != SC_OK)
+        return cli_report(self, &err);
+    Stagecraft__JobInfo *j = ((Stagecraft__CancelJobResponse *)m)->job;
+    if (a.json) {
+        json_t *o = job_json(j);
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        printf("\n");
+        json_decref(o);
+    } else {
+        printf("%s is %s\n", j->job_id, job_state_name(j->state));
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    return CLI_OK;
+}
+
+static const char *worker_state_name(Stagecraft__WorkerState s)
+{
+    switch (s) {
+    case STAGECRAFT__WORKER_STATE__WORKER_ALIVE:
+        return "alive";
+    case STAGECRAFT__WORKER_STATE__WORKER_SUSPECT:
+        return "suspect";
+    case STAGECRAFT__WORKER_STATE__WORKER_DEAD:
+        return "dead";
+    default:
+        return "unknown";
+    }
+}
+
+int cmd_workers(const cli_command *self, int argc, char **argv)
+{
+    client_args a;
+    int rc = parse_client_args(self, argc, argv, 0, &a);
+    if (rc != CLI_OK)
+        return rc;
+    sc_err err;
+    sc_err_clear(&err);
+    ProtobufCMessage *m = NULL;
+    Stagecraft__ListWorkersRequest req = STAGECRAFT__LIST_WORKERS_REQUEST__INIT;
+    if (cli_call(a.coordinator, "/stagecraft.Coordinator/ListWorkers", &req.base,
+                 &stagecraft__list_workers_response__descriptor, &m, &err) != SC_OK)
+        return cli_report(self, &err);
+    Stagecraft__ListWorkersResponse *resp = (void *)m;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    if (a.json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < resp->n_workers; i++) {
+            Stagecraft__WorkerInfo *w = resp->workers[i];
+            json_t *devs = json_array();
+            for (size_t d = 0; d < w->n_devices; d++) {
+                Stagecraft__Device *dv = w->devices[d];
+                json_array_append_new(
+                    devs, json_pack("{s:s, s:i, s:s, s:I, s:s, s:i, s:f}", "kind", dv->kind,
+                                    "index", (int)dv->index, "name", dv->name, "memory_bytes",
+                                    (json_int_t)dv->memory_bytes, "pci_bus_id", dv->pci_bus_id,
+                                    "numa_node", dv->numa_node, "gflops", dv->gflops));
+            }
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I}", "id", w->id,
+                               "name", w->name, "host", w->host, "state",
+                               worker_state_name(w->state), "devices", devs,
+                               "last_heartbeat_unix_ms", (json_int_t)w->last_heartbeat_unix_ms,
+                               "job_id", w->job_id, "endpoint", w->endpoint, "epoch",
+                               (json_int_t)w->epoch));
+        }
+        json_t *o = json_pack("{s:o}", "workers", arr);
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        printf("\n");
+        json_decref(o);
+    } else {
+        printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", "ID", "NAME", "HOST", "STATE", "DEVICE",
+               "HEARTBEAT", "JOB");
+        for (size_t i = 0; i < resp->n_workers; i++) {
+            Stagecraft__WorkerInfo *w = resp->workers[i];
+            char dev[64] = "-", hb[32] = "never";
+            if (w->n_devices > 0)
+                snprintf(dev, sizeof dev, "%s %.0f GB", w->devices[0]->name,
+                         (double)w->devices[0]->memory_bytes / 1e9);
+            if (w->last_heartbeat_unix_ms > 0)
+                snprintf(hb, sizeof hb, "%.1f s ago",
+                         (double)(now_ms - w->last_heartbeat_unix_ms) / 1000.0);
+            printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", w->id, w->name, w->host,
+                   worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-");
+        }
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    return CLI_OK;
+}

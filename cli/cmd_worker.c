@@ -1,0 +1,86 @@
+/* `stagecraft worker`: runs a worker agent until SIGINT or SIGTERM. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "common/sc_util.h"
+#include "worker/agent.h"
+
+int cmd_worker(const cli_command *self, int argc, char **argv)
+{
+    enum { O_COORD = 1, O_DEVICE, O_NAME, O_LISTEN, O_ADVERTISE, O_STATE, O_JOIN, O_CERT, O_KEY,
+           O_CA };
+    static const struct option opts[] = {
+        {"coordinator", required_argument, NULL, O_COORD},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"name", required_argument, NULL, O_NAME},
+        {"listen", required_argument, NULL, O_LISTEN},
+        {"advertise", required_argument, NULL, O_ADVERTISE},
+        {"state", required_argument, NULL, O_STATE},
+        {"join-token-file", required_argument, NULL, O_JOIN},
+        {"tls-cert", required_argument, NULL, O_CERT},
+        {"tls-key", required_argument, NULL, O_KEY},
+        {"tls-ca", required_argument, NULL, O_CA},
+        {NULL, 0, NULL, 0},
+    };
+    wk_agent_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    const char *coord_flag = NULL, *join_file = NULL;
+    int c;
+    while ((c = cli_getopt(self, argc, argv, opts)) != -1) {
+        switch (c) {
+        case -2:
+            return CLI_USAGE;
+        case O_COORD:
+            coord_flag = optarg;
+            break;
+        case O_DEVICE:
+            cfg.device = optarg;
+            break;
+        case O_NAME:
+            cfg.name = optarg;
+            break;
+        case O_LISTEN:
+            cfg.listen_addr = optarg;
+            break;
+        case O_ADVERTISE:
+            cfg.advertise_host = optarg;
+            break;
+        case O_STATE:
+            cfg.state_dir = optarg;
+            break;
+        case O_JOIN:
+            join_file = optarg;
+            break;
+        case O_CERT:
+            cfg.tls.cert_path = optarg;
+            break;
+        case O_KEY:
+            cfg.tls.key_path = optarg;
+            break;
+        case O_CA:
+            cfg.tls.ca_path = optarg;
+            break;
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
+    sc_err err;
+    sc_err_clear(&err);
+    char join[256];
+    if (cli_read_token(join_file, "STAGECRAFT_JOIN_TOKEN", join, sizeof join, &err) != SC_OK)
+        return cli_report(self, &err);
+    cfg.join_token = join;
+    cfg.coordinator = cli_coordinator_addr(coord_flag);
+
+    static volatile sig_atomic_t stop;
+    cli_on_stop_signals(&stop);
+    wk_agent *a = NULL;
+    if (wk_agent_new(&a, &cfg, &err) != SC_OK)
+        return cli_report(self, &err);
+    sc_status rc = wk_agent_run(a, &stop, &err);
+    wk_agent_destroy(&a);
+    return rc == SC_OK ? CLI_OK : cli_report(self, &err);
+}

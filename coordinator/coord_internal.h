@@ -1,0 +1,71 @@
+/*
+ * Internals shared by the coordinator's own files (coordinator.c, service.c, jobs.c); not part
+ * of its interface.
+ */
+#ifndef COORD_INTERNAL_H
+#define COORD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "coordinator/coordinator.h"
+#include "coordinator/registry.h"
+#include "coordinator/store.h"
+#include "proto/control.pb-c.h"
+#include "proto/sc_control.h"
+#include "proto/sc_rpc.h"
+
+#define COORD_TOKEN_MAX 128
+
+/* A control command waiting for the control loop to send it. */
+typedef struct coord_cmd {
+    struct coord_cmd *next;
+    char worker_id[COORD_ID_MAX];
+    Stagecraft__CommandKind kind;
+    char job_id[COORD_ID_MAX];
+    uint64_t step;
+} coord_cmd;
+
+struct coord {
+    coord_cfg cfg;
+    char listen_addr[256];
+    char state_dir[1024];
+    char join_token[COORD_TOKEN_MAX];
+    char client_token[COORD_TOKEN_MAX];
+    char join_token_path[1100];
+    char client_token_path[1100];
+    char control_endpoint[300];
+
+    pthread_mutex_t lock;   /* guards everything below */
+    pthread_cond_t wake;    /* signalled when the job driver has work */
+    coord_registry *registry;
+    coord_store *store;
+    coord_cmd *cmd_head, *cmd_tail;
+    bool stopping;
+
+    sc_rpc_server *rpc;     /* thread-safe; not guarded */
+    sc_ctl *ctl;            /* owned by the control-loop thread */
+    pthread_t driver;
+    bool driver_started;
+};
+
+/* service.c: the Coordinator gRPC method table. */
+extern const sc_rpc_method coord_service_methods[];
+extern const size_t coord_service_n_methods;
+
+/* jobs.c: the job-driver thread. */
+void *coord_driver_main(void *arg);
+/* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
+void coord_jobs_worker_died(coord *c, const coord_worker *w);
+
+/* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
+void coord_jobs_release_workers(coord *c, const char *job_id);
+
+/* coordinator.c: queues a command for the control loop (takes c->lock). */
+sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
+                              const char *job_id, uint64_t step, sc_err *err);
+
+/* Constant-time comparison of a presented token with the expected one. */
+bool coord_token_equal(const char *presented, const char *expected);
+
+#endif /* COORD_INTERNAL_H */

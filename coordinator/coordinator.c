@@ -1,0 +1,409 @@
+/*
+ * Coordinator lifecycle and control loop (see coordinator.h).
+ *
+ * The control loop owns the ROUTER socket: it answers heartbeats, sweeps worker liveness every
+ * tick and sends the commands other threads queued. Everything it shares goes through c->lock,
+ * held only for in-memory work and single SQLite writes, never across network waits.
+ */
+#include "coordinator/coordinator.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "coordinator/coord_internal.h"
+#include "proto/sc_wire.h"
+
+#define LOG "coordinator"
+#define TICK_MS 50
+
+bool coord_token_equal(const char *presented, const char *expected)
+{
+    size_t a = strlen(presented), b = strlen(expected);
+    unsigned char diff = (unsigned char)(a != b);
+    for (size_t i = 0; i < b; i++)
+        diff |= (unsigned char)(expected[i] ^ (i < a ? presented[i] : 0));
+    return diff == 0 && b > 0;
+}
+
+/* Reads a token file, or creates one with 32 random hex characters (mode 0600). */
+static sc_status load_or_make_token(const char *path, char *out, size_t size, bool *made,
+                                    sc_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *made = false;
+    if (access(path, F_OK) == 0) {
+        SC_CHECK(sc_file_read(path, COORD_TOKEN_MAX, &text, &len, err));
+        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+            text[--len] = '\0';
+        if (len == 0) {
+            free(text);
+            return SC_ERRF(err, SC_ERR_INVALID, "token file %s is empty", path);
+        }
+        sc_strlcpy(out, text, size);
+        free(text);
+        return SC_OK;
+    }
+    unsigned char raw[16];
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
+        if (fd >= 0)
+            close(fd);
+        return SC_ERRF(err, SC_ERR_IO, "cannot read /dev/urandom to make a token");
+    }
+    close(fd);
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(out + 2 * i, size - 2 * i, "%02x", raw[i]);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return SC_ERRF(err, SC_ERR_IO, "cannot create token file %s: %s", path, strerror(errno));
+    size_t n = strlen(out);
+    bool ok = write(fd, out, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+    close(fd);
+    if (!ok)
+        return SC_ERRF(err, SC_ERR_IO, "cannot write token file %s", path);
+    *made = true;
+    return SC_OK;
+}
+
+static sc_status setup_tokens(coord *c, sc_err *err)
+{
+    bool made;
+    snprintf(c->join_token_path, sizeof c->join_token_path, "%s/join.token", c->state_dir);
+    snprintf(c->client_token_path, sizeof c->client_token_path, "%s/client.token", c->state_dir);
+    if (c->cfg.join_token != NULL) {
+        sc_strlcpy(c->join_token, c->cfg.join_token, sizeof c->join_token);
+        c->join_token_path[0] = '\0';
+    } else {
+        SC_CHECK(load_or_make_token(c->join_token_path, c->join_token, sizeof c->join_token,
+                                    &made, err));
+        if (made)
+            SC_LOG_INFO(LOG, "generated a join token for workers in %s", c->join_token_path);
+    }
+    if (c->cfg.client_token != NULL) {
+        sc_strlcpy(c->client_token, c->cfg.client_token, sizeof c->client_token);
+        c->client_token_path[0] = '\0';
+    } else {
+        SC_CHECK(load_or_make_token(c->client_token_path, c->client_token,
+                                    sizeof c->client_token, &made, err));
+        if (made)
+            SC_LOG_INFO(LOG, "generated a client token for submit/cancel in %s",
+                        c->client_token_path);
+    }
+    return SC_OK;
+}
+
+/* Workers known from an earlier run come back as dead until they re-register. */
+static sc_status restore_workers(coord *c, sc_err *err)
+{
+    coord_worker_rec *recs;
+    size_t n;
+    SC_CHECK(coord_store_worker_list(c->store, &recs, &n, err));
+    sc_status rc = SC_OK;
+    for (size_t i = 0; i < n && rc == SC_OK; i++)
+        rc = coord_registry_restore(c->registry, &recs[i], err);
+    coord_worker_list_free(&recs, n);
+    if (rc == SC_OK && n > 0)
+        SC_LOG_INFO(LOG, "restored %zu worker(s) from the state; waiting for them to return", n);
+    return rc;
+}
+
+static sc_status split_host(const char *addr, char *host, size_t size, sc_err *err)
+{
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || colon[1] == '\0')
+        return SC_ERRF(err, SC_ERR_INVALID, "--listen '%s': expected HOST:PORT", addr);
+    size_t n = (size_t)(colon - addr);
+    if (n >= size)
+        return SC_ERRF(err, SC_ERR_INVALID, "--listen '%s': host too long", addr);
+    memcpy(host, addr, n);
+    host[n] = '\0';
+    return SC_OK;
+}
+
+sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
+{
+    *out = NULL;
+    if (cfg->listen_addr == NULL || cfg->state_dir == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID, "the coordinator needs --listen and --state");
+    coord *c = calloc(1, sizeof *c);
+    SC_ALLOC_CHECK(c, err);
+    c->cfg = *cfg;
+    if (c->cfg.profile_timeout_ms == 0)
+        c->cfg.profile_timeout_ms = 60000;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->wake, NULL);
+    sc_strlcpy(c->listen_addr, cfg->listen_addr, sizeof c->listen_addr);
+    sc_strlcpy(c->state_dir, cfg->state_dir, sizeof c->state_dir);
+    sc_status rc;
+    char host[256];
+    SC_CHECK_GOTO(split_host(cfg->listen_addr, host, sizeof host, err), fail);
+    SC_CHECK_GOTO(coord_store_open(&c->store, c->state_dir, err), fail);
+    SC_CHECK_GOTO(setup_tokens(c, err), fail);
+    SC_CHECK_GOTO(coord_registry_new(&c->registry, &cfg->registry, err), fail);
+    SC_CHECK_GOTO(restore_workers(c, err), fail);
+
+    const char *adv = cfg->advertise_host;
+    if (adv == NULL)
+        adv = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 ? "127.0.0.1" : host;
+    char bind[300];
+    snprintf(bind, sizeof bind, "tcp://%s:*", host);
+    SC_CHECK_GOTO(sc_ctl_router_new(&c->ctl, bind, NULL, err), fail);
+    const char *bound = sc_ctl_endpoint(c->ctl);
+    const char *port = strrchr(bound, ':');
+    snprintf(c->control_endpoint, sizeof c->control_endpoint, "tcp://%s%s", adv,
+             port ? port : ":0");
+
+    sc_rpc_server_cfg rcfg = {
+        .listen_addr = cfg->listen_addr,
+        .max_message_bytes = cfg->max_message_bytes,
+        .tls = cfg->tls,
+        .methods = coord_service_methods,
+        .n_methods = coord_service_n_methods,
+    };
+    /* Handlers find the coordinator through each method's user pointer. */
+    sc_rpc_method methods[16];
+    for (size_t i = 0; i < coord_service_n_methods; i++) {
+        methods[i] = coord_service_methods[i];
+        methods[i].user = c;
+    }
+    rcfg.methods = methods;
+    SC_CHECK_GOTO(sc_rpc_server_new(&c->rpc, &rcfg, err), fail);
+    if (pthread_create(&c->driver, NULL, coord_driver_main, c) != 0) {
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the job driver thread");
+        goto fail;
+    }
+    c->driver_started = true;
+    SC_LOG_INFO(LOG, "serving on %s:%d (gRPC), control on %s, state in %s", host,
+                sc_rpc_server_port(c->rpc), c->control_endpoint, c->state_dir);
+    *out = c;
+    return SC_OK;
+fail:
+    coord_destroy(&c);
+    return rc;
+}
+
+void coord_destroy(coord **cp)
+{
+    if (cp == NULL || *cp == NULL)
+        return;
+    coord *c = *cp;
+    pthread_mutex_lock(&c->lock);
+    c->stopping = true;
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    if (c->rpc)
+        sc_rpc_server_shutdown(c->rpc, 1000);
+    if (c->driver_started)
+        pthread_join(c->driver, NULL);
+    sc_rpc_server_destroy(&c->rpc);
+    sc_ctl_destroy(&c->ctl);
+    while (c->cmd_head) {
+        coord_cmd *next = c->cmd_head->next;
+        free(c->cmd_head);
+        c->cmd_head = next;
+    }
+    coord_registry_destroy(&c->registry);
+    coord_store_close(&c->store);
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    *cp = NULL;
+}
+
+int coord_port(const coord *c)
+{
+    return sc_rpc_server_port(c->rpc);
+}
+
+const char *coord_control_endpoint(const coord *c)
+{
+    return c->control_endpoint;
+}
+
+const char *coord_join_token_path(const coord *c)
+{
+    return c->join_token_path;
+}
+
+const char *coord_client_token_path(const coord *c)
+{
+    return c->client_token_path;
+}
+
+sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
+                              const char *job_id, uint64_t step, sc_err *err)
+{
+    coord_cmd *cmd = calloc(1, sizeof *cmd);
+    SC_ALLOC_CHECK(cmd, err);
+    sc_strlcpy(cmd->worker_id, worker_id, sizeof cmd->worker_id);
+    sc_strlcpy(cmd->job_id, job_id ? job_id : "", sizeof cmd->job_id);
+    cmd->kind = kind;
+    cmd->step = step;
+    pthread_mutex_lock(&c->lock);
+    if (c->cmd_tail)
+        c->cmd_tail->next = cmd;
+    else
+        c->cmd_head = cmd;
+    c->cmd_tail = cmd;
+    pthread_mutex_unlock(&c->lock);
+    return SC_OK;
+}
+
+/* ---- control loop -------------------------------------------------------------------------- */
+
+static void reply_error(coord *c, const char *peer, const char *code, const char *msg)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
+    e.code = (char *)code;
+    e.message = (char *)msg;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    sc_err ignored;
+    sc_err_clear(&ignored);
+    sc_ctl_send(c->ctl, peer, &env, &ignored);
+}
+
+static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnvelope *env)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    if (strcmp(peer, env->worker_id) != 0) {
+        SC_LOG_WARN(LOG, "heartbeat from connection '%s' claims worker id '%s'; ignored", peer,
+                    env->worker_id);
+        reply_error(c, peer, "IDENTITY", "the worker id does not match the connection's id");
+        return;
+    }
+    coord_worker *w;
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_registry_heartbeat(c->registry, env->worker_id, env->epoch,
+                                            sc_clock_now_ns(), &w, &err);
+    if (rc == SC_OK && env->heartbeat) {
+        sc_strlcpy(w->reported_state, env->heartbeat->state ? env->heartbeat->state : "",
+                   sizeof w->reported_state);
+        w->step = env->heartbeat->step;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == SC_ERR_PERMISSION) {
+        SC_LOG_WARN(LOG, "%s", err.msg);
+        reply_error(c, peer, "FENCED", err.msg);
+        return;
+    }
+    Stagecraft__ControlEnvelope ack = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__HeartbeatAck a = STAGECRAFT__HEARTBEAT_ACK__INIT;
+    a.echo_seq = env->seq;
+    a.echo_sent_ns = env->sent_ns;
+    a.known = rc == SC_OK;
+    ack.worker_id = env->worker_id;
+    ack.epoch = env->epoch;
+    ack.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK;
+    ack.heartbeat_ack = &a;
+    sc_err_clear(&err);
+    if (sc_ctl_send(c->ctl, peer, &ack, &err) != SC_OK)
+        SC_LOG_DEBUG(LOG, "heartbeat ack: %s", err.msg);
+}
+
+static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelope *env)
+{
+    switch (env->body_case) {
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT:
+        handle_heartbeat(c, peer, env);
+        break;
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT: {
+        Stagecraft__IterationReport *r = env->iteration_report;
+        SC_LOG_DEBUG(LOG, "report from %s: job %s step %llu loss %g", peer, r->job_id,
+                     (unsigned long long)r->step, r->loss);
+        break;
+    }
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND_ACK:
+        if (!env->command_ack->ok)
+            SC_LOG_WARN(LOG, "worker %s refused command %llu: %s", peer,
+                        (unsigned long long)env->command_ack->command_id,
+                        env->command_ack->message);
+        break;
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR:
+        SC_LOG_WARN(LOG, "worker %s reports %s: %s", peer, env->error->code,
+                    env->error->message);
+        break;
+    default:
+        SC_LOG_WARN(LOG, "unexpected control message (body %d) from %s; ignored",
+                    (int)env->body_case, peer);
+        reply_error(c, peer, "UNEXPECTED", "the coordinator does not accept this message");
+        break;
+    }
+}
+
+static void on_worker_change(void *user, const coord_worker *w, coord_worker_state old)
+{
+    coord *c = user;
+    SC_LOG_WARN(LOG, "worker %s (%s) is %s (was %s): no heartbeat for %.1f s", w->rec.id,
+                w->rec.name, coord_worker_state_name(w->state), coord_worker_state_name(old),
+                (double)(sc_clock_now_ns() - w->last_heartbeat_ns) * 1e-9);
+    if (w->state == COORD_WORKER_DEAD)
+        coord_jobs_worker_died(c, w);
+}
+
+static void send_queued(coord *c)
+{
+    pthread_mutex_lock(&c->lock);
+    coord_cmd *list = c->cmd_head;
+    c->cmd_head = c->cmd_tail = NULL;
+    pthread_mutex_unlock(&c->lock);
+    static uint64_t next_id = 1;
+    while (list) {
+        coord_cmd *cmd = list;
+        list = list->next;
+        Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+        Stagecraft__Command body = STAGECRAFT__COMMAND__INIT;
+        body.kind = cmd->kind;
+        body.job_id = cmd->job_id;
+        body.step = cmd->step;
+        body.command_id = next_id++;
+        env.worker_id = cmd->worker_id;
+        env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND;
+        env.command = &body;
+        sc_err err;
+        sc_err_clear(&err);
+        if (sc_ctl_send(c->ctl, cmd->worker_id, &env, &err) != SC_OK)
+            SC_LOG_WARN(LOG, "command to %s not sent: %s", cmd->worker_id, err.msg);
+        free(cmd);
+    }
+}
+
+sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
+{
+    (void)err;
+    uint64_t last_sweep = sc_clock_now_ns();
+    while (!*stop) {
+        char peer[SC_CTL_PEER_ID_MAX];
+        Stagecraft__ControlEnvelope *env = NULL;
+        sc_err rerr;
+        sc_err_clear(&rerr);
+        sc_status rc = sc_ctl_recv(c->ctl, TICK_MS, peer, &env, &rerr);
+        if (rc == SC_OK) {
+            handle_message(c, peer, env);
+            sc_ctl_envelope_free(&env);
+        } else if (rc != SC_ERR_TIMEOUT) {
+            SC_LOG_WARN(LOG, "%s", rerr.msg);
+        }
+        uint64_t now = sc_clock_now_ns();
+        if (now - last_sweep >= TICK_MS * 1000000ull) {
+            pthread_mutex_lock(&c->lock);
+            coord_registry_sweep(c->registry, now, on_worker_change, c);
+            pthread_mutex_unlock(&c->lock);
+            last_sweep = now;
+        }
+        send_queued(c);
+    }
+    SC_LOG_INFO(LOG, "stopping");
+    return SC_OK;
+}

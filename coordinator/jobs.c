@@ -1,0 +1,503 @@
+/*
+ * The job driver: one thread that takes each job from submitted (or recovering) through
+ * profiling to planned, and assigns the planned stages to the workers.
+ *
+ * It holds c->lock only to read and write the registry and the store, never during a network
+ * call: a worker that stops answering mid-profile costs one call's deadline, after which the
+ * job goes back to submitted with the reason recorded and is retried with the workers then
+ * alive. Waiting jobs are retried when a worker registers or after a backoff.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "coordinator/coord_internal.h"
+#include "coordinator/jobspec.h"
+#include "coordinator/planning.h"
+#include "proto/sc_wire.h"
+
+#define LOG "jobs"
+#define RETRY_MS 2000
+#define MAX_RETRY_ENTRIES 256
+#define ASSIGN_TIMEOUT_MS 10000
+
+/* Driver-local: when each waiting job may be tried again. */
+typedef struct {
+    char job_id[COORD_ID_MAX];
+    uint64_t not_before_ns;
+} retry_entry;
+
+typedef struct {
+    retry_entry e[MAX_RETRY_ENTRIES];
+    size_t n;
+} retry_table;
+
+static uint64_t retry_time(const retry_table *t, const char *id)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->e[i].job_id, id) == 0)
+            return t->e[i].not_before_ns;
+    return 0;
+}
+
+static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
+{
+    uint64_t when = sc_clock_now_ns() + delay_ms * 1000000ull;
+    for (size_t i = 0; i < t->n; i++) {
+        if (strcmp(t->e[i].job_id, id) == 0) {
+            t->e[i].not_before_ns = when;
+            return;
+        }
+    }
+    if (t->n == MAX_RETRY_ENTRIES)
+        t->n = 0; /* forget old entries: at worst a job is retried early */
+    sc_strlcpy(t->e[t->n].job_id, id, sizeof t->e[t->n].job_id);
+    t->e[t->n++].not_before_ns = when;
+}
+
+void coord_jobs_release_workers(coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        coord_worker *w = coord_registry_at(c->registry, i);
+        if (strcmp(w->job_id, job_id) == 0)
+            w->job_id[0] = '\0';
+    }
+}
+
+void coord_jobs_worker_died(coord *c, const coord_worker *w)
+{
+    if (w->job_id[0] == '\0')
+        return;
+    char job_id[COORD_ID_MAX];
+    sc_strlcpy(job_id, w->job_id, sizeof job_id);
+    coord_job job;
+    sc_err err;
+    sc_err_clear(&err);
+    if (coord_store_job_get(c->store, job_id, &job, &err) != SC_OK)
+        return;
+    coord_job_state to = job.state == COORD_JOB_PROFILING ? COORD_JOB_SUBMITTED
+                                                           : COORD_JOB_RECOVERING;
+    coord_job_clear(&job);
+    char reason[COORD_REASON_MAX];
+    sc_strfmt(reason, sizeof reason, "worker %s ('%s') died: no heartbeat for %u intervals",
+             w->rec.id, w->rec.name, coord_registry_config(c->registry)->dead_after);
+    if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
+        SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
+        coord_jobs_release_workers(c, job_id);
+        pthread_cond_broadcast(&c->wake);
+    }
+}
+
+/* A worker chosen for a job, copied out of the registry so the lock can be dropped. */
+typedef struct {
+    char id[COORD_ID_MAX];
+    char name[COORD_NAME_MAX];
+    char endpoint[COORD_NAME_MAX];
+    Stagecraft__HardwareReport *hw;
+    char *profile_json;
+} chosen_worker;
+
+static void chosen_free(chosen_worker *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (w[i].hw)
+            stagecraft__hardware_report__free_unpacked(w[i].hw, NULL);
+        free(w[i].profile_json);
+    }
+    free(w);
+}
+
+static bool wanted(const coord_jobspec *spec, const coord_worker *w)
+{
+    if (spec->worker_names == NULL)
+        return true;
+    for (char **p = spec->worker_names; *p; p++)
+        if (strcmp(*p, w->rec.name) == 0)
+            return true;
+    return false;
+}
+
+/* Under c->lock: picks spec->workers alive, free workers, marks them as the job's. */
+static sc_status choose_workers(coord *c, const char *job_id, const coord_jobspec *spec,
+                                chosen_worker **out, sc_err *err)
+{
+    size_t want = spec->workers, have = 0, total = coord_registry_count(c->registry);
+    chosen_worker *list = calloc(want, sizeof *list);
+    SC_ALLOC_CHECK(list, err);
+    for (size_t i = 0; i < total && have < want; i++) {
+        coord_worker *w = coord_registry_at(c->registry, i);
+        if (w->state != COORD_WORKER_ALIVE || (w->job_id[0] && strcmp(w->job_id, job_id)) ||
+            !wanted(spec, w) || w->rec.hardware_len == 0)
+            continue;
+        chosen_worker *cw = &list[have];
+        cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+        if (cw->hw == NULL || cw->hw->n_devices == 0) {
+            if (cw->hw)
+                stagecraft__hardware_report__free_unpacked(cw->hw, NULL);
+            cw->hw = NULL;
+            continue;
+        }
+        sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
+        sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
+        sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
+        have++;
+    }
+    if (have < want) {
+        chosen_free(list, have);
+        return SC_ERRF(err, SC_ERR_UNAVAILABLE, "waiting for %zu %sworker(s): %zu alive and free",
+                       want, spec->worker_names ? "named " : "", have);
+    }
+    for (size_t i = 0; i < have; i++)
+        sc_strlcpy(coord_registry_find(c->registry, list[i].id)->job_id, job_id, COORD_ID_MAX);
+    *out = list;
+    return SC_OK;
+}
+
+/* Micro-batch sizes to profile: the planned size when the count is fixed, else powers of two up
+ * to the batch (at most 4, the largest). */
+static size_t profile_sizes(const coord_jobspec *spec, uint32_t *sizes)
+{
+    if (spec->microbatches > 0) {
+        sizes[0] = spec->batch_size / spec->microbatches;
+        return 1;
+    }
+    uint32_t all[32];
+    size_t n = 0;
+    for (uint32_t s = 1; s <= spec->batch_size && n < 32; s *= 2)
+        all[n++] = s;
+    size_t first = n > 4 ? n - 4 : 0;
+    for (size_t i = first; i < n; i++)
+        sizes[i - first] = all[i];
+    return n - first;
+}
+
+/* Reorders workers so those of one host are adjacent (first-appearance order), as the cluster
+ * format numbers devices server by server. */
+static void group_by_host(chosen_worker *ws, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t at = i + 1;
+        for (size_t j = i + 1; j < n; j++) {
+            if (strcmp(ws[j].hw->hostname, ws[i].hw->hostname) == 0) {
+                chosen_worker t = ws[j];
+                memmove(&ws[at + 1], &ws[at], (j - at) * sizeof *ws);
+                ws[at++] = t;
+            }
+        }
+        i = at - 1;
+    }
+}
+
+static sc_status call_worker(chosen_worker *w, const char *method, const ProtobufCMessage *req,
+                             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                             int64_t timeout_ms, sc_err *err)
+{
+    sc_rpc_client *cli = NULL;
+    SC_CHECK(sc_rpc_client_new(&cli, w->endpoint, NULL, err));
+    sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, timeout_ms, err);
+    sc_rpc_client_destroy(&cli);
+    return rc;
+}
+
+static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
+                             chosen_worker *ws, size_t n, sc_err *err)
+{
+    uint32_t sizes[4];
+    Stagecraft__ProfileRequest req = STAGECRAFT__PROFILE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.model_json = spec->model_json;
+    req.microbatch_sizes = sizes;
+    req.n_microbatch_sizes = profile_sizes(spec, sizes);
+    /* Workers with the same device type measure the same thing: profile each type once. */
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(ws[i].hw->devices[0]->name, ws[j].hw->devices[0]->name) == 0 &&
+                ws[j].profile_json) {
+                ws[i].profile_json = strdup(ws[j].profile_json);
+                SC_ALLOC_CHECK(ws[i].profile_json, err);
+                break;
+            }
+        }
+        if (ws[i].profile_json)
+            continue;
+        ProtobufCMessage *m = NULL;
+        sc_status rc = call_worker(&ws[i], "/stagecraft.Worker/Profile", &req.base,
+                                   &stagecraft__profile_response__descriptor, &m,
+                                   c->cfg.profile_timeout_ms, err);
+        if (rc != SC_OK) {
+            sc_err_prefix(err, "worker %s ('%s') did not profile", ws[i].id, ws[i].name);
+            return rc;
+        }
+        ws[i].profile_json = strdup(((Stagecraft__ProfileResponse *)m)->profile_json);
+        protobuf_c_message_free_unpacked(m, NULL);
+        SC_ALLOC_CHECK(ws[i].profile_json, err);
+    }
+    return SC_OK;
+}
+
+/* Sends each worker its stage of the plan. */
+static sc_status assign_all(const coord_jobspec *spec, const char *job_id, const char *plan_json,
+                            chosen_worker *ws, size_t n, sc_err *err)
+{
+    json_error_t jerr;
+    json_t *plan = json_loads(plan_json, 0, &jerr);
+    json_t *stages = plan ? json_object_get(plan, "stages") : NULL;
+    if (!json_is_array(stages)) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "the plan has no stages array");
+    }
+    sc_status rc = SC_OK;
+    size_t si;
+    json_t *stage;
+    json_array_foreach(stages, si, stage)
+    {
+        json_t *devs = json_object_get(stage, "devices");
+        size_t di;
+        json_t *dev;
+        json_array_foreach(devs, di, dev)
+        {
+            json_int_t d = json_integer_value(dev);
+            if (d < 0 || (size_t)d >= n) {
+                rc = SC_ERRF(err, SC_ERR_INTERNAL, "the plan names device %lld of %zu",
+                             (long long)d, n);
+                goto out;
+            }
+            Stagecraft__AssignStageRequest req = STAGECRAFT__ASSIGN_STAGE_REQUEST__INIT;
+            req.job_id = (char *)job_id;
+            req.stage = (uint32_t)si;
+            req.replica = (uint32_t)di;
+            req.first_block = (uint32_t)json_integer_value(json_object_get(stage, "first_block"));
+            req.last_block = (uint32_t)json_integer_value(json_object_get(stage, "last_block"));
+            req.model_json = spec->model_json;
+            req.plan_json = (char *)plan_json;
+            req.transport = "zmq";
+            req.world_size = (uint32_t)n;
+            req.rank = (uint32_t)d;
+            ProtobufCMessage *m = NULL;
+            rc = call_worker(&ws[d], "/stagecraft.Worker/AssignStage", &req.base,
+                             &stagecraft__assign_stage_response__descriptor, &m,
+                             ASSIGN_TIMEOUT_MS, err);
+            if (rc != SC_OK) {
+                sc_err_prefix(err, "assigning stage %zu to worker %s", si, ws[d].id);
+                goto out;
+            }
+            protobuf_c_message_free_unpacked(m, NULL);
+        }
+    }
+out:
+    json_decref(plan);
+    return rc;
+}
+
+/* Moves a job to `to` unless it was cancelled meanwhile (then frees its workers). Takes the
+ * lock. Returns false when the job is no longer ours to drive. */
+static bool move_job(coord *c, const char *id, coord_job_state to, const char *reason)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_store_job_transition(c->store, id, to, reason, &err);
+    if (rc != SC_OK || coord_job_state_terminal(to) || to == COORD_JOB_SUBMITTED ||
+        to == COORD_JOB_RECOVERING)
+        coord_jobs_release_workers(c, id);
+    pthread_mutex_unlock(&c->lock);
+    if (rc != SC_OK) {
+        SC_LOG_INFO(LOG, "job %s: %s", id, err.msg);
+        return false;
+    }
+    SC_LOG_INFO(LOG, "job %s is %s: %s", id, coord_job_state_name(to), reason);
+    return true;
+}
+
+static void drive_job(coord *c, retry_table *retry, const char *id)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    coord_job job;
+    coord_jobspec spec;
+    chosen_worker *ws = NULL;
+    char *plan_json = NULL, reason[COORD_REASON_MAX];
+
+    pthread_mutex_lock(&c->lock);
+    if (coord_store_job_get(c->store, id, &job, &err) != SC_OK) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    if (job.state != COORD_JOB_SUBMITTED && job.state != COORD_JOB_RECOVERING) {
+        coord_job_clear(&job);
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    sc_status rc = coord_jobspec_parse(id, job.spec_json, strlen(job.spec_json), &spec, &err);
+    coord_job_clear(&job);
+    if (rc != SC_OK) {
+        pthread_mutex_unlock(&c->lock);
+        move_job(c, id, COORD_JOB_FAILED, err.msg);
+        return;
+    }
+    rc = choose_workers(c, id, &spec, &ws, &err);
+    if (rc != SC_OK) {
+        coord_store_job_set_reason(c->store, id, err.msg, NULL);
+        pthread_mutex_unlock(&c->lock);
+        retry_later(retry, id, RETRY_MS);
+        coord_jobspec_clear(&spec);
+        return;
+    }
+    size_t n = spec.workers;
+    group_by_host(ws, n);
+    char ids[COORD_REASON_MAX] = "";
+    for (size_t i = 0; i < n; i++) {
+        size_t used = strlen(ids);
+        snprintf(ids + used, sizeof ids - used, "%s%s", i ? "," : "", ws[i].id);
+    }
+    coord_store_job_set_workers(c->store, id, ids, NULL);
+    pthread_mutex_unlock(&c->lock);
+
+    sc_strfmt(reason, sizeof reason, "profiling the model on %s", ids);
+    if (!move_job(c, id, COORD_JOB_PROFILING, reason))
+        goto out;
+    rc = profile_all(c, &spec, id, ws, n, &err);
+    if (rc == SC_ERR_INVALID || rc == SC_ERR_PARSE || rc == SC_ERR_UNSUPPORTED) {
+        move_job(c, id, COORD_JOB_FAILED, err.msg); /* retrying cannot help */
+        goto out;
+    }
+    if (rc != SC_OK) {
+        sc_strfmt(reason, sizeof reason, "%s; retrying", err.msg);
+        move_job(c, id, COORD_JOB_SUBMITTED, reason);
+        retry_later(retry, id, RETRY_MS);
+        goto out;
+    }
+    coord_plan_worker *pw = calloc(n, sizeof *pw);
+    if (pw == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        pw[i].id = ws[i].id;
+        pw[i].hw = ws[i].hw;
+        pw[i].profile_json = ws[i].profile_json;
+    }
+    rc = coord_plan_job(&spec, pw, n, &plan_json, &err);
+    free(pw);
+    if (rc != SC_OK) {
+        move_job(c, id, COORD_JOB_FAILED, err.msg);
+        goto out;
+    }
+    pthread_mutex_lock(&c->lock);
+    rc = coord_store_job_set_plan(c->store, id, plan_json, &err);
+    pthread_mutex_unlock(&c->lock);
+    if (rc != SC_OK) {
+        move_job(c, id, COORD_JOB_FAILED, err.msg);
+        goto out;
+    }
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    sc_strfmt(reason, sizeof reason, "planned with %s: %zu stage(s), predicted %.4g s per iteration",
+             json_string_value(json_object_get(plan, "strategy")),
+             json_array_size(json_object_get(plan, "stages")),
+             json_number_value(json_object_get(plan, "iteration_time_s")));
+    json_decref(plan);
+    if (!move_job(c, id, COORD_JOB_PLANNED, reason))
+        goto out;
+    rc = assign_all(&spec, id, plan_json, ws, n, &err);
+    if (rc != SC_OK) {
+        sc_strfmt(reason, sizeof reason, "%s; re-planning", err.msg);
+        move_job(c, id, COORD_JOB_RECOVERING, reason);
+        retry_later(retry, id, RETRY_MS);
+        goto out;
+    }
+    pthread_mutex_lock(&c->lock);
+    coord_store_job_set_reason(c->store, id, "planned; stages assigned (training starts with the "
+                               "runtime)", NULL);
+    pthread_mutex_unlock(&c->lock);
+out:
+    free(plan_json);
+    chosen_free(ws, n);
+    coord_jobspec_clear(&spec);
+}
+
+/* Under c->lock: the next job that needs the driver, if any. */
+static bool next_job(coord *c, const retry_table *retry, char *id, size_t size)
+{
+    coord_job *jobs;
+    size_t n;
+    sc_err err;
+    sc_err_clear(&err);
+    if (coord_store_job_list(c->store, &jobs, &n, &err) != SC_OK)
+        return false;
+    uint64_t now = sc_clock_now_ns();
+    bool found = false;
+    for (size_t i = 0; i < n && !found; i++) {
+        if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING) &&
+            retry_time(retry, jobs[i].id) <= now) {
+            sc_strlcpy(id, jobs[i].id, size);
+            found = true;
+        }
+    }
+    coord_job_list_free(&jobs, n);
+    return found;
+}
+
+/* After a restart: jobs caught mid-profile go back to submitted; planned jobs keep their
+ * workers reserved for when they return. */
+static void resume_jobs(coord *c)
+{
+    coord_job *jobs;
+    size_t n;
+    sc_err err;
+    sc_err_clear(&err);
+    pthread_mutex_lock(&c->lock);
+    if (coord_store_job_list(c->store, &jobs, &n, &err) != SC_OK) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        coord_job *j = &jobs[i];
+        if (j->state == COORD_JOB_PROFILING) {
+            coord_store_job_transition(c->store, j->id, COORD_JOB_SUBMITTED,
+                                       "the coordinator restarted during profiling", NULL);
+            continue;
+        }
+        if (coord_job_state_terminal(j->state) || j->worker_ids == NULL)
+            continue;
+        char *save = NULL;
+        for (char *w = strtok_r(j->worker_ids, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+            coord_worker *cw = coord_registry_find(c->registry, w);
+            if (cw)
+                sc_strlcpy(cw->job_id, j->id, sizeof cw->job_id);
+        }
+    }
+    coord_job_list_free(&jobs, n);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void *coord_driver_main(void *arg)
+{
+    coord *c = arg;
+    retry_table *retry = calloc(1, sizeof *retry);
+    if (retry == NULL)
+        return NULL;
+    resume_jobs(c);
+    pthread_mutex_lock(&c->lock);
+    while (!c->stopping) {
+        char id[COORD_ID_MAX];
+        if (!next_job(c, retry, id, sizeof id)) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 200 * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&c->wake, &c->lock, &until);
+            continue;
+        }
+        pthread_mutex_unlock(&c->lock);
+        drive_job(c, retry, id);
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(retry);
+    return NULL;
+}

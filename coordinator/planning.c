@@ -1,0 +1,197 @@
+/*
+ * Cluster model and plan for a job (see planning.h). Each worker drives one device; devices of
+ * the same name share a device type whose speed comes from its own profile: the type carries
+ * the measured per-block times (`block_times`) and a relative speed = reference total time /
+ * its total time, the reference being workers[0]'s device.
+ */
+#include "coordinator/planning.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_util.h"
+#include "coordinator/planner/plan.h"
+
+#define DEFAULT_INTRA_BW 10e9 /* bytes/s between devices of one server when unreported */
+#define DEFAULT_NIC_BW 1.25e9 /* bytes/s: 10 Gb Ethernet */
+
+/* Sum of forward + backward times of a profile, and its blocks as a block_times object. */
+static sc_status profile_times(const char *profile_json, const char *who, double *total,
+                               json_t **block_times, sc_err *err)
+{
+    json_error_t jerr;
+    json_t *doc = json_loads(profile_json, 0, &jerr);
+    json_t *blocks = doc ? json_object_get(doc, "blocks") : NULL;
+    if (!json_is_array(blocks) || json_array_size(blocks) == 0) {
+        json_decref(doc);
+        return SC_ERRF(err, SC_ERR_PARSE, "the profile from %s has no blocks", who);
+    }
+    *total = 0;
+    *block_times = json_object();
+    size_t i;
+    json_t *b;
+    json_array_foreach(blocks, i, b)
+    {
+        double f = json_number_value(json_object_get(b, "forward_s"));
+        double bw = json_number_value(json_object_get(b, "backward_s"));
+        *total += f + bw;
+        const char *name = json_string_value(json_object_get(b, "name"));
+        if (name)
+            json_object_set_new(*block_times, name,
+                                json_pack("{s:f, s:f}", "forward_s", f, "backward_s", bw));
+    }
+    json_decref(doc);
+    if (!(*total > 0)) {
+        json_decref(*block_times);
+        return SC_ERRF(err, SC_ERR_PARSE, "the profile from %s has no positive times", who);
+    }
+    return SC_OK;
+}
+
+sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err)
+{
+    json_t *types = json_object(), *servers = json_array();
+    json_t *doc = json_pack("{s:s, s:i, s:o, s:o}", "format", "stagecraft-cluster", "version", 1,
+                            "device_types", types, "servers", servers);
+    sc_status rc = SC_OK;
+    double ref_total = 0;
+    for (size_t i = 0; i < n && rc == SC_OK; i++) {
+        const Stagecraft__Device *d = workers[i].hw->devices[0];
+        double total;
+        json_t *bt;
+        rc = profile_times(workers[i].profile_json, workers[i].id, &total, &bt, err);
+        if (rc != SC_OK)
+            break;
+        if (i == 0)
+            ref_total = total;
+        if (json_object_get(types, d->name) == NULL)
+            json_object_set_new(types, d->name,
+                                json_pack("{s:f, s:f, s:o}", "relative_speed", ref_total / total,
+                                          "memory_bytes", (double)d->memory_bytes,
+                                          "block_times", bt));
+        else
+            json_decref(bt);
+
+        /* servers in order of first appearance; workers arrive grouped by host */
+        const char *host = workers[i].hw->hostname;
+        json_t *srv = json_array_size(servers)
+                          ? json_array_get(servers, json_array_size(servers) - 1)
+                          : NULL;
+        if (srv == NULL || strcmp(json_string_value(json_object_get(srv, "name")), host) != 0) {
+            double intra = workers[i].hw->intra_bandwidth_bytes_per_s;
+            double nic = workers[i].hw->nic_bandwidth_bytes_per_s;
+            srv = json_pack("{s:s, s:[], s:f, s:f}", "name", host, "devices",
+                            "intra_bandwidth_bytes_per_s", intra > 0 ? intra : DEFAULT_INTRA_BW,
+                            "nic_bandwidth_bytes_per_s", nic > 0 ? nic : DEFAULT_NIC_BW);
+            json_array_append_new(servers, srv);
+        }
+        json_array_append_new(json_object_get(srv, "devices"), json_string(d->name));
+    }
+    if (rc == SC_OK) {
+        *out = json_dumps(doc, JSON_COMPACT);
+        if (*out == NULL)
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the cluster");
+    }
+    json_decref(doc);
+    return rc;
+}
+
+/* Runs the planner and returns plans[0] of its JSON output. */
+static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
+                             plan_cluster *cluster, json_t **plan_out, sc_err *err)
+{
+    int strategy = plan_strategy_parse(spec->strategy);
+    if (strategy < 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "strategy \"%s\" is not one the planner knows",
+                       spec->strategy);
+    const char *sched = strcmp(spec->schedule, "auto") == 0 || strcmp(spec->schedule, "unequal") == 0
+                            ? "1f1b"
+                            : spec->schedule;
+    plan_request req;
+    memset(&req, 0, sizeof req);
+    req.profile = profile;
+    req.cluster = cluster;
+    req.batch = (int)spec->batch_size;
+    req.microbatches = (int)spec->microbatches;
+    req.schedule = (plan_sched_kind)plan_sched_parse(sched);
+    plan_result res;
+    memset(&res, 0, sizeof res);
+    sc_status rc = plan_run(&req, (plan_strategy)strategy, &res, err);
+    if (rc != SC_OK) {
+        plan_result_free(&res);
+        return rc;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (mem == NULL) {
+        plan_result_free(&res);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the plan");
+    }
+    rc = plan_write_json(mem, &req, &res, 1, err);
+    fclose(mem);
+    plan_result_free(&res);
+    json_t *doc = rc == SC_OK ? json_loadb(buf, len, 0, NULL) : NULL;
+    free(buf);
+    if (rc != SC_OK)
+        return rc;
+    json_t *plan = json_array_get(json_object_get(doc, "plans"), 0);
+    if (!json_is_object(plan)) {
+        json_decref(doc);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "the planner wrote no plan");
+    }
+    json_t *e = json_object_get(plan, "error");
+    if (json_is_string(e)) {
+        rc = SC_ERRF(err, SC_ERR_INVALID, "no %s plan: %s", spec->strategy, json_string_value(e));
+        json_decref(doc);
+        return rc;
+    }
+    *plan_out = json_incref(plan);
+    json_decref(doc);
+    return SC_OK;
+}
+
+sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *workers, size_t n,
+                         char **plan_json, sc_err *err)
+{
+    *plan_json = NULL;
+    char *cluster_text = NULL;
+    plan_profile *profile = NULL;
+    plan_cluster *cluster = NULL;
+    json_t *plan = NULL;
+    sc_status rc;
+    SC_CHECK(coord_cluster_json(workers, n, &cluster_text, err));
+    SC_CHECK_GOTO(plan_profile_parse_json(&profile, workers[0].id, workers[0].profile_json,
+                                          strlen(workers[0].profile_json), err),
+                  out);
+    SC_CHECK_GOTO(plan_cluster_parse(&cluster, "cluster", cluster_text, strlen(cluster_text), err),
+                  out);
+    SC_CHECK_GOTO(run_planner(spec, profile, cluster, &plan, err), out);
+    /* Name the workers behind each stage's devices (device ids index `workers`). */
+    size_t si;
+    json_t *st;
+    json_array_foreach(json_object_get(plan, "stages"), si, st)
+    {
+        json_t *ids = json_array();
+        size_t k;
+        json_t *d;
+        json_array_foreach(json_object_get(st, "devices"), k, d)
+        {
+            json_int_t i = json_integer_value(d);
+            json_array_append_new(ids, json_string(i >= 0 && (size_t)i < n ? workers[i].id : "?"));
+        }
+        json_object_set_new(st, "worker_ids", ids);
+    }
+    json_object_set_new(plan, "cluster", json_loads(cluster_text, 0, NULL));
+    *plan_json = json_dumps(plan, JSON_COMPACT);
+    if (*plan_json == NULL)
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the plan");
+out:
+    json_decref(plan);
+    plan_cluster_destroy(&cluster);
+    plan_profile_destroy(&profile);
+    free(cluster_text);
+    return rc;
+}

@@ -1,0 +1,31 @@
+/*
+ * From a job and its workers to a plan: builds the cluster JSON (FORMATS.md) from the workers'
+ * hardware reports and profiles, and runs the planner on it.
+ */
+#ifndef COORD_PLANNING_H
+#define COORD_PLANNING_H
+
+#include <stddef.h>
+
+#include "common/sc_status.h"
+#include "coordinator/jobspec.h"
+#include "proto/stagecraft.pb-c.h"
+
+typedef struct {
+    const char *id;                         /* worker id */
+    const Stagecraft__HardwareReport *hw;   /* its report; devices[0] is the one it drives */
+    const char *profile_json;               /* the model profiled on its device */
+} coord_plan_worker;
+
+/* Writes the stagecraft-cluster document for `n` workers (one device each, servers grouped by
+ * hostname, device types by device name; relative speeds from the profiles' total times,
+ * relative to workers[0]'s device). *out is a heap string. */
+sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err);
+
+/* Plans `spec` over the workers with the job's strategy and schedule. *plan_json is a heap
+ * string holding one plan object as `stagecraft plan --json` prints one (device ids index
+ * `workers`). */
+sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *workers, size_t n,
+                         char **plan_json, sc_err *err);
+
+#endif /* COORD_PLANNING_H */

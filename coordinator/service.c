@@ -1,0 +1,319 @@
+/*
+ * The Coordinator gRPC service: RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob,
+ * ListWorkers. Handlers run on the RPC layer's pool; they take c->lock only around registry and
+ * store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing they
+ * return points into shared state.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "coordinator/coord_internal.h"
+#include "coordinator/jobspec.h"
+#include "proto/sc_wire.h"
+
+#define LOG "coordinator"
+
+/* protobuf-c allocator that takes memory from the call, so unpacked messages placed in a
+ * response live exactly as long as the call. */
+static void *ctx_alloc(void *data, size_t size)
+{
+    return sc_rpc_ctx_alloc(data, size);
+}
+
+static void ctx_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr;
+}
+
+static sc_status require_client_token(coord *c, sc_rpc_ctx *ctx, const char *what, sc_err *err)
+{
+    const Stagecraft__Header *h = sc_rpc_ctx_header(ctx);
+    if (h == NULL || h->token == NULL || !coord_token_equal(h->token, c->client_token))
+        return SC_ERRF(err, SC_ERR_PERMISSION,
+                       "%s needs the client token (STAGECRAFT_TOKEN or --token-file; the "
+                       "coordinator wrote it to %s)",
+                       what, c->client_token_path[0] ? c->client_token_path : "its --token");
+    return SC_OK;
+}
+
+static sc_status reg_worker(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                            void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__RegisterWorkerRequest *req = (const void *)msg;
+    if (!coord_token_equal(req->join_token ? req->join_token : "", c->join_token)) {
+        SC_LOG_WARN(LOG, "registration of '%s' from %s refused: wrong join token", req->name,
+                    sc_rpc_ctx_peer(ctx));
+        return SC_ERRF(err, SC_ERR_PERMISSION,
+                       "join token refused: start the worker with the coordinator's join token "
+                       "(STAGECRAFT_JOIN_TOKEN or --join-token-file)");
+    }
+    if (req->name == NULL || req->name[0] == '\0' || strlen(req->name) >= COORD_NAME_MAX)
+        return SC_ERRF(err, SC_ERR_INVALID, "worker name must have 1 to %d characters",
+                       COORD_NAME_MAX - 1);
+    if (req->worker_endpoint == NULL || strchr(req->worker_endpoint, ':') == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "worker_endpoint '%s' is not HOST:PORT of the worker's service",
+                       req->worker_endpoint ? req->worker_endpoint : "");
+
+    coord_worker_rec rec;
+    memset(&rec, 0, sizeof rec);
+    sc_strlcpy(rec.name, req->name, sizeof rec.name);
+    sc_strlcpy(rec.id, req->previous_id ? req->previous_id : "", sizeof rec.id);
+    rec.epoch = req->epoch;
+    sc_strlcpy(rec.host, req->hardware && req->hardware->hostname ? req->hardware->hostname : "",
+               sizeof rec.host);
+    sc_strlcpy(rec.endpoint, req->worker_endpoint, sizeof rec.endpoint);
+    if (req->hardware)
+        SC_CHECK(sc_wire_pack(&req->hardware->base, &rec.hardware, &rec.hardware_len, err));
+
+    Stagecraft__RegisterWorkerResponse *resp = (void *)sc_rpc_ctx_new_message(
+        ctx, &stagecraft__register_worker_response__descriptor);
+    coord_worker *w;
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_registry_register(c->registry, &rec, sc_clock_now_ns(), &w, err);
+    if (rc == SC_OK) {
+        rc = coord_store_worker_put(c->store, &w->rec, err);
+        resp->worker_id = sc_rpc_ctx_strdup(ctx, w->rec.id);
+        resp->epoch = w->rec.epoch;
+        SC_LOG_INFO(LOG, "worker %s ('%s' on %s, %s) registered, epoch %llu", w->rec.id,
+                    w->rec.name, w->rec.host, w->rec.endpoint, (unsigned long long)w->rec.epoch);
+    }
+    resp->heartbeat_interval_ms = coord_registry_config(c->registry)->heartbeat_interval_ms;
+    pthread_cond_broadcast(&c->wake); /* a waiting job may now have its workers */
+    pthread_mutex_unlock(&c->lock);
+    free(rec.hardware);
+    if (rc != SC_OK)
+        return rc;
+    resp->control_endpoint = c->control_endpoint;
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static sc_status submit_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                            void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__SubmitJobRequest *req = (const void *)msg;
+    SC_CHECK(require_client_token(c, ctx, "SubmitJob", err));
+    const char *text = req->job_json ? req->job_json : "";
+    coord_jobspec spec;
+    SC_CHECK(coord_jobspec_parse("job", text, strlen(text), &spec, err));
+    coord_job job;
+    memset(&job, 0, sizeof job);
+    sc_strlcpy(job.name, spec.name, sizeof job.name);
+    job.spec_json = (char *)text;
+    job.steps = spec.steps;
+    snprintf(job.reason, sizeof job.reason, "submitted from %s", sc_rpc_ctx_peer(ctx));
+    coord_jobspec_clear(&spec);
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_store_job_insert(c->store, &job, err);
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    SC_CHECK(rc);
+    SC_LOG_INFO(LOG, "job %s ('%s') submitted", job.id, job.name);
+    Stagecraft__SubmitJobResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__submit_job_response__descriptor);
+    resp->job_id = sc_rpc_ctx_strdup(ctx, job.id);
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static Stagecraft__JobState job_state_to_wire(coord_job_state s)
+{
+    switch (s) {
+    case COORD_JOB_SUBMITTED:
+        return STAGECRAFT__JOB_STATE__JOB_SUBMITTED;
+    case COORD_JOB_PROFILING:
+        return STAGECRAFT__JOB_STATE__JOB_PROFILING;
+    case COORD_JOB_PLANNED:
+        return STAGECRAFT__JOB_STATE__JOB_PLANNED;
+    case COORD_JOB_RUNNING:
+        return STAGECRAFT__JOB_STATE__JOB_RUNNING;
+    case COORD_JOB_RECOVERING:
+        return STAGECRAFT__JOB_STATE__JOB_RECOVERING;
+    case COORD_JOB_REBALANCING:
+        return STAGECRAFT__JOB_STATE__JOB_REBALANCING;
+    case COORD_JOB_SUCCEEDED:
+        return STAGECRAFT__JOB_STATE__JOB_SUCCEEDED;
+    case COORD_JOB_FAILED:
+        return STAGECRAFT__JOB_STATE__JOB_FAILED;
+    case COORD_JOB_CANCELLED:
+        return STAGECRAFT__JOB_STATE__JOB_CANCELLED;
+    default:
+        return STAGECRAFT__JOB_STATE__JOB_STATE_UNSPECIFIED;
+    }
+}
+
+/* Copies a stored job into a call-owned JobInfo; the spec and plan only when `full` (listings
+ * stay small: they come with GetJob). */
+static Stagecraft__JobInfo *job_info(sc_rpc_ctx *ctx, const coord_job *j, bool full)
+{
+    Stagecraft__JobInfo *info =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__job_info__descriptor);
+    if (info == NULL)
+        return NULL;
+    info->job_id = sc_rpc_ctx_strdup(ctx, j->id);
+    info->name = sc_rpc_ctx_strdup(ctx, j->name);
+    info->state = job_state_to_wire(j->state);
+    info->reason = sc_rpc_ctx_strdup(ctx, j->reason);
+    info->step = j->step;
+    info->steps = j->steps;
+    if (full) {
+        info->spec_json = sc_rpc_ctx_strdup(ctx, j->spec_json ? j->spec_json : "");
+        info->plan_json = sc_rpc_ctx_strdup(ctx, j->plan_json ? j->plan_json : "");
+    }
+    info->last_checkpoint_step = j->last_checkpoint_step;
+    info->created_unix_ms = j->created_unix_ms;
+    info->updated_unix_ms = j->updated_unix_ms;
+    return info;
+}
+
+static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                         void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__GetJobRequest *req = (const void *)msg;
+    coord_job job;
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_store_job_get(c->store, req->job_id ? req->job_id : "", &job, err);
+    pthread_mutex_unlock(&c->lock);
+    SC_CHECK(rc);
+    Stagecraft__GetJobResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_job_response__descriptor);
+    resp->job = job_info(ctx, &job, true);
+    coord_job_clear(&job);
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static sc_status list_jobs(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                           void *user, sc_err *err)
+{
+    (void)msg;
+    coord *c = user;
+    coord_job *jobs;
+    size_t n;
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_store_job_list(c->store, &jobs, &n, err);
+    pthread_mutex_unlock(&c->lock);
+    SC_CHECK(rc);
+    Stagecraft__ListJobsResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__list_jobs_response__descriptor);
+    resp->jobs = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *resp->jobs);
+    for (size_t i = 0; i < n; i++) {
+        resp->jobs[i] = job_info(ctx, &jobs[i], false);
+    }
+    resp->n_jobs = n;
+    coord_job_list_free(&jobs, n);
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                            void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__CancelJobRequest *req = (const void *)msg;
+    SC_CHECK(require_client_token(c, ctx, "CancelJob", err));
+    const char *id = req->job_id ? req->job_id : "";
+    char reason[COORD_REASON_MAX];
+    snprintf(reason, sizeof reason, "cancelled from %s%s%s", sc_rpc_ctx_peer(ctx),
+             req->reason && req->reason[0] ? ": " : "", req->reason ? req->reason : "");
+    coord_job job;
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_store_job_transition(c->store, id, COORD_JOB_CANCELLED, reason, err);
+    if (rc == SC_OK)
+        rc = coord_store_job_get(c->store, id, &job, err);
+    if (rc == SC_OK)
+        coord_jobs_release_workers(c, id);
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    SC_CHECK(rc);
+    /* Tell the job's workers to stop; the driver releases them. */
+    if (job.worker_ids) {
+        char *save = NULL;
+        for (char *w = strtok_r(job.worker_ids, ",", &save); w; w = strtok_r(NULL, ",", &save))
+            coord_queue_command(c, w, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id, 0, NULL);
+    }
+    SC_LOG_INFO(LOG, "job %s %s", id, reason);
+    Stagecraft__CancelJobResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__cancel_job_response__descriptor);
+    resp->job = job_info(ctx, &job, true);
+    coord_job_clear(&job);
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static Stagecraft__WorkerState worker_state_to_wire(coord_worker_state s)
+{
+    switch (s) {
+    case COORD_WORKER_ALIVE:
+        return STAGECRAFT__WORKER_STATE__WORKER_ALIVE;
+    case COORD_WORKER_SUSPECT:
+        return STAGECRAFT__WORKER_STATE__WORKER_SUSPECT;
+    case COORD_WORKER_DEAD:
+        return STAGECRAFT__WORKER_STATE__WORKER_DEAD;
+    }
+    return STAGECRAFT__WORKER_STATE__WORKER_STATE_UNSPECIFIED;
+}
+
+static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
+                              ProtobufCMessage **out, void *user, sc_err *err)
+{
+    (void)msg;
+    (void)err;
+    coord *c = user;
+    ProtobufCAllocator alloc = {ctx_alloc, ctx_free, ctx};
+    Stagecraft__ListWorkersResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__list_workers_response__descriptor);
+    pthread_mutex_lock(&c->lock);
+    size_t n = coord_registry_count(c->registry);
+    resp->workers = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *resp->workers);
+    for (size_t i = 0; i < n; i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        Stagecraft__WorkerInfo *info =
+            (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__worker_info__descriptor);
+        info->id = sc_rpc_ctx_strdup(ctx, w->rec.id);
+        info->name = sc_rpc_ctx_strdup(ctx, w->rec.name);
+        info->host = sc_rpc_ctx_strdup(ctx, w->rec.host);
+        info->endpoint = sc_rpc_ctx_strdup(ctx, w->rec.endpoint);
+        info->state = worker_state_to_wire(w->state);
+        info->epoch = w->rec.epoch;
+        info->job_id = sc_rpc_ctx_strdup(ctx, w->job_id);
+        info->last_heartbeat_unix_ms = w->last_heartbeat_unix_ms;
+        if (w->rec.hardware_len > 0) {
+            Stagecraft__HardwareReport *hw = stagecraft__hardware_report__unpack(
+                &alloc, w->rec.hardware_len, w->rec.hardware);
+            if (hw != NULL) {
+                info->devices = hw->devices;
+                info->n_devices = hw->n_devices;
+            }
+        }
+        resp->workers[i] = info;
+    }
+    resp->n_workers = n;
+    pthread_mutex_unlock(&c->lock);
+    *out = &resp->base;
+    return SC_OK;
+}
+
+#define METHOD(svc, name, lower, handler)                                                         \
+    {"/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                      \
+     &stagecraft__##lower##_response__descriptor, handler, NULL, NULL}
+
+const sc_rpc_method coord_service_methods[] = {
+    METHOD("Coordinator", "RegisterWorker", register_worker, reg_worker),
+    METHOD("Coordinator", "SubmitJob", submit_job, submit_job),
+    METHOD("Coordinator", "GetJob", get_job, get_job),
+    METHOD("Coordinator", "ListJobs", list_jobs, list_jobs),
+    METHOD("Coordinator", "CancelJob", cancel_job, cancel_job),
+    METHOD("Coordinator", "ListWorkers", list_workers, list_workers),
+};
+const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;

@@ -1,0 +1,377 @@
+/*
+ * Worker agent (see agent.h). The control loop is a small state machine:
+ *   unregistered --RegisterWorker ok--> registered (DEALER connected, heartbeating)
+ *   registered --ack says unknown / no ack for dead_after intervals--> unregistered (backoff)
+ *   registered --FENCED--> stop: a newer incarnation of this worker owns the id.
+ * Registration failures that retrying cannot fix (wrong join token, name taken) end the run.
+ */
+#include "worker/agent.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "proto/sc_control.h"
+#include "proto/sc_wire.h"
+#include "worker/hardware.h"
+#include "worker/service.h"
+
+#define LOG "worker"
+#define DEAD_AFTER_INTERVALS 5
+#define BACKOFF_MIN_MS 200
+#define BACKOFF_MAX_MS 5000
+
+struct wk_agent {
+    char coordinator[256];
+    char name[128];
+    char device[32];
+    char join_token[256];
+    char id_path[1200];
+    char endpoint[300]; /* this worker's service as the coordinator should dial it */
+    uint32_t rpc_timeout_ms;
+
+    wk_state shared;     /* guarded by shared.lock; also used by the Worker service */
+    sc_rpc_server *rpc;
+    sc_rpc_client *coord;
+    sc_ctl *ctl;         /* owned by the thread in wk_agent_run */
+    char control_endpoint[300];
+    uint32_t heartbeat_ms;
+    uint64_t seq;
+};
+
+/* ---- id file -------------------------------------------------------------------------------- */
+
+static void load_id(wk_agent *a)
+{
+    FILE *f = fopen(a->id_path, "r");
+    if (f == NULL)
+        return;
+    char id[COORD_WORKER_ID_MAX];
+    unsigned long long epoch;
+    if (fscanf(f, "%63s %llu", id, &epoch) == 2) {
+        sc_strlcpy(a->shared.id, id, sizeof a->shared.id);
+        a->shared.epoch = epoch;
+    }
+    fclose(f);
+}
+
+static void save_id(wk_agent *a)
+{
+    char tmp[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", a->id_path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) {
+        SC_LOG_WARN(LOG, "cannot write %s: %s (a restart will register as new)", tmp,
+                    strerror(errno));
+        return;
+    }
+    fprintf(f, "%s %llu\n", a->shared.id, (unsigned long long)a->shared.epoch);
+    if (fclose(f) != 0 || rename(tmp, a->id_path) != 0)
+        SC_LOG_WARN(LOG, "cannot write %s: %s", a->id_path, strerror(errno));
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+static void default_name(char *out, size_t size, const char *device)
+{
+    char host[200] = "worker";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    snprintf(out, size, "%s-%s", host, device);
+    for (char *p = out; *p; p++)
+        if (*p == ':')
+            *p = '-';
+}
+
+static bool name_is_valid(const char *name)
+{
+    if (name[0] == '\0' || name[0] == '.')
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
+
+sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
+{
+    *out = NULL;
+    if (cfg->coordinator == NULL || strchr(cfg->coordinator, ':') == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "--coordinator '%s': expected HOST:PORT (or set STAGECRAFT_COORDINATOR)",
+                       cfg->coordinator ? cfg->coordinator : "");
+    if (cfg->join_token == NULL || cfg->join_token[0] == '\0')
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "a join token is required: set STAGECRAFT_JOIN_TOKEN or --join-token-file "
+                       "(the coordinator writes one to its --state folder)");
+    const char *device = cfg->device ? cfg->device : "cpu";
+    bool is_cuda;
+    int index;
+    SC_CHECK(wk_device_parse(device, &is_cuda, &index, err));
+
+    wk_agent *a = calloc(1, sizeof *a);
+    SC_ALLOC_CHECK(a, err);
+    sc_status rc = SC_OK;
+    pthread_mutex_init(&a->shared.lock, NULL);
+    sc_strlcpy(a->coordinator, cfg->coordinator, sizeof a->coordinator);
+    sc_strlcpy(a->device, device, sizeof a->device);
+    sc_strlcpy(a->join_token, cfg->join_token, sizeof a->join_token);
+    a->rpc_timeout_ms = cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000;
+    if (cfg->name)
+        sc_strlcpy(a->name, cfg->name, sizeof a->name);
+    else
+        default_name(a->name, sizeof a->name, device);
+    if (!name_is_valid(a->name)) {
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "--name '%s': use letters, digits, '-', '_' and '.' only", a->name);
+        goto fail;
+    }
+    sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
+    sc_strlcpy(a->shared.state, "idle", sizeof a->shared.state);
+
+    const char *dir = cfg->state_dir ? cfg->state_dir : ".";
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        rc = SC_ERRF(err, SC_ERR_IO, "cannot create state folder %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    snprintf(a->id_path, sizeof a->id_path, "%s/worker-%s.id", dir, a->name);
+    load_id(a);
+
+    SC_CHECK_GOTO(wk_hardware_report(device, true, &a->shared.hardware, err), fail);
+
+    const char *listen = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1:0";
+    sc_rpc_server_cfg scfg = {.listen_addr = listen, .tls = cfg->tls};
+    sc_rpc_method methods[WK_SERVICE_MAX_METHODS];
+    size_t n = wk_service_methods(&a->shared, methods, WK_SERVICE_MAX_METHODS);
+    scfg.methods = methods;
+    scfg.n_methods = n;
+    SC_CHECK_GOTO(sc_rpc_server_new(&a->rpc, &scfg, err), fail);
+
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    size_t hl = (size_t)(colon - listen);
+    snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), listen);
+    if (cfg->advertise_host)
+        sc_strlcpy(host, cfg->advertise_host, sizeof host);
+    else if (strcmp(host, "0.0.0.0") == 0)
+        sc_strlcpy(host, a->shared.hardware->hostname, sizeof host);
+    snprintf(a->endpoint, sizeof a->endpoint, "%s:%d", host, sc_rpc_server_port(a->rpc));
+
+    sc_rpc_client_cfg ccfg = {.tls = cfg->tls};
+    SC_CHECK_GOTO(sc_rpc_client_new(&a->coord, a->coordinator, &ccfg, err), fail);
+    SC_LOG_INFO(LOG, "worker '%s' (%s, %s) serving on %s", a->name, device,
+                a->shared.hardware->devices[0]->name, a->endpoint);
+    *out = a;
+    return SC_OK;
+fail:
+    wk_agent_destroy(&a);
+    return rc;
+}
+
+void wk_agent_destroy(wk_agent **ap)
+{
+    if (ap == NULL || *ap == NULL)
+        return;
+    wk_agent *a = *ap;
+    if (a->rpc)
+        sc_rpc_server_shutdown(a->rpc, 500);
+    sc_rpc_server_destroy(&a->rpc);
+    sc_rpc_client_destroy(&a->coord);
+    sc_ctl_destroy(&a->ctl);
+    wk_hardware_free(&a->shared.hardware);
+    wk_state_release(&a->shared, NULL, "worker stopping");
+    pthread_mutex_destroy(&a->shared.lock);
+    free(a);
+    *ap = NULL;
+}
+
+int wk_agent_port(const wk_agent *a)
+{
+    return sc_rpc_server_port(a->rpc);
+}
+
+/* ---- registration and heartbeats ------------------------------------------------------------ */
+
+/* SC_OK: registered. SC_ERR_PERMISSION / SC_ERR_EXISTS / SC_ERR_INVALID: give up. Others: retry. */
+static sc_status do_register(wk_agent *a, sc_err *err)
+{
+    Stagecraft__RegisterWorkerRequest req = STAGECRAFT__REGISTER_WORKER_REQUEST__INIT;
+    req.name = a->name;
+    req.join_token = a->join_token;
+    req.hardware = a->shared.hardware;
+    req.worker_endpoint = a->endpoint;
+    pthread_mutex_lock(&a->shared.lock);
+    char prev[COORD_WORKER_ID_MAX];
+    sc_strlcpy(prev, a->shared.id, sizeof prev);
+    req.previous_id = prev;
+    req.epoch = a->shared.epoch;
+    pthread_mutex_unlock(&a->shared.lock);
+
+    ProtobufCMessage *m = NULL;
+    SC_CHECK(sc_rpc_call(a->coord, "/stagecraft.Coordinator/RegisterWorker", &req.base,
+                         &stagecraft__register_worker_response__descriptor, &m,
+                         a->rpc_timeout_ms, err));
+    Stagecraft__RegisterWorkerResponse *resp = (void *)m;
+    pthread_mutex_lock(&a->shared.lock);
+    sc_strlcpy(a->shared.id, resp->worker_id, sizeof a->shared.id);
+    a->shared.epoch = resp->epoch;
+    pthread_mutex_unlock(&a->shared.lock);
+    sc_strlcpy(a->control_endpoint, resp->control_endpoint, sizeof a->control_endpoint);
+    a->heartbeat_ms = resp->heartbeat_interval_ms ? resp->heartbeat_interval_ms : 1000;
+    protobuf_c_message_free_unpacked(m, NULL);
+    save_id(a);
+
+    sc_ctl_destroy(&a->ctl);
+    sc_ctl_cfg ccfg = {.routing_id = a->shared.id};
+    SC_CHECK(sc_ctl_dealer_new(&a->ctl, a->control_endpoint, &ccfg, err));
+    SC_LOG_INFO(LOG, "registered as %s (epoch %llu); control %s, heartbeat every %u ms",
+                a->shared.id, (unsigned long long)a->shared.epoch, a->control_endpoint,
+                a->heartbeat_ms);
+    return SC_OK;
+}
+
+static void send_heartbeat(wk_agent *a)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Heartbeat hb = STAGECRAFT__HEARTBEAT__INIT;
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1)
+        hb.load = load[0];
+    pthread_mutex_lock(&a->shared.lock);
+    char state[32], job[COORD_WORKER_ID_MAX], id[COORD_WORKER_ID_MAX];
+    sc_strlcpy(state, a->shared.state, sizeof state);
+    sc_strlcpy(job, a->shared.job_id, sizeof job);
+    sc_strlcpy(id, a->shared.id, sizeof id);
+    env.epoch = a->shared.epoch;
+    hb.step = a->shared.step;
+    pthread_mutex_unlock(&a->shared.lock);
+    hb.state = state;
+    hb.job_id = job;
+    env.worker_id = id;
+    env.seq = ++a->seq;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    sc_err err;
+    sc_err_clear(&err);
+    if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
+        SC_LOG_DEBUG(LOG, "heartbeat not sent: %s", err.msg);
+}
+
+typedef enum { CTL_OK, CTL_REREGISTER, CTL_SHUTDOWN, CTL_FENCED } ctl_outcome;
+
+static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env, uint64_t *last_ack)
+{
+    switch (env->body_case) {
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK:
+        *last_ack = sc_clock_now_ns();
+        if (!env->heartbeat_ack->known) {
+            SC_LOG_WARN(LOG, "the coordinator does not know this worker any more; registering "
+                             "again");
+            return CTL_REREGISTER;
+        }
+        return CTL_OK;
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND: {
+        Stagecraft__Command *cmd = env->command;
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_SHUTDOWN) {
+            SC_LOG_INFO(LOG, "the coordinator ordered a shutdown");
+            return CTL_SHUTDOWN;
+        }
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_STOP) {
+            SC_LOG_INFO(LOG, "the coordinator stopped job %s", cmd->job_id);
+            wk_state_release(&a->shared, cmd->job_id, "stopped by the coordinator");
+        }
+        return CTL_OK;
+    }
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR:
+        if (strcmp(env->error->code, "FENCED") == 0) {
+            SC_LOG_ERROR(LOG, "fenced off: %s", env->error->message);
+            return CTL_FENCED;
+        }
+        SC_LOG_WARN(LOG, "coordinator says %s: %s", env->error->code, env->error->message);
+        return CTL_OK;
+    default:
+        SC_LOG_WARN(LOG, "unexpected control message (body %d); ignored", (int)env->body_case);
+        return CTL_OK;
+    }
+}
+
+static bool sleep_unless_stopped(uint64_t ms, volatile sig_atomic_t *stop)
+{
+    uint64_t end = sc_clock_now_ns() + ms * 1000000ull;
+    while (!*stop && sc_clock_now_ns() < end)
+        sc_clock_sleep_ms(20);
+    return !*stop;
+}
+
+sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
+{
+    uint64_t backoff_ms = BACKOFF_MIN_MS;
+    sc_status result = SC_OK;
+    while (!*stop) {
+        sc_err rerr;
+        sc_err_clear(&rerr);
+        sc_status rc = do_register(a, &rerr);
+        if (rc == SC_ERR_PERMISSION || rc == SC_ERR_EXISTS || rc == SC_ERR_INVALID) {
+            result = SC_ERRF(err, rc, "registration refused: %s", rerr.msg);
+            break;
+        }
+        if (rc != SC_OK) {
+            SC_LOG_WARN(LOG, "cannot register (%s); retrying in %llu ms", rerr.msg,
+                        (unsigned long long)backoff_ms);
+            if (!sleep_unless_stopped(backoff_ms, stop))
+                break;
+            backoff_ms = backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff_ms * 2;
+            continue;
+        }
+        backoff_ms = BACKOFF_MIN_MS;
+
+        uint64_t now = sc_clock_now_ns(), last_ack = now, next_hb = now;
+        uint64_t interval_ns = (uint64_t)a->heartbeat_ms * 1000000ull;
+        ctl_outcome outcome = CTL_OK;
+        while (!*stop && outcome == CTL_OK) {
+            now = sc_clock_now_ns();
+            if (now >= next_hb) {
+                send_heartbeat(a);
+                next_hb = now + interval_ns;
+            }
+            if (now - last_ack > interval_ns * DEAD_AFTER_INTERVALS) {
+                SC_LOG_WARN(LOG, "no answer from the coordinator for %.1f s; registering again",
+                            (double)(now - last_ack) * 1e-9);
+                outcome = CTL_REREGISTER;
+                break;
+            }
+            int wait_ms = (int)((next_hb - now) / 1000000ull) + 1;
+            if (wait_ms > 100)
+                wait_ms = 100;
+            char peer[SC_CTL_PEER_ID_MAX];
+            Stagecraft__ControlEnvelope *env = NULL;
+            sc_err_clear(&rerr);
+            rc = sc_ctl_recv(a->ctl, wait_ms, peer, &env, &rerr);
+            if (rc == SC_OK) {
+                outcome = handle_control(a, env, &last_ack);
+                sc_ctl_envelope_free(&env);
+            } else if (rc != SC_ERR_TIMEOUT) {
+                SC_LOG_WARN(LOG, "%s", rerr.msg);
+            }
+        }
+        if (outcome == CTL_SHUTDOWN)
+            break;
+        if (outcome == CTL_FENCED) {
+            result = SC_ERRF(err, SC_ERR_PERMISSION,
+                             "worker %s was fenced off: a newer incarnation registered under "
+                             "its id",
+                             a->shared.id);
+            break;
+        }
+    }
+    wk_state_release(&a->shared, NULL, "worker stopping");
+    return result;
+}

@@ -1,0 +1,218 @@
+/*
+ * Worker gRPC service (see service.h). Profile measures the requested model's blocks on this
+ * worker's device with the kernels' profiler and returns the stagecraft-profile JSON; one
+ * profile runs at a time (a second request while profiling is refused as unavailable).
+ */
+#include "worker/service.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "kernels/model.h"
+#include "kernels/profile.h"
+
+#define LOG "worker"
+
+void wk_state_release(wk_state *st, const char *job_id, const char *why)
+{
+    pthread_mutex_lock(&st->lock);
+    if (job_id == NULL || job_id[0] == '\0' || strcmp(job_id, st->job_id) == 0) {
+        if (st->job_id[0])
+            SC_LOG_INFO(LOG, "released job %s: %s", st->job_id, why);
+        st->job_id[0] = '\0';
+        free(st->plan_json);
+        free(st->model_json);
+        st->plan_json = st->model_json = NULL;
+        if (strcmp(st->state, "profiling") != 0)
+            sc_strlcpy(st->state, "idle", sizeof st->state);
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+static sc_status describe(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                          void *user, sc_err *err)
+{
+    (void)msg;
+    (void)err;
+    wk_state *st = user;
+    Stagecraft__DescribeResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__describe_response__descriptor);
+    resp->hardware = st->hardware;
+    pthread_mutex_lock(&st->lock);
+    resp->worker_id = sc_rpc_ctx_strdup(ctx, st->id);
+    resp->state = sc_rpc_ctx_strdup(ctx, st->state);
+    resp->job_id = sc_rpc_ctx_strdup(ctx, st->job_id);
+    pthread_mutex_unlock(&st->lock);
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
+                              ProtobufCMessage **out, void *user, sc_err *err)
+{
+    wk_state *st = user;
+    const Stagecraft__AssignStageRequest *req = (const void *)msg;
+    if (req->job_id == NULL || req->job_id[0] == '\0' ||
+        strlen(req->job_id) >= COORD_WORKER_ID_MAX)
+        return SC_ERRF(err, SC_ERR_INVALID, "AssignStage needs a job_id");
+    if (req->first_block > req->last_block)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "AssignStage: first_block %u is after last_block %u", req->first_block,
+                       req->last_block);
+    static const char *const transports[] = {"zmq", "nccl", "local", NULL};
+    bool known = false;
+    for (int i = 0; transports[i]; i++)
+        known = known || (req->transport && strcmp(req->transport, transports[i]) == 0);
+    if (!known)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "AssignStage: transport '%s' is not one of zmq, nccl, local",
+                       req->transport ? req->transport : "");
+    char *plan = strdup(req->plan_json ? req->plan_json : "");
+    char *model = strdup(req->model_json ? req->model_json : "");
+    if (plan == NULL || model == NULL) {
+        free(plan);
+        free(model);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory storing the assignment");
+    }
+    pthread_mutex_lock(&st->lock);
+    if (st->job_id[0] && strcmp(st->job_id, req->job_id) != 0) {
+        char busy[COORD_WORKER_ID_MAX];
+        sc_strlcpy(busy, st->job_id, sizeof busy);
+        pthread_mutex_unlock(&st->lock);
+        free(plan);
+        free(model);
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "this worker is assigned to job %s", busy);
+    }
+    sc_strlcpy(st->job_id, req->job_id, sizeof st->job_id);
+    st->stage = req->stage;
+    st->replica = req->replica;
+    st->first_block = req->first_block;
+    st->last_block = req->last_block;
+    sc_strlcpy(st->transport, req->transport, sizeof st->transport);
+    free(st->plan_json);
+    free(st->model_json);
+    st->plan_json = plan;
+    st->model_json = model;
+    st->step = req->resume_step;
+    sc_strlcpy(st->state, "assigned", sizeof st->state);
+    pthread_mutex_unlock(&st->lock);
+    SC_LOG_INFO(LOG, "assigned stage %u (blocks %u-%u) of job %s over %s", req->stage,
+                req->first_block, req->last_block, req->job_id, req->transport);
+    Stagecraft__AssignStageResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__assign_stage_response__descriptor);
+    resp->accepted = 1;
+    resp->message = "assigned";
+    *out = &resp->base;
+    return SC_OK;
+}
+
+/* Measures the model on this worker's device; *json is a heap string. */
+static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req, char **json,
+                             sc_err *err)
+{
+    kn_model *model = NULL;
+    const char *text = req->model_json ? req->model_json : "";
+    SC_CHECK(kn_model_parse(&model, "model", text, strlen(text), err));
+    kn_profile_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    sc_status rc = kn_device_parse(st->device, "device", &cfg.device, err);
+    for (size_t i = 0; rc == SC_OK && i < req->n_microbatch_sizes; i++)
+        cfg.sizes[cfg.nsizes++] = (int)req->microbatch_sizes[i];
+    cfg.warmup = 1;
+    cfg.repeats = 3;
+    int n = kn_model_block_count(model);
+    kn_profile_block *blocks = rc == SC_OK ? calloc((size_t)n, sizeof *blocks) : NULL;
+    if (rc == SC_OK && blocks == NULL)
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling");
+    if (rc == SC_OK)
+        rc = kn_profile_run(model, &cfg, blocks, err);
+    void *doc = NULL;
+    if (rc == SC_OK) {
+        char devname[128];
+        kn_device_name(cfg.device, devname, sizeof devname);
+        rc = kn_profile_to_json(model, devname, cfg.sizes[0], blocks, n, &doc, err);
+    }
+    if (rc == SC_OK) {
+        *json = json_dumps(doc, JSON_COMPACT);
+        json_decref(doc);
+        if (*json == NULL)
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the profile");
+    }
+    free(blocks);
+    kn_model_destroy(&model);
+    return rc;
+}
+
+static sc_status profile(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                         void *user, sc_err *err)
+{
+    wk_state *st = user;
+    const Stagecraft__ProfileRequest *req = (const void *)msg;
+    if (req->n_microbatch_sizes == 0 || req->n_microbatch_sizes > WK_PROFILE_MAX_SIZES)
+        return SC_ERRF(err, SC_ERR_INVALID, "Profile needs 1 to %d micro-batch sizes, got %zu",
+                       WK_PROFILE_MAX_SIZES, req->n_microbatch_sizes);
+    for (size_t i = 0; i < req->n_microbatch_sizes; i++)
+        if (req->microbatch_sizes[i] < 1 || req->microbatch_sizes[i] > WK_PROFILE_MAX_SIZE)
+            return SC_ERRF(err, SC_ERR_INVALID, "micro-batch size %u is not in [1, %d]",
+                           req->microbatch_sizes[i], WK_PROFILE_MAX_SIZE);
+    pthread_mutex_lock(&st->lock);
+    if (strcmp(st->state, "profiling") == 0) {
+        pthread_mutex_unlock(&st->lock);
+        return SC_ERRF(err, SC_ERR_UNAVAILABLE, "this worker is already profiling");
+    }
+    char before[32];
+    sc_strlcpy(before, st->state, sizeof before);
+    sc_strlcpy(st->state, "profiling", sizeof st->state);
+    pthread_mutex_unlock(&st->lock);
+
+    char *json = NULL;
+    sc_status rc = run_profile(st, req, &json, err);
+
+    pthread_mutex_lock(&st->lock);
+    sc_strlcpy(st->state, st->job_id[0] ? "assigned" : before, sizeof st->state);
+    if (strcmp(st->state, "profiling") == 0)
+        sc_strlcpy(st->state, "idle", sizeof st->state);
+    pthread_mutex_unlock(&st->lock);
+    SC_CHECK(rc);
+    Stagecraft__ProfileResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__profile_response__descriptor);
+    resp->profile_json = sc_rpc_ctx_strdup(ctx, json);
+    free(json);
+    if (resp->profile_json == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory returning the profile");
+    *out = &resp->base;
+    return SC_OK;
+}
+
+static sc_status release(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                         void *user, sc_err *err)
+{
+    (void)err;
+    wk_state *st = user;
+    const Stagecraft__ReleaseRequest *req = (const void *)msg;
+    wk_state_release(st, req->job_id, req->reason && req->reason[0] ? req->reason : "released");
+    *out = sc_rpc_ctx_new_message(ctx, &stagecraft__release_response__descriptor);
+    return SC_OK;
+}
+
+size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
+{
+    const sc_rpc_method methods[] = {
+        {"/stagecraft.Worker/Describe", &stagecraft__describe_request__descriptor,
+         &stagecraft__describe_response__descriptor, describe, NULL, st},
+        {"/stagecraft.Worker/AssignStage", &stagecraft__assign_stage_request__descriptor,
+         &stagecraft__assign_stage_response__descriptor, assign_stage, NULL, st},
+        {"/stagecraft.Worker/Profile", &stagecraft__profile_request__descriptor,
+         &stagecraft__profile_response__descriptor, profile, NULL, st},
+        {"/stagecraft.Worker/Release", &stagecraft__release_request__descriptor,
+         &stagecraft__release_response__descriptor, release, NULL, st},
+    };
+    size_t n = sizeof methods / sizeof *methods;
+    if (n > max)
+        n = max;
+    memcpy(out, methods, n * sizeof *methods);
+    return n;
+}

@@ -1,0 +1,42 @@
+/*
+ * The Worker gRPC service (Describe, AssignStage, Profile, Release) and the worker state it
+ * shares with the agent's control loop.
+ */
+#ifndef WK_SERVICE_H
+#define WK_SERVICE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/sc_rpc.h"
+#include "proto/stagecraft.pb-c.h"
+
+#define COORD_WORKER_ID_MAX 64
+#define WK_SERVICE_MAX_METHODS 8
+/* Micro-batch sizes one Profile request may ask for, and the largest size. */
+#define WK_PROFILE_MAX_SIZES 16
+#define WK_PROFILE_MAX_SIZE 4096
+
+typedef struct {
+    pthread_mutex_t lock; /* guards every field below except `hardware` */
+    char id[COORD_WORKER_ID_MAX];
+    uint64_t epoch;
+    char device[32];
+    Stagecraft__HardwareReport *hardware; /* set before serving, immutable after */
+    char state[32];                       /* idle, profiling, assigned */
+    char job_id[COORD_WORKER_ID_MAX];
+    uint32_t stage, replica, first_block, last_block;
+    char transport[16];
+    char *plan_json;  /* owned */
+    char *model_json; /* owned */
+    uint64_t step;
+} wk_state;
+
+/* Fills `out` with the Worker service's methods bound to `st`; returns how many. */
+size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max);
+
+/* Drops the assignment of `job_id` (any job when NULL) and returns to idle. Takes st->lock. */
+void wk_state_release(wk_state *st, const char *job_id, const char *why);
+
+#endif /* WK_SERVICE_H */
