@@ -333,6 +333,14 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         return;
     }
     sc_status rc = coord_jobspec_parse(id, job.spec_json, strlen(job.spec_json), &spec, &err);
+    /* Why the job waits keeps why it got here ("worker w-2 died; waiting for ..."). */
+    char cause[COORD_REASON_MAX];
+    sc_strlcpy(cause, job.reason, sizeof cause);
+    char *waiting = strstr(cause, "; waiting for");
+    if (waiting)
+        *waiting = '\0';
+    else if (strncmp(cause, "waiting for", 11) == 0 || job.state == COORD_JOB_SUBMITTED)
+        cause[0] = '\0';
     coord_job_clear(&job);
     if (rc != SC_OK) {
         pthread_mutex_unlock(&c->lock);
@@ -341,7 +349,11 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     }
     rc = choose_workers(c, id, &spec, &ws, &err);
     if (rc != SC_OK) {
-        coord_store_job_set_reason(c->store, id, err.msg, NULL);
+        if (cause[0])
+            sc_strfmt(reason, sizeof reason, "%s; %s", cause, err.msg);
+        else
+            sc_strlcpy(reason, err.msg, sizeof reason);
+        coord_store_job_set_reason(c->store, id, reason, NULL);
         pthread_mutex_unlock(&c->lock);
         retry_later(retry, id, RETRY_MS);
         coord_jobspec_clear(&spec);

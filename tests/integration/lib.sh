@@ -1,0 +1,74 @@
+# Shared helpers of the integration tests: a scratch folder, process cleanup, polling, checks.
+# Source it after setting `sc` to the stagecraft binary.
+set -u
+work=$(mktemp -d /tmp/sc-itest.XXXXXX)
+pids=()
+failures=0
+
+cleanup() {
+    for p in "${pids[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; done
+    sleep 0.3
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    if [ "$failures" -ne 0 ]; then
+        for f in "$work"/*.log; do echo "---- $f"; tail -n 30 "$f"; done
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# wait_for SECONDS COMMAND...: polls every 0.1 s until COMMAND succeeds; false on time-out.
+wait_for() {
+    local deadline=$((SECONDS + $1)); shift
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -ge "$deadline" ] && return 1
+        sleep 0.1
+    done
+}
+
+# start_coordinator NAME STATE_DIR [FLAGS...]: starts a coordinator on $listen (default a free
+# port); sets coord_pid and exports STAGECRAFT_COORDINATOR and the tokens.
+start_coordinator() {
+    local name=$1 state=$2; shift 2
+    "$sc" coordinator --listen "${listen:-127.0.0.1:0}" --state "$state" "$@" >"$work/$name.log" 2>&1 &
+    coord_pid=$!
+    pids+=("$coord_pid")
+    wait_for 10 grep -q "listening on port" "$work/$name.log" || { fail "$name did not start"; exit 1; }
+    local port
+    port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$work/$name.log")
+    export STAGECRAFT_COORDINATOR=127.0.0.1:$port
+    export STAGECRAFT_JOIN_TOKEN=$(cat "$state/join.token")
+    export STAGECRAFT_TOKEN=$(cat "$state/client.token")
+}
+
+# start_worker NAME [FLAGS...]: sets worker_pid.
+start_worker() {
+    local name=$1; shift
+    "$sc" worker --name "$name" --state "$work/wstate" "$@" >"$work/$name.log" 2>&1 &
+    worker_pid=$!
+    pids+=("$worker_pid")
+}
+
+# worker_state NAME: alive, suspect or dead as `stagecraft workers --json` says.
+worker_state() {
+    "$sc" workers --json | tr -d ' \n' | grep -o "\"name\":\"$1\",\"host\":\"[^\"]*\",\"state\":\"[a-z]*\"" |
+        sed 's/.*"state":"\([a-z]*\)"/\1/'
+}
+
+job_state() {
+    "$sc" status "$1" --json | sed -n 's/^  "state": "\([a-z]*\)",*/\1/p'
+}
+
+is_state() { [ "$(job_state "$1")" = "$2" ]; }
+worker_is() { [ "$(worker_state "$1")" = "$2" ]; }
+
+finish() {
+    if [ "$failures" -ne 0 ]; then
+        echo "$(basename "$0"): $failures failure(s)"
+        exit 1
+    fi
+    echo "$(basename "$0"): all checks passed"
+}

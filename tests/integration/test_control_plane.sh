@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The control plane with real processes on loopback: a coordinator and three workers; a job
+# submitted and planned; bad job specs, wrong tokens, a duplicate and an impostor worker
+# refused; a stopped worker declared dead within the configured time; a coordinator killed with
+# SIGKILL right after accepting a job, restarted, with its jobs and workers back.
+# Usage: test_control_plane.sh PATH/TO/stagecraft
+sc=${1:?usage: test_control_plane.sh PATH/TO/stagecraft}
+. "$(dirname "$0")/lib.sh"
+
+state=$work/state
+# heartbeats every 200 ms: suspect after 3 missed (0.6 s), dead after 5 (1 s)
+start_coordinator coord "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
+for w in w1 w2 w3; do start_worker $w; done
+w2_pid=$(pgrep -f -- "--name w2 ")
+wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 3 ]" &&
+    pass "three workers registered and alive" || fail "workers did not all register"
+
+cat >"$work/job.json" <<'JSON'
+{"format": "stagecraft-job", "version": 1, "name": "tiny-gpt",
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 16, "layers": 4, "width": 32, "heads": 4},
+ "data": {"kind": "synthetic"},
+ "batch_size": 8, "microbatches": 4, "schedule": "1f1b", "strategy": "minmax",
+ "workers": 3, "steps": 10, "seed": 1}
+JSON
+out=$("$sc" submit "$work/job.json" --json) || fail "submit failed: $out"
+[ "$out" = '{"job_id": "job-1"}' ] || fail "submit printed '$out'"
+wait_for 30 is_state job-1 planned && pass "job-1 planned" || fail "job-1 is $(job_state job-1)"
+plan=$("$sc" status job-1 --json | tr -d ' \n')
+[[ $plan == *'"strategy":"minmax"'* ]] || fail "status shows no minmax plan: $plan"
+[[ $plan == *'"worker_ids":["w-'* ]] || fail "plan names no workers"
+n_stages=$(echo "$plan" | grep -o '"first_block"' | wc -l)
+[ "$n_stages" -eq 3 ] || fail "plan has $n_stages stages, want 3"
+"$sc" status job-1 | grep -q "^state:   planned" || fail "human status lacks the state line"
+
+# bad input is refused with a message naming what is wrong; the coordinator stays up
+sed 's/"heads": 4/"heads": 3/' "$work/job.json" >"$work/bad.json"
+err=$("$sc" submit "$work/bad.json" 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "bad spec: exit $rc, want 2"
+[[ $err == *"bad.json"*'$.model'* ]] || fail "bad spec message: $err"
+echo '{"format": "stagecraft-job", "version": 1,' >"$work/trunc.json"
+err=$("$sc" submit "$work/trunc.json" 2>&1); rc=$?
+[ $rc -eq 2 ] && [[ $err == *"trunc.json:"* ]] || fail "truncated spec: exit $rc: $err"
+err=$(STAGECRAFT_TOKEN=wrong "$sc" submit "$work/job.json" 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ $err == *"PERMISSION_DENIED"*"client token"* ]] ||
+    fail "wrong client token: exit $rc: $err"
+err=$("$sc" status job-99 2>&1); rc=$?
+[ $rc -ne 0 ] && [[ $err == *"no job with id 'job-99'"* ]] || fail "unknown job: $err"
+pass "bad specs, wrong token and unknown job refused with clear messages"
+
+# a duplicate (same name, no id) and an impostor (wrong join token) are refused
+"$sc" worker --name w1 --state "$work/other" >"$work/dup.log" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "already registered and alive" "$work/dup.log" ||
+    fail "duplicate worker: exit $rc: $(tail -1 "$work/dup.log")"
+STAGECRAFT_JOIN_TOKEN=nope "$sc" worker --name intruder --state "$work/other" \
+    >"$work/imp.log" 2>&1; rc=$?
+[ $rc -ne 0 ] && grep -q "join token refused" "$work/imp.log" ||
+    fail "impostor: exit $rc: $(tail -1 "$work/imp.log")"
+pass "duplicate and impostor workers refused"
+
+# a stopped worker is suspect, then dead, within the configured time (1 s + one sweep)
+kill -STOP "$w2_pid"
+t0=$SECONDS
+wait_for 4 worker_is w2 dead && pass "stopped worker declared dead after $((SECONDS - t0)) s" ||
+    fail "w2 is $(worker_state w2) 4 s after SIGSTOP"
+wait_for 5 is_state job-1 recovering && pass "its job went to recovering" ||
+    fail "job-1 is $(job_state job-1) after its worker died"
+"$sc" status job-1 | grep -q "died" || fail "recovering job gives no reason"
+kill -CONT "$w2_pid"
+wait_for 10 worker_is w2 alive && pass "the worker came back under its old id" ||
+    fail "w2 did not re-register"
+[ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "a worker got a second id"
+wait_for 30 is_state job-1 planned || fail "job-1 was not re-planned: $(job_state job-1)"
+
+# SIGKILL right after a job is accepted: nothing accepted is lost
+out=$("$sc" submit "$work/job.json" --json); kill -KILL "$coord_pid"; wait "$coord_pid" 2>/dev/null
+[ "$out" = '{"job_id": "job-2"}' ] || fail "second submit printed '$out'"
+listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
+"$sc" status --json | grep -q '"job_id": "job-2"' && pass "accepted job kept across SIGKILL" ||
+    fail "job-2 lost"
+wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 3 ]" &&
+    pass "workers reconnected to the restarted coordinator" || fail "workers did not return"
+[ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "restart duplicated workers"
+is_state job-1 planned || fail "job-1 is $(job_state job-1) after the restart"
+"$sc" cancel job-1 >/dev/null || fail "cancel job-1"
+wait_for 30 is_state job-2 planned && pass "job-2 planned after the restart" ||
+    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
+is_state job-1 cancelled || fail "job-1 not cancelled"
+finish
