@@ -44,6 +44,10 @@ struct coord {
     bool stopping;
 
     sc_rpc_server *rpc;     /* thread-safe; not guarded */
+    void *zctx;             /* ZeroMQ context of the control socket and the ZAP handler */
+    sc_ctl_zap *zap;        /* admits registered workers' CURVE keys; NULL without CURVE */
+    char curve_secret[SC_CTL_KEY_Z85_LEN + 1]; /* "" when CURVE is off */
+    uint8_t curve_public[32];
     sc_ctl *ctl;            /* owned by the control-loop thread */
     pthread_t driver;
     bool driver_started;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
@@ -116,6 +117,58 @@ static sc_status restore_workers(coord *c, sc_err *err)
     return rc;
 }
 
+/* ZAP: a control connection is admitted when its CURVE key is a registered, live worker's. */
+static bool allow_worker_key(void *user, const uint8_t key[32])
+{
+    coord *c = user;
+    bool ok = false;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < coord_registry_count(c->registry) && !ok; i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        ok = w->has_curve_key && w->state != COORD_WORKER_DEAD &&
+             memcmp(w->curve_key, key, 32) == 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return ok;
+}
+
+/* Loads STATE/control.key (the control socket's CURVE secret key), making it on first start. */
+static sc_status setup_curve(coord *c, sc_err *err)
+{
+    if (!sc_ctl_curve_available()) {
+        SC_LOG_WARN(LOG, "this libzmq has no CURVE support: the control channel is not "
+                         "encrypted or authenticated");
+        return SC_OK;
+    }
+    char path[1100], pub[SC_CTL_KEY_Z85_LEN + 1];
+    snprintf(path, sizeof path, "%s/control.key", c->state_dir);
+    char *text = NULL;
+    size_t len = 0;
+    if (access(path, F_OK) == 0) {
+        SC_CHECK(sc_file_read(path, 256, &text, &len, err));
+        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+            text[--len] = '\0';
+        sc_strlcpy(c->curve_secret, text, sizeof c->curve_secret);
+        free(text);
+        sc_status rc = sc_ctl_curve_public(c->curve_secret, pub, err);
+        if (rc != SC_OK) {
+            sc_err_prefix(err, "%s", path);
+            return rc;
+        }
+    } else {
+        SC_CHECK(sc_ctl_curve_keypair(pub, c->curve_secret, err));
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 || write(fd, c->curve_secret, SC_CTL_KEY_Z85_LEN) != SC_CTL_KEY_Z85_LEN) {
+            if (fd >= 0)
+                close(fd);
+            return SC_ERRF(err, SC_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        }
+        close(fd);
+    }
+    zmq_z85_decode(c->curve_public, pub);
+    return sc_ctl_zap_start(&c->zap, c->zctx, allow_worker_key, c, err);
+}
+
 static sc_status split_host(const char *addr, char *host, size_t size, sc_err *err)
 {
     const char *colon = strrchr(addr, ':');
@@ -154,9 +207,17 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     const char *adv = cfg->advertise_host;
     if (adv == NULL)
         adv = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 ? "127.0.0.1" : host;
+    c->zctx = zmq_ctx_new();
+    if (c->zctx == NULL) {
+        rc = SC_ERRF(err, SC_ERR_ZMQ, "cannot create a ZeroMQ context");
+        goto fail;
+    }
+    SC_CHECK_GOTO(setup_curve(c, err), fail);
     char bind[300];
     snprintf(bind, sizeof bind, "tcp://%s:*", host);
-    SC_CHECK_GOTO(sc_ctl_router_new(&c->ctl, bind, NULL, err), fail);
+    sc_ctl_cfg ccfg = {.zmq_context = c->zctx,
+                       .curve_secret_key = c->curve_secret[0] ? c->curve_secret : NULL};
+    SC_CHECK_GOTO(sc_ctl_router_new(&c->ctl, bind, &ccfg, err), fail);
     const char *bound = sc_ctl_endpoint(c->ctl);
     const char *port = strrchr(bound, ':');
     snprintf(c->control_endpoint, sizeof c->control_endpoint, "tcp://%s%s", adv,
@@ -182,8 +243,9 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
         goto fail;
     }
     c->driver_started = true;
-    SC_LOG_INFO(LOG, "serving on %s:%d (gRPC), control on %s, state in %s", host,
-                sc_rpc_server_port(c->rpc), c->control_endpoint, c->state_dir);
+    SC_LOG_INFO(LOG, "serving on %s:%d (gRPC), control on %s (%s), state in %s", host,
+                sc_rpc_server_port(c->rpc), c->control_endpoint,
+                c->zap ? "CURVE, registered workers only" : "plaintext", c->state_dir);
     *out = c;
     return SC_OK;
 fail:
@@ -206,6 +268,9 @@ void coord_destroy(coord **cp)
         pthread_join(c->driver, NULL);
     sc_rpc_server_destroy(&c->rpc);
     sc_ctl_destroy(&c->ctl);
+    sc_ctl_zap_stop(&c->zap);
+    if (c->zctx)
+        zmq_ctx_term(c->zctx);
     while (c->cmd_head) {
         coord_cmd *next = c->cmd_head->next;
         free(c->cmd_head);

@@ -43,6 +43,8 @@ typedef struct {
     int64_t last_heartbeat_unix_ms;
     char job_id[COORD_ID_MAX];  /* the job it serves, or "" */
     char reported_state[32];    /* from its last heartbeat */
+    uint8_t curve_key[32];      /* its ZeroMQ CURVE public key, when has_curve_key */
+    bool has_curve_key;
     uint64_t step;
 } coord_worker;
 

@@ -70,6 +70,11 @@ static sc_status reg_worker(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     sc_strlcpy(rec.host, req->hardware && req->hardware->hostname ? req->hardware->hostname : "",
                sizeof rec.host);
     sc_strlcpy(rec.endpoint, req->worker_endpoint, sizeof rec.endpoint);
+    if (c->zap != NULL && req->curve_public_key.len != 32)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "this coordinator's control channel uses CURVE: the registration must "
+                       "carry the worker's 32-byte public key (got %zu bytes)",
+                       req->curve_public_key.len);
     if (req->hardware)
         SC_CHECK(sc_wire_pack(&req->hardware->base, &rec.hardware, &rec.hardware_len, err));
 
@@ -80,6 +85,9 @@ static sc_status reg_worker(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     sc_status rc = coord_registry_register(c->registry, &rec, sc_clock_now_ns(), &w, err);
     if (rc == SC_OK) {
         rc = coord_store_worker_put(c->store, &w->rec, err);
+        w->has_curve_key = req->curve_public_key.len == 32;
+        if (w->has_curve_key)
+            memcpy(w->curve_key, req->curve_public_key.data, 32);
         resp->worker_id = sc_rpc_ctx_strdup(ctx, w->rec.id);
         resp->epoch = w->rec.epoch;
         SC_LOG_INFO(LOG, "worker %s ('%s' on %s, %s) registered, epoch %llu", w->rec.id,
@@ -92,6 +100,10 @@ static sc_status reg_worker(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     if (rc != SC_OK)
         return rc;
     resp->control_endpoint = c->control_endpoint;
+    if (c->zap != NULL) {
+        resp->server_curve_public_key.data = c->curve_public;
+        resp->server_curve_public_key.len = 32;
+    }
     *out = &resp->base;
     return SC_OK;
 }

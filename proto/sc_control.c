@@ -6,6 +6,7 @@
 #include "proto/sc_control.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,31 @@ static sc_status ctl_open(sc_ctl **out, int type, const sc_ctl_cfg *cfg, sc_err 
         ZMQ_FAIL(err, "setting control socket options");
         sc_ctl_destroy(&c);
         return SC_ERR_ZMQ;
+    }
+    if (cfg && cfg->curve_secret_key) {
+        int server = c->router;
+        bool ok = strlen(cfg->curve_secret_key) == SC_CTL_KEY_Z85_LEN &&
+                  zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, cfg->curve_secret_key,
+                                 SC_CTL_KEY_Z85_LEN) == 0;
+        if (ok && server)
+            ok = zmq_setsockopt(c->sock, ZMQ_CURVE_SERVER, &server, sizeof server) == 0 &&
+                 zmq_setsockopt(c->sock, ZMQ_ZAP_DOMAIN, "stagecraft", 10) == 0;
+        if (ok && !server)
+            ok = cfg->curve_public_key && cfg->curve_server_key &&
+                 strlen(cfg->curve_public_key) == SC_CTL_KEY_Z85_LEN &&
+                 strlen(cfg->curve_server_key) == SC_CTL_KEY_Z85_LEN &&
+                 zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, cfg->curve_public_key,
+                                SC_CTL_KEY_Z85_LEN) == 0 &&
+                 zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, cfg->curve_server_key,
+                                SC_CTL_KEY_Z85_LEN) == 0;
+        if (!ok) {
+            SC_ERRF(err, SC_ERR_INVALID,
+                    "CURVE keys refused (%s): expected %d-character Z85 keys%s",
+                    zmq_strerror(zmq_errno()), SC_CTL_KEY_Z85_LEN,
+                    server ? "" : " (own secret and public, and the server's public)");
+            sc_ctl_destroy(&c);
+            return SC_ERR_INVALID;
+        }
     }
     *out = c;
     return SC_OK;
@@ -269,4 +295,130 @@ void sc_ctl_envelope_free(Stagecraft__ControlEnvelope **env)
         return;
     protobuf_c_message_free_unpacked(&(*env)->base, NULL);
     *env = NULL;
+}
+
+/* ---- CURVE and ZAP ---------------------------------------------------------------------------- */
+
+bool sc_ctl_curve_available(void)
+{
+    return zmq_has("curve") != 0;
+}
+
+sc_status sc_ctl_curve_keypair(char public_key[SC_CTL_KEY_Z85_LEN + 1],
+                               char secret_key[SC_CTL_KEY_Z85_LEN + 1], sc_err *err)
+{
+    if (zmq_curve_keypair(public_key, secret_key) != 0)
+        return ZMQ_FAIL(err, "making a CURVE key pair");
+    return SC_OK;
+}
+
+sc_status sc_ctl_curve_public(const char *secret_key, char public_key[SC_CTL_KEY_Z85_LEN + 1],
+                              sc_err *err)
+{
+    if (strlen(secret_key) != SC_CTL_KEY_Z85_LEN || zmq_curve_public(public_key, secret_key) != 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "not a %d-character Z85 CURVE secret key",
+                       SC_CTL_KEY_Z85_LEN);
+    return SC_OK;
+}
+
+struct sc_ctl_zap {
+    void *ctx;
+    void *sock; /* REP on inproc://zeromq.zap.01, owned by the thread once started */
+    pthread_t thread;
+    volatile int stop;
+    bool (*allow)(void *user, const uint8_t key[32]);
+    void *user;
+};
+
+/* One ZAP request: version, request id, domain, address, identity, mechanism, credentials. */
+static void zap_answer(sc_ctl_zap *z)
+{
+    zmq_msg_t part[8];
+    int n = 0, more = 1;
+    while (more && n < 8) {
+        zmq_msg_init(&part[n]);
+        if (zmq_msg_recv(&part[n], z->sock, 0) < 0) {
+            zmq_msg_close(&part[n]);
+            break;
+        }
+        more = zmq_msg_more(&part[n]);
+        n++;
+    }
+    if (more)
+        drain_more(z->sock);
+    bool ok = false;
+    const char *why = "malformed ZAP request";
+    if (n >= 7 && zmq_msg_size(&part[5]) == 5 && memcmp(zmq_msg_data(&part[5]), "CURVE", 5) == 0 &&
+        zmq_msg_size(&part[6]) == 32) {
+        ok = z->allow(z->user, zmq_msg_data(&part[6]));
+        why = ok ? "OK" : "unknown worker key";
+    } else if (n >= 6) {
+        why = "only CURVE peers are accepted";
+    }
+    if (n >= 2) {
+        zmq_send(z->sock, "1.0", 3, ZMQ_SNDMORE);
+        zmq_send(z->sock, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
+        zmq_send(z->sock, ok ? "200" : "400", 3, ZMQ_SNDMORE);
+        zmq_send(z->sock, why, strlen(why), ZMQ_SNDMORE);
+        zmq_send(z->sock, "", 0, ZMQ_SNDMORE);
+        zmq_send(z->sock, "", 0, 0);
+    }
+    if (!ok)
+        SC_LOG_WARN("control", "control connection refused: %s", why);
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&part[i]);
+}
+
+static void *zap_main(void *arg)
+{
+    sc_ctl_zap *z = arg;
+    while (!z->stop) {
+        zmq_pollitem_t item = {z->sock, 0, ZMQ_POLLIN, 0};
+        int r = zmq_poll(&item, 1, 100);
+        if (r > 0)
+            zap_answer(z);
+        else if (r < 0 && zmq_errno() == ETERM)
+            break;
+    }
+    zmq_close(z->sock);
+    return NULL;
+}
+
+sc_status sc_ctl_zap_start(sc_ctl_zap **out, void *zmq_context,
+                           bool (*allow)(void *user, const uint8_t key[32]), void *user,
+                           sc_err *err)
+{
+    *out = NULL;
+    sc_ctl_zap *z = calloc(1, sizeof *z);
+    SC_ALLOC_CHECK(z, err);
+    z->ctx = zmq_context;
+    z->allow = allow;
+    z->user = user;
+    z->sock = zmq_socket(zmq_context, ZMQ_REP);
+    int linger = 0;
+    if (z->sock == NULL || zmq_setsockopt(z->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_bind(z->sock, "inproc://zeromq.zap.01") != 0) {
+        ZMQ_FAIL(err, "starting the ZAP handler");
+        if (z->sock)
+            zmq_close(z->sock);
+        free(z);
+        return SC_ERR_ZMQ;
+    }
+    if (pthread_create(&z->thread, NULL, zap_main, z) != 0) {
+        zmq_close(z->sock);
+        free(z);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the ZAP handler thread");
+    }
+    *out = z;
+    return SC_OK;
+}
+
+void sc_ctl_zap_stop(sc_ctl_zap **zap)
+{
+    if (zap == NULL || *zap == NULL)
+        return;
+    (*zap)->stop = 1;
+    pthread_join((*zap)->thread, NULL);
+    free(*zap);
+    *zap = NULL;
 }

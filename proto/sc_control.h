@@ -19,6 +19,7 @@
 #ifndef SC_CONTROL_H
 #define SC_CONTROL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,12 +31,44 @@
 
 typedef struct sc_ctl sc_ctl;
 
+/* CURVE keys are Z85 text of 40 characters (zmq_curve_keypair). */
+#define SC_CTL_KEY_Z85_LEN 40
+
 typedef struct {
     void *zmq_context;       /* shared ZeroMQ context, or NULL to create one for this channel */
     size_t max_frame_bytes;  /* 0: SC_CTL_DEFAULT_MAX_FRAME_BYTES */
     const char *routing_id;  /* DEALER only: the id the ROUTER addresses this peer by */
     int linger_ms;           /* how long close waits for unsent frames; default 0 */
+    /* CURVE encryption and authentication, off when curve_secret_key is NULL.
+     * ROUTER: its secret key; it then authenticates every peer through the ZAP handler of its
+     * context (sc_ctl_zap_start), which must run before the ROUTER is created, since a CURVE
+     * server without a ZAP handler accepts any client key.
+     * DEALER: its own secret and public keys and the ROUTER's public key. */
+    const char *curve_secret_key;
+    const char *curve_public_key;
+    const char *curve_server_key;
 } sc_ctl_cfg;
+
+/* Whether this libzmq supports CURVE. */
+bool sc_ctl_curve_available(void);
+
+/* A new CURVE key pair as Z85 text (41-byte buffers, NUL-terminated). */
+sc_status sc_ctl_curve_keypair(char public_key[SC_CTL_KEY_Z85_LEN + 1],
+                               char secret_key[SC_CTL_KEY_Z85_LEN + 1], sc_err *err);
+
+/* The public key of a Z85 secret key. */
+sc_status sc_ctl_curve_public(const char *secret_key, char public_key[SC_CTL_KEY_Z85_LEN + 1],
+                              sc_err *err);
+
+/* ZAP handler: a thread that answers ZeroMQ's authentication requests for every CURVE socket of
+ * `zmq_context`, admitting a client key (32 raw bytes) when allow(user, key) returns true.
+ * `allow` runs on the handler's thread and must be thread-safe. */
+typedef struct sc_ctl_zap sc_ctl_zap;
+sc_status sc_ctl_zap_start(sc_ctl_zap **out, void *zmq_context,
+                           bool (*allow)(void *user, const uint8_t key[32]), void *user,
+                           sc_err *err);
+/* Stops the handler thread. Call before terminating the context. Accepts NULL. */
+void sc_ctl_zap_stop(sc_ctl_zap **zap);
 
 /* Binds a ROUTER to `endpoint` ("tcp://127.0.0.1:0" picks a free port; see sc_ctl_endpoint). */
 sc_status sc_ctl_router_new(sc_ctl **out, const char *endpoint, const sc_ctl_cfg *cfg, sc_err *err);

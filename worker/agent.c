@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
@@ -42,6 +43,9 @@ struct wk_agent {
     sc_rpc_client *coord;
     sc_ctl *ctl;         /* owned by the thread in wk_agent_run */
     char control_endpoint[300];
+    char curve_public[SC_CTL_KEY_Z85_LEN + 1]; /* this worker's key pair, new each start; */
+    char curve_secret[SC_CTL_KEY_Z85_LEN + 1]; /* "" when libzmq has no CURVE */
+    uint8_t curve_public_raw[32];
     uint32_t heartbeat_ms;
     uint64_t seq;
 };
@@ -165,6 +169,10 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         sc_strlcpy(host, a->shared.hardware->hostname, sizeof host);
     snprintf(a->endpoint, sizeof a->endpoint, "%s:%d", host, sc_rpc_server_port(a->rpc));
 
+    if (sc_ctl_curve_available()) {
+        SC_CHECK_GOTO(sc_ctl_curve_keypair(a->curve_public, a->curve_secret, err), fail);
+        zmq_z85_decode(a->curve_public_raw, a->curve_public);
+    }
     sc_rpc_client_cfg ccfg = {.tls = cfg->tls};
     SC_CHECK_GOTO(sc_rpc_client_new(&a->coord, a->coordinator, &ccfg, err), fail);
     SC_LOG_INFO(LOG, "worker '%s' (%s, %s) serving on %s", a->name, device,
@@ -208,6 +216,10 @@ static sc_status do_register(wk_agent *a, sc_err *err)
     req.join_token = a->join_token;
     req.hardware = a->shared.hardware;
     req.worker_endpoint = a->endpoint;
+    if (a->curve_secret[0]) {
+        req.curve_public_key.data = a->curve_public_raw;
+        req.curve_public_key.len = 32;
+    }
     pthread_mutex_lock(&a->shared.lock);
     char prev[COORD_WORKER_ID_MAX];
     sc_strlcpy(prev, a->shared.id, sizeof prev);
@@ -226,11 +238,20 @@ static sc_status do_register(wk_agent *a, sc_err *err)
     pthread_mutex_unlock(&a->shared.lock);
     sc_strlcpy(a->control_endpoint, resp->control_endpoint, sizeof a->control_endpoint);
     a->heartbeat_ms = resp->heartbeat_interval_ms ? resp->heartbeat_interval_ms : 1000;
+    char server_key[SC_CTL_KEY_Z85_LEN + 1] = "";
+    bool curve = resp->server_curve_public_key.len == 32 && a->curve_secret[0];
+    if (curve)
+        zmq_z85_encode(server_key, resp->server_curve_public_key.data, 32);
     protobuf_c_message_free_unpacked(m, NULL);
     save_id(a);
 
     sc_ctl_destroy(&a->ctl);
     sc_ctl_cfg ccfg = {.routing_id = a->shared.id};
+    if (curve) {
+        ccfg.curve_secret_key = a->curve_secret;
+        ccfg.curve_public_key = a->curve_public;
+        ccfg.curve_server_key = server_key;
+    }
     SC_CHECK(sc_ctl_dealer_new(&a->ctl, a->control_endpoint, &ccfg, err));
     SC_LOG_INFO(LOG, "registered as %s (epoch %llu); control %s, heartbeat every %u ms",
                 a->shared.id, (unsigned long long)a->shared.epoch, a->control_endpoint,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A worker that stops answering in the middle of profiling: the job goes back to submitted with
+# A worker that stops answering in the middle of profiling (the job asks for it by name): the job goes back to submitted with
 # the reason recorded, the coordinator stays up, and the job is planned once the worker answers.
 # Usage: test_profile_timeout.sh PATH/TO/stagecraft
 sc=${1:?usage: test_profile_timeout.sh PATH/TO/stagecraft}
@@ -17,7 +17,7 @@ cat >"$work/job.json" <<'JSON'
 {"format": "stagecraft-job", "version": 1, "name": "mlp",
  "model": {"kind": "mlp", "sizes": [32, 64, 64, 10]},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 2,
- "strategy": "minmax", "workers": 2, "steps": 5}
+ "strategy": "minmax", "workers": ["b"], "steps": 5}
 JSON
 kill -STOP "$b_pid"
 "$sc" submit "$work/job.json" >/dev/null || fail "submit"

@@ -246,6 +246,80 @@ static void test_dealer_needs_routing_id(void **state)
     assert_non_null(strstr(err.msg, "tcp://999.1.1.1:nope"));
 }
 
+static uint8_t allowed_key[32];
+static int zap_calls;
+
+static bool allow_one(void *user, const uint8_t key[32])
+{
+    (void)user;
+    zap_calls++;
+    return memcmp(key, allowed_key, 32) == 0;
+}
+
+static void test_curve_with_allow_list(void **state)
+{
+    (void)state;
+    if (!sc_ctl_curve_available())
+        skip();
+    sc_err err;
+    sc_err_clear(&err);
+    void *zctx = zmq_ctx_new();
+    char spub[41], ssec[41], apub[41], asec[41], bpub[41], bsec[41];
+    assert_int_equal(sc_ctl_curve_keypair(spub, ssec, &err), SC_OK);
+    assert_int_equal(sc_ctl_curve_keypair(apub, asec, &err), SC_OK);
+    assert_int_equal(sc_ctl_curve_keypair(bpub, bsec, &err), SC_OK);
+    char again[41];
+    assert_int_equal(sc_ctl_curve_public(asec, again, &err), SC_OK);
+    assert_string_equal(again, apub);
+    assert_int_equal(sc_ctl_curve_public("short", again, &err), SC_ERR_INVALID);
+    sc_err_clear(&err);
+    zmq_z85_decode(allowed_key, apub);
+
+    sc_ctl_zap *zap = NULL;
+    zap_calls = 0;
+    assert_int_equal(sc_ctl_zap_start(&zap, zctx, allow_one, NULL, &err), SC_OK);
+    sc_ctl *router = NULL, *good = NULL, *bad = NULL;
+    sc_ctl_cfg rcfg = {.zmq_context = zctx, .curve_secret_key = ssec};
+    assert_int_equal(sc_ctl_router_new(&router, "tcp://127.0.0.1:*", &rcfg, &err), SC_OK);
+    sc_ctl_cfg gcfg = {.zmq_context = zctx, .routing_id = "w-1", .curve_secret_key = asec,
+                       .curve_public_key = apub, .curve_server_key = spub};
+    sc_ctl_cfg bcfg = {.zmq_context = zctx, .routing_id = "w-2", .curve_secret_key = bsec,
+                       .curve_public_key = bpub, .curve_server_key = spub};
+    assert_int_equal(sc_ctl_dealer_new(&good, sc_ctl_endpoint(router), &gcfg, &err), SC_OK);
+    assert_int_equal(sc_ctl_dealer_new(&bad, sc_ctl_endpoint(router), &bcfg, &err), SC_OK);
+    send_heartbeat(bad, 2);
+    send_heartbeat(good, 1);
+
+    char peer[SC_CTL_PEER_ID_MAX];
+    Stagecraft__ControlEnvelope *got = NULL;
+    int from_good = 0;
+    sc_status rc;
+    while ((rc = sc_ctl_recv(router, 1000, peer, &got, &err)) != SC_ERR_TIMEOUT) {
+        assert_int_equal(rc, SC_OK);
+        assert_string_equal(peer, "w-1"); /* never the unknown key */
+        assert_int_equal(got->heartbeat->step, 1);
+        from_good++;
+        sc_ctl_envelope_free(&got);
+    }
+    assert_int_equal(from_good, 1);
+    assert_true(zap_calls >= 2);
+
+    /* a DEALER with a malformed key is refused at creation */
+    sc_ctl *broken = NULL;
+    sc_ctl_cfg kcfg = {.zmq_context = zctx, .routing_id = "w-3", .curve_secret_key = asec,
+                       .curve_public_key = "too-short", .curve_server_key = spub};
+    sc_err_clear(&err);
+    assert_int_equal(sc_ctl_dealer_new(&broken, sc_ctl_endpoint(router), &kcfg, &err),
+                     SC_ERR_INVALID);
+    assert_null(broken);
+
+    sc_ctl_destroy(&good);
+    sc_ctl_destroy(&bad);
+    sc_ctl_destroy(&router);
+    sc_ctl_zap_stop(&zap);
+    zmq_ctx_term(zctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +328,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_oversized_frame_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_and_version_mismatch, setup, teardown),
         cmocka_unit_test(test_dealer_needs_routing_id),
+        cmocka_unit_test(test_curve_with_allow_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,617 @@
+/*
+ * plan: strategy driver, micro-batch sweep, result writers.
+ *
+ * Order of work for one strategy: pick a first micro-batch count (given, or the closed form
+ * for the whole model), build the cost tables at that size, run the strategy (timed), then,
+ * for --microbatches auto, re-fit the closed form on the bottleneck stage and simulate the
+ * candidate counts on the partition found, keeping the fastest that fits memory. The final
+ * numbers come from one more simulation at the chosen count.
+ */
+#include "coordinator/planner/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_util.h"
+#include "coordinator/planner/plan_ga.h"
+#include "coordinator/planner/plan_microbatch.h"
+#include "coordinator/planner/plan_schedule.h"
+
+static const char *const strat_names[PLAN_STRAT_COUNT] = {
+    "uniform", "blockpartition", "minmax", "pipedream", "autopipe", "hetero", "umpipe",
+    "exhaustive"};
+
+const char *plan_strategy_name(plan_strategy s)
+{
+    return (unsigned)s < PLAN_STRAT_COUNT ? strat_names[s] : "unknown";
+}
+
+int plan_strategy_parse(const char *name)
+{
+    for (int i = 0; i < PLAN_STRAT_COUNT; i++)
+        if (strcmp(name, strat_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int plan_request_default_batch(const plan_request *req)
+{
+    int D = req->cluster->n_devices;
+    if (req->profile->microbatch_size > 0)
+        return 2 * D * req->profile->microbatch_size;
+    return 8 * D;
+}
+
+void plan_result_free(plan_result *r)
+{
+    if (r == NULL)
+        return;
+    plan_partition_destroy(&r->part);
+    free(r->compute_s);
+    free(r->peak_memory_bytes);
+    free(r->fwd_sizes);
+    free(r->bwd_sizes);
+    plan_sim_result_free(&r->sim);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---------------------------------------------------------------- simulation helpers */
+
+static int sched_units(plan_sched_kind k, int S, int m)
+{
+    /* PipeDream has no flush: play enough minibatches to reach the steady state */
+    if (k == PLAN_SCHED_PIPEDREAM)
+        return m > 4 * S + 4 ? m : 4 * S + 4;
+    return m;
+}
+
+static sc_status simulate(const plan_request *req, const plan_cost *c, const plan_partition *p,
+                          int m, int sliced, int record, plan_sim_result *out, sc_err *err)
+{
+    plan_schedule *s = NULL;
+    int S = p->n_stages;
+    sc_status rc;
+    plan_sim_stage *st = calloc((size_t)S, sizeof *st);
+    SC_ALLOC_CHECK(st, err);
+    SC_CHECK_GOTO(plan_schedule_build(&s, req->schedule, S, sched_units(req->schedule, S, m),
+                                      sliced, err),
+                  done);
+    SC_CHECK_GOTO(plan_schedule_validate(s, err), done);
+    plan_partition_sim_stages(c, p, st);
+    double eff = req->slice_efficiency > 0 ? req->slice_efficiency : 0.9;
+    rc = plan_sim_run(s, st, m, eff, record, out, err);
+done:
+    plan_schedule_destroy(&s);
+    free(st);
+    return rc;
+}
+
+/* Peak memory per stage from the simulated stash counts; returns 1 when all fit. */
+static int memory_of(const plan_request *req, const plan_cost *c, const plan_partition *p,
+                     const plan_sim_result *sim, double *peak)
+{
+    const plan_cluster *cl = req->cluster;
+    int fits = 1;
+    for (int s = 0; s < p->n_stages; s++) {
+        int wv = req->schedule == PLAN_SCHED_PIPEDREAM ? p->n_stages - s - 1 : 0;
+        peak[s] = plan_cost_memory(c, p->first[s], p->last[s], sim->peak_inflight[s], wv);
+        for (int i = 0; i < p->n_dev[s]; i++) {
+            int d = p->devs[p->dev_start[s] + i];
+            if (peak[s] > cl->types[cl->devices[d].type].memory_bytes)
+                fits = 0;
+        }
+    }
+    return fits;
+}
+
+static int min_count(const plan_request *req, int S)
+{
+    return req->schedule == PLAN_SCHED_1F1B || req->schedule == PLAN_SCHED_SLICED ? S : 1;
+}
+
+/* ---------------------------------------------------------------- umpipe */
+
+static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_result *r,
+                            sc_err *err)
+{
+    const plan_partition *p = r->part;
+    const plan_profile *prof = req->profile;
+    const plan_cluster *cl = req->cluster;
+    int S = p->n_stages, B = r->batch, W = B + 1;
+    int K = 2 * S > 16 ? 2 * S : 16;
+    if (K > 64)
+        K = 64;
+    if (K > B)
+        K = B;
+    if (B > 16384)
+        return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                       "umpipe: a batch of %d samples is too large for per-sample sizes (at most "
+                       "16384)",
+                       B);
+    sc_status rc = SC_OK;
+    double *fw = calloc((size_t)S * W, sizeof(double)), *bw = calloc((size_t)S * W, sizeof(double));
+    double *cm = calloc((size_t)S * W, sizeof(double));
+    int *cap = calloc((size_t)S, sizeof(int));
+    plan_ga_result g = {0};
+    if (!fw || !bw || !cm || !cap) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory");
+        goto done;
+    }
+    double M = c->samples;
+    size_t L = (size_t)c->n_blocks;
+    for (int i = 0; i < S; i++) {
+        int d = p->devs[p->dev_start[i]], t = cl->devices[d].type, r_ = p->n_dev[i];
+        for (int x = 1; x <= B; x++) {
+            double f = 0, b = 0;
+            for (int l = p->first[i]; l <= p->last[i]; l++) {
+                double f0, b0, fx, bx;
+                plan_profile_block_time(prof, l, M, B, &f0, &b0);
+                plan_profile_block_time(prof, l, x, B, &fx, &bx);
+                /* scale the stage's own (possibly measured) time by the profile's size curve */
+                if (f0 > 0)
+                    f += c->fwd_s[(size_t)t * L + (size_t)l] * fx / f0;
+                if (b0 > 0)
+                    b += c->bwd_s[(size_t)t * L + (size_t)l] * bx / b0;
+            }
+            fw[(size_t)i * W + x] = f / r_;
+            bw[(size_t)i * W + x] = b / r_;
+            if (i + 1 < S) {
+                int d2 = p->devs[p->dev_start[i + 1]];
+                cm[(size_t)i * W + x] =
+                    c->act_bytes[p->last[i]] * x / M / plan_cluster_bw(cl, d, d2);
+            }
+        }
+        double mem = cl->types[t].memory_bytes;
+        double rem = mem - PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) -
+                     plan_cost_stash(c, p->first[i], p->last[i]) / M * B;
+        double act_ps = c->act_bytes[p->last[i]] / M;
+        if (rem < 0)
+            cap[i] = 0;
+        else if (act_ps <= 0 || rem / (2 * act_ps) >= B)
+            cap[i] = B;
+        else
+            cap[i] = (int)(rem / (2 * act_ps));
+    }
+    plan_ga_problem prob = {.n_stages = S, .batch = B, .max_entries = K, .fwd_s = fw,
+                            .bwd_s = bw, .comm_s = cm, .max_size = cap, .opt_s = 0};
+    plan_ga_cfg gcfg = {.population = 64, .generations = 120, .seed = 1};
+    SC_CHECK_GOTO(plan_ga_run(&prob, &gcfg, &g, err), done);
+    r->ga_k = K;
+    r->fwd_sizes = g.x;
+    r->bwd_sizes = g.y;
+    g.x = g.y = NULL;
+    r->objective_s = g.time_s;
+    r->iteration_time_s = g.time_s;
+    r->ga_best_equal_s = g.best_equal_s;
+    r->ga_greedy_s = g.greedy_s;
+    r->ga_uniform_s = g.uniform_s;
+    double busy = 0;
+    int most = 0;
+    r->fits_memory = 1;
+    for (int i = 0; i < S; i++) {
+        int n = 0, big = 0;
+        for (int j = 0; j < K; j++) {
+            int x = r->fwd_sizes[i * K + j], y = r->bwd_sizes[i * K + j];
+            busy += fw[(size_t)i * W + x] + bw[(size_t)i * W + y];
+            n += x > 0;
+            big = x > big ? x : big;
+            big = y > big ? y : big;
+        }
+        most = n > most ? n : most;
+        if (big > cap[i])
+            r->fits_memory = 0;
+        r->peak_memory_bytes[i] =
+            PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) +
+            plan_cost_stash(c, p->first[i], p->last[i]) / M * B +
+            2 * c->act_bytes[p->last[i]] / M * big;
+    }
+    r->n_micro = most;
+    r->bubble_fraction = g.time_s > 0 ? 1 - busy / (S * g.time_s) : 0;
+    if (r->bubble_fraction < 0)
+        r->bubble_fraction = 0;
+done:
+    plan_ga_result_free(&g);
+    free(fw), free(bw), free(cm), free(cap);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- driver */
+
+static sc_status check_request(const plan_request *req, int batch, sc_err *err)
+{
+    int D = req->cluster->n_devices;
+    if (batch < 1)
+        return SC_ERRF(err, SC_ERR_INVALID, "--batch: expected a positive number of samples, got %d",
+                       batch);
+    if (req->microbatches < 0 || req->microbatches > batch)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "--microbatches %d: expected 1 to the batch size (%d), or auto",
+                       req->microbatches, batch);
+    if (req->microbatches > 0 && batch % req->microbatches != 0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "--microbatches %d: must divide the batch of %d samples (try one of its "
+                       "divisors)",
+                       req->microbatches, batch);
+    if (req->max_stages > D)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "--stages %d: more stages than the %d devices of %s; expected 1 to %d",
+                       req->max_stages, D, req->cluster->source, D);
+    if (req->max_stages < 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "--stages: expected 1 to %d", D);
+    /* a block that fits no device at all can never be placed */
+    plan_cost *c = NULL;
+    SC_CHECK(plan_cost_new(&c, req->profile, req->cluster, 1, batch, err));
+    double most = 0;
+    for (int t = 0; t < req->cluster->n_types; t++)
+        most = req->cluster->types[t].memory_bytes > most ? req->cluster->types[t].memory_bytes
+                                                           : most;
+    sc_status rc = SC_OK;
+    for (int l = 0; l < c->n_blocks; l++) {
+        double need = PLAN_PARAM_COPIES * plan_cost_params(c, l, l);
+        if (need > most) {
+            rc = SC_ERRF(err, SC_ERR_INVALID,
+                         "block %d \"%s\" of %s needs %.3g bytes for its parameters, "
+                         "gradients and optimizer state, more than any device of %s has "
+                         "(largest %.3g bytes)",
+                         l, req->profile->blocks[l].name, req->profile->model, need,
+                         req->cluster->source, most);
+            break;
+        }
+    }
+    plan_cost_destroy(&c);
+    return rc;
+}
+
+static double ref_samples(const plan_profile *p, int batch)
+{
+    return p->microbatch_size > 0 ? p->microbatch_size : batch;
+}
+
+sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+{
+    const plan_profile *prof = req->profile;
+    const plan_cluster *cl = req->cluster;
+    int batch = req->batch > 0 ? req->batch : plan_request_default_batch(req);
+    int L = prof->n_blocks, D = cl->n_devices;
+    memset(out, 0, sizeof *out);
+    out->strategy = strat;
+    out->batch = batch;
+    out->schedule = req->schedule;
+    SC_CHECK(check_request(req, batch, err));
+    sc_status rc = SC_OK;
+    plan_cost *cost = NULL, *ref = NULL;
+    sc_err serr;
+    sc_err_clear(&serr);
+
+    /* first micro-batch count: given, or the closed form over the whole model */
+    int S0 = D < L ? D : L;
+    if (req->max_stages > 0 && req->max_stages < S0)
+        S0 = req->max_stages;
+    int m = req->microbatches;
+    int cand[PLAN_MB_MAX_CANDIDATES];
+    if (m == 0) {
+        double a, b;
+        plan_microbatch_fit(prof, 0, L - 1, batch, &a, &b);
+        double ms = plan_microbatch_closed_form(a, b / S0, batch, S0);
+        int n = plan_microbatch_candidates(batch, ms, min_count(req, S0), cand);
+        m = cand[0];
+        for (int i = 1; i < n; i++)
+            if (fabs(log(cand[i]) - log(ms)) < fabs(log(m) - log(ms)))
+                m = cand[i];
+    }
+    SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+    SC_CHECK_GOTO(plan_cost_new(&ref, prof, cl, ref_samples(prof, batch), batch, err), done);
+    SC_CHECK_GOTO(plan_partition_new(&out->part, L, D, err), done);
+    plan_search_cfg cfg = {.cost = cost,
+                           .ref_cost = ref,
+                           .sched = req->schedule,
+                           .n_micro = m,
+                           .slice_efficiency = req->slice_efficiency,
+                           .exhaustive_limit = req->exhaustive_limit,
+                           .max_stages = req->max_stages};
+
+    double t0 = sc_clock_now_s();
+    switch (strat) {
+    case PLAN_STRAT_UNIFORM:
+        rc = plan_partition_uniform(&cfg, out->part, &serr);
+        break;
+    case PLAN_STRAT_BLOCKPARTITION:
+        rc = plan_partition_blockpartition(&cfg, out->part, &serr);
+        break;
+    case PLAN_STRAT_MINMAX:
+    case PLAN_STRAT_UMPIPE:
+        rc = plan_partition_minmax(&cfg, out->part, &serr);
+        break;
+    case PLAN_STRAT_PIPEDREAM:
+        rc = plan_partition_pipedream(&cfg, out->part, &serr);
+        break;
+    case PLAN_STRAT_AUTOPIPE:
+        rc = plan_partition_autopipe(&cfg, out->part, &serr);
+        break;
+    case PLAN_STRAT_HETERO:
+        rc = plan_partition_hetero(&cfg, out->part, &serr);
+        break;
+    case PLAN_STRAT_EXHAUSTIVE:
+        rc = plan_partition_exhaustive(&cfg, out->part, &serr);
+        break;
+    default:
+        rc = SC_ERRF(&serr, SC_ERR_INVALID, "unknown strategy %d", (int)strat);
+    }
+    if (rc != SC_OK)
+        goto strategy_failed;
+    out->objective_s = out->part->objective_s;
+    sc_strlcpy(out->note, out->part->note, sizeof out->note);
+    int S = out->part->n_stages;
+    out->compute_s = calloc((size_t)S, sizeof(double));
+    out->peak_memory_bytes = calloc((size_t)S, sizeof(double));
+    if (!out->compute_s || !out->peak_memory_bytes) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (strat == PLAN_STRAT_UMPIPE) {
+        out->micro_size = cost->samples;
+        rc = run_umpipe(req, cost, out, &serr);
+        out->search_time_s = sc_clock_now_s() - t0;
+        if (rc != SC_OK)
+            goto strategy_failed;
+        for (int s = 0; s < S; s++)
+            out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
+        out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
+        out->lower_bound_s = plan_lower_bound(cost);
+        out->throughput_samples_per_s = out->iteration_time_s > 0 ? batch / out->iteration_time_s : 0;
+        out->ok = 1;
+        goto done;
+    }
+    out->search_time_s = sc_clock_now_s() - t0;
+
+    /* --microbatches auto: closed form on the bottleneck stage, then a simulated sweep */
+    if (req->microbatches == 0) {
+        int worst = 0;
+        for (int s = 1; s < S; s++)
+            if (plan_partition_stage_time(cost, out->part, s) >
+                plan_partition_stage_time(cost, out->part, worst))
+                worst = s;
+        double a, b;
+        plan_microbatch_fit(prof, out->part->first[worst], out->part->last[worst], batch, &a,
+                            &b);
+        double ms = plan_microbatch_closed_form(a, b, batch, S);
+        int n = plan_microbatch_candidates(batch, ms, min_count(req, S), cand);
+        double best = HUGE_VAL;
+        int best_m = -1, fallback_m = -1;
+        double *peak = calloc((size_t)S, sizeof(double));
+        if (peak == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int i = 0; i < n && i < PLAN_SWEEP_MAX; i++) {
+            plan_cost *cm = NULL;
+            plan_sim_result sr;
+            rc = plan_cost_new(&cm, prof, cl, (double)batch / cand[i], batch, err);
+            if (rc == SC_OK)
+                rc = simulate(req, cm, out->part, cand[i], 0, 0, &sr, err);
+            if (rc != SC_OK) {
+                plan_cost_destroy(&cm);
+                free(peak);
+                goto done;
+            }
+            int fits = memory_of(req, cm, out->part, &sr, peak);
+            out->sweep_count[out->n_sweep] = cand[i];
+            out->sweep_iter_s[out->n_sweep] = sr.iteration_s;
+            out->sweep_fits[out->n_sweep++] = fits;
+            /* the fastest that fits; when none fits, the smallest micro-batches */
+            if (fits && sr.iteration_s < best) {
+                best = sr.iteration_s;
+                best_m = cand[i];
+            }
+            if (cand[i] > fallback_m)
+                fallback_m = cand[i];
+            plan_sim_result_free(&sr);
+            plan_cost_destroy(&cm);
+        }
+        if (best_m < 0)
+            best_m = fallback_m;
+        free(peak);
+        if (best_m > 0 && best_m != m) {
+            m = best_m;
+            plan_cost_destroy(&cost);
+            SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+        }
+    }
+    out->n_micro = m;
+    out->micro_size = (double)batch / m;
+
+    /* sliced: try every count of sliced warm-up micro-batches */
+    int sliced = 0;
+    if (req->schedule == PLAN_SCHED_SLICED) {
+        double best = HUGE_VAL;
+        for (int k = 0; k < S && k <= m; k++) {
+            plan_sim_result sr;
+            SC_CHECK_GOTO(simulate(req, cost, out->part, m, k, 0, &sr, err), done);
+            if (sr.iteration_s < best - 1e-12) {
+                best = sr.iteration_s;
+                sliced = k;
+            }
+            plan_sim_result_free(&sr);
+        }
+    }
+    out->sliced = sliced;
+    SC_CHECK_GOTO(simulate(req, cost, out->part, m, sliced, req->record_trace, &out->sim, err),
+                  done);
+    out->iteration_time_s = out->sim.iteration_s;
+    out->bubble_fraction = out->sim.bubble_fraction;
+    out->throughput_samples_per_s = out->iteration_time_s > 0 ? batch / out->iteration_time_s : 0;
+    out->fits_memory = memory_of(req, cost, out->part, &out->sim, out->peak_memory_bytes);
+    for (int s = 0; s < S; s++)
+        out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
+    out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
+    out->lower_bound_s = plan_lower_bound(cost);
+    out->ok = 1;
+    goto done;
+
+strategy_failed:
+    out->search_time_s = sc_clock_now_s() - t0;
+    sc_strlcpy(out->error, serr.msg, sizeof out->error);
+    if (err != NULL && err->code == SC_OK)
+        *err = serr;
+done:
+    plan_cost_destroy(&cost);
+    plan_cost_destroy(&ref);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- writers */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_sizes(FILE *f, const int *row, int K)
+{
+    fputc('[', f);
+    for (int j = 0; j < K && row[j] > 0; j++)
+        fprintf(f, "%s%d", j ? ", " : "", row[j]);
+    fputc(']', f);
+}
+
+sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r, int n,
+                          sc_err *err)
+{
+    fprintf(f, "{\"model\": ");
+    json_str(f, req->profile->model);
+    fprintf(f, ", \"blocks\": %d, \"devices\": %d, \"plans\": [", req->profile->n_blocks,
+            req->cluster->n_devices);
+    for (int i = 0; i < n; i++) {
+        const plan_result *x = &r[i];
+        fprintf(f, "%s\n  {\"strategy\": \"%s\"", i ? "," : "", plan_strategy_name(x->strategy));
+        if (!x->ok) {
+            fprintf(f, ", \"error\": ");
+            json_str(f, x->error);
+            fprintf(f, ", \"search_time_s\": %.9g}", x->search_time_s);
+            continue;
+        }
+        fprintf(f,
+                ", \"schedule\": \"%s\", \"batch\": %d, \"objective_s\": %.9g, "
+                "\"bottleneck_s\": %.9g, \"iteration_time_s\": %.9g, "
+                "\"throughput_samples_per_s\": %.9g, \"bubble_fraction\": %.6f, "
+                "\"lower_bound_s\": %.9g, \"search_time_s\": %.9g, \"fits_memory\": %s",
+                x->strategy == PLAN_STRAT_UMPIPE ? "unequal" : plan_sched_name(x->schedule),
+                x->batch, x->objective_s, x->bottleneck_s, x->iteration_time_s,
+                x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s,
+                x->search_time_s, x->fits_memory ? "true" : "false");
+        if (x->note[0]) {
+            fprintf(f, ", \"note\": ");
+            json_str(f, x->note);
+        }
+        fprintf(f, ",\n   \"stages\": [");
+        const plan_partition *p = x->part;
+        for (int s = 0; s < p->n_stages; s++) {
+            fprintf(f, "%s\n    {\"first_block\": %d, \"last_block\": %d, \"devices\": [",
+                    s ? "," : "", p->first[s], p->last[s]);
+            for (int d = 0; d < p->n_dev[s]; d++)
+                fprintf(f, "%s%d", d ? ", " : "", p->devs[p->dev_start[s] + d]);
+            fprintf(f, "], \"replicas\": %d, \"compute_s\": %.9g, \"peak_memory_bytes\": %.6g}",
+                    p->n_dev[s], x->compute_s[s], x->peak_memory_bytes[s]);
+        }
+        fprintf(f, "],\n   \"microbatches\": {\"count\": %d", x->n_micro);
+        if (x->strategy == PLAN_STRAT_UMPIPE) {
+            fprintf(f, ", \"sizes\": [");
+            for (int s = 0; s < p->n_stages; s++) {
+                fprintf(f, "%s", s ? ", " : "");
+                json_sizes(f, x->fwd_sizes + s * x->ga_k, x->ga_k);
+            }
+            fprintf(f, "], \"backward_sizes\": [");
+            for (int s = 0; s < p->n_stages; s++) {
+                fprintf(f, "%s", s ? ", " : "");
+                json_sizes(f, x->bwd_sizes + s * x->ga_k, x->ga_k);
+            }
+            fprintf(f, "]");
+        } else {
+            fprintf(f, ", \"size\": %.9g", x->micro_size);
+            if (x->schedule == PLAN_SCHED_SLICED)
+                fprintf(f, ", \"sliced\": %d", x->sliced);
+        }
+        if (x->n_sweep > 0) {
+            fprintf(f, ", \"sweep\": [");
+            for (int k = 0; k < x->n_sweep; k++)
+                fprintf(f, "%s{\"count\": %d, \"iteration_time_s\": %.9g, \"fits_memory\": %s}",
+                        k ? ", " : "", x->sweep_count[k], x->sweep_iter_s[k],
+                        x->sweep_fits[k] ? "true" : "false");
+            fprintf(f, "]");
+        }
+        fprintf(f, "}");
+        if (x->strategy == PLAN_STRAT_UMPIPE)
+            fprintf(f,
+                    ",\n   \"baselines\": {\"best_equal_split_s\": %.9g, \"local_greedy_s\": "
+                    "%.9g, \"uniform_stagewise_s\": %.9g}",
+                    x->ga_best_equal_s, x->ga_greedy_s, x->ga_uniform_s);
+        fprintf(f, "}");
+    }
+    fprintf(f, "\n]}\n");
+    if (ferror(f))
+        return SC_ERRF(err, SC_ERR_IO, "writing the plan JSON failed");
+    return SC_OK;
+}
+
+static void fmt_bytes(char *buf, size_t n, double b)
+{
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int i = 0;
+    while (b >= 1000 && i < 4) {
+        b /= 1000;
+        i++;
+    }
+    snprintf(buf, n, "%.1f %s", b, u[i]);
+}
+
+void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, int n)
+{
+    fprintf(f, "model %s: %d blocks; cluster %s: %d devices; batch %d; schedule %s\n",
+            req->profile->model, req->profile->n_blocks, req->cluster->source,
+            req->cluster->n_devices, n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
+    fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages",
+            "devices", "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble",
+            "peak_mem", "search_s");
+    for (int i = 0; i < n; i++) {
+        const plan_result *x = &r[i];
+        if (!x->ok) {
+            fprintf(f, "%-15s failed: %s\n", plan_strategy_name(x->strategy), x->error);
+            continue;
+        }
+        double peak = 0;
+        for (int s = 0; s < x->part->n_stages; s++)
+            peak = x->peak_memory_bytes[s] > peak ? x->peak_memory_bytes[s] : peak;
+        char pm[32];
+        fmt_bytes(pm, sizeof pm, peak);
+        fprintf(f, "%-15s %6d %7d %6d %12.6g %12.6g %12.6g %6.1f%% %10s %10.4g%s\n",
+                plan_strategy_name(x->strategy), x->part->n_stages, x->part->n_devs, x->n_micro,
+                x->iteration_time_s, x->throughput_samples_per_s, x->bottleneck_s,
+                100 * x->bubble_fraction, pm, x->search_time_s,
+                x->fits_memory ? "" : "  (exceeds memory)");
+    }
+    if (n > 0 && r[0].ok)
+        fprintf(f, "lower bound on the bottleneck: %.6g s\n", r[0].lower_bound_s);
+}
+
+sc_status plan_write_trace(const plan_result *r, const char *path, sc_err *err)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return SC_ERRF(err, SC_ERR_IO, "--trace %s: cannot create the file", path);
+    sc_status rc = plan_sim_write_trace(&r->sim, f, NULL, err);
+    if (fclose(f) != 0 && rc == SC_OK)
+        rc = SC_ERRF(err, SC_ERR_IO, "--trace %s: write failed", path);
+    return rc;
+}

@@ -1,0 +1,105 @@
+/*
+ * plan: the strategy driver. Runs one partitioning strategy on a profile and a cluster, picks
+ * the micro-batch count, simulates the chosen schedule and fills a plan result; writes results
+ * as the plan JSON of docs/formats.md and the simulated schedule as a Chrome trace.
+ *
+ * Does not read files (the caller loads profile and cluster) and prints nothing but what it is
+ * asked to write. Every strategy is compared by the same objective and the same simulator.
+ * Invariant: a result with ok == 1 has a partition covering every block, and its timings come
+ * from simulating that partition with the requested schedule.
+ */
+#ifndef PLAN_H
+#define PLAN_H
+
+#include <stdio.h>
+
+#include "common/sc_status.h"
+#include "coordinator/planner/plan_cluster.h"
+#include "coordinator/planner/plan_partition.h"
+#include "coordinator/planner/plan_profile.h"
+#include "coordinator/planner/plan_sim.h"
+
+typedef enum {
+    PLAN_STRAT_UNIFORM = 0,
+    PLAN_STRAT_BLOCKPARTITION,
+    PLAN_STRAT_MINMAX,
+    PLAN_STRAT_PIPEDREAM,
+    PLAN_STRAT_AUTOPIPE,
+    PLAN_STRAT_HETERO,
+    PLAN_STRAT_UMPIPE,
+    PLAN_STRAT_EXHAUSTIVE,
+    PLAN_STRAT_COUNT
+} plan_strategy;
+
+const char *plan_strategy_name(plan_strategy s);
+/* -1 when unknown ("all" is handled by the caller). */
+int plan_strategy_parse(const char *name);
+
+typedef struct plan_request {
+    const plan_profile *profile;
+    const plan_cluster *cluster;
+    int batch;                 /* global batch B; 0 = plan_request_default_batch() */
+    int microbatches;          /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
+    plan_sched_kind schedule;
+    int max_stages;            /* 0 = no cap */
+    double slice_efficiency;   /* half-size kernels' efficiency for sliced; 0 = 0.9 */
+    long exhaustive_limit;     /* 0 = default */
+    int record_trace;          /* keep simulated events in the result */
+} plan_request;
+
+/* 2 x devices x microbatch_size for JSON profiles; 8 x devices for graph.txt profiles. */
+int plan_request_default_batch(const plan_request *req);
+
+#define PLAN_SWEEP_MAX 24
+
+typedef struct plan_result {
+    plan_strategy strategy;
+    int ok;                      /* 0: `error` says why this strategy gave no plan */
+    char error[SC_ERR_MSG_MAX];
+    int batch;
+    plan_sched_kind schedule;
+    double objective_s;
+    double bottleneck_s;
+    double iteration_time_s;
+    double throughput_samples_per_s;
+    double bubble_fraction;
+    double lower_bound_s;
+    double search_time_s;
+    int fits_memory;
+    char note[160];
+    plan_partition *part;
+    double *compute_s;           /* (n_stages) */
+    double *peak_memory_bytes;   /* (n_stages) */
+    int n_micro;
+    double micro_size;           /* samples per micro-batch (equal sizes) */
+    int sliced;                  /* warm-up micro-batches cut in halves (sliced schedule) */
+    /* umpipe: per-stage sizes, (n_stages, ga_k), zeros after the last entry */
+    int ga_k;
+    int *fwd_sizes;
+    int *bwd_sizes;
+    double ga_best_equal_s, ga_greedy_s, ga_uniform_s;
+    /* --microbatches auto: the simulated sweep */
+    int n_sweep;
+    int sweep_count[PLAN_SWEEP_MAX];
+    double sweep_iter_s[PLAN_SWEEP_MAX];
+    int sweep_fits[PLAN_SWEEP_MAX];
+    plan_sim_result sim;         /* events only when record_trace */
+} plan_result;
+
+/* Runs strategy `s`. Errors in the request (batch, micro-batch count, stage cap) return an
+ * error; a strategy that finds no plan (memory, exhaustive too large) returns its status
+ * with the message also copied into out->error. out must be freed with plan_result_free. */
+sc_status plan_run(const plan_request *req, plan_strategy s, plan_result *out, sc_err *err);
+void plan_result_free(plan_result *r);
+
+/* {"plans": [...]} with one object per result (failed strategies carry "error"). */
+sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r, int n,
+                          sc_err *err);
+
+/* Human table, one line per result. */
+void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, int n);
+
+/* Chrome trace of a result simulated with record_trace. */
+sc_status plan_write_trace(const plan_result *r, const char *path, sc_err *err);
+
+#endif /* PLAN_H */

@@ -1,0 +1,359 @@
+/*
+ * plan_cluster: cluster JSON reader, synthetic cluster builder and the per-type cost tables.
+ *
+ * Device types are kept in a small array and referenced by index; servers list device
+ * indices as a contiguous range, so the bandwidth between two devices is a table-free lookup.
+ */
+#include "coordinator/planner/plan_cluster.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_json.h"
+#include "common/sc_util.h"
+
+sc_status plan_cluster_new_empty(plan_cluster **out, sc_err *err)
+{
+    *out = calloc(1, sizeof **out);
+    SC_ALLOC_CHECK(*out, err);
+    return SC_OK;
+}
+
+void plan_cluster_destroy(plan_cluster **cp)
+{
+    if (cp == NULL || *cp == NULL)
+        return;
+    plan_cluster *c = *cp;
+    for (int t = 0; t < c->n_types; t++)
+        free(c->types[t].block_times);
+    free(c->types);
+    free(c->servers);
+    free(c->devices);
+    free(c);
+    *cp = NULL;
+}
+
+sc_status plan_cluster_add_type(plan_cluster *c, const char *name, double relative_speed,
+                                double memory_bytes, int *type_out, sc_err *err)
+{
+    if (!(relative_speed > 0) || !isfinite(relative_speed))
+        return SC_ERRF(err, SC_ERR_INVALID, "device type %s: relative_speed must be > 0", name);
+    plan_device_type *nt = realloc(c->types, (size_t)(c->n_types + 1) * sizeof *nt);
+    SC_ALLOC_CHECK(nt, err);
+    c->types = nt;
+    plan_device_type *t = &c->types[c->n_types];
+    memset(t, 0, sizeof *t);
+    sc_strlcpy(t->name, name, sizeof t->name);
+    t->relative_speed = relative_speed;
+    t->memory_bytes = memory_bytes > 0 ? memory_bytes : HUGE_VAL;
+    if (type_out)
+        *type_out = c->n_types;
+    c->n_types++;
+    return SC_OK;
+}
+
+sc_status plan_cluster_add_server(plan_cluster *c, const char *name, double intra_bw,
+                                  double nic_bw, const int *device_types, int n_devices,
+                                  sc_err *err)
+{
+    if (!(intra_bw > 0) || !(nic_bw > 0))
+        return SC_ERRF(err, SC_ERR_INVALID, "server %s: bandwidths must be > 0 bytes/s", name);
+    if (n_devices < 1 || c->n_devices + n_devices > PLAN_MAX_DEVICES)
+        return SC_ERRF(err, SC_ERR_INVALID, "server %s: needs 1 to %d devices in all", name,
+                       PLAN_MAX_DEVICES);
+    plan_server *ns = realloc(c->servers, (size_t)(c->n_servers + 1) * sizeof *ns);
+    SC_ALLOC_CHECK(ns, err);
+    c->servers = ns;
+    plan_device *nd = realloc(c->devices, (size_t)(c->n_devices + n_devices) * sizeof *nd);
+    SC_ALLOC_CHECK(nd, err);
+    c->devices = nd;
+    plan_server *s = &c->servers[c->n_servers];
+    memset(s, 0, sizeof *s);
+    sc_strlcpy(s->name, name, sizeof s->name);
+    s->first_device = c->n_devices;
+    s->n_devices = n_devices;
+    s->intra_bw_bytes_per_s = intra_bw;
+    s->nic_bw_bytes_per_s = nic_bw;
+    for (int i = 0; i < n_devices; i++) {
+        if (device_types[i] < 0 || device_types[i] >= c->n_types)
+            return SC_ERRF(err, SC_ERR_INVALID, "server %s: unknown device type index %d", name,
+                           device_types[i]);
+        c->devices[c->n_devices + i].type = device_types[i];
+        c->devices[c->n_devices + i].server = c->n_servers;
+    }
+    c->n_devices += n_devices;
+    c->n_servers++;
+    return SC_OK;
+}
+
+sc_status plan_cluster_new_uniform(plan_cluster **out, int n_gpus, double bw_bytes_per_s,
+                                   double memory_bytes, sc_err *err)
+{
+    *out = NULL;
+    if (n_gpus < 1 || n_gpus > PLAN_MAX_DEVICES)
+        return SC_ERRF(err, SC_ERR_INVALID, "--gpus: expected 1 to %d, got %d", PLAN_MAX_DEVICES,
+                       n_gpus);
+    if (!(bw_bytes_per_s > 0) || !isfinite(bw_bytes_per_s))
+        return SC_ERRF(err, SC_ERR_INVALID, "--bandwidth: expected bytes per second > 0, got %g",
+                       bw_bytes_per_s);
+    plan_cluster *c = NULL;
+    sc_status rc;
+    int *types = calloc((size_t)n_gpus, sizeof *types);
+    SC_ALLOC_CHECK(types, err);
+    SC_CHECK_GOTO(plan_cluster_new_empty(&c, err), fail);
+    sc_strlcpy(c->source, "--gpus", sizeof c->source);
+    SC_CHECK_GOTO(plan_cluster_add_type(c, "gpu", 1.0, memory_bytes, NULL, err), fail);
+    SC_CHECK_GOTO(plan_cluster_add_server(c, "s0", bw_bytes_per_s, bw_bytes_per_s, types, n_gpus,
+                                          err),
+                  fail);
+    free(types);
+    *out = c;
+    return SC_OK;
+fail:
+    free(types);
+    plan_cluster_destroy(&c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, sc_err *err)
+{
+    double speed, mem;
+    SC_CHECK(sc_jnode_expect_object(tn, err));
+    SC_CHECK(sc_json_get_number(tn, "relative_speed", 1e-6, 1e6, &speed, err));
+    SC_CHECK(sc_json_opt_number(tn, "memory_bytes", 1, 1e18, 0, &mem, err));
+    SC_CHECK(plan_cluster_add_type(c, tn->key, speed, mem, NULL, err));
+    plan_device_type *t = &c->types[c->n_types - 1];
+    if (!sc_jnode_has(tn, "block_times"))
+        return SC_OK;
+    sc_jnode bt;
+    SC_CHECK(sc_json_get_object(tn, "block_times", &bt, err));
+    size_t n = sc_jnode_size(&bt);
+    if (n == 0)
+        return SC_OK;
+    t->block_times = calloc(n, sizeof *t->block_times);
+    SC_ALLOC_CHECK(t->block_times, err);
+    const char *key;
+    json_t *val;
+    json_object_foreach(bt.value, key, val)
+    {
+        sc_jnode e = {bt.doc, &bt, key, 0, val};
+        plan_block_time *x = &t->block_times[t->n_block_times];
+        SC_CHECK(sc_jnode_expect_object(&e, err));
+        SC_CHECK(sc_json_get_number(&e, "forward_s", 0, 1e9, &x->forward_s, err));
+        SC_CHECK(sc_json_get_number(&e, "backward_s", 0, 1e9, &x->backward_s, err));
+        sc_strlcpy(x->block, key, sizeof x->block);
+        t->n_block_times++;
+    }
+    return SC_OK;
+}
+
+static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
+{
+    sc_jnode root = sc_jdoc_root(doc), types, servers;
+    SC_CHECK(sc_jnode_expect_object(&root, err));
+    SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-cluster", 1, NULL, err));
+    SC_CHECK(sc_json_get_object(&root, "device_types", &types, err));
+    if (sc_jnode_size(&types) == 0)
+        return sc_jnode_fail(&types, err, SC_ERR_INVALID,
+                             "expected at least one device type, e.g. {\"A100\": "
+                             "{\"relative_speed\": 1.0, \"memory_bytes\": 40e9}}");
+    const char *key;
+    json_t *val;
+    json_object_foreach(types.value, key, val)
+    {
+        sc_jnode tn = {types.doc, &types, key, 0, val};
+        SC_CHECK(parse_type(c, &tn, err));
+    }
+    SC_CHECK(sc_json_get_array(&root, "servers", 1, PLAN_MAX_DEVICES, &servers, err));
+    for (size_t i = 0; i < sc_jnode_size(&servers); i++) {
+        sc_jnode s = sc_jnode_element(&servers, i), devs;
+        const char *name;
+        char defname[32];
+        double intra, nic;
+        SC_CHECK(sc_jnode_expect_object(&s, err));
+        snprintf(defname, sizeof defname, "s%zu", i);
+        SC_CHECK(sc_json_opt_string(&s, "name", defname, &name, err));
+        SC_CHECK(sc_json_get_array(&s, "devices", 1, PLAN_MAX_DEVICES, &devs, err));
+        SC_CHECK(sc_json_get_number(&s, "intra_bandwidth_bytes_per_s", 1, 1e18, &intra, err));
+        SC_CHECK(sc_json_get_number(&s, "nic_bandwidth_bytes_per_s", 1, 1e18, &nic, err));
+        size_t nd = sc_jnode_size(&devs);
+        if (c->n_devices + (int)nd > PLAN_MAX_DEVICES)
+            return sc_jnode_fail(&devs, err, SC_ERR_INVALID, "more than %d devices in all",
+                                 PLAN_MAX_DEVICES);
+        int tix[PLAN_MAX_DEVICES];
+        for (size_t d = 0; d < nd; d++) {
+            sc_jnode dn = sc_jnode_element(&devs, d);
+            const char *tname;
+            SC_CHECK(sc_jnode_string(&dn, &tname, err));
+            int found = -1;
+            for (int t = 0; t < c->n_types; t++)
+                if (strcmp(c->types[t].name, tname) == 0)
+                    found = t;
+            if (found < 0) {
+                char names[512] = "";
+                for (int t = 0; t < c->n_types; t++) {
+                    if (t)
+                        strncat(names, ", ", sizeof names - strlen(names) - 1);
+                    strncat(names, c->types[t].name, sizeof names - strlen(names) - 1);
+                }
+                return sc_jnode_fail(&dn, err, SC_ERR_INVALID,
+                                     "unknown device type \"%s\"; device_types defines: %s",
+                                     tname, names);
+            }
+            tix[d] = found;
+        }
+        SC_CHECK(plan_cluster_add_server(c, name, intra, nic, tix, (int)nd, err));
+    }
+    return SC_OK;
+}
+
+sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text,
+                             size_t len, sc_err *err)
+{
+    sc_jdoc *doc = NULL;
+    plan_cluster *c = NULL;
+    sc_status rc;
+    *out = NULL;
+    SC_CHECK(sc_jdoc_parse(&doc, source, text, len, err));
+    SC_CHECK_GOTO(plan_cluster_new_empty(&c, err), fail);
+    sc_strlcpy(c->source, source, sizeof c->source);
+    SC_CHECK_GOTO(parse_doc(c, doc, err), fail);
+    sc_jdoc_destroy(&doc);
+    *out = c;
+    return SC_OK;
+fail:
+    sc_jdoc_destroy(&doc);
+    plan_cluster_destroy(&c);
+    return rc;
+}
+
+sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    SC_CHECK(sc_file_read(path, PLAN_CLUSTER_MAX_BYTES, &text, &len, err));
+    sc_status rc = plan_cluster_parse(out, path, text, len, err);
+    free(text);
+    return rc;
+}
+
+double plan_cluster_bw(const plan_cluster *c, int a, int b)
+{
+    const plan_server *sa = &c->servers[c->devices[a].server];
+    const plan_server *sb = &c->servers[c->devices[b].server];
+    if (sa == sb)
+        return sa->intra_bw_bytes_per_s;
+    return sa->nic_bw_bytes_per_s < sb->nic_bw_bytes_per_s ? sa->nic_bw_bytes_per_s
+                                                           : sb->nic_bw_bytes_per_s;
+}
+
+double plan_cluster_max_speed(const plan_cluster *c)
+{
+    double best = 0;
+    for (int d = 0; d < c->n_devices; d++)
+        if (c->types[c->devices[d].type].relative_speed > best)
+            best = c->types[c->devices[d].type].relative_speed;
+    return best;
+}
+
+/* ---------------------------------------------------------------- cost */
+
+void plan_cost_destroy(plan_cost **cp)
+{
+    if (cp == NULL || *cp == NULL)
+        return;
+    plan_cost *c = *cp;
+    free(c->fwd_s);
+    free(c->bwd_s);
+    free(c->work_prefix_s);
+    free(c->act_bytes);
+    free(c->stash_prefix);
+    free(c->param_prefix);
+    free(c);
+    *cp = NULL;
+}
+
+sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_cluster *cl,
+                        double samples, int batch, sc_err *err)
+{
+    *out = NULL;
+    size_t L = (size_t)p->n_blocks, T = (size_t)cl->n_types;
+    plan_cost *c = calloc(1, sizeof *c);
+    SC_ALLOC_CHECK(c, err);
+    c->profile = p;
+    c->cluster = cl;
+    c->n_blocks = p->n_blocks;
+    c->n_types = cl->n_types;
+    c->samples = samples;
+    c->batch = batch;
+    c->fwd_s = calloc(T * L, sizeof(double));
+    c->bwd_s = calloc(T * L, sizeof(double));
+    c->work_prefix_s = calloc(T * (L + 1), sizeof(double));
+    c->act_bytes = calloc(L, sizeof(double));
+    c->stash_prefix = calloc(L + 1, sizeof(double));
+    c->param_prefix = calloc(L + 1, sizeof(double));
+    if (!c->fwd_s || !c->bwd_s || !c->work_prefix_s || !c->act_bytes || !c->stash_prefix ||
+        !c->param_prefix) {
+        plan_cost_destroy(&c);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for the cost tables (%zu blocks)", L);
+    }
+    double k = plan_profile_size_factor(p, samples, batch);
+    for (size_t l = 0; l < L; l++) {
+        c->act_bytes[l] = p->blocks[l].activation_bytes * k;
+        c->stash_prefix[l + 1] = c->stash_prefix[l] + p->blocks[l].stash_bytes * k;
+        c->param_prefix[l + 1] = c->param_prefix[l] + p->blocks[l].parameter_bytes;
+    }
+    for (size_t t = 0; t < T; t++) {
+        const plan_device_type *ty = &cl->types[t];
+        /* a type named like the profile's reference device ran the profile: speed 1 */
+        double speed =
+            strcmp(ty->name, p->reference_device) == 0 ? 1.0 : ty->relative_speed;
+        for (size_t l = 0; l < L; l++) {
+            double f, b;
+            plan_profile_block_time(p, (int)l, samples, batch, &f, &b);
+            c->fwd_s[t * L + l] = f / speed;
+            c->bwd_s[t * L + l] = b / speed;
+        }
+        for (int i = 0; i < ty->n_block_times; i++) {
+            size_t l = 0;
+            while (l < L && strcmp(p->blocks[l].name, ty->block_times[i].block) != 0)
+                l++;
+            if (l == L) {
+                sc_status rc = SC_ERRF(err, SC_ERR_INVALID,
+                                       "%s: $.device_types.%s.block_times: block \"%s\" is not "
+                                       "in the profile (%d blocks, first \"%s\")",
+                                       cl->source, ty->name, ty->block_times[i].block,
+                                       p->n_blocks, p->blocks[0].name);
+                plan_cost_destroy(&c);
+                return rc;
+            }
+            c->fwd_s[t * L + l] = ty->block_times[i].forward_s * k;
+            c->bwd_s[t * L + l] = ty->block_times[i].backward_s * k;
+        }
+        double *w = c->work_prefix_s + t * (L + 1);
+        for (size_t l = 0; l < L; l++)
+            w[l + 1] = w[l] + c->fwd_s[t * L + l] + c->bwd_s[t * L + l];
+    }
+    *out = c;
+    return SC_OK;
+}
+
+double plan_cost_memory(const plan_cost *c, int first, int last, double inflight,
+                        int weight_versions)
+{
+    double params = plan_cost_params(c, first, last);
+    return params * (PLAN_PARAM_COPIES + weight_versions) +
+           plan_cost_stash(c, first, last) * inflight;
+}
+
+double plan_cost_cut_one_way(const plan_cost *c, int last, int a, int b)
+{
+    if (a == b)
+        return 0;
+    return c->act_bytes[last] / plan_cluster_bw(c->cluster, a, b);
+}

@@ -1,0 +1,140 @@
+/*
+ * plan_cluster: the cluster the planner places stages on, and the cost model over it.
+ *
+ * Reads the cluster JSON ("stagecraft-cluster", docs/formats.md) or builds a homogeneous
+ * cluster from the `--gpus N --bandwidth B [--memory M]` shorthand, and turns a profile into
+ * per-device-type block times for one micro-batch size (plan_cost). Does not discover
+ * hardware (topology/ does) and does not model shared links: the bandwidth between two devices
+ * is the intra-server bandwidth on one server, else the smaller of the two NIC bandwidths.
+ *
+ * Invariant: device ids are 0-based in order of appearance (servers in order, then their
+ * devices); every bandwidth, speed and memory size is > 0.
+ */
+#ifndef PLAN_CLUSTER_H
+#define PLAN_CLUSTER_H
+
+#include <stddef.h>
+
+#include "common/sc_status.h"
+#include "coordinator/planner/plan_profile.h"
+
+typedef struct plan_block_time {
+    char block[PLAN_NAME_MAX];
+    double forward_s;
+    double backward_s;
+} plan_block_time;
+
+typedef struct plan_device_type {
+    char name[PLAN_NAME_MAX];
+    double relative_speed; /* to the profile's reference device */
+    double memory_bytes;   /* HUGE_VAL when not given */
+    int n_block_times;     /* measured times per block name, for the profile's micro-batch */
+    plan_block_time *block_times;
+} plan_device_type;
+
+typedef struct plan_server {
+    char name[PLAN_NAME_MAX];
+    int first_device;
+    int n_devices;
+    double intra_bw_bytes_per_s;
+    double nic_bw_bytes_per_s;
+} plan_server;
+
+typedef struct plan_device {
+    int type;
+    int server;
+} plan_device;
+
+typedef struct plan_cluster {
+    char source[256]; /* file name, or "--gpus" for the shorthand */
+    int n_types;
+    plan_device_type *types;
+    int n_servers;
+    plan_server *servers;
+    int n_devices;
+    plan_device *devices;
+} plan_cluster;
+
+#define PLAN_CLUSTER_MAX_BYTES (16u << 20)
+#define PLAN_MAX_DEVICES 4096
+
+sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err);
+sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text,
+                             size_t len, sc_err *err);
+
+/* One server of n_gpus identical devices (type "gpu", relative speed 1, memory_bytes or
+ * unlimited when <= 0) joined by bw_bytes_per_s. Errors for n_gpus < 1 or bw <= 0. */
+sc_status plan_cluster_new_uniform(plan_cluster **out, int n_gpus, double bw_bytes_per_s,
+                                   double memory_bytes, sc_err *err);
+
+/* Builder for synthetic clusters: an empty cluster, then types, then servers. */
+sc_status plan_cluster_new_empty(plan_cluster **out, sc_err *err);
+sc_status plan_cluster_add_type(plan_cluster *c, const char *name, double relative_speed,
+                                double memory_bytes, int *type_out, sc_err *err);
+sc_status plan_cluster_add_server(plan_cluster *c, const char *name, double intra_bw,
+                                  double nic_bw, const int *device_types, int n_devices,
+                                  sc_err *err);
+
+void plan_cluster_destroy(plan_cluster **c);
+
+/* Bandwidth between devices a and b (a != b): intra-server when they share a server, else the
+ * smaller NIC bandwidth of the two servers. */
+double plan_cluster_bw(const plan_cluster *c, int a, int b);
+
+/* Largest device memory and fastest relative speed over the cluster. */
+double plan_cluster_max_speed(const plan_cluster *c);
+
+/* ---------------------------------------------------------------- cost model */
+
+/* Block costs for one micro-batch of `samples` samples on every device type. Keeps pointers
+ * to the profile and the cluster, which must outlive it. */
+typedef struct plan_cost {
+    const plan_profile *profile;
+    const plan_cluster *cluster;
+    int n_blocks;
+    int n_types;
+    double samples; /* micro-batch size M */
+    int batch;      /* global batch B */
+    double *fwd_s;  /* (n_types, n_blocks) */
+    double *bwd_s;  /* (n_types, n_blocks) */
+    double *work_prefix_s; /* (n_types, n_blocks + 1): prefix sums of fwd + bwd */
+    double *act_bytes;     /* (n_blocks) crossing a cut after block l, per micro-batch */
+    double *stash_prefix;  /* (n_blocks + 1) per micro-batch */
+    double *param_prefix;  /* (n_blocks + 1) */
+} plan_cost;
+
+/* Errors: a block_times entry naming no block of the profile (SC_ERR_INVALID). */
+sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_cluster *c,
+                        double samples, int batch, sc_err *err);
+void plan_cost_destroy(plan_cost **c);
+
+/* Sum of forward + backward of blocks first..last (inclusive) on a device of type `type`. */
+static inline double plan_cost_work(const plan_cost *c, int type, int first, int last)
+{
+    const double *w = c->work_prefix_s + (size_t)type * (size_t)(c->n_blocks + 1);
+    return w[last + 1] - w[first];
+}
+
+static inline double plan_cost_params(const plan_cost *c, int first, int last)
+{
+    return c->param_prefix[last + 1] - c->param_prefix[first];
+}
+
+static inline double plan_cost_stash(const plan_cost *c, int first, int last)
+{
+    return c->stash_prefix[last + 1] - c->stash_prefix[first];
+}
+
+/* Bytes of parameter state a stage keeps: weights, gradients and two optimizer moments. */
+#define PLAN_PARAM_COPIES 4.0
+
+/* Memory of a stage holding blocks first..last with `inflight` micro-batches stashed and
+ * `weight_versions` extra weight copies (PipeDream's stashing; 0 otherwise). */
+double plan_cost_memory(const plan_cost *c, int first, int last, double inflight,
+                        int weight_versions);
+
+/* Time to move one micro-batch's activation (and, backward, its gradient) across the cut
+ * after block `last` between devices a and b: act / bw each way; 0 when a == b. */
+double plan_cost_cut_one_way(const plan_cost *c, int last, int a, int b);
+
+#endif /* PLAN_CLUSTER_H */

@@ -1,0 +1,73 @@
+/*
+ * plan_ga: unequal micro-batch sizes per stage (UMPIPE, reconstructed), found by a
+ * dual-chromosome genetic search, with its two baselines.
+ *
+ * An individual gives every stage its own forward sizes x (first chromosome) and backward
+ * sizes y (second), each a list of at most max_entries sizes summing to the batch. Its time
+ * comes from the fill-drain recurrence of ALGORITHMS.md section 5: stage i+1's j-th entry can
+ * start once stage i has sent the samples it needs; a link carries one transfer at a time;
+ * backward starts after a stage's last forward. The population is evaluated in one pass,
+ * stage by stage, over structure-of-arrays [entry][individual] (plan_ga_eval_batch); the
+ * one-by-one evaluator (plan_ga_eval_one) is the specification it is tested against.
+ * Does not choose the partition: it works on the stages it is given.
+ * Invariant: the best individual is kept from one generation to the next (elitism), and every
+ * equal split of the batch is in the first generation, so the result is never worse than the
+ * best equal split.
+ */
+#ifndef PLAN_GA_H
+#define PLAN_GA_H
+
+#include <stdint.h>
+
+#include "common/sc_status.h"
+
+typedef struct plan_ga_problem {
+    int n_stages;
+    int batch;       /* B: samples per iteration */
+    int max_entries; /* K: most micro-batches one stage may cut the batch into */
+    const double *fwd_s;  /* (n_stages, batch+1): forward time of x samples, [0] = 0 */
+    const double *bwd_s;  /* (n_stages, batch+1) */
+    const double *comm_s; /* (n_stages, batch+1): x samples across the cut after stage i */
+    const int *max_size;  /* (n_stages): largest entry that fits the stage's memory */
+    double opt_s;         /* optimizer step after the last backward */
+} plan_ga_problem;
+
+typedef struct plan_ga_cfg {
+    int population;  /* default 64 */
+    int generations; /* default 120 */
+    uint64_t seed;   /* default 1 */
+} plan_ga_cfg;
+
+typedef struct plan_ga_result {
+    double time_s;        /* best individual's iteration time (with penalty: never chosen) */
+    int *x;               /* (n_stages, max_entries) forward sizes, 0 = unused slot */
+    int *y;               /* (n_stages, max_entries) backward sizes */
+    double best_equal_s;  /* best equal split the search started from */
+    int best_equal_m;
+    double greedy_s;      /* local greedy baseline */
+    double uniform_s;     /* stage-by-stage search over uniform sizes */
+    long evaluated;       /* individuals evaluated */
+} plan_ga_result;
+
+/* Iteration time of one individual (x, y: (n_stages, max_entries), packed, zeros after the
+ * last entry), +penalty when an entry exceeds its stage's max_size. */
+double plan_ga_eval_one(const plan_ga_problem *p, const int *x, const int *y);
+
+/* Scratch and population in structure-of-arrays form for plan_ga_eval_batch. */
+typedef struct plan_ga_batch plan_ga_batch;
+sc_status plan_ga_batch_new(plan_ga_batch **out, const plan_ga_problem *p, int n, sc_err *err);
+void plan_ga_batch_destroy(plan_ga_batch **b);
+/* Copies individual i (AoS x, y as above) into the batch. */
+void plan_ga_batch_set(plan_ga_batch *b, int i, const int *x, const int *y);
+/* Evaluates the first n individuals set into the batch; times_s[i] as plan_ga_eval_one. */
+void plan_ga_eval_batch(const plan_ga_problem *p, plan_ga_batch *b, int n, double *times_s);
+
+/* Runs the search and both baselines. r->x, r->y are allocated (plan_ga_result_free). */
+sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_result *r,
+                      sc_err *err);
+void plan_ga_result_free(plan_ga_result *r);
+
+/* Fills x with an equal split of the batch into m entries (sizes differ by at most one). */
+void plan_ga_equal_split(const plan_ga_problem *p, int m, int *x);
+
+#endif /* PLAN_GA_H */

@@ -1,0 +1,1272 @@
+/*
+ * plan_partition: partition containers, the common bottleneck objective and the strategies.
+ *
+ * The dynamic programmes scan split points from the right and stop as soon as the stage being
+ * formed is already at least as slow as the best value found (its work only grows as the split
+ * moves left); that keeps them exact and far below their O(L^2) worst case on long chains.
+ */
+#include "coordinator/planner/plan_partition.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/planner/plan_sim.h"
+
+/* ================================================================ containers */
+
+sc_status plan_partition_new(plan_partition **out, int cap_stages, int cap_devices, sc_err *err)
+{
+    *out = NULL;
+    plan_partition *p = calloc(1, sizeof *p);
+    SC_ALLOC_CHECK(p, err);
+    if (cap_stages < 1)
+        cap_stages = 1;
+    if (cap_devices < 1)
+        cap_devices = 1;
+    p->cap_stages = cap_stages;
+    p->cap_devices = cap_devices;
+    p->first = calloc((size_t)cap_stages, sizeof(int));
+    p->last = calloc((size_t)cap_stages, sizeof(int));
+    p->n_dev = calloc((size_t)cap_stages, sizeof(int));
+    p->dev_start = calloc((size_t)cap_stages, sizeof(int));
+    p->devs = calloc((size_t)cap_devices, sizeof(int));
+    if (!p->first || !p->last || !p->n_dev || !p->dev_start || !p->devs) {
+        plan_partition_destroy(&p);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a partition");
+    }
+    *out = p;
+    return SC_OK;
+}
+
+void plan_partition_destroy(plan_partition **pp)
+{
+    if (pp == NULL || *pp == NULL)
+        return;
+    plan_partition *p = *pp;
+    free(p->first);
+    free(p->last);
+    free(p->n_dev);
+    free(p->dev_start);
+    free(p->devs);
+    free(p);
+    *pp = NULL;
+}
+
+void plan_partition_clear(plan_partition *p)
+{
+    p->n_stages = 0;
+    p->n_devs = 0;
+    p->objective_s = 0;
+    p->note[0] = '\0';
+}
+
+void plan_partition_push(plan_partition *p, int first, int last, const int *devs, int n)
+{
+    assert(p->n_stages < p->cap_stages && p->n_devs + n <= p->cap_devices);
+    int s = p->n_stages++;
+    p->first[s] = first;
+    p->last[s] = last;
+    p->n_dev[s] = n;
+    p->dev_start[s] = p->n_devs;
+    memcpy(p->devs + p->n_devs, devs, (size_t)n * sizeof(int));
+    p->n_devs += n;
+}
+
+void plan_partition_copy(plan_partition *dst, const plan_partition *src)
+{
+    plan_partition_clear(dst);
+    for (int s = 0; s < src->n_stages; s++)
+        plan_partition_push(dst, src->first[s], src->last[s], src->devs + src->dev_start[s],
+                            src->n_dev[s]);
+    dst->objective_s = src->objective_s;
+    memcpy(dst->note, src->note, sizeof dst->note);
+}
+
+/* ================================================================ objective */
+
+static int dev_type(const plan_cost *c, int d)
+{
+    return c->cluster->devices[d].type;
+}
+
+static double group_min_bw(const plan_cluster *cl, const int *a, int na, const int *b, int nb)
+{
+    double bw = HUGE_VAL;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            if (a[i] != b[j]) {
+                double x = plan_cluster_bw(cl, a[i], b[j]);
+                if (x < bw)
+                    bw = x;
+            }
+    return bw;
+}
+
+/* PipeDream's data-parallel cost: 4 (r-1) W / (r bw) for a ring all-reduce of W bytes. */
+static double allreduce_s(double params, int r, double bw)
+{
+    return r > 1 ? 4.0 * (r - 1) * params / (r * bw) : 0;
+}
+
+static double group_time(const plan_cost *c, const int *devs, int n, int first, int last)
+{
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double w = plan_cost_work(c, dev_type(c, devs[i]), first, last);
+        if (w > worst)
+            worst = w;
+    }
+    if (n == 1)
+        return worst;
+    double bw = group_min_bw(c->cluster, devs, n, devs, n);
+    return (worst + allreduce_s(plan_cost_params(c, first, last), n, bw)) / n;
+}
+
+double plan_partition_stage_time(const plan_cost *c, const plan_partition *p, int s)
+{
+    return group_time(c, p->devs + p->dev_start[s], p->n_dev[s], p->first[s], p->last[s]);
+}
+
+double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int s)
+{
+    if (s + 1 >= p->n_stages)
+        return 0;
+    double bw = group_min_bw(c->cluster, p->devs + p->dev_start[s], p->n_dev[s],
+                             p->devs + p->dev_start[s + 1], p->n_dev[s + 1]);
+    if (!isfinite(bw))
+        return 0;
+    return 2.0 * c->act_bytes[p->last[s]] / bw;
+}
+
+double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p)
+{
+    double b = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        double t = plan_partition_stage_time(c, p, s);
+        double x = plan_partition_cut_time(c, p, s);
+        if (t > b)
+            b = t;
+        if (x > b)
+            b = x;
+    }
+    return b;
+}
+
+double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
+{
+    switch (k) {
+    case PLAN_SCHED_GPIPE:
+        return m;
+    case PLAN_SCHED_PIPEDREAM:
+        return n_stages - s;
+    default:
+        return n_stages - s < m ? n_stages - s : m;
+    }
+}
+
+static int weight_versions(plan_sched_kind k, int n_stages, int s)
+{
+    return k == PLAN_SCHED_PIPEDREAM ? n_stages - s - 1 : 0;
+}
+
+double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s)
+{
+    double inflight = plan_stash_count(cfg->sched, p->n_stages, s, cfg->n_micro);
+    return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
+                            weight_versions(cfg->sched, p->n_stages, s));
+}
+
+sc_status plan_partition_check_memory(const plan_search_cfg *cfg, const plan_partition *p,
+                                      sc_err *err)
+{
+    const plan_cluster *cl = cfg->cost->cluster;
+    for (int s = 0; s < p->n_stages; s++) {
+        double need = plan_partition_stage_memory(cfg, p, s);
+        for (int i = 0; i < p->n_dev[s]; i++) {
+            int d = p->devs[p->dev_start[s] + i];
+            double have = cl->types[cl->devices[d].type].memory_bytes;
+            if (need > have)
+                return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                               "stage %d (blocks %d-%d) needs %.3g bytes but device %d (%s) has "
+                               "%.3g",
+                               s, p->first[s], p->last[s], need, d,
+                               cl->types[cl->devices[d].type].name, have);
+        }
+    }
+    return SC_OK;
+}
+
+double plan_lower_bound(const plan_cost *c)
+{
+    const plan_cluster *cl = c->cluster;
+    int fastest = 0;
+    double speed_sum = 0;
+    for (int d = 0; d < cl->n_devices; d++) {
+        int t = cl->devices[d].type;
+        speed_sum += cl->types[t].relative_speed;
+        /* the fastest type is the one with the least total work (measured times may differ) */
+        if (plan_cost_work(c, t, 0, c->n_blocks - 1) < plan_cost_work(c, fastest, 0, c->n_blocks - 1))
+            fastest = t;
+    }
+    double total = plan_cost_work(c, fastest, 0, c->n_blocks - 1);
+    double fs = cl->types[fastest].relative_speed;
+    double biggest = 0;
+    for (int l = 0; l < c->n_blocks; l++) {
+        double w = plan_cost_work(c, fastest, l, l);
+        if (w > biggest)
+            biggest = w;
+    }
+    /* total work on the fastest device, spread over the summed speed in units of it */
+    double spread = total * fs / speed_sum;
+    return spread > biggest ? spread : biggest;
+}
+
+void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan_sim_stage *st)
+{
+    size_t L = (size_t)c->n_blocks;
+    for (int s = 0; s < p->n_stages; s++) {
+        const int *devs = p->devs + p->dev_start[s];
+        int n = p->n_dev[s];
+        double f = 0, b = 0;
+        for (int i = 0; i < n; i++) {
+            size_t t = (size_t)dev_type(c, devs[i]);
+            double fi = 0, bi = 0;
+            for (int l = p->first[s]; l <= p->last[s]; l++) {
+                fi += c->fwd_s[t * L + (size_t)l];
+                bi += c->bwd_s[t * L + (size_t)l];
+            }
+            if (fi > f)
+                f = fi;
+            if (bi > b)
+                b = bi;
+        }
+        memset(&st[s], 0, sizeof st[s]);
+        st[s].fwd_s = f / n;
+        st[s].bwd_s = b / n;
+        if (n > 1) {
+            double bw = group_min_bw(c->cluster, devs, n, devs, n);
+            st[s].opt_s = allreduce_s(plan_cost_params(c, p->first[s], p->last[s]), n, bw);
+        }
+        double cut = plan_partition_cut_time(c, p, s) / 2.0;
+        st[s].send_fwd_s = cut;
+        st[s].send_bwd_s = cut;
+    }
+}
+
+/* ================================================================ helpers */
+
+static double dev_memory(const plan_cost *c, int d)
+{
+    return c->cluster->types[dev_type(c, d)].memory_bytes;
+}
+
+/* Memory bound used inside the DPs, where the final stage count is not known yet: a stage at
+ * position s of an order of D devices has at most D - s stages after it (inclusive), so this
+ * never under-estimates the final plan's need. */
+static double dp_memory(const plan_search_cfg *cfg, int first, int last, int s, int D)
+{
+    double inflight = plan_stash_count(cfg->sched, D, s, cfg->n_micro);
+    return plan_cost_memory(cfg->cost, first, last, inflight, weight_versions(cfg->sched, D, s));
+}
+
+static sc_status no_fit(const plan_search_cfg *cfg, const char *who, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int big = 0;
+    for (int l = 1; l < c->n_blocks; l++)
+        if (plan_cost_memory(c, l, l, 1, 0) > plan_cost_memory(c, big, big, 1, 0))
+            big = l;
+    double most = 0;
+    for (int d = 0; d < c->cluster->n_devices; d++)
+        if (dev_memory(c, d) > most)
+            most = dev_memory(c, d);
+    return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                   "%s: no partition fits the devices' memory (largest device %.3g bytes; block "
+                   "%d \"%s\" alone needs %.3g with one micro-batch stashed): add devices with "
+                   "more memory or use fewer/smaller micro-batches",
+                   who, most, big, c->profile->blocks[big].name, plan_cost_memory(c, big, big, 1, 0));
+}
+
+/* ================================================================ uniform, blockpartition */
+
+sc_status plan_partition_uniform(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int L = c->n_blocks, D = c->cluster->n_devices;
+    int S = D < L ? D : L;
+    if (cfg->max_stages > 0 && cfg->max_stages < S)
+        S = cfg->max_stages;
+    plan_partition_clear(out);
+    for (int s = 0; s < S; s++) {
+        int first = (int)((long)L * s / S), last = (int)((long)L * (s + 1) / S) - 1;
+        plan_partition_push(out, first, last, &s, 1);
+    }
+    out->objective_s = plan_partition_bottleneck(c, out);
+    (void)err;
+    return SC_OK;
+}
+
+sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partition *out,
+                                        sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int L = c->n_blocks, D = c->cluster->n_devices;
+    int S = D < L ? D : L, t0 = dev_type(c, 0);
+    if (cfg->max_stages > 0 && cfg->max_stages < S)
+        S = cfg->max_stages;
+    double *w = malloc((size_t)L * sizeof *w);
+    int *split = malloc((size_t)S * sizeof *split), *saved = malloc((size_t)S * sizeof *saved);
+    double *size = malloc((size_t)S * sizeof *size);
+    if (!w || !split || !saved || !size) {
+        free(w), free(split), free(saved), free(size);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory in blockpartition");
+    }
+    double mn = HUGE_VAL, mx = -HUGE_VAL;
+    for (int l = 0; l < L; l++) {
+        double x = plan_cost_work(c, t0, l, l);
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+    }
+    /* costs normalised to [0, 1]: the stopping rule "max <= min + 1" is in these units */
+    for (int l = 0; l < L; l++)
+        w[l] = mx > mn ? (plan_cost_work(c, t0, l, l) - mn) / (mx - mn) : 0;
+    for (int i = 0; i < S - 1; i++)
+        split[i] = (L / S) * (i + 1);
+    split[S - 1] = L;
+    for (int iter = 0; iter < 4 * L * S + 16; iter++) {
+        int p = 0;
+        for (int i = 0; i < S; i++) {
+            int a = i ? split[i - 1] : 0;
+            size[i] = 0;
+            for (int l = a; l < split[i]; l++)
+                size[i] += w[l];
+            if (size[i] > size[p])
+                p = i;
+        }
+        double minsize = HUGE_VAL;
+        for (int i = 0; i < S; i++)
+            minsize = size[i] < minsize ? size[i] : minsize;
+        if (size[p] <= minsize + 1)
+            break;
+        int q = -1;
+        for (int i = 0; i < S; i++)
+            if (size[i] == minsize && (q < 0 || abs(i - p) < abs(q - p)))
+                q = i;
+        memcpy(saved, split, (size_t)S * sizeof *split);
+        int ok = 1;
+        if (p < q) {
+            /* each block between them hands its last element to the right */
+            int a = p ? split[p - 1] : 0;
+            if (split[p] - a < 2)
+                ok = 0;
+            for (int h = p; ok && h < q; h++)
+                split[h]--;
+        } else {
+            if (split[p] - split[p - 1] < 2)
+                ok = 0;
+            for (int h = q; ok && h < p; h++)
+                split[h]++;
+        }
+        double newmax = 0;
+        for (int i = 0; ok && i < S; i++) {
+            int a = i ? split[i - 1] : 0;
+            double sz = 0;
+            for (int l = a; l < split[i]; l++)
+                sz += w[l];
+            newmax = sz > newmax ? sz : newmax;
+        }
+        if (!ok || newmax >= size[p]) {
+            memcpy(split, saved, (size_t)S * sizeof *split);
+            break;
+        }
+    }
+    plan_partition_clear(out);
+    for (int s = 0; s < S; s++)
+        plan_partition_push(out, s ? split[s - 1] : 0, split[s] - 1, &s, 1);
+    out->objective_s = plan_partition_bottleneck(c, out);
+    free(w), free(split), free(saved), free(size);
+    return SC_OK;
+}
+
+/* ================================================================ DP over a device order */
+
+typedef struct dp_tables {
+    int D, L;
+    double *f; /* (D+1, L+1) */
+    int *k;    /* split */
+    int *r;    /* replicas of the last stage */
+} dp_tables;
+
+static void dp_free(dp_tables *t)
+{
+    free(t->f);
+    free(t->k);
+    free(t->r);
+}
+
+static int dp_alloc(dp_tables *t, int D, int L)
+{
+    size_t n = (size_t)(D + 1) * (size_t)(L + 1);
+    t->D = D;
+    t->L = L;
+    t->f = malloc(n * sizeof(double));
+    t->k = malloc(n * sizeof(int));
+    t->r = malloc(n * sizeof(int));
+    return t->f && t->k && t->r ? 0 : -1;
+}
+
+/* Best bottleneck for the chain on devices order[0..D-1] used as a prefix (devices at the end
+ * of the order may stay idle); a stage takes a run of r devices of one type on one server when
+ * max_rep > 1. Values >= cap are not explored. Fills `out` when the result is < cap. */
+static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
+                       int max_rep, double cap, plan_partition *out)
+{
+    const plan_cost *c = cfg->cost;
+    const plan_cluster *cl = c->cluster;
+    int L = c->n_blocks, W = L + 1;
+    double *f = t->f;
+    for (int i = 0; i < (D + 1) * W; i++)
+        f[i] = HUGE_VAL;
+    f[0] = 0;
+    for (int d = 1; d <= D; d++) {
+        /* longest run of same-type, same-server devices ending at position d-1 */
+        int run = 1;
+        while (run < max_rep && d - run - 1 >= 0 &&
+               cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
+               cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
+            run++;
+        int type = dev_type(c, order[d - 1]);
+        double mem = dev_memory(c, order[d - 1]);
+        double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
+        for (int n = 1; n <= L; n++) {
+            double best = cap;
+            int bk = -1, br = 1;
+            for (int r = 1; r <= run; r++) {
+                int s0 = d - r; /* position of the stage's first device */
+                double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
+                const double *prevrow = f + (size_t)s0 * W;
+                for (int k = n - 1; k >= 0; k--) {
+                    double work = plan_cost_work(c, type, k, n - 1);
+                    double ts = r > 1 ? (work + allreduce_s(plan_cost_params(c, k, n - 1), r,
+                                                            intra)) / r
+                                      : work;
+                    if (ts >= best)
+                        break;
+                    if (dp_memory(cfg, k, n - 1, s0, D) > mem)
+                        break;
+                    double prev = prevrow[k];
+                    if (prev >= best)
+                        continue;
+                    double v = prev > ts ? prev : ts;
+                    if (s0 > 0) {
+                        double cut = 2.0 * c->act_bytes[k - 1] / bw_in;
+                        if (cut > v)
+                            v = cut;
+                    }
+                    if (v < best) {
+                        best = v;
+                        bk = k;
+                        br = r;
+                    }
+                }
+            }
+            if (bk >= 0) {
+                f[(size_t)d * W + n] = best;
+                t->k[(size_t)d * W + n] = bk;
+                t->r[(size_t)d * W + n] = br;
+            }
+        }
+    }
+    double best = cap;
+    int bd = -1;
+    for (int d = 1; d <= D; d++)
+        if (f[(size_t)d * W + L] < best) {
+            best = f[(size_t)d * W + L];
+            bd = d;
+        }
+    if (bd < 0)
+        return HUGE_VAL;
+    if (out != NULL) {
+        /* walk back, then push the stages front to back */
+        int ns = 0, d = bd, n = L;
+        int *st_first = malloc((size_t)L * sizeof(int)), *st_d = malloc((size_t)L * sizeof(int));
+        int *st_r = malloc((size_t)L * sizeof(int));
+        if (!st_first || !st_d || !st_r) {
+            free(st_first), free(st_d), free(st_r);
+            return HUGE_VAL;
+        }
+        while (n > 0) {
+            int k = t->k[(size_t)d * W + n], r = t->r[(size_t)d * W + n];
+            st_first[ns] = k;
+            st_d[ns] = d - r;
+            st_r[ns] = r;
+            ns++;
+            n = k;
+            d -= r;
+        }
+        plan_partition_clear(out);
+        int lastb = L - 1;
+        int *tmp_last = malloc((size_t)ns * sizeof(int));
+        if (tmp_last == NULL) {
+            free(st_first), free(st_d), free(st_r);
+            return HUGE_VAL;
+        }
+        for (int i = 0; i < ns; i++) {
+            tmp_last[i] = lastb;
+            lastb = st_first[i] - 1;
+        }
+        for (int i = ns - 1; i >= 0; i--)
+            plan_partition_push(out, st_first[i], tmp_last[i], order + st_d[i], st_r[i]);
+        free(tmp_last);
+        free(st_first), free(st_d), free(st_r);
+    }
+    return best;
+}
+
+sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int D = c->cluster->n_devices, L = c->n_blocks;
+    dp_tables t = {0};
+    int *order = malloc((size_t)D * sizeof(int));
+    if (order == NULL || dp_alloc(&t, D, L) != 0) {
+        free(order);
+        dp_free(&t);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory in minmax");
+    }
+    for (int d = 0; d < D; d++)
+        order[d] = d;
+    /* the order is a prefix: capping the devices caps the stages */
+    int Dused = cfg->max_stages > 0 && cfg->max_stages < D ? cfg->max_stages : D;
+    double v = dp_order(cfg, &t, order, Dused, 1, HUGE_VAL, out);
+    free(order);
+    dp_free(&t);
+    if (!isfinite(v))
+        return no_fit(cfg, "minmax", err);
+    out->objective_s = v;
+    return SC_OK;
+}
+
+/* ================================================================ exhaustive */
+
+typedef struct ex_state {
+    const plan_search_cfg *cfg;
+    int L, D, S;
+    int *used;
+    int *cut_at; /* (S) first block of each stage */
+    int *dev;    /* (S) */
+    int *best_cut, *best_dev;
+    int best_S;
+    double best;
+} ex_state;
+
+static void ex_rec(ex_state *e, int s, int start, double cur)
+{
+    const plan_cost *c = e->cfg->cost;
+    if (s == e->S) {
+        if (start == e->L && cur < e->best) {
+            e->best = cur;
+            e->best_S = e->S;
+            memcpy(e->best_cut, e->cut_at, (size_t)e->S * sizeof(int));
+            memcpy(e->best_dev, e->dev, (size_t)e->S * sizeof(int));
+        }
+        return;
+    }
+    int max_end = e->L - (e->S - s); /* leave one block per remaining stage */
+    double inflight = plan_stash_count(e->cfg->sched, e->S, s, e->cfg->n_micro);
+    int wv = weight_versions(e->cfg->sched, e->S, s);
+    for (int d = 0; d < e->D; d++) {
+        if (e->used[d])
+            continue;
+        int type = dev_type(c, d);
+        double cut = 0;
+        if (s > 0)
+            cut = 2.0 * c->act_bytes[start - 1] / plan_cluster_bw(c->cluster, e->dev[s - 1], d);
+        if (cut >= e->best)
+            continue;
+        double base = cur > cut ? cur : cut;
+        e->used[d] = 1;
+        e->dev[s] = d;
+        e->cut_at[s] = start;
+        int lo = s == e->S - 1 ? e->L - 1 : start;
+        for (int end = lo; end <= max_end; end++) {
+            double w = plan_cost_work(c, type, start, end);
+            if (w >= e->best)
+                break;
+            if (plan_cost_memory(c, start, end, inflight, wv) > dev_memory(c, d))
+                break;
+            ex_rec(e, s + 1, end + 1, base > w ? base : w);
+        }
+        e->used[d] = 0;
+    }
+}
+
+static double choose(int n, int k)
+{
+    double r = 1;
+    for (int i = 1; i <= k; i++)
+        r = r * (n - k + i) / i;
+    return r;
+}
+
+sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int L = c->n_blocks, D = c->cluster->n_devices;
+    int Smax = D < L ? D : L;
+    if (cfg->max_stages > 0 && cfg->max_stages < Smax)
+        Smax = cfg->max_stages;
+    long limit = cfg->exhaustive_limit > 0 ? cfg->exhaustive_limit : PLAN_EXHAUSTIVE_DEFAULT_LIMIT;
+    double count = 0;
+    for (int S = 1; S <= Smax; S++) {
+        double perm = 1;
+        for (int i = 0; i < S; i++)
+            perm *= D - i;
+        count += choose(L - 1, S - 1) * perm;
+    }
+    if (count > (double)limit)
+        return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                       "exhaustive: %d blocks on %d devices give %.3g candidate plans, over the "
+                       "limit of %ld; use it on small instances (e.g. <= 12 blocks and <= 6 "
+                       "devices) or pick another strategy",
+                       L, D, count, limit);
+    ex_state e = {.cfg = cfg, .L = L, .D = D, .best = HUGE_VAL};
+    e.used = calloc((size_t)D, sizeof(int));
+    e.cut_at = calloc((size_t)Smax, sizeof(int));
+    e.dev = calloc((size_t)Smax, sizeof(int));
+    e.best_cut = calloc((size_t)Smax, sizeof(int));
+    e.best_dev = calloc((size_t)Smax, sizeof(int));
+    sc_status rc = SC_OK;
+    if (!e.used || !e.cut_at || !e.dev || !e.best_cut || !e.best_dev) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory in exhaustive");
+        goto done;
+    }
+    for (int S = 1; S <= Smax; S++) {
+        e.S = S;
+        ex_rec(&e, 0, 0, 0);
+    }
+    if (!isfinite(e.best)) {
+        rc = no_fit(cfg, "exhaustive", err);
+        goto done;
+    }
+    plan_partition_clear(out);
+    for (int s = 0; s < e.best_S; s++) {
+        int last = s + 1 < e.best_S ? e.best_cut[s + 1] - 1 : L - 1;
+        plan_partition_push(out, e.best_cut[s], last, &e.best_dev[s], 1);
+    }
+    out->objective_s = e.best;
+done:
+    free(e.used), free(e.cut_at), free(e.dev), free(e.best_cut), free(e.best_dev);
+    return rc;
+}
+
+/* ================================================================ pipedream */
+
+/* One cell of PipeDream's table A[i][j][m]: best time for states i..j on m+1 machines, the
+ * split (k: last state of the previous part, -1 for none), the machines of the previous part
+ * (index) and the replicas of the last stage. */
+typedef struct pd_cell {
+    double t;
+    int32_t k;
+    int16_t mprev;
+    int16_t mp;
+} pd_cell;
+
+typedef struct pd_level {
+    int n, M, rows;
+    pd_cell *A; /* (rows, n, M) */
+} pd_level;
+
+static pd_cell *pd_at(const pd_level *lv, int i, int j, int m)
+{
+    return &lv->A[((size_t)i * (size_t)lv->n + (size_t)j) * (size_t)lv->M + (size_t)m];
+}
+
+typedef struct pd_in {
+    int n, b0, type;
+    const plan_cost *c;
+    const pd_level *below; /* NULL at the first level: compute times come from the profile */
+} pd_in;
+
+static double pd_ct(const pd_in *in, int i, int j)
+{
+    if (in->below == NULL)
+        return plan_cost_work(in->c, in->type, in->b0 + i, in->b0 + j);
+    return pd_at(in->below, i, j, in->below->M - 1)->t;
+}
+
+static double pd_params(const pd_in *in, int i, int j)
+{
+    return plan_cost_params(in->c, in->b0 + i, in->b0 + j);
+}
+
+/* PipeDream's compute_partitioning for a chain of states, activation transfers counted. */
+static void pd_solve(const pd_in *in, pd_level *lv, int within, double bw)
+{
+    int n = lv->n, M = lv->M;
+    const double *act = in->c->act_bytes + in->b0;
+    for (int i = 0; i < lv->rows; i++)
+        for (int j = 0; j < n; j++)
+            for (int m = 0; m < M; m++) {
+                pd_cell *a = pd_at(lv, i, j, m);
+                a->t = HUGE_VAL;
+                a->k = -1;
+                a->mprev = -1;
+                a->mp = (int16_t)(m + 1);
+                if (j < i)
+                    continue;
+                double ct = pd_ct(in, i, j);
+                if (!isfinite(ct))
+                    continue;
+                double dp = 4.0 * m * pd_params(in, i, j) / (bw * (m + 1)) / within;
+                a->t = (ct + dp) / (m + 1);
+            }
+    for (int i = 0; i < lv->rows; i++)
+        for (int m = 1; m < M; m++)
+            for (int j = i + 1; j < n; j++) {
+                pd_cell *a = pd_at(lv, i, j, m);
+                double best = a->t;
+                int bk = a->k, bprev = a->mprev, bmp = a->mp;
+                for (int mp = 1; mp <= m; mp++) {
+                    double out_t = j < n - 1 ? 2.0 * act[j] / (bw * mp) : 0;
+                    if (out_t >= best)
+                        continue;
+                    /* the last stage only grows as k moves left: stop once it is too slow */
+                    for (int k = j - 1; k >= i; k--) {
+                        double last = pd_ct(in, k + 1, j);
+                        if (!isfinite(last))
+                            continue;
+                        last = (last + 4.0 * (mp - 1) * pd_params(in, k + 1, j) / (bw * mp)) / mp;
+                        if (last >= best)
+                            break;
+                        double prev = pd_at(lv, i, k, m - mp)->t;
+                        if (prev >= best)
+                            continue;
+                        double in_t = 2.0 * act[k] / (bw * mp);
+                        double v = prev > last ? prev : last;
+                        v = in_t > v ? in_t : v;
+                        v = out_t > v ? out_t : v;
+                        if (v < best) {
+                            best = v;
+                            bk = k;
+                            bprev = m - mp;
+                            bmp = mp;
+                        }
+                    }
+                }
+                a->t = best;
+                a->k = bk;
+                a->mprev = (int16_t)bprev;
+                a->mp = (int16_t)bmp;
+            }
+}
+
+/* Stages of states i..j from table lv with m machines: (first state, replicas), front first. */
+static int pd_walk(const pd_level *lv, int i, int j, int m, int *first, int *reps)
+{
+    int ns = 0;
+    for (;;) {
+        const pd_cell *a = pd_at(lv, i, j, m);
+        if (a->k < 0) {
+            first[ns] = i;
+            reps[ns++] = a->mp;
+            break;
+        }
+        first[ns] = a->k + 1;
+        reps[ns++] = a->mp;
+        j = a->k;
+        m = a->mprev;
+    }
+    for (int x = 0; x < ns / 2; x++) {
+        int t = first[x];
+        first[x] = first[ns - 1 - x];
+        first[ns - 1 - x] = t;
+        t = reps[x];
+        reps[x] = reps[ns - 1 - x];
+        reps[ns - 1 - x] = t;
+    }
+    return ns;
+}
+
+#define PLAN_PD_HIER_MAX_CELLS 3000000L
+
+sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->ref_cost ? cfg->ref_cost : cfg->cost;
+    const plan_cluster *cl = c->cluster;
+    int L = c->n_blocks;
+    sc_status rc = SC_OK;
+    /* PipeDream removes the zeroed Input sources: they join the first stage */
+    int b0 = 0;
+    while (b0 < L - 1 && plan_cost_work(c, 0, b0, b0) == 0 && c->act_bytes[b0] == 0 &&
+           plan_cost_params(c, b0, b0) == 0)
+        b0++;
+    int n = L - b0;
+    plan_partition_clear(out);
+    int n1 = cl->servers[0].n_devices, equal = 1;
+    double min_nic = HUGE_VAL, min_intra = HUGE_VAL;
+    for (int s = 0; s < cl->n_servers; s++) {
+        equal &= cl->servers[s].n_devices == n1;
+        if (cl->servers[s].nic_bw_bytes_per_s < min_nic)
+            min_nic = cl->servers[s].nic_bw_bytes_per_s;
+        if (cl->servers[s].intra_bw_bytes_per_s < min_intra)
+            min_intra = cl->servers[s].intra_bw_bytes_per_s;
+    }
+    int types_differ = 0;
+    for (int d = 1; d < cl->n_devices; d++)
+        types_differ |= cl->devices[d].type != cl->devices[0].type;
+    int hier = cl->n_servers > 1 && equal && n1 > 1 &&
+               (long)n * (long)n * (long)n1 <= PLAN_PD_HIER_MAX_CELLS;
+    pd_level lv1 = {0}, lv2 = {0};
+    pd_in in1 = {.n = n, .b0 = b0, .type = cl->devices[0].type, .c = c};
+    int *first = malloc((size_t)n * sizeof(int)), *reps = malloc((size_t)n * sizeof(int));
+    int *first2 = malloc((size_t)n * sizeof(int)), *reps2 = malloc((size_t)n * sizeof(int));
+    int *devs = malloc((size_t)cl->n_devices * sizeof(int));
+    if (!first || !reps || !first2 || !reps2 || !devs)
+        goto nomem;
+    if (!hier) {
+        double bw;
+        int M;
+        if (cl->n_servers == 1) {
+            bw = cl->servers[0].intra_bw_bytes_per_s;
+            M = cl->n_devices;
+        } else {
+            bw = n1 == 1 && equal ? min_nic : (min_nic < min_intra ? min_nic : min_intra);
+            M = cl->n_devices;
+            if (!(n1 == 1 && equal))
+                snprintf(out->note, sizeof out->note,
+                         "flat DP at the slowest bandwidth (%s)",
+                         equal ? "too many states for two levels" : "servers differ in size");
+        }
+        lv1 = (pd_level){.n = n, .M = M, .rows = 1};
+        lv1.A = malloc((size_t)n * (size_t)M * sizeof(pd_cell));
+        if (lv1.A == NULL)
+            goto nomem;
+        pd_solve(&in1, &lv1, 1, bw);
+        out->objective_s = pd_at(&lv1, 0, n - 1, M - 1)->t;
+        int ns = pd_walk(&lv1, 0, n - 1, M - 1, first, reps);
+        int next = 0;
+        for (int s = 0; s < ns; s++) {
+            for (int r = 0; r < reps[s]; r++)
+                devs[r] = next + r;
+            next += reps[s];
+            int a = s == 0 ? 0 : b0 + first[s];
+            int b = s + 1 < ns ? b0 + first[s + 1] - 1 : L - 1;
+            plan_partition_push(out, a, b, devs, reps[s]);
+        }
+    } else {
+        int S2 = cl->n_servers;
+        lv1 = (pd_level){.n = n, .M = n1, .rows = n};
+        lv1.A = malloc((size_t)n * (size_t)n * (size_t)n1 * sizeof(pd_cell));
+        lv2 = (pd_level){.n = n, .M = S2, .rows = 1};
+        lv2.A = malloc((size_t)n * (size_t)S2 * sizeof(pd_cell));
+        if (lv1.A == NULL || lv2.A == NULL)
+            goto nomem;
+        pd_solve(&in1, &lv1, 1, cl->servers[0].intra_bw_bytes_per_s);
+        pd_in in2 = in1;
+        in2.below = &lv1;
+        pd_solve(&in2, &lv2, n1, min_nic);
+        out->objective_s = pd_at(&lv2, 0, n - 1, S2 - 1)->t;
+        int ns2 = pd_walk(&lv2, 0, n - 1, S2 - 1, first2, reps2);
+        int server = 0;
+        for (int s2 = 0; s2 < ns2; s2++) {
+            int i = first2[s2], j = s2 + 1 < ns2 ? first2[s2 + 1] - 1 : n - 1;
+            int ns1 = pd_walk(&lv1, i, j, n1 - 1, first, reps);
+            int local = 0;
+            for (int s1 = 0; s1 < ns1; s1++) {
+                int nd = 0;
+                for (int g = 0; g < reps2[s2]; g++)
+                    for (int r = 0; r < reps[s1]; r++)
+                        devs[nd++] = cl->servers[server + g].first_device + local + r;
+                local += reps[s1];
+                int a = out->n_stages == 0 ? 0 : b0 + first[s1];
+                int b = s1 + 1 < ns1 ? b0 + first[s1 + 1] - 1 : b0 + j;
+                plan_partition_push(out, a, b, devs, nd);
+            }
+            server += reps2[s2];
+        }
+    }
+    if (types_differ) {
+        size_t used = strlen(out->note);
+        snprintf(out->note + used, sizeof out->note - used, "%sassumes every device is like "
+                 "device 0 (%s)", used ? "; " : "", cl->types[cl->devices[0].type].name);
+    }
+    goto done;
+nomem:
+    rc = SC_ERRF(err, SC_ERR_NOMEM, "pipedream: out of memory for %d states", n);
+done:
+    free(lv1.A);
+    free(lv2.A);
+    free(first), free(reps), free(first2), free(reps2), free(devs);
+    return rc;
+}
+
+/* ================================================================ autopipe */
+
+/* Exact min-max of blocks [lo, hi) into exactly ns stages on devices dev0.. in cluster order.
+ * f, arg: scratch of (ns+1)*(hi-lo+1). Writes the ns+1 boundaries to bnd. */
+static double range_dp(const plan_cost *c, int lo, int hi, int dev0, int ns, int *bnd, double *f,
+                       int *arg)
+{
+    int len = hi - lo, W = len + 1;
+    for (int i = 0; i < (ns + 1) * W; i++)
+        f[i] = HUGE_VAL;
+    f[0] = 0;
+    for (int p = 1; p <= ns; p++) {
+        int dev = dev0 + p - 1, type = dev_type(c, dev);
+        double bw = p > 1 ? plan_cluster_bw(c->cluster, dev - 1, dev) : 1;
+        for (int n = p; n <= len - (ns - p); n++) {
+            double best = HUGE_VAL;
+            int bk = -1;
+            for (int k = n - 1; k >= p - 1; k--) {
+                double w = plan_cost_work(c, type, lo + k, lo + n - 1);
+                if (w >= best)
+                    break;
+                double prev = f[(p - 1) * W + k];
+                if (prev >= best)
+                    continue;
+                double v = prev > w ? prev : w;
+                if (p > 1) {
+                    double cut = 2.0 * c->act_bytes[lo + k - 1] / bw;
+                    v = cut > v ? cut : v;
+                }
+                if (v < best) {
+                    best = v;
+                    bk = k;
+                }
+            }
+            f[p * W + n] = best;
+            arg[p * W + n] = bk;
+        }
+    }
+    bnd[ns] = hi;
+    int n = len;
+    for (int p = ns; p >= 1; p--) {
+        n = arg[p * W + n];
+        bnd[p - 1] = lo + n;
+    }
+    return f[ns * W + len];
+}
+
+static uint64_t hash_bnd(const int *b, int n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)(uint32_t)b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static void bnd_to_partition(const int *bnd, int S, plan_partition *p)
+{
+    plan_partition_clear(p);
+    for (int s = 0; s < S; s++)
+        plan_partition_push(p, bnd[s], bnd[s + 1] - 1, &s, 1);
+}
+
+/* The last stage whose steady phase (first backward .. last forward) has no idle gap. */
+static int critical_stage(const plan_sim_result *r, int S, const plan_cost *c,
+                          const plan_partition *p)
+{
+    int crit = -1;
+    for (int s = 0; s < S; s++) {
+        double first_b = HUGE_VAL, last_f = 0, prev_end = -1, gaps = 0;
+        for (int e = 0; e < r->n_events; e++) {
+            const plan_sim_event *ev = &r->events[e];
+            if (ev->lane != s)
+                continue;
+            if (ev->kind == PLAN_ACT_B && ev->start_s < first_b)
+                first_b = ev->start_s;
+            if (ev->kind == PLAN_ACT_F)
+                last_f = ev->start_s + ev->dur_s;
+        }
+        for (int e = 0; e < r->n_events; e++) {
+            const plan_sim_event *ev = &r->events[e];
+            if (ev->lane != s || ev->kind == PLAN_ACT_OPT)
+                continue;
+            if (ev->start_s >= first_b && ev->start_s <= last_f && prev_end >= first_b)
+                gaps += ev->start_s - prev_end;
+            prev_end = ev->start_s + ev->dur_s;
+        }
+        if (first_b <= last_f && gaps <= 1e-9 * r->iteration_s)
+            crit = s;
+    }
+    if (crit < 0) {
+        double worst = -1;
+        for (int s = 0; s < S; s++) {
+            double t = plan_partition_stage_time(c, p, s);
+            if (t >= worst) {
+                worst = t;
+                crit = s;
+            }
+        }
+    }
+    return crit;
+}
+
+sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int L = c->n_blocks, D = c->cluster->n_devices;
+    int S = D < L ? D : L;
+    if (cfg->max_stages > 0 && cfg->max_stages < S)
+        S = cfg->max_stages;
+    int m = 2 * S;
+    int max_eval = L > 500 ? 48 : 160;
+    sc_status rc = SC_OK;
+    plan_schedule *sched = NULL;
+    plan_partition *cur = NULL;
+    plan_sim_stage *st = calloc((size_t)S, sizeof *st);
+    double *f = malloc((size_t)(S + 1) * (size_t)(L + 1) * sizeof(double));
+    int *arg = malloc((size_t)(S + 1) * (size_t)(L + 1) * sizeof(int));
+    int *queue = malloc((size_t)(2 * max_eval + 2) * (size_t)(S + 1) * sizeof(int));
+    uint64_t *seen = calloc((size_t)(4 * max_eval + 8), sizeof(uint64_t));
+    int *nb = malloc((size_t)(S + 1) * sizeof(int));
+    if (!st || !f || !arg || !queue || !seen || !nb) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "autopipe: out of memory");
+        goto done;
+    }
+    SC_CHECK_GOTO(plan_schedule_build(&sched, PLAN_SCHED_1F1B, S, m, 0, err), done);
+    SC_CHECK_GOTO(plan_partition_new(&cur, S, S, err), done);
+    int head = 0, tail = 0, n_seen = 0, qcap = 2 * max_eval + 2;
+    range_dp(c, 0, L, 0, S, queue, f, arg);
+    seen[n_seen++] = hash_bnd(queue, S + 1);
+    tail = 1;
+    double best = HUGE_VAL;
+    for (int evals = 0; head < tail && evals < max_eval; evals++) {
+        int *bnd = queue + (size_t)(head++ % qcap) * (S + 1);
+        bnd_to_partition(bnd, S, cur);
+        plan_partition_sim_stages(c, cur, st);
+        plan_sim_result r;
+        SC_CHECK_GOTO(plan_sim_run(sched, st, m, 1.0, 1, &r, err), done);
+        if (r.iteration_s < best) {
+            best = r.iteration_s;
+            plan_partition_copy(out, cur);
+        }
+        int crit = critical_stage(&r, S, c, cur);
+        plan_sim_result_free(&r);
+        for (int move = 0; move < 2; move++) {
+            memcpy(nb, bnd, (size_t)(S + 1) * sizeof(int));
+            if (move == 0) {
+                /* its first block moves to the previous stage; re-balance the prefix */
+                if (crit == 0 || nb[crit + 1] - nb[crit] < 2 || nb[crit] + 1 < crit)
+                    continue;
+                nb[crit]++;
+                range_dp(c, 0, nb[crit], 0, crit, nb, f, arg);
+            } else {
+                if (crit == S - 1 || nb[crit + 1] - nb[crit] < 2)
+                    continue;
+                nb[crit + 1]--;
+                if (L - nb[crit + 1] < S - crit - 1)
+                    continue;
+                range_dp(c, nb[crit + 1], L, crit + 1, S - crit - 1, nb + crit + 1, f, arg);
+            }
+            uint64_t h = hash_bnd(nb, S + 1);
+            int dup = 0;
+            for (int i = 0; i < n_seen; i++)
+                dup |= seen[i] == h;
+            if (dup || n_seen >= 4 * max_eval + 8 || tail - head >= qcap)
+                continue;
+            seen[n_seen++] = h;
+            memcpy(queue + (size_t)(tail++ % qcap) * (S + 1), nb, (size_t)(S + 1) * sizeof(int));
+        }
+    }
+    out->objective_s = best;
+done:
+    plan_schedule_destroy(&sched);
+    plan_partition_destroy(&cur);
+    free(st), free(f), free(arg), free(queue), free(seen), free(nb);
+    return rc;
+}
+
+/* ================================================================ hetero */
+
+typedef struct het_search {
+    const plan_search_cfg *cfg;
+    dp_tables t;
+    int D, max_rep, evals, max_evals;
+    double best;
+    int *best_order;
+} het_search;
+
+static void het_try(het_search *h, const int *order)
+{
+    if (h->evals >= h->max_evals)
+        return;
+    h->evals++;
+    double v = dp_order(h->cfg, &h->t, order, h->D, h->max_rep, h->best, NULL);
+    if (v < h->best) {
+        h->best = v;
+        memcpy(h->best_order, order, (size_t)h->D * sizeof(int));
+    }
+}
+
+static double dev_speed(const plan_cost *c, int d)
+{
+    int t = dev_type(c, d);
+    double w = plan_cost_work(c, t, 0, c->n_blocks - 1);
+    return w > 0 ? 1.0 / w : c->cluster->types[t].relative_speed;
+}
+
+static const plan_cost *sort_cost;
+static int by_speed_desc(const void *a, const void *b)
+{
+    double x = dev_speed(sort_cost, *(const int *)a), y = dev_speed(sort_cost, *(const int *)b);
+    return x > y ? -1 : x < y ? 1 : *(const int *)a - *(const int *)b;
+}
+
+static int next_perm(int *a, int n)
+{
+    int i = n - 2;
+    while (i >= 0 && a[i] >= a[i + 1])
+        i--;
+    if (i < 0)
+        return 0;
+    int j = n - 1;
+    while (a[j] <= a[i])
+        j--;
+    int t = a[i];
+    a[i] = a[j];
+    a[j] = t;
+    for (int l = i + 1, r = n - 1; l < r; l++, r--) {
+        t = a[l];
+        a[l] = a[r];
+        a[r] = t;
+    }
+    return 1;
+}
+
+sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    const plan_cluster *cl = c->cluster;
+    int D = cl->n_devices, L = c->n_blocks, T = cl->n_types;
+    het_search h = {.cfg = cfg, .D = D, .best = HUGE_VAL, .max_evals = 400};
+    sc_status rc = SC_OK;
+    int *order = calloc((size_t)D, sizeof(int)), *tmp = calloc((size_t)D, sizeof(int));
+    int *srv = malloc((size_t)cl->n_servers * sizeof(int));
+    int *perm = malloc((size_t)(T > 0 ? T : 1) * sizeof(int));
+    h.best_order = malloc((size_t)D * sizeof(int));
+    if (!order || !tmp || !srv || !perm || !h.best_order || dp_alloc(&h.t, D, L) != 0) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+        goto done;
+    }
+    /* replication pays only when single blocks are large next to a fair share of the work */
+    double lb = plan_lower_bound(c), biggest = 0;
+    for (int d = 0; d < D; d++)
+        for (int l = 0; l < L; l++) {
+            double w = plan_cost_work(c, dev_type(c, d), l, l);
+            biggest = w > biggest ? w : biggest;
+        }
+    h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb ? 8 : 1;
+
+    /* 1. the cluster's own order */
+    for (int d = 0; d < D; d++)
+        order[d] = d;
+    het_try(&h, order);
+    /* 2. small clusters: every order */
+    if (D <= 7) {
+        while (next_perm(order, D))
+            het_try(&h, order);
+        h.max_evals = h.evals; /* done: nothing left to search */
+    }
+    /* 3. servers kept together, fastest servers first and last, devices fastest first */
+    sort_cost = c;
+    for (int dir = 0; dir < 2; dir++) {
+        for (int s = 0; s < cl->n_servers; s++)
+            srv[s] = s;
+        for (int a = 0; a < cl->n_servers; a++)
+            for (int b = a + 1; b < cl->n_servers; b++) {
+                double sa = 0, sb = 0;
+                for (int i = 0; i < cl->servers[srv[a]].n_devices; i++)
+                    sa += dev_speed(c, cl->servers[srv[a]].first_device + i);
+                for (int i = 0; i < cl->servers[srv[b]].n_devices; i++)
+                    sb += dev_speed(c, cl->servers[srv[b]].first_device + i);
+                if (dir == 0 ? sb > sa : sb < sa) {
+                    int t = srv[a];
+                    srv[a] = srv[b];
+                    srv[b] = t;
+                }
+            }
+        int n = 0;
+        for (int s = 0; s < cl->n_servers; s++) {
+            const plan_server *sv = &cl->servers[srv[s]];
+            for (int i = 0; i < sv->n_devices; i++)
+                order[n + i] = sv->first_device + i;
+            qsort(order + n, (size_t)sv->n_devices, sizeof(int), by_speed_desc);
+            n += sv->n_devices;
+        }
+        het_try(&h, order);
+    }
+    /* 4. orders of device types (as Metis enumerates them), devices of a type by server */
+    if (T > 1 && T <= 5) {
+        for (int i = 0; i < T; i++)
+            perm[i] = i;
+        do {
+            int n = 0;
+            for (int i = 0; i < T; i++)
+                for (int d = 0; d < D; d++)
+                    if (cl->devices[d].type == perm[i])
+                        order[n++] = d;
+            het_try(&h, order);
+        } while (next_perm(perm, T));
+    }
+    /* 5. local search from the best order: swap runs of one server (whole devices when few) */
+    for (int round = 0; round < 4 && h.evals < h.max_evals && isfinite(h.best); round++) {
+        double before = h.best;
+        memcpy(order, h.best_order, (size_t)D * sizeof(int));
+        /* segments: maximal runs of one server in the order (single devices when D <= 16) */
+        int nseg = 0;
+        int *seg = tmp; /* segment start positions */
+        for (int i = 0; i < D; i++)
+            if (D <= 16 || i == 0 ||
+                cl->devices[order[i]].server != cl->devices[order[i - 1]].server)
+                seg[nseg++] = i;
+        for (int a = 0; a < nseg && h.evals < h.max_evals; a++)
+            for (int b = a + 1; b < nseg && h.evals < h.max_evals; b++) {
+                /* swapping two runs of alike devices (same types, same server) changes
+                 * nothing: skip it */
+                int sa = seg[a], ea = a + 1 < nseg ? seg[a + 1] : D;
+                int sb = seg[b], eb = b + 1 < nseg ? seg[b + 1] : D;
+                int alike = ea - sa == eb - sb;
+                for (int i = 0; alike && i < ea - sa; i++)
+                    alike = cl->devices[order[sa + i]].type == cl->devices[order[sb + i]].type &&
+                            cl->devices[order[sa + i]].server ==
+                                cl->devices[order[sb + i]].server;
+                if (alike)
+                    continue;
+                int *cand = malloc((size_t)D * sizeof(int));
+                if (cand == NULL) {
+                    rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+                    goto done;
+                }
+                int n = 0;
+                for (int s = 0; s < nseg; s++) {
+                    int from = s == a ? b : s == b ? a : s;
+                    int st = seg[from], en = from + 1 < nseg ? seg[from + 1] : D;
+                    for (int i = st; i < en; i++)
+                        cand[n++] = order[i];
+                }
+                het_try(&h, cand);
+                free(cand);
+            }
+        if (!(h.best < before))
+            break;
+    }
+    if (!isfinite(h.best)) {
+        rc = no_fit(cfg, "hetero", err);
+        goto done;
+    }
+    double v = dp_order(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);
+    out->objective_s = plan_partition_bottleneck(c, out);
+    (void)v;
+done:
+    dp_free(&h.t);
+    free(order), free(tmp), free(srv), free(perm), free(h.best_order);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/*
+ * plan_partition: the partitioners. Each cuts the block chain into contiguous stages and
+ * places every stage on one device or a replicated group of devices.
+ *
+ * Strategies: uniform, blockpartition (torchgpipe's Barany-Grinberg heuristic, the baseline),
+ * minmax (exact contiguous min-max for the cluster's device order), exhaustive (brute force,
+ * small instances only), pipedream (PipeDream's replication DP with hierarchical bandwidths),
+ * autopipe (critical-stage search over the min-max partition) and hetero (ours: partition,
+ * device order and replication over unequal devices, memory as a hard limit).
+ * Does not pick micro-batch sizes (plan_microbatch, plan_ga) and does not time schedules
+ * except where a strategy itself needs the simulator (autopipe).
+ *
+ * Invariant of a partition: stages cover blocks 0..n_blocks-1 in order, each non-empty; each
+ * device appears in at most one stage.
+ */
+#ifndef PLAN_PARTITION_H
+#define PLAN_PARTITION_H
+
+#include "common/sc_status.h"
+#include "coordinator/planner/plan_cluster.h"
+#include "coordinator/planner/plan_schedule.h"
+
+typedef struct plan_partition {
+    int cap_stages;
+    int cap_devices;
+    int n_stages;
+    int *first;     /* (n_stages) first block, inclusive */
+    int *last;      /* (n_stages) last block, inclusive */
+    int *n_dev;     /* (n_stages) replicas */
+    int *dev_start; /* (n_stages) index into devs */
+    int *devs;      /* (cap_devices) device ids, stage after stage */
+    int n_devs;
+    double objective_s; /* the strategy's own objective */
+    char note[160];     /* what the strategy simplified, if anything */
+} plan_partition;
+
+sc_status plan_partition_new(plan_partition **out, int cap_stages, int cap_devices, sc_err *err);
+void plan_partition_destroy(plan_partition **p);
+void plan_partition_clear(plan_partition *p);
+/* Appends a stage of blocks first..last on devs[0..n-1]. Asserts capacity. */
+void plan_partition_push(plan_partition *p, int first, int last, const int *devs, int n);
+void plan_partition_copy(plan_partition *dst, const plan_partition *src);
+
+/* What every strategy needs to know. */
+typedef struct plan_search_cfg {
+    const plan_cost *cost;     /* block costs at the plan's micro-batch size */
+    const plan_cost *ref_cost; /* at the profile's own size (pipedream's objective); may = cost */
+    plan_sched_kind sched;     /* decides how many micro-batches a stage stashes */
+    int n_micro;               /* micro-batches per iteration */
+    double slice_efficiency;   /* for simulating sliced schedules */
+    long exhaustive_limit;     /* candidate plans exhaustive may try; 0 = default */
+    int max_stages;            /* 0 = as many as devices (uniform, blockpartition, minmax,
+                                  autopipe, exhaustive honour it) */
+} plan_search_cfg;
+
+#define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
+
+/* ---- the common objective (docs/formats.md) ------------------------------------------- */
+
+/* Compute time of stage s per micro-batch: the slowest replica's (forward + backward), plus
+ * the all-reduce of its weights when replicated, divided by the replicas. */
+double plan_partition_stage_time(const plan_cost *c, const plan_partition *p, int s);
+/* 2 x activation bytes at the cut after stage s / bandwidth between the two stages. */
+double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int s);
+/* max over stage and cut times. */
+double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p);
+/* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches. */
+double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m);
+/* Memory of stage s on each of its devices (bytes). */
+double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s);
+/* SC_OK when every stage fits its devices' memory; else SC_ERR_TOO_LARGE naming the stage. */
+sc_status plan_partition_check_memory(const plan_search_cfg *cfg, const plan_partition *p,
+                                      sc_err *err);
+/* max(total work / total device speed, the largest block on the fastest device), where the
+ * work is measured on the fastest device type. */
+double plan_lower_bound(const plan_cost *c);
+
+/* ---- strategies ------------------------------------------------------------------------ */
+/* All fill `out` (capacity: n_blocks stages, n_devices devices). SC_ERR_TOO_LARGE when no
+ * partition fits the memory of the devices. */
+sc_status plan_partition_uniform(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
+sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partition *out,
+                                        sc_err *err);
+sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
+/* Refuses (SC_ERR_TOO_LARGE) when the number of candidates exceeds the limit. */
+sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *out,
+                                    sc_err *err);
+sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
+sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
+sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
+
+/* Stage costs for the simulator: per-stage forward/backward (/ replicas) and cut transfers. */
+struct plan_sim_stage;
+void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
+                               struct plan_sim_stage *stages);
+
+#endif /* PLAN_PARTITION_H */

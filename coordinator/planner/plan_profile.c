@@ -1,0 +1,587 @@
+/*
+ * plan_profile: readers for the two profile formats and the time-scaling rule.
+ *
+ * graph.txt is a DAG; the planner cuts chains, so it is linearised in topological order and
+ * each position's activation_bytes becomes the sum of the outputs that cross a cut there.
+ * PipeDream's own optimizer zeroes the data-loading `Input*` sources and drops unused
+ * `__getitem__` sinks; we do the same so that its objective can be reproduced.
+ */
+#include "coordinator/planner/plan_profile.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_json.h"
+#include "common/sc_util.h"
+
+sc_status plan_profile_new(plan_profile **out, int n_blocks, sc_err *err)
+{
+    *out = NULL;
+    if (n_blocks < 1)
+        return SC_ERRF(err, SC_ERR_INVALID, "a profile needs at least one block, got %d",
+                       n_blocks);
+    plan_profile *p = calloc(1, sizeof *p);
+    SC_ALLOC_CHECK(p, err);
+    p->blocks = calloc((size_t)n_blocks, sizeof *p->blocks);
+    if (p->blocks == NULL) {
+        free(p);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for %d blocks", n_blocks);
+    }
+    p->n_blocks = n_blocks;
+    p->microbatch_size = 1;
+    sc_strlcpy(p->model, "synthetic", sizeof p->model);
+    sc_strlcpy(p->reference_device, "reference", sizeof p->reference_device);
+    for (int l = 0; l < n_blocks; l++)
+        snprintf(p->blocks[l].name, sizeof p->blocks[l].name, "b%d", l);
+    *out = p;
+    return SC_OK;
+}
+
+void plan_profile_destroy(plan_profile **pp)
+{
+    if (pp == NULL || *pp == NULL)
+        return;
+    plan_profile *p = *pp;
+    for (int l = 0; l < p->n_blocks; l++)
+        free(p->blocks[l].sizes);
+    free(p->blocks);
+    free(p);
+    *pp = NULL;
+}
+
+/* ---------------------------------------------------------------- JSON profile */
+
+static sc_status parse_sizes(const sc_jnode *blk, plan_block *b, sc_err *err)
+{
+    if (!sc_jnode_has(blk, "by_microbatch_size"))
+        return SC_OK;
+    sc_jnode arr;
+    SC_CHECK(sc_json_get_array(blk, "by_microbatch_size", 1, 4096, &arr, err));
+    size_t n = sc_jnode_size(&arr);
+    b->sizes = calloc(n, sizeof *b->sizes);
+    SC_ALLOC_CHECK(b->sizes, err);
+    b->n_sizes = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        sc_jnode e = sc_jnode_element(&arr, i);
+        int64_t size;
+        SC_CHECK(sc_jnode_expect_object(&e, err));
+        SC_CHECK(sc_json_get_int(&e, "size", 1, 1 << 24, &size, err));
+        SC_CHECK(sc_json_get_number(&e, "forward_s", 0, 1e9, &b->sizes[i].forward_s, err));
+        SC_CHECK(sc_json_get_number(&e, "backward_s", 0, 1e9, &b->sizes[i].backward_s, err));
+        b->sizes[i].size = (int)size;
+        if (i > 0 && b->sizes[i].size <= b->sizes[i - 1].size) {
+            sc_jnode sn;
+            SC_CHECK(sc_jnode_member(&e, "size", &sn, err));
+            return sc_jnode_fail(&sn, err, SC_ERR_INVALID,
+                                 "sizes must increase strictly (previous entry has %d)",
+                                 b->sizes[i - 1].size);
+        }
+    }
+    return SC_OK;
+}
+
+static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *err)
+{
+    sc_jnode root = sc_jdoc_root(doc), blocks;
+    plan_profile *p = NULL;
+    const char *s;
+    int64_t mb;
+    sc_status rc;
+    SC_CHECK(sc_jnode_expect_object(&root, err));
+    SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-profile", 1, NULL, err));
+    SC_CHECK(sc_json_get_int(&root, "microbatch_size", 1, 1 << 24, &mb, err));
+    SC_CHECK(sc_json_get_array(&root, "blocks", 1, 1 << 20, &blocks, err));
+    size_t n = sc_jnode_size(&blocks);
+    SC_CHECK(plan_profile_new(&p, (int)n, err));
+    p->kind = PLAN_PROFILE_JSON;
+    p->microbatch_size = (int)mb;
+    SC_CHECK_GOTO(sc_json_opt_string(&root, "model", "model", &s, err), fail);
+    sc_strlcpy(p->model, s, sizeof p->model);
+    SC_CHECK_GOTO(sc_json_opt_string(&root, "reference_device", "reference", &s, err), fail);
+    sc_strlcpy(p->reference_device, s, sizeof p->reference_device);
+    for (size_t i = 0; i < n; i++) {
+        sc_jnode e = sc_jnode_element(&blocks, i);
+        plan_block *b = &p->blocks[i];
+        SC_CHECK_GOTO(sc_jnode_expect_object(&e, err), fail);
+        SC_CHECK_GOTO(sc_json_get_string(&e, "name", &s, err), fail);
+        sc_strlcpy(b->name, s, sizeof b->name);
+        SC_CHECK_GOTO(sc_json_get_number(&e, "forward_s", 0, 1e9, &b->forward_s, err), fail);
+        SC_CHECK_GOTO(sc_json_get_number(&e, "backward_s", 0, 1e9, &b->backward_s, err), fail);
+        SC_CHECK_GOTO(
+            sc_json_get_number(&e, "activation_bytes", 0, 1e18, &b->activation_bytes, err), fail);
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "parameter_bytes", 0, 1e18, 0, &b->parameter_bytes,
+                                         err),
+                      fail);
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "stash_bytes", 0, 1e18, b->activation_bytes,
+                                         &b->stash_bytes, err),
+                      fail);
+        SC_CHECK_GOTO(parse_sizes(&e, b, err), fail);
+    }
+    *out = p;
+    return SC_OK;
+fail:
+    plan_profile_destroy(&p);
+    return rc;
+}
+
+sc_status plan_profile_parse_json(plan_profile **out, const char *source, const char *text,
+                                  size_t len, sc_err *err)
+{
+    sc_jdoc *doc = NULL;
+    *out = NULL;
+    SC_CHECK(sc_jdoc_parse(&doc, source, text, len, err));
+    sc_status rc = parse_json_doc(out, doc, err);
+    sc_jdoc_destroy(&doc);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- PipeDream graph.txt */
+
+typedef struct gnode {
+    char id[64];
+    char desc[PLAN_NAME_MAX];
+    double f_ms, b_ms, act, param;
+    int order;   /* position in the file */
+    long number; /* numeric suffix of the id, for a stable topological order */
+    int indeg, outdeg;
+    int pos;     /* position in the linear order, -1 when dropped */
+} gnode;
+
+typedef struct gedge {
+    int src, dst;
+} gedge;
+
+typedef struct gparse {
+    const char *source;
+    gnode *nodes;
+    int n_nodes, cap_nodes;
+    gedge *edges;
+    int n_edges, cap_edges;
+} gparse;
+
+static char *trim(char *s)
+{
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int find_node(const gparse *g, const char *id)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].id, id) == 0)
+            return i;
+    return -1;
+}
+
+/* A number or a list "[a; b; c]" whose elements are summed. */
+static int parse_metric(const char *v, double *out)
+{
+    char *end;
+    while (isspace((unsigned char)*v))
+        v++;
+    if (*v == '[') {
+        double sum = 0;
+        v++;
+        for (;;) {
+            while (isspace((unsigned char)*v))
+                v++;
+            if (*v == ']')
+                break;
+            double x = strtod(v, &end);
+            if (end == v || !isfinite(x) || x < 0)
+                return -1;
+            sum += x;
+            v = end;
+            while (isspace((unsigned char)*v))
+                v++;
+            if (*v == ';')
+                v++;
+            else if (*v != ']')
+                return -1;
+        }
+        v++;
+        while (isspace((unsigned char)*v))
+            v++;
+        *out = sum;
+        return *v == '\0' ? 0 : -1;
+    }
+    double x = strtod(v, &end);
+    if (end == v || !isfinite(x) || x < 0)
+        return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    *out = x;
+    return *end == '\0' ? 0 : -1;
+}
+
+static sc_status parse_node_line(gparse *g, char *line, int lineno, sc_err *err)
+{
+    char *fields[64];
+    int nf = 0;
+    char *s = line;
+    for (;;) {
+        char *sep = strstr(s, " -- ");
+        if (nf == 63)
+            break;
+        fields[nf++] = s;
+        if (sep == NULL)
+            break;
+        *sep = '\0';
+        s = sep + 4;
+    }
+    int metrics = -1;
+    for (int i = 1; i < nf; i++)
+        if (strncmp(trim(fields[i]), "forward_compute_time=", 21) == 0)
+            metrics = i;
+    if (nf < 3 || metrics < 2)
+        return SC_ERRF(err, SC_ERR_PARSE,
+                       "%s:%d: expected a node line 'ID -- DESCRIPTION -- "
+                       "forward_compute_time=F, backward_compute_time=B, activation_size=A, "
+                       "parameter_size=P' or an indented edge 'SRC -- DST'",
+                       g->source, lineno);
+    if (g->n_nodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? 2 * g->cap_nodes : 64;
+        gnode *nn = realloc(g->nodes, (size_t)cap * sizeof *nn);
+        SC_ALLOC_CHECK(nn, err);
+        g->nodes = nn;
+        g->cap_nodes = cap;
+    }
+    gnode *n = &g->nodes[g->n_nodes];
+    memset(n, 0, sizeof *n);
+    char *id = trim(fields[0]);
+    if (*id == '\0' || strlen(id) >= sizeof n->id)
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: node id must be 1-63 characters", g->source,
+                       lineno);
+    if (find_node(g, id) >= 0)
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: node '%s' is defined twice", g->source, lineno,
+                       id);
+    sc_strlcpy(n->id, id, sizeof n->id);
+    sc_strlcpy(n->desc, trim(fields[1]), sizeof n->desc);
+    const char *p = id + strlen(id);
+    while (p > id && isdigit((unsigned char)p[-1]))
+        p--;
+    n->number = *p ? strtol(p, NULL, 10) : -1;
+    n->order = g->n_nodes;
+    n->pos = -1;
+    int seen = 0;
+    /* metrics: "key=value, key=value"; list values use ';' inside brackets, so ',' splits */
+    char *m = fields[metrics];
+    while (m && *m) {
+        char *comma = strchr(m, ',');
+        if (comma)
+            *comma = '\0';
+        char *kv = trim(m);
+        char *eq = strchr(kv, '=');
+        if (eq == NULL)
+            return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: expected key=value, got '%s'", g->source,
+                           lineno, kv);
+        *eq = '\0';
+        double v;
+        if (parse_metric(eq + 1, &v) != 0)
+            return SC_ERRF(err, SC_ERR_PARSE,
+                           "%s:%d: %s: expected a number >= 0 or a list [a; b], got '%s'",
+                           g->source, lineno, kv, eq + 1);
+        if (strcmp(kv, "forward_compute_time") == 0)
+            n->f_ms = v, seen |= 1;
+        else if (strcmp(kv, "backward_compute_time") == 0)
+            n->b_ms = v, seen |= 2;
+        else if (strcmp(kv, "activation_size") == 0)
+            n->act = v, seen |= 4;
+        else if (strcmp(kv, "parameter_size") == 0)
+            n->param = v, seen |= 8;
+        m = comma ? comma + 1 : NULL;
+    }
+    if (seen != 15)
+        return SC_ERRF(err, SC_ERR_PARSE,
+                       "%s:%d: node '%s' lacks one of forward_compute_time, "
+                       "backward_compute_time, activation_size, parameter_size",
+                       g->source, lineno, id);
+    g->n_nodes++;
+    return SC_OK;
+}
+
+static sc_status parse_edge_line(gparse *g, char *line, int lineno, gedge *out, sc_err *err)
+{
+    char *sep = strstr(line, " -- ");
+    if (sep == NULL)
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: expected an edge 'SRC -- DST'", g->source,
+                       lineno);
+    *sep = '\0';
+    char *a = trim(line), *b = trim(sep + 4);
+    int ia = find_node(g, a), ib = find_node(g, b);
+    if (ia < 0 || ib < 0)
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: edge names unknown node '%s'", g->source,
+                       lineno, ia < 0 ? a : b);
+    if (ia == ib)
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: edge from '%s' to itself", g->source, lineno,
+                       a);
+    out->src = ia;
+    out->dst = ib;
+    return SC_OK;
+}
+
+static int before(const gnode *a, const gnode *b)
+{
+    /* data-loading inputs first, so that they can be zeroed into the first stage */
+    int ia = strncmp(a->desc, "Input", 5) == 0, ib = strncmp(b->desc, "Input", 5) == 0;
+    if (ia != ib)
+        return ia;
+    if (a->number != b->number)
+        return a->number < b->number;
+    return a->order < b->order;
+}
+
+/* Kahn's algorithm; among ready nodes the one with the smallest id number goes first, so the
+ * order does not depend on the (arbitrary) order of node lines in the file. */
+static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
+{
+    int n = g->n_nodes;
+    sc_status rc = SC_OK;
+    int *indeg = calloc((size_t)n, sizeof *indeg);
+    int *order = calloc((size_t)n, sizeof *order);
+    int *last_use = calloc((size_t)n, sizeof *last_use);
+    char *dropped = calloc((size_t)n, 1);
+    char *is_source = calloc((size_t)n, 1);
+    double *cut = NULL;
+    plan_profile *p = NULL;
+    if (!indeg || !order || !last_use || !dropped || !is_source) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory linearising %s", g->source);
+        goto done;
+    }
+    for (int e = 0; e < g->n_edges; e++) {
+        indeg[g->edges[e].dst]++;
+        g->nodes[g->edges[e].src].outdeg++;
+    }
+    for (int i = 0; i < n; i++)
+        is_source[i] = indeg[i] == 0;
+    /* unused __getitem__ sinks are dropped, as PipeDream's optimizer does */
+    for (int i = 0; i < n; i++)
+        if (g->nodes[i].outdeg == 0 && strncmp(g->nodes[i].desc, "__getitem__", 11) == 0 &&
+            n > 1)
+            dropped[i] = 1;
+    int placed = 0;
+    char *done_flag = calloc((size_t)n, 1);
+    if (done_flag == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory linearising %s", g->source);
+        goto done;
+    }
+    while (placed < n) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!done_flag[i] && indeg[i] == 0 && (best < 0 || before(&g->nodes[i], &g->nodes[best])))
+                best = i;
+        if (best < 0)
+            break;
+        done_flag[best] = 1;
+        order[placed++] = best;
+        for (int e = 0; e < g->n_edges; e++)
+            if (g->edges[e].src == best)
+                indeg[g->edges[e].dst]--;
+    }
+    free(done_flag);
+    if (placed < n) {
+        rc = SC_ERRF(err, SC_ERR_PARSE,
+                     "%s: the graph has a cycle (%d of %d nodes could not be ordered); a profile "
+                     "must be a DAG",
+                     g->source, n - placed, n);
+        goto done;
+    }
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (!dropped[order[i]])
+            g->nodes[order[i]].pos = kept++;
+    if (kept == 0) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: no nodes", g->source);
+        goto done;
+    }
+    SC_CHECK_GOTO(plan_profile_new(&p, kept, err), done);
+    p->kind = PLAN_PROFILE_PIPEDREAM;
+    p->microbatch_size = 0;
+    const char *base = strrchr(g->source, '/');
+    sc_strlcpy(p->model, base ? base + 1 : g->source, sizeof p->model);
+    cut = calloc((size_t)kept + 1, sizeof *cut);
+    if (cut == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory linearising %s", g->source);
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        last_use[i] = g->nodes[i].pos;
+    for (int e = 0; e < g->n_edges; e++) {
+        const gnode *d = &g->nodes[g->edges[e].dst];
+        if (d->pos > last_use[g->edges[e].src])
+            last_use[g->edges[e].src] = d->pos;
+    }
+    for (int i = 0; i < n; i++) {
+        gnode *nd = &g->nodes[i];
+        if (nd->pos < 0)
+            continue;
+        int is_input = strncmp(nd->desc, "Input", 5) == 0 && is_source[i];
+        plan_block *b = &p->blocks[nd->pos];
+        snprintf(b->name, sizeof b->name, "%s", nd->id);
+        if (is_input)
+            continue; /* zeroed: data loading always belongs to the first stage */
+        b->forward_s = nd->f_ms / 1000.0;
+        b->backward_s = nd->b_ms / 1000.0;
+        b->parameter_bytes = nd->param;
+        b->stash_bytes = nd->act;
+        /* the output crosses every cut between the node and its last consumer */
+        int last = last_use[i];
+        if (last == nd->pos && nd->pos == kept - 1)
+            last = kept; /* the model's output, reported on the last block */
+        cut[nd->pos] += nd->act;
+        cut[last] -= nd->act;
+    }
+    double run = 0;
+    for (int l = 0; l < kept; l++) {
+        run += cut[l];
+        p->blocks[l].activation_bytes = run > 0 ? run : 0;
+    }
+    *out = p;
+    p = NULL;
+done:
+    plan_profile_destroy(&p);
+    free(indeg);
+    free(order);
+    free(last_use);
+    free(dropped);
+    free(is_source);
+    free(cut);
+    return rc;
+}
+
+sc_status plan_profile_parse_graph(plan_profile **out, const char *source, const char *text,
+                                   sc_err *err)
+{
+    gparse g = {.source = source};
+    sc_status rc = SC_OK;
+    *out = NULL;
+    /* two passes: nodes first (edges may name nodes defined later), then edges */
+    for (int pass = 0; pass < 2 && rc == SC_OK; pass++) {
+        int lineno = 0;
+        char *buf = strdup(text);
+        if (buf == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading %s", source);
+            break;
+        }
+        /* strtok_r would skip empty lines and lose the numbering: split by hand */
+        char *line = buf;
+        while (line != NULL && rc == SC_OK) {
+            char *nl = strchr(line, '\n');
+            if (nl)
+                *nl = '\0';
+            lineno++;
+            size_t len = strlen(line);
+            if (len && line[len - 1] == '\r')
+                line[len - 1] = '\0';
+            int indented = line[0] == ' ' || line[0] == '\t';
+            char *t = trim(line);
+            if (*t != '\0' && *t != '#') {
+                if (pass == 0 && !indented) {
+                    rc = parse_node_line(&g, t, lineno, err);
+                } else if (pass == 1 && indented) {
+                    gedge e;
+                    rc = parse_edge_line(&g, t, lineno, &e, err);
+                    if (rc == SC_OK) {
+                        if (g.n_edges == g.cap_edges) {
+                            int cap = g.cap_edges ? 2 * g.cap_edges : 64;
+                            gedge *ne = realloc(g.edges, (size_t)cap * sizeof *ne);
+                            if (ne == NULL) {
+                                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading %s",
+                                             source);
+                                break;
+                            }
+                            g.edges = ne;
+                            g.cap_edges = cap;
+                        }
+                        g.edges[g.n_edges++] = e;
+                    }
+                }
+            }
+            line = nl ? nl + 1 : NULL;
+        }
+        free(buf);
+    }
+    if (rc == SC_OK && g.n_nodes == 0)
+        rc = SC_ERRF(err, SC_ERR_PARSE,
+                     "%s: no node lines found (expected 'ID -- DESCRIPTION -- "
+                     "forward_compute_time=F, ...')",
+                     source);
+    if (rc == SC_OK)
+        rc = linearise(&g, out, err);
+    free(g.nodes);
+    free(g.edges);
+    return rc;
+}
+
+sc_status plan_profile_load(plan_profile **out, const char *path, sc_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *out = NULL;
+    SC_CHECK(sc_file_read(path, PLAN_PROFILE_MAX_BYTES, &text, &len, err));
+    const char *s = text;
+    while (*s && isspace((unsigned char)*s))
+        s++;
+    sc_status rc;
+    if (*s == '{')
+        rc = plan_profile_parse_json(out, path, text, len, err);
+    else if (memchr(text, '\0', len) != NULL)
+        rc = SC_ERRF(err, SC_ERR_PARSE,
+                     "%s: binary data; expected a stagecraft-profile JSON or a PipeDream graph.txt",
+                     path);
+    else
+        rc = plan_profile_parse_graph(out, path, text, err);
+    free(text);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- scaling */
+
+static double ref_samples(const plan_profile *p, int batch)
+{
+    if (p->microbatch_size > 0)
+        return p->microbatch_size;
+    return batch > 0 ? batch : 1;
+}
+
+double plan_profile_size_factor(const plan_profile *p, double samples, int batch)
+{
+    return samples / ref_samples(p, batch);
+}
+
+void plan_profile_block_time(const plan_profile *p, int l, double samples, int batch,
+                             double *forward_s, double *backward_s)
+{
+    const plan_block *b = &p->blocks[l];
+    if (b->n_sizes == 0) {
+        double k = samples / ref_samples(p, batch);
+        *forward_s = b->forward_s * k;
+        *backward_s = b->backward_s * k;
+        return;
+    }
+    const plan_size_time *t = b->sizes;
+    int n = b->n_sizes;
+    if (n == 1 || samples <= t[0].size) {
+        /* below the smallest measured size, scale down proportionally */
+        double k = samples / t[0].size;
+        *forward_s = t[0].forward_s * k;
+        *backward_s = t[0].backward_s * k;
+        return;
+    }
+    int i = 1;
+    while (i < n - 1 && t[i].size < samples)
+        i++;
+    /* linear between (or beyond, along the last segment) the two bracketing points */
+    double x0 = t[i - 1].size, x1 = t[i].size, u = (samples - x0) / (x1 - x0);
+    double f = t[i - 1].forward_s + u * (t[i].forward_s - t[i - 1].forward_s);
+    double bw = t[i - 1].backward_s + u * (t[i].backward_s - t[i - 1].backward_s);
+    *forward_s = f > 0 ? f : 0;
+    *backward_s = bw > 0 ? bw : 0;
+}

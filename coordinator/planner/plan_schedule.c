@@ -1,0 +1,293 @@
+/*
+ * plan_schedule: generators for the schedule families and the validator.
+ *
+ * Generators write compute actions (F, B, OPT) in the family's order and wrap each with its
+ * communication: RECV before a forward that needs an input, SEND after a forward whose output
+ * is needed, and the mirror for backward. Sends are asynchronous (the stage goes on); receives
+ * block. The validator's dry run plays the lists with that rule and no times.
+ */
+#include "coordinator/planner/plan_schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const sched_names[PLAN_SCHED_COUNT] = {"gpipe", "1f1b", "pipedream",
+                                                          "sliced"};
+
+const char *plan_sched_name(plan_sched_kind k)
+{
+    return (unsigned)k < PLAN_SCHED_COUNT ? sched_names[k] : "unknown";
+}
+
+int plan_sched_parse(const char *name)
+{
+    for (int i = 0; i < PLAN_SCHED_COUNT; i++)
+        if (strcmp(name, sched_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+void plan_schedule_destroy(plan_schedule **sp)
+{
+    if (sp == NULL || *sp == NULL)
+        return;
+    plan_schedule *s = *sp;
+    if (s->actions)
+        for (int i = 0; i < s->n_stages; i++)
+            free(s->actions[i]);
+    free(s->actions);
+    free(s->n_actions);
+    free(s->frac);
+    free(s);
+    *sp = NULL;
+}
+
+sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_err *err)
+{
+    *out = NULL;
+    if (n_stages < 1 || n_units < 1)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "a schedule needs at least one stage and one micro-batch (got %d, %d)",
+                       n_stages, n_units);
+    plan_schedule *s = calloc(1, sizeof *s);
+    SC_ALLOC_CHECK(s, err);
+    s->n_stages = n_stages;
+    s->n_units = n_units;
+    s->frac = malloc((size_t)n_units * sizeof *s->frac);
+    s->n_actions = calloc((size_t)n_stages, sizeof *s->n_actions);
+    s->actions = calloc((size_t)n_stages, sizeof *s->actions);
+    if (!s->frac || !s->n_actions || !s->actions) {
+        plan_schedule_destroy(&s);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
+    }
+    /* each stage holds at most 6 actions per unit + OPT: allocate once */
+    for (int i = 0; i < n_stages; i++) {
+        s->actions[i] = malloc(((size_t)n_units * 6 + 1) * sizeof(plan_action));
+        if (s->actions[i] == NULL) {
+            plan_schedule_destroy(&s);
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
+        }
+    }
+    for (int u = 0; u < n_units; u++)
+        s->frac[u] = 1.0;
+    *out = s;
+    return SC_OK;
+}
+
+sc_status plan_schedule_push(plan_schedule *s, int stage, plan_act_kind kind, int unit,
+                             sc_err *err)
+{
+    if (stage < 0 || stage >= s->n_stages || s->n_actions[stage] >= s->n_units * 6 + 1)
+        return SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d out of range or full", stage);
+    plan_action *a = &s->actions[stage][s->n_actions[stage]++];
+    a->kind = (uint8_t)kind;
+    a->unit = unit;
+    return SC_OK;
+}
+
+/* Compute action with its communication around it (pushes cannot fail: capacity is sized). */
+static void push_f(plan_schedule *s, int st, int u)
+{
+    if (st > 0)
+        plan_schedule_push(s, st, PLAN_ACT_RECV_F, u, NULL);
+    plan_schedule_push(s, st, PLAN_ACT_F, u, NULL);
+    if (st < s->n_stages - 1)
+        plan_schedule_push(s, st, PLAN_ACT_SEND_F, u, NULL);
+}
+
+static void push_b(plan_schedule *s, int st, int u)
+{
+    if (st < s->n_stages - 1)
+        plan_schedule_push(s, st, PLAN_ACT_RECV_B, u, NULL);
+    plan_schedule_push(s, st, PLAN_ACT_B, u, NULL);
+    if (st > 0)
+        plan_schedule_push(s, st, PLAN_ACT_SEND_B, u, NULL);
+}
+
+/* 1F1B over units: `warm` forwards, then one forward / one backward, then the drain. */
+static void one_f_one_b(plan_schedule *s, int st, int warm)
+{
+    int n = s->n_units;
+    if (warm > n)
+        warm = n;
+    for (int u = 0; u < warm; u++)
+        push_f(s, st, u);
+    for (int i = 0; i < n - warm; i++) {
+        push_f(s, st, warm + i);
+        push_b(s, st, i);
+    }
+    for (int u = n - warm; u < n; u++)
+        if (u >= 0)
+            push_b(s, st, u);
+}
+
+sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages,
+                              int n_micro, int sliced, sc_err *err)
+{
+    *out = NULL;
+    if (n_micro < 1)
+        return SC_ERRF(err, SC_ERR_INVALID, "a schedule needs at least one micro-batch, got %d",
+                       n_micro);
+    if (kind != PLAN_SCHED_SLICED)
+        sliced = 0;
+    if (sliced < 0 || sliced > n_micro)
+        return SC_ERRF(err, SC_ERR_INVALID, "sliced warm-up: expected 0 to %d micro-batches, got %d",
+                       n_micro, sliced);
+    plan_schedule *s = NULL;
+    SC_CHECK(plan_schedule_new(&s, n_stages, n_micro + sliced, err));
+    s->kind = kind;
+    for (int u = 0; u < 2 * sliced; u++)
+        s->frac[u] = 0.5;
+    int p = n_stages;
+    for (int st = 0; st < p; st++) {
+        switch (kind) {
+        case PLAN_SCHED_GPIPE:
+            for (int u = 0; u < s->n_units; u++)
+                push_f(s, st, u);
+            for (int u = 0; u < s->n_units; u++)
+                push_b(s, st, u);
+            break;
+        case PLAN_SCHED_1F1B:
+        case PLAN_SCHED_PIPEDREAM:
+            one_f_one_b(s, st, p - st - 1);
+            break;
+        case PLAN_SCHED_SLICED: {
+            /* warm-up covers p-st-1 micro-batches' worth of samples, halves counted as halves */
+            double need = p - st - 1, have = 0;
+            int warm = 0;
+            while (warm < s->n_units && have + 1e-9 < need)
+                have += s->frac[warm++];
+            one_f_one_b(s, st, warm);
+            break;
+        }
+        default:
+            plan_schedule_destroy(&s);
+            return SC_ERRF(err, SC_ERR_INVALID, "unknown schedule kind %d", (int)kind);
+        }
+        if (kind != PLAN_SCHED_PIPEDREAM)
+            plan_schedule_push(s, st, PLAN_ACT_OPT, -1, NULL);
+    }
+    /* PipeDream keeps one weight version per in-flight minibatch of the first stage */
+    s->weight_versions = kind == PLAN_SCHED_PIPEDREAM ? p - 1 : 0;
+    *out = s;
+    return SC_OK;
+}
+
+static const char *act_name(int k)
+{
+    static const char *const n[] = {"F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT"};
+    return k >= 0 && k <= PLAN_ACT_OPT ? n[k] : "?";
+}
+
+sc_status plan_schedule_validate(const plan_schedule *s, sc_err *err)
+{
+    int S = s->n_stages, U = s->n_units;
+    sc_status rc = SC_OK;
+    /* per (stage, unit): position of each action kind, -1 when absent */
+    int *pos = malloc((size_t)S * (size_t)U * 6 * sizeof *pos);
+    int *cursor = calloc((size_t)S, sizeof *cursor);
+    char *sent = calloc((size_t)S * (size_t)U * 2, 1);
+    if (!pos || !cursor || !sent) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory validating a schedule");
+        goto done;
+    }
+    for (size_t i = 0; i < (size_t)S * (size_t)U * 6; i++)
+        pos[i] = -1;
+    for (int st = 0; st < S; st++) {
+        for (int i = 0; i < s->n_actions[st]; i++) {
+            const plan_action *a = &s->actions[st][i];
+            if (a->kind == PLAN_ACT_OPT)
+                continue;
+            if (a->kind > PLAN_ACT_OPT || a->unit < 0 || a->unit >= U) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d action %d: bad kind %d or unit %d (units 0-%d)",
+                             st, i, a->kind, a->unit, U - 1);
+                goto done;
+            }
+            int *slot = &pos[((size_t)st * U + a->unit) * 6 + a->kind];
+            if (*slot >= 0) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d action %d: %s of unit %d appears twice", st, i,
+                             act_name(a->kind), a->unit);
+                goto done;
+            }
+            *slot = i;
+        }
+        for (int u = 0; u < U; u++) {
+            const int *p = &pos[((size_t)st * U + u) * 6];
+            if (p[PLAN_ACT_F] < 0 || p[PLAN_ACT_B] < 0) {
+                rc = SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d: unit %d lacks its %s", st,
+                             u, p[PLAN_ACT_F] < 0 ? "forward" : "backward");
+                goto done;
+            }
+            if (p[PLAN_ACT_B] < p[PLAN_ACT_F]) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d: backward of unit %d (action %d) comes before "
+                             "its forward (action %d)",
+                             st, u, p[PLAN_ACT_B], p[PLAN_ACT_F]);
+                goto done;
+            }
+            int want_fwd_send = st < S - 1, want_bwd_recv = st < S - 1;
+            int want_fwd_recv = st > 0, want_bwd_send = st > 0;
+            if ((p[PLAN_ACT_SEND_F] >= 0) != want_fwd_send ||
+                (p[PLAN_ACT_RECV_B] >= 0) != want_bwd_recv ||
+                (p[PLAN_ACT_RECV_F] >= 0) != want_fwd_recv ||
+                (p[PLAN_ACT_SEND_B] >= 0) != want_bwd_send) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d unit %d: sends and receives do not match the "
+                             "neighbours (each inner cut needs SEND_F/RECV_F and SEND_B/RECV_B)",
+                             st, u);
+                goto done;
+            }
+            if ((want_fwd_send && p[PLAN_ACT_SEND_F] < p[PLAN_ACT_F]) ||
+                (want_fwd_recv && p[PLAN_ACT_RECV_F] > p[PLAN_ACT_F]) ||
+                (want_bwd_send && p[PLAN_ACT_SEND_B] < p[PLAN_ACT_B]) ||
+                (want_bwd_recv && p[PLAN_ACT_RECV_B] > p[PLAN_ACT_B])) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d unit %d: a send precedes its compute or a "
+                             "receive follows it",
+                             st, u);
+                goto done;
+            }
+        }
+    }
+    /* dry run: a receive may pass once its matching send has been played */
+    int remaining = 0;
+    for (int st = 0; st < S; st++)
+        remaining += s->n_actions[st];
+    while (remaining > 0) {
+        int progress = 0;
+        for (int st = 0; st < S; st++) {
+            while (cursor[st] < s->n_actions[st]) {
+                const plan_action *a = &s->actions[st][cursor[st]];
+                if (a->kind == PLAN_ACT_RECV_F && !sent[((size_t)(st - 1) * U + a->unit) * 2])
+                    break;
+                if (a->kind == PLAN_ACT_RECV_B && !sent[((size_t)(st + 1) * U + a->unit) * 2 + 1])
+                    break;
+                if (a->kind == PLAN_ACT_SEND_F)
+                    sent[((size_t)st * U + a->unit) * 2] = 1;
+                if (a->kind == PLAN_ACT_SEND_B)
+                    sent[((size_t)st * U + a->unit) * 2 + 1] = 1;
+                cursor[st]++;
+                remaining--;
+                progress = 1;
+            }
+        }
+        if (!progress) {
+            int st = 0;
+            while (cursor[st] >= s->n_actions[st])
+                st++;
+            const plan_action *a = &s->actions[st][cursor[st]];
+            rc = SC_ERRF(err, SC_ERR_INVALID,
+                         "schedule: deadlock: stage %d waits at action %d (%s of unit %d) for a "
+                         "send that never comes",
+                         st, cursor[st], act_name(a->kind), a->unit);
+            goto done;
+        }
+    }
+done:
+    free(pos);
+    free(cursor);
+    free(sent);
+    return rc;
+}

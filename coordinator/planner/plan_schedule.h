@@ -1,0 +1,75 @@
+/*
+ * plan_schedule: pipeline schedules as data, per-stage lists of actions, and their validation.
+ *
+ * Builds the action lists of GPipe, 1F1B with flush, asynchronous 1F1B (PipeDream, weight
+ * stashing) and 1F1B with sliced warm-up micro-batches, and checks any list (hand-written ones
+ * too) before it is simulated or run. Does not time anything: plan_sim plays the lists.
+ *
+ * A schedule works on *units*: unit u carries frac[u] of a micro-batch (1.0, or 0.5 for the
+ * halves of a sliced warm-up micro-batch). Invariant of a valid schedule: on every stage each
+ * unit has exactly one F before exactly one B; every SEND_F/SEND_B has the matching RECV on
+ * the neighbouring stage; a dry run of the lists finishes (no deadlock).
+ */
+#ifndef PLAN_SCHEDULE_H
+#define PLAN_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "common/sc_status.h"
+
+typedef enum {
+    PLAN_SCHED_GPIPE = 0,
+    PLAN_SCHED_1F1B,
+    PLAN_SCHED_PIPEDREAM,
+    PLAN_SCHED_SLICED,
+    PLAN_SCHED_COUNT
+} plan_sched_kind;
+
+/* "gpipe", "1f1b", "pipedream", "sliced". */
+const char *plan_sched_name(plan_sched_kind k);
+/* Parses a name; -1 when unknown. */
+int plan_sched_parse(const char *name);
+
+typedef enum {
+    PLAN_ACT_F = 0,
+    PLAN_ACT_B,
+    PLAN_ACT_SEND_F, /* activation of unit to the next stage */
+    PLAN_ACT_RECV_F,
+    PLAN_ACT_SEND_B, /* gradient of unit to the previous stage */
+    PLAN_ACT_RECV_B,
+    PLAN_ACT_OPT,    /* optimizer step (unit is -1) */
+} plan_act_kind;
+
+typedef struct plan_action {
+    uint8_t kind; /* plan_act_kind */
+    int32_t unit;
+} plan_action;
+
+typedef struct plan_schedule {
+    plan_sched_kind kind;
+    int n_stages;
+    int n_units;
+    double *frac;        /* (n_units) share of a micro-batch each unit carries */
+    int *n_actions;      /* (n_stages) */
+    plan_action **actions; /* (n_stages)[n_actions[s]] */
+    int weight_versions; /* extra weight copies a stage keeps (PipeDream stashing) */
+} plan_schedule;
+
+/* Builds a schedule of kind `kind` over n_stages stages and n_micro micro-batches.
+ * For PLAN_SCHED_SLICED, `sliced` of the first micro-batches are cut in two halves
+ * (0 <= sliced <= n_micro). For PLAN_SCHED_PIPEDREAM n_micro minibatches flow with no flush.
+ * Errors: n_stages < 1, n_micro < 1 (SC_ERR_INVALID). */
+sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages,
+                              int n_micro, int sliced, sc_err *err);
+
+/* An empty schedule (no actions) to fill by hand with plan_schedule_push. */
+sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_err *err);
+sc_status plan_schedule_push(plan_schedule *s, int stage, plan_act_kind kind, int unit,
+                             sc_err *err);
+
+/* Checks the invariant above; the message names the stage, action index and unit at fault. */
+sc_status plan_schedule_validate(const plan_schedule *s, sc_err *err);
+
+void plan_schedule_destroy(plan_schedule **s);
+
+#endif /* PLAN_SCHEDULE_H */

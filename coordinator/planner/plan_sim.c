@@ -1,0 +1,268 @@
+/*
+ * plan_sim: a discrete-event player for validated action lists.
+ *
+ * Each stage advances through its list while it can; a receive whose send has not been
+ * played yet stops the stage until a later sweep. Because every action's start depends only on
+ * its stage's previous action and on one send, sweeping stages in a loop reaches the same
+ * times as a priority-queue simulation, and a sweep without progress is a deadlock.
+ */
+#include "coordinator/planner/plan_sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void plan_sim_result_free(plan_sim_result *r)
+{
+    if (r == NULL)
+        return;
+    free(r->busy_s);
+    free(r->idle_s);
+    free(r->peak_inflight);
+    free(r->events);
+    memset(r, 0, sizeof *r);
+}
+
+static double unit_scale(double frac, double eff)
+{
+    return frac < 1.0 ? frac / eff : frac;
+}
+
+typedef struct sim_state {
+    int S, U;
+    double *arr_f, *arr_b; /* (S, U) arrival of the send from stage s; NAN until played */
+    double *bend;          /* (S, U) backward end */
+    double *link_f, *link_b;
+    double *clock, *inflight;
+    int *cursor;
+    plan_sim_result *r;
+    int cap_events;
+} sim_state;
+
+static int add_event(sim_state *st, int lane, int kind, int unit, double start, double dur)
+{
+    plan_sim_result *r = st->r;
+    if (r->n_events == st->cap_events) {
+        int cap = st->cap_events ? 2 * st->cap_events : 1024;
+        plan_sim_event *ne = realloc(r->events, (size_t)cap * sizeof *ne);
+        if (ne == NULL)
+            return -1;
+        r->events = ne;
+        st->cap_events = cap;
+    }
+    plan_sim_event *e = &r->events[r->n_events++];
+    e->lane = lane;
+    e->kind = kind;
+    e->unit = unit;
+    e->start_s = start;
+    e->dur_s = dur;
+    return 0;
+}
+
+sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                       double slice_efficiency, int record_events, plan_sim_result *out,
+                       sc_err *err)
+{
+    int S = s->n_stages, U = s->n_units;
+    sim_state st = {.S = S, .U = U, .r = out};
+    sc_status rc = SC_OK;
+    memset(out, 0, sizeof *out);
+    if (!(slice_efficiency > 0) || slice_efficiency > 1)
+        slice_efficiency = 1;
+    size_t su = (size_t)S * (size_t)U;
+    st.arr_f = malloc(su * sizeof(double));
+    st.arr_b = malloc(su * sizeof(double));
+    st.bend = calloc(su, sizeof(double));
+    st.link_f = calloc((size_t)S, sizeof(double));
+    st.link_b = calloc((size_t)S, sizeof(double));
+    st.clock = calloc((size_t)S, sizeof(double));
+    st.inflight = calloc((size_t)S, sizeof(double));
+    st.cursor = calloc((size_t)S, sizeof(int));
+    out->n_stages = S;
+    out->busy_s = calloc((size_t)S, sizeof(double));
+    out->idle_s = calloc((size_t)S, sizeof(double));
+    out->peak_inflight = calloc((size_t)S, sizeof(double));
+    if (!st.arr_f || !st.arr_b || !st.bend || !st.link_f || !st.link_b || !st.clock ||
+        !st.inflight || !st.cursor || !out->busy_s || !out->idle_s || !out->peak_inflight) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d units", S, U);
+        goto done;
+    }
+    for (size_t i = 0; i < su; i++)
+        st.arr_f[i] = st.arr_b[i] = NAN;
+    int remaining = 0;
+    for (int i = 0; i < S; i++)
+        remaining += s->n_actions[i];
+    int pipedream = s->kind == PLAN_SCHED_PIPEDREAM;
+    while (remaining > 0) {
+        int progress = 0;
+        for (int i = 0; i < S; i++) {
+            const plan_sim_stage *c = &stages[i];
+            while (st.cursor[i] < s->n_actions[i]) {
+                const plan_action *a = &s->actions[i][st.cursor[i]];
+                int u = a->unit;
+                double k = u >= 0 ? unit_scale(s->frac[u], slice_efficiency) : 1;
+                double frac = u >= 0 ? s->frac[u] : 0;
+                double start = st.clock[i], dur = 0;
+                int lane = i;
+                switch (a->kind) {
+                case PLAN_ACT_RECV_F: {
+                    double t = st.arr_f[(size_t)(i - 1) * U + u];
+                    if (isnan(t))
+                        goto blocked;
+                    if (t > st.clock[i])
+                        st.clock[i] = t;
+                    break;
+                }
+                case PLAN_ACT_RECV_B: {
+                    double t = st.arr_b[(size_t)(i + 1) * U + u];
+                    if (isnan(t))
+                        goto blocked;
+                    if (t > st.clock[i])
+                        st.clock[i] = t;
+                    break;
+                }
+                case PLAN_ACT_F:
+                    dur = c->fwd_s * k;
+                    st.inflight[i] += frac;
+                    if (st.inflight[i] > out->peak_inflight[i])
+                        out->peak_inflight[i] = st.inflight[i];
+                    break;
+                case PLAN_ACT_B:
+                    /* PipeDream updates weights after every minibatch's backward */
+                    dur = c->bwd_s * k + (pipedream ? c->opt_s : 0);
+                    st.inflight[i] -= frac;
+                    break;
+                case PLAN_ACT_OPT:
+                    dur = c->opt_s;
+                    break;
+                case PLAN_ACT_SEND_F: {
+                    double t0 = st.clock[i] > st.link_f[i] ? st.clock[i] : st.link_f[i];
+                    double d = c->send_fwd_s * frac;
+                    st.link_f[i] = t0 + d;
+                    st.arr_f[(size_t)i * U + u] = t0 + d;
+                    if (record_events && d > 0 &&
+                        add_event(&st, S + 2 * i, a->kind, u, t0, d) != 0)
+                        goto nomem;
+                    break;
+                }
+                case PLAN_ACT_SEND_B: {
+                    double t0 = st.clock[i] > st.link_b[i - 1] ? st.clock[i] : st.link_b[i - 1];
+                    double d = stages[i - 1].send_bwd_s * frac;
+                    st.link_b[i - 1] = t0 + d;
+                    st.arr_b[(size_t)i * U + u] = t0 + d;
+                    if (record_events && d > 0 &&
+                        add_event(&st, S + 2 * (i - 1) + 1, a->kind, u, t0, d) != 0)
+                        goto nomem;
+                    break;
+                }
+                default:
+                    break;
+                }
+                if (a->kind == PLAN_ACT_F || a->kind == PLAN_ACT_B || a->kind == PLAN_ACT_OPT) {
+                    start = st.clock[i];
+                    st.clock[i] = start + dur;
+                    out->busy_s[i] += dur;
+                    if (a->kind == PLAN_ACT_B)
+                        st.bend[(size_t)i * U + u] = st.clock[i];
+                    if (record_events && add_event(&st, lane, a->kind, u, start, dur) != 0)
+                        goto nomem;
+                }
+                st.cursor[i]++;
+                remaining--;
+                progress = 1;
+            }
+        blocked:;
+        }
+        if (!progress) {
+            rc = SC_ERRF(err, SC_ERR_INVALID, "simulation deadlocked with %d actions left",
+                         remaining);
+            goto done;
+        }
+    }
+    double end = 0;
+    for (int i = 0; i < S; i++)
+        if (st.clock[i] > end)
+            end = st.clock[i];
+    if (pipedream && U >= 2) {
+        /* measure between the fill and the drain, where one minibatch leaves per period */
+        int a = U / 4, b = U - S - 1;
+        if (b <= a) {
+            a = 0;
+            b = U - 1;
+        }
+        out->steady_s = (st.bend[b] - st.bend[a]) / (b - a);
+        out->iteration_s = out->steady_s * n_micro;
+        double busy = 0;
+        for (int i = 0; i < S; i++)
+            busy += stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s;
+        out->bubble_fraction = out->steady_s > 0 ? 1 - busy / (S * out->steady_s) : 0;
+        for (int i = 0; i < S; i++) {
+            double b = (stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s) * n_micro;
+            out->busy_s[i] = b;
+            out->idle_s[i] = out->iteration_s - b;
+        }
+    } else {
+        out->iteration_s = end;
+        double busy = 0;
+        for (int i = 0; i < S; i++) {
+            busy += out->busy_s[i];
+            out->idle_s[i] = end - out->busy_s[i];
+        }
+        out->bubble_fraction = end > 0 ? 1 - busy / (S * end) : 0;
+    }
+    if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
+        out->bubble_fraction = 0;
+    goto done;
+nomem:
+    rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
+done:
+    free(st.arr_f);
+    free(st.arr_b);
+    free(st.bend);
+    free(st.link_f);
+    free(st.link_b);
+    free(st.clock);
+    free(st.inflight);
+    free(st.cursor);
+    if (rc != SC_OK)
+        plan_sim_result_free(out);
+    return rc;
+}
+
+sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *const *names,
+                               sc_err *err)
+{
+    static const char *const kinds[] = {"F", "B", "act", "", "grad", "", "opt"};
+    int S = r->n_stages;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    for (int i = 0; i < S; i++)
+        fprintf(f,
+                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                "\"args\": {\"name\": \"stage %d%s%s\"}},\n",
+                i, i, names ? " " : "", names ? names[i] : "");
+    for (int i = 0; i + 1 < S; i++) {
+        fprintf(f,
+                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                "\"args\": {\"name\": \"link %d->%d\"}},\n",
+                S + 2 * i, i, i + 1);
+        fprintf(f,
+                "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                "\"args\": {\"name\": \"link %d->%d\"}},\n",
+                S + 2 * i + 1, i + 1, i);
+    }
+    for (int e = 0; e < r->n_events; e++) {
+        const plan_sim_event *ev = &r->events[e];
+        const char *k = ev->kind >= 0 && ev->kind <= PLAN_ACT_OPT ? kinds[ev->kind] : "?";
+        fprintf(f,
+                "{\"name\": \"%s%s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, "
+                "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"unit\": %d}},\n",
+                k, ev->unit >= 0 ? " " : "", ev->unit >= 0 ? ev->unit : 0, k, ev->lane,
+                ev->start_s * 1e6, ev->dur_s * 1e6, ev->unit);
+    }
+    fprintf(f, "{\"name\": \"iteration\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
+               "\"ts\": %.3f}\n]}\n",
+            r->iteration_s * 1e6);
+    if (ferror(f))
+        return SC_ERRF(err, SC_ERR_IO, "writing the trace failed");
+    return SC_OK;
+}

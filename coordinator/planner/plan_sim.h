@@ -1,0 +1,65 @@
+/*
+ * plan_sim: event simulator that plays a schedule's action lists over stage and link costs.
+ *
+ * Returns the iteration time, per-stage busy and idle time, the bubble fraction and the peak
+ * number of stashed micro-batches per stage, and can keep every event for a Chrome trace
+ * (chrome://tracing, Perfetto). Does not build schedules (plan_schedule) and does not know
+ * blocks or devices: the caller gives per-stage times for one whole micro-batch.
+ *
+ * Model: a stage runs one action at a time in list order; a receive waits for its data; a send
+ * is asynchronous and queues on the link of its cut and direction, which carries one transfer
+ * at a time (first come, first served). A unit carrying frac f of a micro-batch takes f times
+ * the micro-batch's compute and transfer time, divided by `slice_efficiency` when f < 1.
+ * Invariant: the schedule was validated (plan_schedule_validate) before it is played.
+ */
+#ifndef PLAN_SIM_H
+#define PLAN_SIM_H
+
+#include <stdio.h>
+
+#include "common/sc_status.h"
+#include "coordinator/planner/plan_schedule.h"
+
+typedef struct plan_sim_stage {
+    double fwd_s;      /* one micro-batch forward on this stage (already / replicas) */
+    double bwd_s;
+    double opt_s;      /* optimizer step at the flush (or per minibatch for pipedream) */
+    double send_fwd_s; /* activation of one micro-batch to the next stage */
+    double send_bwd_s; /* gradient of one micro-batch to the previous stage */
+} plan_sim_stage;
+
+typedef struct plan_sim_event {
+    int lane;  /* stage index, or n_stages + 2*cut (+1 for backward) for links */
+    int kind;  /* plan_act_kind */
+    int unit;
+    double start_s;
+    double dur_s;
+} plan_sim_event;
+
+typedef struct plan_sim_result {
+    int n_stages;
+    double iteration_s;      /* flush schedules: last action end; pipedream: steady_s * m */
+    double steady_s;         /* pipedream: time per minibatch in steady state, else 0 */
+    double bubble_fraction;  /* 1 - busy / (stages * time) */
+    double *busy_s;          /* (n_stages) */
+    double *idle_s;          /* (n_stages) */
+    double *peak_inflight;   /* (n_stages) micro-batches stashed at once, at most */
+    int n_events;
+    plan_sim_event *events;  /* when record_events */
+} plan_sim_result;
+
+/* Plays `s` over `stages` (n_stages entries). `n_micro` is the number of micro-batches of an
+ * iteration, used to scale pipedream's steady rate to an iteration. slice_efficiency in
+ * (0, 1]. Errors: a deadlock (SC_ERR_INVALID), allocation. Reentrant. */
+sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                       double slice_efficiency, int record_events, plan_sim_result *out,
+                       sc_err *err);
+
+void plan_sim_result_free(plan_sim_result *r);
+
+/* Writes the recorded events as Chrome trace JSON ("traceEvents", times in microseconds),
+ * one lane per stage and per link direction. `names` (may be NULL) names the stage lanes. */
+sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *const *names,
+                               sc_err *err);
+
+#endif /* PLAN_SIM_H */
