@@ -148,6 +148,16 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
     json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
     json_object_set_new(o, "plan", plan ? plan : json_null());
+    json_object_set_new(o, "loss", json_real(j->loss));
+    json_object_set_new(o, "samples_per_s", json_real(j->samples_per_s));
+    json_object_set_new(o, "predicted_iteration_s", json_real(j->predicted_iteration_s));
+    json_object_set_new(o, "measured_iteration_s", json_real(j->measured_iteration_s));
+    json_t *stages = json_array();
+    for (size_t i = 0; i < j->n_stages; i++)
+        json_array_append_new(stages, json_pack("{s:i, s:f, s:f}", "stage", (int)j->stages[i]->stage,
+                                                "busy_fraction", j->stages[i]->busy_fraction,
+                                                "busy_s", j->stages[i]->measured_compute_s));
+    json_object_set_new(o, "stage_figures", stages);
     json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
     if (spec)
         json_object_set_new(o, "spec", spec);
@@ -244,6 +254,16 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                j->job_id, j->name, job_state_name(j->state), j->reason,
                (unsigned long long)j->step, (unsigned long long)j->steps,
                (unsigned long long)j->last_checkpoint_step);
+        if (j->n_stages > 0) {
+            printf("loss:    %.4f, %.1f samples/s; iteration %.4g s measured, %.4g s predicted\n",
+                   j->loss, j->samples_per_s, j->measured_iteration_s,
+                   j->predicted_iteration_s);
+            printf("busy:   ");
+            for (size_t i = 0; i < j->n_stages; i++)
+                printf(" stage %u %.0f%%", j->stages[i]->stage,
+                       100.0 * j->stages[i]->busy_fraction);
+            printf("\n");
+        }
         json_t *plan = json_object_get(o, "plan");
         if (json_is_object(plan))
             print_plan(plan);

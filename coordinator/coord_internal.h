@@ -24,7 +24,27 @@ typedef struct coord_cmd {
     Stagecraft__CommandKind kind;
     char job_id[COORD_ID_MAX];
     uint64_t step;
+    char *payload_json; /* owned, may be NULL */
 } coord_cmd;
+
+#define COORD_MAX_STAGES 64
+#define COORD_MAX_RUNNING 32
+
+/* What the running job's stages last reported (in memory; step and checkpoint also go to the
+ * store). */
+typedef struct {
+    char job_id[COORD_ID_MAX];
+    int n_stages;
+    uint64_t steps;            /* the job's target */
+    uint64_t step[COORD_MAX_STAGES];       /* last completed step per stage */
+    uint64_t checkpoint[COORD_MAX_STAGES]; /* last complete checkpoint per stage */
+    double iteration_s[COORD_MAX_STAGES];
+    double busy_s[COORD_MAX_STAGES];
+    double loss;               /* from the last stage */
+    double samples_per_s;
+    double predicted_iteration_s;
+    uint64_t stored_step;      /* what the store has */
+} coord_progress;
 
 struct coord {
     coord_cfg cfg;
@@ -41,6 +61,8 @@ struct coord {
     coord_registry *registry;
     coord_store *store;
     coord_cmd *cmd_head, *cmd_tail;
+    coord_progress running[COORD_MAX_RUNNING];
+    size_t n_running;
     bool stopping;
 
     sc_rpc_server *rpc;     /* thread-safe; not guarded */
@@ -65,9 +87,16 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w);
 /* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
 void coord_jobs_release_workers(coord *c, const char *job_id);
 
-/* coordinator.c: queues a command for the control loop (takes c->lock). */
+/* Under c->lock: records a stage's iteration report; ends the job when every stage is done. */
+void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r);
+
+/* Under c->lock: the progress of a running job, or NULL. */
+coord_progress *coord_jobs_progress(coord *c, const char *job_id);
+
+/* coordinator.c: queues a command for the control loop (takes c->lock; payload copied). */
 sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
-                              const char *job_id, uint64_t step, sc_err *err);
+                              const char *job_id, uint64_t step, const char *payload_json,
+                              sc_err *err);
 
 /* Constant-time comparison of a presented token with the expected one. */
 bool coord_token_equal(const char *presented, const char *expected);

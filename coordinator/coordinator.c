@@ -273,6 +273,7 @@ void coord_destroy(coord **cp)
         zmq_ctx_term(c->zctx);
     while (c->cmd_head) {
         coord_cmd *next = c->cmd_head->next;
+        free(c->cmd_head->payload_json);
         free(c->cmd_head);
         c->cmd_head = next;
     }
@@ -305,10 +306,18 @@ const char *coord_client_token_path(const coord *c)
 }
 
 sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
-                              const char *job_id, uint64_t step, sc_err *err)
+                              const char *job_id, uint64_t step, const char *payload_json,
+                              sc_err *err)
 {
     coord_cmd *cmd = calloc(1, sizeof *cmd);
     SC_ALLOC_CHECK(cmd, err);
+    if (payload_json) {
+        cmd->payload_json = strdup(payload_json);
+        if (cmd->payload_json == NULL) {
+            free(cmd);
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory queueing a command");
+        }
+    }
     sc_strlcpy(cmd->worker_id, worker_id, sizeof cmd->worker_id);
     sc_strlcpy(cmd->job_id, job_id ? job_id : "", sizeof cmd->job_id);
     cmd->kind = kind;
@@ -387,6 +396,11 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
         Stagecraft__IterationReport *r = env->iteration_report;
         SC_LOG_DEBUG(LOG, "report from %s: job %s step %llu loss %g", peer, r->job_id,
                      (unsigned long long)r->step, r->loss);
+        pthread_mutex_lock(&c->lock);
+        coord_worker *w = coord_registry_find(c->registry, peer);
+        if (w != NULL && w->rec.epoch == env->epoch && strcmp(w->job_id, r->job_id) == 0)
+            coord_jobs_report(c, peer, r);
+        pthread_mutex_unlock(&c->lock);
         break;
     }
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND_ACK:
@@ -433,6 +447,7 @@ static void send_queued(coord *c)
         body.job_id = cmd->job_id;
         body.step = cmd->step;
         body.command_id = next_id++;
+        body.payload_json = cmd->payload_json ? cmd->payload_json : "";
         env.worker_id = cmd->worker_id;
         env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND;
         env.command = &body;
@@ -440,6 +455,7 @@ static void send_queued(coord *c)
         sc_err_clear(&err);
         if (sc_ctl_send(c->ctl, cmd->worker_id, &env, &err) != SC_OK)
             SC_LOG_WARN(LOG, "command to %s not sent: %s", cmd->worker_id, err.msg);
+        free(cmd->payload_json);
         free(cmd);
     }
 }

@@ -59,8 +59,11 @@ static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
     t->e[t->n++].not_before_ns = when;
 }
 
+static void progress_drop(coord *c, const char *job_id);
+
 void coord_jobs_release_workers(coord *c, const char *job_id)
 {
+    progress_drop(c, job_id);
     for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
         coord_worker *w = coord_registry_at(c->registry, i);
         if (strcmp(w->job_id, job_id) == 0)
@@ -239,9 +242,11 @@ static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *jo
     return SC_OK;
 }
 
-/* Sends each worker its stage of the plan. */
-static sc_status assign_all(const coord_jobspec *spec, const char *job_id, const char *plan_json,
-                            chosen_worker *ws, size_t n, sc_err *err)
+/* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets each stage's
+ * data endpoint as its first replica reported it. */
+static sc_status assign_all(const coord_jobspec *spec, const char *spec_json, const char *job_id,
+                            const char *plan_json, uint64_t resume_step, chosen_worker *ws,
+                            size_t n, json_t *endpoints, sc_err *err)
 {
     json_error_t jerr;
     json_t *plan = json_loads(plan_json, 0, &jerr);
@@ -277,6 +282,9 @@ static sc_status assign_all(const coord_jobspec *spec, const char *job_id, const
             req.transport = "zmq";
             req.world_size = (uint32_t)n;
             req.rank = (uint32_t)d;
+            req.job_json = (char *)spec_json;
+            req.n_stages = (uint32_t)json_array_size(stages);
+            req.resume_step = resume_step;
             ProtobufCMessage *m = NULL;
             rc = call_worker(&ws[d], "/stagecraft.Worker/AssignStage", &req.base,
                              &stagecraft__assign_stage_response__descriptor, &m,
@@ -285,12 +293,119 @@ static sc_status assign_all(const coord_jobspec *spec, const char *job_id, const
                 sc_err_prefix(err, "assigning stage %zu to worker %s", si, ws[d].id);
                 goto out;
             }
+            if (di == 0) {
+                const char *ep = ((Stagecraft__AssignStageResponse *)m)->data_endpoint;
+                json_array_append_new(endpoints, json_string(ep ? ep : ""));
+            }
             protobuf_c_message_free_unpacked(m, NULL);
         }
     }
 out:
     json_decref(plan);
     return rc;
+}
+
+static void progress_drop(coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < c->n_running; i++) {
+        if (strcmp(c->running[i].job_id, job_id) == 0) {
+            c->running[i] = c->running[--c->n_running];
+            return;
+        }
+    }
+}
+
+coord_progress *coord_jobs_progress(coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < c->n_running; i++)
+        if (strcmp(c->running[i].job_id, job_id) == 0)
+            return &c->running[i];
+    return NULL;
+}
+
+/* Tells every worker of the job where its neighbours receive and to start training; the job is
+ * running from then on. */
+static void start_training(coord *c, const char *id, const coord_jobspec *spec,
+                           const char *plan_json, json_t *endpoints, uint64_t resume_step,
+                           chosen_worker *ws, size_t n)
+{
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    size_t n_stages = json_array_size(json_object_get(plan, "stages"));
+    json_t *payload = json_pack("{s:O, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
+                                (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
+                                "checkpoint_every", (json_int_t)spec->checkpoint_every);
+    char *text = json_dumps(payload, JSON_COMPACT);
+    char reason[COORD_REASON_MAX];
+    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages,
+              resume_step ? " from the last checkpoint" : "");
+    pthread_mutex_lock(&c->lock);
+    sc_err err;
+    sc_err_clear(&err);
+    bool ok = text != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
+              c->n_running < COORD_MAX_RUNNING &&
+              coord_store_job_transition(c->store, id, COORD_JOB_RUNNING, reason, &err) == SC_OK;
+    if (ok) {
+        progress_drop(c, id);
+        coord_progress *p = &c->running[c->n_running++];
+        memset(p, 0, sizeof *p);
+        sc_strlcpy(p->job_id, id, sizeof p->job_id);
+        p->n_stages = (int)n_stages;
+        p->steps = spec->steps;
+        p->predicted_iteration_s = json_number_value(json_object_get(plan, "iteration_time_s"));
+        for (int s = 0; s < p->n_stages; s++)
+            p->step[s] = p->checkpoint[s] = resume_step;
+        p->stored_step = resume_step;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (ok) {
+        SC_LOG_INFO(LOG, "job %s is running: %s", id, reason);
+        for (size_t i = 0; i < n; i++)
+            coord_queue_command(c, ws[i].id, STAGECRAFT__COMMAND_KIND__COMMAND_START, id,
+                                resume_step, text, NULL);
+    } else {
+        SC_LOG_WARN(LOG, "job %s could not start: %s", id, err.msg[0] ? err.msg : "too many jobs");
+    }
+    free(text);
+    json_decref(payload);
+    json_decref(plan);
+}
+
+void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
+{
+    coord_progress *p = coord_jobs_progress(c, r->job_id);
+    if (p == NULL || (int)r->stage >= p->n_stages)
+        return;
+    int s = (int)r->stage;
+    if (r->step > p->step[s])
+        p->step[s] = r->step;
+    if (r->checkpoint_step > p->checkpoint[s])
+        p->checkpoint[s] = r->checkpoint_step;
+    p->iteration_s[s] = r->iteration_s;
+    p->busy_s[s] = r->busy_s;
+    if (s == p->n_stages - 1) {
+        p->loss = r->loss;
+        p->samples_per_s = r->samples_per_s;
+    }
+    uint64_t done = p->step[0], ckpt = p->checkpoint[0];
+    for (int i = 1; i < p->n_stages; i++) {
+        done = p->step[i] < done ? p->step[i] : done;
+        ckpt = p->checkpoint[i] < ckpt ? p->checkpoint[i] : ckpt;
+    }
+    sc_err err;
+    sc_err_clear(&err);
+    if (done > p->stored_step) {
+        coord_store_job_set_progress(c->store, p->job_id, done, ckpt, &err);
+        p->stored_step = done;
+    }
+    if (done < p->steps)
+        return;
+    char id[COORD_ID_MAX], reason[COORD_REASON_MAX];
+    sc_strlcpy(id, p->job_id, sizeof id);
+    sc_strfmt(reason, sizeof reason, "trained %llu steps; final loss %.4f",
+              (unsigned long long)done, p->loss);
+    if (coord_store_job_transition(c->store, id, COORD_JOB_SUCCEEDED, reason, &err) == SC_OK)
+        SC_LOG_INFO(LOG, "job %s succeeded: %s (last report from %s)", id, reason, worker_id);
+    coord_jobs_release_workers(c, id);
 }
 
 /* Moves a job to `to` unless it was cancelled meanwhile (then frees its workers). Takes the
@@ -333,6 +448,9 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         return;
     }
     sc_status rc = coord_jobspec_parse(id, job.spec_json, strlen(job.spec_json), &spec, &err);
+    char *spec_json = job.spec_json; /* kept for the workers; freed at the end */
+    job.spec_json = NULL;
+    uint64_t resume_step = job.last_checkpoint_step;
     /* Why the job waits keeps why it got here ("worker w-2 died; waiting for ..."). */
     char cause[COORD_REASON_MAX];
     sc_strlcpy(cause, job.reason, sizeof cause);
@@ -345,6 +463,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     if (rc != SC_OK) {
         pthread_mutex_unlock(&c->lock);
         move_job(c, id, COORD_JOB_FAILED, err.msg);
+        free(spec_json);
         return;
     }
     rc = choose_workers(c, id, &spec, &ws, &err);
@@ -357,6 +476,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         pthread_mutex_unlock(&c->lock);
         retry_later(retry, id, RETRY_MS);
         coord_jobspec_clear(&spec);
+        free(spec_json);
         return;
     }
     size_t n = spec.workers;
@@ -412,18 +532,19 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     json_decref(plan);
     if (!move_job(c, id, COORD_JOB_PLANNED, reason))
         goto out;
-    rc = assign_all(&spec, id, plan_json, ws, n, &err);
+    json_t *endpoints = json_array();
+    rc = assign_all(&spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
     if (rc != SC_OK) {
+        json_decref(endpoints);
         sc_strfmt(reason, sizeof reason, "%s; re-planning", err.msg);
         move_job(c, id, COORD_JOB_RECOVERING, reason);
         retry_later(retry, id, RETRY_MS);
         goto out;
     }
-    pthread_mutex_lock(&c->lock);
-    coord_store_job_set_reason(c->store, id, "planned; stages assigned (training starts with the "
-                               "runtime)", NULL);
-    pthread_mutex_unlock(&c->lock);
+    start_training(c, id, &spec, plan_json, endpoints, resume_step, ws, n);
+    json_decref(endpoints);
 out:
+    free(spec_json);
     free(plan_json);
     chosen_free(ws, n);
     coord_jobspec_clear(&spec);

@@ -187,6 +187,32 @@ static Stagecraft__JobInfo *job_info(sc_rpc_ctx *ctx, const coord_job *j, bool f
     return info;
 }
 
+/* Live figures of a running job: loss, throughput, per-stage busy fraction, measured vs
+ * predicted iteration time. */
+static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
+{
+    pthread_mutex_lock(&c->lock);
+    const coord_progress *p = coord_jobs_progress(c, info->job_id);
+    if (p != NULL) {
+        info->loss = p->loss;
+        info->samples_per_s = p->samples_per_s;
+        info->predicted_iteration_s = p->predicted_iteration_s;
+        info->stages = sc_rpc_ctx_alloc(ctx, (size_t)p->n_stages * sizeof *info->stages);
+        for (int s = 0; info->stages && s < p->n_stages; s++) {
+            Stagecraft__StageStatus *st =
+                (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__stage_status__descriptor);
+            st->stage = (uint32_t)s;
+            st->busy_fraction = p->iteration_s[s] > 0 ? p->busy_s[s] / p->iteration_s[s] : 0;
+            st->measured_compute_s = p->busy_s[s];
+            if (p->iteration_s[s] > info->measured_iteration_s)
+                info->measured_iteration_s = p->iteration_s[s];
+            info->stages[s] = st;
+        }
+        info->n_stages = info->stages ? (size_t)p->n_stages : 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
 static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
                          void *user, sc_err *err)
 {
@@ -201,6 +227,7 @@ static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_job_response__descriptor);
     resp->job = job_info(ctx, &job, true);
     coord_job_clear(&job);
+    add_progress(c, ctx, resp->job);
     *out = &resp->base;
     return SC_OK;
 }
@@ -252,7 +279,7 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     if (job.worker_ids) {
         char *save = NULL;
         for (char *w = strtok_r(job.worker_ids, ",", &save); w; w = strtok_r(NULL, ",", &save))
-            coord_queue_command(c, w, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id, 0, NULL);
+            coord_queue_command(c, w, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id, 0, NULL, NULL);
     }
     SC_LOG_INFO(LOG, "job %s %s", id, reason);
     Stagecraft__CancelJobResponse *resp =
