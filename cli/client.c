@@ -42,7 +42,13 @@ sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
                    sc_err *err)
 {
     sc_rpc_client *cli = NULL;
-    SC_CHECK(sc_rpc_client_new(&cli, addr, NULL, err));
+    /* A coordinator serving TLS: STAGECRAFT_TLS_CA verifies it, STAGECRAFT_TLS_CERT/KEY are
+     * presented when it requires client certificates. */
+    sc_rpc_client_cfg cfg = {.tls = {getenv("STAGECRAFT_TLS_CERT"), getenv("STAGECRAFT_TLS_KEY"),
+                                     getenv("STAGECRAFT_TLS_CA")}};
+    if (cfg.tls.ca_path == NULL && cfg.tls.cert_path == NULL)
+        memset(&cfg.tls, 0, sizeof cfg.tls);
+    SC_CHECK(sc_rpc_client_new(&cli, addr, &cfg, err));
     sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, CLI_CALL_TIMEOUT_MS, err);
     sc_rpc_client_destroy(&cli);
     return rc;

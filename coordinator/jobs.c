@@ -195,12 +195,16 @@ static void group_by_host(chosen_worker *ws, size_t n)
     }
 }
 
-static sc_status call_worker(chosen_worker *w, const char *method, const ProtobufCMessage *req,
+/* One call to a worker's service, with the coordinator's TLS settings (its certificate is
+ * presented to workers that require one; its CA verifies them). */
+static sc_status call_worker(const coord *c, chosen_worker *w, const char *method,
+                             const ProtobufCMessage *req,
                              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                              int64_t timeout_ms, sc_err *err)
 {
     sc_rpc_client *cli = NULL;
-    SC_CHECK(sc_rpc_client_new(&cli, w->endpoint, NULL, err));
+    sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
+    SC_CHECK(sc_rpc_client_new(&cli, w->endpoint, &cfg, err));
     sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, timeout_ms, err);
     sc_rpc_client_destroy(&cli);
     return rc;
@@ -228,7 +232,7 @@ static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *jo
         if (ws[i].profile_json)
             continue;
         ProtobufCMessage *m = NULL;
-        sc_status rc = call_worker(&ws[i], "/stagecraft.Worker/Profile", &req.base,
+        sc_status rc = call_worker(c, &ws[i], "/stagecraft.Worker/Profile", &req.base,
                                    &stagecraft__profile_response__descriptor, &m,
                                    c->cfg.profile_timeout_ms, err);
         if (rc != SC_OK) {
@@ -244,7 +248,7 @@ static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *jo
 
 /* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets each stage's
  * data endpoint as its first replica reported it. */
-static sc_status assign_all(const coord_jobspec *spec, const char *spec_json, const char *job_id,
+static sc_status assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json, const char *job_id,
                             const char *plan_json, uint64_t resume_step, chosen_worker *ws,
                             size_t n, json_t *endpoints, sc_err *err)
 {
@@ -286,7 +290,7 @@ static sc_status assign_all(const coord_jobspec *spec, const char *spec_json, co
             req.n_stages = (uint32_t)json_array_size(stages);
             req.resume_step = resume_step;
             ProtobufCMessage *m = NULL;
-            rc = call_worker(&ws[d], "/stagecraft.Worker/AssignStage", &req.base,
+            rc = call_worker(c, &ws[d], "/stagecraft.Worker/AssignStage", &req.base,
                              &stagecraft__assign_stage_response__descriptor, &m,
                              ASSIGN_TIMEOUT_MS, err);
             if (rc != SC_OK) {
@@ -533,7 +537,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     if (!move_job(c, id, COORD_JOB_PLANNED, reason))
         goto out;
     json_t *endpoints = json_array();
-    rc = assign_all(&spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
+    rc = assign_all(c, &spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
     if (rc != SC_OK) {
         json_decref(endpoints);
         sc_strfmt(reason, sizeof reason, "%s; re-planning", err.msg);
