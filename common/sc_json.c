@@ -474,7 +474,7 @@ sc_status sc_json_get_array(const sc_jnode *obj, const char *key, size_t min_len
 sc_status sc_json_get_number(const sc_jnode *obj, const char *key, double min, double max,
                              double *out, sc_err *err)
 {
-    sc_jnode n;
+    sc_jnode n = {0};
     SC_CHECK(sc_jnode_member(obj, key, &n, err));
     return sc_jnode_number(&n, min, max, out, err);
 }
@@ -482,21 +482,21 @@ sc_status sc_json_get_number(const sc_jnode *obj, const char *key, double min, d
 sc_status sc_json_get_int(const sc_jnode *obj, const char *key, int64_t min, int64_t max,
                           int64_t *out, sc_err *err)
 {
-    sc_jnode n;
+    sc_jnode n = {0};
     SC_CHECK(sc_jnode_member(obj, key, &n, err));
     return sc_jnode_int(&n, min, max, out, err);
 }
 
 sc_status sc_json_get_string(const sc_jnode *obj, const char *key, const char **out, sc_err *err)
 {
-    sc_jnode n;
+    sc_jnode n = {0};
     SC_CHECK(sc_jnode_member(obj, key, &n, err));
     return sc_jnode_string(&n, out, err);
 }
 
 sc_status sc_json_get_bool(const sc_jnode *obj, const char *key, bool *out, sc_err *err)
 {
-    sc_jnode n;
+    sc_jnode n = {0};
     SC_CHECK(sc_jnode_member(obj, key, &n, err));
     return sc_jnode_bool(&n, out, err);
 }
@@ -504,7 +504,7 @@ sc_status sc_json_get_bool(const sc_jnode *obj, const char *key, bool *out, sc_e
 sc_status sc_json_get_enum(const sc_jnode *obj, const char *key, const char *const *choices,
                            int *out, sc_err *err)
 {
-    sc_jnode n;
+    sc_jnode n = {0};
     SC_CHECK(sc_jnode_member(obj, key, &n, err));
     return sc_jnode_enum(&n, choices, out, err);
 }

@@ -62,6 +62,18 @@ static void seen_reset(void)
     atomic_store(&seen.freed, 0);
 }
 
+static void seen_copy(char token[64], char peer[128], uint32_t *version, uint64_t *deadline_ns,
+                      uint64_t *handled_at_ns)
+{
+    pthread_mutex_lock(&seen.mu);
+    memcpy(token, seen.token, sizeof seen.token);
+    memcpy(peer, seen.peer, sizeof seen.peer);
+    *version = seen.header_version;
+    *deadline_ns = seen.deadline_ns;
+    *handled_at_ns = seen.handled_at_ns;
+    pthread_mutex_unlock(&seen.mu);
+}
+
 /* Echo: job_id = "job:" + job_json; records peer, header and deadline. */
 static sc_status handle_submit(sc_rpc_ctx *ctx, const ProtobufCMessage *req,
                                ProtobufCMessage **resp, void *user, sc_err *err)
@@ -317,22 +329,28 @@ static void test_round_trip(void **state)
     uint64_t before = sc_clock_now_ns();
     assert_int_equal(submit(f->cli, "{\"name\": \"gpt\", \"steps\": 3}", &hdr, 3000, &err), SC_OK);
     assert_int_equal(hdr.protocol_version, 0); /* the caller's message is left alone */
-    pthread_mutex_lock(&seen.mu);
-    assert_string_equal(seen.token, "t0k");
-    assert_int_equal(seen.header_version, SC_PROTOCOL_VERSION);
-    assert_true(strncmp(seen.peer, "ipv4:127.0.0.1:", 15) == 0);
-    /* the handler's deadline lies after it ran and no later than the client's */
-    assert_true(seen.deadline_ns > seen.handled_at_ns);
-    assert_true(seen.deadline_ns <= sc_clock_now_ns() + 3000000000ull);
-    assert_true(seen.deadline_ns >= before);
-    pthread_mutex_unlock(&seen.mu);
+    /* Copy what the handler saw under the lock, then check it: a failed check must not leave
+     * the lock held for the tests after it. */
+    char token[64], peer[128];
+    uint32_t version;
+    uint64_t deadline_ns, handled_at_ns;
+    seen_copy(token, peer, &version, &deadline_ns, &handled_at_ns);
+    uint64_t after = sc_clock_now_ns();
+    assert_string_equal(token, "t0k");
+    assert_int_equal(version, SC_PROTOCOL_VERSION);
+    assert_true(strncmp(peer, "ipv4:127.0.0.1:", 15) == 0);
+    /* the handler's deadline lies after it ran and no later than the client's (the server
+     * rebuilds it from the transmitted timeout, so allow for the time in transit and the clock
+     * conversions) */
+    assert_true(deadline_ns > handled_at_ns);
+    assert_true(deadline_ns <= after + 3000000000ull + 200000000ull);
+    assert_true(deadline_ns >= before);
 
     /* no Header at all: the server still sees one with the version */
     assert_int_equal(submit(f->cli, "{}", NULL, 2000, &err), SC_OK);
-    pthread_mutex_lock(&seen.mu);
-    assert_int_equal(seen.header_version, SC_PROTOCOL_VERSION);
-    assert_string_equal(seen.token, "");
-    pthread_mutex_unlock(&seen.mu);
+    seen_copy(token, peer, &version, &deadline_ns, &handled_at_ns);
+    assert_int_equal(version, SC_PROTOCOL_VERSION);
+    assert_string_equal(token, "");
 
     /* a nested message, and a response field borrowed from the request */
     Stagecraft__GetJobResponse *r = NULL;
