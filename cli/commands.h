@@ -15,4 +15,136 @@ int cmd_version(const cli_command *self, int argc, char **argv);
     "Shows the list of subcommands, or the help of one.\n"
 int cmd_help(const cli_command *self, int argc, char **argv);
 
+#define CMD_TOPO_USAGE                                                                             \
+    "usage: stagecraft topo [--xml FILE ...] [--json] [--no-measure] [--no-cuda]\n"                 \
+    "                       [--export-xml FILE]\n\n"                                               \
+    "Shows the hardware stagecraft plans with: per server, the GPUs (memory, NUMA node, PCIe\n"    \
+    "root port), the CPU when no GPU is usable, the NICs, and the links between devices\n"         \
+    "(NVLink, PCIe uplinks, socket interconnect, NICs) with their bandwidths and which devices\n"  \
+    "share them. Without --xml: this machine (hwloc + the CUDA driver when present).\n"           \
+    "  --xml FILE ...     hwloc XML exports (`lstopo --of xml`), one server each; files from\n"   \
+    "                     the same host name merge into one server\n"                            \
+    "  --json             print the cluster JSON (format stagecraft-cluster) for\n"               \
+    "                     `stagecraft plan --cluster`\n"                                          \
+    "  --no-measure       skip the short probes (memory bandwidth, GEMM, copies) on this machine\n"\
+    "  --no-cuda          do not load the CUDA driver\n"                                          \
+    "  --export-xml FILE  also write the (single) server's topology as hwloc XML\n"
+int cmd_topo(const cli_command *self, int argc, char **argv);
+
+#define CMD_COORDINATOR_USAGE                                                                      \
+    "usage: stagecraft coordinator --state DIR [--listen HOST:PORT] [--advertise HOST]\n"          \
+    "                              [--join-token-file FILE] [--token-file FILE]\n"                 \
+    "                              [--heartbeat-ms MS] [--suspect-after N] [--dead-after N]\n"     \
+    "                              [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]\n\n"              \
+    "Runs the coordinator: registers workers, takes jobs, profiles, plans and assigns stages.\n"  \
+    "  --state DIR            jobs (SQLite) and generated tokens live here; a restarted\n"        \
+    "                         coordinator resumes from it\n"                                      \
+    "  --listen HOST:PORT     gRPC address (default 127.0.0.1:7070); the ZeroMQ control\n"       \
+    "                         endpoint binds the same host on a free port\n"                      \
+    "  --advertise HOST       host name workers use to reach the control endpoint\n"              \
+    "  --join-token-file F    workers' join token (else STAGECRAFT_JOIN_TOKEN, else generated\n" \
+    "                         into DIR/join.token)\n"                                             \
+    "  --token-file F         client token for submit/cancel (else STAGECRAFT_TOKEN, else\n"     \
+    "                         generated into DIR/client.token)\n"                                 \
+    "  --heartbeat-ms MS      heartbeat interval workers are told to use (default 1000)\n"       \
+    "  --suspect-after N      missed heartbeats before a worker is suspect (default 3)\n"        \
+    "  --dead-after N         missed heartbeats before it is dead (default 5)\n"                 \
+    "  --profile-timeout-ms MS  deadline of one worker's profiling (default 60000)\n"            \
+    "  --tls-cert/--tls-key/--tls-ca  serve gRPC over TLS (mutual when --tls-ca is given)\n"
+int cmd_coordinator(const cli_command *self, int argc, char **argv);
+
+#define CMD_WORKER_USAGE                                                                           \
+    "usage: stagecraft worker [--coordinator HOST:PORT] [--device cpu|cuda:N] [--name NAME]\n"    \
+    "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n\n"   \
+    "Runs a worker agent for one device: registers with the coordinator, heartbeats, profiles\n" \
+    "and runs the stages it is assigned. Re-registers when the coordinator comes back.\n"        \
+    "  --coordinator HOST:PORT  default STAGECRAFT_COORDINATOR, else 127.0.0.1:7070\n"            \
+    "  --device cpu|cuda:N      the device this worker drives (default cpu)\n"                    \
+    "  --name NAME              worker name (default HOSTNAME-DEVICE)\n"                          \
+    "  --listen HOST:PORT       this worker's gRPC service (default 127.0.0.1:0)\n"              \
+    "  --advertise HOST         host the coordinator dials this worker at\n"                      \
+    "  --state DIR              keeps the worker id across restarts (default .)\n"               \
+    "  --join-token-file FILE   the coordinator's join token (else STAGECRAFT_JOIN_TOKEN)\n"     \
+    "  --tls-cert/--tls-key/--tls-ca  TLS for gRPC, as on the coordinator\n"
+int cmd_worker(const cli_command *self, int argc, char **argv);
+
+#define CMD_SUBMIT_USAGE                                                                           \
+    "usage: stagecraft submit JOB.json [--coordinator HOST:PORT] [--token-file FILE] [--json]\n\n"\
+    "Validates a job spec (format stagecraft-job) and submits it. Prints the job id\n"            \
+    "({\"job_id\": ...} with --json). The client token comes from --token-file or\n"              \
+    "STAGECRAFT_TOKEN.\n"
+int cmd_submit(const cli_command *self, int argc, char **argv);
+
+#define CMD_STATUS_USAGE                                                                           \
+    "usage: stagecraft status [JOB] [--coordinator HOST:PORT] [--json]\n\n"                        \
+    "Without JOB: every job with its state. With JOB: its state and why, progress and plan.\n"   \
+    "--json prints the job(s) with job_id, state, step and plan.\n"
+int cmd_status(const cli_command *self, int argc, char **argv);
+
+#define CMD_CANCEL_USAGE                                                                           \
+    "usage: stagecraft cancel JOB [--reason TEXT] [--coordinator HOST:PORT] [--token-file FILE]\n"\
+    "                        [--json]\n\n"                                                         \
+    "Cancels a job and releases its workers.\n"
+int cmd_cancel(const cli_command *self, int argc, char **argv);
+
+#define CMD_WORKERS_USAGE                                                                          \
+    "usage: stagecraft workers [--coordinator HOST:PORT] [--json]\n\n"                             \
+    "Lists the registered workers: id, name, host, state (alive, suspect, dead), device, last\n"  \
+    "heartbeat and job.\n"
+int cmd_workers(const cli_command *self, int argc, char **argv);
+
+#define CMD_PROFILE_USAGE                                                                          \
+    "usage: stagecraft profile --model SPEC [--device cpu|cuda:N] [--microbatch 1,2,4]\n"          \
+    "                          [--warmup N] [--repeats N] [--microbatch-size N] [--tf32]\n"        \
+    "                          [--out FILE] [--json]\n\n"                                          \
+    "Measures each block of the model in SPEC (a stagecraft-model JSON file) on one device:\n"     \
+    "forward and backward time per micro-batch size (median of the repeats after the warm-up;\n"   \
+    "CUDA events on a GPU), output activation, parameter and stash bytes. Writes the\n"            \
+    "stagecraft-profile JSON that the planner reads (stagecraft plan).\n"                          \
+    "  --device DEV          cpu (default) or cuda:N\n"                                            \
+    "  --microbatch LIST     micro-batch sizes to measure (default 1)\n"                           \
+    "  --warmup N            untimed iterations per size (default 2)\n"                            \
+    "  --repeats N           timed iterations per size (default 5)\n"                              \
+    "  --microbatch-size N   size of the top-level times (default: the largest measured)\n"        \
+    "  --tf32                let GPU matmuls use TF32 tensor cores\n"                              \
+    "  --out FILE            write the JSON to FILE instead of stdout\n"
+int cmd_profile(const cli_command *self, int argc, char **argv);
+
+#define CMD_PLAN_USAGE                                                                             \
+    "usage: stagecraft plan --model FILE (--cluster FILE | --gpus N --bandwidth B [--memory M])\n" \
+    "                       [--batch B] [--microbatches M|auto] [--stages N]\n"                   \
+    "                       [--schedule gpipe|1f1b|pipedream|sliced] [--strategy NAME|all]\n"   \
+    "                       [--json] [--trace FILE]\n\n"                                         \
+    "Plans pipeline parallelism offline: cuts the model's blocks into stages, places them on\n"  \
+    "devices, picks the micro-batches, simulates the schedule and compares strategies.\n"       \
+    "  --model FILE        stagecraft-profile JSON, or a PipeDream graph.txt\n"                  \
+    "  --cluster FILE      stagecraft-cluster JSON (`stagecraft topo --json` writes one)\n"      \
+    "  --gpus N --bandwidth B [--memory M]  N identical devices joined by B bytes/s, each\n"     \
+    "                      with M bytes of memory (default: unlimited)\n"                       \
+    "  --batch B           global batch in samples (default 2 x devices x the profile's\n"      \
+    "                      micro-batch; 8 x devices for graph.txt)\n"                           \
+    "  --microbatches M    micro-batches per iteration, or auto (default): closed form plus a\n"\
+    "                      simulated sweep, capped by memory\n"                                 \
+    "  --stages N          at most N stages (uniform, blockpartition, minmax, autopipe,\n"      \
+    "                      exhaustive)\n"                                                        \
+    "  --schedule S        gpipe, 1f1b (default), pipedream (asynchronous) or sliced\n"         \
+    "  --strategy NAME     uniform, blockpartition, minmax, pipedream, autopipe, hetero,\n"     \
+    "                      umpipe, exhaustive, or all (default)\n"                               \
+    "  --json              print {\"plans\": [...]} (docs/formats.md)\n"                        \
+    "  --trace FILE        write the fastest plan's simulated schedule as a Chrome trace\n"     \
+    "Exit status: 0 ok, 1 runtime failure, 2 bad usage or input.\n"
+int cmd_plan(const cli_command *self, int argc, char **argv);
+
+#define CMD_DEMO_USAGE                                                                             \
+    "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"   \
+    "                       [--keep]\n\n"                                                          \
+    "Starts a coordinator and N workers (default 4) on this machine, trains a small GPT on the\n" \
+    "bytes of a text file with a planned N-stage pipeline, shows step, loss and throughput as\n"  \
+    "it goes, and ends with a summary: plan, predicted vs measured iteration time, loss curve.\n" \
+    "  --steps N      training steps (default 300)\n"                                             \
+    "  --data FILE    text to train on (default " "/usr/share/common-licenses/GPL-3" ")\n"         \
+    "  --device D     auto (a GPU when there is one), cpu or cuda\n"                              \
+    "  --keep         keep the scratch folder with the logs\n"
+int cmd_demo(const cli_command *self, int argc, char **argv);
+
 #endif /* SC_CLI_COMMANDS_H */

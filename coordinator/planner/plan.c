@@ -19,9 +19,9 @@
 #include "coordinator/planner/plan_microbatch.h"
 #include "coordinator/planner/plan_schedule.h"
 
-static const char *const strat_names[PLAN_STRAT_COUNT] = {
-    "uniform", "blockpartition", "minmax", "pipedream", "autopipe", "hetero", "umpipe",
-    "exhaustive"};
+static const char *const strat_names[PLAN_STRAT_COUNT] = {"uniform",   "blockpartition", "minmax",
+                                                          "pipedream", "autopipe",       "hetero",
+                                                          "umpipe",    "exhaustive"};
 
 const char *plan_strategy_name(plan_strategy s)
 {
@@ -75,9 +75,9 @@ static sc_status simulate(const plan_request *req, const plan_cost *c, const pla
     sc_status rc;
     plan_sim_stage *st = calloc((size_t)S, sizeof *st);
     SC_ALLOC_CHECK(st, err);
-    SC_CHECK_GOTO(plan_schedule_build(&s, req->schedule, S, sched_units(req->schedule, S, m),
-                                      sliced, err),
-                  done);
+    SC_CHECK_GOTO(
+        plan_schedule_build(&s, req->schedule, S, sched_units(req->schedule, S, m), sliced, err),
+        done);
     SC_CHECK_GOTO(plan_schedule_validate(s, err), done);
     plan_partition_sim_stages(c, p, st);
     double eff = req->slice_efficiency > 0 ? req->slice_efficiency : 0.9;
@@ -174,8 +174,14 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
         else
             cap[i] = (int)(rem / (2 * act_ps));
     }
-    plan_ga_problem prob = {.n_stages = S, .batch = B, .max_entries = K, .fwd_s = fw,
-                            .bwd_s = bw, .comm_s = cm, .max_size = cap, .opt_s = 0};
+    plan_ga_problem prob = {.n_stages = S,
+                            .batch = B,
+                            .max_entries = K,
+                            .fwd_s = fw,
+                            .bwd_s = bw,
+                            .comm_s = cm,
+                            .max_size = cap,
+                            .opt_s = 0};
     plan_ga_cfg gcfg = {.population = 64, .generations = 120, .seed = 1};
     SC_CHECK_GOTO(plan_ga_run(&prob, &gcfg, &g, err), done);
     r->ga_k = K;
@@ -202,10 +208,9 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
         most = n > most ? n : most;
         if (big > cap[i])
             r->fits_memory = 0;
-        r->peak_memory_bytes[i] =
-            PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) +
-            plan_cost_stash(c, p->first[i], p->last[i]) / M * B +
-            2 * c->act_bytes[p->last[i]] / M * big;
+        r->peak_memory_bytes[i] = PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) +
+                                  plan_cost_stash(c, p->first[i], p->last[i]) / M * B +
+                                  2 * c->act_bytes[p->last[i]] / M * big;
     }
     r->n_micro = most;
     r->bubble_fraction = g.time_s > 0 ? 1 - busy / (S * g.time_s) : 0;
@@ -223,8 +228,8 @@ static sc_status check_request(const plan_request *req, int batch, sc_err *err)
 {
     int D = req->cluster->n_devices;
     if (batch < 1)
-        return SC_ERRF(err, SC_ERR_INVALID, "--batch: expected a positive number of samples, got %d",
-                       batch);
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "--batch: expected a positive number of samples, got %d", batch);
     if (req->microbatches < 0 || req->microbatches > batch)
         return SC_ERRF(err, SC_ERR_INVALID,
                        "--microbatches %d: expected 1 to the batch size (%d), or auto",
@@ -245,8 +250,8 @@ static sc_status check_request(const plan_request *req, int batch, sc_err *err)
     SC_CHECK(plan_cost_new(&c, req->profile, req->cluster, 1, batch, err));
     double most = 0;
     for (int t = 0; t < req->cluster->n_types; t++)
-        most = req->cluster->types[t].memory_bytes > most ? req->cluster->types[t].memory_bytes
-                                                           : most;
+        most =
+            req->cluster->types[t].memory_bytes > most ? req->cluster->types[t].memory_bytes : most;
     sc_status rc = SC_OK;
     for (int l = 0; l < c->n_blocks; l++) {
         double need = PLAN_PARAM_COPIES * plan_cost_params(c, l, l);
@@ -310,7 +315,8 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
                            .n_micro = m,
                            .slice_efficiency = req->slice_efficiency,
                            .exhaustive_limit = req->exhaustive_limit,
-                           .max_stages = req->max_stages};
+                           .max_stages = req->max_stages,
+                           .select_by_sim = 1};
 
     double t0 = sc_clock_now_s();
     switch (strat) {
@@ -360,7 +366,8 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
             out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
         out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
         out->lower_bound_s = plan_lower_bound(cost);
-        out->throughput_samples_per_s = out->iteration_time_s > 0 ? batch / out->iteration_time_s : 0;
+        out->throughput_samples_per_s =
+            out->iteration_time_s > 0 ? batch / out->iteration_time_s : 0;
         out->ok = 1;
         goto done;
     }
@@ -374,8 +381,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
                 plan_partition_stage_time(cost, out->part, worst))
                 worst = s;
         double a, b;
-        plan_microbatch_fit(prof, out->part->first[worst], out->part->last[worst], batch, &a,
-                            &b);
+        plan_microbatch_fit(prof, out->part->first[worst], out->part->last[worst], batch, &a, &b);
         double ms = plan_microbatch_closed_form(a, b, batch, S);
         int n = plan_microbatch_candidates(batch, ms, min_count(req, S), cand);
         double best = HUGE_VAL;
@@ -509,8 +515,8 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
                 "\"lower_bound_s\": %.9g, \"search_time_s\": %.9g, \"fits_memory\": %s",
                 x->strategy == PLAN_STRAT_UMPIPE ? "unequal" : plan_sched_name(x->schedule),
                 x->batch, x->objective_s, x->bottleneck_s, x->iteration_time_s,
-                x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s,
-                x->search_time_s, x->fits_memory ? "true" : "false");
+                x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s, x->search_time_s,
+                x->fits_memory ? "true" : "false");
         if (x->note[0]) {
             fprintf(f, ", \"note\": ");
             json_str(f, x->note);
@@ -581,9 +587,8 @@ void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, in
     fprintf(f, "model %s: %d blocks; cluster %s: %d devices; batch %d; schedule %s\n",
             req->profile->model, req->profile->n_blocks, req->cluster->source,
             req->cluster->n_devices, n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
-    fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages",
-            "devices", "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble",
-            "peak_mem", "search_s");
+    fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages", "devices",
+            "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble", "peak_mem", "search_s");
     for (int i = 0; i < n; i++) {
         const plan_result *x = &r[i];
         if (!x->ok) {

@@ -38,13 +38,13 @@ int plan_strategy_parse(const char *name);
 typedef struct plan_request {
     const plan_profile *profile;
     const plan_cluster *cluster;
-    int batch;                 /* global batch B; 0 = plan_request_default_batch() */
-    int microbatches;          /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
+    int batch;        /* global batch B; 0 = plan_request_default_batch() */
+    int microbatches; /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
     plan_sched_kind schedule;
-    int max_stages;            /* 0 = no cap */
-    double slice_efficiency;   /* half-size kernels' efficiency for sliced; 0 = 0.9 */
-    long exhaustive_limit;     /* 0 = default */
-    int record_trace;          /* keep simulated events in the result */
+    int max_stages;          /* 0 = no cap */
+    double slice_efficiency; /* half-size kernels' efficiency for sliced; 0 = 0.9 */
+    long exhaustive_limit;   /* 0 = default */
+    int record_trace;        /* keep simulated events in the result */
 } plan_request;
 
 /* 2 x devices x microbatch_size for JSON profiles; 8 x devices for graph.txt profiles. */
@@ -54,7 +54,7 @@ int plan_request_default_batch(const plan_request *req);
 
 typedef struct plan_result {
     plan_strategy strategy;
-    int ok;                      /* 0: `error` says why this strategy gave no plan */
+    int ok; /* 0: `error` says why this strategy gave no plan */
     char error[SC_ERR_MSG_MAX];
     int batch;
     plan_sched_kind schedule;
@@ -68,11 +68,11 @@ typedef struct plan_result {
     int fits_memory;
     char note[160];
     plan_partition *part;
-    double *compute_s;           /* (n_stages) */
-    double *peak_memory_bytes;   /* (n_stages) */
+    double *compute_s;         /* (n_stages) */
+    double *peak_memory_bytes; /* (n_stages) */
     int n_micro;
-    double micro_size;           /* samples per micro-batch (equal sizes) */
-    int sliced;                  /* warm-up micro-batches cut in halves (sliced schedule) */
+    double micro_size; /* samples per micro-batch (equal sizes) */
+    int sliced;        /* warm-up micro-batches cut in halves (sliced schedule) */
     /* umpipe: per-stage sizes, (n_stages, ga_k), zeros after the last entry */
     int ga_k;
     int *fwd_sizes;
@@ -83,7 +83,7 @@ typedef struct plan_result {
     int sweep_count[PLAN_SWEEP_MAX];
     double sweep_iter_s[PLAN_SWEEP_MAX];
     int sweep_fits[PLAN_SWEEP_MAX];
-    plan_sim_result sim;         /* events only when record_trace */
+    plan_sim_result sim; /* events only when record_trace */
 } plan_result;
 
 /* Runs strategy `s`. Errors in the request (batch, micro-batch count, stage cap) return an

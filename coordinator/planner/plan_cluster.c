@@ -31,6 +31,10 @@ void plan_cluster_destroy(plan_cluster **cp)
     free(c->types);
     free(c->servers);
     free(c->devices);
+    for (int l = 0; l < c->n_links; l++)
+        free(c->links[l].devices);
+    free(c->links);
+    free(c->bw_matrix);
     free(c);
     *cp = NULL;
 }
@@ -54,9 +58,8 @@ sc_status plan_cluster_add_type(plan_cluster *c, const char *name, double relati
     return SC_OK;
 }
 
-sc_status plan_cluster_add_server(plan_cluster *c, const char *name, double intra_bw,
-                                  double nic_bw, const int *device_types, int n_devices,
-                                  sc_err *err)
+sc_status plan_cluster_add_server(plan_cluster *c, const char *name, double intra_bw, double nic_bw,
+                                  const int *device_types, int n_devices, sc_err *err)
 {
     if (!(intra_bw > 0) || !(nic_bw > 0))
         return SC_ERRF(err, SC_ERR_INVALID, "server %s: bandwidths must be > 0 bytes/s", name);
@@ -105,9 +108,8 @@ sc_status plan_cluster_new_uniform(plan_cluster **out, int n_gpus, double bw_byt
     SC_CHECK_GOTO(plan_cluster_new_empty(&c, err), fail);
     sc_strlcpy(c->source, "--gpus", sizeof c->source);
     SC_CHECK_GOTO(plan_cluster_add_type(c, "gpu", 1.0, memory_bytes, NULL, err), fail);
-    SC_CHECK_GOTO(plan_cluster_add_server(c, "s0", bw_bytes_per_s, bw_bytes_per_s, types, n_gpus,
-                                          err),
-                  fail);
+    SC_CHECK_GOTO(
+        plan_cluster_add_server(c, "s0", bw_bytes_per_s, bw_bytes_per_s, types, n_gpus, err), fail);
     free(types);
     *out = c;
     return SC_OK;
@@ -150,6 +152,8 @@ static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, sc_err *err)
     }
     return SC_OK;
 }
+
+static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err);
 
 static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
 {
@@ -201,18 +205,18 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
                     strncat(names, c->types[t].name, sizeof names - strlen(names) - 1);
                 }
                 return sc_jnode_fail(&dn, err, SC_ERR_INVALID,
-                                     "unknown device type \"%s\"; device_types defines: %s",
-                                     tname, names);
+                                     "unknown device type \"%s\"; device_types defines: %s", tname,
+                                     names);
             }
             tix[d] = found;
         }
         SC_CHECK(plan_cluster_add_server(c, name, intra, nic, tix, (int)nd, err));
     }
-    return SC_OK;
+    return parse_links(c, &root, err);
 }
 
-sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text,
-                             size_t len, sc_err *err)
+sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text, size_t len,
+                             sc_err *err)
 {
     sc_jdoc *doc = NULL;
     plan_cluster *c = NULL;
@@ -242,14 +246,128 @@ sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err)
     return rc;
 }
 
-double plan_cluster_bw(const plan_cluster *c, int a, int b)
+static int link_has(const plan_link *l, int d)
+{
+    for (int i = 0; i < l->n_devices; i++)
+        if (l->devices[i] == d)
+            return 1;
+    return 0;
+}
+
+int plan_cluster_route(const plan_cluster *c, int a, int b, int *links, int max)
+{
+    int n = 0;
+    for (int l = 0; l < c->n_links; l++) {
+        const plan_link *k = &c->links[l];
+        if (k->kind == PLAN_LINK_NVLINK && link_has(k, a) && link_has(k, b)) {
+            if (max > 0)
+                links[0] = l;
+            return 1;
+        }
+    }
+    int same = c->devices[a].server == c->devices[b].server;
+    int nic_a = 0, nic_b = 0;
+    for (int l = 0; l < c->n_links && n < max; l++) {
+        const plan_link *k = &c->links[l];
+        int ha = link_has(k, a), hb = link_has(k, b);
+        switch (k->kind) {
+        case PLAN_LINK_PCIE_UPLINK:
+        case PLAN_LINK_SOCKET:
+            /* crossed when it holds one side only; a switch-local copy stays below it */
+            if (ha != hb || (!same && (ha || hb)))
+                links[n++] = l;
+            break;
+        case PLAN_LINK_NIC:
+            if (!same && ha && !nic_a) {
+                links[n++] = l;
+                nic_a = 1;
+            } else if (!same && hb && !nic_b) {
+                links[n++] = l;
+                nic_b = 1;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    return n;
+}
+
+/* The bandwidth model without the matrix (used to fill it). */
+static double pair_bw(const plan_cluster *c, int a, int b)
 {
     const plan_server *sa = &c->servers[c->devices[a].server];
     const plan_server *sb = &c->servers[c->devices[b].server];
-    if (sa == sb)
-        return sa->intra_bw_bytes_per_s;
-    return sa->nic_bw_bytes_per_s < sb->nic_bw_bytes_per_s ? sa->nic_bw_bytes_per_s
-                                                           : sb->nic_bw_bytes_per_s;
+    double bw = sa == sb
+                    ? sa->intra_bw_bytes_per_s
+                    : (sa->nic_bw_bytes_per_s < sb->nic_bw_bytes_per_s ? sa->nic_bw_bytes_per_s
+                                                                       : sb->nic_bw_bytes_per_s);
+    if (c->n_links == 0)
+        return bw;
+    int route[64];
+    int n = plan_cluster_route(c, a, b, route, 64);
+    if (n == 1 && c->links[route[0]].kind == PLAN_LINK_NVLINK)
+        return c->links[route[0]].bw_bytes_per_s;
+    for (int i = 0; i < n; i++)
+        if (c->links[route[i]].bw_bytes_per_s < bw)
+            bw = c->links[route[i]].bw_bytes_per_s;
+    return bw;
+}
+
+double plan_cluster_bw(const plan_cluster *c, int a, int b)
+{
+    if (c->bw_matrix != NULL)
+        return c->bw_matrix[(size_t)a * (size_t)c->n_devices + (size_t)b];
+    return pair_bw(c, a, b);
+}
+
+static const char *const link_kinds[] = {"nvlink", "pcie_uplink", "socket", "nic", NULL};
+
+static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err)
+{
+    if (!sc_jnode_has(root, "links"))
+        return SC_OK;
+    sc_jnode arr;
+    SC_CHECK(sc_json_get_array(root, "links", 0, 1 << 16, &arr, err));
+    size_t n = sc_jnode_size(&arr);
+    if (n == 0)
+        return SC_OK;
+    c->links = calloc(n, sizeof *c->links);
+    SC_ALLOC_CHECK(c->links, err);
+    for (size_t i = 0; i < n; i++) {
+        sc_jnode e = sc_jnode_element(&arr, i), devs;
+        plan_link *l = &c->links[i];
+        const char *kind, *name;
+        SC_CHECK(sc_jnode_expect_object(&e, err));
+        SC_CHECK(sc_json_opt_string(&e, "kind", "other", &kind, err));
+        l->kind = PLAN_LINK_OTHER;
+        for (int k = 0; link_kinds[k]; k++)
+            if (strcmp(kind, link_kinds[k]) == 0)
+                l->kind = (plan_link_kind)k;
+        SC_CHECK(sc_json_opt_string(&e, "name", "", &name, err));
+        sc_strlcpy(l->name, name, sizeof l->name);
+        SC_CHECK(sc_json_get_number(&e, "bandwidth_bytes_per_s", 1, 1e18, &l->bw_bytes_per_s, err));
+        SC_CHECK(sc_json_get_array(&e, "devices", 1, PLAN_MAX_DEVICES, &devs, err));
+        c->n_links++;
+        l->devices = calloc(sc_jnode_size(&devs), sizeof(int));
+        SC_ALLOC_CHECK(l->devices, err);
+        for (size_t d = 0; d < sc_jnode_size(&devs); d++) {
+            sc_jnode dn = sc_jnode_element(&devs, d);
+            int64_t id;
+            SC_CHECK(sc_jnode_int(&dn, 0, c->n_devices - 1, &id, err));
+            l->devices[l->n_devices++] = (int)id;
+        }
+    }
+    /* pair bandwidths are looked up in the DPs' inner loops: tabulate them once */
+    if (c->n_devices <= 1024) {
+        size_t D = (size_t)c->n_devices;
+        c->bw_matrix = malloc(D * D * sizeof(double));
+        SC_ALLOC_CHECK(c->bw_matrix, err);
+        for (size_t a = 0; a < D; a++)
+            for (size_t b = 0; b < D; b++)
+                c->bw_matrix[a * D + b] = a == b ? HUGE_VAL : pair_bw(c, (int)a, (int)b);
+    }
+    return SC_OK;
 }
 
 double plan_cluster_max_speed(const plan_cluster *c)
@@ -311,8 +429,7 @@ sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_clust
     for (size_t t = 0; t < T; t++) {
         const plan_device_type *ty = &cl->types[t];
         /* a type named like the profile's reference device ran the profile: speed 1 */
-        double speed =
-            strcmp(ty->name, p->reference_device) == 0 ? 1.0 : ty->relative_speed;
+        double speed = strcmp(ty->name, p->reference_device) == 0 ? 1.0 : ty->relative_speed;
         for (size_t l = 0; l < L; l++) {
             double f, b;
             plan_profile_block_time(p, (int)l, samples, batch, &f, &b);
@@ -327,8 +444,8 @@ sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_clust
                 sc_status rc = SC_ERRF(err, SC_ERR_INVALID,
                                        "%s: $.device_types.%s.block_times: block \"%s\" is not "
                                        "in the profile (%d blocks, first \"%s\")",
-                                       cl->source, ty->name, ty->block_times[i].block,
-                                       p->n_blocks, p->blocks[0].name);
+                                       cl->source, ty->name, ty->block_times[i].block, p->n_blocks,
+                                       p->blocks[0].name);
                 plan_cost_destroy(&c);
                 return rc;
             }

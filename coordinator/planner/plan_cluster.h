@@ -45,6 +45,25 @@ typedef struct plan_device {
     int server;
 } plan_device;
 
+typedef enum {
+    PLAN_LINK_NVLINK = 0,
+    PLAN_LINK_PCIE_UPLINK,
+    PLAN_LINK_SOCKET,
+    PLAN_LINK_NIC,
+    PLAN_LINK_OTHER
+} plan_link_kind;
+
+/* A physical resource that transfers share (optional `links` of the cluster JSON, written by
+ * topology discovery): an NVLink between two GPUs, the uplink of a PCIe switch, a CPU socket
+ * interconnect, a NIC, with the global ids of the devices behind it. */
+typedef struct plan_link {
+    plan_link_kind kind;
+    char name[PLAN_NAME_MAX];
+    double bw_bytes_per_s;
+    int n_devices;
+    int *devices;
+} plan_link;
+
 typedef struct plan_cluster {
     char source[256]; /* file name, or "--gpus" for the shorthand */
     int n_types;
@@ -53,14 +72,17 @@ typedef struct plan_cluster {
     plan_server *servers;
     int n_devices;
     plan_device *devices;
+    int n_links; /* 0 when the file lists none */
+    plan_link *links;
+    double *bw_matrix; /* (n_devices, n_devices) when links are given, else NULL */
 } plan_cluster;
 
 #define PLAN_CLUSTER_MAX_BYTES (16u << 20)
 #define PLAN_MAX_DEVICES 4096
 
 sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err);
-sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text,
-                             size_t len, sc_err *err);
+sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text, size_t len,
+                             sc_err *err);
 
 /* One server of n_gpus identical devices (type "gpu", relative speed 1, memory_bytes or
  * unlimited when <= 0) joined by bw_bytes_per_s. Errors for n_gpus < 1 or bw <= 0. */
@@ -71,15 +93,22 @@ sc_status plan_cluster_new_uniform(plan_cluster **out, int n_gpus, double bw_byt
 sc_status plan_cluster_new_empty(plan_cluster **out, sc_err *err);
 sc_status plan_cluster_add_type(plan_cluster *c, const char *name, double relative_speed,
                                 double memory_bytes, int *type_out, sc_err *err);
-sc_status plan_cluster_add_server(plan_cluster *c, const char *name, double intra_bw,
-                                  double nic_bw, const int *device_types, int n_devices,
-                                  sc_err *err);
+sc_status plan_cluster_add_server(plan_cluster *c, const char *name, double intra_bw, double nic_bw,
+                                  const int *device_types, int n_devices, sc_err *err);
 
 void plan_cluster_destroy(plan_cluster **c);
 
-/* Bandwidth between devices a and b (a != b): intra-server when they share a server, else the
- * smaller NIC bandwidth of the two servers. */
+/* Bandwidth between devices a and b (a != b): intra-server bandwidth when they share a server,
+ * else the smaller NIC bandwidth of the two servers. With links: an NVLink joining both sets
+ * the bandwidth of a pair on one server; otherwise it is capped by every link on the route
+ * (plan_cluster_route). */
 double plan_cluster_bw(const plan_cluster *c, int a, int b);
+
+/* Links a transfer from a to b goes through (indices into links, at most `max`): the NVLink
+ * joining them if any; else, on one server, each PCIe uplink and socket link holding exactly
+ * one of them; across servers, one NIC link of each side plus those uplinks and sockets.
+ * Returns the count; 0 without links. */
+int plan_cluster_route(const plan_cluster *c, int a, int b, int *links, int max);
 
 /* Largest device memory and fastest relative speed over the cluster. */
 double plan_cluster_max_speed(const plan_cluster *c);
@@ -93,10 +122,10 @@ typedef struct plan_cost {
     const plan_cluster *cluster;
     int n_blocks;
     int n_types;
-    double samples; /* micro-batch size M */
-    int batch;      /* global batch B */
-    double *fwd_s;  /* (n_types, n_blocks) */
-    double *bwd_s;  /* (n_types, n_blocks) */
+    double samples;        /* micro-batch size M */
+    int batch;             /* global batch B */
+    double *fwd_s;         /* (n_types, n_blocks) */
+    double *bwd_s;         /* (n_types, n_blocks) */
     double *work_prefix_s; /* (n_types, n_blocks + 1): prefix sums of fwd + bwd */
     double *act_bytes;     /* (n_blocks) crossing a cut after block l, per micro-batch */
     double *stash_prefix;  /* (n_blocks + 1) per micro-batch */

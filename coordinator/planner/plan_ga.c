@@ -2,10 +2,9 @@
  * plan_ga: the UMPIPE recurrence (scalar and batched), the dual-chromosome genetic search and
  * the two baselines.
  *
- * The batched evaluator keeps the population as [stage][entry][individual] so that the inner
- * loop runs over individuals with no branches (masks instead), which the compiler turns into
- * vector code where it can. Which upstream entry a downstream entry waits for is found by a
- * per-individual pointer that only moves forward (the prefix sums are monotone).
+ * The batched evaluator walks the population stage by stage and computes each distinct
+ * partial state once (see below). Which upstream entry a downstream entry waits for is found
+ * by a pointer that only moves forward (the prefix sums are monotone).
  */
 #include "coordinator/planner/plan_ga.h"
 
@@ -13,10 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
+
 #define GA_MAX_K 64
-/* Individuals are evaluated in tiles of GA_TILE lanes so that a tile's scratch (prefix sums
- * and arrivals of two stages) stays in the first-level cache. */
-#define GA_TILE 16
 
 /* ================================================================ scalar recurrence */
 
@@ -106,38 +104,61 @@ double plan_ga_eval_one(const plan_ga_problem *p, const int *x, const int *y)
 
 /* ================================================================ batched recurrence */
 
+/* The population pass goes stage by stage over every individual at once. Individuals whose
+ * forward rows x_0..x_i are equal have the same state after stage i (crossover swaps whole
+ * rows and elitism copies individuals, so a population shares many of them): each distinct
+ * state is computed once, found through a hash of (state before, row). The backward pass does
+ * the same from the last stage down with (state after stage i+1, row y_i). */
+
 struct plan_ga_batch {
-    int n_cap, S, K, B;
-    int *x, *y;          /* (S, K, n_cap) */
-    int *pref;           /* (2, K+1, GA_TILE): prefix sums of two neighbouring stages */
-    double *arr;         /* (2, K, GA_TILE): arrival downstream of each entry */
-    double *fend;        /* (S, GA_TILE): last forward end per stage */
-    double *end, *pen;   /* (n_cap) */
+    int n_cap, S, K, H;
+    int *x, *y;  /* (S, n_cap, K): row of individual q at stage i */
+    int *table;  /* (H) hash slots: group id + 1, 0 = empty */
+    int *gid;    /* (2, n_cap): group of each individual, previous and current stage */
+    int *fgid;   /* (S, n_cap): forward group of each individual per stage */
+    int *rep;    /* (n_cap): an individual of each group of the current stage */
+    int *parent; /* (n_cap): group of the previous stage, per current group */
+    /* per group state, two stages at a time (previous, current) */
+    double *arr;    /* (2, n_cap, K) arrival downstream of each entry */
+    int *pref;      /* (2, n_cap, K+1) prefix sums of the entries */
+    int *cnt;       /* (2, n_cap) entries */
+    double *over;   /* (2, n_cap) samples above the memory caps so far */
+    double *endmax; /* (2, n_cap) backward: latest end over the stages done */
+    double *fend;   /* (S, n_cap) forward: last forward end, per forward group */
+    double *fover;  /* (n_cap) forward over-cap samples of each last-stage forward group */
 };
 
 sc_status plan_ga_batch_new(plan_ga_batch **out, const plan_ga_problem *p, int n, sc_err *err)
 {
     *out = NULL;
     if (p->max_entries > GA_MAX_K || p->max_entries < 1)
-        return SC_ERRF(err, SC_ERR_INVALID, "umpipe: max_entries must be 1-%d, got %d",
-                       GA_MAX_K, p->max_entries);
+        return SC_ERRF(err, SC_ERR_INVALID, "umpipe: max_entries must be 1-%d, got %d", GA_MAX_K,
+                       p->max_entries);
     plan_ga_batch *b = calloc(1, sizeof *b);
     SC_ALLOC_CHECK(b, err);
-    size_t N = (size_t)n, S = (size_t)p->n_stages, K = (size_t)p->max_entries,
-           B = (size_t)p->batch;
+    size_t N = (size_t)n, S = (size_t)p->n_stages, K = (size_t)p->max_entries;
     b->n_cap = n;
     b->S = p->n_stages;
     b->K = p->max_entries;
-    b->B = p->batch;
-    b->x = calloc(S * K * N, sizeof(int));
-    b->y = calloc(S * K * N, sizeof(int));
-    b->pref = calloc(2 * (K + 1) * GA_TILE, sizeof(int));
-    b->arr = calloc(2 * K * GA_TILE, sizeof(double));
-    (void)B;
-    b->fend = calloc(S * GA_TILE, sizeof(double));
-    b->end = calloc(N, sizeof(double));
-    b->pen = calloc(N, sizeof(double));
-    if (!b->x || !b->y || !b->pref || !b->arr || !b->fend || !b->end || !b->pen) {
+    b->H = 16;
+    while (b->H < 2 * n)
+        b->H *= 2;
+    b->x = calloc(S * N * K, sizeof(int));
+    b->y = calloc(S * N * K, sizeof(int));
+    b->table = calloc((size_t)b->H, sizeof(int));
+    b->gid = calloc(2 * N, sizeof(int));
+    b->fgid = calloc(S * N, sizeof(int));
+    b->rep = calloc(N, sizeof(int));
+    b->parent = calloc(N, sizeof(int));
+    b->arr = calloc(2 * N * K, sizeof(double));
+    b->pref = calloc(2 * N * (K + 1), sizeof(int));
+    b->cnt = calloc(2 * N, sizeof(int));
+    b->over = calloc(2 * N, sizeof(double));
+    b->endmax = calloc(2 * N, sizeof(double));
+    b->fend = calloc(S * N, sizeof(double));
+    b->fover = calloc(N, sizeof(double));
+    if (!b->x || !b->y || !b->table || !b->gid || !b->fgid || !b->rep || !b->parent || !b->arr ||
+        !b->pref || !b->cnt || !b->over || !b->endmax || !b->fend || !b->fover) {
         plan_ga_batch_destroy(&b);
         return SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory for a population of %d", n);
     }
@@ -150,122 +171,171 @@ void plan_ga_batch_destroy(plan_ga_batch **bp)
     if (bp == NULL || *bp == NULL)
         return;
     plan_ga_batch *b = *bp;
-    free(b->x), free(b->y), free(b->pref), free(b->arr), free(b->fend);
-    free(b->end), free(b->pen);
+    free(b->x), free(b->y), free(b->table), free(b->gid), free(b->fgid), free(b->rep);
+    free(b->parent), free(b->arr), free(b->pref), free(b->cnt), free(b->over), free(b->endmax);
+    free(b->fend), free(b->fover);
     free(b);
     *bp = NULL;
 }
 
 void plan_ga_batch_set(plan_ga_batch *b, int i, const int *x, const int *y)
 {
-    size_t N = (size_t)b->n_cap;
-    for (int s = 0; s < b->S; s++)
-        for (int j = 0; j < b->K; j++) {
-            size_t at = ((size_t)s * b->K + j) * N + (size_t)i;
-            b->x[at] = x[s * b->K + j];
-            b->y[at] = y[s * b->K + j];
-        }
+    size_t N = (size_t)b->n_cap, K = (size_t)b->K;
+    for (int s = 0; s < b->S; s++) {
+        memcpy(b->x + ((size_t)s * N + (size_t)i) * K, x + (size_t)s * K, K * sizeof(int));
+        memcpy(b->y + ((size_t)s * N + (size_t)i) * K, y + (size_t)s * K, K * sizeof(int));
+    }
 }
 
-typedef struct ga_tile {
-    double F[GA_TILE], A[GA_TILE], last[GA_TILE];
-    int k[GA_TILE];
-} ga_tile;
-
-/* One direction of the recurrence for one stage over one tile of nt lanes. `sz` points at the
- * tile's first lane of entry 0 (stride N between entries), `t` / `ct` the time and transfer per
- * size (ct NULL: no link after it), `start` the earliest start per lane (NULL: 0), `up_pref` /
- * `up_arr` the upstream stage's prefix sums (K+1, GA_TILE) and arrivals (K, GA_TILE) (NULL:
- * none); writes this stage's to `pref` / `arr` and its last end to g->last. */
-static void tile_stage(ga_tile *g, int nt, int K, size_t N, const int *sz, const double *t,
-                       const double *ct, const double *start, const int *up_pref,
-                       const double *up_arr, int *pref, double *arr)
+static uint64_t row_hash(int parent, const int *row, int K)
 {
-    for (int q = 0; q < nt; q++) {
-        g->F[q] = start ? start[q] : 0;
-        g->A[q] = 0;
-        g->k[q] = 0;
-        pref[q] = 0;
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uint32_t)parent;
+    h *= 1099511628211ull;
+    for (int j = 0; j < K && row[j] > 0; j++) {
+        h ^= (uint64_t)(uint32_t)row[j];
+        h *= 1099511628211ull;
     }
-    for (int j = 0; j < K; j++) {
-        const int *e = sz + (size_t)j * N;
-        int any = 0;
-        for (int q = 0; q < nt; q++)
-            any |= e[q];
-        if (!any) /* rows are packed: nothing further in this tile */
-            break;
-        const int *pin = pref + j * GA_TILE;
-        int *pout = pref + (j + 1) * GA_TILE;
-        double *aout = arr + j * GA_TILE;
-        for (int q = 0; q < nt; q++) {
-            int s = e[q], c = pin[q] + s;
-            pout[q] = c;
-            double ready = 0;
-            if (up_pref != NULL && s > 0) {
-                /* the first upstream entry whose prefix covers our samples; monotone in j */
-                int kk = g->k[q];
-                while (up_pref[(kk + 1) * GA_TILE + q] < c)
-                    kk++;
-                g->k[q] = kk;
-                ready = up_arr[kk * GA_TILE + q];
+    return h;
+}
+
+/* Groups the individuals of one stage by (group before, row): fills gid_cur, rep, parent and
+ * returns the number of groups. `rows` is the stage's (n_cap, K) rows. */
+static int group_stage(plan_ga_batch *b, int n, const int *rows, const int *gid_prev, int *gid_cur,
+                       int distinct)
+{
+    size_t K = (size_t)b->K;
+    int ng = 0;
+    if (distinct) {
+        /* nearly every state was distinct a stage ago: hashing would not pay */
+        for (int q = 0; q < n; q++) {
+            b->rep[q] = q;
+            b->parent[q] = gid_prev ? gid_prev[q] : 0;
+            gid_cur[q] = q;
+        }
+        return n;
+    }
+    memset(b->table, 0, (size_t)b->H * sizeof(int));
+    for (int q = 0; q < n; q++) {
+        int par = gid_prev ? gid_prev[q] : 0;
+        const int *row = rows + (size_t)q * K;
+        uint64_t h = row_hash(par, row, b->K);
+        int slot = (int)(h & (uint64_t)(b->H - 1));
+        for (;;) {
+            int g = b->table[slot] - 1;
+            if (g < 0) {
+                b->table[slot] = ng + 1;
+                b->rep[ng] = q;
+                b->parent[ng] = par;
+                gid_cur[q] = ng++;
+                break;
             }
-            double f = (g->F[q] > ready ? g->F[q] : ready) + t[s];
-            g->F[q] = s > 0 ? f : g->F[q];
-            if (ct != NULL) {
-                double a = (g->A[q] > g->F[q] ? g->A[q] : g->F[q]) + ct[s];
-                g->A[q] = s > 0 ? a : g->A[q];
+            if (b->parent[g] == par &&
+                memcmp(rows + (size_t)b->rep[g] * K, row, K * sizeof(int)) == 0) {
+                gid_cur[q] = g;
+                break;
             }
-            aout[q] = g->A[q];
+            slot = (slot + 1) & (b->H - 1);
         }
     }
-    for (int q = 0; q < nt; q++)
-        g->last[q] = g->F[q];
+    return ng;
+}
+
+/* One stage of one group: entries `row`, times `t`, transfers `ct` (NULL: no link after),
+ * earliest start `start`, upstream prefix/arrivals/count (NULL: none). Writes this stage's
+ * prefix, arrivals and count, and returns the last end. */
+static double stage_step(const int *row, int K, const double *t, const double *ct, double start,
+                         const int *up_pref, const double *up_arr, int up_n, int *pref, double *arr,
+                         int *n_out)
+{
+    double F = start, A = 0;
+    int k = 0, cum = 0, j = 0;
+    pref[0] = 0;
+    for (; j < K && row[j] > 0; j++) {
+        cum += row[j];
+        pref[j + 1] = cum;
+        double ready = 0;
+        if (up_pref != NULL) {
+            while (k < up_n - 1 && up_pref[k + 1] < cum)
+                k++;
+            ready = up_arr[k];
+        }
+        F = (F > ready ? F : ready) + t[row[j]];
+        if (ct != NULL)
+            A = (A > F ? A : F) + ct[row[j]];
+        arr[j] = A;
+    }
+    *n_out = j;
+    return F;
+}
+
+static double row_over(const int *row, int K, int cap)
+{
+    double over = 0;
+    for (int j = 0; j < K && row[j] > 0; j++)
+        over += row[j] > cap ? row[j] - cap : 0;
+    return over;
 }
 
 void plan_ga_eval_batch(const plan_ga_problem *p, plan_ga_batch *b, int n, double *times_s)
 {
     int S = p->n_stages, K = p->max_entries, W = p->batch + 1;
-    size_t N = (size_t)b->n_cap, KN = (size_t)K * N;
-    int *prefs[2] = {b->pref, b->pref + (K + 1) * GA_TILE};
-    double *arrs[2] = {b->arr, b->arr + K * GA_TILE};
-    ga_tile g;
-    for (int q0 = 0; q0 < n; q0 += GA_TILE) {
-        int nt = n - q0 < GA_TILE ? n - q0 : GA_TILE;
-        double *fend = b->fend; /* (S, GA_TILE) */
-        int cur = 0;
-        for (int i = 0; i < S; i++) {
-            tile_stage(&g, nt, K, N, b->x + (size_t)i * KN + (size_t)q0, p->fwd_s + (size_t)i * W,
-                       i < S - 1 ? p->comm_s + (size_t)i * W : NULL, NULL,
-                       i > 0 ? prefs[!cur] : NULL, i > 0 ? arrs[!cur] : NULL, prefs[cur],
-                       arrs[cur]);
-            memcpy(fend + (size_t)i * GA_TILE, g.last, (size_t)nt * sizeof(double));
-            cur = !cur;
+    size_t N = (size_t)b->n_cap, Kz = (size_t)K, K1 = Kz + 1;
+    int cur = 0, ng_prev = 0;
+    /* forward, stage 0 up */
+    for (int i = 0; i < S; i++) {
+        int *gcur = b->fgid + (size_t)i * N, *gprev = i > 0 ? b->fgid + (size_t)(i - 1) * N : NULL;
+        const int *rows = b->x + (size_t)i * N * Kz;
+        int ng = group_stage(b, n, rows, gprev, gcur, 10 * ng_prev > 9 * n);
+        ng_prev = ng;
+        const double *t = p->fwd_s + (size_t)i * W;
+        const double *ct = i < S - 1 ? p->comm_s + (size_t)i * W : NULL;
+        for (int g = 0; g < ng; g++) {
+            int par = b->parent[g];
+            const int *row = rows + (size_t)b->rep[g] * Kz;
+            size_t pc = (size_t)cur * N + (size_t)g, pp = (size_t)!cur * N + (size_t)par;
+            b->fend[(size_t)i * N + (size_t)g] = stage_step(
+                row, K, t, ct, 0, i > 0 ? b->pref + pp * K1 : NULL, i > 0 ? b->arr + pp * Kz : NULL,
+                i > 0 ? b->cnt[pp] : 0, b->pref + pc * K1, b->arr + pc * Kz, &b->cnt[pc]);
+            b->over[pc] = (i > 0 ? b->over[pp] : 0) + row_over(row, K, p->max_size[i]);
         }
-        for (int q = 0; q < nt; q++)
-            b->end[q0 + q] = 0;
-        for (int i = S - 1; i >= 0; i--) {
-            tile_stage(&g, nt, K, N, b->y + (size_t)i * KN + (size_t)q0, p->bwd_s + (size_t)i * W,
-                       i > 0 ? p->comm_s + (size_t)(i - 1) * W : NULL, fend + (size_t)i * GA_TILE,
-                       i < S - 1 ? prefs[!cur] : NULL, i < S - 1 ? arrs[!cur] : NULL, prefs[cur],
-                       arrs[cur]);
-            for (int q = 0; q < nt; q++)
-                b->end[q0 + q] = g.last[q] > b->end[q0 + q] ? g.last[q] : b->end[q0 + q];
-            cur = !cur;
-        }
+        if (i == S - 1)
+            for (int g = 0; g < ng; g++)
+                b->fover[g] = b->over[(size_t)cur * N + (size_t)g];
+        cur = !cur;
     }
-    /* memory penalty, as in the scalar evaluator */
-    for (int q = 0; q < n; q++)
-        b->pen[q] = 0;
-    for (int i = 0; i < S; i++)
-        for (int j = 0; j < K; j++) {
-            const int *ex = b->x + ((size_t)i * K + j) * N, *ey = b->y + ((size_t)i * K + j) * N;
-            int cap = p->max_size[i];
-            for (int q = 0; q < n; q++)
-                b->pen[q] += (ex[q] > cap ? ex[q] - cap : 0) + (ey[q] > cap ? ey[q] - cap : 0);
+    /* backward, last stage down; the state after stage i+1 identifies every x row too */
+    const int *glast = b->fgid + (size_t)(S - 1) * N;
+    int *gprev = b->gid, *gcur = b->gid + N;
+    for (int i = S - 1; i >= 0; i--) {
+        const int *rows = b->y + (size_t)i * N * Kz;
+        int ng = group_stage(b, n, rows, i == S - 1 ? glast : gprev, gcur,
+                             i < S - 1 && 10 * ng_prev > 9 * n);
+        ng_prev = ng;
+        const double *t = p->bwd_s + (size_t)i * W;
+        const double *ct = i > 0 ? p->comm_s + (size_t)(i - 1) * W : NULL;
+        for (int g = 0; g < ng; g++) {
+            int par = b->parent[g], q = b->rep[g];
+            const int *row = rows + (size_t)q * Kz;
+            size_t pc = (size_t)cur * N + (size_t)g, pp = (size_t)!cur * N + (size_t)par;
+            double start = b->fend[(size_t)i * N + (size_t)b->fgid[(size_t)i * N + (size_t)q]];
+            int last = i == S - 1;
+            double end = stage_step(row, K, t, ct, start, last ? NULL : b->pref + pp * K1,
+                                    last ? NULL : b->arr + pp * Kz, last ? 0 : b->cnt[pp],
+                                    b->pref + pc * K1, b->arr + pc * Kz, &b->cnt[pc]);
+            double before = last ? 0 : b->endmax[pp];
+            b->endmax[pc] = end > before ? end : before;
+            b->over[pc] = (last ? b->fover[par] : b->over[pp]) + row_over(row, K, p->max_size[i]);
         }
-    for (int q = 0; q < n; q++)
-        times_s[q] =
-            (b->end[q] + p->opt_s) * (b->pen[q] > 0 ? 2.0 + b->pen[q] / p->batch : 1.0);
+        int *tmp = gprev;
+        gprev = gcur;
+        gcur = tmp;
+        cur = !cur;
+    }
+    for (int q = 0; q < n; q++) {
+        size_t at = (size_t)!cur * N + (size_t)gprev[q];
+        double over = b->over[at];
+        times_s[q] = (b->endmax[at] + p->opt_s) * (over > 0 ? 2.0 + over / p->batch : 1.0);
+    }
 }
 
 /* ================================================================ search */
@@ -400,6 +470,22 @@ static double uniform_stagewise(const plan_ga_problem *p, int *x, int *y)
     return plan_ga_eval_one(p, x, y);
 }
 
+/* Evaluates the population `pop` (P individuals of 2 * ind ints) already set into `batch`. */
+static void evaluate(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_batch *batch,
+                     const int *pop, size_t ind, int P, double *fit, plan_ga_result *r)
+{
+    double t0 = sc_clock_now_s();
+    if (cfg && cfg->one_by_one) {
+        for (int q = 0; q < P; q++)
+            fit[q] =
+                plan_ga_eval_one(p, pop + (size_t)q * 2 * ind, pop + (size_t)q * 2 * ind + ind);
+    } else {
+        plan_ga_eval_batch(p, batch, P, fit);
+    }
+    r->eval_s += sc_clock_now_s() - t0;
+    r->evaluated += P;
+}
+
 sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_result *r,
                       sc_err *err)
 {
@@ -445,8 +531,7 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
             }
         plan_ga_batch_set(batch, q, ix, iy);
     }
-    plan_ga_eval_batch(p, batch, P, fit);
-    r->evaluated += P;
+    evaluate(p, cfg, batch, pop, ind, P, fit, r);
     for (int q = 0; q < lim; q++)
         if (fit[q] < r->best_equal_s) {
             r->best_equal_s = fit[q];
@@ -487,8 +572,7 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
         int *tmp = pop;
         pop = next;
         next = tmp;
-        plan_ga_eval_batch(p, batch, P, fit);
-        r->evaluated += P;
+        evaluate(p, cfg, batch, pop, ind, P, fit, r);
     }
     int best = 0;
     for (int q = 1; q < P; q++)

@@ -7,8 +7,10 @@
  * comes from the fill-drain recurrence of ALGORITHMS.md section 5: stage i+1's j-th entry can
  * start once stage i has sent the samples it needs; a link carries one transfer at a time;
  * backward starts after a stage's last forward. The population is evaluated in one pass,
- * stage by stage, over structure-of-arrays [entry][individual] (plan_ga_eval_batch); the
- * one-by-one evaluator (plan_ga_eval_one) is the specification it is tested against.
+ * stage by stage, with rows stored per stage ([stage][individual][entry]); individuals that
+ * share their first forward rows (or, backward, their last rows) share that part of the work
+ * (plan_ga_eval_batch). The one-by-one evaluator (plan_ga_eval_one) is the specification the
+ * batched pass is tested against.
  * Does not choose the partition: it works on the stages it is given.
  * Invariant: the best individual is kept from one generation to the next (elitism), and every
  * equal split of the batch is in the first generation, so the result is never worse than the
@@ -23,8 +25,8 @@
 
 typedef struct plan_ga_problem {
     int n_stages;
-    int batch;       /* B: samples per iteration */
-    int max_entries; /* K: most micro-batches one stage may cut the batch into */
+    int batch;            /* B: samples per iteration */
+    int max_entries;      /* K: most micro-batches one stage may cut the batch into */
     const double *fwd_s;  /* (n_stages, batch+1): forward time of x samples, [0] = 0 */
     const double *bwd_s;  /* (n_stages, batch+1) */
     const double *comm_s; /* (n_stages, batch+1): x samples across the cut after stage i */
@@ -36,24 +38,27 @@ typedef struct plan_ga_cfg {
     int population;  /* default 64 */
     int generations; /* default 120 */
     uint64_t seed;   /* default 1 */
+    int one_by_one;  /* evaluate with plan_ga_eval_one instead of the batched pass (same
+                        results; for measuring the batched pass) */
 } plan_ga_cfg;
 
 typedef struct plan_ga_result {
-    double time_s;        /* best individual's iteration time (with penalty: never chosen) */
-    int *x;               /* (n_stages, max_entries) forward sizes, 0 = unused slot */
-    int *y;               /* (n_stages, max_entries) backward sizes */
-    double best_equal_s;  /* best equal split the search started from */
+    double time_s;       /* best individual's iteration time (with penalty: never chosen) */
+    int *x;              /* (n_stages, max_entries) forward sizes, 0 = unused slot */
+    int *y;              /* (n_stages, max_entries) backward sizes */
+    double best_equal_s; /* best equal split the search started from */
     int best_equal_m;
-    double greedy_s;      /* local greedy baseline */
-    double uniform_s;     /* stage-by-stage search over uniform sizes */
-    long evaluated;       /* individuals evaluated */
+    double greedy_s;  /* local greedy baseline */
+    double uniform_s; /* stage-by-stage search over uniform sizes */
+    long evaluated;   /* individuals evaluated */
+    double eval_s;    /* time spent evaluating them */
 } plan_ga_result;
 
 /* Iteration time of one individual (x, y: (n_stages, max_entries), packed, zeros after the
  * last entry), +penalty when an entry exceeds its stage's max_size. */
 double plan_ga_eval_one(const plan_ga_problem *p, const int *x, const int *y);
 
-/* Scratch and population in structure-of-arrays form for plan_ga_eval_batch. */
+/* A population laid out per stage, and the scratch of plan_ga_eval_batch. */
 typedef struct plan_ga_batch plan_ga_batch;
 sc_status plan_ga_batch_new(plan_ga_batch **out, const plan_ga_problem *p, int n, sc_err *err);
 void plan_ga_batch_destroy(plan_ga_batch **b);

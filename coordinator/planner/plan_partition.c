@@ -112,6 +112,14 @@ static double allreduce_s(double params, int r, double bw)
     return r > 1 ? 4.0 * (r - 1) * params / (r * bw) : 0;
 }
 
+/* Share of one micro-batch in a replicated stage's weight all-reduce: synchronous schedules
+ * reduce once per iteration, i.e. once per batch / samples micro-batches. */
+static double allreduce_share_s(const plan_cost *c, double params, int r, double bw)
+{
+    double m = c->samples > 0 ? c->batch / c->samples : 1;
+    return allreduce_s(params, r, bw) / (m > 1 ? m : 1);
+}
+
 static double group_time(const plan_cost *c, const int *devs, int n, int first, int last)
 {
     double worst = 0;
@@ -123,7 +131,7 @@ static double group_time(const plan_cost *c, const int *devs, int n, int first, 
     if (n == 1)
         return worst;
     double bw = group_min_bw(c->cluster, devs, n, devs, n);
-    return (worst + allreduce_s(plan_cost_params(c, first, last), n, bw)) / n;
+    return worst / n + allreduce_share_s(c, plan_cost_params(c, first, last), n, bw);
 }
 
 double plan_partition_stage_time(const plan_cost *c, const plan_partition *p, int s)
@@ -142,9 +150,54 @@ double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int 
     return 2.0 * c->act_bytes[p->last[s]] / bw;
 }
 
+static void add_flow(const plan_cluster *cl, double *load, int a, int b, double bytes)
+{
+    int route[64];
+    int n = plan_cluster_route(cl, a, b, route, 64);
+    for (int i = 0; i < n; i++)
+        load[route[i]] += bytes;
+}
+
+double plan_partition_contention(const plan_cost *c, const plan_partition *p)
+{
+    const plan_cluster *cl = c->cluster;
+    if (cl->n_links == 0)
+        return 0;
+    double *load = calloc((size_t)cl->n_links, sizeof(double));
+    if (load == NULL)
+        return 0;
+    double m = c->samples > 0 ? c->batch / c->samples : 1;
+    if (m < 1)
+        m = 1;
+    for (int s = 0; s < p->n_stages; s++) {
+        const int *da = p->devs + p->dev_start[s];
+        int ra = p->n_dev[s];
+        if (s + 1 < p->n_stages) {
+            /* activations forward and gradients back, spread over the replica pairs */
+            const int *db = p->devs + p->dev_start[s + 1];
+            int rb = p->n_dev[s + 1], nf = ra > rb ? ra : rb;
+            for (int i = 0; i < nf; i++)
+                add_flow(cl, load, da[i % ra], db[i % rb], 2.0 * c->act_bytes[p->last[s]] / nf);
+        }
+        if (ra > 1) {
+            /* ring all-reduce: each replica sends 2 (r-1)/r of the weights once an iteration */
+            double w = plan_cost_params(c, p->first[s], p->last[s]);
+            for (int i = 0; i < ra; i++)
+                add_flow(cl, load, da[i], da[(i + 1) % ra], 2.0 * (ra - 1) / ra * w / m);
+        }
+    }
+    double worst = 0;
+    for (int l = 0; l < cl->n_links; l++) {
+        double t = load[l] / cl->links[l].bw_bytes_per_s;
+        worst = t > worst ? t : worst;
+    }
+    free(load);
+    return worst;
+}
+
 double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p)
 {
-    double b = 0;
+    double b = plan_partition_contention(c, p);
     for (int s = 0; s < p->n_stages; s++) {
         double t = plan_partition_stage_time(c, p, s);
         double x = plan_partition_cut_time(c, p, s);
@@ -209,7 +262,8 @@ double plan_lower_bound(const plan_cost *c)
         int t = cl->devices[d].type;
         speed_sum += cl->types[t].relative_speed;
         /* the fastest type is the one with the least total work (measured times may differ) */
-        if (plan_cost_work(c, t, 0, c->n_blocks - 1) < plan_cost_work(c, fastest, 0, c->n_blocks - 1))
+        if (plan_cost_work(c, t, 0, c->n_blocks - 1) <
+            plan_cost_work(c, fastest, 0, c->n_blocks - 1))
             fastest = t;
     }
     double total = plan_cost_work(c, fastest, 0, c->n_blocks - 1);
@@ -288,7 +342,8 @@ static sc_status no_fit(const plan_search_cfg *cfg, const char *who, sc_err *err
                    "%s: no partition fits the devices' memory (largest device %.3g bytes; block "
                    "%d \"%s\" alone needs %.3g with one micro-batch stashed): add devices with "
                    "more memory or use fewer/smaller micro-batches",
-                   who, most, big, c->profile->blocks[big].name, plan_cost_memory(c, big, big, 1, 0));
+                   who, most, big, c->profile->blocks[big].name,
+                   plan_cost_memory(c, big, big, 1, 0));
 }
 
 /* ================================================================ uniform, blockpartition */
@@ -419,6 +474,36 @@ static int dp_alloc(dp_tables *t, int D, int L)
     return t->f && t->k && t->r ? 0 : -1;
 }
 
+/* Rebuilds the partition ending at table row d (the first d devices of `order`) for L
+ * blocks. Returns -1 when out of memory. */
+static int dp_extract(const dp_tables *t, const int *order, int d, int L, plan_partition *out)
+{
+    int W = t->L + 1, ns = 0, n = L;
+    int *st_first = malloc((size_t)L * sizeof(int)), *st_d = malloc((size_t)L * sizeof(int));
+    int *st_r = malloc((size_t)L * sizeof(int));
+    if (!st_first || !st_d || !st_r) {
+        free(st_first), free(st_d), free(st_r);
+        return -1;
+    }
+    /* walk back, then push the stages front to back */
+    while (n > 0) {
+        int k = t->k[(size_t)d * W + n], r = t->r[(size_t)d * W + n];
+        st_first[ns] = k;
+        st_d[ns] = d - r;
+        st_r[ns] = r;
+        ns++;
+        n = k;
+        d -= r;
+    }
+    plan_partition_clear(out);
+    for (int i = ns - 1; i >= 0; i--) {
+        int last = i > 0 ? st_first[i - 1] - 1 : L - 1;
+        plan_partition_push(out, st_first[i], last, order + st_d[i], st_r[i]);
+    }
+    free(st_first), free(st_d), free(st_r);
+    return 0;
+}
+
 /* Best bottleneck for the chain on devices order[0..D-1] used as a prefix (devices at the end
  * of the order may stay idle); a stage takes a run of r devices of one type on one server when
  * max_rep > 1. Values >= cap are not explored. Fills `out` when the result is < cap. */
@@ -451,8 +536,8 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
                 const double *prevrow = f + (size_t)s0 * W;
                 for (int k = n - 1; k >= 0; k--) {
                     double work = plan_cost_work(c, type, k, n - 1);
-                    double ts = r > 1 ? (work + allreduce_s(plan_cost_params(c, k, n - 1), r,
-                                                            intra)) / r
+                    double ts = r > 1 ? work / r + allreduce_share_s(
+                                                       c, plan_cost_params(c, k, n - 1), r, intra)
                                       : work;
                     if (ts >= best)
                         break;
@@ -490,40 +575,8 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
         }
     if (bd < 0)
         return HUGE_VAL;
-    if (out != NULL) {
-        /* walk back, then push the stages front to back */
-        int ns = 0, d = bd, n = L;
-        int *st_first = malloc((size_t)L * sizeof(int)), *st_d = malloc((size_t)L * sizeof(int));
-        int *st_r = malloc((size_t)L * sizeof(int));
-        if (!st_first || !st_d || !st_r) {
-            free(st_first), free(st_d), free(st_r);
-            return HUGE_VAL;
-        }
-        while (n > 0) {
-            int k = t->k[(size_t)d * W + n], r = t->r[(size_t)d * W + n];
-            st_first[ns] = k;
-            st_d[ns] = d - r;
-            st_r[ns] = r;
-            ns++;
-            n = k;
-            d -= r;
-        }
-        plan_partition_clear(out);
-        int lastb = L - 1;
-        int *tmp_last = malloc((size_t)ns * sizeof(int));
-        if (tmp_last == NULL) {
-            free(st_first), free(st_d), free(st_r);
-            return HUGE_VAL;
-        }
-        for (int i = 0; i < ns; i++) {
-            tmp_last[i] = lastb;
-            lastb = st_first[i] - 1;
-        }
-        for (int i = ns - 1; i >= 0; i--)
-            plan_partition_push(out, st_first[i], tmp_last[i], order + st_d[i], st_r[i]);
-        free(tmp_last);
-        free(st_first), free(st_d), free(st_r);
-    }
+    if (out != NULL && dp_extract(t, order, bd, L, out) != 0)
+        return HUGE_VAL;
     return best;
 }
 
@@ -555,6 +608,7 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
 
 typedef struct ex_state {
     const plan_search_cfg *cfg;
+    plan_partition *scratch; /* with links: the candidate, to score its contention */
     int L, D, S;
     int *used;
     int *cut_at; /* (S) first block of each stage */
@@ -568,6 +622,14 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
 {
     const plan_cost *c = e->cfg->cost;
     if (s == e->S) {
+        if (start == e->L && cur < e->best && e->scratch != NULL) {
+            plan_partition_clear(e->scratch);
+            for (int x = 0; x < e->S; x++)
+                plan_partition_push(e->scratch, e->cut_at[x],
+                                    x + 1 < e->S ? e->cut_at[x + 1] - 1 : e->L - 1, &e->dev[x], 1);
+            double ct = plan_partition_contention(c, e->scratch);
+            cur = ct > cur ? ct : cur;
+        }
         if (start == e->L && cur < e->best) {
             e->best = cur;
             e->best_S = e->S;
@@ -645,6 +707,8 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory in exhaustive");
         goto done;
     }
+    if (c->cluster->n_links > 0)
+        SC_CHECK_GOTO(plan_partition_new(&e.scratch, L, D, err), done);
     for (int S = 1; S <= Smax; S++) {
         e.S = S;
         ex_rec(&e, 0, 0, 0);
@@ -660,6 +724,7 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
     }
     out->objective_s = e.best;
 done:
+    plan_partition_destroy(&e.scratch);
     free(e.used), free(e.cut_at), free(e.dev), free(e.best_cut), free(e.best_dev);
     return rc;
 }
@@ -838,8 +903,7 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
             bw = n1 == 1 && equal ? min_nic : (min_nic < min_intra ? min_nic : min_intra);
             M = cl->n_devices;
             if (!(n1 == 1 && equal))
-                snprintf(out->note, sizeof out->note,
-                         "flat DP at the slowest bandwidth (%s)",
+                snprintf(out->note, sizeof out->note, "flat DP at the slowest bandwidth (%s)",
                          equal ? "too many states for two levels" : "servers differ in size");
         }
         lv1 = (pd_level){.n = n, .M = M, .rows = 1};
@@ -892,8 +956,10 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
     }
     if (types_differ) {
         size_t used = strlen(out->note);
-        snprintf(out->note + used, sizeof out->note - used, "%sassumes every device is like "
-                 "device 0 (%s)", used ? "; " : "", cl->types[cl->devices[0].type].name);
+        snprintf(out->note + used, sizeof out->note - used,
+                 "%sassumes every device is like "
+                 "device 0 (%s)",
+                 used ? "; " : "", cl->types[cl->devices[0].type].name);
     }
     goto done;
 nomem:
@@ -1088,6 +1154,7 @@ done:
 
 typedef struct het_search {
     const plan_search_cfg *cfg;
+    plan_partition *scratch; /* with links: the DP's partition, scored with contention */
     dp_tables t;
     int D, max_rep, evals, max_evals;
     double best;
@@ -1099,7 +1166,10 @@ static void het_try(het_search *h, const int *order)
     if (h->evals >= h->max_evals)
         return;
     h->evals++;
-    double v = dp_order(h->cfg, &h->t, order, h->D, h->max_rep, h->best, NULL);
+    double v = dp_order(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch);
+    /* the DP sees link bandwidths pair by pair; shared links are scored on the result */
+    if (h->scratch != NULL && isfinite(v))
+        v = plan_partition_bottleneck(h->cfg->cost, h->scratch);
     if (v < h->best) {
         h->best = v;
         memcpy(h->best_order, order, (size_t)h->D * sizeof(int));
@@ -1141,6 +1211,233 @@ static int next_perm(int *a, int n)
     return 1;
 }
 
+/* Small instances: the best partition for every (stages, devices used) pair on the chosen
+ * order, each simulated. Fewer, more replicated stages can beat a lower bottleneck once fill,
+ * drain and the activation round trip of 1F1B are counted, which only the simulator sees. */
+#define HET_STAGED_MAX_DEVICES 16
+#define HET_STAGED_MAX_BLOCKS 512
+
+static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_partition *cand,
+                                    plan_sim_stage *st, double *iter_s, sc_err *err)
+{
+    int S = cand->n_stages, m = cfg->n_micro > 0 ? cfg->n_micro : 1;
+    int units = cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * S + 4 ? 4 * S + 4 : m;
+    plan_schedule *s = NULL;
+    plan_sim_result r;
+    SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, 0, err));
+    plan_partition_sim_stages(cfg->cost, cand, st);
+    sc_status rc = plan_sim_run(s, st, m, 1.0, 0, &r, err);
+    plan_schedule_destroy(&s);
+    if (rc != SC_OK)
+        return rc;
+    *iter_s = r.iteration_s;
+    plan_sim_result_free(&r);
+    return SC_OK;
+}
+
+/* allreduce_mode: how a replicated stage's weight all-reduce counts in the DP: 0 its share of
+ * the iteration (as in the objective), 1 all of it per micro-batch, 2 not at all. It really
+ * runs as a tail after the flush, which no per-micro-batch charge captures, so the best
+ * partitions under all three are candidates and the simulator judges. */
+static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, int D, int max_rep,
+                                int allreduce_mode, plan_partition *out, double *best_iter,
+                                sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    const plan_cluster *cl = c->cluster;
+    int L = c->n_blocks, S = D < L ? D : L;
+    size_t W = (size_t)L + 1, plane = (size_t)(D + 1) * W, n3 = (size_t)(S + 1) * plane;
+    sc_status rc = SC_OK;
+    double *f = malloc(n3 * sizeof(double));
+    int *kk = malloc(n3 * sizeof(int)), *rr = malloc(n3 * sizeof(int));
+    plan_sim_stage *st = calloc((size_t)S, sizeof *st);
+    plan_partition *cand = NULL;
+    if (!f || !kk || !rr || !st) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+        goto done;
+    }
+    SC_CHECK_GOTO(plan_partition_new(&cand, L, D, err), done);
+    for (size_t i = 0; i < n3; i++)
+        f[i] = HUGE_VAL;
+    f[0] = 0;
+    for (int s = 1; s <= S; s++)
+        for (int d = s; d <= D; d++) {
+            int run = 1;
+            while (run < max_rep && d - run - 1 >= 0 &&
+                   cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
+                   cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
+                run++;
+            int type = dev_type(c, order[d - 1]);
+            double mem = dev_memory(c, order[d - 1]);
+            double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
+            for (int n = s; n <= L; n++) {
+                double best = HUGE_VAL;
+                int bk = -1, br = 1;
+                for (int r = 1; r <= run; r++) {
+                    int s0 = d - r;
+                    if (s0 < s - 1)
+                        break;
+                    double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
+                    const double *prev_row = f + (size_t)(s - 1) * plane + (size_t)s0 * W;
+                    for (int k = n - 1; k >= s - 1; k--) {
+                        double work = plan_cost_work(c, type, k, n - 1);
+                        double ts = work;
+                        if (r > 1) {
+                            double p = plan_cost_params(c, k, n - 1);
+                            ts = work / r + (allreduce_mode == 1 ? allreduce_s(p, r, intra)
+                                             : allreduce_mode == 0
+                                                 ? allreduce_share_s(c, p, r, intra)
+                                                 : 0);
+                        }
+                        if (ts >= best)
+                            break;
+                        if (dp_memory(cfg, k, n - 1, s - 1, S) > mem)
+                            break;
+                        double prev = prev_row[k];
+                        if (prev >= best)
+                            continue;
+                        double v = prev > ts ? prev : ts;
+                        if (s0 > 0) {
+                            double cut = 2.0 * c->act_bytes[k - 1] / bw_in;
+                            v = cut > v ? cut : v;
+                        }
+                        if (v < best) {
+                            best = v;
+                            bk = k;
+                            br = r;
+                        }
+                    }
+                }
+                if (bk >= 0) {
+                    size_t at = (size_t)s * plane + (size_t)d * W + (size_t)n;
+                    f[at] = best;
+                    kk[at] = bk;
+                    rr[at] = br;
+                }
+            }
+        }
+    for (int s = 1; s <= S; s++)
+        for (int d = s; d <= D; d++) {
+            if (!isfinite(f[(size_t)s * plane + (size_t)d * W + (size_t)L]))
+                continue;
+            /* walk back from (s, d, L) */
+            int firsts[HET_STAGED_MAX_DEVICES], dstart[HET_STAGED_MAX_DEVICES],
+                reps[HET_STAGED_MAX_DEVICES];
+            int n = L, dd = d;
+            for (int x = s; x >= 1; x--) {
+                size_t at = (size_t)x * plane + (size_t)dd * W + (size_t)n;
+                firsts[x - 1] = kk[at];
+                reps[x - 1] = rr[at];
+                dstart[x - 1] = dd - rr[at];
+                n = kk[at];
+                dd -= rr[at];
+            }
+            plan_partition_clear(cand);
+            for (int x = 0; x < s; x++)
+                plan_partition_push(cand, firsts[x], x + 1 < s ? firsts[x + 1] - 1 : L - 1,
+                                    order + dstart[x], reps[x]);
+            double it;
+            SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+            if (it < *best_iter * (1 - 1e-12)) {
+                *best_iter = it;
+                plan_partition_copy(out, cand);
+                out->objective_s = plan_partition_bottleneck(c, cand);
+            }
+        }
+done:
+    plan_partition_destroy(&cand);
+    free(f), free(kk), free(rr), free(st);
+    return rc;
+}
+
+/* The DP table holds, for every device count d, the best partition on the order's first d
+ * devices; more stages lower the bottleneck but lengthen the fill and drain, so the final
+ * choice among them is the simulator's. */
+static sc_status pick_by_simulation(const plan_search_cfg *cfg, const dp_tables *t,
+                                    const int *order, plan_partition *out, double *best_iter,
+                                    sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    int L = c->n_blocks, W = L + 1;
+    sc_status rc = SC_OK;
+    plan_partition *cand = NULL;
+    plan_sim_stage *st = calloc((size_t)t->D, sizeof *st);
+    SC_ALLOC_CHECK(st, err);
+    SC_CHECK_GOTO(plan_partition_new(&cand, L, t->D, err), done);
+    double best = HUGE_VAL;
+    for (int d = 1; d <= t->D; d++) {
+        if (!isfinite(t->f[(size_t)d * W + L]))
+            continue;
+        if (dp_extract(t, order, d, L, cand) != 0) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+            goto done;
+        }
+        double it;
+        SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+        if (it < best * (1 - 1e-12)) {
+            best = it;
+            plan_partition_copy(out, cand);
+            out->objective_s = plan_partition_bottleneck(c, cand);
+        }
+    }
+    *best_iter = best;
+done:
+    plan_partition_destroy(&cand);
+    free(st);
+    return rc;
+}
+
+/* Hill-climbs the chosen partition's cuts by one or two blocks while the simulated iteration
+ * improves and memory still fits: the DPs see one bottleneck, the simulator also sees the
+ * round trip of activations and gradients through the cuts. */
+static sc_status refine_by_simulation(const plan_search_cfg *cfg, plan_partition *out,
+                                      double *best_iter, sc_err *err)
+{
+    const plan_cost *c = cfg->cost;
+    const plan_cluster *cl = c->cluster;
+    int S = out->n_stages;
+    sc_status rc = SC_OK;
+    plan_partition *cand = NULL;
+    plan_sim_stage *st = calloc((size_t)S, sizeof *st);
+    SC_ALLOC_CHECK(st, err);
+    SC_CHECK_GOTO(plan_partition_new(&cand, out->cap_stages, out->cap_devices, err), done);
+    static const int deltas[] = {-2, -1, 1, 2};
+    for (int round = 0, improved = 1; improved && round < 20; round++) {
+        improved = 0;
+        for (int cut = 0; cut + 1 < S; cut++)
+            for (int i = 0; i < 4; i++) {
+                plan_partition_copy(cand, out);
+                cand->last[cut] += deltas[i];
+                cand->first[cut + 1] += deltas[i];
+                if (cand->last[cut] < cand->first[cut] ||
+                    cand->first[cut + 1] > cand->last[cut + 1])
+                    continue;
+                int fits = 1;
+                for (int x = cut; x <= cut + 1 && fits; x++) {
+                    double need = plan_partition_stage_memory(cfg, cand, x);
+                    for (int r = 0; r < cand->n_dev[x]; r++) {
+                        int d = cand->devs[cand->dev_start[x] + r];
+                        fits &= need <= cl->types[cl->devices[d].type].memory_bytes;
+                    }
+                }
+                if (!fits)
+                    continue;
+                double it;
+                SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+                if (it < *best_iter * (1 - 1e-9)) {
+                    *best_iter = it;
+                    plan_partition_copy(out, cand);
+                    out->objective_s = plan_partition_bottleneck(c, out);
+                    improved = 1;
+                }
+            }
+    }
+done:
+    plan_partition_destroy(&cand);
+    free(st);
+    return rc;
+}
+
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
@@ -1156,6 +1453,8 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
         rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
         goto done;
     }
+    if (cl->n_links > 0)
+        SC_CHECK_GOTO(plan_partition_new(&h.scratch, L, D, err), done);
     /* replication pays only when single blocks are large next to a fair share of the work */
     double lb = plan_lower_bound(c), biggest = 0;
     for (int d = 0; d < D; d++)
@@ -1236,8 +1535,7 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
                 int alike = ea - sa == eb - sb;
                 for (int i = 0; alike && i < ea - sa; i++)
                     alike = cl->devices[order[sa + i]].type == cl->devices[order[sb + i]].type &&
-                            cl->devices[order[sa + i]].server ==
-                                cl->devices[order[sb + i]].server;
+                            cl->devices[order[sa + i]].server == cl->devices[order[sb + i]].server;
                 if (alike)
                     continue;
                 int *cand = malloc((size_t)D * sizeof(int));
@@ -1264,8 +1562,17 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
     }
     double v = dp_order(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);
     out->objective_s = plan_partition_bottleneck(c, out);
-    (void)v;
+    if (cfg->select_by_sim && isfinite(v)) {
+        double best_iter = HUGE_VAL;
+        rc = pick_by_simulation(cfg, &h.t, h.best_order, out, &best_iter, err);
+        if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
+            for (int mode = 0; mode < 3 && rc == SC_OK; mode++)
+                rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, err);
+        if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
+            rc = refine_by_simulation(cfg, out, &best_iter, err);
+    }
 done:
+    plan_partition_destroy(&h.scratch);
     dp_free(&h.t);
     free(order), free(tmp), free(srv), free(perm), free(h.best_order);
     return rc;

@@ -51,18 +51,27 @@ typedef struct plan_search_cfg {
     long exhaustive_limit;     /* candidate plans exhaustive may try; 0 = default */
     int max_stages;            /* 0 = as many as devices (uniform, blockpartition, minmax,
                                   autopipe, exhaustive honour it) */
+    int select_by_sim;         /* hetero: among the best partitions for each device count,
+                                  keep the one the simulator finds fastest (else the lowest
+                                  bottleneck) */
 } plan_search_cfg;
 
 #define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
 
 /* ---- the common objective (docs/formats.md) ------------------------------------------- */
 
-/* Compute time of stage s per micro-batch: the slowest replica's (forward + backward), plus
- * the all-reduce of its weights when replicated, divided by the replicas. */
+/* Compute time of stage s per micro-batch: the slowest replica's (forward + backward) divided
+ * by the replicas, plus, when replicated, its share of the weight all-reduce
+ * (4 (r-1) W / (r bw)) that a synchronous iteration does once for batch / samples
+ * micro-batches. */
 double plan_partition_stage_time(const plan_cost *c, const plan_partition *p, int s);
 /* 2 x activation bytes at the cut after stage s / bandwidth between the two stages. */
 double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int s);
-/* max over stage and cut times. */
+/* With the cluster's links: the busiest link's time per micro-batch when every cut's
+ * activation and gradient and every replicated stage's all-reduce (its share of one per
+ * iteration) are routed over the links they cross (plan_cluster_route). 0 without links. */
+double plan_partition_contention(const plan_cost *c, const plan_partition *p);
+/* max over stage times, cut times and the contention time. */
 double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p);
 /* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches. */
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m);
@@ -83,8 +92,7 @@ sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partiti
                                         sc_err *err);
 sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 /* Refuses (SC_ERR_TOO_LARGE) when the number of candidates exceeds the limit. */
-sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *out,
-                                    sc_err *err);
+sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);

@@ -21,8 +21,7 @@ sc_status plan_profile_new(plan_profile **out, int n_blocks, sc_err *err)
 {
     *out = NULL;
     if (n_blocks < 1)
-        return SC_ERRF(err, SC_ERR_INVALID, "a profile needs at least one block, got %d",
-                       n_blocks);
+        return SC_ERRF(err, SC_ERR_INVALID, "a profile needs at least one block, got %d", n_blocks);
     plan_profile *p = calloc(1, sizeof *p);
     SC_ALLOC_CHECK(p, err);
     p->blocks = calloc((size_t)n_blocks, sizeof *p->blocks);
@@ -112,9 +111,8 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
         SC_CHECK_GOTO(sc_json_get_number(&e, "backward_s", 0, 1e9, &b->backward_s, err), fail);
         SC_CHECK_GOTO(
             sc_json_get_number(&e, "activation_bytes", 0, 1e18, &b->activation_bytes, err), fail);
-        SC_CHECK_GOTO(sc_json_opt_number(&e, "parameter_bytes", 0, 1e18, 0, &b->parameter_bytes,
-                                         err),
-                      fail);
+        SC_CHECK_GOTO(
+            sc_json_opt_number(&e, "parameter_bytes", 0, 1e18, 0, &b->parameter_bytes, err), fail);
         SC_CHECK_GOTO(sc_json_opt_number(&e, "stash_bytes", 0, 1e18, b->activation_bytes,
                                          &b->stash_bytes, err),
                       fail);
@@ -147,7 +145,7 @@ typedef struct gnode {
     int order;   /* position in the file */
     long number; /* numeric suffix of the id, for a stable topological order */
     int indeg, outdeg;
-    int pos;     /* position in the linear order, -1 when dropped */
+    int pos; /* position in the linear order, -1 when dropped */
 } gnode;
 
 typedef struct gedge {
@@ -317,11 +315,10 @@ static sc_status parse_edge_line(gparse *g, char *line, int lineno, gedge *out, 
     char *a = trim(line), *b = trim(sep + 4);
     int ia = find_node(g, a), ib = find_node(g, b);
     if (ia < 0 || ib < 0)
-        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: edge names unknown node '%s'", g->source,
-                       lineno, ia < 0 ? a : b);
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: edge names unknown node '%s'", g->source, lineno,
+                       ia < 0 ? a : b);
     if (ia == ib)
-        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: edge from '%s' to itself", g->source, lineno,
-                       a);
+        return SC_ERRF(err, SC_ERR_PARSE, "%s:%d: edge from '%s' to itself", g->source, lineno, a);
     out->src = ia;
     out->dst = ib;
     return SC_OK;
@@ -363,8 +360,7 @@ static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
         is_source[i] = indeg[i] == 0;
     /* unused __getitem__ sinks are dropped, as PipeDream's optimizer does */
     for (int i = 0; i < n; i++)
-        if (g->nodes[i].outdeg == 0 && strncmp(g->nodes[i].desc, "__getitem__", 11) == 0 &&
-            n > 1)
+        if (g->nodes[i].outdeg == 0 && strncmp(g->nodes[i].desc, "__getitem__", 11) == 0 && n > 1)
             dropped[i] = 1;
     int placed = 0;
     char *done_flag = calloc((size_t)n, 1);
@@ -375,7 +371,8 @@ static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
     while (placed < n) {
         int best = -1;
         for (int i = 0; i < n; i++)
-            if (!done_flag[i] && indeg[i] == 0 && (best < 0 || before(&g->nodes[i], &g->nodes[best])))
+            if (!done_flag[i] && indeg[i] == 0 &&
+                (best < 0 || before(&g->nodes[i], &g->nodes[best])))
                 best = i;
         if (best < 0)
             break;
@@ -493,8 +490,7 @@ sc_status plan_profile_parse_graph(plan_profile **out, const char *source, const
                             int cap = g.cap_edges ? 2 * g.cap_edges : 64;
                             gedge *ne = realloc(g.edges, (size_t)cap * sizeof *ne);
                             if (ne == NULL) {
-                                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading %s",
-                                             source);
+                                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading %s", source);
                                 break;
                             }
                             g.edges = ne;

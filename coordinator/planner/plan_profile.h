@@ -27,12 +27,12 @@ typedef struct plan_size_time {
 
 typedef struct plan_block {
     char name[PLAN_NAME_MAX];
-    double forward_s;        /* one micro-batch of microbatch_size samples */
+    double forward_s; /* one micro-batch of microbatch_size samples */
     double backward_s;
     double activation_bytes; /* bytes crossing a cut after this block, per micro-batch */
     double parameter_bytes;
-    double stash_bytes;      /* kept from forward to backward, per micro-batch */
-    int n_sizes;             /* measured points, sorted by size; 0 = scale linearly */
+    double stash_bytes; /* kept from forward to backward, per micro-batch */
+    int n_sizes;        /* measured points, sorted by size; 0 = scale linearly */
     plan_size_time *sizes;
 } plan_block;
 

@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const sched_names[PLAN_SCHED_COUNT] = {"gpipe", "1f1b", "pipedream",
-                                                          "sliced"};
+static const char *const sched_names[PLAN_SCHED_COUNT] = {"gpipe", "1f1b", "pipedream", "sliced"};
 
 const char *plan_sched_name(plan_sched_kind k)
 {
@@ -74,8 +73,7 @@ sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_e
     return SC_OK;
 }
 
-sc_status plan_schedule_push(plan_schedule *s, int stage, plan_act_kind kind, int unit,
-                             sc_err *err)
+sc_status plan_schedule_push(plan_schedule *s, int stage, plan_act_kind kind, int unit, sc_err *err)
 {
     if (stage < 0 || stage >= s->n_stages || s->n_actions[stage] >= s->n_units * 6 + 1)
         return SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d out of range or full", stage);
@@ -121,8 +119,8 @@ static void one_f_one_b(plan_schedule *s, int st, int warm)
             push_b(s, st, u);
 }
 
-sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages,
-                              int n_micro, int sliced, sc_err *err)
+sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
+                              int sliced, sc_err *err)
 {
     *out = NULL;
     if (n_micro < 1)
@@ -131,8 +129,8 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
     if (kind != PLAN_SCHED_SLICED)
         sliced = 0;
     if (sliced < 0 || sliced > n_micro)
-        return SC_ERRF(err, SC_ERR_INVALID, "sliced warm-up: expected 0 to %d micro-batches, got %d",
-                       n_micro, sliced);
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "sliced warm-up: expected 0 to %d micro-batches, got %d", n_micro, sliced);
     plan_schedule *s = NULL;
     SC_CHECK(plan_schedule_new(&s, n_stages, n_micro + sliced, err));
     s->kind = kind;
@@ -216,8 +214,8 @@ sc_status plan_schedule_validate(const plan_schedule *s, sc_err *err)
         for (int u = 0; u < U; u++) {
             const int *p = &pos[((size_t)st * U + u) * 6];
             if (p[PLAN_ACT_F] < 0 || p[PLAN_ACT_B] < 0) {
-                rc = SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d: unit %d lacks its %s", st,
-                             u, p[PLAN_ACT_F] < 0 ? "forward" : "backward");
+                rc = SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d: unit %d lacks its %s", st, u,
+                             p[PLAN_ACT_F] < 0 ? "forward" : "backward");
                 goto done;
             }
             if (p[PLAN_ACT_B] < p[PLAN_ACT_F]) {

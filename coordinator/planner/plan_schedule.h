@@ -37,7 +37,7 @@ typedef enum {
     PLAN_ACT_RECV_F,
     PLAN_ACT_SEND_B, /* gradient of unit to the previous stage */
     PLAN_ACT_RECV_B,
-    PLAN_ACT_OPT,    /* optimizer step (unit is -1) */
+    PLAN_ACT_OPT, /* optimizer step (unit is -1) */
 } plan_act_kind;
 
 typedef struct plan_action {
@@ -49,18 +49,18 @@ typedef struct plan_schedule {
     plan_sched_kind kind;
     int n_stages;
     int n_units;
-    double *frac;        /* (n_units) share of a micro-batch each unit carries */
-    int *n_actions;      /* (n_stages) */
+    double *frac;          /* (n_units) share of a micro-batch each unit carries */
+    int *n_actions;        /* (n_stages) */
     plan_action **actions; /* (n_stages)[n_actions[s]] */
-    int weight_versions; /* extra weight copies a stage keeps (PipeDream stashing) */
+    int weight_versions;   /* extra weight copies a stage keeps (PipeDream stashing) */
 } plan_schedule;
 
 /* Builds a schedule of kind `kind` over n_stages stages and n_micro micro-batches.
  * For PLAN_SCHED_SLICED, `sliced` of the first micro-batches are cut in two halves
  * (0 <= sliced <= n_micro). For PLAN_SCHED_PIPEDREAM n_micro minibatches flow with no flush.
  * Errors: n_stages < 1, n_micro < 1 (SC_ERR_INVALID). */
-sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages,
-                              int n_micro, int sliced, sc_err *err);
+sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
+                              int sliced, sc_err *err);
 
 /* An empty schedule (no actions) to fill by hand with plan_schedule_push. */
 sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_err *err);

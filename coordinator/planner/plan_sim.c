@@ -140,8 +140,7 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
                     double d = c->send_fwd_s * frac;
                     st.link_f[i] = t0 + d;
                     st.arr_f[(size_t)i * U + u] = t0 + d;
-                    if (record_events && d > 0 &&
-                        add_event(&st, S + 2 * i, a->kind, u, t0, d) != 0)
+                    if (record_events && d > 0 && add_event(&st, S + 2 * i, a->kind, u, t0, d) != 0)
                         goto nomem;
                     break;
                 }
@@ -259,8 +258,9 @@ sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *co
                 k, ev->unit >= 0 ? " " : "", ev->unit >= 0 ? ev->unit : 0, k, ev->lane,
                 ev->start_s * 1e6, ev->dur_s * 1e6, ev->unit);
     }
-    fprintf(f, "{\"name\": \"iteration\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
-               "\"ts\": %.3f}\n]}\n",
+    fprintf(f,
+            "{\"name\": \"iteration\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
+            "\"ts\": %.3f}\n]}\n",
             r->iteration_s * 1e6);
     if (ferror(f))
         return SC_ERRF(err, SC_ERR_IO, "writing the trace failed");

@@ -21,7 +21,7 @@
 #include "coordinator/planner/plan_schedule.h"
 
 typedef struct plan_sim_stage {
-    double fwd_s;      /* one micro-batch forward on this stage (already / replicas) */
+    double fwd_s; /* one micro-batch forward on this stage (already / replicas) */
     double bwd_s;
     double opt_s;      /* optimizer step at the flush (or per minibatch for pipedream) */
     double send_fwd_s; /* activation of one micro-batch to the next stage */
@@ -29,8 +29,8 @@ typedef struct plan_sim_stage {
 } plan_sim_stage;
 
 typedef struct plan_sim_event {
-    int lane;  /* stage index, or n_stages + 2*cut (+1 for backward) for links */
-    int kind;  /* plan_act_kind */
+    int lane; /* stage index, or n_stages + 2*cut (+1 for backward) for links */
+    int kind; /* plan_act_kind */
     int unit;
     double start_s;
     double dur_s;
@@ -38,14 +38,14 @@ typedef struct plan_sim_event {
 
 typedef struct plan_sim_result {
     int n_stages;
-    double iteration_s;      /* flush schedules: last action end; pipedream: steady_s * m */
-    double steady_s;         /* pipedream: time per minibatch in steady state, else 0 */
-    double bubble_fraction;  /* 1 - busy / (stages * time) */
-    double *busy_s;          /* (n_stages) */
-    double *idle_s;          /* (n_stages) */
-    double *peak_inflight;   /* (n_stages) micro-batches stashed at once, at most */
+    double iteration_s;     /* flush schedules: last action end; pipedream: steady_s * m */
+    double steady_s;        /* pipedream: time per minibatch in steady state, else 0 */
+    double bubble_fraction; /* 1 - busy / (stages * time) */
+    double *busy_s;         /* (n_stages) */
+    double *idle_s;         /* (n_stages) */
+    double *peak_inflight;  /* (n_stages) micro-batches stashed at once, at most */
     int n_events;
-    plan_sim_event *events;  /* when record_events */
+    plan_sim_event *events; /* when record_events */
 } plan_sim_result;
 
 /* Plays `s` over `stages` (n_stages entries). `n_micro` is the number of micro-batches of an

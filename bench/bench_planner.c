@@ -1,0 +1,200 @@
+/*
+ * bench_planner: search time and plan quality of every planner strategy.
+ *
+ *   bench_planner [PROFILE ...]
+ *
+ * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
+ * identical devices; then a synthetic 1,500-block chain on 16 devices and on 64 unequal
+ * devices in 8 servers; then the genetic search's batched evaluator against evaluating the
+ * same individuals one by one. Prints figures; asserts nothing.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "coordinator/planner/plan.h"
+#include "coordinator/planner/plan_ga.h"
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static double urand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static void run_all(const char *title, const plan_profile *p, const plan_cluster *c)
+{
+    printf("\n== %s: %d blocks, %d devices\n", title, p->n_blocks, c->n_devices);
+    printf("%-15s %12s %12s %14s %10s %8s\n", "strategy", "search_s", "objective_s", "bottleneck_s",
+           "iter_s", "stages");
+    plan_request req = {.profile = p, .cluster = c, .schedule = PLAN_SCHED_1F1B};
+    for (int s = 0; s < PLAN_STRAT_COUNT; s++) {
+        plan_result r;
+        sc_err err;
+        sc_err_clear(&err);
+        sc_status rc = plan_run(&req, (plan_strategy)s, &r, &err);
+        if (rc != SC_OK) {
+            printf("%-15s %12.6f  refused: %.160s\n", plan_strategy_name((plan_strategy)s),
+                   r.search_time_s, err.msg);
+        } else {
+            printf("%-15s %12.6f %12.6g %14.6g %10.5g %8d%s%s\n",
+                   plan_strategy_name((plan_strategy)s), r.search_time_s, r.objective_s,
+                   r.bottleneck_s, r.iteration_time_s, r.part->n_stages,
+                   r.note[0] ? "  note: " : "", r.note);
+            if (s == PLAN_STRAT_UMPIPE)
+                printf("%-15s best equal split %.6g, local greedy %.6g, uniform stagewise %.6g\n",
+                       "", r.ga_best_equal_s, r.ga_greedy_s, r.ga_uniform_s);
+        }
+        plan_result_free(&r);
+    }
+}
+
+static plan_profile *synthetic_chain(int L)
+{
+    plan_profile *p = NULL;
+    sc_err err;
+    if (plan_profile_new(&p, L, &err) != SC_OK)
+        return NULL;
+    for (int l = 0; l < L; l++) {
+        double f = 0.0005 + 0.002 * urand() * urand();
+        p->blocks[l].forward_s = f;
+        p->blocks[l].backward_s = 2 * f;
+        p->blocks[l].activation_bytes = 1e6 + 4e6 * urand();
+        p->blocks[l].parameter_bytes = 1e6 + 1e7 * urand();
+        p->blocks[l].stash_bytes = p->blocks[l].activation_bytes;
+    }
+    return p;
+}
+
+static plan_cluster *unequal_64(void)
+{
+    plan_cluster *c = NULL;
+    sc_err err;
+    int a100, v100, t4;
+    plan_cluster_new_empty(&c, &err);
+    plan_cluster_add_type(c, "A100", 1.0, 40e9, &a100, &err);
+    plan_cluster_add_type(c, "V100", 0.6, 32e9, &v100, &err);
+    plan_cluster_add_type(c, "T4", 0.25, 16e9, &t4, &err);
+    for (int s = 0; s < 8; s++) {
+        int types[8], t = s < 3 ? a100 : s < 6 ? v100 : t4;
+        for (int i = 0; i < 8; i++)
+            types[i] = t;
+        char name[16];
+        snprintf(name, sizeof name, "s%d", s);
+        double intra = t == a100 ? 300e9 : t == v100 ? 100e9 : 16e9;
+        plan_cluster_add_server(c, name, intra, s % 2 ? 10e9 : 12.5e9, types, 8, &err);
+    }
+    return c;
+}
+
+static void ga_throughput(int mixed)
+{
+    int S = 16, B = 256, K = 32, N = 256, W = B + 1;
+    double *f = calloc((size_t)S * W, sizeof(double)), *b = calloc((size_t)S * W, sizeof(double));
+    double *cm = calloc((size_t)S * W, sizeof(double));
+    int *cap = calloc((size_t)S, sizeof(int));
+    for (int i = 0; i < S; i++) {
+        double a = 0.001 * urand(), be = 0.0001 * (0.5 + urand());
+        for (int x = 1; x <= B; x++) {
+            f[i * W + x] = a + be * x;
+            b[i * W + x] = 2 * (a + be * x);
+            cm[i * W + x] = 0.00002 * x;
+        }
+        cap[i] = B;
+    }
+    plan_ga_problem p = {.n_stages = S,
+                         .batch = B,
+                         .max_entries = K,
+                         .fwd_s = f,
+                         .bwd_s = b,
+                         .comm_s = cm,
+                         .max_size = cap};
+    int *x = calloc((size_t)N * S * K, sizeof(int));
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < S; i++)
+            plan_ga_equal_split(&p, mixed ? 1 + (n + i) % K : K / 2, x + ((size_t)n * S + i) * K);
+    plan_ga_batch *bt = NULL;
+    sc_err err;
+    plan_ga_batch_new(&bt, &p, N, &err);
+    for (int n = 0; n < N; n++)
+        plan_ga_batch_set(bt, n, x + (size_t)n * S * K, x + (size_t)n * S * K);
+    double *t = calloc((size_t)N, sizeof(double)), sink = 0;
+    int reps = 200;
+    double t0 = sc_clock_now_s();
+    for (int r = 0; r < reps; r++) {
+        plan_ga_eval_batch(&p, bt, N, t);
+        sink += t[r % N];
+    }
+    double vec = sc_clock_now_s() - t0;
+    t0 = sc_clock_now_s();
+    for (int r = 0; r < reps; r++)
+        for (int n = 0; n < N; n++)
+            sink += plan_ga_eval_one(&p, x + (size_t)n * S * K, x + (size_t)n * S * K);
+    double one = sc_clock_now_s() - t0;
+    printf("\n== UMPIPE evaluator: %d stages, batch %d, %s, population %d\n", S, B,
+           mixed ? "1 to 32 entries per stage" : "16 entries per stage", N);
+    printf("batched pass: %.0f individuals/s\n", reps * N / vec);
+    printf("one by one:   %.0f individuals/s\n", reps * N / one);
+    printf("speed-up: %.2fx   (checksum %.3f)\n", one / vec, sink);
+    plan_ga_batch_destroy(&bt);
+    if (!mixed) {
+        /* the same search run twice, evaluating its populations both ways */
+        plan_ga_result r[2];
+        double rate[2];
+        for (int k = 0; k < 2; k++) {
+            plan_ga_cfg cfg = {.population = N, .generations = 200, .seed = 7, .one_by_one = k};
+            plan_ga_run(&p, &cfg, &r[k], &err);
+            rate[k] = r[k].evaluated / r[k].eval_s;
+        }
+        printf("\n== UMPIPE evaluator inside the genetic search (%d stages, batch %d, population "
+               "%d, 200 generations)\n",
+               S, B, N);
+        printf("batched pass: %.0f individuals/s; one by one: %.0f individuals/s; speed-up %.2fx\n",
+               rate[0], rate[1], rate[0] / rate[1]);
+        printf("same result both ways: %s (%.6g s; best equal split %.6g s)\n",
+               r[0].time_s == r[1].time_s ? "yes" : "NO", r[0].time_s, r[0].best_equal_s);
+        plan_ga_result_free(&r[0]);
+        plan_ga_result_free(&r[1]);
+    }
+    free(f), free(b), free(cm), free(cap), free(x), free(t);
+}
+
+int main(int argc, char **argv)
+{
+    sc_err err;
+    for (int i = 1; i < argc; i++) {
+        plan_profile *p = NULL;
+        sc_err_clear(&err);
+        if (plan_profile_load(&p, argv[i], &err) != SC_OK) {
+            fprintf(stderr, "bench_planner: %s\n", err.msg);
+            return 2;
+        }
+        for (int g = 4; g <= 16; g *= 4) {
+            plan_cluster *c = NULL;
+            plan_cluster_new_uniform(&c, g, 12.5e9, 0, &err);
+            char title[512];
+            snprintf(title, sizeof title, "%s on %d GPUs at 12.5 GB/s", p->model, g);
+            run_all(title, p, c);
+            plan_cluster_destroy(&c);
+        }
+        plan_profile_destroy(&p);
+    }
+    plan_profile *chain = synthetic_chain(1500);
+    plan_cluster *c16 = NULL;
+    plan_cluster_new_uniform(&c16, 16, 12.5e9, 0, &err);
+    run_all("synthetic chain on 16 GPUs", chain, c16);
+    plan_cluster_destroy(&c16);
+    plan_cluster *c64 = unequal_64();
+    run_all("synthetic chain on 64 unequal GPUs in 8 servers (3xA100, 3xV100, 2xT4 servers)", chain,
+            c64);
+    plan_cluster_destroy(&c64);
+    plan_profile_destroy(&chain);
+    ga_throughput(1);
+    ga_throughput(0);
+    return 0;
+}

@@ -1,0 +1,193 @@
+/* `stagecraft plan`: compares pipeline partitioning strategies offline on a profile and a
+ * cluster (file or --gpus shorthand), prints a table or the plan JSON, and can write the
+ * simulated schedule of the fastest plan as a Chrome trace. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "common/sc_util.h"
+#include "coordinator/planner/plan.h"
+
+typedef struct plan_args {
+    const char *model, *cluster, *trace;
+    int64_t gpus, batch, microbatches, stages;
+    double bandwidth, memory;
+    int have_bw, json, all;
+    int strategy;
+    int schedule;
+} plan_args;
+
+static int need_value(const cli_command *self, int i, int argc, char **argv)
+{
+    if (i + 1 >= argc) {
+        cli_usage_error(self, "%s needs a value", argv[i]);
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_args(const cli_command *self, int argc, char **argv, plan_args *a)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    memset(a, 0, sizeof *a);
+    a->all = 1;
+    a->schedule = PLAN_SCHED_1F1B;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (strcmp(f, "--json") == 0) {
+            a->json = 1;
+            continue;
+        }
+        if (strncmp(f, "--", 2) != 0)
+            return cli_usage_error(self, "unexpected argument '%s'", f);
+        if (!need_value(self, i, argc, argv))
+            return CLI_USAGE;
+        const char *v = argv[++i];
+        sc_status rc = SC_OK;
+        if (strcmp(f, "--model") == 0)
+            a->model = v;
+        else if (strcmp(f, "--cluster") == 0)
+            a->cluster = v;
+        else if (strcmp(f, "--trace") == 0)
+            a->trace = v;
+        else if (strcmp(f, "--gpus") == 0)
+            rc = sc_parse_int64(v, 1, PLAN_MAX_DEVICES, "--gpus", &a->gpus, &err);
+        else if (strcmp(f, "--bandwidth") == 0) {
+            rc = sc_parse_double(v, 1, 1e18, "--bandwidth (bytes per second)", &a->bandwidth, &err);
+            a->have_bw = 1;
+        } else if (strcmp(f, "--memory") == 0)
+            rc = sc_parse_double(v, 1, 1e18, "--memory (bytes)", &a->memory, &err);
+        else if (strcmp(f, "--batch") == 0)
+            rc = sc_parse_int64(v, 1, 1 << 24, "--batch", &a->batch, &err);
+        else if (strcmp(f, "--stages") == 0)
+            rc = sc_parse_int64(v, 1, PLAN_MAX_DEVICES, "--stages", &a->stages, &err);
+        else if (strcmp(f, "--microbatches") == 0) {
+            if (strcmp(v, "auto") == 0)
+                a->microbatches = 0;
+            else
+                rc = sc_parse_int64(v, 1, 1 << 24, "--microbatches (a count or auto)",
+                                    &a->microbatches, &err);
+        } else if (strcmp(f, "--schedule") == 0) {
+            a->schedule = plan_sched_parse(v);
+            if (a->schedule < 0)
+                return cli_usage_error(
+                    self, "--schedule '%s': expected gpipe, 1f1b, pipedream or sliced", v);
+        } else if (strcmp(f, "--strategy") == 0) {
+            if (strcmp(v, "all") == 0) {
+                a->all = 1;
+            } else {
+                a->all = 0;
+                a->strategy = plan_strategy_parse(v);
+                if (a->strategy < 0)
+                    return cli_usage_error(self,
+                                           "--strategy '%s': expected uniform, blockpartition, "
+                                           "minmax, pipedream, autopipe, hetero, umpipe, "
+                                           "exhaustive or all",
+                                           v);
+            }
+        } else
+            return cli_usage_error(self, "unknown flag '%s'", f);
+        if (rc != SC_OK)
+            return cli_usage_error(self, "%s", err.msg);
+    }
+    if (a->model == NULL)
+        return cli_usage_error(self, "--model FILE is required");
+    if ((a->cluster != NULL) == (a->gpus > 0))
+        return cli_usage_error(self,
+                               "give either --cluster FILE or --gpus N --bandwidth BYTES_PER_S");
+    if (a->gpus > 0 && !a->have_bw)
+        return cli_usage_error(self, "--gpus needs --bandwidth BYTES_PER_S (e.g. 12.5e9)");
+    return CLI_OK;
+}
+
+int cmd_plan(const cli_command *self, int argc, char **argv)
+{
+    if (cli_wants_help(self, argc, argv)) {
+        cli_print_usage(self, stdout);
+        return CLI_OK;
+    }
+    plan_args a;
+    int code = parse_args(self, argc, argv, &a);
+    if (code != CLI_OK)
+        return code;
+    sc_err err;
+    sc_err_clear(&err);
+    plan_profile *prof = NULL;
+    plan_cluster *cl = NULL;
+    plan_result res[PLAN_STRAT_COUNT];
+    int n = 0;
+    code = CLI_OK;
+    memset(res, 0, sizeof res);
+    if (plan_profile_load(&prof, a.model, &err) != SC_OK)
+        goto report;
+    if (a.cluster ? plan_cluster_load(&cl, a.cluster, &err)
+                  : plan_cluster_new_uniform(&cl, (int)a.gpus, a.bandwidth, a.memory, &err))
+        goto report;
+    plan_request req = {.profile = prof,
+                        .cluster = cl,
+                        .batch = (int)a.batch,
+                        .microbatches = (int)a.microbatches,
+                        .schedule = (plan_sched_kind)a.schedule,
+                        .max_stages = (int)a.stages,
+                        .record_trace = a.trace != NULL};
+    int first_ok = -1;
+    sc_err first_err;
+    sc_err_clear(&first_err);
+    for (int s = 0; s < PLAN_STRAT_COUNT; s++) {
+        if (!a.all && s != a.strategy)
+            continue;
+        sc_err e;
+        sc_err_clear(&e);
+        sc_status rc = plan_run(&req, (plan_strategy)s, &res[n], &e);
+        if (rc != SC_OK && res[n].error[0] == '\0') {
+            /* a bad request, not a strategy's failure: every strategy would say the same */
+            err = e;
+            n++;
+            goto report;
+        }
+        if (rc != SC_OK && first_err.code == SC_OK)
+            first_err = e;
+        if (res[n].ok && first_ok < 0)
+            first_ok = n;
+        n++;
+    }
+    if (a.json) {
+        if (plan_write_json(stdout, &req, res, n, &err) != SC_OK)
+            goto report;
+    } else {
+        plan_write_table(stdout, &req, res, n);
+    }
+    if (first_ok < 0) {
+        err = first_err;
+        goto report;
+    }
+    if (a.trace) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (res[i].ok && res[i].strategy != PLAN_STRAT_UMPIPE &&
+                (best < 0 || res[i].iteration_time_s < res[best].iteration_time_s))
+                best = i;
+        if (best < 0) {
+            SC_ERRF(&err, SC_ERR_INVALID,
+                    "--trace: no simulated plan to trace (umpipe alone has "
+                    "no event trace)");
+            goto report;
+        }
+        if (plan_write_trace(&res[best], a.trace, &err) != SC_OK)
+            goto report;
+        if (!a.json)
+            printf("trace of %s written to %s (open in Perfetto or chrome://tracing)\n",
+                   plan_strategy_name(res[best].strategy), a.trace);
+    }
+    goto done;
+report:
+    code = cli_report(self, &err);
+done:
+    for (int i = 0; i < n; i++)
+        plan_result_free(&res[i]);
+    plan_profile_destroy(&prof);
+    plan_cluster_destroy(&cl);
+    return code;
+}

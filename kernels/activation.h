@@ -1,0 +1,42 @@
+/*
+ * Elementwise ops: GELU (tanh approximation, as GPT-2), ReLU, residual add.
+ * Every function allows its output to alias an input of the same shape (pure elementwise).
+ * ReLU's backward uses the forward *output* (out > 0), so no pre-activation needs stashing.
+ */
+#ifndef KN_ACTIVATION_H
+#define KN_ACTIVATION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/device_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void kn_gelu_forward_cpu(float *out, const float *inp, size_t n);
+/* dinp = gelu'(inp) * dout */
+void kn_gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t n);
+void kn_relu_forward_cpu(float *out, const float *inp, size_t n);
+/* dinp = (out > 0) * dout */
+void kn_relu_backward_cpu(float *dinp, const float *out, const float *dout, size_t n);
+/* out = a + b */
+void kn_residual_forward_cpu(float *out, const float *a, const float *b, size_t n);
+/* da += dout; db += dout (either may be NULL) */
+void kn_residual_backward_cpu(float *da, float *db, const float *dout, size_t n);
+
+#ifdef SC_HAVE_CUDA
+int kn_gelu_forward_cuda(kn_ctx *ctx, float *out, const float *inp, size_t n);
+int kn_gelu_backward_cuda(kn_ctx *ctx, float *dinp, const float *inp, const float *dout, size_t n);
+int kn_relu_forward_cuda(kn_ctx *ctx, float *out, const float *inp, size_t n);
+int kn_relu_backward_cuda(kn_ctx *ctx, float *dinp, const float *out, const float *dout, size_t n);
+int kn_residual_forward_cuda(kn_ctx *ctx, float *out, const float *a, const float *b, size_t n);
+int kn_residual_backward_cuda(kn_ctx *ctx, float *da, float *db, const float *dout, size_t n);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KN_ACTIVATION_H */

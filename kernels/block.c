@@ -1,0 +1,406 @@
+/*
+ * kn block: each block kind written once against device-neutral op calls; DISPATCH sends a call
+ * to the CPU reference or to the CUDA launcher of the context's device. Keeping one composition
+ * for both devices is what makes the GPU model comparable to the CPU model op for op.
+ */
+#include "kernels/block.h"
+
+#include <string.h>
+
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/conv2d.h"
+#include "kernels/crossentropy.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/linear.h"
+
+#ifdef SC_HAVE_CUDA
+#define DISPATCH(what, cpu_call, gpu_call)                                                         \
+    do {                                                                                           \
+        if (c->dev.kind == KN_DEV_CUDA) {                                                          \
+            int rc_ = (gpu_call);                                                                  \
+            if (rc_ != 0)                                                                          \
+                return SC_ERRF(err, SC_ERR_CUDA, "%s (%s): %s", what, blk->name,                   \
+                               kn_cuda_error_string(rc_));                                         \
+        } else {                                                                                   \
+            cpu_call;                                                                              \
+        }                                                                                          \
+    } while (0)
+#else
+/* CPU-only build: the context, block and error record exist for the CUDA branch alone */
+#define DISPATCH(what, cpu_call, gpu_call)                                                         \
+    do {                                                                                           \
+        (void)c;                                                                                   \
+        (void)blk;                                                                                 \
+        (void)err;                                                                                 \
+        cpu_call;                                                                                  \
+    } while (0)
+#endif
+
+#define CHK(expr) SC_CHECK(expr)
+
+/* --- op wrappers ---------------------------------------------------------------------------- */
+
+static sc_status ln_fwd(kn_ctx *c, const kn_block *blk, float *out, float *mean, float *rstd,
+                        const float *x, const float *w, const float *b, int N, int C, sc_err *err)
+{
+    DISPATCH("layernorm forward", kn_layernorm_forward_cpu(out, mean, rstd, x, w, b, N, C),
+             kn_layernorm_forward_cuda(c, out, mean, rstd, x, w, b, N, C));
+    return SC_OK;
+}
+
+static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, float *db,
+                        const float *dout, const float *x, const float *w, const float *mean,
+                        const float *rstd, int N, int C, sc_err *err)
+{
+    DISPATCH("layernorm backward",
+             kn_layernorm_backward_cpu(dx, dw, db, dout, x, w, mean, rstd, N, C),
+             kn_layernorm_backward_cuda(c, dx, dw, db, dout, x, w, mean, rstd, N, C));
+    return SC_OK;
+}
+
+static sc_status lin_fwd(kn_ctx *c, const kn_block *blk, float *out, const float *x, const float *w,
+                         const float *b, int N, int IC, int OC, sc_err *err)
+{
+    DISPATCH("linear forward", kn_linear_forward_cpu(out, x, w, b, N, IC, OC),
+             kn_linear_forward_cuda(c, out, x, w, b, N, IC, OC));
+    return SC_OK;
+}
+
+/* both backward products: input gradient (if dx) and weight gradient */
+static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, float *db,
+                         const float *dout, const float *x, const float *w, int N, int IC, int OC,
+                         sc_err *err)
+{
+    if (dx != NULL)
+        DISPATCH("linear backward (input)", kn_linear_backward_input_cpu(dx, dout, w, N, IC, OC),
+                 kn_linear_backward_input_cuda(c, dx, dout, w, N, IC, OC));
+    DISPATCH("linear backward (weight)", kn_linear_backward_weight_cpu(dw, db, dout, x, N, IC, OC),
+             kn_linear_backward_weight_cuda(c, dw, db, dout, x, N, IC, OC));
+    return SC_OK;
+}
+
+static sc_status residual_fwd(kn_ctx *c, const kn_block *blk, float *out, const float *a,
+                              const float *b, size_t n, sc_err *err)
+{
+    DISPATCH("residual forward", kn_residual_forward_cpu(out, a, b, n),
+             kn_residual_forward_cuda(c, out, a, b, n));
+    return SC_OK;
+}
+
+static sc_status ce_fwd(kn_ctx *c, const kn_block *blk, float *losses, float *probs,
+                        const int32_t *targets, int N, int V, sc_err *err)
+{
+    DISPATCH("cross-entropy forward",
+             kn_crossentropy_forward_cpu(losses, probs, probs, targets, N, V),
+             kn_crossentropy_forward_cuda(c, losses, probs, probs, targets, N, V));
+    return SC_OK;
+}
+
+static sc_status ce_bwd(kn_ctx *c, const kn_block *blk, float *dlogits, const float *probs,
+                        const int32_t *targets, float dloss, int N, int V, sc_err *err)
+{
+    DISPATCH("cross-entropy backward",
+             kn_crossentropy_backward_cpu(dlogits, probs, targets, dloss, N, V),
+             kn_crossentropy_backward_cuda(c, dlogits, probs, targets, dloss, N, V));
+    return SC_OK;
+}
+
+/* --- GPT halves --------------------------------------------------------------------------- */
+
+typedef struct {
+    float *ln, *mean, *rstd, *qkv, *att, *atty;
+} attn_stash;
+
+static attn_stash attn_stash_at(float *s, int B, int T, int C, int NH)
+{
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    attn_stash a;
+    a.ln = s;
+    a.mean = a.ln + BTC;
+    a.rstd = a.mean + BT;
+    a.qkv = a.rstd + BT;
+    a.att = a.qkv + 3 * BTC;
+    a.atty = a.att + BT * NH * T;
+    return a;
+}
+
+typedef struct {
+    float *ln, *mean, *rstd, *fch, *fchg;
+} mlp_stash;
+
+static mlp_stash mlp_stash_at(float *s, int B, int T, int C)
+{
+    size_t BT = (size_t)B * T, BTC = BT * C;
+    mlp_stash m;
+    m.ln = s;
+    m.mean = m.ln + BTC;
+    m.rstd = m.mean + BT;
+    m.fch = m.rstd + BT;
+    m.fchg = m.fch + 4 * BTC;
+    return m;
+}
+
+static size_t attn_stash_floats(int B, int T, int C, int NH)
+{
+    size_t BT = (size_t)B * T;
+    return 5 * BT * C + 2 * BT + BT * NH * T;
+}
+
+static size_t attn_ws(int B, int T, int C, int NH, bool gpu)
+{
+    return 5 * (size_t)B * T * C + kn_attention_workspace_floats(B, T, C, NH, gpu);
+}
+
+static size_t mlp_ws(int B, int T, int C)
+{
+    return 5 * (size_t)B * T * C;
+}
+
+/* p: the six attention tensors in order (ln1.w, ln1.b, qkv.w, qkv.b, attproj.w, attproj.b) */
+static sc_status attn_forward(kn_ctx *c, const kn_block *blk, const float *p, const float *x,
+                              float *out, float *stash, float *ws, int B, sc_err *err)
+{
+    int T = blk->T, C = blk->C, NH = blk->NH, BT = B * T;
+    const float *ln1w = p, *ln1b = ln1w + C, *qkvw = ln1b + C, *qkvb = qkvw + 3 * (size_t)C * C;
+    const float *projw = qkvb + 3 * C, *projb = projw + (size_t)C * C;
+    attn_stash s = attn_stash_at(stash, B, T, C, NH);
+    (void)ws; /* only the CUDA attention needs scratch in the forward */
+    CHK(ln_fwd(c, blk, s.ln, s.mean, s.rstd, x, ln1w, ln1b, BT, C, err));
+    CHK(lin_fwd(c, blk, s.qkv, s.ln, qkvw, qkvb, BT, C, 3 * C, err));
+    DISPATCH("attention forward", kn_attention_forward_cpu(s.atty, s.att, s.qkv, B, T, C, NH),
+             kn_attention_forward_cuda(c, s.atty, s.att, ws, s.qkv, B, T, C, NH));
+    CHK(lin_fwd(c, blk, out, s.atty, projw, projb, BT, C, C, err));
+    return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
+}
+
+static sc_status attn_backward(kn_ctx *c, const kn_block *blk, const float *p, float *g,
+                               const float *x, float *stash, const float *dout, float *din,
+                               float *ws, int B, sc_err *err)
+{
+    int T = blk->T, C = blk->C, NH = blk->NH, BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    const float *ln1w = p, *qkvw = p + 2 * C, *projw = qkvw + 3 * (size_t)C * C + 3 * C;
+    float *dln1w = g, *dln1b = g + C, *dqkvw = g + 2 * C, *dqkvb = dqkvw + 3 * (size_t)C * C;
+    float *dprojw = dqkvb + 3 * C, *dprojb = dprojw + (size_t)C * C;
+    attn_stash s = attn_stash_at(stash, B, T, C, NH);
+    float *datty = ws, *dqkv = datty + BTC, *dln = dqkv + 3 * BTC, *aws = dln + BTC;
+    /* the residual passes dout straight to the input; the branch adds to it below */
+    CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
+    CHK(lin_bwd(c, blk, datty, dprojw, dprojb, dout, s.atty, projw, BT, C, C, err));
+    DISPATCH("attention backward",
+             kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
+             kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
+    CHK(lin_bwd(c, blk, dln, dqkvw, dqkvb, dqkv, s.ln, qkvw, BT, C, 3 * C, err));
+    return ln_bwd(c, blk, din, dln1w, dln1b, dln, x, ln1w, s.mean, s.rstd, BT, C, err);
+}
+
+/* p: the six MLP tensors (ln2.w, ln2.b, fc.w, fc.b, fcproj.w, fcproj.b) */
+static sc_status mlp_forward(kn_ctx *c, const kn_block *blk, const float *p, const float *x,
+                             float *out, float *stash, int B, sc_err *err)
+{
+    int T = blk->T, C = blk->C, BT = B * T;
+    const float *lnw = p, *lnb = lnw + C, *fcw = lnb + C, *fcb = fcw + 4 * (size_t)C * C;
+    const float *projw = fcb + 4 * C, *projb = projw + 4 * (size_t)C * C;
+    mlp_stash s = mlp_stash_at(stash, B, T, C);
+    size_t n4 = 4 * (size_t)BT * C;
+    CHK(ln_fwd(c, blk, s.ln, s.mean, s.rstd, x, lnw, lnb, BT, C, err));
+    CHK(lin_fwd(c, blk, s.fch, s.ln, fcw, fcb, BT, C, 4 * C, err));
+    DISPATCH("gelu forward", kn_gelu_forward_cpu(s.fchg, s.fch, n4),
+             kn_gelu_forward_cuda(c, s.fchg, s.fch, n4));
+    CHK(lin_fwd(c, blk, out, s.fchg, projw, projb, BT, 4 * C, C, err));
+    return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
+}
+
+static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, const float *p, float *g,
+                              const float *x, float *stash, const float *dout, float *din,
+                              float *ws, int B, sc_err *err)
+{
+    int T = blk->T, C = blk->C, BT = B * T;
+    size_t BTC = (size_t)BT * C;
+    const float *lnw = p, *fcw = p + 2 * C, *projw = fcw + 4 * (size_t)C * C + 4 * C;
+    float *dlnw = g, *dlnb = g + C, *dfcw = g + 2 * C, *dfcb = dfcw + 4 * (size_t)C * C;
+    float *dprojw = dfcb + 4 * C, *dprojb = dprojw + 4 * (size_t)C * C;
+    mlp_stash s = mlp_stash_at(stash, B, T, C);
+    float *dfch = ws, *dln = dfch + 4 * BTC;
+    CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
+    CHK(lin_bwd(c, blk, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
+    DISPATCH("gelu backward", kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC),
+             kn_gelu_backward_cuda(c, dfch, s.fch, dfch, 4 * BTC));
+    CHK(lin_bwd(c, blk, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
+    return ln_bwd(c, blk, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
+}
+
+/* --- blocks --------------------------------------------------------------------------------- */
+
+size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
+{
+    size_t BT = (size_t)B * blk->T, a, m;
+    switch (blk->kind) {
+    case KN_BLOCK_EMBED:
+    case KN_BLOCK_MAXPOOL:
+        return 0;
+    case KN_BLOCK_GPT_ATTN:
+        return attn_ws(B, blk->T, blk->C, blk->NH, gpu);
+    case KN_BLOCK_GPT_MLP:
+        return mlp_ws(B, blk->T, blk->C);
+    case KN_BLOCK_GPT_LAYER:
+        a = attn_ws(B, blk->T, blk->C, blk->NH, gpu);
+        m = mlp_ws(B, blk->T, blk->C);
+        return BT * blk->C + (a > m ? a : m);
+    case KN_BLOCK_GPT_HEAD:
+        return BT * blk->V + BT * blk->C;
+    case KN_BLOCK_FC_RELU:
+    case KN_BLOCK_FC_LOSS:
+        return (size_t)B * blk->fout;
+    case KN_BLOCK_CONV_RELU: {
+        kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
+        return kn_conv2d_col_floats(&s) + (size_t)B * blk->out_floats;
+    }
+    }
+    return 0;
+}
+
+sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, const void *in,
+                           float *out, float *stash, const int32_t *targets, float *ws, int B,
+                           sc_err *err)
+{
+    const float *x = in;
+    const float *p0 = params + blk->tensors[0].offset;
+    switch (blk->kind) {
+    case KN_BLOCK_EMBED: {
+        const int32_t *tok = in;
+        const float *wte = p0, *wpe = params + blk->tensors[1].offset;
+        DISPATCH("embedding forward",
+                 kn_embedding_forward_cpu(out, tok, wte, wpe, B, blk->T, blk->C),
+                 kn_embedding_forward_cuda(c, out, tok, wte, wpe, B, blk->T, blk->C, blk->V));
+        return SC_OK;
+    }
+    case KN_BLOCK_GPT_ATTN:
+        return attn_forward(c, blk, p0, x, out, stash, ws, B, err);
+    case KN_BLOCK_GPT_MLP:
+        return mlp_forward(c, blk, p0, x, out, stash, B, err);
+    case KN_BLOCK_GPT_LAYER: {
+        float *mid = stash + attn_stash_floats(B, blk->T, blk->C, blk->NH);
+        float *mstash = mid + (size_t)B * blk->T * blk->C;
+        CHK(attn_forward(c, blk, p0, x, mid, stash, ws, B, err));
+        return mlp_forward(c, blk, params + blk->tensors[6].offset, mid, out, mstash, B, err);
+    }
+    case KN_BLOCK_GPT_HEAD: {
+        int T = blk->T, C = blk->C, BT = B * T;
+        float *ln = stash, *mean = ln + (size_t)BT * C, *rstd = mean + BT, *probs = rstd + BT;
+        CHK(ln_fwd(c, blk, ln, mean, rstd, x, p0, p0 + C, BT, C, err));
+        CHK(lin_fwd(c, blk, probs, ln, params + blk->tensors[2].offset, NULL, BT, C, blk->V, err));
+        return ce_fwd(c, blk, out, probs, targets, BT, blk->V, err);
+    }
+    case KN_BLOCK_FC_RELU: {
+        size_t n = (size_t)B * blk->fout;
+        CHK(lin_fwd(c, blk, out, x, p0, p0 + (size_t)blk->fin * blk->fout, B, blk->fin, blk->fout,
+                    err));
+        DISPATCH("relu forward", kn_relu_forward_cpu(out, out, n),
+                 kn_relu_forward_cuda(c, out, out, n));
+        return SC_OK;
+    }
+    case KN_BLOCK_FC_LOSS:
+        CHK(lin_fwd(c, blk, stash, x, p0, p0 + (size_t)blk->fin * blk->fout, B, blk->fin, blk->fout,
+                    err));
+        return ce_fwd(c, blk, out, stash, targets, B, blk->fout, err);
+    case KN_BLOCK_CONV_RELU: {
+        kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
+        const float *w = p0, *b = params + blk->tensors[1].offset;
+        size_t n = (size_t)B * blk->out_floats;
+        DISPATCH("conv2d forward", kn_conv2d_forward_cpu(out, ws, x, w, b, B, &s),
+                 kn_conv2d_forward_cuda(c, out, ws, x, w, b, B, &s));
+        DISPATCH("relu forward", kn_relu_forward_cpu(out, out, n),
+                 kn_relu_forward_cuda(c, out, out, n));
+        return SC_OK;
+    }
+    case KN_BLOCK_MAXPOOL:
+        DISPATCH(
+            "maxpool forward",
+            kn_maxpool2d_forward_cpu(out, x, B, blk->cin, blk->h, blk->w, blk->k, blk->stride),
+            kn_maxpool2d_forward_cuda(c, out, x, B, blk->cin, blk->h, blk->w, blk->k, blk->stride));
+        return SC_OK;
+    }
+    return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
+}
+
+sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params, float *grads,
+                            const void *in, const float *stash_c, const float *out,
+                            const float *dout, float *din, const int32_t *targets, float *ws, int B,
+                            float dloss, sc_err *err)
+{
+    const float *x = in;
+    float *stash = (float *)stash_c; /* the halves share pointer helpers with the forward */
+    const float *p0 = params + blk->tensors[0].offset;
+    float *g0 = grads + blk->tensors[0].offset;
+    switch (blk->kind) {
+    case KN_BLOCK_EMBED: {
+        const int32_t *tok = in;
+        float *dwte = g0, *dwpe = grads + blk->tensors[1].offset;
+        DISPATCH("embedding backward",
+                 kn_embedding_backward_cpu(dwte, dwpe, dout, tok, B, blk->T, blk->C),
+                 kn_embedding_backward_cuda(c, dwte, dwpe, dout, tok, B, blk->T, blk->C, blk->V));
+        return SC_OK;
+    }
+    case KN_BLOCK_GPT_ATTN:
+        return attn_backward(c, blk, p0, g0, x, stash, dout, din, ws, B, err);
+    case KN_BLOCK_GPT_MLP:
+        return mlp_backward(c, blk, p0, g0, x, stash, dout, din, ws, B, err);
+    case KN_BLOCK_GPT_LAYER: {
+        size_t BTC = (size_t)B * blk->T * blk->C;
+        float *mid = stash + attn_stash_floats(B, blk->T, blk->C, blk->NH);
+        float *mstash = mid + BTC;
+        float *dmid = ws;
+        size_t o = blk->tensors[6].offset;
+        CHK(mlp_backward(c, blk, params + o, grads + o, mid, mstash, dout, dmid, ws + BTC, B, err));
+        return attn_backward(c, blk, p0, g0, x, stash, dmid, din, ws + BTC, B, err);
+    }
+    case KN_BLOCK_GPT_HEAD: {
+        int T = blk->T, C = blk->C, V = blk->V, BT = B * T;
+        const float *ln = stash, *mean = ln + (size_t)BT * C, *rstd = mean + BT;
+        const float *probs = rstd + BT;
+        float *dlogits = ws, *dln = ws + (size_t)BT * V;
+        size_t ow = blk->tensors[2].offset;
+        CHK(ce_bwd(c, blk, dlogits, probs, targets, dloss, BT, V, err));
+        CHK(lin_bwd(c, blk, dln, grads + ow, NULL, dlogits, ln, params + ow, BT, C, V, err));
+        CHK(kn_ctx_zero(c, din, (size_t)BT * C * sizeof(float), err));
+        return ln_bwd(c, blk, din, g0, g0 + C, dln, x, p0, mean, rstd, BT, C, err);
+    }
+    case KN_BLOCK_FC_RELU:
+    case KN_BLOCK_FC_LOSS: {
+        size_t n = (size_t)B * blk->fout, wn = (size_t)blk->fin * blk->fout;
+        float *dpre = ws;
+        if (blk->kind == KN_BLOCK_FC_LOSS)
+            CHK(ce_bwd(c, blk, dpre, stash, targets, dloss, B, blk->fout, err));
+        else
+            DISPATCH("relu backward", kn_relu_backward_cpu(dpre, out, dout, n),
+                     kn_relu_backward_cuda(c, dpre, out, dout, n));
+        return lin_bwd(c, blk, din, g0, g0 + wn, dpre, x, p0, B, blk->fin, blk->fout, err);
+    }
+    case KN_BLOCK_CONV_RELU: {
+        kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
+        size_t n = (size_t)B * blk->out_floats;
+        float *dpre = ws, *col = ws + n, *dw = g0, *db = grads + blk->tensors[1].offset;
+        DISPATCH("relu backward", kn_relu_backward_cpu(dpre, out, dout, n),
+                 kn_relu_backward_cuda(c, dpre, out, dout, n));
+        DISPATCH("conv2d backward (weight)",
+                 kn_conv2d_backward_weight_cpu(dw, db, col, dpre, x, B, &s),
+                 kn_conv2d_backward_weight_cuda(c, dw, db, col, dpre, x, B, &s));
+        if (din != NULL)
+            DISPATCH("conv2d backward (input)",
+                     kn_conv2d_backward_input_cpu(din, col, dpre, p0, B, &s),
+                     kn_conv2d_backward_input_cuda(c, din, col, dpre, p0, B, &s));
+        return SC_OK;
+    }
+    case KN_BLOCK_MAXPOOL:
+        DISPATCH("maxpool backward",
+                 kn_maxpool2d_backward_cpu(din, dout, x, B, blk->cin, blk->h, blk->w, blk->k,
+                                           blk->stride),
+                 kn_maxpool2d_backward_cuda(c, din, dout, x, B, blk->cin, blk->h, blk->w, blk->k,
+                                            blk->stride));
+        return SC_OK;
+    }
+    return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
+}

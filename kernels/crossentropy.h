@@ -1,0 +1,38 @@
+/*
+ * Softmax cross-entropy fused with the gradient of the logits.
+ * Forward: probs = softmax(logits) row by row, losses[i] = -log probs[i, targets[i]].
+ * Backward: dlogits = (probs - onehot(targets)) * dloss, with one dloss for every row (the
+ * caller's loss scale: 1/rows for a mean). probs may alias logits, dlogits may alias probs.
+ * Targets must lie in [0, V) (checked by the caller; the CUDA kernel clamps).
+ */
+#ifndef KN_CROSSENTROPY_H
+#define KN_CROSSENTROPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/device_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* losses (N); probs (N,V); logits (N,V); targets (N) */
+void kn_crossentropy_forward_cpu(float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V);
+/* dlogits (N,V) = (probs - onehot) * dloss */
+void kn_crossentropy_backward_cpu(float *dlogits, const float *probs, const int32_t *targets,
+                                  float dloss, int N, int V);
+
+#ifdef SC_HAVE_CUDA
+int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V);
+int kn_crossentropy_backward_cuda(kn_ctx *ctx, float *dlogits, const float *probs,
+                                  const int32_t *targets, float dloss, int N, int V);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KN_CROSSENTROPY_H */

@@ -1,0 +1,110 @@
+/*
+ * Shared helpers of the CUDA launchers (internal to kernels/): error returns in the convention
+ * of device_impl.h (0, a cudaError_t, or KN_CUBLAS_BASE + cublasStatus_t), launch geometry and
+ * warp reductions. Every launcher enqueues on the context's stream and returns at once.
+ */
+#ifndef KN_CUDA_COMMON_CUH
+#define KN_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "kernels/device_impl.h"
+
+#define KN_CUBLAS_BASE 100000
+
+#define KN_CUDA_TRY(call)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return (int)e_;                                                                        \
+    } while (0)
+
+#define KN_CUBLAS_TRY(call)                                                                        \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return KN_CUBLAS_BASE + (int)s_;                                                       \
+    } while (0)
+
+/* after every launch: a bad configuration shows up here, not three kernels later */
+#define KN_LAUNCH_CHECK() KN_CUDA_TRY(cudaGetLastError())
+
+static inline cudaStream_t kn_stream(kn_ctx *c)
+{
+    return (cudaStream_t)c->stream;
+}
+
+static inline cublasHandle_t kn_cublas(kn_ctx *c)
+{
+    return (cublasHandle_t)c->cublas;
+}
+
+static inline unsigned kn_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 65535u * 16u ? 65535u * 16u : (b == 0 ? 1 : b));
+}
+
+__device__ __forceinline__ float kn_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float kn_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* sums over a whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the sum */
+__device__ __forceinline__ float kn_block_sum(float v, float *shared32)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = kn_warp_sum(v);
+    __syncthreads();
+    if (lane == 0)
+        shared32[warp] = v;
+    __syncthreads();
+    float r = lane < nwarps ? shared32[lane] : 0.0f;
+    return kn_warp_sum(r);
+}
+
+__device__ __forceinline__ float kn_block_max(float v, float *shared32)
+{
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = kn_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        shared32[warp] = v;
+    __syncthreads();
+    float r = lane < nwarps ? shared32[lane] : -INFINITY;
+    return kn_warp_max(r);
+}
+
+/* column sums of a row-major (N, C) matrix added into out (C): grid (ceil(C/256), chunks) */
+__global__ static void kn_colsum_add_kernel(float *out, const float *m, int N, int C, int rows)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+    if (c >= C || r0 >= N)
+        return;
+    float s = 0.0f;
+    for (int r = r0; r < r1; r++)
+        s += m[(size_t)r * C + c];
+    atomicAdd(&out[c], s);
+}
+
+static inline int kn_colsum_add(kn_ctx *ctx, float *out, const float *m, int N, int C)
+{
+    int rows = 64;
+    dim3 grid((C + 255) / 256, (N + rows - 1) / rows);
+    kn_colsum_add_kernel<<<grid, 256, 0, kn_stream(ctx)>>>(out, m, N, C, rows);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+#endif /* KN_CUDA_COMMON_CUH */

@@ -1,0 +1,68 @@
+/*
+ * kn device: where a stage runs (the CPU or one CUDA device) and the execution context that owns
+ * the memory, stream, cuBLAS handle and timers of that device.
+ *
+ * Does not schedule anything: every call on a CUDA context is enqueued on the context's one
+ * stream, in order; kn_ctx_sync() waits for it. On the CPU every call completes before it
+ * returns. Invariant: memory from kn_ctx_alloc() lives on the context's device and is only
+ * touched through that context (or, on the CPU, directly).
+ * A context is used by one thread at a time (the device's compute thread).
+ */
+#ifndef KN_DEVICE_H
+#define KN_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/sc_status.h"
+
+typedef enum { KN_DEV_CPU = 0, KN_DEV_CUDA = 1 } kn_device_kind;
+
+typedef struct {
+    kn_device_kind kind;
+    int index; /* CUDA ordinal; 0 for the CPU */
+} kn_device;
+
+/* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". `what` names the value in errors ("--device").
+ * A CUDA device in a CPU-only build, or beyond the device count, is SC_ERR_UNSUPPORTED /
+ * SC_ERR_INVALID with a message saying what is available. */
+sc_status kn_device_parse(const char *s, const char *what, kn_device *out, sc_err *err);
+
+/* "cpu" or "cuda:N". */
+void kn_device_format(kn_device dev, char *buf, size_t size);
+
+/* Number of CUDA devices visible; 0 in a CPU-only build or without a driver/device. */
+int kn_cuda_device_count(void);
+
+/* True when this library was built with its CUDA kernels. */
+bool kn_built_with_cuda(void);
+
+/* Name of the device for profiles: "cpu" or the CUDA product name ("NVIDIA H100 80GB HBM3"). */
+void kn_device_name(kn_device dev, char *buf, size_t size);
+
+typedef struct kn_ctx kn_ctx;
+
+/* Opens an execution context on `dev`. `allow_tf32` lets cuBLAS use TF32 tensor cores for
+ * matmuls (ignored on the CPU, which is always plain fp32). */
+sc_status kn_ctx_new(kn_ctx **out, kn_device dev, bool allow_tf32, sc_err *err);
+void kn_ctx_destroy(kn_ctx **ctx);
+kn_device kn_ctx_device(const kn_ctx *ctx);
+
+/* Zero-filled device memory of `bytes` bytes; free with kn_ctx_free (NULL accepted). */
+sc_status kn_ctx_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err);
+void kn_ctx_free(kn_ctx *ctx, void *p);
+
+/* Copies; `dst`/`src` on the device unless named host. These wait for completion. */
+sc_status kn_ctx_upload(kn_ctx *ctx, void *dst, const void *host_src, size_t bytes, sc_err *err);
+sc_status kn_ctx_download(kn_ctx *ctx, void *host_dst, const void *src, size_t bytes, sc_err *err);
+/* Device-to-device copy and memset, enqueued in stream order. */
+sc_status kn_ctx_copy(kn_ctx *ctx, void *dst, const void *src, size_t bytes, sc_err *err);
+sc_status kn_ctx_zero(kn_ctx *ctx, void *p, size_t bytes, sc_err *err);
+sc_status kn_ctx_sync(kn_ctx *ctx, sc_err *err);
+
+/* Interval timing of the work enqueued between begin and end: CUDA events on a GPU, the
+ * monotonic clock on the CPU. kn_ctx_time_end waits for the work and returns seconds. */
+sc_status kn_ctx_time_begin(kn_ctx *ctx, sc_err *err);
+sc_status kn_ctx_time_end(kn_ctx *ctx, double *seconds, sc_err *err);
+
+#endif /* KN_DEVICE_H */

@@ -1,0 +1,52 @@
+/*
+ * Internals of kn_ctx shared by device.c, the block code and the CUDA launchers. Not part of the
+ * library's contract. Plain C that also compiles as C++ (nvcc), so no C-only syntax here.
+ */
+#ifndef KN_DEVICE_IMPL_H
+#define KN_DEVICE_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Same type as cudaStream_t, without pulling the CUDA headers into C code. */
+typedef struct CUstream_st *kn_stream_t;
+
+struct kn_ctx {
+    kn_device dev;
+    bool tf32;
+    kn_stream_t stream; /* CUDA only */
+    void *cublas;       /* cublasHandle_t, CUDA only */
+    void *ev_begin;     /* cudaEvent_t, CUDA only */
+    void *ev_end;
+    double t_begin_s; /* CPU timing */
+};
+
+#ifdef SC_HAVE_CUDA
+/* device_cuda.cu: each returns 0 or a cudaError_t / cublasStatus_t value; the message for a
+ * nonzero code comes from kn_cuda_error_string. */
+int kn_cuda_count(void);
+int kn_cuda_name(int index, char *buf, size_t size);
+int kn_cuda_ctx_open(struct kn_ctx *ctx);
+void kn_cuda_ctx_close(struct kn_ctx *ctx);
+int kn_cuda_alloc(struct kn_ctx *ctx, size_t bytes, void **out);
+void kn_cuda_free(struct kn_ctx *ctx, void *p);
+int kn_cuda_memcpy(struct kn_ctx *ctx, void *dst, const void *src, size_t bytes, int kind);
+int kn_cuda_memset0(struct kn_ctx *ctx, void *p, size_t bytes);
+int kn_cuda_sync(struct kn_ctx *ctx);
+int kn_cuda_time_begin(struct kn_ctx *ctx);
+int kn_cuda_time_end(struct kn_ctx *ctx, double *seconds);
+const char *kn_cuda_error_string(int code);
+enum { KN_COPY_H2D = 1, KN_COPY_D2H = 2, KN_COPY_D2D = 3 };
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KN_DEVICE_IMPL_H */

@@ -1,0 +1,38 @@
+/*
+ * LayerNorm over the last dimension: out = (x - mean) * rstd * w + b, eps = 1e-5.
+ * Forward saves mean and rstd per row for the backward. Backward *accumulates* into dinp, dw and
+ * db (+=), so a residual gradient can be placed in dinp first.
+ */
+#ifndef KN_LAYERNORM_H
+#define KN_LAYERNORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/device_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out (N,C), mean (N), rstd (N); inp (N,C); w, b (C) */
+void kn_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+/* dinp (N,C) +=, dw (C) +=, db (C) += */
+void kn_layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+#ifdef SC_HAVE_CUDA
+int kn_layernorm_forward_cuda(kn_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+int kn_layernorm_backward_cuda(kn_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KN_LAYERNORM_H */

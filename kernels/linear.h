@@ -1,0 +1,42 @@
+/*
+ * Linear layer: out = inp @ w^T + b. The backward is two separate products so that a pipeline
+ * schedule may run them at different times: the input gradient (overwrites dinp) and the weight
+ * gradient (accumulates into dw and db, so micro-batches add up).
+ * On the GPU the products go to cuBLAS (TF32 tensor cores when the context allows it).
+ */
+#ifndef KN_LINEAR_H
+#define KN_LINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/device_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out (N,OC); inp (N,IC); w (OC,IC); b (OC) or NULL */
+void kn_linear_forward_cpu(float *out, const float *inp, const float *w, const float *b, int N,
+                           int IC, int OC);
+/* dinp (N,IC) = dout (N,OC) @ w (OC,IC) */
+void kn_linear_backward_input_cpu(float *dinp, const float *dout, const float *w, int N, int IC,
+                                  int OC);
+/* dw (OC,IC) += dout^T @ inp; db (OC) += column sums of dout (db may be NULL) */
+void kn_linear_backward_weight_cpu(float *dw, float *db, const float *dout, const float *inp, int N,
+                                   int IC, int OC);
+
+#ifdef SC_HAVE_CUDA
+int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp, const float *w,
+                           const float *b, int N, int IC, int OC);
+int kn_linear_backward_input_cuda(kn_ctx *ctx, float *dinp, const float *dout, const float *w,
+                                  int N, int IC, int OC);
+int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db, const float *dout,
+                                   const float *inp, int N, int IC, int OC);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KN_LINEAR_H */

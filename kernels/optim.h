@@ -1,0 +1,53 @@
+/*
+ * Optimizers over one contiguous parameter range: SGD with momentum and (coupled, L2) weight
+ * decay, and AdamW (decoupled weight decay, bias-corrected moments).
+ * The state arrays are the caller's (one allocation per stage); step t counts from 1.
+ */
+#ifndef KN_OPTIM_H
+#define KN_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/device_impl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { KN_OPT_SGD = 0, KN_OPT_ADAMW = 1 } kn_optim_kind;
+
+typedef struct {
+    kn_optim_kind kind;
+    float lr;
+    float weight_decay;
+    float momentum;          /* SGD */
+    float beta1, beta2, eps; /* AdamW */
+} kn_optim_cfg;
+
+/* AdamW defaults: lr 3e-4, betas 0.9/0.999, eps 1e-8, weight decay 0. */
+kn_optim_cfg kn_optim_adamw_default(void);
+/* SGD defaults: lr 0.01, momentum 0.9, weight decay 0. */
+kn_optim_cfg kn_optim_sgd_default(void);
+/* State floats per parameter: 2 for AdamW (m, v), 1 for SGD (velocity). */
+int kn_optim_state_per_param(kn_optim_kind kind);
+
+/* v = momentum*v + (g + wd*p); p -= lr*v */
+void kn_sgd_step_cpu(float *p, const float *g, float *v, size_t n, float lr, float momentum,
+                     float wd);
+/* m,v moments; t >= 1 */
+void kn_adamw_step_cpu(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                       float beta1, float beta2, float eps, float wd, int t);
+
+#ifdef SC_HAVE_CUDA
+int kn_sgd_step_cuda(kn_ctx *ctx, float *p, const float *g, float *v, size_t n, float lr,
+                     float momentum, float wd);
+int kn_adamw_step_cuda(kn_ctx *ctx, float *p, const float *g, float *m, float *v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float wd, int t);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KN_OPTIM_H */

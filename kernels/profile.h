@@ -1,0 +1,57 @@
+/*
+ * kn profile: measures each block of a model on one device — forward and backward time per
+ * micro-batch size (warm-up, then the median of repeats; CUDA events on a GPU), output
+ * activation, parameter and stash bytes — and writes the stagecraft-profile JSON (FORMATS.md)
+ * that the planner reads.
+ *
+ * Each block runs alone in a one-block stage on random inputs, so a block's time excludes any
+ * transfer between stages. Does not measure links; topology does. Times are wall-clock
+ * measurements and vary run to run; nothing here asserts on them.
+ */
+#ifndef KN_PROFILE_H
+#define KN_PROFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "common/sc_status.h"
+#include "kernels/device.h"
+#include "kernels/model.h"
+
+#define KN_PROFILE_SIZES_MAX 32
+
+typedef struct {
+    kn_device device;
+    int sizes[KN_PROFILE_SIZES_MAX]; /* micro-batch sizes to measure, ascending not required */
+    int nsizes;
+    int warmup;  /* untimed iterations per size (>= 0) */
+    int repeats; /* timed iterations per size (>= 1) */
+    bool allow_tf32;
+} kn_profile_cfg;
+
+typedef struct {
+    int size;
+    double forward_s, backward_s; /* medians */
+} kn_profile_point;
+
+typedef struct {
+    char name[KN_NAME_MAX];
+    size_t parameter_bytes;
+    size_t activation_bytes_per_sample; /* the block's output */
+    size_t stash_bytes_per_sample;      /* its input and internal activations, kept for backward */
+    int npoints;
+    kn_profile_point points[KN_PROFILE_SIZES_MAX];
+} kn_profile_block;
+
+/* Measures every block of `m`; `out` has kn_model_block_count(m) entries. */
+sc_status kn_profile_run(const kn_model *m, const kn_profile_cfg *cfg, kn_profile_block *out,
+                         sc_err *err);
+
+/* Builds the stagecraft-profile document (a jansson object; caller json_decref()s it). The
+ * top-level times are those of `microbatch_size`, which must be one of the measured sizes. */
+sc_status kn_profile_to_json(const kn_model *m, const char *reference_device, int microbatch_size,
+                             const kn_profile_block *blocks, int nblocks, void **json_out,
+                             sc_err *err);
+
+#endif /* KN_PROFILE_H */

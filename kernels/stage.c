@@ -1,0 +1,639 @@
+/*
+ * kn stage: memory layout and the forward/backward walk over a block range.
+ *
+ * Slot layout (one per micro-batch in flight, `slot_bytes` apart in one arena):
+ *   [input copy][targets][block first: stash, output][block first+1: stash, output]...
+ * each part sized for the capacity; a smaller micro-batch uses the front of each part.
+ * Backward ping-pongs between two gradient buffers sized for the widest block boundary, so a
+ * block's dout and din never alias.
+ */
+#include "kernels/stage.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/block.h"
+#include "kernels/device_impl.h"
+
+struct kn_stage {
+    const kn_model *model;
+    kn_stage_cfg cfg;
+    kn_ctx *ctx;
+    int nb;
+    const kn_block **blocks;
+    size_t *poff; /* parameter offset of each block in the stage's range */
+    size_t nparams;
+    float *params, *grads, *opt;
+    char *arena;
+    size_t slot_bytes;
+    size_t in_off, tgt_off;
+    size_t *stash_off, *out_off; /* bytes from the slot start */
+    float *gbuf[2];
+    float *ws;
+    size_t ws_floats, gbuf_floats;
+    const float *grad_in;
+    int grad_in_n;
+    int *slot_n;    /* samples of the slot's last forward; 0 = none yet */
+    bool *slot_due; /* the slot's forward still awaits its backward */
+    int tps;        /* targets per sample */
+    int t;          /* optimizer steps taken */
+    int frozen;     /* leading blocks without gradients or updates */
+    float loss_scale;
+    float *host_losses;
+    size_t mem_bytes;
+};
+
+kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device device, int microbatch)
+{
+    kn_stage_cfg c;
+    memset(&c, 0, sizeof c);
+    c.first_block = first_block;
+    c.last_block = last_block;
+    c.device = device;
+    c.microbatch = microbatch;
+    c.slots = 1;
+    c.allow_tf32 = false;
+    c.optim = kn_optim_adamw_default();
+    return c;
+}
+
+static size_t align_up(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+static sc_status alloc_floats(kn_stage *st, size_t n, float **out, sc_err *err)
+{
+    void *p;
+    SC_CHECK(kn_ctx_alloc(st->ctx, n * sizeof(float), &p, err));
+    st->mem_bytes += n * sizeof(float);
+    *out = p;
+    return SC_OK;
+}
+
+sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage_cfg *cfg,
+                           sc_err *err)
+{
+    *out = NULL;
+    int nblocks = kn_model_block_count(model);
+    if (cfg->first_block < 0 || cfg->last_block >= nblocks || cfg->first_block > cfg->last_block)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "stage blocks [%d, %d] are not a range inside the model's %d blocks "
+                       "(valid: 0 <= first <= last <= %d)",
+                       cfg->first_block, cfg->last_block, nblocks, nblocks - 1);
+    if (cfg->microbatch < 1 || cfg->microbatch > (1 << 20) || cfg->slots < 1 || cfg->slots > 1024)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "stage micro-batch %d / slots %d out of range (valid: 1..1048576 / 1..1024)",
+                       cfg->microbatch, cfg->slots);
+    kn_stage *st = calloc(1, sizeof *st);
+    SC_ALLOC_CHECK(st, err);
+    sc_status rc;
+    st->model = model;
+    st->cfg = *cfg;
+    st->nb = cfg->last_block - cfg->first_block + 1;
+    st->tps = kn_model_targets_per_sample(model);
+    st->blocks = calloc(st->nb, sizeof *st->blocks);
+    st->poff = calloc(st->nb, sizeof *st->poff);
+    st->stash_off = calloc(st->nb, sizeof *st->stash_off);
+    st->out_off = calloc(st->nb, sizeof *st->out_off);
+    st->slot_n = calloc(cfg->slots, sizeof *st->slot_n);
+    st->slot_due = calloc(cfg->slots, sizeof *st->slot_due);
+    if (!st->blocks || !st->poff || !st->stash_off || !st->out_off || !st->slot_n ||
+        !st->slot_due) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating a stage");
+        goto fail;
+    }
+    SC_CHECK_GOTO(kn_ctx_new(&st->ctx, cfg->device, cfg->allow_tf32, err), fail);
+    bool gpu = cfg->device.kind == KN_DEV_CUDA;
+    size_t cap = (size_t)cfg->microbatch;
+    size_t off = 0;
+    const kn_block *b0 = kn_model_block(model, cfg->first_block);
+    st->in_off = 0;
+    off = align_up(b0->in_floats * cap * 4);
+    st->tgt_off = off;
+    off += align_up((size_t)st->tps * cap * 4);
+    for (int i = 0; i < st->nb; i++) {
+        const kn_block *b = kn_model_block(model, cfg->first_block + i);
+        st->blocks[i] = b;
+        st->poff[i] = st->nparams;
+        st->nparams += b->params;
+        st->stash_off[i] = off;
+        off += align_up(b->stash_floats * cap * 4);
+        st->out_off[i] = off;
+        off += align_up(b->out_floats * cap * 4);
+        size_t ws = kn_block_ws_floats(b, (int)cap, gpu);
+        if (ws > st->ws_floats)
+            st->ws_floats = ws;
+        size_t g = (b->in_floats > b->out_floats ? b->in_floats : b->out_floats) * cap;
+        if (g > st->gbuf_floats)
+            st->gbuf_floats = g;
+    }
+    st->slot_bytes = off;
+    st->host_losses =
+        malloc(kn_model_block(model, cfg->last_block)->out_floats * cap * sizeof(float));
+    if (st->host_losses == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating a stage");
+        goto fail;
+    }
+    size_t nopt = st->nparams * (size_t)kn_optim_state_per_param(cfg->optim.kind);
+    SC_CHECK_GOTO(alloc_floats(st, st->nparams, &st->params, err), fail);
+    SC_CHECK_GOTO(alloc_floats(st, st->nparams, &st->grads, err), fail);
+    SC_CHECK_GOTO(alloc_floats(st, nopt, &st->opt, err), fail);
+    SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[0], err), fail);
+    SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[1], err), fail);
+    SC_CHECK_GOTO(alloc_floats(st, st->ws_floats, &st->ws, err), fail);
+    void *arena;
+    SC_CHECK_GOTO(kn_ctx_alloc(st->ctx, st->slot_bytes * cfg->slots, &arena, err), fail);
+    st->arena = arena;
+    st->mem_bytes += st->slot_bytes * cfg->slots;
+
+    /* initial parameters: generated block by block on the host from the model's seed */
+    float *host = malloc(st->nparams * sizeof *host + 1);
+    if (host == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory initialising %zu parameters", st->nparams);
+        goto fail;
+    }
+    for (int i = 0; i < st->nb; i++)
+        kn_model_init_block(model, cfg->first_block + i, host + st->poff[i]);
+    rc = kn_ctx_upload(st->ctx, st->params, host, st->nparams * sizeof *host, err);
+    free(host);
+    if (rc != SC_OK)
+        goto fail;
+    *out = st;
+    return SC_OK;
+fail:
+    kn_stage_destroy(&st);
+    return rc;
+}
+
+sc_status kn_stage_new(kn_stage **out, const kn_model *model, int first_block, int last_block,
+                       kn_device device, int microbatch, sc_err *err)
+{
+    kn_stage_cfg cfg = kn_stage_cfg_default(first_block, last_block, device, microbatch);
+    return kn_stage_new_cfg(out, model, &cfg, err);
+}
+
+void kn_stage_destroy(kn_stage **p)
+{
+    if (p == NULL || *p == NULL)
+        return;
+    kn_stage *st = *p;
+    if (st->ctx != NULL) {
+        kn_ctx_free(st->ctx, st->params);
+        kn_ctx_free(st->ctx, st->grads);
+        kn_ctx_free(st->ctx, st->opt);
+        kn_ctx_free(st->ctx, st->gbuf[0]);
+        kn_ctx_free(st->ctx, st->gbuf[1]);
+        kn_ctx_free(st->ctx, st->ws);
+        kn_ctx_free(st->ctx, st->arena);
+        kn_ctx_destroy(&st->ctx);
+    }
+    free(st->blocks);
+    free(st->poff);
+    free(st->stash_off);
+    free(st->out_off);
+    free(st->slot_n);
+    free(st->slot_due);
+    free(st->host_losses);
+    free(st);
+    *p = NULL;
+}
+
+int kn_stage_first_block(const kn_stage *st)
+{
+    return st->cfg.first_block;
+}
+
+int kn_stage_last_block(const kn_stage *st)
+{
+    return st->cfg.last_block;
+}
+
+kn_ctx *kn_stage_ctx(kn_stage *st)
+{
+    return st->ctx;
+}
+
+size_t kn_stage_param_count(const kn_stage *st)
+{
+    return st->nparams;
+}
+
+size_t kn_stage_input_per_sample(const kn_stage *st)
+{
+    return st->blocks[0]->in_floats;
+}
+
+bool kn_stage_input_is_tokens(const kn_stage *st)
+{
+    return st->blocks[0]->in_tokens;
+}
+
+size_t kn_stage_output_per_sample(const kn_stage *st)
+{
+    return st->blocks[st->nb - 1]->out_floats;
+}
+
+bool kn_stage_has_loss(const kn_stage *st)
+{
+    return st->blocks[st->nb - 1]->has_loss;
+}
+
+size_t kn_stage_memory_bytes(const kn_stage *st)
+{
+    return st->mem_bytes;
+}
+
+static char *slot_base(const kn_stage *st, int slot)
+{
+    return st->arena + (size_t)slot * st->slot_bytes;
+}
+
+static sc_status check_slot(const kn_stage *st, int slot, sc_err *err)
+{
+    if (slot < 0 || slot >= st->cfg.slots)
+        return SC_ERRF(err, SC_ERR_INVALID, "slot %d out of range (the stage has %d)", slot,
+                       st->cfg.slots);
+    return SC_OK;
+}
+
+static sc_status check_ids(const int32_t *ids, size_t n, int limit, const char *what, sc_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= limit)
+            return SC_ERRF(err, SC_ERR_INVALID, "%s[%zu] = %d is out of range (valid: 0..%d)", what,
+                           i, (int)ids[i], limit - 1);
+    return SC_OK;
+}
+
+/* Range checks of host-visible ids; the CUDA kernels clamp instead of trusting them. */
+static sc_status check_host_inputs(const kn_stage *st, const void *input, const int32_t *targets,
+                                   int n, sc_err *err)
+{
+    if (kn_stage_input_is_tokens(st))
+        SC_CHECK(
+            check_ids(input, (size_t)n * st->blocks[0]->in_floats, st->blocks[0]->V, "token", err));
+    if (kn_stage_has_loss(st)) {
+        if (targets == NULL)
+            return SC_ERRF(err, SC_ERR_INVALID, "the stage ends with the loss: targets needed");
+        SC_CHECK(
+            check_ids(targets, (size_t)n * st->tps, kn_model_classes(st->model), "target", err));
+    }
+    return SC_OK;
+}
+
+static sc_status run_forward(kn_stage *st, int slot, int n, sc_err *err)
+{
+    char *base = slot_base(st, slot);
+    const void *in = base + st->in_off;
+    const int32_t *tgt = (const int32_t *)(base + st->tgt_off);
+    for (int i = 0; i < st->nb; i++) {
+        float *outp = (float *)(base + st->out_off[i]);
+        float *stash = (float *)(base + st->stash_off[i]);
+        SC_CHECK(kn_block_forward(st->ctx, st->blocks[i], st->params + st->poff[i], in, outp, stash,
+                                  tgt, st->ws, n, err));
+        in = outp;
+    }
+    st->slot_n[slot] = n;
+    st->slot_due[slot] = true;
+    return SC_OK;
+}
+
+static sc_status forward_common(kn_stage *st, int slot, const void *input, const int32_t *targets,
+                                int n, bool host, sc_err *err)
+{
+    SC_CHECK(check_slot(st, slot, err));
+    if (n < 1 || n > st->cfg.microbatch)
+        return SC_ERRF(err, SC_ERR_INVALID, "micro-batch of %d samples (valid: 1..%d)", n,
+                       st->cfg.microbatch);
+    if (host || st->cfg.device.kind == KN_DEV_CPU)
+        SC_CHECK(check_host_inputs(st, input, targets, n, err));
+    char *base = slot_base(st, slot);
+    size_t in_bytes = (size_t)n * st->blocks[0]->in_floats * 4;
+    size_t tgt_bytes = (size_t)n * st->tps * 4;
+    if (host) {
+        SC_CHECK(kn_ctx_upload(st->ctx, base + st->in_off, input, in_bytes, err));
+        if (kn_stage_has_loss(st))
+            SC_CHECK(kn_ctx_upload(st->ctx, base + st->tgt_off, targets, tgt_bytes, err));
+    } else {
+        SC_CHECK(kn_ctx_copy(st->ctx, base + st->in_off, input, in_bytes, err));
+        if (kn_stage_has_loss(st)) {
+            if (targets == NULL)
+                return SC_ERRF(err, SC_ERR_INVALID, "the stage ends with the loss: targets needed");
+            SC_CHECK(kn_ctx_copy(st->ctx, base + st->tgt_off, targets, tgt_bytes, err));
+        }
+    }
+    return run_forward(st, slot, n, err);
+}
+
+sc_status kn_stage_forward(kn_stage *st, int slot, const void *input, const int32_t *targets, int n,
+                           sc_err *err)
+{
+    return forward_common(st, slot, input, targets, n, false, err);
+}
+
+sc_status kn_stage_forward_host(kn_stage *st, int slot, const void *input, const int32_t *targets,
+                                int n, sc_err *err)
+{
+    return forward_common(st, slot, input, targets, n, true, err);
+}
+
+const float *kn_stage_output(const kn_stage *st, int slot)
+{
+    return (const float *)(slot_base(st, slot) + st->out_off[st->nb - 1]);
+}
+
+sc_status kn_stage_output_to_host(kn_stage *st, int slot, float *host, sc_err *err)
+{
+    SC_CHECK(check_slot(st, slot, err));
+    size_t n = (size_t)st->slot_n[slot] * kn_stage_output_per_sample(st);
+    return kn_ctx_download(st->ctx, host, kn_stage_output(st, slot), n * sizeof(float), err);
+}
+
+sc_status kn_stage_loss(kn_stage *st, int slot, float *loss, sc_err *err)
+{
+    SC_CHECK(check_slot(st, slot, err));
+    if (!kn_stage_has_loss(st))
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "stage [%d, %d] does not end with the loss",
+                       st->cfg.first_block, st->cfg.last_block);
+    size_t n = (size_t)st->slot_n[slot] * kn_stage_output_per_sample(st);
+    if (n == 0)
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "slot %d holds no forward", slot);
+    SC_CHECK(kn_stage_output_to_host(st, slot, st->host_losses, err));
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += st->host_losses[i];
+    *loss = (float)(sum / (double)n);
+    return SC_OK;
+}
+
+void kn_stage_set_loss_scale(kn_stage *st, float per_position)
+{
+    st->loss_scale = per_position;
+}
+
+sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+{
+    SC_CHECK(check_slot(st, slot, err));
+    int n = st->slot_n[slot];
+    if (!st->slot_due[slot])
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "backward of slot %d, which holds no forward awaiting one", slot);
+    if (!kn_stage_has_loss(st) && grad_output == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID, "backward needs the gradient of the stage's output");
+    char *base = slot_base(st, slot);
+    const int32_t *tgt = (const int32_t *)(base + st->tgt_off);
+    float dloss = st->loss_scale > 0.0f ? st->loss_scale : 1.0f / (float)((size_t)n * st->tps);
+    const float *dout = grad_output;
+    int cur = 0;
+    for (int i = st->nb - 1; i >= st->frozen; i--) {
+        const void *in =
+            i == 0 ? (const void *)(base + st->in_off) : (const void *)(base + st->out_off[i - 1]);
+        bool model_input = st->cfg.first_block + i == 0;
+        float *din = model_input ? NULL : st->gbuf[cur];
+        SC_CHECK(kn_block_backward(
+            st->ctx, st->blocks[i], st->params + st->poff[i], st->grads + st->poff[i], in,
+            (const float *)(base + st->stash_off[i]), (const float *)(base + st->out_off[i]), dout,
+            din, tgt, st->ws, n, dloss, err));
+        dout = din;
+        cur ^= 1;
+    }
+    /* with a frozen prefix nothing upstream wants the input gradient */
+    st->grad_in = st->frozen > 0 ? NULL : dout;
+    st->grad_in_n = n;
+    st->slot_due[slot] = false;
+    return SC_OK;
+}
+
+sc_status kn_stage_backward_host(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+{
+    if (grad_output == NULL || kn_stage_has_loss(st))
+        return kn_stage_backward(st, slot, NULL, err);
+    SC_CHECK(check_slot(st, slot, err));
+    /* stage the host gradient in the second ping-pong buffer: the last block writes the first */
+    size_t n = (size_t)st->slot_n[slot] * kn_stage_output_per_sample(st);
+    SC_CHECK(kn_ctx_upload(st->ctx, st->gbuf[1], grad_output, n * sizeof(float), err));
+    return kn_stage_backward(st, slot, st->gbuf[1], err);
+}
+
+const float *kn_stage_grad_input(const kn_stage *st)
+{
+    return st->grad_in;
+}
+
+sc_status kn_stage_grad_input_to_host(kn_stage *st, float *host, sc_err *err)
+{
+    if (st->grad_in == NULL)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "no input gradient (the stage starts the model, or no backward ran)");
+    size_t n = (size_t)st->grad_in_n * kn_stage_input_per_sample(st);
+    return kn_ctx_download(st->ctx, host, st->grad_in, n * sizeof(float), err);
+}
+
+sc_status kn_stage_zero_grads(kn_stage *st, sc_err *err)
+{
+    return kn_ctx_zero(st->ctx, st->grads, st->nparams * sizeof(float), err);
+}
+
+void kn_stage_set_lr(kn_stage *st, float lr)
+{
+    st->cfg.optim.lr = lr;
+}
+
+sc_status kn_stage_step(kn_stage *st, sc_err *err)
+{
+    const kn_optim_cfg *o = &st->cfg.optim;
+    st->t++;
+    for (int i = st->frozen; i < st->nb; i++) {
+        const kn_block *b = st->blocks[i];
+        for (int k = 0; k < b->ntensors; k++) {
+            const kn_tensor *tn = &b->tensors[k];
+            size_t off = st->poff[i] + tn->offset;
+            float *p = st->params + off, *g = st->grads + off;
+            float wd = tn->decay ? o->weight_decay : 0.0f;
+            int rc = 0;
+            if (o->kind == KN_OPT_ADAMW) {
+                float *m = st->opt + off, *v = st->opt + st->nparams + off;
+#ifdef SC_HAVE_CUDA
+                if (st->cfg.device.kind == KN_DEV_CUDA)
+                    rc = kn_adamw_step_cuda(st->ctx, p, g, m, v, tn->count, o->lr, o->beta1,
+                                            o->beta2, o->eps, wd, st->t);
+                else
+#endif
+                    kn_adamw_step_cpu(p, g, m, v, tn->count, o->lr, o->beta1, o->beta2, o->eps, wd,
+                                      st->t);
+            } else {
+                float *v = st->opt + off;
+#ifdef SC_HAVE_CUDA
+                if (st->cfg.device.kind == KN_DEV_CUDA)
+                    rc = kn_sgd_step_cuda(st->ctx, p, g, v, tn->count, o->lr, o->momentum, wd);
+                else
+#endif
+                    kn_sgd_step_cpu(p, g, v, tn->count, o->lr, o->momentum, wd);
+            }
+            if (rc != 0) {
+#ifdef SC_HAVE_CUDA
+                return SC_ERRF(err, SC_ERR_CUDA, "optimizer step (%s.%s): %s", b->name, tn->name,
+                               kn_cuda_error_string(rc));
+#endif
+            }
+        }
+    }
+    (void)err;
+    return SC_OK;
+}
+
+sc_status kn_stage_set_frozen_blocks(kn_stage *st, int count, sc_err *err)
+{
+    if (count < 0 || count > st->nb)
+        return SC_ERRF(err, SC_ERR_INVALID, "cannot freeze %d blocks of a %d-block stage", count,
+                       st->nb);
+    st->frozen = count;
+    return SC_OK;
+}
+
+int kn_stage_frozen_blocks(const kn_stage *st)
+{
+    return st->frozen;
+}
+
+sc_status kn_stage_params_to_host(kn_stage *st, float *host, sc_err *err)
+{
+    return kn_ctx_download(st->ctx, host, st->params, st->nparams * sizeof(float), err);
+}
+
+sc_status kn_stage_params_from_host(kn_stage *st, const float *host, sc_err *err)
+{
+    return kn_ctx_upload(st->ctx, st->params, host, st->nparams * sizeof(float), err);
+}
+
+sc_status kn_stage_grads_to_host(kn_stage *st, float *host, sc_err *err)
+{
+    return kn_ctx_download(st->ctx, host, st->grads, st->nparams * sizeof(float), err);
+}
+
+float *kn_stage_params_device(kn_stage *st)
+{
+    return st->params;
+}
+
+float *kn_stage_grads_device(kn_stage *st)
+{
+    return st->grads;
+}
+
+sc_status kn_stage_grad_sq_norms(kn_stage *st, double *per_block, sc_err *err)
+{
+    float *g = malloc(st->nparams * sizeof *g + 1);
+    SC_ALLOC_CHECK(g, err);
+    sc_status rc = kn_stage_grads_to_host(st, g, err);
+    for (int i = 0; rc == SC_OK && i < st->nb; i++) {
+        double s = 0.0;
+        for (size_t j = 0; j < st->blocks[i]->params; j++) {
+            double v = g[st->poff[i] + j];
+            s += v * v;
+        }
+        per_block[i] = s;
+    }
+    free(g);
+    return rc;
+}
+
+#define PARAM_MAGIC "SCKNPRM1"
+
+/* File layout: this header (native byte order), the parameters, then the optimizer state
+ * (opt_count floats) that lets a resumed run continue exactly where it stopped. */
+typedef struct {
+    char magic[8];
+    uint32_t first_block, last_block;
+    uint64_t count;
+    uint32_t opt_kind, step;
+    uint64_t opt_count;
+} param_header;
+
+static size_t opt_floats(const kn_stage *st)
+{
+    return st->nparams * (size_t)kn_optim_state_per_param(st->cfg.optim.kind);
+}
+
+sc_status kn_stage_save(kn_stage *st, const char *path, sc_err *err)
+{
+    size_t nopt = opt_floats(st);
+    float *host = malloc((st->nparams + nopt) * sizeof *host + 1);
+    SC_ALLOC_CHECK(host, err);
+    sc_status rc = kn_stage_params_to_host(st, host, err);
+    if (rc == SC_OK)
+        rc = kn_ctx_download(st->ctx, host + st->nparams, st->opt, nopt * sizeof *host, err);
+    if (rc != SC_OK) {
+        free(host);
+        return rc;
+    }
+    param_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, PARAM_MAGIC, 8);
+    h.first_block = (uint32_t)st->cfg.first_block;
+    h.last_block = (uint32_t)st->cfg.last_block;
+    h.count = st->nparams;
+    h.opt_kind = (uint32_t)st->cfg.optim.kind;
+    h.step = (uint32_t)st->t;
+    h.opt_count = nopt;
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        free(host);
+        return SC_ERRF(err, SC_ERR_IO, "%s: cannot create the parameter file", path);
+    }
+    size_t ok = fwrite(&h, sizeof h, 1, f);
+    ok += fwrite(host, sizeof *host, st->nparams + nopt, f) == st->nparams + nopt;
+    free(host);
+    if (fclose(f) != 0 || ok != 2)
+        return SC_ERRF(err, SC_ERR_IO, "%s: writing the parameter file failed", path);
+    return SC_OK;
+}
+
+sc_status kn_stage_load(kn_stage *st, const char *path, sc_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return SC_ERRF(err, SC_ERR_IO, "%s: cannot open the parameter file", path);
+    param_header h;
+    sc_status rc = SC_OK;
+    float *host = NULL;
+    size_t nopt = opt_floats(st);
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, PARAM_MAGIC, 8) != 0) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: not a stagecraft parameter file", path);
+        goto out;
+    }
+    if ((int)h.first_block != st->cfg.first_block || (int)h.last_block != st->cfg.last_block ||
+        h.count != st->nparams) {
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "%s: holds blocks [%u, %u] with %llu parameters, the stage has blocks "
+                     "[%d, %d] with %zu",
+                     path, h.first_block, h.last_block, (unsigned long long)h.count,
+                     st->cfg.first_block, st->cfg.last_block, st->nparams);
+        goto out;
+    }
+    host = malloc((st->nparams + nopt) * sizeof *host + 1);
+    if (host == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory loading %s", path);
+        goto out;
+    }
+    if (fread(host, sizeof *host, st->nparams, f) != st->nparams) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated parameter file", path);
+        goto out;
+    }
+    rc = kn_stage_params_from_host(st, host, err);
+    /* the optimizer state comes along only for the same optimizer; another one starts fresh */
+    if (rc == SC_OK && h.opt_kind == (uint32_t)st->cfg.optim.kind && h.opt_count == nopt) {
+        if (fread(host + st->nparams, sizeof *host, nopt, f) != nopt) {
+            rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated optimizer state", path);
+            goto out;
+        }
+        rc = kn_ctx_upload(st->ctx, st->opt, host + st->nparams, nopt * sizeof *host, err);
+        st->t = (int)h.step;
+    }
+out:
+    free(host);
+    fclose(f);
+    return rc;
+}

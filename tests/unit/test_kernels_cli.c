@@ -1,0 +1,125 @@
+/*
+ * `stagecraft profile` end to end: runs the real binary on a small spec and checks the profile
+ * it writes, and that bad input exits 2 with a message naming the file, flag or JSON path.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char out_path[] = "/tmp/kn_cli_profile_XXXXXX";
+static char err_path[] = "/tmp/kn_cli_stderr_XXXXXX";
+
+/* Runs `stagecraft profile ARGS`, stdout to /dev/null, stderr to err_path; returns the exit
+ * status. */
+static int run_profile(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' profile %s >/dev/null 2>'%s'", SC_STAGECRAFT_BIN, args,
+             err_path);
+    int st = system(cmd);
+    assert_true(st != -1 && WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+static int stderr_has(const char *needle)
+{
+    char buf[8192];
+    FILE *f = fopen(err_path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (strstr(buf, needle) == NULL) {
+        fprintf(stderr, "stderr was: %s\nexpected: %s\n", buf, needle);
+        return 0;
+    }
+    return 1;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    int a = mkstemp(out_path), b = mkstemp(err_path);
+    if (a < 0 || b < 0)
+        return -1;
+    close(a);
+    close(b);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(out_path);
+    unlink(err_path);
+    return 0;
+}
+
+static void test_profile_writes_json(void **state)
+{
+    (void)state;
+    char args[1024];
+    snprintf(args, sizeof args,
+             "--model %s/kernels/gpt_tiny.json --microbatch 1,2 --warmup 0 --repeats 1 --out %s",
+             SC_TEST_DATA_DIR, out_path);
+    assert_int_equal(run_profile(args), 0);
+    json_error_t jerr;
+    json_t *doc = json_load_file(out_path, 0, &jerr);
+    assert_non_null(doc);
+    assert_string_equal(json_string_value(json_object_get(doc, "format")), "stagecraft-profile");
+    assert_string_equal(json_string_value(json_object_get(doc, "model")), "gpt-tiny");
+    assert_string_equal(json_string_value(json_object_get(doc, "reference_device")), "cpu");
+    assert_int_equal(json_integer_value(json_object_get(doc, "microbatch_size")), 2);
+    json_t *blocks = json_object_get(doc, "blocks");
+    assert_int_equal(json_array_size(blocks), 6);
+    json_t *head = json_array_get(blocks, 5);
+    assert_string_equal(json_string_value(json_object_get(head, "name")), "head");
+    /* per-position losses of 2 samples x 16 positions */
+    assert_int_equal(json_integer_value(json_object_get(head, "activation_bytes")), 2 * 16 * 4);
+    assert_int_equal(json_array_size(json_object_get(head, "by_microbatch_size")), 2);
+    json_decref(doc);
+}
+
+static void test_profile_bad_input(void **state)
+{
+    (void)state;
+    char args[1024];
+    snprintf(args, sizeof args, "--model %s/kernels/bad_heads.json", SC_TEST_DATA_DIR);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("bad_heads.json:2:"));
+    assert_true(stderr_has("$.width: width 30 is not divisible by heads 4"));
+
+    snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --microbatch 1,0",
+             SC_TEST_DATA_DIR);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("--microbatch"));
+
+    snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --device tpu", SC_TEST_DATA_DIR);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("unknown device 'tpu'"));
+
+    assert_int_equal(run_profile("--microbatch 2"), 2);
+    assert_true(stderr_has("--model SPEC is required"));
+
+    assert_int_equal(run_profile("--model /nonexistent/spec.json"), 2);
+    assert_true(stderr_has("/nonexistent/spec.json"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_writes_json),
+        cmocka_unit_test(test_profile_bad_input),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,373 @@
+/* coordinator/planner/plan_partition: every strategy against brute force or hand-computed
+ * optima: minmax == brute force on random chains, exhaustive == minmax on one server, hetero
+ * within 1% of exhaustive on random heterogeneous clusters, PipeDream's objective on a small
+ * chain, memory as a hard limit, and the lower bound below every plan. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/planner/plan_partition.h"
+
+static uint64_t rng = 88172645463325252ull;
+static double urand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+typedef struct inst {
+    plan_profile *prof;
+    plan_cluster *cl;
+    plan_cost *cost;
+    plan_partition *part;
+    plan_search_cfg cfg;
+} inst;
+
+static plan_profile *random_chain(int L)
+{
+    plan_profile *p = NULL;
+    sc_err err;
+    assert_int_equal(plan_profile_new(&p, L, &err), SC_OK);
+    for (int l = 0; l < L; l++) {
+        p->blocks[l].forward_s = 0.1 + urand();
+        p->blocks[l].backward_s = 2 * p->blocks[l].forward_s * (0.5 + urand());
+        p->blocks[l].activation_bytes = urand() < 0.3 ? 1e9 * urand() : 1e6 * urand();
+        p->blocks[l].parameter_bytes = 1e6 * urand();
+        p->blocks[l].stash_bytes = p->blocks[l].activation_bytes;
+    }
+    return p;
+}
+
+static void inst_init(inst *x, plan_profile *p, plan_cluster *c)
+{
+    sc_err err;
+    memset(x, 0, sizeof *x);
+    x->prof = p;
+    x->cl = c;
+    assert_int_equal(plan_cost_new(&x->cost, p, c, 1, 8, &err), SC_OK);
+    assert_int_equal(plan_partition_new(&x->part, p->n_blocks, c->n_devices, &err), SC_OK);
+    x->cfg.cost = x->cost;
+    x->cfg.ref_cost = x->cost;
+    x->cfg.sched = PLAN_SCHED_1F1B;
+    x->cfg.n_micro = 8;
+}
+
+static void inst_free(inst *x)
+{
+    plan_partition_destroy(&x->part);
+    plan_cost_destroy(&x->cost);
+    plan_cluster_destroy(&x->cl);
+    plan_profile_destroy(&x->prof);
+}
+
+/* Stages cover the chain in order, each device used once. */
+static void assert_valid(const inst *x, const plan_partition *p)
+{
+    assert_true(p->n_stages >= 1);
+    assert_int_equal(p->first[0], 0);
+    assert_int_equal(p->last[p->n_stages - 1], x->prof->n_blocks - 1);
+    char used[256] = {0};
+    for (int s = 0; s < p->n_stages; s++) {
+        assert_true(p->first[s] <= p->last[s]);
+        if (s > 0)
+            assert_int_equal(p->first[s], p->last[s - 1] + 1);
+        assert_true(p->n_dev[s] >= 1);
+        for (int i = 0; i < p->n_dev[s]; i++) {
+            int d = p->devs[p->dev_start[s] + i];
+            assert_true(d >= 0 && d < x->cl->n_devices);
+            assert_false(used[d]);
+            used[d] = 1;
+        }
+    }
+}
+
+/* Brute force over every composition into S <= D stages on devices 0..S-1 in order. */
+static double brute_in_order(const inst *x)
+{
+    int L = x->prof->n_blocks, D = x->cl->n_devices;
+    double best = HUGE_VAL;
+    plan_partition *p = NULL;
+    sc_err err;
+    assert_int_equal(plan_partition_new(&p, L, D, &err), SC_OK);
+    for (unsigned mask = 0; mask < (1u << (L - 1)); mask++) {
+        int cuts = __builtin_popcount(mask);
+        if (cuts + 1 > D)
+            continue;
+        plan_partition_clear(p);
+        int first = 0, s = 0;
+        for (int l = 0; l < L; l++)
+            if (l == L - 1 || (mask >> l & 1)) {
+                plan_partition_push(p, first, l, &s, 1);
+                s++;
+                first = l + 1;
+            }
+        double v = plan_partition_bottleneck(x->cost, p);
+        best = v < best ? v : best;
+    }
+    plan_partition_destroy(&p);
+    return best;
+}
+
+static void test_minmax_matches_brute_force(void **state)
+{
+    (void)state;
+    sc_err err;
+    for (int trial = 0; trial < 300; trial++) {
+        int L = 1 + (int)(urand() * 10), D = 1 + (int)(urand() * 5);
+        plan_cluster *c = NULL;
+        if (trial % 2 == 0) {
+            assert_int_equal(plan_cluster_new_uniform(&c, D, 1e9 + 1e10 * urand(), 0, &err), SC_OK);
+        } else {
+            /* unequal devices in a fixed order, two servers */
+            int t0, t1;
+            assert_int_equal(plan_cluster_new_empty(&c, &err), SC_OK);
+            assert_int_equal(plan_cluster_add_type(c, "a", 0.3 + 2 * urand(), 0, &t0, &err), SC_OK);
+            assert_int_equal(plan_cluster_add_type(c, "b", 0.3 + 2 * urand(), 0, &t1, &err), SC_OK);
+            int types[8];
+            for (int i = 0; i < D; i++)
+                types[i] = urand() < 0.5 ? t0 : t1;
+            int n0 = D / 2;
+            if (n0 > 0)
+                assert_int_equal(plan_cluster_add_server(c, "s0", 1e10, 1e9, types, n0, &err),
+                                 SC_OK);
+            assert_int_equal(plan_cluster_add_server(c, "s1", 5e9, 2e9, types + n0, D - n0, &err),
+                             SC_OK);
+        }
+        inst x;
+        inst_init(&x, random_chain(L), c);
+        assert_int_equal(plan_partition_minmax(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        double want = brute_in_order(&x);
+        assert_float_equal(x.part->objective_s, want, 1e-12 * want);
+        assert_float_equal(plan_partition_bottleneck(x.cost, x.part), want, 1e-12 * want);
+        /* nothing beats the lower bound */
+        assert_true(plan_lower_bound(x.cost) <= want * (1 + 1e-12));
+        inst_free(&x);
+    }
+}
+
+static void test_exhaustive_and_baselines(void **state)
+{
+    (void)state;
+    sc_err err;
+    for (int trial = 0; trial < 60; trial++) {
+        int L = 2 + (int)(urand() * 7), D = 1 + (int)(urand() * 4);
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_new_uniform(&c, D, 1e9 + 1e10 * urand(), 0, &err), SC_OK);
+        inst x;
+        inst_init(&x, random_chain(L), c);
+        assert_int_equal(plan_partition_minmax(&x.cfg, x.part, &err), SC_OK);
+        double mm = x.part->objective_s;
+        /* one server, one device type: the order does not matter, so exhaustive == minmax */
+        assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        assert_float_equal(x.part->objective_s, mm, 1e-12 * mm);
+        assert_int_equal(plan_partition_uniform(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        assert_true(x.part->objective_s >= mm * (1 - 1e-12));
+        assert_int_equal(plan_partition_blockpartition(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        assert_true(x.part->objective_s >= mm * (1 - 1e-12));
+        assert_int_equal(plan_partition_autopipe(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        assert_true(isfinite(x.part->objective_s));
+        assert_int_equal(plan_partition_hetero(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        assert_true(x.part->objective_s <= mm * (1 + 1e-9));
+        inst_free(&x);
+    }
+}
+
+static void test_hetero_near_exhaustive(void **state)
+{
+    (void)state;
+    sc_err err;
+    for (int trial = 0; trial < 120; trial++) {
+        int L = 2 + (int)(urand() * 7);
+        plan_cluster *c = NULL;
+        int t[3];
+        assert_int_equal(plan_cluster_new_empty(&c, &err), SC_OK);
+        for (int i = 0; i < 3; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "t%d", i);
+            assert_int_equal(plan_cluster_add_type(c, name, 0.2 + 2 * urand(), 0, &t[i], &err),
+                             SC_OK);
+        }
+        int ns = 1 + (int)(urand() * 2);
+        for (int s = 0; s < ns; s++) {
+            int nd = 1 + (int)(urand() * 2.5), types[4];
+            for (int i = 0; i < nd; i++)
+                types[i] = t[(int)(urand() * 3)];
+            char name[16];
+            snprintf(name, sizeof name, "s%d", s);
+            assert_int_equal(plan_cluster_add_server(c, name, 1e9 + 2e10 * urand(),
+                                                     1e8 + 2e9 * urand(), types, nd, &err),
+                             SC_OK);
+        }
+        inst x;
+        inst_init(&x, random_chain(L), c);
+        assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_OK);
+        double ex = x.part->objective_s;
+        assert_float_equal(plan_partition_bottleneck(x.cost, x.part), ex, 1e-12 * ex);
+        assert_int_equal(plan_partition_hetero(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        double he = plan_partition_bottleneck(x.cost, x.part);
+        if (he > 1.01 * ex)
+            print_error("trial %d: hetero %g exhaustive %g\n", trial, he, ex);
+        assert_true(he <= 1.01 * ex);
+        inst_free(&x);
+    }
+}
+
+static void test_memory_is_a_hard_limit(void **state)
+{
+    (void)state;
+    sc_err err;
+    for (int D = 3; D <= 5; D++) {
+        plan_profile *p = NULL;
+        assert_int_equal(plan_profile_new(&p, 4, &err), SC_OK);
+        for (int l = 0; l < 4; l++) {
+            p->blocks[l].forward_s = l == 0 ? 10 : 0.01; /* compute alone wants 2 stages */
+            p->blocks[l].parameter_bytes = 100;
+        }
+        plan_cluster *c = NULL;
+        /* 4 copies x 100 bytes fit, two blocks do not: one block per device */
+        assert_int_equal(plan_cluster_new_uniform(&c, D, 1e9, 450, &err), SC_OK);
+        inst x;
+        inst_init(&x, p, c);
+        sc_status want = D >= 4 ? SC_OK : SC_ERR_TOO_LARGE;
+        sc_err_clear(&err);
+        assert_int_equal(plan_partition_minmax(&x.cfg, x.part, &err), want);
+        if (want == SC_OK) {
+            assert_int_equal(x.part->n_stages, 4);
+            assert_int_equal(plan_partition_check_memory(&x.cfg, x.part, &err), SC_OK);
+        } else {
+            assert_non_null(strstr(err.msg, "memory"));
+        }
+        sc_err_clear(&err);
+        assert_int_equal(plan_partition_hetero(&x.cfg, x.part, &err), want);
+        if (want == SC_OK) {
+            assert_int_equal(x.part->n_stages, 4);
+            assert_int_equal(plan_partition_check_memory(&x.cfg, x.part, &err), SC_OK);
+        }
+        sc_err_clear(&err);
+        assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), want);
+        /* uniform ignores memory: the check reports it */
+        assert_int_equal(plan_partition_uniform(&x.cfg, x.part, &err), SC_OK);
+        inst_free(&x);
+    }
+}
+
+static void test_pipedream_objective(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 3, &err), SC_OK);
+    p->blocks[0].forward_s = 3;
+    p->blocks[1].forward_s = 1;
+    p->blocks[2].forward_s = 1;
+    p->blocks[0].parameter_bytes = 1e9;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 3, 1e10, 0, &err), SC_OK);
+    inst x;
+    inst_init(&x, p, c);
+    assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+    /* best: everything data-parallel on 3 machines, (5 + 4*2*1e9/(1e10*3)) / 3 */
+    assert_float_equal(x.part->objective_s, (5 + 8e9 / 3e10) / 3, 1e-12);
+    assert_int_equal(x.part->n_stages, 1);
+    assert_int_equal(x.part->n_dev[0], 3);
+    /* with a costly activation after block 0 nothing changes; with heavy weights the
+     * replicated stage loses to a pipeline: block 0 on 2 replicas, 1-2 on one machine */
+    x.prof->blocks[0].parameter_bytes = 3e10;
+    plan_cost_destroy(&x.cost);
+    assert_int_equal(plan_cost_new(&x.cost, x.prof, c, 1, 8, &err), SC_OK);
+    x.cfg.cost = x.cfg.ref_cost = x.cost;
+    assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+    /* all on 3: (5 + 8*3e10/3e10)/3 = 4.33; {0} on 2: (3 + 4*3e10/2e10)/2 = 4.5;
+     * {0} alone on 1 then {1,2} on 2 replicas: max(3, 1) = 3; {0},{1},{2}: 3 */
+    assert_float_equal(x.part->objective_s, 3.0, 1e-12);
+    assert_valid(&x, x.part);
+    inst_free(&x);
+}
+
+static void test_exhaustive_refuses_large(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 12, 1e9, 0, &err), SC_OK);
+    inst x;
+    inst_init(&x, random_chain(40), c);
+    sc_err_clear(&err);
+    assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_ERR_TOO_LARGE);
+    assert_non_null(strstr(err.msg, "exhaustive"));
+    assert_non_null(strstr(err.msg, "limit"));
+    inst_free(&x);
+}
+
+static void test_shared_links(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 4, &err), SC_OK);
+    for (int l = 0; l < 4; l++)
+        p->blocks[l].activation_bytes = 1e9;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_load(&c, SC_TEST_DATA_DIR "/planner/cluster_links.json", &err),
+                     SC_OK);
+    inst x;
+    inst_init(&x, p, c);
+    /* stages in device order 0 1 2 3: only the cut 1 -> 2 crosses the two PCIe uplinks */
+    for (int s = 0; s < 4; s++)
+        plan_partition_push(x.part, s, s, &s, 1);
+    assert_float_equal(plan_partition_contention(x.cost, x.part), 2e9 / 16e9, 1e-12);
+    assert_float_equal(plan_partition_bottleneck(x.cost, x.part), 2e9 / 16e9, 1e-12);
+    /* order 0 2 1 3: all three cuts cross both uplinks, which then carry three transfers */
+    plan_partition_clear(x.part);
+    const int order[4] = {0, 2, 1, 3};
+    for (int s = 0; s < 4; s++)
+        plan_partition_push(x.part, s, s, &order[s], 1);
+    assert_float_equal(plan_partition_contention(x.cost, x.part), 6e9 / 16e9, 1e-12);
+    assert_float_equal(plan_partition_bottleneck(x.cost, x.part), 6e9 / 16e9, 1e-12);
+    /* the searches see it: exhaustive and hetero avoid the crossing orders */
+    /* 0.1 s per block: four stages (0.125 s with one uplink crossing) beat fewer (>= 0.2 s) */
+    for (int l = 0; l < 4; l++)
+        p->blocks[l].forward_s = 0.1;
+    plan_cost_destroy(&x.cost);
+    assert_int_equal(plan_cost_new(&x.cost, p, c, 1, 8, &err), SC_OK);
+    x.cfg.cost = x.cfg.ref_cost = x.cost;
+    assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_OK);
+    double ex = x.part->objective_s;
+    assert_float_equal(plan_partition_bottleneck(x.cost, x.part), ex, 1e-12);
+    assert_float_equal(ex, 2e9 / 16e9, 1e-12);
+    assert_int_equal(plan_partition_hetero(&x.cfg, x.part, &err), SC_OK);
+    assert_valid(&x, x.part);
+    assert_true(plan_partition_bottleneck(x.cost, x.part) <= 1.01 * ex);
+    inst_free(&x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_minmax_matches_brute_force),
+        cmocka_unit_test(test_exhaustive_and_baselines),
+        cmocka_unit_test(test_hetero_near_exhaustive),
+        cmocka_unit_test(test_memory_is_a_hard_limit),
+        cmocka_unit_test(test_pipedream_objective),
+        cmocka_unit_test(test_exhaustive_refuses_large),
+        cmocka_unit_test(test_shared_links),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,233 @@
+/* coordinator/planner/plan: the strategy driver end to end: every strategy on a small
+ * heterogeneous cluster, the plan JSON keys, --microbatches auto, the bubble through the
+ * driver, and one-line errors for impossible requests. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator/planner/plan.h"
+
+#define DATA SC_TEST_DATA_DIR "/planner/"
+
+static void load(plan_profile **p, plan_cluster **c, const char *prof, const char *cl)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_load(p, prof, &err), SC_OK);
+    assert_int_equal(plan_cluster_load(c, cl, &err), SC_OK);
+}
+
+static void test_all_strategies_json(void **state)
+{
+    (void)state;
+    plan_profile *p;
+    plan_cluster *c;
+    load(&p, &c, DATA "tiny.json", DATA "cluster2.json");
+    plan_request req = {.profile = p, .cluster = c, .batch = 16, .schedule = PLAN_SCHED_1F1B};
+    plan_result r[PLAN_STRAT_COUNT];
+    sc_err err;
+    for (int s = 0; s < PLAN_STRAT_COUNT; s++) {
+        sc_err_clear(&err);
+        sc_status rc = plan_run(&req, (plan_strategy)s, &r[s], &err);
+        if (rc != SC_OK)
+            print_error("%s: %s\n", plan_strategy_name((plan_strategy)s), err.msg);
+        assert_int_equal(rc, SC_OK);
+        assert_true(r[s].ok);
+        assert_true(r[s].iteration_time_s > 0 && isfinite(r[s].iteration_time_s));
+        assert_true(r[s].lower_bound_s <= r[s].bottleneck_s * (1 + 1e-12));
+        assert_true(r[s].bubble_fraction >= 0 && r[s].bubble_fraction < 1);
+        assert_true(r[s].search_time_s >= 0);
+    }
+    /* hetero is at least as good as any single-device-per-stage plan on the objective */
+    assert_true(r[PLAN_STRAT_HETERO].bottleneck_s <= r[PLAN_STRAT_EXHAUSTIVE].bottleneck_s * 1.01);
+    FILE *f = tmpfile();
+    assert_int_equal(plan_write_json(f, &req, r, PLAN_STRAT_COUNT, &err), SC_OK);
+    rewind(f);
+    json_error_t jerr;
+    json_t *root = json_loadf(f, 0, &jerr);
+    fclose(f);
+    if (root == NULL)
+        print_error("%s at %d:%d\n", jerr.text, jerr.line, jerr.column);
+    assert_non_null(root);
+    json_t *plans = json_object_get(root, "plans");
+    assert_int_equal(json_array_size(plans), PLAN_STRAT_COUNT);
+    const char *keys[] = {"strategy",
+                          "objective_s",
+                          "bottleneck_s",
+                          "iteration_time_s",
+                          "throughput_samples_per_s",
+                          "bubble_fraction",
+                          "lower_bound_s",
+                          "search_time_s",
+                          "stages",
+                          "microbatches",
+                          NULL};
+    for (size_t i = 0; i < json_array_size(plans); i++) {
+        json_t *pl = json_array_get(plans, i);
+        for (int k = 0; keys[k]; k++)
+            assert_non_null(json_object_get(pl, keys[k]));
+        json_t *stages = json_object_get(pl, "stages");
+        int next = 0;
+        for (size_t s = 0; s < json_array_size(stages); s++) {
+            json_t *st = json_array_get(stages, s);
+            assert_int_equal(json_integer_value(json_object_get(st, "first_block")), next);
+            next = (int)json_integer_value(json_object_get(st, "last_block")) + 1;
+            assert_int_equal(json_array_size(json_object_get(st, "devices")),
+                             json_integer_value(json_object_get(st, "replicas")));
+            assert_non_null(json_object_get(st, "compute_s"));
+            assert_non_null(json_object_get(st, "peak_memory_bytes"));
+        }
+        assert_int_equal(next, 4);
+        assert_non_null(json_object_get(json_object_get(pl, "microbatches"), "count"));
+    }
+    /* umpipe reports its per-stage sizes */
+    json_t *um = json_array_get(plans, PLAN_STRAT_UMPIPE);
+    assert_string_equal(json_string_value(json_object_get(um, "strategy")), "umpipe");
+    assert_true(json_is_array(json_object_get(json_object_get(um, "microbatches"), "sizes")));
+    json_decref(root);
+    for (int s = 0; s < PLAN_STRAT_COUNT; s++)
+        plan_result_free(&r[s]);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
+static void test_bubble_through_driver(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 8, &err), SC_OK);
+    for (int l = 0; l < 8; l++) {
+        p->blocks[l].forward_s = 1;
+        p->blocks[l].backward_s = 2;
+    }
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e9, 0, &err), SC_OK);
+    for (int k = 0; k < 2; k++) {
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 8,
+                            .microbatches = 8,
+                            .schedule = k ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B};
+        plan_result r;
+        assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &r, &err), SC_OK);
+        assert_int_equal(r.part->n_stages, 4);
+        assert_int_equal(r.n_micro, 8);
+        /* 2 blocks of (1 + 2) s per stage per micro-batch of 1 sample */
+        assert_float_equal(r.iteration_time_s, (8 + 4 - 1) * 6.0, 1e-9);
+        assert_float_equal(r.bubble_fraction, 3.0 / 11, 1e-12);
+        assert_float_equal(r.throughput_samples_per_s, 8 / 66.0, 1e-12);
+        assert_float_equal(r.bottleneck_s, 6.0, 1e-12);
+        assert_float_equal(r.lower_bound_s, 6.0, 1e-12);
+        plan_result_free(&r);
+    }
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
+static void test_auto_microbatches_and_trace(void **state)
+{
+    (void)state;
+    plan_profile *p;
+    plan_cluster *c;
+    load(&p, &c, DATA "tiny.json", DATA "cluster2.json");
+    plan_request req = {
+        .profile = p, .cluster = c, .batch = 32, .schedule = PLAN_SCHED_1F1B, .record_trace = 1};
+    plan_result r;
+    sc_err err;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_true(r.n_sweep > 0);
+    /* the chosen count is the fastest of the sweep that fits */
+    int found = 0;
+    for (int i = 0; i < r.n_sweep; i++) {
+        assert_int_equal(32 % r.sweep_count[i], 0);
+        if (r.sweep_count[i] == r.n_micro) {
+            found = 1;
+            assert_float_equal(r.sweep_iter_s[i], r.iteration_time_s, 1e-12);
+        }
+        if (r.sweep_fits[i])
+            assert_true(r.iteration_time_s <= r.sweep_iter_s[i] * (1 + 1e-12));
+    }
+    assert_true(found);
+    assert_true(r.sim.n_events > 0);
+    char path[] = "/tmp/test_planner_trace_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(plan_write_trace(&r, path, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    assert_true(json_array_size(json_object_get(root, "traceEvents")) > (size_t)r.sim.n_events);
+    json_decref(root);
+    unlink(path);
+    plan_result_free(&r);
+    /* sliced picks how many warm-up micro-batches to halve */
+    req.schedule = PLAN_SCHED_SLICED;
+    req.microbatches = 8;
+    req.record_trace = 0;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_true(r.sliced >= 0 && r.sliced < r.part->n_stages + 1);
+    plan_result_free(&r);
+    req.schedule = PLAN_SCHED_PIPEDREAM;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_HETERO, &r, &err), SC_OK);
+    assert_true(r.iteration_time_s > 0);
+    plan_result_free(&r);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
+static void expect_error(plan_request *req, plan_strategy s, const char *needle)
+{
+    plan_result r;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_not_equal(plan_run(req, s, &r, &err), SC_OK);
+    if (strstr(err.msg, needle) == NULL)
+        print_error("message: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, needle));
+    assert_null(strchr(err.msg, '\n'));
+    plan_result_free(&r);
+}
+
+static void test_bad_requests(void **state)
+{
+    (void)state;
+    plan_profile *p;
+    plan_cluster *c;
+    load(&p, &c, DATA "tiny.json", DATA "cluster2.json");
+    plan_request req = {.profile = p, .cluster = c, .batch = 16, .microbatches = 3};
+    expect_error(&req, PLAN_STRAT_MINMAX, "--microbatches 3");
+    req.microbatches = 0;
+    req.max_stages = 9;
+    expect_error(&req, PLAN_STRAT_MINMAX, "more stages than the 5 devices");
+    plan_cluster_destroy(&c);
+    sc_err err;
+    assert_int_equal(plan_cluster_load(&c, DATA "small_memory.json", &err), SC_OK);
+    req.cluster = c;
+    req.max_stages = 0;
+    expect_error(&req, PLAN_STRAT_HETERO, "more than any device");
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_strategies_json),
+        cmocka_unit_test(test_bubble_through_driver),
+        cmocka_unit_test(test_auto_microbatches_and_trace),
+        cmocka_unit_test(test_bad_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,173 @@
+/* coordinator/planner/plan_profile: JSON and PipeDream graph.txt readers, time scaling, and
+ * one-line errors for malformed files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "coordinator/planner/plan_profile.h"
+
+#define DATA SC_TEST_DATA_DIR "/planner/"
+
+static plan_profile *load_ok(const char *path)
+{
+    plan_profile *p = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    sc_status rc = plan_profile_load(&p, path, &err);
+    if (rc != SC_OK)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, SC_OK);
+    return p;
+}
+
+static void load_fails(const char *path, sc_status want, const char *const *needles)
+{
+    plan_profile *p = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_load(&p, path, &err), want);
+    assert_null(p);
+    assert_null(strchr(err.msg, '\n')); /* one line */
+    for (int i = 0; needles[i]; i++) {
+        if (strstr(err.msg, needles[i]) == NULL)
+            print_error("message '%s' lacks '%s'\n", err.msg, needles[i]);
+        assert_non_null(strstr(err.msg, needles[i]));
+    }
+}
+
+static void test_json_profile(void **state)
+{
+    (void)state;
+    plan_profile *p = load_ok(DATA "tiny.json");
+    assert_int_equal(p->kind, PLAN_PROFILE_JSON);
+    assert_int_equal(p->n_blocks, 4);
+    assert_int_equal(p->microbatch_size, 4);
+    assert_string_equal(p->model, "tiny");
+    assert_string_equal(p->reference_device, "ref");
+    assert_string_equal(p->blocks[3].name, "head");
+    assert_true(p->blocks[1].forward_s == 0.003);
+    assert_true(p->blocks[0].stash_bytes == 8192);
+    /* stash_bytes defaults to the activation */
+    assert_true(p->blocks[1].stash_bytes == 4096);
+    assert_int_equal(p->blocks[0].n_sizes, 2);
+    plan_profile_destroy(&p);
+    assert_null(p);
+    plan_profile_destroy(&p);
+}
+
+static void test_time_scaling(void **state)
+{
+    (void)state;
+    plan_profile *p = load_ok(DATA "tiny.json");
+    double f, b;
+    /* no measured sizes: linear in the size (reference 4 samples) */
+    plan_profile_block_time(p, 1, 2, 0, &f, &b);
+    assert_float_equal(f, 0.0015, 1e-15);
+    assert_float_equal(b, 0.003, 1e-15);
+    /* measured at 1 and 4: interpolated at 2 */
+    plan_profile_block_time(p, 0, 2, 0, &f, &b);
+    assert_float_equal(f, 0.0004 + (0.001 - 0.0004) / 3, 1e-15);
+    assert_float_equal(b, 0.0008 + (0.002 - 0.0008) / 3, 1e-15);
+    /* beyond the last point: along the last segment */
+    plan_profile_block_time(p, 0, 7, 0, &f, &b);
+    assert_float_equal(f, 0.001 + 3 * (0.0006 / 3), 1e-15);
+    /* below the first point: proportional */
+    plan_profile_block_time(p, 0, 0.5, 0, &f, &b);
+    assert_float_equal(f, 0.0002, 1e-15);
+    assert_float_equal(plan_profile_size_factor(p, 8, 0), 2.0, 0);
+    plan_profile_destroy(&p);
+}
+
+static void test_graph_profile(void **state)
+{
+    (void)state;
+    plan_profile *p = load_ok(DATA "tiny.graph.txt");
+    assert_int_equal(p->kind, PLAN_PROFILE_PIPEDREAM);
+    assert_int_equal(p->microbatch_size, 0);
+    /* __getitem__ sink dropped; Input first and zeroed */
+    assert_int_equal(p->n_blocks, 4);
+    assert_string_equal(p->blocks[0].name, "node1");
+    assert_true(p->blocks[0].forward_s == 0 && p->blocks[0].activation_bytes == 0);
+    assert_string_equal(p->blocks[1].name, "node2");
+    assert_string_equal(p->blocks[2].name, "node3");
+    assert_string_equal(p->blocks[3].name, "node4");
+    /* milliseconds become seconds */
+    assert_float_equal(p->blocks[2].forward_s, 0.002, 1e-15);
+    assert_float_equal(p->blocks[2].backward_s, 0.003, 1e-15);
+    /* node2's output is needed by node3 and node4: it crosses both cuts; node3's list
+     * activation [10; 20] is summed */
+    assert_true(p->blocks[1].activation_bytes == 1000);
+    assert_true(p->blocks[2].activation_bytes == 1030);
+    assert_true(p->blocks[3].activation_bytes == 7);
+    assert_true(p->blocks[1].parameter_bytes == 400);
+    /* graph.txt times are for the whole minibatch: factor = samples / batch */
+    double f, b;
+    plan_profile_block_time(p, 1, 8, 32, &f, &b);
+    assert_float_equal(f, 0.001 / 4, 1e-15);
+    plan_profile_destroy(&p);
+}
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    load_fails(DATA "bad_field.json", SC_ERR_INVALID,
+               (const char *const[]){"bad_field.json:4:", "$.blocks[1].forward_s", "number", NULL});
+    load_fails(DATA "bad_version.json", SC_ERR_VERSION,
+               (const char *const[]){"bad_version.json", "version 7", NULL});
+    load_fails(DATA "bad_syntax.json", SC_ERR_PARSE,
+               (const char *const[]){"bad_syntax.json:2:", NULL});
+    load_fails(
+        DATA "bad_metric.graph.txt", SC_ERR_PARSE,
+        (const char *const[]){"bad_metric.graph.txt:2:", "forward_compute_time", "abc", NULL});
+    load_fails(DATA "bad_edge.graph.txt", SC_ERR_PARSE,
+               (const char *const[]){"bad_edge.graph.txt:3:", "node9", NULL});
+    load_fails(DATA "cycle.graph.txt", SC_ERR_PARSE,
+               (const char *const[]){"cycle.graph.txt", "cycle", NULL});
+    load_fails(DATA "no_such_file.json", SC_ERR_IO,
+               (const char *const[]){"no_such_file.json", NULL});
+}
+
+static void test_inline_texts(void **state)
+{
+    (void)state;
+    plan_profile *p = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    /* a node line without metrics */
+    const char *t1 = "node1 -- Conv\n";
+    assert_int_equal(plan_profile_parse_graph(&p, "x.txt", t1, &err), SC_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "x.txt:1:"));
+    /* by_microbatch_size must increase */
+    sc_err_clear(&err);
+    const char *t2 = "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 2,"
+                     " \"blocks\": [{\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 1,"
+                     " \"activation_bytes\": 1, \"by_microbatch_size\": ["
+                     "{\"size\": 2, \"forward_s\": 1, \"backward_s\": 1},"
+                     "{\"size\": 2, \"forward_s\": 1, \"backward_s\": 1}]}]}";
+    assert_int_equal(plan_profile_parse_json(&p, "y.json", t2, strlen(t2), &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "by_microbatch_size[1].size"));
+    /* wrong format name */
+    sc_err_clear(&err);
+    const char *t3 = "{\"format\": \"stagecraft-cluster\", \"version\": 1}";
+    assert_int_equal(plan_profile_parse_json(&p, "z.json", t3, strlen(t3), &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "stagecraft-profile"));
+    /* an empty profile */
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_parse_graph(&p, "e.txt", "\n\n", &err), SC_ERR_PARSE);
+    assert_null(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_profile),  cmocka_unit_test(test_time_scaling),
+        cmocka_unit_test(test_graph_profile), cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_inline_texts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,482 @@
+/* worker/runtime/runner: pipelined training equals single-stage training with gradient
+ * accumulation (GPT and VGG-style, gpipe and 1f1b, 2 and 4 stages, one thread per stage over zmq
+ * loopback or local queues); checkpoints resume bit-exactly; a vanished neighbour fails the step
+ * within the timeout; bad configurations are refused with clear messages. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/sc_json.h"
+#include "kernels/model.h"
+#include "kernels/stage.h"
+#include "worker/data/data.h"
+#include "worker/runtime/runner.h"
+
+#define GPT_JSON                                                                                   \
+    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "       \
+    "\"seq_len\": 8, \"layers\": 2, \"width\": 16, \"heads\": 2}"
+#define VGG_JSON                                                                                   \
+    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"vgg\", \"config\": \"vgg11\", " \
+    "\"image\": [3, 32, 32], \"classes\": 10, \"width_divisor\": 16}"
+#define MLP_JSON "{\"kind\": \"mlp\", \"sizes\": [12, 10, 8, 6, 4]}"
+
+typedef struct {
+    const char *model;
+    const char *schedule;
+    int stages, batch, microbatches, steps;
+    const char *optimizer;
+    const char *transport;
+    const char *data_kind, *data_path;
+} run_spec;
+
+static int model_blocks(const char *json)
+{
+    sc_jdoc *doc = NULL;
+    kn_model *m = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_jdoc_parse(&doc, "model", json, strlen(json), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
+    int n = kn_model_block_count(m);
+    kn_model_destroy(&m);
+    sc_jdoc_destroy(&doc);
+    return n;
+}
+
+static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
+{
+    rt_runner_cfg c = rt_runner_cfg_default();
+    c.model_json = rs->model;
+    c.n_stages = rs->stages;
+    c.stage = stage;
+    c.first_block = stage * nblocks / rs->stages;
+    c.last_block = (stage + 1) * nblocks / rs->stages - 1;
+    c.schedule = rs->schedule;
+    c.batch_size = rs->batch;
+    c.microbatches = rs->microbatches;
+    c.seed = 11;
+    c.data_kind = rs->data_kind != NULL ? rs->data_kind : "synthetic";
+    c.data_path = rs->data_path;
+    c.optimizer = rs->optimizer;
+    c.lr = strcmp(rs->optimizer, "sgd") == 0 ? 0.05 : 0.01;
+    c.weight_decay = 0.01;
+    c.momentum = 0.9;
+    c.transport = rs->transport != NULL ? rs->transport : "zmq";
+    c.bind_endpoint = strcmp(c.transport, "local") == 0 ? "local://" : "tcp://127.0.0.1:0";
+    c.timeout_ms = 20000;
+    return c;
+}
+
+typedef struct {
+    rt_runner *r;
+    uint64_t first_step;
+    int steps;
+    sc_status rc;
+    sc_err err;
+    rt_report last;
+} stage_job;
+
+static void *stage_thread(void *arg)
+{
+    stage_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = SC_OK;
+    for (int i = 0; i < j->steps && j->rc == SC_OK; i++)
+        j->rc = rt_runner_step(j->r, j->first_step + (uint64_t)i, &j->last, &j->err);
+    return NULL;
+}
+
+/* Creates and connects the runners of a pipeline. */
+static void pipeline_open(const run_spec *rs, rt_runner **rn)
+{
+    int nb = model_blocks(rs->model);
+    sc_err err;
+    sc_err_clear(&err);
+    for (int s = 0; s < rs->stages; s++) {
+        rt_runner_cfg c = spec_cfg(rs, s, nb);
+        sc_status rc = rt_runner_new(&rn[s], &c, &err);
+        if (rc != SC_OK)
+            print_error("stage %d: %s\n", s, err.msg);
+        assert_int_equal(rc, SC_OK);
+    }
+    for (int s = 0; s < rs->stages; s++) {
+        const char *prev = s > 0 ? rt_runner_endpoint(rn[s - 1]) : NULL;
+        const char *next = s < rs->stages - 1 ? rt_runner_endpoint(rn[s + 1]) : NULL;
+        assert_int_equal(rt_runner_connect(rn[s], prev, next, &err), SC_OK);
+    }
+}
+
+/* Runs `steps` steps from `first_step` on every stage at once (one thread each). */
+static void pipeline_run(const run_spec *rs, rt_runner **rn, uint64_t first_step, int steps,
+                         rt_report *reports)
+{
+    pthread_t th[8];
+    stage_job jobs[8];
+    for (int s = 0; s < rs->stages; s++) {
+        jobs[s] = (stage_job){.r = rn[s], .first_step = first_step, .steps = steps};
+        assert_int_equal(pthread_create(&th[s], NULL, stage_thread, &jobs[s]), 0);
+    }
+    for (int s = 0; s < rs->stages; s++)
+        pthread_join(th[s], NULL);
+    for (int s = 0; s < rs->stages; s++) {
+        if (jobs[s].rc != SC_OK)
+            print_error("stage %d: %s\n", s, jobs[s].err.msg);
+        assert_int_equal(jobs[s].rc, SC_OK);
+        if (reports != NULL)
+            reports[s] = jobs[s].last;
+    }
+}
+
+static float *pipeline_params(const run_spec *rs, rt_runner **rn, size_t *count)
+{
+    size_t total = 0;
+    for (int s = 0; s < rs->stages; s++)
+        total += rt_runner_param_count(rn[s]);
+    float *all = malloc(total * sizeof *all);
+    assert_non_null(all);
+    size_t off = 0;
+    sc_err err;
+    for (int s = 0; s < rs->stages; s++) {
+        assert_int_equal(rt_runner_params_to_host(rn[s], all + off, &err), SC_OK);
+        off += rt_runner_param_count(rn[s]);
+    }
+    *count = total;
+    return all;
+}
+
+static float *train_pipeline(const run_spec *rs, size_t *count, rt_report *reports)
+{
+    rt_runner *rn[8] = {0};
+    pipeline_open(rs, rn);
+    pipeline_run(rs, rn, 1, rs->steps, reports);
+    float *p = pipeline_params(rs, rn, count);
+    for (int s = 0; s < rs->stages; s++)
+        rt_runner_destroy(&rn[s]);
+    return p;
+}
+
+/* The reference: one kn_stage over the whole model, the same micro-batches, gradients
+ * accumulated, one kn_stage_step per batch: no runtime code involved. */
+static float *train_reference(const run_spec *rs, size_t *count, float **init)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    sc_jdoc *doc = NULL;
+    kn_model *m = NULL;
+    assert_int_equal(sc_jdoc_parse(&doc, "model", rs->model, strlen(rs->model), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
+    int nb = kn_model_block_count(m), M = rs->batch / rs->microbatches;
+    kn_device cpu = {KN_DEV_CPU, 0};
+    kn_stage_cfg sc = kn_stage_cfg_default(0, nb - 1, cpu, M);
+    rt_runner_cfg rc = spec_cfg(rs, 0, nb);
+    if (strcmp(rs->optimizer, "sgd") == 0) {
+        sc.optim = kn_optim_sgd_default();
+        sc.optim.momentum = (float)rc.momentum;
+    }
+    sc.optim.lr = (float)rc.lr;
+    sc.optim.weight_decay = (float)rc.weight_decay;
+    kn_stage *st = NULL;
+    assert_int_equal(kn_stage_new_cfg(&st, m, &sc, &err), SC_OK);
+    int tps = kn_model_targets_per_sample(m);
+    kn_stage_set_loss_scale(st, 1.0f / (float)(rs->batch * tps));
+
+    rt_data_cfg dc;
+    memset(&dc, 0, sizeof dc);
+    assert_int_equal(rt_data_kind_parse(rc.data_kind, "data", &dc.kind, &err), SC_OK);
+    dc.path = rc.data_path;
+    dc.seed = rc.seed;
+    dc.inputs_are_tokens = kn_model_block(m, 0)->in_tokens;
+    dc.input_elems = kn_model_block(m, 0)->in_floats;
+    dc.targets_per_sample = tps;
+    dc.classes = kn_model_classes(m);
+    rt_data *d = NULL;
+    assert_int_equal(rt_data_new(&d, &dc, &err), SC_OK);
+
+    size_t np = kn_stage_param_count(st);
+    *init = malloc(np * sizeof **init);
+    assert_int_equal(kn_stage_params_to_host(st, *init, &err), SC_OK);
+    void *in = malloc((size_t)M * dc.input_elems * 4);
+    int32_t *tgt = malloc((size_t)M * (size_t)tps * sizeof *tgt);
+    for (int step = 1; step <= rs->steps; step++) {
+        assert_int_equal(kn_stage_zero_grads(st, &err), SC_OK);
+        for (int mb = 0; mb < rs->microbatches; mb++) {
+            assert_int_equal(rt_data_batch(d, (uint64_t)step, mb * M, M, in, tgt, &err), SC_OK);
+            assert_int_equal(kn_stage_forward_host(st, 0, in, tgt, M, &err), SC_OK);
+            assert_int_equal(kn_stage_backward_host(st, 0, NULL, &err), SC_OK);
+        }
+        assert_int_equal(kn_stage_step(st, &err), SC_OK);
+    }
+    float *p = malloc(np * sizeof *p);
+    assert_int_equal(kn_stage_params_to_host(st, p, &err), SC_OK);
+    *count = np;
+    free(in);
+    free(tgt);
+    rt_data_destroy(&d);
+    kn_stage_destroy(&st);
+    kn_model_destroy(&m);
+    sc_jdoc_destroy(&doc);
+    return p;
+}
+
+/* ||a - b|| / ||b|| within 1e-5, and the training moved the weights by much more than that. */
+static void assert_params_close(const float *a, const float *b, const float *init, size_t n)
+{
+    double diff = 0.0, norm = 0.0, moved = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        norm += (double)b[i] * b[i];
+        moved += ((double)b[i] - init[i]) * ((double)b[i] - init[i]);
+    }
+    double rel = sqrt(diff / norm), rel_moved = sqrt(moved / norm);
+    if (rel > 1e-5)
+        print_error("relative difference %g (weights moved %g)\n", rel, rel_moved);
+    assert_true(rel <= 1e-5);
+    assert_true(rel_moved > 1e-3);
+}
+
+static void check_equivalence(const run_spec *rs)
+{
+    size_t n_ref = 0, n_pipe = 0;
+    float *init = NULL;
+    float *ref = train_reference(rs, &n_ref, &init);
+    rt_report reports[8];
+    float *pipe = train_pipeline(rs, &n_pipe, reports);
+    assert_int_equal(n_ref, n_pipe);
+    assert_params_close(pipe, ref, init, n_ref);
+    for (int s = 0; s < rs->stages; s++) {
+        const rt_report *r = &reports[s];
+        assert_int_equal(r->step, (uint64_t)rs->steps);
+        assert_int_equal(r->has_loss, s == rs->stages - 1);
+        int bound = strcmp(rs->schedule, "gpipe") == 0
+                        ? rs->microbatches
+                        : (rs->stages - s < rs->microbatches ? rs->stages - s : rs->microbatches);
+        assert_int_equal(r->slots, bound);
+        assert_int_equal(r->max_inflight, bound);
+        assert_true(r->iteration_s > 0.0 && r->busy_s <= r->iteration_s * 1.01);
+        assert_true(r->n_blocks >= 1);
+        double g = 0.0;
+        for (int b = 0; b < r->n_blocks; b++)
+            g += r->grad_sq_norms[b];
+        assert_true(g > 0.0 || r->n_blocks == 1); /* a lone pool block has no parameters */
+    }
+    assert_true(isfinite(reports[rs->stages - 1].loss) && reports[rs->stages - 1].loss > 0.0);
+    free(ref);
+    free(pipe);
+    free(init);
+}
+
+static void test_equivalence_gpt(void **state)
+{
+    (void)state;
+    const run_spec specs[] = {
+        {GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL},
+        {GPT_JSON, "1f1b", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL},
+        {GPT_JSON, "gpipe", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL},
+        {GPT_JSON, "1f1b", 4, 8, 8, 3, "adamw", "zmq", NULL, NULL},
+        {GPT_JSON, "1f1b", 4, 6, 3, 2, "sgd", "local", NULL, NULL}, /* m < p */
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        check_equivalence(&specs[i]);
+}
+
+static void test_equivalence_gpt_text(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/sc_test_runtime_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    char text[2000];
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = "the quick brown fox jumps over the lazy dog. "[i % 45];
+    assert_int_equal(write(fd, text, sizeof text), (ssize_t)sizeof text);
+    close(fd);
+    run_spec rs = {GPT_JSON, "1f1b", 2, 4, 2, 3, "adamw", "zmq", "text", path};
+    check_equivalence(&rs);
+    unlink(path);
+}
+
+static void test_equivalence_vgg_mlp(void **state)
+{
+    (void)state;
+    const run_spec specs[] = {
+        {VGG_JSON, "gpipe", 2, 4, 2, 2, "sgd", "zmq", NULL, NULL},
+        {VGG_JSON, "1f1b", 4, 4, 4, 2, "sgd", "zmq", NULL, NULL},
+        {VGG_JSON, "gpipe", 4, 4, 2, 2, "adamw", "local", NULL, NULL},
+        {MLP_JSON, "1f1b", 2, 8, 4, 4, "adamw", "zmq", NULL, NULL},
+        {MLP_JSON, "gpipe", 4, 8, 4, 4, "sgd", "local", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        check_equivalence(&specs[i]);
+}
+
+static void test_checkpoint_resume(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sc_test_ckpt_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 4, 2, 0, "adamw", "zmq", NULL, NULL};
+    sc_err err;
+    sc_err_clear(&err);
+
+    /* uninterrupted: steps 1..4, checkpoint after step 2 */
+    rt_runner *a[2] = {0};
+    pipeline_open(&rs, a);
+    pipeline_run(&rs, a, 1, 2, NULL);
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(rt_runner_save(a[s], dir, 2, &err), SC_OK);
+    pipeline_run(&rs, a, 3, 2, NULL);
+    size_t n1 = 0, n2 = 0;
+    float *p1 = pipeline_params(&rs, a, &n1);
+
+    /* restarted: fresh runners load step 2 and run 3..4 */
+    rt_runner *b[2] = {0};
+    pipeline_open(&rs, b);
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(rt_runner_load(b[s], dir, 2, &err), SC_OK);
+    pipeline_run(&rs, b, 3, 2, NULL);
+    float *p2 = pipeline_params(&rs, b, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(p1, p2, n1 * sizeof *p1); /* bit-exact, optimizer state included */
+
+    /* missing, corrupt and mismatched checkpoints */
+    assert_int_equal(rt_runner_load(b[0], dir, 99, &err), SC_ERR_NOT_FOUND);
+    char path[1400];
+    rt_runner_checkpoint_path(b[1], dir, 2, path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 200, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_load(b[1], dir, 2, &err), SC_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "checksum"));
+    /* stage 0's file under stage 1's name: another block range */
+    char path0[1400];
+    rt_runner_checkpoint_path(b[0], dir, 2, path0, sizeof path0);
+    assert_int_equal(rename(path0, path), 0);
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_load(b[1], dir, 2, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "blocks"));
+    f = fopen(path, "wb");
+    fputs("not a checkpoint at all, just some text", f);
+    fclose(f);
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_load(b[1], dir, 2, &err), SC_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "magic"));
+    unlink(path);
+
+    for (int s = 0; s < 2; s++) {
+        rt_runner_destroy(&a[s]);
+        rt_runner_destroy(&b[s]);
+    }
+    free(p1);
+    free(p2);
+    assert_int_equal(rmdir(dir), 0); /* no temporary files left behind */
+}
+
+static void test_peer_gone(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "gpipe", 2, 4, 2, 1, "adamw", "zmq", NULL, NULL};
+    int nb = model_blocks(rs.model);
+    rt_runner *r[2] = {0};
+    sc_err err;
+    sc_err_clear(&err);
+    for (int s = 0; s < 2; s++) {
+        rt_runner_cfg c = spec_cfg(&rs, s, nb);
+        c.timeout_ms = 300;
+        assert_int_equal(rt_runner_new(&r[s], &c, &err), SC_OK);
+    }
+    assert_int_equal(rt_runner_connect(r[0], NULL, rt_runner_endpoint(r[1]), &err), SC_OK);
+    rt_runner_destroy(&r[1]); /* the last stage's worker dies */
+    rt_report rep;
+    assert_int_equal(rt_runner_step(r[0], 1, &rep, &err), SC_ERR_TIMEOUT);
+    assert_non_null(strstr(err.msg, "gradient"));
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_step(r[0], 2, &rep, &err), SC_ERR_PRECONDITION);
+    rt_runner_destroy(&r[0]);
+}
+
+static void test_loss_decreases(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 8, 2, 0, "adamw", "local", NULL, NULL};
+    rt_runner *r[2] = {0};
+    pipeline_open(&rs, r);
+    rt_report first[2], last[2];
+    pipeline_run(&rs, r, 1, 1, first);
+    pipeline_run(&rs, r, 2, 40, last);
+    assert_true(last[1].loss < first[1].loss * 0.8);
+    assert_false(first[0].has_loss);
+    for (int s = 0; s < 2; s++)
+        rt_runner_destroy(&r[s]);
+}
+
+static void expect_bad(rt_runner_cfg c, sc_status want, const char *says)
+{
+    rt_runner *r = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_new(&r, &c, &err), want);
+    assert_null(r);
+    if (strstr(err.msg, says) == NULL)
+        print_error("message \"%s\" lacks \"%s\"\n", err.msg, says);
+    assert_non_null(strstr(err.msg, says));
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "gpipe", 2, 8, 4, 1, "adamw", "zmq", NULL, NULL};
+    rt_runner_cfg c = spec_cfg(&rs, 0, 4);
+    c.batch_size = 7;
+    expect_bad(c, SC_ERR_INVALID, "multiple of microbatches");
+    c = spec_cfg(&rs, 1, 4);
+    c.first_block = 0;
+    c.last_block = 2;
+    expect_bad(c, SC_ERR_INVALID, "last block 3");
+    c = spec_cfg(&rs, 0, 4);
+    c.first_block = 1;
+    expect_bad(c, SC_ERR_INVALID, "stage 0 must start at block 0");
+    c = spec_cfg(&rs, 0, 4);
+    c.schedule = "pipedream";
+    expect_bad(c, SC_ERR_UNSUPPORTED, "not supported");
+    c = spec_cfg(&rs, 0, 4);
+    c.optimizer = "lion";
+    expect_bad(c, SC_ERR_INVALID, "\"adamw\", \"sgd\"");
+    c = spec_cfg(&rs, 0, 4);
+    c.transport = "carrier-pigeon";
+    expect_bad(c, SC_ERR_INVALID, "\"zmq\", \"local\"");
+    c = spec_cfg(&rs, 0, 4);
+    c.model_json = "{\"kind\": \"gpt\", \"vocab\": 256}";
+    expect_bad(c, SC_ERR_INVALID, "seq_len");
+    run_spec vr = {VGG_JSON, "gpipe", 1, 4, 1, 1, "sgd", "zmq", "text", "/dev/null"};
+    c = spec_cfg(&vr, 0, model_blocks(VGG_JSON));
+    expect_bad(c, SC_ERR_INVALID, "token models");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_equivalence_gpt),
+        cmocka_unit_test(test_equivalence_gpt_text),
+        cmocka_unit_test(test_equivalence_vgg_mlp),
+        cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_peer_gone),
+        cmocka_unit_test(test_loss_decreases),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,239 @@
+/* worker/transport: round trips over zmq (loopback) and local queues, out-of-order delivery,
+ * size checks, a vanished peer (timeout / unavailable, never a hang) and abort. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "worker/transport/transport.h"
+
+static rt_transport *open_one(rt_transport_kind kind, const char *ep, int timeout_ms)
+{
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.kind = kind;
+    c.bind_endpoint = ep;
+    c.timeout_ms = timeout_ms;
+    rt_transport *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_OK);
+    return t;
+}
+
+/* a (stage 0) -> b (stage 1): activations forward, gradients back, out of order. */
+static void round_trip(rt_transport_kind kind, const char *ep_a, const char *ep_b)
+{
+    rt_transport *a = open_one(kind, ep_a, 5000), *b = open_one(kind, ep_b, 5000);
+    sc_err err;
+    sc_err_clear(&err);
+    assert_true(strlen(rt_transport_endpoint(a)) > 0);
+    assert_string_not_equal(rt_transport_endpoint(a), rt_transport_endpoint(b));
+    assert_int_equal(rt_transport_connect(a, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(a), "", &err), SC_OK);
+
+    float x0[64], x1[64], got[64];
+    for (int i = 0; i < 64; i++) {
+        x0[i] = (float)i;
+        x1[i] = -(float)i * 0.5f;
+    }
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 7, 0, x0, sizeof x0, &err), SC_OK);
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 7, 1, x1, sizeof x1, &err), SC_OK);
+    /* ask for micro-batch 1 first: micro-batch 0 waits in the pending list */
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 7, 1, got, sizeof got, &err), SC_OK);
+    assert_memory_equal(got, x1, sizeof x1);
+    assert_int_equal(rt_transport_pending(b), 1);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 7, 0, got, sizeof got, &err), SC_OK);
+    assert_memory_equal(got, x0, sizeof x0);
+    assert_int_equal(rt_transport_pending(b), 0);
+
+    /* gradient back; an empty message too */
+    assert_int_equal(rt_transport_send(b, RT_MSG_GRADIENT, 7, 1, x1, sizeof x1, &err), SC_OK);
+    assert_int_equal(rt_transport_send(b, RT_MSG_GRADIENT, 8, 0, NULL, 0, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(a, RT_MSG_GRADIENT, 8, 0, NULL, 0, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(a, RT_MSG_GRADIENT, 7, 1, got, sizeof got, &err), SC_OK);
+    assert_memory_equal(got, x1, sizeof x1);
+
+    /* a size mismatch is an error, not a silent truncation */
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 9, 0, x0, sizeof x0, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 9, 0, got, 16, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "expected 16"));
+
+    /* no peer in that direction */
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_send(b, RT_MSG_ACTIVATION, 1, 0, x0, 4, &err),
+                     SC_ERR_PRECONDITION);
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_recv(a, RT_MSG_ACTIVATION, 1, 0, got, 4, &err),
+                     SC_ERR_PRECONDITION);
+    rt_transport_destroy(&a);
+    rt_transport_destroy(&b);
+    assert_null(a);
+    rt_transport_destroy(&a); /* NULL accepted */
+}
+
+static void test_zmq_round_trip(void **state)
+{
+    (void)state;
+    round_trip(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
+}
+
+static void test_local_round_trip(void **state)
+{
+    (void)state;
+    round_trip(RT_TRANSPORT_LOCAL, "local://rt-a", "local://");
+}
+
+static void test_zmq_peer_gone_times_out(void **state)
+{
+    (void)state;
+    rt_transport *a = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 300);
+    rt_transport *b = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 300);
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_connect(a, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(a), NULL, &err), SC_OK);
+    float x[4] = {1, 2, 3, 4};
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 1, 0, x, sizeof x, &err), SC_OK);
+    rt_transport_destroy(&b); /* the next stage dies before answering */
+    double t0 = sc_clock_now_s();
+    assert_int_equal(rt_transport_recv(a, RT_MSG_GRADIENT, 1, 0, x, sizeof x, &err),
+                     SC_ERR_TIMEOUT);
+    double waited = sc_clock_now_s() - t0;
+    assert_true(waited >= 0.29);
+    assert_non_null(strstr(err.msg, "within 300 ms"));
+    /* sending to the dead peer does not block or crash either */
+    sc_err_clear(&err);
+    sc_status rc = rt_transport_send(a, RT_MSG_ACTIVATION, 2, 0, x, sizeof x, &err);
+    assert_true(rc == SC_OK || rc == SC_ERR_TIMEOUT);
+    rt_transport_destroy(&a);
+}
+
+static void test_local_peer_gone_unavailable(void **state)
+{
+    (void)state;
+    rt_transport *a = open_one(RT_TRANSPORT_LOCAL, "local://", 10000);
+    rt_transport *b = open_one(RT_TRANSPORT_LOCAL, "local://", 10000);
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_connect(a, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(a), NULL, &err), SC_OK);
+    rt_transport_destroy(&b);
+    float x[2] = {0};
+    /* known gone: fails at once rather than after the 10 s timeout */
+    double t0 = sc_clock_now_s();
+    assert_int_equal(rt_transport_recv(a, RT_MSG_GRADIENT, 1, 0, x, sizeof x, &err),
+                     SC_ERR_UNAVAILABLE);
+    assert_true(sc_clock_now_s() - t0 < 5.0);
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 1, 0, x, sizeof x, &err),
+                     SC_ERR_UNAVAILABLE);
+    rt_transport_destroy(&a);
+}
+
+static void *abort_later(void *arg)
+{
+    sc_clock_sleep_ms(100);
+    rt_transport_abort(arg);
+    return NULL;
+}
+
+static void abort_case(rt_transport_kind kind, const char *ep)
+{
+    rt_transport *a = open_one(kind, ep, 20000);
+    rt_transport *b = open_one(kind, ep, 20000);
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_connect(a, rt_transport_endpoint(b), NULL, &err), SC_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, abort_later, a), 0);
+    float x[2];
+    assert_int_equal(rt_transport_recv(a, RT_MSG_ACTIVATION, 1, 0, x, sizeof x, &err),
+                     SC_ERR_CANCELLED);
+    pthread_join(th, NULL);
+    rt_transport_destroy(&a);
+    rt_transport_destroy(&b);
+}
+
+static void test_abort(void **state)
+{
+    (void)state;
+    abort_case(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0");
+    abort_case(RT_TRANSPORT_LOCAL, "local://");
+}
+
+static void test_tag_filters_stray_messages(void **state)
+{
+    (void)state;
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.kind = RT_TRANSPORT_LOCAL;
+    c.bind_endpoint = "local://";
+    c.timeout_ms = 200;
+    c.tag = 1;
+    rt_transport *a = NULL, *b = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&a, &c, &err), SC_OK);
+    c.tag = 2; /* an older job's stage */
+    assert_int_equal(rt_transport_new(&b, &c, &err), SC_OK);
+    assert_int_equal(rt_transport_connect(a, rt_transport_endpoint(b), NULL, &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, NULL, rt_transport_endpoint(a), &err), SC_OK);
+    int v = 5;
+    assert_int_equal(rt_transport_send(b, RT_MSG_ACTIVATION, 1, 0, &v, sizeof v, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(a, RT_MSG_ACTIVATION, 1, 0, &v, sizeof v, &err),
+                     SC_ERR_TIMEOUT);
+    rt_transport_destroy(&a);
+    rt_transport_destroy(&b);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    rt_transport_cfg c = rt_transport_cfg_default();
+    rt_transport *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    c.bind_endpoint = "127.0.0.1:5555";
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_ERR_INVALID);
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "tcp://HOST:PORT"));
+    sc_err_clear(&err);
+    c.kind = RT_TRANSPORT_LOCAL;
+    c.bind_endpoint = "tcp://127.0.0.1:0";
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_ERR_INVALID);
+    sc_err_clear(&err);
+    c.bind_endpoint = "local://dup";
+    rt_transport *d = NULL;
+    assert_int_equal(rt_transport_new(&d, &c, &err), SC_OK);
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_ERR_EXISTS);
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_connect(d, "local://nobody", NULL, &err), SC_ERR_NOT_FOUND);
+    rt_transport_destroy(&d);
+    sc_err_clear(&err);
+    c.timeout_ms = 0;
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_ERR_INVALID);
+    rt_transport_kind k;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_kind_parse("local", "transport", &k, &err), SC_OK);
+    assert_int_equal(k, RT_TRANSPORT_LOCAL);
+    assert_int_equal(rt_transport_kind_parse("udp", "transport", &k, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "\"zmq\", \"local\""));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zmq_round_trip),
+        cmocka_unit_test(test_local_round_trip),
+        cmocka_unit_test(test_zmq_peer_gone_times_out),
+        cmocka_unit_test(test_local_peer_gone_unavailable),
+        cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_tag_filters_stray_messages),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
