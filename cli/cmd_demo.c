@@ -306,6 +306,9 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
                json_array_size(json_object_get(plan, "stages")),
                (long long)json_integer_value(
                    json_object_get(json_object_get(plan, "microbatches"), "count")));
+        const char *note = json_string_value(json_object_get(plan, "note"));
+        if (note)
+            printf("  note: %s\n", note);
         size_t i;
         json_t *stg;
         json_array_foreach(json_object_get(plan, "stages"), i, stg)

@@ -171,6 +171,9 @@ static void print_plan(json_t *plan)
            json_number_value(json_object_get(plan, "iteration_time_s")),
            json_number_value(json_object_get(plan, "throughput_samples_per_s")),
            100.0 * json_number_value(json_object_get(plan, "bubble_fraction")));
+    const char *note = json_string_value(json_object_get(plan, "note"));
+    if (note)
+        printf("  note: %s\n", note);
     printf("  %-6s %-12s %-16s %-12s %s\n", "stage", "blocks", "workers", "compute_s",
            "peak_memory");
     size_t i;

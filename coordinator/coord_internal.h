@@ -44,6 +44,7 @@ typedef struct {
     double samples_per_s;
     double predicted_iteration_s;
     uint64_t stored_step;      /* what the store has */
+    bool finished;             /* the job succeeded; figures kept for status */
 } coord_progress;
 
 struct coord {
@@ -84,6 +85,11 @@ void *coord_driver_main(void *arg);
 /* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
 void coord_jobs_worker_died(coord *c, const coord_worker *w);
 
+/* Under c->lock: a worker's training stopped with an error (`code` an sc_status name): the job
+ * is re-planned when a neighbour vanished (time-out, unavailable), else it fails. */
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code,
+                             const char *message);
+
 /* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
 void coord_jobs_release_workers(coord *c, const char *job_id);
 
@@ -97,6 +103,11 @@ coord_progress *coord_jobs_progress(coord *c, const char *job_id);
 sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
                               const char *job_id, uint64_t step, const char *payload_json,
                               sc_err *err);
+
+/* The same, with c->lock already held. */
+sc_status coord_queue_command_locked(coord *c, const char *worker_id,
+                                     Stagecraft__CommandKind kind, const char *job_id,
+                                     uint64_t step, const char *payload_json, sc_err *err);
 
 /* Constant-time comparison of a presented token with the expected one. */
 bool coord_token_equal(const char *presented, const char *expected);

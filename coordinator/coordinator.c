@@ -305,9 +305,9 @@ const char *coord_client_token_path(const coord *c)
     return c->client_token_path;
 }
 
-sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
-                              const char *job_id, uint64_t step, const char *payload_json,
-                              sc_err *err)
+sc_status coord_queue_command_locked(coord *c, const char *worker_id,
+                                     Stagecraft__CommandKind kind, const char *job_id,
+                                     uint64_t step, const char *payload_json, sc_err *err)
 {
     coord_cmd *cmd = calloc(1, sizeof *cmd);
     SC_ALLOC_CHECK(cmd, err);
@@ -322,14 +322,22 @@ sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__Comma
     sc_strlcpy(cmd->job_id, job_id ? job_id : "", sizeof cmd->job_id);
     cmd->kind = kind;
     cmd->step = step;
-    pthread_mutex_lock(&c->lock);
     if (c->cmd_tail)
         c->cmd_tail->next = cmd;
     else
         c->cmd_head = cmd;
     c->cmd_tail = cmd;
-    pthread_mutex_unlock(&c->lock);
     return SC_OK;
+}
+
+sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
+                              const char *job_id, uint64_t step, const char *payload_json,
+                              sc_err *err)
+{
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_queue_command_locked(c, worker_id, kind, job_id, step, payload_json, err);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
 /* ---- control loop -------------------------------------------------------------------------- */
@@ -409,10 +417,16 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
                         (unsigned long long)env->command_ack->command_id,
                         env->command_ack->message);
         break;
-    case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR:
+    case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR: {
         SC_LOG_WARN(LOG, "worker %s reports %s: %s", peer, env->error->code,
                     env->error->message);
+        pthread_mutex_lock(&c->lock);
+        coord_worker *w = coord_registry_find(c->registry, peer);
+        if (w != NULL && w->rec.epoch == env->epoch && w->job_id[0])
+            coord_jobs_worker_error(c, w, env->error->code, env->error->message);
+        pthread_mutex_unlock(&c->lock);
         break;
+    }
     default:
         SC_LOG_WARN(LOG, "unexpected control message (body %d) from %s; ignored",
                     (int)env->body_case, peer);

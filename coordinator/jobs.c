@@ -63,7 +63,10 @@ static void progress_drop(coord *c, const char *job_id);
 
 void coord_jobs_release_workers(coord *c, const char *job_id)
 {
-    progress_drop(c, job_id);
+    /* A job that ended well keeps its last figures for `status`; any other stop drops them. */
+    coord_progress *p = coord_jobs_progress(c, job_id);
+    if (p != NULL && !p->finished)
+        progress_drop(c, job_id);
     for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
         coord_worker *w = coord_registry_at(c->registry, i);
         if (strcmp(w->job_id, job_id) == 0)
@@ -88,6 +91,26 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
     char reason[COORD_REASON_MAX];
     sc_strfmt(reason, sizeof reason, "worker %s ('%s') died: no heartbeat for %u intervals",
              w->rec.id, w->rec.name, coord_registry_config(c->registry)->dead_after);
+    if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
+        SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
+        coord_jobs_release_workers(c, job_id);
+        pthread_cond_broadcast(&c->wake);
+    }
+}
+
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code,
+                             const char *message)
+{
+    char job_id[COORD_ID_MAX];
+    sc_strlcpy(job_id, w->job_id, sizeof job_id);
+    bool transient = strcmp(code, "SC_ERR_TIMEOUT") == 0 ||
+                     strcmp(code, "SC_ERR_UNAVAILABLE") == 0 ||
+                     strcmp(code, "SC_ERR_CANCELLED") == 0;
+    coord_job_state to = transient ? COORD_JOB_RECOVERING : COORD_JOB_FAILED;
+    char reason[COORD_REASON_MAX];
+    sc_strfmt(reason, sizeof reason, "worker %s ('%s'): %s", w->rec.id, w->rec.name, message);
+    sc_err err;
+    sc_err_clear(&err);
     if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
         SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
         coord_jobs_release_workers(c, job_id);
@@ -345,6 +368,14 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     pthread_mutex_lock(&c->lock);
     sc_err err;
     sc_err_clear(&err);
+    if (c->n_running == COORD_MAX_RUNNING) { /* make room: forget a finished job's figures */
+        for (size_t i = 0; i < c->n_running; i++) {
+            if (c->running[i].finished) {
+                c->running[i] = c->running[--c->n_running];
+                break;
+            }
+        }
+    }
     bool ok = text != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
               c->n_running < COORD_MAX_RUNNING &&
               coord_store_job_transition(c->store, id, COORD_JOB_RUNNING, reason, &err) == SC_OK;
@@ -377,7 +408,7 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
 {
     coord_progress *p = coord_jobs_progress(c, r->job_id);
-    if (p == NULL || (int)r->stage >= p->n_stages)
+    if (p == NULL || p->finished || (int)r->stage >= p->n_stages)
         return;
     int s = (int)r->stage;
     if (r->step > p->step[s])
@@ -407,8 +438,16 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     sc_strlcpy(id, p->job_id, sizeof id);
     sc_strfmt(reason, sizeof reason, "trained %llu steps; final loss %.4f",
               (unsigned long long)done, p->loss);
+    p->finished = true;
     if (coord_store_job_transition(c->store, id, COORD_JOB_SUCCEEDED, reason, &err) == SC_OK)
         SC_LOG_INFO(LOG, "job %s succeeded: %s (last report from %s)", id, reason, worker_id);
+    /* the workers drop the finished stage and are free for the next job */
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (strcmp(w->job_id, id) == 0)
+            coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id,
+                                       done, NULL, NULL);
+    }
     coord_jobs_release_workers(c, id);
 }
 
@@ -538,6 +577,11 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         goto out;
     json_t *endpoints = json_array();
     rc = assign_all(c, &spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
+    if (rc == SC_ERR_INVALID || rc == SC_ERR_UNSUPPORTED || rc == SC_ERR_PARSE) {
+        json_decref(endpoints);
+        move_job(c, id, COORD_JOB_FAILED, err.msg); /* re-planning would hit the same wall */
+        goto out;
+    }
     if (rc != SC_OK) {
         json_decref(endpoints);
         sc_strfmt(reason, sizeof reason, "%s; re-planning", err.msg);
@@ -594,6 +638,15 @@ static void resume_jobs(coord *c)
         if (j->state == COORD_JOB_PROFILING) {
             coord_store_job_transition(c->store, j->id, COORD_JOB_SUBMITTED,
                                        "the coordinator restarted during profiling", NULL);
+            continue;
+        }
+        if (j->state == COORD_JOB_RUNNING || j->state == COORD_JOB_PLANNED ||
+            j->state == COORD_JOB_REBALANCING) {
+            /* its workers' progress was not kept: re-plan and resume from the last checkpoint */
+            coord_store_job_transition(c->store, j->id, COORD_JOB_RECOVERING,
+                                       "the coordinator restarted; resuming from the last "
+                                       "checkpoint",
+                                       NULL);
             continue;
         }
         if (coord_job_state_terminal(j->state) || j->worker_ids == NULL)

@@ -7,6 +7,7 @@
 #include "coordinator/planning.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,24 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
     return rc;
 }
 
-/* Runs the planner and returns plans[0] of its JSON output. */
+static bool has_replicas(json_t *plan)
+{
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(plan, "stages"), i, st)
+    {
+        if (json_array_size(json_object_get(st, "devices")) > 1)
+            return true;
+    }
+    return false;
+}
+
+static sc_status run_strategy(const coord_jobspec *spec, int strategy, plan_profile *profile,
+                              plan_cluster *cluster, json_t **plan_out, sc_err *err);
+
+/* Runs the job's strategy; when its plan replicates a stage, which the runtime does not run,
+ * takes the best unreplicated plan instead (exhaustive where the instance is small enough, else
+ * minmax) and says so in the plan's note. */
 static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
                              plan_cluster *cluster, json_t **plan_out, sc_err *err)
 {
@@ -106,6 +124,37 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     if (strategy < 0)
         return SC_ERRF(err, SC_ERR_INVALID, "strategy \"%s\" is not one the planner knows",
                        spec->strategy);
+    SC_CHECK(run_strategy(spec, strategy, profile, cluster, plan_out, err));
+    if (!has_replicas(*plan_out))
+        return SC_OK;
+    json_t *alt = NULL;
+    sc_err sub;
+    sc_err_clear(&sub);
+    int fallback = PLAN_STRAT_EXHAUSTIVE;
+    if (run_strategy(spec, fallback, profile, cluster, &alt, &sub) != SC_OK) {
+        fallback = PLAN_STRAT_MINMAX;
+        sc_err_clear(&sub);
+        if (run_strategy(spec, fallback, profile, cluster, &alt, &sub) != SC_OK)
+            return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                           "the %s plan replicates stages, which the runtime does not run, and "
+                           "no unreplicated plan was found: %s",
+                           spec->strategy, sub.msg);
+    }
+    char note[256];
+    sc_strfmt(note, sizeof note,
+              "%s replicated a stage (predicted %.4g s per iteration); the runtime runs "
+              "unreplicated stages, so this is %s's plan",
+              spec->strategy, json_number_value(json_object_get(*plan_out, "iteration_time_s")),
+              plan_strategy_name((plan_strategy)fallback));
+    json_object_set_new(alt, "note", json_string(note));
+    json_decref(*plan_out);
+    *plan_out = alt;
+    return SC_OK;
+}
+
+static sc_status run_strategy(const coord_jobspec *spec, int strategy, plan_profile *profile,
+                              plan_cluster *cluster, json_t **plan_out, sc_err *err)
+{
     const char *sched = strcmp(spec->schedule, "auto") == 0 || strcmp(spec->schedule, "unequal") == 0
                             ? "1f1b"
                             : spec->schedule;
@@ -144,7 +193,8 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     }
     json_t *e = json_object_get(plan, "error");
     if (json_is_string(e)) {
-        rc = SC_ERRF(err, SC_ERR_INVALID, "no %s plan: %s", spec->strategy, json_string_value(e));
+        rc = SC_ERRF(err, SC_ERR_INVALID, "no %s plan: %s",
+                     plan_strategy_name((plan_strategy)strategy), json_string_value(e));
         json_decref(doc);
         return rc;
     }

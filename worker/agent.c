@@ -23,6 +23,7 @@
 #include "proto/sc_wire.h"
 #include "worker/hardware.h"
 #include "worker/service.h"
+#include "worker/trainer.h"
 
 #define LOG "worker"
 #define DEAD_AFTER_INTERVALS 5
@@ -147,6 +148,8 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         goto fail;
     }
     snprintf(a->id_path, sizeof a->id_path, "%s/worker-%s.id", dir, a->name);
+    snprintf(a->shared.checkpoint_dir, sizeof a->shared.checkpoint_dir, "%s/checkpoints-%s", dir,
+             a->name);
     load_id(a);
 
     SC_CHECK_GOTO(wk_hardware_report(device, true, &a->shared.hardware, err), fail);
@@ -168,6 +171,7 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     else if (strcmp(host, "0.0.0.0") == 0)
         sc_strlcpy(host, a->shared.hardware->hostname, sizeof host);
     snprintf(a->endpoint, sizeof a->endpoint, "%s:%d", host, sc_rpc_server_port(a->rpc));
+    sc_strlcpy(a->shared.bind_host, host, sizeof a->shared.bind_host);
 
     if (sc_ctl_curve_available()) {
         SC_CHECK_GOTO(sc_ctl_curve_keypair(a->curve_public, a->curve_secret, err), fail);
@@ -272,7 +276,7 @@ static void send_heartbeat(wk_agent *a)
     sc_strlcpy(job, a->shared.job_id, sizeof job);
     sc_strlcpy(id, a->shared.id, sizeof id);
     env.epoch = a->shared.epoch;
-    hb.step = a->shared.step;
+    hb.step = a->shared.trainer ? wk_trainer_step(a->shared.trainer) : a->shared.step;
     pthread_mutex_unlock(&a->shared.lock);
     hb.state = state;
     hb.job_id = job;
@@ -284,6 +288,62 @@ static void send_heartbeat(wk_agent *a)
     sc_err_clear(&err);
     if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
         SC_LOG_DEBUG(LOG, "heartbeat not sent: %s", err.msg);
+}
+
+/* An Error envelope about a job: the coordinator decides from `code` (an sc_status name)
+ * whether to re-plan or to fail the job. */
+static void send_error(wk_agent *a, const char *job_id, sc_status code, const char *msg)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
+    char text[700];
+    sc_strfmt(text, sizeof text, "job %s: %s", job_id, msg);
+    e.code = (char *)sc_status_name(code);
+    e.message = text;
+    pthread_mutex_lock(&a->shared.lock);
+    char id[COORD_WORKER_ID_MAX];
+    sc_strlcpy(id, a->shared.id, sizeof id);
+    env.epoch = a->shared.epoch;
+    pthread_mutex_unlock(&a->shared.lock);
+    env.worker_id = id;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    sc_err err;
+    sc_err_clear(&err);
+    if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
+        SC_LOG_WARN(LOG, "error report not sent: %s", err.msg);
+}
+
+/* Sends what the trainer queued: iteration reports and the error that stopped it. */
+static void send_reports(wk_agent *a)
+{
+    for (;;) {
+        wk_trainer_msg m;
+        pthread_mutex_lock(&a->shared.lock);
+        bool any = a->shared.trainer && wk_trainer_pop(a->shared.trainer, &m);
+        char job[COORD_WORKER_ID_MAX], id[COORD_WORKER_ID_MAX];
+        sc_strlcpy(job, a->shared.job_id, sizeof job);
+        sc_strlcpy(id, a->shared.id, sizeof id);
+        uint64_t epoch = a->shared.epoch;
+        pthread_mutex_unlock(&a->shared.lock);
+        if (!any)
+            return;
+        if (m.is_error) {
+            send_error(a, job, m.code, m.error);
+        } else {
+            Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+            m.report.job_id = job;
+            env.worker_id = id;
+            env.epoch = epoch;
+            env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT;
+            env.iteration_report = &m.report;
+            sc_err err;
+            sc_err_clear(&err);
+            if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
+                SC_LOG_DEBUG(LOG, "report not sent: %s", err.msg);
+        }
+        wk_trainer_msg_clear(&m);
+    }
 }
 
 typedef enum { CTL_OK, CTL_REREGISTER, CTL_SHUTDOWN, CTL_FENCED } ctl_outcome;
@@ -308,6 +368,22 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
         if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_STOP) {
             SC_LOG_INFO(LOG, "the coordinator stopped job %s", cmd->job_id);
             wk_state_release(&a->shared, cmd->job_id, "stopped by the coordinator");
+        }
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_START) {
+            sc_err err;
+            sc_err_clear(&err);
+            pthread_mutex_lock(&a->shared.lock);
+            sc_status rc = SC_OK;
+            if (a->shared.trainer == NULL || strcmp(a->shared.job_id, cmd->job_id) != 0)
+                rc = SC_ERRF(&err, SC_ERR_PRECONDITION, "START for job %s, which is not assigned "
+                             "here", cmd->job_id);
+            else
+                rc = wk_trainer_start(a->shared.trainer, cmd->payload_json, &err);
+            if (rc == SC_OK)
+                sc_strlcpy(a->shared.state, "training", sizeof a->shared.state);
+            pthread_mutex_unlock(&a->shared.lock);
+            if (rc != SC_OK)
+                send_error(a, cmd->job_id, rc, err.msg);
         }
         return CTL_OK;
     }
@@ -370,8 +446,8 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
                 break;
             }
             int wait_ms = (int)((next_hb - now) / 1000000ull) + 1;
-            if (wait_ms > 100)
-                wait_ms = 100;
+            if (wait_ms > 20)
+                wait_ms = 20; /* reports go out within 20 ms of their step */
             char peer[SC_CTL_PEER_ID_MAX];
             Stagecraft__ControlEnvelope *env = NULL;
             sc_err_clear(&rerr);
@@ -382,6 +458,7 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             } else if (rc != SC_ERR_TIMEOUT) {
                 SC_LOG_WARN(LOG, "%s", rerr.msg);
             }
+            send_reports(a);
         }
         if (outcome == CTL_SHUTDOWN)
             break;

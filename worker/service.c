@@ -13,6 +13,7 @@
 #include "common/sc_util.h"
 #include "kernels/model.h"
 #include "kernels/profile.h"
+#include "worker/trainer.h"
 
 #define LOG "worker"
 
@@ -26,6 +27,7 @@ void wk_state_release(wk_state *st, const char *job_id, const char *why)
         free(st->plan_json);
         free(st->model_json);
         st->plan_json = st->model_json = NULL;
+        wk_trainer_destroy(&st->trainer);
         if (strcmp(st->state, "profiling") != 0)
             sc_strlcpy(st->state, "idle", sizeof st->state);
     }
@@ -62,13 +64,13 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         return SC_ERRF(err, SC_ERR_INVALID,
                        "AssignStage: first_block %u is after last_block %u", req->first_block,
                        req->last_block);
-    static const char *const transports[] = {"zmq", "nccl", "local", NULL};
+    static const char *const transports[] = {"zmq", NULL};
     bool known = false;
     for (int i = 0; transports[i]; i++)
         known = known || (req->transport && strcmp(req->transport, transports[i]) == 0);
     if (!known)
         return SC_ERRF(err, SC_ERR_INVALID,
-                       "AssignStage: transport '%s' is not one of zmq, nccl, local",
+                       "AssignStage: transport '%s' is not supported here (zmq)",
                        req->transport ? req->transport : "");
     char *plan = strdup(req->plan_json ? req->plan_json : "");
     char *model = strdup(req->model_json ? req->model_json : "");
@@ -78,14 +80,22 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory storing the assignment");
     }
     pthread_mutex_lock(&st->lock);
-    if (st->job_id[0] && strcmp(st->job_id, req->job_id) != 0) {
-        char busy[COORD_WORKER_ID_MAX];
-        sc_strlcpy(busy, st->job_id, sizeof busy);
+    if (st->job_id[0] && strcmp(st->job_id, req->job_id) != 0)
+        SC_LOG_WARN(LOG, "job %s replaces job %s on this worker (the coordinator reassigned it)",
+                    req->job_id, st->job_id);
+    /* A new assignment (first, after a re-plan, or of another job: the coordinator is the
+     * authority on what this worker does) replaces the stage being trained. */
+    wk_trainer_destroy(&st->trainer);
+    sc_status rc = wk_trainer_new(&st->trainer, req, st->device, st->bind_host,
+                                  st->checkpoint_dir, err);
+    if (rc != SC_OK) {
         pthread_mutex_unlock(&st->lock);
         free(plan);
         free(model);
-        return SC_ERRF(err, SC_ERR_PRECONDITION, "this worker is assigned to job %s", busy);
+        return rc;
     }
+    char endpoint[300];
+    sc_strlcpy(endpoint, wk_trainer_endpoint(st->trainer), sizeof endpoint);
     sc_strlcpy(st->job_id, req->job_id, sizeof st->job_id);
     st->stage = req->stage;
     st->replica = req->replica;
@@ -105,6 +115,7 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__assign_stage_response__descriptor);
     resp->accepted = 1;
     resp->message = "assigned";
+    resp->data_endpoint = sc_rpc_ctx_strdup(ctx, endpoint);
     *out = &resp->base;
     return SC_OK;
 }

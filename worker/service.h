@@ -31,6 +31,9 @@ typedef struct {
     char *plan_json;  /* owned */
     char *model_json; /* owned */
     uint64_t step;
+    struct wk_trainer *trainer; /* the assigned stage's trainer, or NULL */
+    char bind_host[256];        /* immutable: host the data-plane inbox binds */
+    char checkpoint_dir[1100];  /* immutable: where stage checkpoints go */
 } wk_state;
 
 /* Fills `out` with the Worker service's methods bound to `st`; returns how many. */

@@ -1,0 +1,301 @@
+/* Training of one assigned stage (see trainer.h). */
+#include "worker/trainer.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "worker/runtime/runner.h"
+#include "worker/transport/transport.h"
+
+#define LOG "trainer"
+#define QUEUE_MAX 256
+#define DATA_TIMEOUT_MS 10000 /* a neighbour silent this long has gone */
+
+struct wk_trainer {
+    rt_runner *runner;
+    char job_id[64];
+    uint32_t stage, n_stages;
+    char checkpoint_dir[1100];
+    char prev[RT_ENDPOINT_MAX], next[RT_ENDPOINT_MAX];
+    uint64_t steps, resume_step, checkpoint_every;
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    _Atomic uint64_t step;
+
+    pthread_mutex_t lock; /* guards the queue */
+    wk_trainer_msg queue[QUEUE_MAX];
+    size_t head, count;
+};
+
+static void push(wk_trainer *t, wk_trainer_msg *m)
+{
+    pthread_mutex_lock(&t->lock);
+    if (t->count == QUEUE_MAX) { /* the control loop is behind: drop the oldest report */
+        wk_trainer_msg_clear(&t->queue[t->head]);
+        t->head = (t->head + 1) % QUEUE_MAX;
+        t->count--;
+    }
+    t->queue[(t->head + t->count) % QUEUE_MAX] = *m;
+    t->count++;
+    pthread_mutex_unlock(&t->lock);
+}
+
+bool wk_trainer_pop(wk_trainer *t, wk_trainer_msg *out)
+{
+    pthread_mutex_lock(&t->lock);
+    bool any = t->count > 0;
+    if (any) {
+        *out = t->queue[t->head];
+        t->head = (t->head + 1) % QUEUE_MAX;
+        t->count--;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return any;
+}
+
+void wk_trainer_msg_clear(wk_trainer_msg *m)
+{
+    free(m->report.grad_l1_per_block);
+    m->report.grad_l1_per_block = NULL;
+    m->report.n_grad_l1_per_block = 0;
+}
+
+static const char *jstr(json_t *o, const char *key, const char *def)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : def;
+}
+
+static double jnum(json_t *o, const char *key, double def)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
+                         const char *device, const char *bind_host, const char *checkpoint_dir,
+                         sc_err *err)
+{
+    *out = NULL;
+    json_error_t jerr;
+    json_t *job = json_loads(req->job_json ? req->job_json : "", 0, &jerr);
+    json_t *plan = json_loads(req->plan_json ? req->plan_json : "", 0, &jerr);
+    sc_status rc = SC_OK;
+    if (!json_is_object(job) || !json_is_object(plan)) {
+        rc = SC_ERRF(err, SC_ERR_INVALID, "AssignStage needs the job spec and the plan as JSON");
+        goto out;
+    }
+    json_t *stage = json_array_get(json_object_get(plan, "stages"), req->stage);
+    if (json_array_size(json_object_get(stage, "devices")) > 1) {
+        rc = SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                     "stage %u is replicated; this runtime runs unreplicated stages only",
+                     req->stage);
+        goto out;
+    }
+    json_t *data = json_object_get(job, "data"), *opt = json_object_get(job, "optimizer");
+    rt_runner_cfg cfg = rt_runner_cfg_default();
+    cfg.model_json = req->model_json;
+    cfg.n_stages = (int)req->n_stages;
+    cfg.stage = (int)req->stage;
+    cfg.first_block = (int)req->first_block;
+    cfg.last_block = (int)req->last_block;
+    cfg.schedule = jstr(plan, "schedule", "1f1b");
+    cfg.batch_size = (int)jnum(job, "batch_size", 8);
+    cfg.microbatches = (int)jnum(json_object_get(plan, "microbatches"), "count", 1);
+    cfg.seed = (uint64_t)jnum(job, "seed", 1);
+    cfg.data_kind = jstr(data, "kind", "synthetic");
+    cfg.data_path = jstr(data, "path", NULL);
+    cfg.optimizer = jstr(opt, "kind", "adamw");
+    cfg.lr = jnum(opt, "lr", 3e-4);
+    cfg.weight_decay = jnum(opt, "weight_decay", 0.0);
+    cfg.momentum = jnum(opt, "momentum", 0.9);
+    cfg.device = device;
+    cfg.transport = "zmq";
+    char bind[300];
+    snprintf(bind, sizeof bind, "tcp://%s:0", bind_host);
+    cfg.bind_endpoint = bind;
+    cfg.timeout_ms = DATA_TIMEOUT_MS;
+    /* messages of another job (or an older assignment of this one) are dropped */
+    uint64_t tag = 1469598103934665603ull;
+    for (const char *p = req->job_id; *p; p++)
+        tag = (tag ^ (unsigned char)*p) * 1099511628211ull;
+    cfg.tag = tag ^ req->resume_step;
+
+    wk_trainer *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    sc_strlcpy(t->job_id, req->job_id, sizeof t->job_id);
+    t->stage = req->stage;
+    t->n_stages = req->n_stages;
+    snprintf(t->checkpoint_dir, sizeof t->checkpoint_dir, "%s/%s", checkpoint_dir, req->job_id);
+    rc = rt_runner_new(&t->runner, &cfg, err);
+    if (rc != SC_OK) {
+        wk_trainer_destroy(&t);
+        goto out;
+    }
+    *out = t;
+out:
+    json_decref(job);
+    json_decref(plan);
+    return rc;
+}
+
+const char *wk_trainer_endpoint(const wk_trainer *t)
+{
+    return rt_runner_endpoint(t->runner);
+}
+
+uint64_t wk_trainer_step(const wk_trainer *t)
+{
+    return atomic_load(&t->step);
+}
+
+static void push_error(wk_trainer *t, sc_status code, const char *fmt, const char *msg)
+{
+    wk_trainer_msg m;
+    memset(&m, 0, sizeof m);
+    m.is_error = true;
+    m.code = code;
+    sc_strfmt(m.error, sizeof m.error, fmt, msg);
+    SC_LOG_WARN(LOG, "%s", m.error);
+    push(t, &m);
+}
+
+static sc_status make_dirs(const char *path, sc_err *err)
+{
+    char tmp[1100];
+    sc_strlcpy(tmp, path, sizeof tmp);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(tmp, 0700);
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return SC_ERRF(err, SC_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    return SC_OK;
+}
+
+static void *train_main(void *arg)
+{
+    wk_trainer *t = arg;
+    sc_err err;
+    sc_err_clear(&err);
+    if (rt_runner_connect(t->runner, t->prev, t->next, &err) != SC_OK) {
+        push_error(t, err.code, "connecting the data plane: %s", err.msg);
+        return NULL;
+    }
+    if (t->resume_step > 0 &&
+        rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &err) != SC_OK) {
+        push_error(t, err.code, "resuming from the checkpoint: %s", err.msg);
+        return NULL;
+    }
+    uint64_t last_ckpt = t->resume_step;
+    for (uint64_t step = t->resume_step + 1; step <= t->steps && !atomic_load(&t->stop); step++) {
+        rt_report rep;
+        sc_err_clear(&err);
+        if (rt_runner_step(t->runner, step, &rep, &err) != SC_OK) {
+            if (!atomic_load(&t->stop))
+                push_error(t, err.code, "training step failed: %s", err.msg);
+            return NULL;
+        }
+        if (t->checkpoint_every > 0 &&
+            (step % t->checkpoint_every == 0 || step == t->steps)) {
+            sc_err_clear(&err);
+            if (make_dirs(t->checkpoint_dir, &err) != SC_OK ||
+                rt_runner_save(t->runner, t->checkpoint_dir, step, &err) != SC_OK)
+                SC_LOG_WARN(LOG, "checkpoint of step %llu not written: %s",
+                            (unsigned long long)step, err.msg);
+            else
+                last_ckpt = step;
+        }
+        atomic_store(&t->step, step);
+        wk_trainer_msg m;
+        memset(&m, 0, sizeof m);
+        stagecraft__iteration_report__init(&m.report);
+        m.report.stage = t->stage;
+        m.report.step = step;
+        m.report.loss = rep.has_loss ? rep.loss : 0;
+        m.report.iteration_s = rep.iteration_s;
+        m.report.busy_s = rep.busy_s;
+        m.report.forward_s = rep.forward_s;
+        m.report.backward_s = rep.backward_s;
+        m.report.samples_per_s = rep.samples_per_s;
+        m.report.checkpoint_step = last_ckpt;
+        if (rep.n_blocks > 0 && rep.grad_sq_norms) {
+            m.report.grad_l1_per_block = malloc((size_t)rep.n_blocks * sizeof(double));
+            if (m.report.grad_l1_per_block) {
+                memcpy(m.report.grad_l1_per_block, rep.grad_sq_norms,
+                       (size_t)rep.n_blocks * sizeof(double));
+                m.report.n_grad_l1_per_block = (size_t)rep.n_blocks;
+            }
+        }
+        push(t, &m);
+    }
+    return NULL;
+}
+
+sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
+{
+    if (t->started)
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "training of job %s already started",
+                       t->job_id);
+    json_error_t jerr;
+    json_t *p = json_loads(payload_json ? payload_json : "", 0, &jerr);
+    json_t *eps = json_object_get(p, "stage_endpoints");
+    if (!json_is_array(eps) || json_array_size(eps) != t->n_stages) {
+        json_decref(p);
+        return SC_ERRF(err, SC_ERR_INVALID, "START needs the %u stages' data endpoints",
+                       t->n_stages);
+    }
+    sc_strlcpy(t->prev, t->stage > 0 ? json_string_value(json_array_get(eps, t->stage - 1)) : "",
+               sizeof t->prev);
+    sc_strlcpy(t->next,
+               t->stage + 1 < t->n_stages ? json_string_value(json_array_get(eps, t->stage + 1))
+                                          : "",
+               sizeof t->next);
+    t->steps = (uint64_t)jnum(p, "steps", 0);
+    t->resume_step = (uint64_t)jnum(p, "resume_step", 0);
+    t->checkpoint_every = (uint64_t)jnum(p, "checkpoint_every", 0);
+    json_decref(p);
+    atomic_store(&t->step, t->resume_step);
+    if (pthread_create(&t->thread, NULL, train_main, t) != 0)
+        return SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the training thread");
+    t->started = true;
+    SC_LOG_INFO(LOG, "training stage %u of job %s: steps %llu..%llu, prev %s, next %s", t->stage,
+                t->job_id, (unsigned long long)t->resume_step + 1, (unsigned long long)t->steps,
+                t->prev[0] ? t->prev : "-", t->next[0] ? t->next : "-");
+    return SC_OK;
+}
+
+void wk_trainer_destroy(wk_trainer **tp)
+{
+    if (tp == NULL || *tp == NULL)
+        return;
+    wk_trainer *t = *tp;
+    atomic_store(&t->stop, true);
+    if (t->runner)
+        rt_runner_abort(t->runner);
+    if (t->started)
+        pthread_join(t->thread, NULL);
+    rt_runner_destroy(&t->runner);
+    wk_trainer_msg m;
+    while (wk_trainer_pop(t, &m))
+        wk_trainer_msg_clear(&m);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+    *tp = NULL;
+}

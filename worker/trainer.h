@@ -1,0 +1,55 @@
+/*
+ * The worker's training of one assigned stage: builds the stage runner when the coordinator
+ * assigns the stage (binding its data-plane inbox), and on START runs the iterations in a
+ * thread of its own, checkpointing every K steps and queueing one report per iteration for the
+ * control loop to send.
+ *
+ * Threads: wk_trainer_new / start / stop / destroy come from the agent's threads under its
+ * lock; the training thread touches only the runner and the report queue (its own lock).
+ */
+#ifndef WK_TRAINER_H
+#define WK_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+#include "proto/control.pb-c.h"
+#include "proto/stagecraft.pb-c.h"
+
+typedef struct wk_trainer wk_trainer;
+
+/* Builds the runner for an AssignStage request on `device`, binding its inbox on `bind_host`.
+ * Checkpoints go to `checkpoint_dir`/JOB/. Bad requests (unknown data, a replicated stage, ...)
+ * are SC_ERR_INVALID / SC_ERR_UNSUPPORTED. */
+sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
+                         const char *device, const char *bind_host, const char *checkpoint_dir,
+                         sc_err *err);
+
+/* The data endpoint the neighbours connect to. */
+const char *wk_trainer_endpoint(const wk_trainer *t);
+
+/* Starts training from a START command's payload (stage endpoints, steps, resume step,
+ * checkpoint interval). A second START restarts nothing and is refused. */
+sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err);
+
+/* Stops the training thread (aborting a step in flight), frees everything. Accepts NULL. */
+void wk_trainer_destroy(wk_trainer **t);
+
+/* The last completed step (for heartbeats). */
+uint64_t wk_trainer_step(const wk_trainer *t);
+
+/* One queued message for the coordinator: an iteration report, or the error that stopped
+ * training. Returns false when the queue is empty. The caller frees with
+ * wk_trainer_msg_clear. */
+typedef struct {
+    bool is_error;
+    Stagecraft__IterationReport report; /* grad_l1_per_block owned */
+    sc_status code;                     /* of the error */
+    char error[512];
+} wk_trainer_msg;
+
+bool wk_trainer_pop(wk_trainer *t, wk_trainer_msg *out);
+void wk_trainer_msg_clear(wk_trainer_msg *m);
+
+#endif /* WK_TRAINER_H */
