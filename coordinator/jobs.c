@@ -376,7 +376,18 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
             }
         }
     }
-    bool ok = text != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
+    /* Only a job still planned starts: if a worker died or the job was cancelled while its
+     * stages were being assigned, it has moved on and will be driven again. */
+    coord_job now;
+    bool planned = false;
+    if (coord_store_job_get(c->store, id, &now, &err) == SC_OK) {
+        planned = now.state == COORD_JOB_PLANNED;
+        coord_job_clear(&now);
+    }
+    if (!planned)
+        SC_ERRF(&err, SC_ERR_PRECONDITION,
+                "the job left the planned state while its stages were assigned");
+    bool ok = planned && text != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
               c->n_running < COORD_MAX_RUNNING &&
               coord_store_job_transition(c->store, id, COORD_JOB_RUNNING, reason, &err) == SC_OK;
     if (ok) {

@@ -148,8 +148,7 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         goto fail;
     }
     snprintf(a->id_path, sizeof a->id_path, "%s/worker-%s.id", dir, a->name);
-    snprintf(a->shared.checkpoint_dir, sizeof a->shared.checkpoint_dir, "%s/checkpoints-%s", dir,
-             a->name);
+    snprintf(a->shared.checkpoint_dir, sizeof a->shared.checkpoint_dir, "%s/checkpoints", dir);
     load_id(a);
 
     SC_CHECK_GOTO(wk_hardware_report(device, true, &a->shared.hardware, err), fail);

@@ -19,6 +19,7 @@
 
 void wk_state_release(wk_state *st, const char *job_id, const char *why)
 {
+    struct wk_trainer *old = NULL;
     pthread_mutex_lock(&st->lock);
     if (job_id == NULL || job_id[0] == '\0' || strcmp(job_id, st->job_id) == 0) {
         if (st->job_id[0])
@@ -27,11 +28,14 @@ void wk_state_release(wk_state *st, const char *job_id, const char *why)
         free(st->plan_json);
         free(st->model_json);
         st->plan_json = st->model_json = NULL;
-        wk_trainer_destroy(&st->trainer);
+        old = st->trainer;
+        st->trainer = NULL;
         if (strcmp(st->state, "profiling") != 0)
             sc_strlcpy(st->state, "idle", sizeof st->state);
     }
     pthread_mutex_unlock(&st->lock);
+    /* Stopping a trainer joins its thread: never while holding the lock heartbeats need. */
+    wk_trainer_destroy(&old);
 }
 
 static sc_status describe(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
@@ -79,21 +83,27 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         free(model);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory storing the assignment");
     }
+    /* A new assignment (first, after a re-plan, or of another job: the coordinator is the
+     * authority on what this worker does) replaces the stage being trained. The old trainer is
+     * stopped outside the lock (it joins a thread); the new one is built outside it too. */
     pthread_mutex_lock(&st->lock);
     if (st->job_id[0] && strcmp(st->job_id, req->job_id) != 0)
         SC_LOG_WARN(LOG, "job %s replaces job %s on this worker (the coordinator reassigned it)",
                     req->job_id, st->job_id);
-    /* A new assignment (first, after a re-plan, or of another job: the coordinator is the
-     * authority on what this worker does) replaces the stage being trained. */
-    wk_trainer_destroy(&st->trainer);
-    sc_status rc = wk_trainer_new(&st->trainer, req, st->device, st->bind_host,
-                                  st->checkpoint_dir, err);
+    struct wk_trainer *old = st->trainer;
+    st->trainer = NULL;
+    pthread_mutex_unlock(&st->lock);
+    wk_trainer_destroy(&old);
+    struct wk_trainer *fresh = NULL;
+    sc_status rc = wk_trainer_new(&fresh, req, st->device, st->bind_host, st->checkpoint_dir, err);
     if (rc != SC_OK) {
-        pthread_mutex_unlock(&st->lock);
         free(plan);
         free(model);
         return rc;
     }
+    pthread_mutex_lock(&st->lock);
+    old = st->trainer; /* a concurrent AssignStage: the last one wins */
+    st->trainer = fresh;
     char endpoint[300];
     sc_strlcpy(endpoint, wk_trainer_endpoint(st->trainer), sizeof endpoint);
     sc_strlcpy(st->job_id, req->job_id, sizeof st->job_id);
@@ -109,6 +119,7 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     st->step = req->resume_step;
     sc_strlcpy(st->state, "assigned", sizeof st->state);
     pthread_mutex_unlock(&st->lock);
+    wk_trainer_destroy(&old);
     SC_LOG_INFO(LOG, "assigned stage %u (blocks %u-%u) of job %s over %s", req->stage,
                 req->first_block, req->last_block, req->job_id, req->transport);
     Stagecraft__AssignStageResponse *resp =

@@ -47,7 +47,7 @@ start_coordinator() {
 # start_worker NAME [FLAGS...]: sets worker_pid.
 start_worker() {
     local name=$1; shift
-    "$sc" worker --name "$name" --state "$work/wstate" "$@" >"$work/$name.log" 2>&1 &
+    "$sc" worker --name "$name" --state "$work/wstate" "$@" >>"$work/$name.log" 2>&1 &
     worker_pid=$!
     pids+=("$worker_pid")
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The control plane with real processes on loopback: a coordinator and three workers; a job
-# submitted and planned; bad job specs, wrong tokens, a duplicate and an impostor worker
+# submitted, planned and running; bad job specs, wrong tokens, a duplicate and an impostor worker
 # refused; a stopped worker declared dead within the configured time; a coordinator killed with
 # SIGKILL right after accepting a job, restarted, with its jobs and workers back.
 # Usage: test_control_plane.sh PATH/TO/stagecraft
@@ -20,17 +20,20 @@ cat >"$work/job.json" <<'JSON'
  "model": {"kind": "gpt", "vocab": 64, "seq_len": 16, "layers": 4, "width": 32, "heads": 4},
  "data": {"kind": "synthetic"},
  "batch_size": 8, "microbatches": 4, "schedule": "1f1b", "strategy": "minmax",
- "workers": 3, "steps": 10, "seed": 1}
+ "workers": 3, "steps": 100000000, "seed": 1}
 JSON
 out=$("$sc" submit "$work/job.json" --json) || fail "submit failed: $out"
 [ "$out" = '{"job_id": "job-1"}' ] || fail "submit printed '$out'"
-wait_for 30 is_state job-1 planned && pass "job-1 planned" || fail "job-1 is $(job_state job-1)"
+wait_for 30 is_state job-1 running && pass "job-1 planned and running" ||
+    fail "job-1 is $(job_state job-1)"
+wait_for 20 sh -c "[ \$('$sc' status job-1 --json | sed -n 's/^  \"step\": \([0-9]*\),/\1/p') -gt 0 ]" &&
+    pass "job-1 makes progress" || fail "job-1 reports no step"
 plan=$("$sc" status job-1 --json | tr -d ' \n')
 [[ $plan == *'"strategy":"minmax"'* ]] || fail "status shows no minmax plan: $plan"
 [[ $plan == *'"worker_ids":["w-'* ]] || fail "plan names no workers"
 n_stages=$(echo "$plan" | grep -o '"first_block"' | wc -l)
 [ "$n_stages" -eq 3 ] || fail "plan has $n_stages stages, want 3"
-"$sc" status job-1 | grep -q "^state:   planned" || fail "human status lacks the state line"
+"$sc" status job-1 | grep -q "^state:   running" || fail "human status lacks the state line"
 
 # bad input is refused with a message naming what is wrong; the coordinator stays up
 sed 's/"heads": 4/"heads": 3/' "$work/job.json" >"$work/bad.json"
@@ -69,7 +72,7 @@ kill -CONT "$w2_pid"
 wait_for 10 worker_is w2 alive && pass "the worker came back under its old id" ||
     fail "w2 did not re-register"
 [ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "a worker got a second id"
-wait_for 30 is_state job-1 planned || fail "job-1 was not re-planned: $(job_state job-1)"
+wait_for 30 is_state job-1 running || fail "job-1 was not re-planned: $(job_state job-1)"
 
 # SIGKILL right after a job is accepted: nothing accepted is lost
 out=$("$sc" submit "$work/job.json" --json); kill -KILL "$coord_pid"; wait "$coord_pid" 2>/dev/null
@@ -80,9 +83,12 @@ listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$state" --heartbeat-ms 
 wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 3 ]" &&
     pass "workers reconnected to the restarted coordinator" || fail "workers did not return"
 [ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "restart duplicated workers"
-is_state job-1 planned || fail "job-1 is $(job_state job-1) after the restart"
+wait_for 30 is_state job-1 running && pass "job-1 resumed after the restart" ||
+    fail "job-1 is $(job_state job-1) after the restart"
+is_state job-2 submitted || fail "job-2 is $(job_state job-2) while job-1 holds the workers"
 "$sc" cancel job-1 >/dev/null || fail "cancel job-1"
-wait_for 30 is_state job-2 planned && pass "job-2 planned after the restart" ||
+wait_for 30 is_state job-2 running && pass "job-2 runs once job-1 is cancelled" ||
     fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
 is_state job-1 cancelled || fail "job-1 not cancelled"
+"$sc" cancel job-2 >/dev/null || fail "cancel job-2"
 finish

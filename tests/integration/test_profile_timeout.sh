@@ -29,6 +29,6 @@ st=$(job_state job-1)
 [ "$st" = submitted ] || [ "$st" = profiling ] || fail "job-1 is $st while the worker is stopped"
 "$sc" workers >/dev/null || fail "the coordinator stopped answering"
 kill -CONT "$b_pid"
-wait_for 30 is_state job-1 planned && pass "planned once the worker answers again" ||
+wait_for 30 is_state job-1 succeeded && pass "planned and trained once the worker answers again" ||
     fail "job-1 is $(job_state job-1)"
 finish

@@ -4,7 +4,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the four headers above first */
 #include <cmocka.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,8 +118,8 @@ static void test_text(void **state)
     assert_null(d);
 }
 
-static size_t make_shard(int32_t magic, int32_t version, int32_t count_hdr, int ntok,
-                         uint8_t *buf, int vocab)
+static size_t make_shard(int32_t magic, int32_t version, int32_t count_hdr, int ntok, uint8_t *buf,
+                         int vocab)
 {
     int32_t hdr[256] = {0};
     hdr[0] = magic;

@@ -6,12 +6,16 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the four headers above first */
 #include <cmocka.h>
+
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/sc_json.h"
@@ -24,7 +28,8 @@
     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "       \
     "\"seq_len\": 8, \"layers\": 2, \"width\": 16, \"heads\": 2}"
 #define VGG_JSON                                                                                   \
-    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"vgg\", \"config\": \"vgg11\", " \
+    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"vgg\", \"config\": "           \
+    "\"vgg11\", "                                                                                  \
     "\"image\": [3, 32, 32], \"classes\": 10, \"width_divisor\": 16}"
 #define MLP_JSON "{\"kind\": \"mlp\", \"sizes\": [12, 10, 8, 6, 4]}"
 
@@ -35,7 +40,22 @@ typedef struct {
     const char *optimizer;
     const char *transport;
     const char *data_kind, *data_path;
+    const int *sizes; /* micro-batch sizes, NULL for equal ones */
+    int slice_k;      /* schedule "sliced": warm-up micro-batches cut in halves */
 } run_spec;
+
+/* Micro-batches the runner runs: m, plus one per sliced warm-up micro-batch. */
+static int effective_microbatches(const run_spec *rs)
+{
+    if (strcmp(rs->schedule, "sliced") != 0)
+        return rs->microbatches;
+    return rs->microbatches + (rs->slice_k < rs->microbatches ? rs->slice_k : rs->microbatches);
+}
+
+static int spec_size(const run_spec *rs, int mb)
+{
+    return rs->sizes != NULL ? rs->sizes[mb] : rs->batch / rs->microbatches;
+}
 
 static int model_blocks(const char *json)
 {
@@ -73,6 +93,8 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.transport = rs->transport != NULL ? rs->transport : "zmq";
     c.bind_endpoint = strcmp(c.transport, "local") == 0 ? "local://" : "tcp://127.0.0.1:0";
     c.timeout_ms = 20000;
+    c.microbatch_sizes = rs->sizes;
+    c.sliced_warmup = rs->slice_k;
     return c;
 }
 
@@ -153,11 +175,21 @@ static float *pipeline_params(const run_spec *rs, rt_runner **rn, size_t *count)
     return all;
 }
 
+/* Sum of each stage's per-block gradient norms of the last step (the report's array belongs to
+ * the runner, so it is read before the runner goes). */
+static double g_grad_sq_sum[8];
+
 static float *train_pipeline(const run_spec *rs, size_t *count, rt_report *reports)
 {
     rt_runner *rn[8] = {0};
     pipeline_open(rs, rn);
     pipeline_run(rs, rn, 1, rs->steps, reports);
+    for (int s = 0; s < rs->stages; s++) {
+        g_grad_sq_sum[s] = 0.0;
+        for (int b = 0; b < reports[s].n_blocks; b++)
+            g_grad_sq_sum[s] += reports[s].grad_sq_norms[b];
+        reports[s].grad_sq_norms = NULL;
+    }
     float *p = pipeline_params(rs, rn, count);
     for (int s = 0; s < rs->stages; s++)
         rt_runner_destroy(&rn[s]);
@@ -175,7 +207,9 @@ static float *train_reference(const run_spec *rs, size_t *count, float **init)
     assert_int_equal(sc_jdoc_parse(&doc, "model", rs->model, strlen(rs->model), &err), SC_OK);
     sc_jnode root = sc_jdoc_root(doc);
     assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
-    int nb = kn_model_block_count(m), M = rs->batch / rs->microbatches;
+    int nb = kn_model_block_count(m), M = 0;
+    for (int mb = 0; mb < rs->microbatches; mb++)
+        M = spec_size(rs, mb) > M ? spec_size(rs, mb) : M;
     kn_device cpu = {KN_DEV_CPU, 0};
     kn_stage_cfg sc = kn_stage_cfg_default(0, nb - 1, cpu, M);
     rt_runner_cfg rc = spec_cfg(rs, 0, nb);
@@ -209,9 +243,11 @@ static float *train_reference(const run_spec *rs, size_t *count, float **init)
     int32_t *tgt = malloc((size_t)M * (size_t)tps * sizeof *tgt);
     for (int step = 1; step <= rs->steps; step++) {
         assert_int_equal(kn_stage_zero_grads(st, &err), SC_OK);
-        for (int mb = 0; mb < rs->microbatches; mb++) {
-            assert_int_equal(rt_data_batch(d, (uint64_t)step, mb * M, M, in, tgt, &err), SC_OK);
-            assert_int_equal(kn_stage_forward_host(st, 0, in, tgt, M, &err), SC_OK);
+        /* the configured micro-batches, never sliced: slicing must not change the result */
+        for (int mb = 0, off = 0; mb < rs->microbatches; off += spec_size(rs, mb), mb++) {
+            int n = spec_size(rs, mb);
+            assert_int_equal(rt_data_batch(d, (uint64_t)step, off, n, in, tgt, &err), SC_OK);
+            assert_int_equal(kn_stage_forward_host(st, 0, in, tgt, n, &err), SC_OK);
             assert_int_equal(kn_stage_backward_host(st, 0, NULL, &err), SC_OK);
         }
         assert_int_equal(kn_stage_step(st, &err), SC_OK);
@@ -257,17 +293,16 @@ static void check_equivalence(const run_spec *rs)
         const rt_report *r = &reports[s];
         assert_int_equal(r->step, (uint64_t)rs->steps);
         assert_int_equal(r->has_loss, s == rs->stages - 1);
-        int bound = strcmp(rs->schedule, "gpipe") == 0
-                        ? rs->microbatches
-                        : (rs->stages - s < rs->microbatches ? rs->stages - s : rs->microbatches);
+        int me = effective_microbatches(rs);
+        int bound =
+            strcmp(rs->schedule, "gpipe") == 0 ? me : (rs->stages - s < me ? rs->stages - s : me);
+        assert_int_equal(r->microbatches, me);
         assert_int_equal(r->slots, bound);
         assert_int_equal(r->max_inflight, bound);
         assert_true(r->iteration_s > 0.0 && r->busy_s <= r->iteration_s * 1.01);
         assert_true(r->n_blocks >= 1);
-        double g = 0.0;
-        for (int b = 0; b < r->n_blocks; b++)
-            g += r->grad_sq_norms[b];
-        assert_true(g > 0.0 || r->n_blocks == 1); /* a lone pool block has no parameters */
+        /* a stage of lone pool blocks would have no parameters; none here */
+        assert_true(g_grad_sq_sum[s] > 0.0);
     }
     assert_true(isfinite(reports[rs->stages - 1].loss) && reports[rs->stages - 1].loss > 0.0);
     free(ref);
@@ -279,11 +314,27 @@ static void test_equivalence_gpt(void **state)
 {
     (void)state;
     const run_spec specs[] = {
-        {GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL},
-        {GPT_JSON, "1f1b", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL},
-        {GPT_JSON, "gpipe", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL},
-        {GPT_JSON, "1f1b", 4, 8, 8, 3, "adamw", "zmq", NULL, NULL},
-        {GPT_JSON, "1f1b", 4, 6, 3, 2, "sgd", "local", NULL, NULL}, /* m < p */
+        {GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "1f1b", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "gpipe", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "1f1b", 4, 8, 8, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "1f1b", 4, 6, 3, 2, "sgd", "local", NULL, NULL, NULL, 0}, /* m < p */
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+        check_equivalence(&specs[i]);
+}
+
+static void test_equivalence_unequal_sliced(void **state)
+{
+    (void)state;
+    static const int sizes_a[] = {3, 1, 2, 2}, sizes_b[] = {1, 3, 2, 2}, sizes_c[] = {2, 1, 1};
+    const run_spec specs[] = {
+        {GPT_JSON, "1f1b", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, sizes_a, 0},
+        {GPT_JSON, "gpipe", 4, 8, 4, 3, "sgd", "local", NULL, NULL, sizes_b, 0},
+        {GPT_JSON, "sliced", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 3},
+        {GPT_JSON, "sliced", 2, 8, 2, 3, "sgd", "local", NULL, NULL, NULL, 1},
+        {VGG_JSON, "sliced", 4, 4, 2, 2, "sgd", "zmq", NULL, NULL, NULL, 2},
+        {MLP_JSON, "sliced", 4, 4, 3, 3, "adamw", "local", NULL, NULL, sizes_c, 1},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_equivalence(&specs[i]);
@@ -300,7 +351,7 @@ static void test_equivalence_gpt_text(void **state)
         text[i] = "the quick brown fox jumps over the lazy dog. "[i % 45];
     assert_int_equal(write(fd, text, sizeof text), (ssize_t)sizeof text);
     close(fd);
-    run_spec rs = {GPT_JSON, "1f1b", 2, 4, 2, 3, "adamw", "zmq", "text", path};
+    run_spec rs = {GPT_JSON, "1f1b", 2, 4, 2, 3, "adamw", "zmq", "text", path, NULL, 0};
     check_equivalence(&rs);
     unlink(path);
 }
@@ -309,14 +360,349 @@ static void test_equivalence_vgg_mlp(void **state)
 {
     (void)state;
     const run_spec specs[] = {
-        {VGG_JSON, "gpipe", 2, 4, 2, 2, "sgd", "zmq", NULL, NULL},
-        {VGG_JSON, "1f1b", 4, 4, 4, 2, "sgd", "zmq", NULL, NULL},
-        {VGG_JSON, "gpipe", 4, 4, 2, 2, "adamw", "local", NULL, NULL},
-        {MLP_JSON, "1f1b", 2, 8, 4, 4, "adamw", "zmq", NULL, NULL},
-        {MLP_JSON, "gpipe", 4, 8, 4, 4, "sgd", "local", NULL, NULL},
+        {VGG_JSON, "gpipe", 2, 4, 2, 2, "sgd", "zmq", NULL, NULL, NULL, 0},
+        {VGG_JSON, "1f1b", 4, 4, 4, 2, "sgd", "zmq", NULL, NULL, NULL, 0},
+        {VGG_JSON, "gpipe", 4, 4, 2, 2, "adamw", "local", NULL, NULL, NULL, 0},
+        {MLP_JSON, "1f1b", 2, 8, 4, 4, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {MLP_JSON, "gpipe", 4, 8, 4, 4, "sgd", "local", NULL, NULL, NULL, 0},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_equivalence(&specs[i]);
+}
+
+/* ---- separate worker processes over zmq ---- */
+
+#define EXIT_TIMEOUT 3 /* a child whose step failed with SC_ERR_TIMEOUT / SC_ERR_UNAVAILABLE */
+
+static bool write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+static bool read_all(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+/* A worker process: binds, publishes its endpoint, learns its neighbours', trains, sends its
+ * parameters back. No cmocka here: the child reports through its exit status. */
+static void child_main(const run_spec *rs, int s, int up, int down, int timeout_ms, int die_after)
+{
+    rt_runner_cfg c = spec_cfg(rs, s, model_blocks(rs->model));
+    c.timeout_ms = timeout_ms;
+    rt_runner *r = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    char ep[RT_ENDPOINT_MAX] = {0}, prev[RT_ENDPOINT_MAX], next[RT_ENDPOINT_MAX];
+    if (rt_runner_new(&r, &c, &err) != SC_OK)
+        _exit(1);
+    snprintf(ep, sizeof ep, "%s", rt_runner_endpoint(r));
+    if (!write_all(up, ep, sizeof ep) || !read_all(down, prev, sizeof prev) ||
+        !read_all(down, next, sizeof next))
+        _exit(1);
+    if (rt_runner_connect(r, prev, next, &err) != SC_OK)
+        _exit(1);
+    for (int i = 0; i < rs->steps; i++) {
+        if (i == die_after)
+            raise(SIGKILL); /* the worker dies mid-job, without any goodbye */
+        sc_status rc = rt_runner_step(r, (uint64_t)i + 1, NULL, &err);
+        if (rc != SC_OK)
+            fprintf(stderr, "child %d: %s\n", s, err.msg);
+        if (rc == SC_ERR_TIMEOUT || rc == SC_ERR_UNAVAILABLE)
+            _exit(EXIT_TIMEOUT);
+        if (rc != SC_OK)
+            _exit(1);
+    }
+    size_t n = rt_runner_param_count(r);
+    float *p = malloc(n * sizeof *p + 1);
+    if (p == NULL || rt_runner_params_to_host(r, p, &err) != SC_OK)
+        _exit(1);
+    /* Closing delivers what is still queued (the last stage's final gradients). */
+    rt_runner_destroy(&r);
+    if (!write_all(up, &n, sizeof n) || !write_all(up, p, n * sizeof *p))
+        _exit(1);
+    free(p);
+    _exit(0);
+}
+
+/* Runs the pipeline as p processes. Returns the concatenated parameters (NULL when a child
+ * failed) and each child's wait status. */
+static float *train_processes(const run_spec *rs, int timeout_ms, int victim, int die_after,
+                              size_t *count, int *status)
+{
+    int p = rs->stages;
+    pid_t pid[8];
+    int up[8][2], down[8][2];
+    fflush(NULL);
+    for (int s = 0; s < p; s++) {
+        assert_int_equal(pipe(up[s]), 0);
+        assert_int_equal(pipe(down[s]), 0);
+        pid[s] = fork();
+        assert_true(pid[s] >= 0);
+        if (pid[s] == 0) {
+            close(up[s][0]);
+            close(down[s][1]);
+            child_main(rs, s, up[s][1], down[s][0], timeout_ms, s == victim ? die_after : -1);
+        }
+        close(up[s][1]);
+        close(down[s][0]);
+    }
+    char eps[8][RT_ENDPOINT_MAX];
+    for (int s = 0; s < p; s++)
+        assert_true(read_all(up[s][0], eps[s], sizeof eps[s]));
+    for (int s = 0; s < p; s++) {
+        char none[RT_ENDPOINT_MAX] = {0};
+        assert_true(write_all(down[s][1], s > 0 ? eps[s - 1] : none, RT_ENDPOINT_MAX));
+        assert_true(write_all(down[s][1], s < p - 1 ? eps[s + 1] : none, RT_ENDPOINT_MAX));
+    }
+    float *all = NULL;
+    size_t total = 0;
+    bool ok = true;
+    for (int s = 0; s < p; s++) {
+        size_t n = 0;
+        if (!ok || !read_all(up[s][0], &n, sizeof n)) {
+            ok = false;
+            continue;
+        }
+        float *grown = realloc(all, (total + n) * sizeof *all);
+        assert_non_null(grown);
+        all = grown;
+        ok = read_all(up[s][0], all + total, n * sizeof *all);
+        total += n;
+    }
+    for (int s = 0; s < p; s++) {
+        assert_int_equal(waitpid(pid[s], &status[s], 0), pid[s]);
+        close(up[s][0]);
+        close(down[s][1]);
+    }
+    if (!ok) {
+        free(all);
+        all = NULL;
+    }
+    *count = total;
+    return all;
+}
+
+static void test_equivalence_processes(void **state)
+{
+    (void)state;
+    const run_spec specs[] = {
+        {GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "1f1b", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {VGG_JSON, "1f1b", 4, 4, 4, 2, "sgd", "zmq", NULL, NULL, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        size_t n_ref = 0, n_proc = 0;
+        float *init = NULL;
+        float *ref = train_reference(&specs[i], &n_ref, &init);
+        int status[8];
+        float *got = train_processes(&specs[i], 20000, -1, -1, &n_proc, status);
+        for (int s = 0; s < specs[i].stages; s++) {
+            if (!WIFEXITED(status[s]) || WEXITSTATUS(status[s]) != 0)
+                print_error("spec %zu stage %d: wait status 0x%x\n", i, s, status[s]);
+            assert_true(WIFEXITED(status[s]));
+            assert_int_equal(WEXITSTATUS(status[s]), 0);
+        }
+        assert_non_null(got);
+        assert_int_equal(n_proc, n_ref);
+        assert_params_close(got, ref, init, n_ref);
+        free(ref);
+        free(init);
+        free(got);
+    }
+}
+
+/* A worker killed at the start of its second step: its neighbours' steps fail with a timeout
+ * instead of hanging, and every process ends. */
+static void test_worker_killed(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "1f1b", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0};
+    int status[8];
+    size_t n = 0;
+    float *got = train_processes(&rs, 500, 2, 1, &n, status);
+    assert_null(got);
+    assert_true(WIFSIGNALED(status[2]) && WTERMSIG(status[2]) == SIGKILL);
+    for (int s = 0; s < 4; s++) {
+        if (s == 2)
+            continue;
+        /* every survivor waits on the dead stage, directly or through a neighbour */
+        assert_true(WIFEXITED(status[s]));
+        assert_int_equal(WEXITSTATUS(status[s]), EXIT_TIMEOUT);
+    }
+}
+
+/* ---- pipedream: weight stashing ---- */
+
+/* The two-stage pipedream computation done by hand, one thread, straight on kn_stage: stage 0
+ * runs F0, then F(k+1) before B(k); stage 1 runs F(k), B(k); each backward is followed by that
+ * stage's optimizer step, and stage 0's backward of k runs with the weights its forward of k
+ * used (saved here by hand). Returns both stages' parameters, concatenated. */
+static float *pipedream_reference(const run_spec *rs, size_t *count)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    sc_jdoc *doc = NULL;
+    kn_model *m = NULL;
+    assert_int_equal(sc_jdoc_parse(&doc, "model", rs->model, strlen(rs->model), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
+    int nb = kn_model_block_count(m), M = rs->batch / rs->microbatches, mbs = rs->microbatches;
+    kn_device cpu = {KN_DEV_CPU, 0};
+    kn_stage *st[2];
+    rt_runner_cfg rc = spec_cfg(rs, 0, nb);
+    for (int s = 0; s < 2; s++) {
+        rt_runner_cfg c = spec_cfg(rs, s, nb);
+        kn_stage_cfg sc = kn_stage_cfg_default(c.first_block, c.last_block, cpu, M);
+        sc.slots = 2;
+        if (strcmp(rs->optimizer, "sgd") == 0) {
+            sc.optim = kn_optim_sgd_default();
+            sc.optim.momentum = (float)rc.momentum;
+        }
+        sc.optim.lr = (float)rc.lr;
+        sc.optim.weight_decay = (float)rc.weight_decay;
+        assert_int_equal(kn_stage_new_cfg(&st[s], m, &sc, &err), SC_OK);
+    }
+    int tps = kn_model_targets_per_sample(m);
+    rt_data_cfg dc;
+    memset(&dc, 0, sizeof dc);
+    dc.kind = RT_DATA_SYNTHETIC;
+    dc.seed = rc.seed;
+    dc.inputs_are_tokens = kn_model_block(m, 0)->in_tokens;
+    dc.input_elems = kn_model_block(m, 0)->in_floats;
+    dc.targets_per_sample = tps;
+    dc.classes = kn_model_classes(m);
+    rt_data *d = NULL;
+    assert_int_equal(rt_data_new(&d, &dc, &err), SC_OK);
+
+    size_t n0 = kn_stage_param_count(st[0]), n1 = kn_stage_param_count(st[1]);
+    size_t act = (size_t)M * kn_stage_output_per_sample(st[0]);
+    float *stash[2] = {malloc(n0 * 4), malloc(n0 * 4)}, *newest = malloc(n0 * 4);
+    float *a = malloc(act * 4), *g = malloc(act * 4);
+    void *in = malloc((size_t)M * dc.input_elems * 4);
+    int32_t *tgt = malloc((size_t)M * (size_t)tps * 4);
+    for (int step = 1; step <= rs->steps; step++) {
+        for (int k = -1; k < mbs; k++) {
+            int f = k + 1; /* stage 0's forward of f comes before its backward of k */
+            if (f < mbs) {
+                assert_int_equal(rt_data_batch(d, (uint64_t)step, f * M, M, in, NULL, &err), SC_OK);
+                assert_int_equal(kn_stage_params_to_host(st[0], stash[f % 2], &err), SC_OK);
+                assert_int_equal(kn_stage_forward_host(st[0], f % 2, in, NULL, M, &err), SC_OK);
+            }
+            if (k < 0)
+                continue;
+            assert_int_equal(kn_stage_output_to_host(st[0], k % 2, a, &err), SC_OK);
+            assert_int_equal(rt_data_batch(d, (uint64_t)step, k * M, M, NULL, tgt, &err), SC_OK);
+            assert_int_equal(kn_stage_zero_grads(st[1], &err), SC_OK);
+            assert_int_equal(kn_stage_forward_host(st[1], 0, a, tgt, M, &err), SC_OK);
+            assert_int_equal(kn_stage_backward_host(st[1], 0, NULL, &err), SC_OK);
+            assert_int_equal(kn_stage_grad_input_to_host(st[1], g, &err), SC_OK);
+            assert_int_equal(kn_stage_step(st[1], &err), SC_OK);
+            /* stage 0: backward with the stashed weights, then update the newest ones */
+            assert_int_equal(kn_stage_params_to_host(st[0], newest, &err), SC_OK);
+            assert_int_equal(kn_stage_params_from_host(st[0], stash[k % 2], &err), SC_OK);
+            assert_int_equal(kn_stage_zero_grads(st[0], &err), SC_OK);
+            assert_int_equal(kn_stage_backward_host(st[0], k % 2, g, &err), SC_OK);
+            assert_int_equal(kn_stage_params_from_host(st[0], newest, &err), SC_OK);
+            assert_int_equal(kn_stage_step(st[0], &err), SC_OK);
+        }
+    }
+    float *all = malloc((n0 + n1) * sizeof *all);
+    assert_int_equal(kn_stage_params_to_host(st[0], all, &err), SC_OK);
+    assert_int_equal(kn_stage_params_to_host(st[1], all + n0, &err), SC_OK);
+    *count = n0 + n1;
+    free(stash[0]);
+    free(stash[1]);
+    free(newest);
+    free(a);
+    free(g);
+    free(in);
+    free(tgt);
+    rt_data_destroy(&d);
+    for (int s = 0; s < 2; s++)
+        kn_stage_destroy(&st[s]);
+    kn_model_destroy(&m);
+    sc_jdoc_destroy(&doc);
+    return all;
+}
+
+static void test_pipedream_weight_stashing(void **state)
+{
+    (void)state;
+    const run_spec specs[] = {
+        {GPT_JSON, "pipedream", 2, 6, 3, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {MLP_JSON, "pipedream", 2, 8, 4, 2, "sgd", "local", NULL, NULL, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        size_t n_ref = 0, n_pipe = 0;
+        float *ref = pipedream_reference(&specs[i], &n_ref);
+        rt_report reports[2];
+        float *pipe = train_pipeline(&specs[i], &n_pipe, reports);
+        assert_int_equal(n_ref, n_pipe);
+        double diff = 0.0, norm = 0.0;
+        for (size_t j = 0; j < n_ref; j++) {
+            diff += ((double)pipe[j] - ref[j]) * ((double)pipe[j] - ref[j]);
+            norm += (double)ref[j] * ref[j];
+        }
+        assert_true(sqrt(diff / norm) <= 1e-5);
+        free(ref);
+        free(pipe);
+    }
+}
+
+static void test_pipedream_versions(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "pipedream", 4, 8, 8, 0, "adamw", "local", NULL, NULL, NULL, 0};
+    rt_runner *r[4] = {0};
+    pipeline_open(&rs, r);
+    rt_report first[4], rep[4];
+    pipeline_run(&rs, r, 1, 1, first);
+    double loss0 = first[3].loss;
+    pipeline_run(&rs, r, 2, 1, rep);
+    for (int s = 0; s < 4; s++) {
+        int warm = 4 - s - 1;
+        uint64_t base = 8; /* one step of 8 micro-batches, one update each, before step 2 */
+        assert_non_null(rep[s].weight_version_forward);
+        for (int k = 0; k < 8; k++) {
+            uint64_t want = base + (uint64_t)(k > warm ? k - warm : 0);
+            assert_int_equal(rep[s].weight_version_forward[k], want);
+            /* the backward used its forward's version, although newer ones existed */
+            assert_int_equal(rep[s].weight_version_backward[k], want);
+        }
+        /* stage 0's backward of micro-batch 5 ran on a version 3 updates old */
+        if (s == 0)
+            assert_int_equal(rep[0].weight_version_forward[5], base + 2);
+        assert_int_equal(rep[s].slots, 4 - s);
+    }
+    pipeline_run(&rs, r, 3, 60, rep);
+    if (!(rep[3].loss < loss0 * 0.8))
+        print_error("pipedream loss %g -> %g\n", loss0, rep[3].loss);
+    assert_true(rep[3].loss < loss0 * 0.8);
+    for (int s = 0; s < 4; s++)
+        rt_runner_destroy(&r[s]);
+    /* synchronous schedules report no versions */
+    const run_spec sync = {GPT_JSON, "1f1b", 2, 4, 2, 1, "adamw", "local", NULL, NULL, NULL, 0};
+    size_t n = 0;
+    float *p = train_pipeline(&sync, &n, rep);
+    assert_null(rep[0].weight_version_forward);
+    free(p);
 }
 
 static void test_checkpoint_resume(void **state)
@@ -324,7 +710,7 @@ static void test_checkpoint_resume(void **state)
     (void)state;
     char dir[] = "/tmp/sc_test_ckpt_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    const run_spec rs = {GPT_JSON, "1f1b", 2, 4, 2, 0, "adamw", "zmq", NULL, NULL};
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 4, 2, 0, "adamw", "zmq", NULL, NULL, NULL, 0};
     sc_err err;
     sc_err_clear(&err);
 
@@ -389,7 +775,7 @@ static void test_checkpoint_resume(void **state)
 static void test_peer_gone(void **state)
 {
     (void)state;
-    const run_spec rs = {GPT_JSON, "gpipe", 2, 4, 2, 1, "adamw", "zmq", NULL, NULL};
+    const run_spec rs = {GPT_JSON, "gpipe", 2, 4, 2, 1, "adamw", "zmq", NULL, NULL, NULL, 0};
     int nb = model_blocks(rs.model);
     rt_runner *r[2] = {0};
     sc_err err;
@@ -412,7 +798,7 @@ static void test_peer_gone(void **state)
 static void test_loss_decreases(void **state)
 {
     (void)state;
-    const run_spec rs = {GPT_JSON, "1f1b", 2, 8, 2, 0, "adamw", "local", NULL, NULL};
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 8, 2, 0, "adamw", "local", NULL, NULL, NULL, 0};
     rt_runner *r[2] = {0};
     pipeline_open(&rs, r);
     rt_report first[2], last[2];
@@ -439,7 +825,7 @@ static void expect_bad(rt_runner_cfg c, sc_status want, const char *says)
 static void test_bad_config(void **state)
 {
     (void)state;
-    const run_spec rs = {GPT_JSON, "gpipe", 2, 8, 4, 1, "adamw", "zmq", NULL, NULL};
+    const run_spec rs = {GPT_JSON, "gpipe", 2, 8, 4, 1, "adamw", "zmq", NULL, NULL, NULL, 0};
     rt_runner_cfg c = spec_cfg(&rs, 0, 4);
     c.batch_size = 7;
     expect_bad(c, SC_ERR_INVALID, "multiple of microbatches");
@@ -451,9 +837,6 @@ static void test_bad_config(void **state)
     c.first_block = 1;
     expect_bad(c, SC_ERR_INVALID, "stage 0 must start at block 0");
     c = spec_cfg(&rs, 0, 4);
-    c.schedule = "pipedream";
-    expect_bad(c, SC_ERR_UNSUPPORTED, "not supported");
-    c = spec_cfg(&rs, 0, 4);
     c.optimizer = "lion";
     expect_bad(c, SC_ERR_INVALID, "\"adamw\", \"sgd\"");
     c = spec_cfg(&rs, 0, 4);
@@ -462,21 +845,40 @@ static void test_bad_config(void **state)
     c = spec_cfg(&rs, 0, 4);
     c.model_json = "{\"kind\": \"gpt\", \"vocab\": 256}";
     expect_bad(c, SC_ERR_INVALID, "seq_len");
-    run_spec vr = {VGG_JSON, "gpipe", 1, 4, 1, 1, "sgd", "zmq", "text", "/dev/null"};
+    static const int bad_sum[] = {4, 3}, ones[] = {1, 7};
+    c = spec_cfg(&rs, 0, 4);
+    c.microbatches = 2;
+    c.microbatch_sizes = bad_sum;
+    expect_bad(c, SC_ERR_INVALID, "sum to 7, batch_size is 8");
+    c.microbatch_sizes = ones;
+    c.schedule = "sliced";
+    c.sliced_warmup = 1;
+    expect_bad(c, SC_ERR_INVALID, "cannot halve");
+    c = spec_cfg(&rs, 0, 4);
+    c.schedule = "unequal";
+    expect_bad(c, SC_ERR_UNSUPPORTED, "not supported");
+    run_spec vr = {VGG_JSON, "gpipe", 1, 4, 1, 1, "sgd", "zmq", "text", "/dev/null", NULL, 0};
     c = spec_cfg(&vr, 0, model_blocks(VGG_JSON));
     expect_bad(c, SC_ERR_INVALID, "token models");
 }
 
 int main(void)
 {
+    /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence_gpt),
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),
+        cmocka_unit_test(test_equivalence_unequal_sliced),
+        cmocka_unit_test(test_equivalence_processes),
+        cmocka_unit_test(test_worker_killed),
+        cmocka_unit_test(test_pipedream_weight_stashing),
+        cmocka_unit_test(test_pipedream_versions),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_peer_gone),
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_bad_config),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the four headers above first */
 #include <cmocka.h>
+
 #include <string.h>
 
 #include "worker/runtime/schedule.h"
@@ -132,8 +134,7 @@ static void test_validation_rejects(void **state)
     sc_err_clear(&err);
     assert_int_equal(rt_schedule_kind_parse("1f1b", "schedule", &k, &err), SC_OK);
     assert_int_equal(k, RT_SCHED_1F1B);
-    assert_int_equal(rt_schedule_kind_parse("pipedream", "schedule", &k, &err),
-                     SC_ERR_UNSUPPORTED);
+    assert_int_equal(rt_schedule_kind_parse("pipedream", "schedule", &k, &err), SC_ERR_UNSUPPORTED);
     sc_err_clear(&err);
     assert_int_equal(rt_schedule_kind_parse("zigzag", "schedule", &k, &err), SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "\"gpipe\", \"1f1b\""));

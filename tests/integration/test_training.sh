@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Pipelined training across worker processes, end to end: a job trains to success with its loss
+# falling; a worker killed mid-training sends the job to recovering within the heartbeat timeout;
+# the job resumes from its last checkpoint and ends with exactly the weights (and optimizer
+# state) of an uninterrupted run of the same job.
+# Usage: test_training.sh PATH/TO/stagecraft
+sc=${1:?usage: test_training.sh PATH/TO/stagecraft}
+. "$(dirname "$0")/lib.sh"
+
+state=$work/state
+start_coordinator coord "$state" --heartbeat-ms 200 --dead-after 5
+start_worker a
+start_worker b
+b_pid=$worker_pid
+wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+    fail "workers did not register"
+
+# A fixed partition (uniform) and micro-batch count, so every run splits the model alike.
+job() {
+    cat <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "$1",
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 16, "layers": 2, "width": 32, "heads": 2},
+ "data": {"kind": "text", "path": "$work/text.txt"},
+ "batch_size": 8, "microbatches": 4, "schedule": "1f1b", "strategy": "uniform",
+ "workers": 2, "steps": $2, "seed": 7, "checkpoint_every": 10,
+ "optimizer": {"kind": "adamw", "lr": 0.003}}
+JSON
+}
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7))"; done \
+    >"$work/text.txt"
+loss_of() { "$sc" status "$1" --json | sed -n 's/^  "reason": "trained [0-9]* steps; final loss \([0-9.]*\)".*/\1/p'; }
+
+# 1. an uninterrupted run
+job plain 60 >"$work/plain.json"
+"$sc" submit "$work/plain.json" >/dev/null || fail "submit plain"
+wait_for 120 is_state job-1 succeeded && pass "job-1 trained to success" ||
+    fail "job-1 is $(job_state job-1): $("$sc" status job-1 | sed -n 2p)"
+final=$(loss_of job-1)
+awk -v f="$final" 'BEGIN { exit !(f > 0 && f < 5.0) }' && pass "final loss $final < ln(256) = 5.55" ||
+    fail "final loss '$final' did not fall"
+
+# 2. the same job, with a worker killed mid-training and started again
+job killed 60 >"$work/killed.json"
+"$sc" submit "$work/killed.json" >/dev/null || fail "submit killed"
+step_of() { "$sc" status job-2 --json | sed -n 's/^  "step": \([0-9]*\),/\1/p'; }
+wait_for 60 sh -c "[ \"\$(\"$sc\" status job-2 --json | sed -n 's/^  \"step\": \([0-9]*\),/\1/p')\" -ge 12 ]" ||
+    fail "job-2 did not reach step 12: $("$sc" status job-2 | sed -n 2,3p)"
+kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
+t0=$SECONDS
+wait_for 6 is_state job-2 recovering &&
+    pass "killed worker: job recovering after $((SECONDS - t0)) s (heartbeat timeout 1 s)" ||
+    fail "job-2 is $(job_state job-2) after its worker was killed"
+start_worker b
+wait_for 120 is_state job-2 succeeded && pass "job-2 resumed and trained to success" ||
+    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
+"$sc" status job-2 | grep -q "step:    60 of 60" || fail "job-2 step: $("$sc" status job-2 | sed -n 3p)"
+grep -q "from the last checkpoint" "$work/coord.log" || fail "job-2 did not resume from a checkpoint"
+
+# 3. the resumed run ends with the uninterrupted run's weights and optimizer state, bit for bit
+for s in 0 1; do
+    f1=$(ls "$work"/wstate/checkpoints/job-1/stage$s-step60.ckpt 2>/dev/null | head -1)
+    f2=$(ls "$work"/wstate/checkpoints/job-2/stage$s-step60.ckpt 2>/dev/null | head -1)
+    if [ -z "$f1" ] || [ -z "$f2" ]; then
+        fail "stage $s: missing final checkpoints ('$f1', '$f2')"
+    elif cmp -s "$f1" "$f2"; then
+        pass "stage $s: resumed run == uninterrupted run (checkpoint files identical)"
+    else
+        fail "stage $s: resumed run differs from the uninterrupted run"
+    fi
+done
+[ "$(loss_of job-2)" = "$final" ] || fail "final losses differ: $final vs $(loss_of job-2)"
+
+finish

@@ -1,0 +1,733 @@
+/*
+ * rt runner: executes one stage's action list per iteration (see runner.h).
+ * Not here: choosing the plan, talking to the coordinator (the worker agent does both).
+ * Invariant: a micro-batch mb lives in activation slot mb % slots from its F to its B; in-order
+ * schedules never hold more than `slots` consecutive micro-batches, so slots never collide, and
+ * slot_mb[] checks it on every F and B.
+ */
+#include "worker/runtime/runner.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_json.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "kernels/device.h"
+#include "kernels/model.h"
+#include "kernels/optim.h"
+#include "kernels/stage.h"
+#include "worker/data/data.h"
+#include "worker/runtime/schedule.h"
+#include "worker/transport/transport.h"
+
+#define CKPT_MAGIC "SCRTCKPT"
+#define CKPT_VERSION 1u
+
+struct rt_runner {
+    int p, s, first_block, last_block, nb;
+    int batch;    /* samples per iteration */
+    int m;        /* micro-batches run per iteration (after slicing) */
+    int Mcap;     /* the largest micro-batch: the stage's capacity */
+    int *mb_size; /* [m] samples of each micro-batch */
+    int *mb_off;  /* [m] first sample of each micro-batch in the batch */
+    bool first, last;
+    double extra_f_s, extra_b_s;
+    kn_model *model;
+    kn_stage *st;
+    rt_schedule *sched;
+    rt_data *data;    /* first and last stage only */
+    rt_transport *tr; /* n_stages > 1 only */
+    kn_optim_cfg optim;
+    int slots;
+    int *slot_mb;               /* [slots]: micro-batch held by each slot, -1 when free */
+    size_t in_elems, out_elems; /* per sample */
+    bool in_tokens;
+    int tps;
+    void *in_buf;     /* M * in_elems (int32 or float) */
+    int32_t *tgt_buf; /* M * tps */
+    float *out_buf;   /* M * out_elems */
+    float *gout_buf;  /* M * out_elems: gradient of the output */
+    float *gin_buf;   /* M * in_elems: gradient of the input */
+    int gin_mb;       /* micro-batch whose input gradient gin_buf holds, -1 for none */
+    size_t np, nstate;
+    float *params, *grads, *state; /* host: the authoritative parameters and optimizer state */
+    uint64_t opt_t;                /* optimizer steps taken (AdamW bias correction) */
+    size_t *block_off;             /* [nb] parameter offset of each block */
+    double *norms;                 /* [nb] */
+    bool broken;                   /* a step failed half-way */
+    /* pipedream: an optimizer step after every micro-batch's backward, which runs with the
+     * weights its forward used (stashed per activation slot). Versions count optimizer steps. */
+    bool pipedream;
+    float **stash;       /* [slots][np]: the parameters each in-flight forward used */
+    uint64_t *stash_ver; /* [slots] */
+    uint64_t *ver_fwd;   /* [m] version each micro-batch's forward used, this step */
+    uint64_t *ver_bwd;   /* [m] version its backward used */
+    char endpoint[RT_ENDPOINT_MAX];
+};
+
+rt_runner_cfg rt_runner_cfg_default(void)
+{
+    rt_runner_cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_stages = 1;
+    c.schedule = "gpipe";
+    c.batch_size = 8;
+    c.microbatches = 1;
+    c.seed = 1;
+    c.data_kind = "synthetic";
+    c.optimizer = "adamw";
+    c.lr = 3e-4;
+    c.momentum = 0.9;
+    c.device = "cpu";
+    c.transport = "zmq";
+    c.bind_endpoint = "tcp://127.0.0.1:0";
+    c.timeout_ms = 30000;
+    c.sliced_warmup = -1;
+    return c;
+}
+
+void rt_runner_destroy(rt_runner **rp)
+{
+    if (rp == NULL || *rp == NULL)
+        return;
+    rt_runner *r = *rp;
+    rt_transport_destroy(&r->tr);
+    rt_data_destroy(&r->data);
+    rt_schedule_destroy(&r->sched);
+    kn_stage_destroy(&r->st);
+    kn_model_destroy(&r->model);
+    free(r->slot_mb);
+    free(r->mb_size);
+    free(r->mb_off);
+    free(r->in_buf);
+    free(r->tgt_buf);
+    free(r->out_buf);
+    free(r->gout_buf);
+    free(r->gin_buf);
+    free(r->params);
+    free(r->grads);
+    free(r->state);
+    free(r->block_off);
+    free(r->norms);
+    for (int i = 0; r->stash != NULL && i < r->slots; i++)
+        free(r->stash[i]);
+    free(r->stash);
+    free(r->stash_ver);
+    free(r->ver_fwd);
+    free(r->ver_bwd);
+    free(r);
+    *rp = NULL;
+}
+
+static sc_status parse_model(const char *json, kn_model **out, sc_err *err)
+{
+    if (json == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID, "runner: no model document given");
+    sc_jdoc *doc = NULL;
+    SC_CHECK(sc_jdoc_parse(&doc, "model", json, strlen(json), err));
+    sc_jnode root = sc_jdoc_root(doc);
+    sc_status rc = kn_model_from_node(out, &root, err);
+    sc_jdoc_destroy(&doc);
+    return rc;
+}
+
+static sc_status parse_optim(const rt_runner_cfg *c, kn_optim_cfg *o, sc_err *err)
+{
+    if (c->optimizer != NULL && strcmp(c->optimizer, "adamw") == 0)
+        *o = kn_optim_adamw_default();
+    else if (c->optimizer != NULL && strcmp(c->optimizer, "sgd") == 0)
+        *o = kn_optim_sgd_default();
+    else
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "optimizer.kind: unknown \"%s\"; valid: \"adamw\", "
+                       "\"sgd\"",
+                       c->optimizer != NULL ? c->optimizer : "(null)");
+    if (!(c->lr > 0.0) || c->weight_decay < 0.0 || c->momentum < 0.0 || c->momentum >= 1.0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "optimizer: lr must be > 0 (got %g), weight_decay "
+                       ">= 0 (got %g), momentum in [0, 1) (got %g)",
+                       c->lr, c->weight_decay, c->momentum);
+    o->lr = (float)c->lr;
+    o->weight_decay = (float)c->weight_decay;
+    if (o->kind == KN_OPT_SGD)
+        o->momentum = (float)c->momentum;
+    return SC_OK;
+}
+
+static sc_status check_layout(const rt_runner_cfg *c, int nblocks, sc_err *err)
+{
+    if (c->n_stages < 1 || c->stage < 0 || c->stage >= c->n_stages)
+        return SC_ERRF(err, SC_ERR_INVALID, "runner: stage %d of %d stages; valid: 0..n_stages-1",
+                       c->stage, c->n_stages);
+    if (c->first_block < 0 || c->last_block < c->first_block || c->last_block >= nblocks)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: blocks [%d, %d]; the model has blocks 0..%d (first <= last)",
+                       c->first_block, c->last_block, nblocks - 1);
+    if (c->stage == 0 && c->first_block != 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "runner: stage 0 must start at block 0, not %d",
+                       c->first_block);
+    if (c->stage == c->n_stages - 1 && c->last_block != nblocks - 1)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: the last stage must end at the model's last block %d, not %d",
+                       nblocks - 1, c->last_block);
+    if (c->microbatches < 1 || c->batch_size < 1 ||
+        (c->microbatch_sizes == NULL && c->batch_size % c->microbatches != 0))
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: batch_size %d must be a positive multiple of microbatches %d "
+                       "(or give microbatch_sizes)",
+                       c->batch_size, c->microbatches);
+    if (c->timeout_ms <= 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "runner: timeout_ms must be > 0, got %d",
+                       c->timeout_ms);
+    return SC_OK;
+}
+
+static sc_status alloc_buffers(rt_runner *r, sc_err *err)
+{
+    size_t M = (size_t)r->Mcap;
+    r->slot_mb = malloc((size_t)r->slots * sizeof *r->slot_mb);
+    r->in_buf = calloc(M * r->in_elems + 1, 4);
+    r->tgt_buf = calloc(M * (size_t)r->tps + 1, sizeof *r->tgt_buf);
+    r->out_buf = calloc(M * r->out_elems + 1, sizeof *r->out_buf);
+    r->gout_buf = calloc(M * r->out_elems + 1, sizeof *r->gout_buf);
+    r->gin_buf = calloc(M * r->in_elems + 1, sizeof *r->gin_buf);
+    r->params = calloc(r->np + 1, sizeof *r->params);
+    r->grads = calloc(r->np + 1, sizeof *r->grads);
+    r->state = calloc(r->nstate + 1, sizeof *r->state);
+    r->block_off = calloc((size_t)r->nb, sizeof *r->block_off);
+    r->norms = calloc((size_t)r->nb, sizeof *r->norms);
+    if (!r->slot_mb || !r->in_buf || !r->tgt_buf || !r->out_buf || !r->gout_buf || !r->gin_buf ||
+        !r->params || !r->grads || !r->state || !r->block_off || !r->norms)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating the runner's host buffers");
+    for (int i = 0; i < r->slots; i++)
+        r->slot_mb[i] = -1;
+    r->gin_mb = -1;
+    size_t off = 0;
+    for (int i = 0; i < r->nb; i++) {
+        r->block_off[i] = off;
+        off += kn_model_block(r->model, r->first_block + i)->params;
+    }
+    return SC_OK;
+}
+
+/* Sizes and offsets of the micro-batches actually run: the configured ones, with the first k cut
+ * in halves for the sliced schedule. Sample identities do not change: micro-batch i covers samples
+ * [mb_off[i], mb_off[i] + mb_size[i]) of the batch whatever the cut. */
+static sc_status plan_microbatches(rt_runner *r, const rt_runner_cfg *c, bool sliced, sc_err *err)
+{
+    int m = c->microbatches, k = 0;
+    if (sliced) {
+        k = c->sliced_warmup < 0 ? c->n_stages - 1 : c->sliced_warmup;
+        if (k > m)
+            k = m;
+    }
+    r->m = m + k;
+    r->mb_size = calloc((size_t)r->m, sizeof *r->mb_size);
+    r->mb_off = calloc((size_t)r->m, sizeof *r->mb_off);
+    if (r->mb_size == NULL || r->mb_off == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory planning micro-batches");
+    int64_t total = 0;
+    int n = 0;
+    for (int i = 0; i < m; i++) {
+        int size = c->microbatch_sizes != NULL ? c->microbatch_sizes[i] : c->batch_size / m;
+        if (size < 1 || size > c->batch_size)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner: microbatch_sizes[%d] = %d; each size must be in [1, "
+                           "batch_size %d]",
+                           i, size, c->batch_size);
+        if (i < k && size < 2)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner: sliced warm-up cannot halve micro-batch %d of %d sample; use "
+                           "sliced_warmup < %d",
+                           i, size, i + 1);
+        int parts = i < k ? 2 : 1;
+        for (int part = 0; part < parts; part++) {
+            int piece = parts == 1 ? size : part == 0 ? size / 2 : size - size / 2;
+            r->mb_size[n] = piece;
+            r->mb_off[n] = (int)total;
+            total += piece;
+            if (piece > r->Mcap)
+                r->Mcap = piece;
+            n++;
+        }
+    }
+    if (total != c->batch_size)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: microbatch_sizes sum to %lld, batch_size is %d", (long long)total,
+                       c->batch_size);
+    return SC_OK;
+}
+
+static sc_status alloc_stash(rt_runner *r, sc_err *err)
+{
+    r->stash = calloc((size_t)r->slots, sizeof *r->stash);
+    r->stash_ver = calloc((size_t)r->slots, sizeof *r->stash_ver);
+    r->ver_fwd = calloc((size_t)r->m, sizeof *r->ver_fwd);
+    r->ver_bwd = calloc((size_t)r->m, sizeof *r->ver_bwd);
+    if (r->stash == NULL || r->stash_ver == NULL || r->ver_fwd == NULL || r->ver_bwd == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating weight stashes");
+    for (int i = 0; i < r->slots; i++) {
+        r->stash[i] = malloc(r->np * sizeof **r->stash + 1);
+        if (r->stash[i] == NULL)
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating weight stashes");
+    }
+    return SC_OK;
+}
+
+static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
+{
+    SC_CHECK(parse_model(c->model_json, &r->model, err));
+    SC_CHECK(check_layout(c, kn_model_block_count(r->model), err));
+    rt_schedule_kind skind = RT_SCHED_1F1B;
+    bool sliced = c->schedule != NULL && strcmp(c->schedule, "sliced") == 0;
+    r->pipedream = c->schedule != NULL && strcmp(c->schedule, "pipedream") == 0;
+    if (!sliced && !r->pipedream)
+        SC_CHECK(rt_schedule_kind_parse(c->schedule, "schedule", &skind, err));
+    SC_CHECK(parse_optim(c, &r->optim, err));
+    kn_device dev;
+    SC_CHECK(kn_device_parse(c->device != NULL ? c->device : "cpu", "device", &dev, err));
+    r->p = c->n_stages;
+    r->s = c->stage;
+    r->first = r->s == 0;
+    r->last = r->s == r->p - 1;
+    r->first_block = c->first_block;
+    r->last_block = c->last_block;
+    r->nb = c->last_block - c->first_block + 1;
+    r->batch = c->batch_size;
+    SC_CHECK(plan_microbatches(r, c, sliced, err));
+    r->extra_f_s = c->extra_forward_s;
+    r->extra_b_s = c->extra_backward_s;
+
+    SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
+    r->slots = r->sched->slots[r->s];
+    int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);
+    if (r->slots > bound)
+        return SC_ERRF(err, SC_ERR_INTERNAL,
+                       "schedule %s needs %d activation slots on stage %d, "
+                       "more than its bound %d",
+                       rt_schedule_kind_name(skind), r->slots, r->s, bound);
+
+    kn_stage_cfg scfg = kn_stage_cfg_default(c->first_block, c->last_block, dev, r->Mcap);
+    scfg.slots = r->slots;
+    scfg.optim = r->optim;
+    SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));
+    r->in_elems = kn_stage_input_per_sample(r->st);
+    r->in_tokens = kn_stage_input_is_tokens(r->st);
+    r->out_elems = kn_stage_output_per_sample(r->st);
+    r->tps = kn_model_targets_per_sample(r->model);
+    r->np = kn_stage_param_count(r->st);
+    r->nstate = r->np * (size_t)kn_optim_state_per_param(r->optim.kind);
+    SC_CHECK(alloc_buffers(r, err));
+    if (r->pipedream)
+        SC_CHECK(alloc_stash(r, err));
+    SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
+    /* pipedream steps per micro-batch, so each loss is its own micro-batch's mean (the default) */
+    if (r->last && !r->pipedream)
+        kn_stage_set_loss_scale(r->st, 1.0f / (float)((size_t)r->batch * (size_t)r->tps));
+
+    if (r->first || r->last) {
+        rt_data_cfg dc;
+        memset(&dc, 0, sizeof dc);
+        SC_CHECK(rt_data_kind_parse(c->data_kind, "data.kind", &dc.kind, err));
+        const kn_block *b0 = kn_model_block(r->model, 0);
+        dc.path = c->data_path;
+        dc.seed = c->seed;
+        dc.inputs_are_tokens = b0->in_tokens;
+        dc.input_elems = b0->in_floats;
+        dc.targets_per_sample = r->tps;
+        dc.classes = kn_model_classes(r->model);
+        SC_CHECK(rt_data_new(&r->data, &dc, err));
+    }
+    if (r->p > 1) {
+        rt_transport_cfg tc = rt_transport_cfg_default();
+        SC_CHECK(rt_transport_kind_parse(c->transport, "transport", &tc.kind, err));
+        if (c->bind_endpoint != NULL)
+            tc.bind_endpoint = c->bind_endpoint;
+        else if (tc.kind == RT_TRANSPORT_LOCAL)
+            tc.bind_endpoint = "local://";
+        tc.timeout_ms = c->timeout_ms;
+        tc.tag = c->tag;
+        SC_CHECK(rt_transport_new(&r->tr, &tc, err));
+        sc_strlcpy(r->endpoint, rt_transport_endpoint(r->tr), sizeof r->endpoint);
+    }
+    return SC_OK;
+}
+
+sc_status rt_runner_new(rt_runner **out, const rt_runner_cfg *cfg, sc_err *err)
+{
+    *out = NULL;
+    rt_runner *r = calloc(1, sizeof *r);
+    SC_ALLOC_CHECK(r, err);
+    sc_status rc = runner_init(r, cfg, err);
+    if (rc != SC_OK) {
+        rt_runner_destroy(&r);
+        return rc;
+    }
+    *out = r;
+    return SC_OK;
+}
+
+const char *rt_runner_endpoint(const rt_runner *r)
+{
+    return r->endpoint;
+}
+
+sc_status rt_runner_connect(rt_runner *r, const char *prev_endpoint, const char *next_endpoint,
+                            sc_err *err)
+{
+    if (r->tr == NULL)
+        return SC_OK; /* a single stage has no neighbours */
+    bool has_prev = prev_endpoint != NULL && prev_endpoint[0] != '\0';
+    bool has_next = next_endpoint != NULL && next_endpoint[0] != '\0';
+    if (has_prev == r->first || has_next == r->last)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: stage %d of %d needs %s previous and %s next endpoint", r->s, r->p,
+                       r->first ? "no" : "a", r->last ? "no" : "a");
+    return rt_transport_connect(r->tr, prev_endpoint, next_endpoint, err);
+}
+
+/* Benchmarks: stand-in compute time. Sleeping rather than spinning keeps the measurement of a
+ * schedule's structure valid on hosts with fewer cores than stages. */
+static void extra_compute(double seconds)
+{
+    if (seconds <= 0.0)
+        return;
+    struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
+static int slot_of(const rt_runner *r, int mb)
+{
+    return mb % r->slots;
+}
+
+/* Runs the optimizer on the host copies, exactly as kn_stage_step does on the device. */
+static sc_status optimizer_step(rt_runner *r, sc_err *err)
+{
+    SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+    const kn_optim_cfg *o = &r->optim;
+    r->opt_t++;
+    for (int i = 0; i < r->nb; i++) {
+        const kn_block *b = kn_model_block(r->model, r->first_block + i);
+        double sq = 0.0;
+        for (size_t j = 0; j < b->params; j++) {
+            double g = r->grads[r->block_off[i] + j];
+            sq += g * g;
+        }
+        r->norms[i] = sq;
+        for (int k = 0; k < b->ntensors; k++) {
+            const kn_tensor *tn = &b->tensors[k];
+            size_t off = r->block_off[i] + tn->offset;
+            float wd = tn->decay ? o->weight_decay : 0.0f;
+            if (o->kind == KN_OPT_ADAMW)
+                kn_adamw_step_cpu(r->params + off, r->grads + off, r->state + off,
+                                  r->state + r->np + off, tn->count, o->lr, o->beta1, o->beta2,
+                                  o->eps, wd, (int)r->opt_t);
+            else
+                kn_sgd_step_cpu(r->params + off, r->grads + off, r->state + off, tn->count, o->lr,
+                                o->momentum, wd);
+        }
+    }
+    return kn_stage_params_from_host(r->st, r->params, err);
+}
+
+static sc_status slot_error(const rt_runner *r, const char *what, int mb, sc_err *err)
+{
+    return SC_ERRF(err, SC_ERR_INTERNAL,
+                   "runner stage %d: %s of micro-batch %d finds slot %d holding micro-batch %d "
+                   "(%d slots)",
+                   r->s, what, mb, slot_of(r, mb), r->slot_mb[slot_of(r, mb)], r->slots);
+}
+
+static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_report *rep,
+                            int *inflight, double *loss_sum, sc_err *err)
+{
+    size_t M = a->mb >= 0 ? (size_t)r->mb_size[a->mb] : 0;
+    size_t in_bytes = M * r->in_elems * 4, out_bytes = M * r->out_elems * sizeof(float);
+    int mb = a->mb, slot = mb >= 0 ? slot_of(r, mb) : -1;
+    double t0 = sc_clock_now_s();
+    switch (a->kind) {
+    case RT_ACT_RECV_F:
+        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_ACTIVATION, step, mb, r->in_buf, in_bytes, err));
+        rep->wait_s += sc_clock_now_s() - t0;
+        break;
+    case RT_ACT_F:
+        if (r->slot_mb[slot] != -1)
+            return slot_error(r, "forward", mb, err);
+        if (r->first || r->last)
+            SC_CHECK(rt_data_batch(r->data, step, r->mb_off[mb], (int)M,
+                                   r->first ? r->in_buf : NULL, r->last ? r->tgt_buf : NULL, err));
+        SC_CHECK(kn_stage_forward_host(r->st, slot, r->in_buf, r->last ? r->tgt_buf : NULL, (int)M,
+                                       err));
+        r->slot_mb[slot] = mb;
+        if (r->pipedream) {
+            /* the weights this forward used, for its backward */
+            memcpy(r->stash[slot], r->params, r->np * sizeof *r->params);
+            r->stash_ver[slot] = r->opt_t;
+            r->ver_fwd[mb] = r->opt_t;
+        }
+        if (++*inflight > rep->max_inflight)
+            rep->max_inflight = *inflight;
+        if (r->last) {
+            float l = 0.0f;
+            SC_CHECK(kn_stage_loss(r->st, slot, &l, err));
+            *loss_sum += (double)l * (double)M; /* per-sample weight: sizes may differ */
+        }
+        extra_compute(r->extra_f_s * (double)M);
+        rep->forward_s += sc_clock_now_s() - t0;
+        break;
+    case RT_ACT_SEND_F:
+        if (r->slot_mb[slot] != mb)
+            return slot_error(r, "send of the output", mb, err);
+        SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
+        SC_CHECK(rt_transport_send(r->tr, RT_MSG_ACTIVATION, step, mb, r->out_buf, out_bytes, err));
+        break;
+    case RT_ACT_RECV_B:
+        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, mb, r->gout_buf, out_bytes, err));
+        rep->wait_s += sc_clock_now_s() - t0;
+        break;
+    case RT_ACT_B:
+        if (r->slot_mb[slot] != mb)
+            return slot_error(r, "backward", mb, err);
+        if (r->pipedream) {
+            SC_CHECK(kn_stage_zero_grads(r->st, err));
+            if (r->stash_ver[slot] != r->opt_t) /* newer weights since: back to the stashed ones */
+                SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
+            r->ver_bwd[mb] = r->stash_ver[slot];
+        }
+        SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+        r->slot_mb[slot] = -1;
+        --*inflight;
+        if (!r->first) {
+            /* The stage keeps only the latest input gradient: take it now. */
+            SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
+            r->gin_mb = mb;
+        }
+        extra_compute(r->extra_b_s * (double)M);
+        rep->backward_s += sc_clock_now_s() - t0;
+        if (r->pipedream) {
+            /* updates the newest weights (not the stash) and uploads them */
+            double t1 = sc_clock_now_s();
+            SC_CHECK(optimizer_step(r, err));
+            rep->optimizer_s += sc_clock_now_s() - t1;
+        }
+        break;
+    case RT_ACT_SEND_B:
+        if (r->gin_mb != mb)
+            return SC_ERRF(err, SC_ERR_INTERNAL,
+                           "runner stage %d: SEND_B of micro-batch %d "
+                           "after the backward of %d",
+                           r->s, mb, r->gin_mb);
+        SC_CHECK(rt_transport_send(r->tr, RT_MSG_GRADIENT, step, mb, r->gin_buf,
+                                   M * r->in_elems * sizeof(float), err));
+        break;
+    case RT_ACT_OPT:
+        if (r->pipedream)
+            break; /* stepped after every backward */
+        SC_CHECK(optimizer_step(r, err));
+        rep->optimizer_s += sc_clock_now_s() - t0;
+        break;
+    }
+    return SC_OK;
+}
+
+sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err *err)
+{
+    if (r->broken)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "runner stage %d: an earlier step failed; load "
+                       "a checkpoint first",
+                       r->s);
+    rt_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.step = step;
+    double t0 = sc_clock_now_s();
+    sc_status rc = kn_stage_zero_grads(r->st, err);
+    int inflight = 0;
+    double loss_sum = 0.0;
+    for (int i = 0; rc == SC_OK && i < r->sched->count[r->s]; i++)
+        rc = run_action(r, step, &r->sched->actions[r->s][i], &rep, &inflight, &loss_sum, err);
+    if (rc == SC_OK && rep.max_inflight > r->slots)
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: %d micro-batches in flight, %d slots",
+                     r->s, rep.max_inflight, r->slots);
+    if (rc != SC_OK) {
+        r->broken = true;
+        for (int i = 0; i < r->slots; i++)
+            r->slot_mb[i] = -1;
+        return rc;
+    }
+    rep.iteration_s = sc_clock_now_s() - t0;
+    rep.busy_s = rep.forward_s + rep.backward_s + rep.optimizer_s;
+    rep.samples_per_s = rep.iteration_s > 0.0 ? (double)r->batch / rep.iteration_s : 0.0;
+    rep.has_loss = r->last;
+    rep.loss = r->last ? loss_sum / (double)r->batch : 0.0;
+    rep.microbatches = r->m;
+    rep.weight_version_forward = r->pipedream ? r->ver_fwd : NULL;
+    rep.weight_version_backward = r->pipedream ? r->ver_bwd : NULL;
+    rep.slots = r->slots;
+    rep.n_blocks = r->nb;
+    rep.grad_sq_norms = r->norms;
+    if (report != NULL)
+        *report = rep;
+    return SC_OK;
+}
+
+void rt_runner_abort(rt_runner *r)
+{
+    if (r->tr != NULL)
+        rt_transport_abort(r->tr);
+}
+
+size_t rt_runner_param_count(const rt_runner *r)
+{
+    return r->np;
+}
+
+sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err)
+{
+    (void)err;
+    memcpy(host, r->params, r->np * sizeof *host);
+    return SC_OK;
+}
+
+/* ---- checkpoints ---- */
+
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t stage;
+    uint32_t first_block, last_block;
+    uint32_t optim_kind;
+    uint32_t reserved;
+    uint64_t step;
+    uint64_t opt_t;
+    uint64_t nparams, nstate;
+    uint64_t checksum; /* FNV-1a 64 over the parameter then the state bytes */
+} ckpt_header;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t payload_checksum(const float *params, size_t np, const float *state, size_t ns)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a(h, params, np * sizeof *params);
+    return fnv1a(h, state, ns * sizeof *state);
+}
+
+void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t step, char *buf,
+                               size_t size)
+{
+    snprintf(buf, size, "%s/stage%d-step%llu.ckpt", dir, r->s, (unsigned long long)step);
+}
+
+sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
+{
+    char path[1200], tmp[1300];
+    rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    h.version = CKPT_VERSION;
+    h.stage = (uint32_t)r->s;
+    h.first_block = (uint32_t)r->first_block;
+    h.last_block = (uint32_t)r->last_block;
+    h.optim_kind = (uint32_t)r->optim.kind;
+    h.step = step;
+    h.opt_t = r->opt_t;
+    h.nparams = r->np;
+    h.nstate = r->nstate;
+    h.checksum = payload_checksum(r->params, r->np, r->state, r->nstate);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL)
+        return SC_ERRF(err, SC_ERR_IO, "%s: cannot create the checkpoint: %s", tmp,
+                       strerror(errno));
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1;
+    ok = ok && fwrite(r->params, sizeof(float), r->np, f) == r->np;
+    ok = ok && fwrite(r->state, sizeof(float), r->nstate, f) == r->nstate;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return SC_ERRF(err, SC_ERR_IO, "%s: writing the checkpoint failed: %s", path, strerror(e));
+    }
+    return SC_OK;
+}
+
+sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
+{
+    char path[1200];
+    rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return SC_ERRF(err, errno == ENOENT ? SC_ERR_NOT_FOUND : SC_ERR_IO,
+                       "%s: cannot open the checkpoint: %s", path, strerror(errno));
+    ckpt_header h;
+    sc_status rc = SC_OK;
+    float *params = NULL, *state = NULL;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: not a stagecraft checkpoint (bad magic)", path);
+        goto out;
+    }
+    if (h.version > CKPT_VERSION) {
+        rc = SC_ERRF(err, SC_ERR_VERSION, "%s: checkpoint version %u, this build reads up to %u",
+                     path, h.version, CKPT_VERSION);
+        goto out;
+    }
+    if ((int)h.first_block != r->first_block || (int)h.last_block != r->last_block ||
+        h.nparams != r->np || h.nstate != r->nstate || h.optim_kind != (uint32_t)r->optim.kind ||
+        h.step != step) {
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "%s: holds step %llu of blocks [%u, %u] (%llu parameters, optimizer %u); "
+                     "this stage has blocks [%d, %d] (%zu parameters, optimizer %d)",
+                     path, (unsigned long long)h.step, h.first_block, h.last_block,
+                     (unsigned long long)h.nparams, h.optim_kind, r->first_block, r->last_block,
+                     r->np, (int)r->optim.kind);
+        goto out;
+    }
+    params = malloc(r->np * sizeof *params + 1);
+    state = malloc(r->nstate * sizeof *state + 1);
+    if (params == NULL || state == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory loading %s", path);
+        goto out;
+    }
+    if (fread(params, sizeof *params, r->np, f) != r->np ||
+        fread(state, sizeof *state, r->nstate, f) != r->nstate || fgetc(f) != EOF) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated or oversized checkpoint", path);
+        goto out;
+    }
+    if (payload_checksum(params, r->np, state, r->nstate) != h.checksum) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: checksum mismatch (the file is corrupt)", path);
+        goto out;
+    }
+    rc = kn_stage_params_from_host(r->st, params, err);
+    if (rc == SC_OK) {
+        memcpy(r->params, params, r->np * sizeof *params);
+        memcpy(r->state, state, r->nstate * sizeof *state);
+        r->opt_t = h.opt_t;
+        r->broken = false;
+        for (int i = 0; i < r->slots; i++)
+            r->slot_mb[i] = -1;
+    }
+out:
+    free(params);
+    free(state);
+    fclose(f);
+    return rc;
+}

@@ -1,0 +1,139 @@
+/*
+ * rt runner: the stage executor of one worker. It owns one pipeline stage of a model (a kn_stage
+ * over blocks [first_block, last_block]), the job's data source, the data-plane transport to its
+ * neighbours and the schedule's action list for its stage, and runs one training iteration per
+ * rt_runner_step(): every micro-batch by the schedule (receive, forward, send, ..., backward),
+ * then the optimizer step. The first stage reads inputs, the last reads targets and computes the
+ * loss (both regenerate the same deterministic batch, so labels skip the middle stages).
+ *
+ * Gradients of the m micro-batches accumulate with the loss scaled by 1/(positions of the whole
+ * batch), so one iteration equals one step on the batch mean: a p-stage pipeline reaches the same
+ * parameters as single-stage training with gradient accumulation.
+ *
+ * The optimizer runs on host copies of the parameters and of its state (AdamW moments or SGD
+ * velocity), so checkpoints hold both; on a GPU this costs one download of the gradients and one
+ * upload of the parameters per iteration.
+ *
+ * Micro-batches may differ in size (the same sizes on every stage), and the "sliced" schedule cuts
+ * the first warm-up micro-batches in halves; both keep the equivalence above.
+ * "pipedream": 1f1b order with weight stashing and an optimizer step after every micro-batch's
+ * backward, which uses the weights its forward used (up to min(p-s, m) versions kept). The
+ * pipeline still drains at the end of each rt_runner_step, so unlike PipeDream proper it keeps the
+ * 1f1b bubble; the versions and staleness are PipeDream's within a step.
+ * Not here: the asynchronous steady state across steps, sizes that differ per stage ("unequal",
+ * re-slicing at stage boundaries), replicated stages, the nccl transport (SC_ERR_UNSUPPORTED).
+ * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m)) are ever
+ * in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
+ * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
+ */
+#ifndef RT_RUNNER_H
+#define RT_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+#include "worker/transport/transport.h" /* RT_ENDPOINT_MAX: room for an endpoint */
+
+typedef struct {
+    const char *model_json;      /* a stagecraft-model document, or a job's "model" object */
+    int n_stages;                /* p >= 1 */
+    int stage;                   /* this stage, 0..p-1 */
+    int first_block, last_block; /* inclusive, 0-based; consecutive stages must tile the model */
+    const char *schedule;        /* "gpipe", "1f1b", "sliced" or "pipedream" */
+    int batch_size;              /* samples per iteration */
+    int microbatches;            /* m >= 1 */
+    uint64_t seed;               /* data order */
+    const char *data_kind;       /* "text", "tokens", "cifar10", "synthetic" */
+    const char *data_path;       /* NULL for synthetic */
+    const char *optimizer;       /* "adamw" or "sgd" */
+    double lr, weight_decay, momentum; /* momentum: SGD only */
+    const char *device;                /* "cpu" or "cuda:N" */
+    const char *transport;             /* "zmq" or "local" */
+    const char *bind_endpoint;         /* this stage's inbox: "tcp://HOST:0", "local://NAME" */
+    int timeout_ms;                    /* longest wait for a neighbour's message */
+    uint64_t tag;                      /* data-plane tag shared by the job's stages (0 is fine) */
+    /* Benchmarks only: seconds per sample added (slept, counted as busy) to every forward /
+     * backward, to measure a schedule's bubble independently of how many cores the host has.
+     * 0 in real jobs. */
+    double extra_forward_s, extra_backward_s;
+    /* Optional micro-batch sizes, the same on every stage: [microbatches] values >= 1 that sum to
+     * batch_size (borrowed during rt_runner_new only). NULL: batch_size / microbatches each, which
+     * must then divide. */
+    const int *microbatch_sizes;
+    /* Schedule "sliced" (1f1b with sliced warm-up): the first `sliced_warmup` micro-batches are
+     * each cut into two halves run as separate micro-batches, so downstream stages start after
+     * half a forward. -1 (the default) means n_stages - 1; capped at microbatches. */
+    int sliced_warmup;
+} rt_runner_cfg;
+
+typedef struct {
+    uint64_t step;
+    bool has_loss;      /* last stage only */
+    double loss;        /* mean loss over the batch */
+    double iteration_s; /* wall time of rt_runner_step */
+    double busy_s;      /* forward + backward + optimizer compute */
+    double forward_s, backward_s, optimizer_s;
+    double wait_s;               /* blocked in receives */
+    double samples_per_s;        /* batch_size / iteration_s */
+    int microbatches;            /* micro-batches run (with the sliced warm-up halves) */
+    int max_inflight;            /* most micro-batches held at once this iteration */
+    int slots;                   /* activation slots allocated */
+    int n_blocks;                /* last_block - first_block + 1 */
+    const double *grad_sq_norms; /* [n_blocks] squared L2 norm of each block's gradient before
+                                  * the step; owned by the runner, valid until the next step */
+    /* pipedream only (else NULL): [microbatches] the weight version (optimizer steps taken on this
+     * stage) each micro-batch's forward and backward used; owned by the runner like the above. */
+    const uint64_t *weight_version_forward;
+    const uint64_t *weight_version_backward;
+} rt_report;
+
+typedef struct rt_runner rt_runner;
+
+/* Defaults: 1 stage, gpipe, batch 8, 1 micro-batch, synthetic data, adamw lr 3e-4, cpu, zmq on
+ * tcp://127.0.0.1:0, 30 s timeout. model_json and the block range must still be set. */
+rt_runner_cfg rt_runner_cfg_default(void);
+
+/* Parses the model, builds the stage, schedule, data source and transport, and binds the inbox.
+ * Bad configuration (unknown names, blocks outside the model, batch not divisible by m, data
+ * that does not fit the model) is SC_ERR_INVALID / SC_ERR_UNSUPPORTED with a message naming the
+ * field and what would be valid. */
+sc_status rt_runner_new(rt_runner **out, const rt_runner_cfg *cfg, sc_err *err);
+void rt_runner_destroy(rt_runner **r);
+
+/* The bound endpoint, port resolved (what the neighbours connect to); "" for a single-stage job
+ * (n_stages 1 opens no transport). A wildcard bind reports e.g. "tcp://0.0.0.0:PORT": advertise
+ * a reachable host in its place. */
+const char *rt_runner_endpoint(const rt_runner *r);
+
+/* Connects to the neighbours' endpoints (NULL/"" for the first stage's prev and the last stage's
+ * next). Must be called before rt_runner_step when n_stages > 1. */
+sc_status rt_runner_connect(rt_runner *r, const char *prev_endpoint, const char *next_endpoint,
+                            sc_err *err);
+
+/* One training iteration of `step` (the data of the batch depends on it; steps need not be
+ * consecutive). Fills `report` (may be NULL). A neighbour that disappears makes this return
+ * SC_ERR_TIMEOUT / SC_ERR_UNAVAILABLE within the timeout; the runner is then unusable until
+ * rt_runner_load() (its gradients and in-flight activations are partial). */
+sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err *err);
+
+/* Checkpoint of this stage after `step`: `dir`/stage<S>-step<N>.ckpt with a magic, version,
+ * block range, optimizer kind, the parameters, the optimizer state and a checksum; written to a
+ * temporary name and renamed, so a crash never leaves a partial file under the final name. */
+sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err);
+/* Loads the checkpoint of `step`. A missing file is SC_ERR_NOT_FOUND; a corrupt one (bad magic,
+ * checksum) SC_ERR_PARSE; one of another block range, size or optimizer SC_ERR_INVALID. */
+sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err);
+/* The checkpoint path of (dir, stage, step) into buf. */
+void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t step, char *buf,
+                               size_t size);
+
+/* Parameters of the stage in block order (host copy), for tests and equivalence checks. */
+size_t rt_runner_param_count(const rt_runner *r);
+sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err);
+
+/* Makes a blocked or later rt_runner_step return SC_ERR_CANCELLED soon. Thread-safe. */
+void rt_runner_abort(rt_runner *r);
+
+#endif /* RT_RUNNER_H */

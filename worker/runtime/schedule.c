@@ -1,0 +1,303 @@
+/*
+ * rt schedule: generation and validation of per-stage action lists (see schedule.h).
+ * Invariant: a schedule returned by rt_schedule_new() has passed rt_schedule_validate().
+ */
+#include "worker/runtime/schedule.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const action_names[] = {"RECV_F", "F", "SEND_F", "RECV_B", "B", "SEND_B", "OPT"};
+
+const char *rt_action_name(rt_action_kind kind)
+{
+    return (unsigned)kind < sizeof action_names / sizeof action_names[0] ? action_names[kind] : "?";
+}
+
+const char *rt_schedule_kind_name(rt_schedule_kind kind)
+{
+    return kind == RT_SCHED_1F1B ? "1f1b" : "gpipe";
+}
+
+sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_kind *out,
+                                 sc_err *err)
+{
+    if (s != NULL && strcmp(s, "gpipe") == 0) {
+        *out = RT_SCHED_GPIPE;
+        return SC_OK;
+    }
+    if (s != NULL && strcmp(s, "1f1b") == 0) {
+        *out = RT_SCHED_1F1B;
+        return SC_OK;
+    }
+    if (s != NULL && (strcmp(s, "pipedream") == 0 || strcmp(s, "sliced") == 0))
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "%s: \"%s\" has no action lists of its own: rt_runner builds it on 1f1b "
+                       "lists; valid here: \"gpipe\", \"1f1b\"",
+                       what, s);
+    if (s != NULL && strcmp(s, "unequal") == 0)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "%s: schedule \"unequal\" (micro-batch sizes per stage) is not supported "
+                       "yet; valid: \"gpipe\", \"1f1b\", \"sliced\", \"pipedream\"",
+                       what);
+    return SC_ERRF(err, SC_ERR_INVALID, "%s: unknown schedule \"%s\"; valid: \"gpipe\", \"1f1b\"",
+                   what, s != NULL ? s : "(null)");
+}
+
+int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, int stage, int microbatches)
+{
+    if (kind == RT_SCHED_GPIPE)
+        return microbatches;
+    int k = stages - stage;
+    return k < microbatches ? k : microbatches;
+}
+
+void rt_schedule_destroy(rt_schedule **sp)
+{
+    if (sp == NULL || *sp == NULL)
+        return;
+    rt_schedule *s = *sp;
+    for (int i = 0; s->actions != NULL && i < s->stages; i++)
+        free(s->actions[i]);
+    free(s->actions);
+    free(s->count);
+    free(s->slots);
+    free(s);
+    *sp = NULL;
+}
+
+static void push(rt_schedule *s, int st, rt_action_kind kind, int mb)
+{
+    rt_action *a = &s->actions[st][s->count[st]++];
+    a->kind = kind;
+    a->mb = mb;
+}
+
+static void push_forward(rt_schedule *s, int st, int mb)
+{
+    if (st > 0)
+        push(s, st, RT_ACT_RECV_F, mb);
+    push(s, st, RT_ACT_F, mb);
+    if (st < s->stages - 1)
+        push(s, st, RT_ACT_SEND_F, mb);
+}
+
+static void push_backward(rt_schedule *s, int st, int mb)
+{
+    if (st < s->stages - 1)
+        push(s, st, RT_ACT_RECV_B, mb);
+    push(s, st, RT_ACT_B, mb);
+    if (st > 0)
+        push(s, st, RT_ACT_SEND_B, mb);
+}
+
+sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
+                          sc_err *err)
+{
+    *out = NULL;
+    if (stages < 1 || stages > 4096 || microbatches < 1 || microbatches > 1 << 20)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "schedule: %d stages and %d micro-batches; both must be >= 1", stages,
+                       microbatches);
+    rt_schedule *s = calloc(1, sizeof *s);
+    SC_ALLOC_CHECK(s, err);
+    s->kind = kind;
+    s->stages = stages;
+    s->microbatches = microbatches;
+    s->count = calloc((size_t)stages, sizeof *s->count);
+    s->slots = calloc((size_t)stages, sizeof *s->slots);
+    s->actions = calloc((size_t)stages, sizeof *s->actions);
+    bool ok = s->count != NULL && s->slots != NULL && s->actions != NULL;
+    for (int st = 0; ok && st < stages; st++) {
+        s->actions[st] = calloc((size_t)microbatches * 6 + 1, sizeof **s->actions);
+        ok = s->actions[st] != NULL;
+    }
+    if (!ok) {
+        rt_schedule_destroy(&s);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory building a schedule");
+    }
+    for (int st = 0; st < stages; st++) {
+        if (kind == RT_SCHED_GPIPE) {
+            for (int mb = 0; mb < microbatches; mb++)
+                push_forward(s, st, mb);
+            for (int mb = 0; mb < microbatches; mb++)
+                push_backward(s, st, mb);
+        } else {
+            int warm = stages - st - 1;
+            if (warm > microbatches)
+                warm = microbatches;
+            int f = 0, b = 0;
+            for (; f < warm; f++)
+                push_forward(s, st, f);
+            while (f < microbatches) {
+                push_forward(s, st, f++);
+                push_backward(s, st, b++);
+            }
+            while (b < microbatches)
+                push_backward(s, st, b++);
+        }
+        push(s, st, RT_ACT_OPT, -1);
+    }
+    sc_status rc = rt_schedule_validate(s, err);
+    if (rc != SC_OK) {
+        rt_schedule_destroy(&s);
+        return rc;
+    }
+    *out = s;
+    return SC_OK;
+}
+
+/* Per stage: action order and counts. Returns the most micro-batches in flight in *slots. */
+static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *slots, sc_err *err)
+{
+    /* state[mb] bit flags, in the order the stage must pass them. */
+    enum { GOT_F = 1, DID_F = 2, SENT_F = 4, GOT_B = 8, DID_B = 16, SENT_B = 32 };
+    int p = s->stages, m = s->microbatches;
+    bool first = st == 0, last = st == p - 1;
+    memset(state, 0, (size_t)m * sizeof *state);
+    int inflight = 0, opt = 0;
+    *slots = 0;
+    for (int i = 0; i < s->count[st]; i++) {
+        const rt_action *a = &s->actions[st][i];
+        int mb = a->mb;
+        if (a->kind == RT_ACT_OPT) {
+            if (i != s->count[st] - 1)
+                return SC_ERRF(err, SC_ERR_INVALID,
+                               "schedule: stage %d has OPT at action %d, "
+                               "before its end",
+                               st, i);
+            opt++;
+            continue;
+        }
+        if (mb < 0 || mb >= m)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "schedule: stage %d action %d (%s) names micro-batch %d of %d", st, i,
+                           rt_action_name(a->kind), mb, m);
+        int *f = &state[mb];
+        const char *why = NULL;
+        switch (a->kind) {
+        case RT_ACT_RECV_F:
+            why = first ? "the first stage receives no activations" : (*f & GOT_F) ? "twice" : NULL;
+            *f |= GOT_F;
+            break;
+        case RT_ACT_F:
+            why = (*f & DID_F) ? "twice" : (!first && !(*f & GOT_F)) ? "before its RECV_F" : NULL;
+            *f |= DID_F;
+            if (++inflight > *slots)
+                *slots = inflight;
+            break;
+        case RT_ACT_SEND_F:
+            why = last            ? "the last stage sends no activations"
+                  : (*f & SENT_F) ? "twice"
+                  : !(*f & DID_F) ? "before its F"
+                                  : NULL;
+            *f |= SENT_F;
+            break;
+        case RT_ACT_RECV_B:
+            why = last ? "the last stage receives no gradients" : (*f & GOT_B) ? "twice" : NULL;
+            *f |= GOT_B;
+            break;
+        case RT_ACT_B:
+            why = (*f & DID_B)               ? "twice"
+                  : !(*f & DID_F)            ? "before its F"
+                  : (!last && !(*f & GOT_B)) ? "before its RECV_B"
+                                             : NULL;
+            *f |= DID_B;
+            inflight--;
+            break;
+        case RT_ACT_SEND_B:
+            why = first           ? "the first stage sends no gradients"
+                  : (*f & SENT_B) ? "twice"
+                  : !(*f & DID_B) ? "before its B"
+                                  : NULL;
+            *f |= SENT_B;
+            break;
+        default:
+            why = "unknown action";
+        }
+        if (why != NULL)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "schedule: stage %d action %d: %s of micro-batch "
+                           "%d %s",
+                           st, i, rt_action_name(a->kind), mb, why);
+    }
+    if (opt != 1)
+        return SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d has %d OPT actions, expected 1", st,
+                       opt);
+    for (int mb = 0; mb < m; mb++) {
+        int want = DID_F | DID_B | (first ? 0 : GOT_F | SENT_B) | (last ? 0 : SENT_F | GOT_B);
+        if (state[mb] != want)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "schedule: stage %d does not run micro-batch %d completely (missing "
+                           "F, B or one of its sends/receives)",
+                           st, mb);
+    }
+    return SC_OK;
+}
+
+/* Sends never block; a receive waits for its send. All stages must reach their end. */
+static sc_status dry_run(const rt_schedule *s, sc_err *err)
+{
+    int p = s->stages, m = s->microbatches;
+    int *pc = calloc((size_t)p, sizeof *pc);
+    char *sent_f = calloc((size_t)p * (size_t)m + 1, 1);
+    char *sent_b = calloc((size_t)p * (size_t)m + 1, 1);
+    sc_status rc = SC_OK;
+    if (pc == NULL || sent_f == NULL || sent_b == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory validating a schedule");
+        goto out;
+    }
+    for (;;) {
+        bool progress = false, done = true;
+        for (int st = 0; st < p; st++) {
+            while (pc[st] < s->count[st]) {
+                const rt_action *a = &s->actions[st][pc[st]];
+                size_t at = (size_t)st * (size_t)m + (size_t)(a->mb < 0 ? 0 : a->mb);
+                if (a->kind == RT_ACT_RECV_F && !sent_f[at - (size_t)m])
+                    break;
+                if (a->kind == RT_ACT_RECV_B && !sent_b[at + (size_t)m])
+                    break;
+                if (a->kind == RT_ACT_SEND_F)
+                    sent_f[at] = 1;
+                if (a->kind == RT_ACT_SEND_B)
+                    sent_b[at] = 1;
+                pc[st]++;
+                progress = true;
+            }
+            if (pc[st] < s->count[st])
+                done = false;
+        }
+        if (done)
+            break;
+        if (!progress) {
+            int st = 0;
+            while (pc[st] >= s->count[st])
+                st++;
+            const rt_action *a = &s->actions[st][pc[st]];
+            rc = SC_ERRF(err, SC_ERR_INVALID,
+                         "schedule deadlocks: stage %d waits forever at action %d (%s of "
+                         "micro-batch %d)",
+                         st, pc[st], rt_action_name(a->kind), a->mb);
+            break;
+        }
+    }
+out:
+    free(pc);
+    free(sent_f);
+    free(sent_b);
+    return rc;
+}
+
+sc_status rt_schedule_validate(rt_schedule *s, sc_err *err)
+{
+    int *state = calloc((size_t)s->microbatches + 1, sizeof *state);
+    SC_ALLOC_CHECK(state, err);
+    sc_status rc = SC_OK;
+    for (int st = 0; rc == SC_OK && st < s->stages; st++)
+        rc = validate_stage(s, st, state, &s->slots[st], err);
+    free(state);
+    if (rc == SC_OK)
+        rc = dry_run(s, err);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/*
+ * rt schedule: a pipeline schedule as data. For each stage, an ordered list of actions
+ * (RECV_F, F, SEND_F, RECV_B, B, SEND_B, OPT) over micro-batches 0..m-1, generated for gpipe
+ * (all forwards, then all backwards, then the flush) or 1f1b with flush (p-s-1 warm-up forwards,
+ * then one forward / one backward, then the drain).
+ *
+ * Validation checks what the executor relies on: each stage runs every micro-batch's F once and
+ * its B once, F before B; every send has its matching receive on the neighbour; one OPT at the
+ * end; and a dry run (sends never block, a receive waits for its send) completes, so the
+ * schedule cannot deadlock. It also reports the activation slots each stage needs.
+ * Not here: the per-micro-batch optimizer steps of pipedream and the cut micro-batches of the
+ * sliced warm-up (the runner adds both on top of 1f1b lists), I/W split backward.
+ */
+#ifndef RT_SCHEDULE_H
+#define RT_SCHEDULE_H
+
+#include "common/sc_status.h"
+
+typedef enum {
+    RT_SCHED_GPIPE = 0,
+    RT_SCHED_1F1B = 1,
+} rt_schedule_kind;
+
+typedef enum {
+    RT_ACT_RECV_F = 0, /* receive micro-batch mb's input activation from stage s-1 */
+    RT_ACT_F,          /* forward of mb */
+    RT_ACT_SEND_F,     /* send mb's output activation to stage s+1 */
+    RT_ACT_RECV_B,     /* receive the gradient of mb's output from stage s+1 */
+    RT_ACT_B,          /* backward of mb */
+    RT_ACT_SEND_B,     /* send the gradient of mb's input to stage s-1 */
+    RT_ACT_OPT,        /* optimizer step (mb = -1) */
+} rt_action_kind;
+
+typedef struct {
+    rt_action_kind kind;
+    int mb;
+} rt_action;
+
+typedef struct {
+    rt_schedule_kind kind;
+    int stages, microbatches;
+    int *count;          /* [stages]: actions per stage */
+    rt_action **actions; /* [stages][count[s]] */
+    int *slots;          /* [stages]: most micro-batches in flight (F done, B not yet) */
+} rt_schedule;
+
+/* Parses "gpipe" or "1f1b". "pipedream" and "sliced" are SC_ERR_UNSUPPORTED here (the runner
+ * builds them on 1f1b lists), "unequal" everywhere. */
+sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_kind *out,
+                                 sc_err *err);
+const char *rt_schedule_kind_name(rt_schedule_kind kind);
+
+/* Builds and validates the schedule of `stages` stages and `microbatches` micro-batches. */
+sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
+                          sc_err *err);
+void rt_schedule_destroy(rt_schedule **s);
+
+/* Validates any schedule (also hand-made ones, for tests); fills s->slots. */
+sc_status rt_schedule_validate(rt_schedule *s, sc_err *err);
+
+/* Activation slots stage `stage` needs by the textbook formula: m for gpipe, min(p-s, m) for
+ * 1f1b. rt_schedule_validate checks the generated lists never exceed it. */
+int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, int stage, int microbatches);
+
+const char *rt_action_name(rt_action_kind kind);
+
+#endif /* RT_SCHEDULE_H */

@@ -1,0 +1,244 @@
+/*
+ * rt transport, the backend-independent part: configuration, dispatch to the chosen backend, the
+ * pending list of early messages and the bounded wait loop of a receive.
+ * Does not touch sockets or queues itself (transport_zmq.c, transport_local.c do).
+ * Invariant: a receive returns within timeout_ms plus one poll slice, whatever the peers do.
+ */
+#include "worker/transport/transport.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_util.h"
+#include "worker/transport/transport_impl.h"
+
+/* Waits are cut in slices so an abort is noticed quickly even when a backend cannot be woken. */
+#define POLL_SLICE_MS 50
+
+rt_msg *rt_msg_new(size_t bytes)
+{
+    rt_msg *m = malloc(sizeof *m + bytes + 1);
+    if (m != NULL) {
+        memset(m, 0, sizeof *m);
+        m->bytes = bytes;
+    }
+    return m;
+}
+
+rt_transport_cfg rt_transport_cfg_default(void)
+{
+    rt_transport_cfg c;
+    memset(&c, 0, sizeof c);
+    c.kind = RT_TRANSPORT_ZMQ;
+    c.bind_endpoint = "tcp://127.0.0.1:0";
+    c.timeout_ms = 30000;
+    c.tag = 0;
+    return c;
+}
+
+sc_status rt_transport_kind_parse(const char *s, const char *what, rt_transport_kind *out,
+                                  sc_err *err)
+{
+    if (s != NULL && strcmp(s, "zmq") == 0) {
+        *out = RT_TRANSPORT_ZMQ;
+        return SC_OK;
+    }
+    if (s != NULL && strcmp(s, "local") == 0) {
+        *out = RT_TRANSPORT_LOCAL;
+        return SC_OK;
+    }
+    if (s != NULL && strcmp(s, "nccl") == 0)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "%s: the nccl transport is not built yet; valid: \"zmq\", \"local\"", what);
+    return SC_ERRF(err, SC_ERR_INVALID, "%s: unknown transport \"%s\"; valid: \"zmq\", \"local\"",
+                   what, s != NULL ? s : "(null)");
+}
+
+sc_status rt_transport_new(rt_transport **out, const rt_transport_cfg *cfg, sc_err *err)
+{
+    *out = NULL;
+    if (cfg->timeout_ms <= 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "transport timeout_ms must be > 0, got %d",
+                       cfg->timeout_ms);
+    if (cfg->bind_endpoint == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID, "transport: no bind endpoint given");
+    rt_transport *t = calloc(1, sizeof *t);
+    SC_ALLOC_CHECK(t, err);
+    t->cfg = *cfg;
+    t->cfg.bind_endpoint = NULL; /* not kept: the caller's string may go away */
+    atomic_init(&t->aborted, false);
+    switch (cfg->kind) {
+    case RT_TRANSPORT_ZMQ:
+        t->ops = &rt_transport_zmq_ops;
+        break;
+    case RT_TRANSPORT_LOCAL:
+        t->ops = &rt_transport_local_ops;
+        break;
+    default:
+        free(t);
+        return SC_ERRF(err, SC_ERR_INVALID, "transport: unknown kind %d", (int)cfg->kind);
+    }
+    sc_status rc = t->ops->bind(t, cfg->bind_endpoint, err);
+    if (rc != SC_OK) {
+        rt_transport_destroy(&t);
+        return rc;
+    }
+    *out = t;
+    return SC_OK;
+}
+
+void rt_transport_destroy(rt_transport **tp)
+{
+    if (tp == NULL || *tp == NULL)
+        return;
+    rt_transport *t = *tp;
+    if (t->ops != NULL && t->ops->destroy != NULL)
+        t->ops->destroy(t);
+    while (t->pending != NULL) {
+        rt_msg *m = t->pending;
+        t->pending = m->next;
+        free(m);
+    }
+    free(t);
+    *tp = NULL;
+}
+
+const char *rt_transport_endpoint(const rt_transport *t)
+{
+    return t->endpoint;
+}
+
+static const char *nonempty(const char *s)
+{
+    return (s != NULL && s[0] != '\0') ? s : NULL;
+}
+
+sc_status rt_transport_connect(rt_transport *t, const char *prev_endpoint,
+                               const char *next_endpoint, sc_err *err)
+{
+    const char *prev = nonempty(prev_endpoint), *next = nonempty(next_endpoint);
+    SC_CHECK(t->ops->connect(t, prev, next, err));
+    t->has_prev = prev != NULL;
+    t->has_next = next != NULL;
+    return SC_OK;
+}
+
+sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                            const void *data, size_t bytes, sc_err *err)
+{
+    bool to_next = kind == RT_MSG_ACTIVATION;
+    if (to_next ? !t->has_next : !t->has_prev)
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to send %s to",
+                       t->endpoint, to_next ? "next" : "previous",
+                       to_next ? "activations" : "gradients");
+    rt_msg *m = rt_msg_new(bytes);
+    SC_ALLOC_CHECK(m, err);
+    m->tag = t->cfg.tag;
+    m->step = step;
+    m->kind = (int32_t)kind;
+    m->microbatch = microbatch;
+    if (bytes > 0)
+        memcpy(m->data, data, bytes);
+    return t->ops->send(t, m, to_next, err);
+}
+
+static bool msg_matches(const rt_msg *m, rt_msg_kind kind, uint64_t step, int microbatch)
+{
+    return m->kind == (int32_t)kind && m->step == step && m->microbatch == microbatch;
+}
+
+/* Removes and returns the pending message that matches, or NULL. */
+static rt_msg *pending_take(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch)
+{
+    for (rt_msg **pp = &t->pending; *pp != NULL; pp = &(*pp)->next) {
+        if (msg_matches(*pp, kind, step, microbatch)) {
+            rt_msg *m = *pp;
+            *pp = m->next;
+            m->next = NULL;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static void pending_append(rt_transport *t, rt_msg *m)
+{
+    rt_msg **pp = &t->pending;
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    m->next = NULL;
+    *pp = m;
+}
+
+static const char *kind_name(rt_msg_kind kind)
+{
+    return kind == RT_MSG_ACTIVATION ? "activation" : "gradient";
+}
+
+sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                            void *data, size_t bytes, sc_err *err)
+{
+    bool from_next = kind == RT_MSG_GRADIENT;
+    if (from_next ? !t->has_next : !t->has_prev)
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to receive %s from",
+                       t->endpoint, from_next ? "next" : "previous", kind_name(kind));
+    uint64_t deadline_ns = sc_clock_now_ns() + (uint64_t)t->cfg.timeout_ms * 1000000ull;
+    rt_msg *m = pending_take(t, kind, step, microbatch);
+    while (m == NULL) {
+        if (atomic_load(&t->aborted))
+            return SC_ERRF(err, SC_ERR_CANCELLED,
+                           "transport %s: aborted while waiting for %s "
+                           "(step %llu, micro-batch %d)",
+                           t->endpoint, kind_name(kind), (unsigned long long)step, microbatch);
+        uint64_t now = sc_clock_now_ns();
+        if (now >= deadline_ns)
+            return SC_ERRF(err, SC_ERR_TIMEOUT,
+                           "transport %s: no %s (step %llu, micro-batch %d) from the %s stage "
+                           "within %d ms",
+                           t->endpoint, kind_name(kind), (unsigned long long)step, microbatch,
+                           from_next ? "next" : "previous", t->cfg.timeout_ms);
+        uint64_t left_ms = (deadline_ns - now) / 1000000ull + 1;
+        int wait_ms = left_ms < POLL_SLICE_MS ? (int)left_ms : POLL_SLICE_MS;
+        rt_msg *got = NULL;
+        sc_status rc = t->ops->poll(t, wait_ms, from_next, &got, err);
+        if (rc != SC_OK)
+            return rc;
+        if (got == NULL)
+            continue;
+        if (got->tag != t->cfg.tag) {
+            free(got); /* a stray message of another job or run */
+            continue;
+        }
+        if (msg_matches(got, kind, step, microbatch))
+            m = got;
+        else
+            pending_append(t, got);
+    }
+    sc_status rc = SC_OK;
+    if (m->bytes != bytes)
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "transport %s: %s (step %llu, micro-batch %d) has %zu bytes, expected %zu "
+                     "(do the stages agree on the model and micro-batch size?)",
+                     t->endpoint, kind_name(kind), (unsigned long long)step, microbatch, m->bytes,
+                     bytes);
+    else if (bytes > 0)
+        memcpy(data, m->data, bytes);
+    free(m);
+    return rc;
+}
+
+void rt_transport_abort(rt_transport *t)
+{
+    atomic_store(&t->aborted, true);
+    if (t->ops->wake != NULL)
+        t->ops->wake(t);
+}
+
+size_t rt_transport_pending(const rt_transport *t)
+{
+    size_t n = 0;
+    for (const rt_msg *m = t->pending; m != NULL; m = m->next)
+        n++;
+    return n;
+}

@@ -1,0 +1,50 @@
+/*
+ * Internals shared by transport.c and its backends (not part of the contract): the message
+ * record, the backend operations and the transport object. transport.c owns the pending list and
+ * the wait loop; a backend only moves whole messages in and out of its inbox.
+ */
+#ifndef RT_TRANSPORT_IMPL_H
+#define RT_TRANSPORT_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "worker/transport/transport.h"
+
+typedef struct rt_msg {
+    struct rt_msg *next;
+    uint64_t tag, step;
+    int32_t kind, microbatch;
+    size_t bytes;
+    unsigned char data[]; /* bytes */
+} rt_msg;
+
+/* Allocates a message with room for `bytes` payload bytes (NULL when out of memory). */
+rt_msg *rt_msg_new(size_t bytes);
+
+typedef struct {
+    sc_status (*bind)(rt_transport *t, const char *endpoint, sc_err *err);
+    sc_status (*connect)(rt_transport *t, const char *prev, const char *next, sc_err *err);
+    /* Takes ownership of `msg` whatever the outcome. */
+    sc_status (*send)(rt_transport *t, rt_msg *msg, bool to_next, sc_err *err);
+    /* Waits up to wait_ms for one message; *out is NULL when none came. SC_ERR_UNAVAILABLE when
+     * nothing is queued and the peer that would send (from_next or the previous one) is gone. */
+    sc_status (*poll)(rt_transport *t, int wait_ms, bool from_next, rt_msg **out, sc_err *err);
+    void (*wake)(rt_transport *t); /* interrupt a poll (abort); may be NULL */
+    void (*destroy)(rt_transport *t);
+} rt_transport_ops;
+
+struct rt_transport {
+    const rt_transport_ops *ops;
+    void *impl;
+    rt_transport_cfg cfg;
+    char endpoint[RT_ENDPOINT_MAX]; /* resolved by bind */
+    bool has_prev, has_next;
+    rt_msg *pending; /* received, not yet asked for; owned by the user thread */
+    atomic_bool aborted;
+};
+
+extern const rt_transport_ops rt_transport_zmq_ops;
+extern const rt_transport_ops rt_transport_local_ops;
+
+#endif /* RT_TRANSPORT_IMPL_H */

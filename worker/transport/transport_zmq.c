@@ -1,0 +1,241 @@
+/*
+ * rt transport, zmq backend: host memory over TCP between worker processes. Each stage binds one
+ * PULL socket (its inbox) and connects one PUSH socket to each neighbour's inbox; a message is two
+ * frames, a fixed header (magic, kind, tag, step, micro-batch, size) and the payload.
+ * Does not detect a dead peer actively: a receive from it simply times out (the wait loop in
+ * transport.c bounds it). Invariant: closing waits at most FLUSH_MAX_MS (or the timeout, if
+ * shorter) for queued messages to leave, so a stage that sends its last gradients and exits still
+ * delivers them, and a gone peer never holds a closing process for longer than that.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/sc_util.h"
+#include "worker/transport/transport_impl.h"
+
+#define WIRE_MAGIC 0x53435254u /* "SCRT" */
+#define FLUSH_MAX_MS 5000
+
+typedef struct {
+    uint32_t magic;
+    int32_t kind;
+    uint64_t tag;
+    uint64_t step;
+    int32_t microbatch;
+    uint32_t reserved;
+    uint64_t bytes;
+} wire_header;
+
+typedef struct {
+    void *ctx;
+    void *inbox; /* PULL, bound */
+    void *prev;  /* PUSH to the previous stage's inbox, or NULL */
+    void *next;  /* PUSH to the next stage's inbox, or NULL */
+} zmq_impl;
+
+#define ZMQ_FAIL(err, what) SC_ERRF(err, SC_ERR_ZMQ, "zmq %s: %s", what, zmq_strerror(zmq_errno()))
+
+/* linger_ms: how long zmq_ctx_term may spend delivering what is still queued on this socket. */
+static void close_socket(void **s, int linger_ms)
+{
+    if (*s != NULL) {
+        zmq_setsockopt(*s, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+        zmq_close(*s);
+        *s = NULL;
+    }
+}
+
+static void zt_destroy(rt_transport *t)
+{
+    zmq_impl *z = t->impl;
+    if (z == NULL)
+        return;
+    /* An aborted transport belongs to a stage being torn down: nothing queued is worth a wait. */
+    int flush_ms = t->cfg.timeout_ms < FLUSH_MAX_MS ? t->cfg.timeout_ms : FLUSH_MAX_MS;
+    if (atomic_load(&t->aborted))
+        flush_ms = 0;
+    close_socket(&z->inbox, 0);
+    close_socket(&z->prev, flush_ms);
+    close_socket(&z->next, flush_ms);
+    if (z->ctx != NULL)
+        zmq_ctx_term(z->ctx);
+    free(z);
+    t->impl = NULL;
+}
+
+static sc_status set_common_opts(void *s, sc_err *err)
+{
+    int zero = 0;
+    if (zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) != 0)
+        return ZMQ_FAIL(err, "setsockopt(ZMQ_LINGER)");
+    return SC_OK;
+}
+
+static sc_status zt_bind(rt_transport *t, const char *endpoint, sc_err *err)
+{
+    if (strncmp(endpoint, "tcp://", 6) != 0 || strchr(endpoint + 6, ':') == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "transport endpoint \"%s\": expected tcp://HOST:PORT (port 0 picks one)",
+                       endpoint);
+    /* zmq spells "any free port" as '*'; accept the usual ":0" too. */
+    char ep[RT_ENDPOINT_MAX];
+    if (sc_strlcpy(ep, endpoint, sizeof ep) >= sizeof ep - 2)
+        return SC_ERRF(err, SC_ERR_INVALID, "transport endpoint \"%s\" is too long", endpoint);
+    char *colon = strrchr(ep, ':');
+    if (strcmp(colon, ":0") == 0)
+        strcpy(colon, ":*");
+
+    zmq_impl *z = calloc(1, sizeof *z);
+    SC_ALLOC_CHECK(z, err);
+    t->impl = z;
+    z->ctx = zmq_ctx_new();
+    if (z->ctx == NULL)
+        return ZMQ_FAIL(err, "ctx_new");
+    z->inbox = zmq_socket(z->ctx, ZMQ_PULL);
+    if (z->inbox == NULL)
+        return ZMQ_FAIL(err, "socket(PULL)");
+    SC_CHECK(set_common_opts(z->inbox, err));
+    if (zmq_bind(z->inbox, ep) != 0)
+        return SC_ERRF(err, SC_ERR_ZMQ, "transport: cannot bind %s: %s", endpoint,
+                       zmq_strerror(zmq_errno()));
+    size_t len = sizeof t->endpoint;
+    if (zmq_getsockopt(z->inbox, ZMQ_LAST_ENDPOINT, t->endpoint, &len) != 0)
+        return ZMQ_FAIL(err, "getsockopt(ZMQ_LAST_ENDPOINT)");
+    return SC_OK;
+}
+
+static sc_status open_push(zmq_impl *z, const char *endpoint, void **out, sc_err *err)
+{
+    void *s = zmq_socket(z->ctx, ZMQ_PUSH);
+    if (s == NULL)
+        return ZMQ_FAIL(err, "socket(PUSH)");
+    *out = s;
+    SC_CHECK(set_common_opts(s, err));
+    if (zmq_connect(s, endpoint) != 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "transport: cannot connect to %s: %s", endpoint,
+                       zmq_strerror(zmq_errno()));
+    return SC_OK;
+}
+
+static sc_status zt_connect(rt_transport *t, const char *prev, const char *next, sc_err *err)
+{
+    zmq_impl *z = t->impl;
+    close_socket(&z->prev, 0);
+    close_socket(&z->next, 0);
+    if (prev != NULL)
+        SC_CHECK(open_push(z, prev, &z->prev, err));
+    if (next != NULL)
+        SC_CHECK(open_push(z, next, &z->next, err));
+    return SC_OK;
+}
+
+static sc_status zt_send(rt_transport *t, rt_msg *m, bool to_next, sc_err *err)
+{
+    zmq_impl *z = t->impl;
+    void *s = to_next ? z->next : z->prev;
+    wire_header h;
+    memset(&h, 0, sizeof h);
+    h.magic = WIRE_MAGIC;
+    h.kind = m->kind;
+    h.tag = m->tag;
+    h.step = m->step;
+    h.microbatch = m->microbatch;
+    h.bytes = m->bytes;
+    /* PUSH queues up to its high-water mark even without a live peer, so this does not block
+     * on a dead neighbour for small pipelines; a full queue waits at most the timeout. */
+    int timeout = t->cfg.timeout_ms;
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
+    sc_status rc = SC_OK;
+    if (zmq_send(s, &h, sizeof h, ZMQ_SNDMORE) != (int)sizeof h ||
+        zmq_send(s, m->data, m->bytes, 0) < 0) {
+        if (zmq_errno() == EAGAIN)
+            rc = SC_ERRF(err, SC_ERR_TIMEOUT,
+                         "transport %s: send to the %s stage timed out "
+                         "after %d ms",
+                         t->endpoint, to_next ? "next" : "previous", timeout);
+        else
+            rc = ZMQ_FAIL(err, "send");
+    }
+    free(m);
+    return rc;
+}
+
+/* Reads and drops the remaining frames of a malformed message. */
+static void drain_frames(void *s)
+{
+    int more = 1;
+    size_t len = sizeof more;
+    while (zmq_getsockopt(s, ZMQ_RCVMORE, &more, &len) == 0 && more) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        zmq_msg_recv(&part, s, 0);
+        zmq_msg_close(&part);
+        len = sizeof more;
+    }
+}
+
+static sc_status zt_poll(rt_transport *t, int wait_ms, bool from_next, rt_msg **out, sc_err *err)
+{
+    (void)from_next;
+    zmq_impl *z = t->impl;
+    *out = NULL;
+    zmq_pollitem_t item = {z->inbox, 0, ZMQ_POLLIN, 0};
+    int n = zmq_poll(&item, 1, wait_ms);
+    if (n < 0) {
+        if (zmq_errno() == EINTR)
+            return SC_OK;
+        return ZMQ_FAIL(err, "poll");
+    }
+    if (n == 0)
+        return SC_OK;
+    wire_header h;
+    int got = zmq_recv(z->inbox, &h, sizeof h, ZMQ_DONTWAIT);
+    if (got < 0)
+        return zmq_errno() == EAGAIN ? SC_OK : ZMQ_FAIL(err, "recv");
+    int more = 0;
+    size_t len = sizeof more;
+    zmq_getsockopt(z->inbox, ZMQ_RCVMORE, &more, &len);
+    if (got != (int)sizeof h || h.magic != WIRE_MAGIC || !more) {
+        drain_frames(z->inbox); /* not ours: a stray connection; ignore it */
+        return SC_OK;
+    }
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    /* The payload frame follows its header at once (zmq delivers multipart atomically). */
+    if (zmq_msg_recv(&part, z->inbox, 0) < 0) {
+        zmq_msg_close(&part);
+        return ZMQ_FAIL(err, "recv payload");
+    }
+    size_t size = zmq_msg_size(&part);
+    if (size != h.bytes) {
+        zmq_msg_close(&part);
+        drain_frames(z->inbox);
+        return SC_OK;
+    }
+    rt_msg *m = rt_msg_new(size);
+    if (m == NULL) {
+        zmq_msg_close(&part);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory receiving %zu bytes", size);
+    }
+    m->tag = h.tag;
+    m->step = h.step;
+    m->kind = h.kind;
+    m->microbatch = h.microbatch;
+    if (size > 0)
+        memcpy(m->data, zmq_msg_data(&part), size);
+    zmq_msg_close(&part);
+    drain_frames(z->inbox);
+    *out = m;
+    return SC_OK;
+}
+
+const rt_transport_ops rt_transport_zmq_ops = {
+    .bind = zt_bind,
+    .connect = zt_connect,
+    .send = zt_send,
+    .poll = zt_poll,
+    .wake = NULL,
+    .destroy = zt_destroy,
+};
