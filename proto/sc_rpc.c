@@ -625,6 +625,14 @@ static void call_handle(srv_call *c)
                          resp->descriptor->name, m->resp_desc->name);
         else if ((rc = pack_with_header(resp, c->srv->max_bytes, &s, &err)) == SC_OK)
             out = buffer_from_slice(s);
+    } else if (rc == SC_ERR_CANCELLED && sc_clock_now_ns() >= c->ctx.deadline_ns) {
+        /* A handler that gave up because the call's deadline passed: the client is told so,
+         * as its own deadline would, whichever of the two fires first. */
+        sc_err late;
+        sc_err_clear(&late);
+        SC_ERRF(&late, SC_ERR_TIMEOUT, "deadline exceeded while the handler ran (%s)", err.msg);
+        err = late;
+        rc = SC_ERR_TIMEOUT;
     } else if (err.code == SC_OK) {
         SC_ERRF(&err, rc, "%s", sc_status_str(rc));
     }
