@@ -1,16 +1,18 @@
 # Thin wrapper over CMake: the build itself is described in CMakeLists.txt.
 #   make          configure build/ and build everything
+#   make demo     install missing Debian packages, build, run `stagecraft demo`
 #   make test     install missing Debian packages, build, run every test (ctest)
 #   make test-sanitize  the same in build-sanitize/ with AddressSanitizer + UBSan (CPU parts)
 #   make clean    remove the build folders
-# Variables: BUILD_TYPE (RelWithDebInfo), CMAKE_FLAGS (extra -D options), JOBS (cores).
+# Variables: BUILD_TYPE (RelWithDebInfo), CMAKE_FLAGS (extra -D options), JOBS (cores),
+# DEMO_FLAGS (flags for `stagecraft demo`, e.g. DEMO_FLAGS="--steps 100").
 
 BUILD_TYPE ?= RelWithDebInfo
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 SANITIZE ?= address,undefined
 
-.PHONY: all deps build test test-sanitize clean
+.PHONY: all deps build demo test test-sanitize clean
 
 all: build
 
@@ -22,6 +24,11 @@ build/CMakeCache.txt:
 
 build: build/CMakeCache.txt
 	cmake --build build -j $(JOBS)
+
+demo: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+	cmake --build build -j $(JOBS)
+	./build/cli/stagecraft demo $(DEMO_FLAGS)
 
 test: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
