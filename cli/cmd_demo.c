@@ -263,8 +263,9 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
            data);
 
     /* progress, once a second; the loss curve is kept for the summary */
-    double curve_loss[64];
-    long long curve_step[64];
+    enum { CURVE_MAX = 4096, CURVE_SHOWN = 12 };
+    static double curve_loss[CURVE_MAX];
+    static long long curve_step[CURVE_MAX];
     int curve_n = 0, last_state = -1;
     long long last_step = -1;
     while (!stop) {
@@ -282,10 +283,10 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         if (st == 4 && step != last_step && step > 0) {
             printf("step %5lld/%lld  loss %.4f  %.1f samples/s\n", step, (long long)steps, loss,
                    json_number_value(json_object_get(last, "samples_per_s")));
-            if (curve_n < 64)
-                curve_step[curve_n] = step, curve_loss[curve_n++] = loss;
-            else
-                curve_step[63] = step, curve_loss[63] = loss;
+            if (curve_n < CURVE_MAX) {
+                curve_step[curve_n] = step;
+                curve_loss[curve_n++] = loss;
+            }
         }
         fflush(stdout);
         last_state = st;
@@ -320,9 +321,13 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     printf("  iteration time: predicted %.4g s, measured %.4g s\n",
            json_number_value(json_object_get(last, "predicted_s")),
            json_number_value(json_object_get(last, "measured_s")));
-    printf("  loss curve:");
-    for (int i = 0; i < curve_n; i++)
+    /* the loss curve: a dozen points spread over the run, first and last included */
+    printf("  loss curve (step:loss):");
+    int shown = curve_n < CURVE_SHOWN ? curve_n : CURVE_SHOWN;
+    for (int k = 0; k < shown; k++) {
+        int i = shown == 1 ? 0 : (int)((long long)k * (curve_n - 1) / (shown - 1));
         printf(" %lld:%.3f", curve_step[i], curve_loss[i]);
+    }
     printf("\n  result: %s (%s)\n", state_name(last_state),
            json_string_value(json_object_get(last, "reason")));
     rc = last_state == 6 ? CLI_OK : CLI_FAILURE;
