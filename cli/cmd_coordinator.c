@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -98,6 +99,21 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
         return cli_report(self, &err);
     cfg.join_token = join[0] ? join : NULL;
     cfg.client_token = client[0] ? client : NULL;
+
+    /* Each worker holds one control connection (a file descriptor): take every descriptor the
+     * hard limit allows, and say how many workers that leaves room for. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+        nofile.rlim_cur < 4096)
+        fprintf(stderr,
+                "stagecraft coordinator: the open-files limit is %llu, enough for about %llu "
+                "workers; raise it (ulimit -n, systemd LimitNOFILE) for more\n",
+                (unsigned long long)nofile.rlim_cur,
+                (unsigned long long)(nofile.rlim_cur > 64 ? nofile.rlim_cur - 64 : 0));
 
     static volatile sig_atomic_t stop;
     cli_on_stop_signals(&stop);

@@ -1,0 +1,649 @@
+/*
+ * bench_predict: how close the planner's simulated iteration time comes to the runtime's measured
+ * one on this host's CPU, for a small GPT and a small MLP over 2 and 4 stages, gpipe and 1f1b,
+ * 4 and 8 micro-batches.
+ *
+ * Per model: (1) the kernels profiler measures every block's forward and backward time at the
+ * micro-batch size used here and writes the stagecraft-profile document, which the planner then
+ * parses as it would a file; (2) one transport message of the model's cut size is timed between
+ * two inboxes of the chosen transport, giving the loopback bandwidth figure of the cluster.
+ * Per configuration: (3) the planner (minmax, p identical devices joined by that bandwidth, the
+ * given schedule and micro-batch count) predicts the iteration time; (4) the runtime runs that
+ * partition and schedule with every stage a thread of this process, twice:
+ *   "real":  the real model and kernels. Stages compete for the host's cores: with more stages
+ *            than cores, the measured time also shows that contention, which the planner (one
+ *            device per stage) does not model.
+ *   "sleep": a tiny model with the same block structure (its own compute is negligible) and
+ *            every forward / backward given the profiled time of its stage as slept stand-in
+ *            compute (rt_runner_cfg extra_forward_s / extra_backward_s). This measures the
+ *            schedule, transport and runtime overhead apart from how many cores the host has.
+ * A barrier starts every iteration on all stages at once, as the simulator starts from an empty
+ * pipeline; an iteration's time is the longest stage's rt_runner_step wall time; the figure is
+ * the median over the timed iterations, after the warm-up ones.
+ *
+ * Not measured: GPUs, replicated stages, the zmq transport's cost between machines. Nothing here
+ * asserts on time; it prints figures.
+ *
+ * Usage: bench_predict [--iters N] [--warmup N] [--profile-repeats N] [--transport local|zmq]
+ *                      [--bandwidth BYTES_PER_S]
+ */
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_util.h"
+#include "coordinator/planner/plan.h"
+#include "kernels/model.h"
+#include "kernels/profile.h"
+#include "worker/runtime/runner.h"
+#include "worker/transport/transport.h"
+
+#define MAX_STAGES 4
+#define MAX_ITERS 200
+#define MAX_BLOCKS 16
+#define MAX_ROWS 32
+
+typedef struct {
+    const char *label;
+    const char *real_json; /* the measured model */
+    const char *tiny_json; /* same blocks, negligible compute: the "sleep" runs */
+    int micro_size;        /* samples per micro-batch, the profiled size */
+} model_case;
+
+static const model_case models[] = {
+    {"gpt-L4-C64-T32",
+     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "
+     "\"seq_len\": 32, \"layers\": 4, \"width\": 64, \"heads\": 4}",
+     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "
+     "\"seq_len\": 4, \"layers\": 4, \"width\": 8, \"heads\": 1}",
+     4},
+    {"mlp-256-512x4-10",
+     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"mlp\", "
+     "\"sizes\": [256, 512, 512, 512, 512, 10]}",
+     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"mlp\", "
+     "\"sizes\": [8, 8, 8, 8, 8, 10]}",
+     16},
+};
+#define N_MODELS ((int)(sizeof models / sizeof models[0]))
+
+typedef struct {
+    int iters, warmup, profile_repeats;
+    const char *transport;
+    double bw_bytes_per_s; /* 0: measure */
+} bench_opts;
+
+/* ---------------------------------------------------------------- helpers */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---------------------------------------------------------------- profile */
+
+/* Profiles `json`'s blocks on the CPU at `micro` samples and parses the resulting
+ * stagecraft-profile document with the planner's own reader. */
+static sc_status profile_model(const char *json, int micro, int repeats, plan_profile **out,
+                               sc_err *err)
+{
+    kn_model *m = NULL;
+    kn_profile_block *blocks = NULL;
+    void *doc = NULL;
+    char *text = NULL;
+    sc_status rc;
+    SC_CHECK(kn_model_parse(&m, "bench model", json, strlen(json), err));
+    int nb = kn_model_block_count(m);
+    blocks = calloc((size_t)nb, sizeof *blocks);
+    if (blocks == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    kn_profile_cfg pc;
+    memset(&pc, 0, sizeof pc);
+    pc.device = (kn_device){.kind = KN_DEV_CPU, .index = 0};
+    pc.sizes[0] = micro;
+    pc.nsizes = 1;
+    pc.warmup = 2;
+    pc.repeats = repeats;
+    SC_CHECK_GOTO(kn_profile_run(m, &pc, blocks, err), done);
+    SC_CHECK_GOTO(kn_profile_to_json(m, "cpu", micro, blocks, nb, &doc, err), done);
+    text = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(12));
+    if (text == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the profile");
+        goto done;
+    }
+    rc = plan_profile_parse_json(out, "bench profile", text, strlen(text), err);
+done:
+    free(text);
+    json_decref(doc);
+    free(blocks);
+    kn_model_destroy(&m);
+    return rc;
+}
+
+static int model_blocks(const char *json, sc_err *err)
+{
+    kn_model *m = NULL;
+    if (kn_model_parse(&m, "bench model", json, strlen(json), err) != SC_OK)
+        return -1;
+    int n = kn_model_block_count(m);
+    kn_model_destroy(&m);
+    return n;
+}
+
+/* ---------------------------------------------------------------- loopback bandwidth */
+
+/* One message of `bytes` from one inbox to another of the transport, send then receive in this
+ * thread: the median one-way time gives bytes / time, latency included, which is what a cut of
+ * that size costs the runtime. */
+static sc_status measure_bw(const char *kind_name, size_t bytes, double *bw, sc_err *err)
+{
+    rt_transport_cfg c = rt_transport_cfg_default();
+    SC_CHECK(rt_transport_kind_parse(kind_name, "--transport", &c.kind, err));
+    c.bind_endpoint = c.kind == RT_TRANSPORT_LOCAL ? "local://" : "tcp://127.0.0.1:0";
+    c.timeout_ms = 5000;
+    enum { WARM = 20, REPS = 101 };
+    rt_transport *a = NULL, *b = NULL;
+    double t[REPS];
+    char *buf = malloc(bytes), *back = malloc(bytes);
+    sc_status rc = SC_OK;
+    if (buf == NULL || back == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    memset(buf, 1, bytes);
+    SC_CHECK_GOTO(rt_transport_new(&a, &c, err), done);
+    SC_CHECK_GOTO(rt_transport_new(&b, &c, err), done);
+    SC_CHECK_GOTO(rt_transport_connect(a, NULL, rt_transport_endpoint(b), err), done);
+    SC_CHECK_GOTO(rt_transport_connect(b, rt_transport_endpoint(a), NULL, err), done);
+    for (int i = 0; i < WARM + REPS; i++) {
+        double t0 = sc_clock_now_s();
+        SC_CHECK_GOTO(rt_transport_send(a, RT_MSG_ACTIVATION, 0, i, buf, bytes, err), done);
+        SC_CHECK_GOTO(rt_transport_recv(b, RT_MSG_ACTIVATION, 0, i, back, bytes, err), done);
+        if (i >= WARM)
+            t[i - WARM] = sc_clock_now_s() - t0;
+    }
+    double one = median(t, REPS);
+    *bw = (double)bytes / (one > 1e-9 ? one : 1e-9);
+done:
+    rt_transport_destroy(&a);
+    rt_transport_destroy(&b);
+    free(buf);
+    free(back);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- runtime runs */
+
+typedef struct run_ctx {
+    rt_runner *r[MAX_STAGES];
+    int p, warmup, iters;
+    pthread_barrier_t bar;
+    atomic_int failed;
+    double iter_s[MAX_STAGES][MAX_ITERS];
+    double opt_s[MAX_STAGES][MAX_ITERS];
+    double fwd_s[MAX_STAGES][MAX_ITERS], bwd_s[MAX_STAGES][MAX_ITERS]; /* all micro-batches */
+    sc_status rc[MAX_STAGES];
+    sc_err err[MAX_STAGES];
+} run_ctx;
+
+typedef struct {
+    run_ctx *ctx;
+    int s;
+} stage_arg;
+
+static void *stage_main(void *arg)
+{
+    stage_arg *a = arg;
+    run_ctx *x = a->ctx;
+    int s = a->s;
+    /* The default 50 us timer slack would lengthen every slept stand-in forward and backward;
+     * 1 ns keeps the "sleep" runs about the runtime, not about the sleep. Best effort. */
+    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+    for (int i = 0; i < x->warmup + x->iters; i++) {
+        /* every stage takes part in every barrier, even after a failure, so none waits forever */
+        pthread_barrier_wait(&x->bar);
+        if (atomic_load(&x->failed))
+            continue;
+        rt_report rep;
+        sc_status rc = rt_runner_step(x->r[s], (uint64_t)i, &rep, &x->err[s]);
+        if (rc != SC_OK) {
+            x->rc[s] = rc;
+            atomic_store(&x->failed, 1);
+            for (int k = 0; k < x->p; k++)
+                rt_runner_abort(x->r[k]);
+            continue;
+        }
+        if (i >= x->warmup) {
+            x->iter_s[s][i - x->warmup] = rep.iteration_s;
+            x->opt_s[s][i - x->warmup] = rep.optimizer_s;
+            x->fwd_s[s][i - x->warmup] = rep.forward_s;
+            x->bwd_s[s][i - x->warmup] = rep.backward_s;
+        }
+    }
+    return NULL;
+}
+
+typedef struct {
+    const char *model_json;
+    const plan_partition *part;
+    const char *schedule;
+    int batch, m;
+    const double *extra_f_s, *extra_b_s; /* per stage, per sample; NULL: none */
+} run_spec;
+
+/* What a run measured: medians over the timed iterations. */
+typedef struct {
+    double iter_s;                /* the longest stage's iteration */
+    double fwd_s[MAX_STAGES];     /* per stage, all micro-batches of an iteration */
+    double bwd_s[MAX_STAGES];
+    double opt_s[MAX_STAGES];
+} run_result;
+
+/* Runs the spec and fills `res`. */
+static sc_status run_pipeline(const run_spec *sp, const bench_opts *o, run_result *res,
+                              sc_err *err)
+{
+    int p = sp->part->n_stages;
+    run_ctx *x = calloc(1, sizeof *x);
+    SC_ALLOC_CHECK(x, err);
+    x->p = p;
+    x->warmup = o->warmup;
+    x->iters = o->iters;
+    atomic_init(&x->failed, 0);
+    sc_status rc = SC_OK;
+    int made = 0;
+    for (int s = 0; s < p; s++) {
+        rt_runner_cfg c = rt_runner_cfg_default();
+        c.model_json = sp->model_json;
+        c.n_stages = p;
+        c.stage = s;
+        c.first_block = sp->part->first[s];
+        c.last_block = sp->part->last[s];
+        c.schedule = sp->schedule;
+        c.batch_size = sp->batch;
+        c.microbatches = sp->m;
+        c.transport = o->transport;
+        c.bind_endpoint = strcmp(o->transport, "local") == 0 ? "local://" : "tcp://127.0.0.1:0";
+        c.timeout_ms = 20000;
+        c.extra_forward_s = sp->extra_f_s ? sp->extra_f_s[s] : 0.0;
+        c.extra_backward_s = sp->extra_b_s ? sp->extra_b_s[s] : 0.0;
+        SC_CHECK_GOTO(rt_runner_new(&x->r[s], &c, err), done);
+        made++;
+    }
+    for (int s = 0; s < p; s++)
+        SC_CHECK_GOTO(rt_runner_connect(x->r[s], s > 0 ? rt_runner_endpoint(x->r[s - 1]) : NULL,
+                                        s < p - 1 ? rt_runner_endpoint(x->r[s + 1]) : NULL, err),
+                      done);
+    if (pthread_barrier_init(&x->bar, NULL, (unsigned)p) != 0) {
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "pthread_barrier_init failed");
+        goto done;
+    }
+    pthread_t th[MAX_STAGES];
+    stage_arg args[MAX_STAGES];
+    int started = 0;
+    for (int s = 0; s < p; s++) {
+        args[s] = (stage_arg){.ctx = x, .s = s};
+        if (pthread_create(&th[s], NULL, stage_main, &args[s]) != 0)
+            break;
+        started++;
+    }
+    if (started < p) {
+        /* the started threads would wait at the barrier for the missing ones: let them go */
+        atomic_store(&x->failed, 1);
+        for (int k = started; k < p; k++)
+            pthread_barrier_wait(&x->bar);
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "pthread_create failed");
+    }
+    for (int s = 0; s < started; s++)
+        pthread_join(th[s], NULL);
+    pthread_barrier_destroy(&x->bar);
+    if (rc != SC_OK)
+        goto done;
+    if (atomic_load(&x->failed)) {
+        /* the stage that failed first is the one whose error is not a cancellation */
+        int pick = -1;
+        for (int s = 0; s < p; s++)
+            if (x->rc[s] != SC_OK && (pick < 0 || x->rc[pick] == SC_ERR_CANCELLED))
+                pick = s;
+        rc = SC_ERRF(err, pick >= 0 ? x->rc[pick] : SC_ERR_INTERNAL, "stage %d: %s", pick,
+                     pick >= 0 ? x->err[pick].msg : "failed");
+        goto done;
+    }
+    double it[MAX_ITERS];
+    for (int i = 0; i < o->iters; i++) {
+        it[i] = 0.0;
+        for (int s = 0; s < p; s++)
+            it[i] = fmax(it[i], x->iter_s[s][i]);
+    }
+    res->iter_s = median(it, o->iters);
+    for (int s = 0; s < p; s++) {
+        res->fwd_s[s] = median(x->fwd_s[s], o->iters);
+        res->bwd_s[s] = median(x->bwd_s[s], o->iters);
+        res->opt_s[s] = median(x->opt_s[s], o->iters);
+    }
+done:
+    for (int s = 0; s < made; s++)
+        rt_runner_destroy(&x->r[s]);
+    free(x);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- one configuration */
+
+typedef struct {
+    int model, p, stages, m;
+    const char *sched;
+    char part[64];
+    double pred_s, real_s, sleep_s;
+    double with_opt_s; /* the prediction with the real run's optimizer step added */
+    double replay_s;  /* the simulator fed the real run's own stage times */
+    double opt_s;     /* the slowest stage's optimizer step in the real run */
+    double inflation; /* most a stage's real forward + backward exceeds its profile */
+} row;
+
+static double rel_err(double pred, double meas)
+{
+    return meas > 0 ? (pred - meas) / meas : 0.0;
+}
+
+/* Plays the plan's schedule in the planner's simulator with the optimizer step the real run
+ * measured added to every stage (plan_run counts none), and, when `measured_compute`, the
+ * run's own forward and backward times per micro-batch in place of the profiled ones; link
+ * times stay the planner's. With measured compute, what remains between this and the measured
+ * iteration is the schedule model's own error. */
+static sc_status replay(const plan_profile *prof, const plan_cluster *cl, const plan_partition *part,
+                        plan_sched_kind kind, int micro, int m, const run_result *meas,
+                        int measured_compute, double *iter_s, sc_err *err)
+{
+    plan_cost *c = NULL;
+    plan_schedule *sched = NULL;
+    plan_sim_stage st[MAX_STAGES];
+    plan_sim_result r;
+    sc_status rc;
+    SC_CHECK(plan_cost_new(&c, prof, cl, micro, micro * m, err));
+    plan_partition_sim_stages(c, part, st);
+    for (int s = 0; s < part->n_stages; s++) {
+        if (measured_compute) {
+            st[s].fwd_s = meas->fwd_s[s] / m;
+            st[s].bwd_s = meas->bwd_s[s] / m;
+        }
+        st[s].opt_s = meas->opt_s[s];
+    }
+    SC_CHECK_GOTO(plan_schedule_build(&sched, kind, part->n_stages, m, 0, err), done);
+    SC_CHECK_GOTO(plan_schedule_validate(sched, err), done);
+    SC_CHECK_GOTO(plan_sim_run(sched, st, m, 1.0, 0, &r, err), done);
+    *iter_s = r.iteration_s;
+    plan_sim_result_free(&r);
+done:
+    plan_schedule_destroy(&sched);
+    plan_cost_destroy(&c);
+    return rc;
+}
+
+static sc_status run_config(const model_case *mc, const plan_profile *prof, double bw, int p,
+                            const char *sched, int m, const bench_opts *o, row *out, sc_err *err)
+{
+    plan_cluster *cl = NULL;
+    plan_result res;
+    memset(&res, 0, sizeof res);
+    sc_status rc;
+    SC_CHECK(plan_cluster_new_uniform(&cl, p, bw, 0.0, err));
+    plan_request req;
+    memset(&req, 0, sizeof req);
+    req.profile = prof;
+    req.cluster = cl;
+    req.batch = mc->micro_size * m;
+    req.microbatches = m;
+    req.schedule = strcmp(sched, "gpipe") == 0 ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B;
+    req.max_stages = p;
+    SC_CHECK_GOTO(plan_run(&req, PLAN_STRAT_MINMAX, &res, err), done);
+    if (!res.ok) {
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "minmax found no plan: %s", res.error);
+        goto done;
+    }
+    const plan_partition *part = res.part;
+    out->p = p;
+    out->stages = part->n_stages;
+    out->m = m;
+    out->sched = sched;
+    out->pred_s = res.iteration_time_s;
+    size_t at = 0;
+    out->part[0] = '\0';
+    for (int s = 0; s < part->n_stages && at < sizeof out->part; s++)
+        at += (size_t)snprintf(out->part + at, sizeof out->part - at, "%s%d-%d", s ? "|" : "",
+                               part->first[s], part->last[s]);
+
+    run_spec sp = {.model_json = mc->real_json,
+                   .part = part,
+                   .schedule = sched,
+                   .batch = req.batch,
+                   .m = m};
+    run_result real, sleep;
+    SC_CHECK_GOTO(run_pipeline(&sp, o, &real, err), done);
+    out->real_s = real.iter_s;
+    SC_CHECK_GOTO(replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 0,
+                         &out->with_opt_s, err),
+                  done);
+    SC_CHECK_GOTO(replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 1,
+                         &out->replay_s, err),
+                  done);
+
+    /* the stand-in compute of each stage: its blocks' profiled times, per sample */
+    double ef[MAX_STAGES], eb[MAX_STAGES];
+    for (int s = 0; s < part->n_stages; s++) {
+        double f = 0, b = 0;
+        for (int l = part->first[s]; l <= part->last[s]; l++) {
+            f += prof->blocks[l].forward_s;
+            b += prof->blocks[l].backward_s;
+        }
+        ef[s] = f / mc->micro_size;
+        eb[s] = b / mc->micro_size;
+        out->opt_s = fmax(out->opt_s, real.opt_s[s]);
+        if (f + b > 0)
+            out->inflation = fmax(out->inflation, (real.fwd_s[s] + real.bwd_s[s]) / (m * (f + b)));
+    }
+    sp.model_json = mc->tiny_json;
+    sp.extra_f_s = ef;
+    sp.extra_b_s = eb;
+    SC_CHECK_GOTO(run_pipeline(&sp, o, &sleep, err), done);
+    out->sleep_s = sleep.iter_s;
+done:
+    plan_result_free(&res);
+    plan_cluster_destroy(&cl);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- summary */
+
+typedef struct {
+    double sum, max;
+    int n, within;
+} err_stats;
+
+static void stats_add(err_stats *st, double e)
+{
+    e = fabs(e);
+    st->sum += e;
+    st->max = fmax(st->max, e);
+    st->n++;
+    st->within += e <= 0.10;
+}
+
+static void stats_print(const char *what, const err_stats *st)
+{
+    if (st->n == 0)
+        return;
+    printf("  %-44s mean |err| %5.1f%%  max %5.1f%%  within 10%%: %d/%d\n", what,
+           100.0 * st->sum / st->n, 100.0 * st->max, st->within, st->n);
+}
+
+static sc_status parse_args(int argc, char **argv, bench_opts *o, sc_err *err)
+{
+    for (int i = 1; i < argc; i += 2) {
+        int64_t v;
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (val == NULL)
+            return SC_ERRF(err, SC_ERR_INVALID, "'%s': unknown, or missing its value", a);
+        if (strcmp(a, "--iters") == 0) {
+            SC_CHECK(sc_parse_int64(val, 1, MAX_ITERS, "--iters", &v, err));
+            o->iters = (int)v;
+        } else if (strcmp(a, "--warmup") == 0) {
+            SC_CHECK(sc_parse_int64(val, 0, 100, "--warmup", &v, err));
+            o->warmup = (int)v;
+        } else if (strcmp(a, "--profile-repeats") == 0) {
+            SC_CHECK(sc_parse_int64(val, 1, 1000, "--profile-repeats", &v, err));
+            o->profile_repeats = (int)v;
+        } else if (strcmp(a, "--transport") == 0) {
+            if (strcmp(val, "local") != 0 && strcmp(val, "zmq") != 0)
+                return SC_ERRF(err, SC_ERR_INVALID, "--transport '%s': expected local or zmq",
+                               val);
+            o->transport = val;
+        } else if (strcmp(a, "--bandwidth") == 0) {
+            SC_CHECK(sc_parse_double(val, 1e3, 1e15, "--bandwidth", &o->bw_bytes_per_s, err));
+        } else {
+            return SC_ERRF(err, SC_ERR_INVALID, "unknown argument '%s'", a);
+        }
+    }
+    return SC_OK;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o = {.iters = 5, .warmup = 1, .profile_repeats = 9, .transport = "local"};
+    static const char usage[] = "usage: bench_predict [--iters N] [--warmup N] "
+                                "[--profile-repeats N] [--transport local|zmq] "
+                                "[--bandwidth BYTES_PER_S]\n"
+                                "defaults: 5 timed iterations, 1 warm-up, 9 profile repeats, "
+                                "local transport, bandwidth measured\n";
+    sc_err err;
+    sc_err_clear(&err);
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (parse_args(argc, argv, &o, &err) != SC_OK) {
+        fprintf(stderr, "bench_predict: %s\n%s", err.msg, usage);
+        return 2;
+    }
+    double load[3] = {0};
+    FILE *lf = fopen("/proc/loadavg", "r");
+    if (lf != NULL) {
+        if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+            load[0] = load[1] = load[2] = 0;
+        fclose(lf);
+    }
+    printf("bench_predict: planner (minmax, simulated schedule) vs runtime (stages as threads, "
+           "%s transport), %d timed iterations after %d warm-up, median; %ld cores, load "
+           "average at start %.2f\n",
+           o.transport, o.iters, o.warmup, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+    printf("err = (predicted - measured) / measured; real = real kernels (p stages share this "
+           "host's cores); sleep = tiny model + profiled times slept per stage (schedule and "
+           "transport only)\n");
+
+    static const int ps[] = {2, 4}, ms[] = {4, 8};
+    static const char *const scheds[] = {"gpipe", "1f1b"};
+    row rows[MAX_ROWS];
+    int nrows = 0;
+    err_stats sleep_all = {0}, real_fit = {0}, real_over = {0}, replay_all = {0},
+              opt_fit = {0};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int mi = 0; mi < N_MODELS; mi++) {
+        const model_case *mc = &models[mi];
+        plan_profile *prof = NULL;
+        int tiny_blocks = model_blocks(mc->tiny_json, &err);
+        if (tiny_blocks < 0 ||
+            profile_model(mc->real_json, mc->micro_size, o.profile_repeats, &prof, &err) != SC_OK) {
+            fprintf(stderr, "bench_predict: %s: %s\n", mc->label, err.msg);
+            return 1;
+        }
+        if (tiny_blocks != prof->n_blocks || prof->n_blocks > MAX_BLOCKS) {
+            fprintf(stderr, "bench_predict: %s: the tiny stand-in has %d blocks, the model %d\n",
+                    mc->label, tiny_blocks, prof->n_blocks);
+            plan_profile_destroy(&prof);
+            return 1;
+        }
+        /* the cut size: the largest activation crossing a cut between blocks */
+        double cut_bytes = 0;
+        for (int l = 0; l + 1 < prof->n_blocks; l++)
+            cut_bytes = fmax(cut_bytes, prof->blocks[l].activation_bytes);
+        double bw = o.bw_bytes_per_s;
+        if (bw <= 0 && measure_bw(o.transport, (size_t)cut_bytes, &bw, &err) != SC_OK) {
+            fprintf(stderr, "bench_predict: measuring the %s transport: %s\n", o.transport,
+                    err.msg);
+            plan_profile_destroy(&prof);
+            return 1;
+        }
+        printf("\n%s, micro-batch %d samples; profile (forward/backward ms):", mc->label,
+               mc->micro_size);
+        for (int l = 0; l < prof->n_blocks; l++)
+            printf(" %s %.2f/%.2f", prof->blocks[l].name, prof->blocks[l].forward_s * 1e3,
+                   prof->blocks[l].backward_s * 1e3);
+        printf("\nloopback %s: %.0f-byte message, %.3g bytes/s %s\n", o.transport, cut_bytes, bw,
+               o.bw_bytes_per_s > 0 ? "(given)" : "(measured)");
+        printf("%-6s %2s %2s %2s %-16s %8s | %8s %7s %6s %6s %7s %7s | %8s %7s\n", "sched", "p",
+               "S", "m", "blocks/stage", "pred_ms", "real_ms", "err", "infl", "opt_ms", "+opt",
+               "replay", "sleep_ms", "err");
+        for (int si = 0; si < 2; si++)
+            for (int pi = 0; pi < 2; pi++)
+                for (int k = 0; k < 2; k++) {
+                    row *r = &rows[nrows];
+                    memset(r, 0, sizeof *r);
+                    r->model = mi;
+                    if (run_config(mc, prof, bw, ps[pi], scheds[si], ms[k], &o, r, &err) !=
+                        SC_OK) {
+                        fprintf(stderr, "bench_predict: %s %s p=%d m=%d: %s\n", mc->label,
+                                scheds[si], ps[pi], ms[k], err.msg);
+                        plan_profile_destroy(&prof);
+                        return 1;
+                    }
+                    double er = rel_err(r->pred_s, r->real_s);
+                    double erp = rel_err(r->replay_s, r->real_s);
+                    double eo = rel_err(r->with_opt_s, r->real_s);
+                    double es = rel_err(r->pred_s, r->sleep_s);
+                    printf("%-6s %2d %2d %2d %-16s %8.2f | %8.2f %+6.1f%% %6.2f %6.2f %+6.1f%% "
+                           "%+6.1f%% | %8.2f %+6.1f%%\n",
+                           r->sched, r->p, r->stages, r->m, r->part, r->pred_s * 1e3,
+                           r->real_s * 1e3, 100 * er, r->inflation, r->opt_s * 1e3, 100 * eo,
+                           100 * erp, r->sleep_s * 1e3, 100 * es);
+                    fflush(stdout);
+                    stats_add(&sleep_all, es);
+                    stats_add(r->stages <= cores ? &real_fit : &real_over, er);
+                    if (r->stages <= cores)
+                        stats_add(&opt_fit, eo);
+                    stats_add(&replay_all, erp);
+                    nrows++;
+                }
+        plan_profile_destroy(&prof);
+    }
+    printf("\nS: stages of the minmax plan. infl: the most a stage's measured forward + backward "
+           "exceeds its profiled time (x). opt_ms: the slowest stage's optimizer step, which the "
+           "prediction does not count. +opt: error of the prediction with each stage's measured "
+           "optimizer step added to the simulation. replay: error of the simulator fed the real "
+           "run's own stage times and optimizer steps (schedule model alone).\nsummary over %d configurations:\n",
+           nrows);
+    stats_print("sleep (schedule + transport), all", &sleep_all);
+    char what[96];
+    snprintf(what, sizeof what, "real kernels, stages <= %ld cores", cores);
+    stats_print(what, &real_fit);
+    snprintf(what, sizeof what, "  same, optimizer step added (+opt)");
+    stats_print(what, &opt_fit);
+    snprintf(what, sizeof what, "real kernels, stages > %ld cores (shared)", cores);
+    stats_print(what, &real_over);
+    stats_print("replay (schedule model alone), all", &replay_all);
+    return 0;
+}
