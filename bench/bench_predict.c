@@ -20,6 +20,9 @@
  * A barrier starts every iteration on all stages at once, as the simulator starts from an empty
  * pipeline; an iteration's time is the longest stage's rt_runner_step wall time; the figure is
  * the median over the timed iterations, after the warm-up ones.
+ * Diagnostics of the real run, to say where an error comes from: how much slower the stages'
+ * compute ran than profiled, their optimizer step (which the prediction does not count), the
+ * prediction with that step added, and the simulator replayed with the run's own stage times.
  *
  * Not measured: GPUs, replicated stages, the zmq transport's cost between machines. Nothing here
  * asserts on time; it prints figures.
@@ -248,15 +251,14 @@ typedef struct {
 
 /* What a run measured: medians over the timed iterations. */
 typedef struct {
-    double iter_s;                /* the longest stage's iteration */
-    double fwd_s[MAX_STAGES];     /* per stage, all micro-batches of an iteration */
+    double iter_s;            /* the longest stage's iteration */
+    double fwd_s[MAX_STAGES]; /* per stage, all micro-batches of an iteration */
     double bwd_s[MAX_STAGES];
     double opt_s[MAX_STAGES];
 } run_result;
 
 /* Runs the spec and fills `res`. */
-static sc_status run_pipeline(const run_spec *sp, const bench_opts *o, run_result *res,
-                              sc_err *err)
+static sc_status run_pipeline(const run_spec *sp, const bench_opts *o, run_result *res, sc_err *err)
 {
     int p = sp->part->n_stages;
     run_ctx *x = calloc(1, sizeof *x);
@@ -351,9 +353,9 @@ typedef struct {
     char part[64];
     double pred_s, real_s, sleep_s;
     double with_opt_s; /* the prediction with the real run's optimizer step added */
-    double replay_s;  /* the simulator fed the real run's own stage times */
-    double opt_s;     /* the slowest stage's optimizer step in the real run */
-    double inflation; /* most a stage's real forward + backward exceeds its profile */
+    double replay_s;   /* the simulator fed the real run's own stage times */
+    double opt_s;      /* the slowest stage's optimizer step in the real run */
+    double inflation;  /* most a stage's real forward + backward exceeds its profile */
 } row;
 
 static double rel_err(double pred, double meas)
@@ -366,9 +368,9 @@ static double rel_err(double pred, double meas)
  * run's own forward and backward times per micro-batch in place of the profiled ones; link
  * times stay the planner's. With measured compute, what remains between this and the measured
  * iteration is the schedule model's own error. */
-static sc_status replay(const plan_profile *prof, const plan_cluster *cl, const plan_partition *part,
-                        plan_sched_kind kind, int micro, int m, const run_result *meas,
-                        int measured_compute, double *iter_s, sc_err *err)
+static sc_status replay(const plan_profile *prof, const plan_cluster *cl,
+                        const plan_partition *part, plan_sched_kind kind, int micro, int m,
+                        const run_result *meas, int measured_compute, double *iter_s, sc_err *err)
 {
     plan_cost *c = NULL;
     plan_schedule *sched = NULL;
@@ -428,20 +430,17 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
         at += (size_t)snprintf(out->part + at, sizeof out->part - at, "%s%d-%d", s ? "|" : "",
                                part->first[s], part->last[s]);
 
-    run_spec sp = {.model_json = mc->real_json,
-                   .part = part,
-                   .schedule = sched,
-                   .batch = req.batch,
-                   .m = m};
+    run_spec sp = {
+        .model_json = mc->real_json, .part = part, .schedule = sched, .batch = req.batch, .m = m};
     run_result real, sleep;
     SC_CHECK_GOTO(run_pipeline(&sp, o, &real, err), done);
     out->real_s = real.iter_s;
-    SC_CHECK_GOTO(replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 0,
-                         &out->with_opt_s, err),
-                  done);
-    SC_CHECK_GOTO(replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 1,
-                         &out->replay_s, err),
-                  done);
+    SC_CHECK_GOTO(
+        replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 0, &out->with_opt_s, err),
+        done);
+    SC_CHECK_GOTO(
+        replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 1, &out->replay_s, err),
+        done);
 
     /* the stand-in compute of each stage: its blocks' profiled times, per sample */
     double ef[MAX_STAGES], eb[MAX_STAGES];
@@ -510,8 +509,7 @@ static sc_status parse_args(int argc, char **argv, bench_opts *o, sc_err *err)
             o->profile_repeats = (int)v;
         } else if (strcmp(a, "--transport") == 0) {
             if (strcmp(val, "local") != 0 && strcmp(val, "zmq") != 0)
-                return SC_ERRF(err, SC_ERR_INVALID, "--transport '%s': expected local or zmq",
-                               val);
+                return SC_ERRF(err, SC_ERR_INVALID, "--transport '%s': expected local or zmq", val);
             o->transport = val;
         } else if (strcmp(a, "--bandwidth") == 0) {
             SC_CHECK(sc_parse_double(val, 1e3, 1e15, "--bandwidth", &o->bw_bytes_per_s, err));
@@ -559,8 +557,7 @@ int main(int argc, char **argv)
     static const char *const scheds[] = {"gpipe", "1f1b"};
     row rows[MAX_ROWS];
     int nrows = 0;
-    err_stats sleep_all = {0}, real_fit = {0}, real_over = {0}, replay_all = {0},
-              opt_fit = {0};
+    err_stats sleep_all = {0}, real_fit = {0}, real_over = {0}, replay_all = {0}, opt_fit = {0};
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     for (int mi = 0; mi < N_MODELS; mi++) {
         const model_case *mc = &models[mi];
@@ -604,8 +601,7 @@ int main(int argc, char **argv)
                     row *r = &rows[nrows];
                     memset(r, 0, sizeof *r);
                     r->model = mi;
-                    if (run_config(mc, prof, bw, ps[pi], scheds[si], ms[k], &o, r, &err) !=
-                        SC_OK) {
+                    if (run_config(mc, prof, bw, ps[pi], scheds[si], ms[k], &o, r, &err) != SC_OK) {
                         fprintf(stderr, "bench_predict: %s %s p=%d m=%d: %s\n", mc->label,
                                 scheds[si], ps[pi], ms[k], err.msg);
                         plan_profile_destroy(&prof);
@@ -634,7 +630,8 @@ int main(int argc, char **argv)
            "exceeds its profiled time (x). opt_ms: the slowest stage's optimizer step, which the "
            "prediction does not count. +opt: error of the prediction with each stage's measured "
            "optimizer step added to the simulation. replay: error of the simulator fed the real "
-           "run's own stage times and optimizer steps (schedule model alone).\nsummary over %d configurations:\n",
+           "run's own stage times and optimizer steps (schedule model alone).\nsummary over %d "
+           "configurations:\n",
            nrows);
     stats_print("sleep (schedule + transport), all", &sleep_all);
     char what[96];

@@ -120,18 +120,20 @@ static sc_status set_hardware(coord_worker *w, const coord_worker_rec *req, sc_e
     return SC_OK;
 }
 
-static sc_status append(coord_registry *reg, coord_worker **out, sc_err *err)
+/* A new zeroed entry at the end, or NULL when out of memory. */
+static coord_worker *append(coord_registry *reg)
 {
     if (reg->n == reg->cap) {
         size_t cap = reg->cap ? reg->cap * 2 : 16;
         coord_worker *grown = realloc(reg->workers, cap * sizeof *grown);
-        SC_ALLOC_CHECK(grown, err);
+        if (grown == NULL)
+            return NULL;
         reg->workers = grown;
         reg->cap = cap;
     }
-    *out = &reg->workers[reg->n++];
-    memset(*out, 0, sizeof **out);
-    return SC_OK;
+    coord_worker *w = &reg->workers[reg->n++];
+    memset(w, 0, sizeof *w);
+    return w;
 }
 
 /* Keeps next_id above every "w-<n>" id seen. */
@@ -168,8 +170,10 @@ sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *r
         SC_CHECK(set_hardware(w, req, err));
         w->rec.epoch++;
     } else {
-        SC_CHECK(append(reg, &w, err));
-        snprintf(w->rec.id, sizeof w->rec.id, "w-%llu", (unsigned long long)reg->next_id++);
+        w = append(reg);
+        if (w == NULL)
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory registering worker '%s'", req->name);
+        sc_strfmt(w->rec.id, sizeof w->rec.id, "w-%llu", (unsigned long long)reg->next_id++);
         sc_strlcpy(w->rec.name, req->name, sizeof w->rec.name);
         w->rec.epoch = 1;
         w->rec.registered_unix_ms = unix_ms();
@@ -193,8 +197,9 @@ sc_status coord_registry_restore(coord_registry *reg, const coord_worker_rec *re
     if (coord_registry_find(reg, rec->id) != NULL || coord_registry_find_name(reg, rec->name))
         return SC_ERRF(err, SC_ERR_EXISTS, "worker %s ('%s') is already in the registry",
                        rec->id, rec->name);
-    coord_worker *w;
-    SC_CHECK(append(reg, &w, err));
+    coord_worker *w = append(reg);
+    if (w == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory restoring worker %s", rec->id);
     w->rec = *rec;
     w->rec.hardware = NULL;
     w->rec.hardware_len = 0;

@@ -240,7 +240,7 @@ static void append_text(char *dst, size_t size, const char *text)
 {
     size_t l = strlen(dst);
     if (*text && l + 3 < size)
-        snprintf(dst + l, size - l, "%s%s", l ? "; " : "", text);
+        sc_strfmt(dst + l, size - l, "%s%s", l ? "; " : "", text);
 }
 
 static sc_status merge_report(cserver *cs, const topo_server *s, sc_err *err)

@@ -85,6 +85,8 @@ static void assert_valid(const inst *x, const plan_partition *p)
         for (int i = 0; i < p->n_dev[s]; i++) {
             int d = p->devs[p->dev_start[s] + i];
             assert_true(d >= 0 && d < x->cl->n_devices);
+            if (d < 0 || d >= (int)sizeof used)
+                fail_msg("device id %d out of range", d);
             assert_false(used[d]);
             used[d] = 1;
         }
