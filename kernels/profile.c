@@ -92,6 +92,16 @@ static sc_status profile_block(const kn_model *m, int bi, const kn_profile_cfg *
         pb->points[s].forward_s = median(fw, cfg->repeats);
         pb->points[s].backward_s = median(bw, cfg->repeats);
     }
+    /* the optimizer step of the block's parameters (its cost does not depend on the size) */
+    for (int it = 0; it < cfg->warmup + cfg->repeats; it++) {
+        double to;
+        SC_CHECK_GOTO(kn_ctx_time_begin(ctx, err), out);
+        SC_CHECK_GOTO(kn_stage_step(st, err), out);
+        SC_CHECK_GOTO(kn_ctx_time_end(ctx, &to, err), out);
+        if (it >= cfg->warmup)
+            fw[it - cfg->warmup] = to;
+    }
+    pb->optimizer_s = median(fw, cfg->repeats);
 out:
     if (st != NULL) {
         kn_ctx_free(ctx, dev_in);
@@ -177,6 +187,7 @@ sc_status kn_profile_to_json(const kn_model *m, const char *reference_device, in
             b, "activation_bytes",
             json_integer((json_int_t)(pb->activation_bytes_per_sample * (size_t)microbatch_size)));
         json_object_set_new(b, "parameter_bytes", json_integer((json_int_t)pb->parameter_bytes));
+        json_object_set_new(b, "optimizer_s", json_real(pb->optimizer_s));
         json_object_set_new(
             b, "stash_bytes",
             json_integer((json_int_t)(pb->stash_bytes_per_sample * (size_t)microbatch_size)));

@@ -301,9 +301,22 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan
         memset(&st[s], 0, sizeof st[s]);
         st[s].fwd_s = f / n;
         st[s].bwd_s = b / n;
+        /* every replica steps the optimizer over the stage's parameters once per iteration;
+         * the slowest one sets the pace */
+        double opt = 0;
+        for (int i = 0; i < n; i++) {
+            int t = dev_type(c, devs[i]);
+            double oi = 0;
+            for (int l = p->first[s]; l <= p->last[s]; l++)
+                oi += c->profile->blocks[l].optimizer_s;
+            oi /= c->cluster->types[t].relative_speed;
+            if (oi > opt)
+                opt = oi;
+        }
+        st[s].opt_s = opt;
         if (n > 1) {
             double bw = group_min_bw(c->cluster, devs, n, devs, n);
-            st[s].opt_s = allreduce_s(plan_cost_params(c, p->first[s], p->last[s]), n, bw);
+            st[s].opt_s += allreduce_s(plan_cost_params(c, p->first[s], p->last[s]), n, bw);
         }
         double cut = plan_partition_cut_time(c, p, s) / 2.0;
         st[s].send_fwd_s = cut;

@@ -113,6 +113,8 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
             sc_json_get_number(&e, "activation_bytes", 0, 1e18, &b->activation_bytes, err), fail);
         SC_CHECK_GOTO(
             sc_json_opt_number(&e, "parameter_bytes", 0, 1e18, 0, &b->parameter_bytes, err), fail);
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "optimizer_s", 0, 1e6, 0, &b->optimizer_s, err),
+                      fail);
         SC_CHECK_GOTO(sc_json_opt_number(&e, "stash_bytes", 0, 1e18, b->activation_bytes,
                                          &b->stash_bytes, err),
                       fail);

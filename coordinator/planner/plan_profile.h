@@ -32,6 +32,8 @@ typedef struct plan_block {
     double activation_bytes; /* bytes crossing a cut after this block, per micro-batch */
     double parameter_bytes;
     double stash_bytes; /* kept from forward to backward, per micro-batch */
+    double optimizer_s; /* optimizer step over its parameters, once per iteration (0 when the
+                           profile does not say) */
     int n_sizes;        /* measured points, sorted by size; 0 = scale linearly */
     plan_size_time *sizes;
 } plan_block;

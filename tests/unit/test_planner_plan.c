@@ -135,6 +135,38 @@ static void test_bubble_through_driver(void **state)
     plan_cluster_destroy(&c);
 }
 
+/* The profile's optimizer_s is one step per iteration after each stage's last backward: on equal
+ * stages the first stage finishes last, so the iteration grows by its step alone. */
+static void test_optimizer_step_counted(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 8, &err), SC_OK);
+    for (int l = 0; l < 8; l++) {
+        p->blocks[l].forward_s = 1;
+        p->blocks[l].backward_s = 2;
+        p->blocks[l].optimizer_s = 0.5;
+    }
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e9, 0, &err), SC_OK);
+    for (int k = 0; k < 2; k++) {
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 8,
+                            .microbatches = 8,
+                            .schedule = k ? PLAN_SCHED_GPIPE : PLAN_SCHED_1F1B};
+        plan_result r;
+        assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &r, &err), SC_OK);
+        assert_int_equal(r.part->n_stages, 4);
+        /* (m + p - 1) x 6 s of pipeline, then the first stage's 2 x 0.5 s step */
+        assert_float_equal(r.iteration_time_s, (8 + 4 - 1) * 6.0 + 1.0, 1e-9);
+        plan_result_free(&r);
+    }
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
 static void test_auto_microbatches_and_trace(void **state)
 {
     (void)state;
@@ -226,6 +258,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_strategies_json),
         cmocka_unit_test(test_bubble_through_driver),
+        cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_bad_requests),
     };
