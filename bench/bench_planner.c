@@ -2,11 +2,13 @@
  * bench_planner: search time and plan quality of every planner strategy.
  *
  *   bench_planner [PROFILE ...]
+ *   bench_planner --ga        (only the genetic search's evaluators)
  *
  * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
  * identical devices; then a synthetic 1,500-block chain on 16 devices and on 64 unequal
  * devices in 8 servers; then the genetic search's batched evaluator against evaluating the
- * same individuals one by one. Prints figures; asserts nothing.
+ * same individuals one by one, on fixed populations and inside a search run both ways. Prints
+ * figures; asserts nothing.
  */
 #include <math.h>
 #include <stdint.h>
@@ -92,9 +94,84 @@ static plan_cluster *unequal_64(void)
     return c;
 }
 
-static void ga_throughput(int mixed)
+/* A random composition of the batch into 1 to K entries. */
+static void random_row(int *r, int K, int B)
 {
-    int S = 16, B = 256, K = 32, N = 256, W = B + 1;
+    int n = 1 + (int)(urand() * K), left = B, j = 0;
+    if (n > B)
+        n = B;
+    for (; j < n - 1; j++) {
+        int most = left - (n - 1 - j), v = 1 + (int)(urand() * 2.0 * left / (n - j));
+        r[j] = v > most ? most : v;
+        left -= r[j];
+    }
+    r[j++] = left;
+    for (; j < K; j++)
+        r[j] = 0;
+}
+
+enum { GA_POP_RANDOM, GA_POP_EQUAL, GA_POP_MIXED };
+
+/* Throughput of both evaluators on one fixed population, stored once in a batch: the batched
+ * pass evaluates it in place, the one-by-one loop calls plan_ga_eval_one on the same storage.
+ * Best of 3 rounds of `reps` passes each (the machine may be shared). */
+static void ga_fixed(const plan_ga_problem *p, int N, int kind)
+{
+    int S = p->n_stages, K = p->max_entries;
+    size_t row = (size_t)S * K;
+    plan_ga_batch *bt = NULL;
+    sc_err err;
+    if (plan_ga_batch_new(&bt, p, N, &err) != SC_OK) {
+        fprintf(stderr, "bench_planner: %s\n", err.msg);
+        return;
+    }
+    for (int n = 0; n < N; n++) {
+        int *x = plan_ga_batch_individual(bt, n);
+        for (int c = 0; c < 2; c++)
+            for (int i = 0; i < S; i++) {
+                int *r = x + c * row + (size_t)i * K;
+                if (kind == GA_POP_RANDOM)
+                    random_row(r, K, p->batch);
+                else
+                    plan_ga_equal_split(p, kind == GA_POP_EQUAL ? K / 2 : 1 + (n + i) % K, r);
+            }
+    }
+    double *t = calloc((size_t)N, sizeof(double)), sink = 0, best_vec = HUGE_VAL,
+           best_one = HUGE_VAL;
+    int reps = 100, same = 1;
+    for (int round = 0; round < 3; round++) {
+        double t0 = sc_clock_now_s();
+        for (int r = 0; r < reps; r++) {
+            plan_ga_eval_batch(p, bt, N, t);
+            sink += t[r % N];
+        }
+        double vec = sc_clock_now_s() - t0;
+        t0 = sc_clock_now_s();
+        for (int r = 0; r < reps; r++)
+            for (int n = 0; n < N; n++) {
+                const int *x = plan_ga_batch_individual(bt, n);
+                double one = plan_ga_eval_one(p, x, x + row);
+                same &= one == t[n];
+                sink += one;
+            }
+        double one = sc_clock_now_s() - t0;
+        best_vec = vec < best_vec ? vec : best_vec;
+        best_one = one < best_one ? one : best_one;
+    }
+    const char *what = kind == GA_POP_RANDOM  ? "random rows (1-32 entries, random sizes)"
+                       : kind == GA_POP_EQUAL ? "equal splits, 16 entries on every stage"
+                                              : "equal splits, 1 to 32 entries by stage";
+    printf("%-42s %12.0f %12.0f %8.2fx  %s\n", what, reps * N / best_vec, reps * N / best_one,
+           best_one / best_vec, same ? "identical" : "DIFFERENT");
+    (void)sink;
+    free(t);
+    plan_ga_batch_destroy(&bt);
+}
+
+/* The genetic search's two evaluators, on the same individuals. */
+static void ga_throughput(void)
+{
+    int S = 16, B = 256, K = 32, N = 256, W = B + 1, G = 200;
     double *f = calloc((size_t)S * W, sizeof(double)), *b = calloc((size_t)S * W, sizeof(double));
     double *cm = calloc((size_t)S * W, sizeof(double));
     int *cap = calloc((size_t)S, sizeof(int));
@@ -114,59 +191,53 @@ static void ga_throughput(int mixed)
                          .bwd_s = b,
                          .comm_s = cm,
                          .max_size = cap};
-    int *x = calloc((size_t)N * S * K, sizeof(int));
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < S; i++)
-            plan_ga_equal_split(&p, mixed ? 1 + (n + i) % K : K / 2, x + ((size_t)n * S + i) * K);
-    plan_ga_batch *bt = NULL;
+    printf("\n== UMPIPE evaluator: %d stages, batch %d, up to %d entries per row, population %d\n",
+           S, B, K, N);
+    printf("fixed populations (same stored individuals both ways; best of 3 rounds of 100 "
+           "passes):\n");
+    printf("%-42s %12s %12s %9s  %s\n", "population", "batched/s", "one-by-one/s", "ratio",
+           "times");
+    ga_fixed(&p, N, GA_POP_RANDOM);
+    ga_fixed(&p, N, GA_POP_EQUAL);
+    ga_fixed(&p, N, GA_POP_MIXED);
+    /* the same search run twice with the same seed: identical populations, so the evaluation
+     * time (plan_ga_result.eval_s, around each generation's evaluation only) compares the two
+     * evaluators on exactly the same individuals */
+    plan_ga_result r[2];
+    double rate[2], wall[2];
     sc_err err;
-    plan_ga_batch_new(&bt, &p, N, &err);
-    for (int n = 0; n < N; n++)
-        plan_ga_batch_set(bt, n, x + (size_t)n * S * K, x + (size_t)n * S * K);
-    double *t = calloc((size_t)N, sizeof(double)), sink = 0;
-    int reps = 200;
-    double t0 = sc_clock_now_s();
-    for (int r = 0; r < reps; r++) {
-        plan_ga_eval_batch(&p, bt, N, t);
-        sink += t[r % N];
-    }
-    double vec = sc_clock_now_s() - t0;
-    t0 = sc_clock_now_s();
-    for (int r = 0; r < reps; r++)
-        for (int n = 0; n < N; n++)
-            sink += plan_ga_eval_one(&p, x + (size_t)n * S * K, x + (size_t)n * S * K);
-    double one = sc_clock_now_s() - t0;
-    printf("\n== UMPIPE evaluator: %d stages, batch %d, %s, population %d\n", S, B,
-           mixed ? "1 to 32 entries per stage" : "16 entries per stage", N);
-    printf("batched pass: %.0f individuals/s\n", reps * N / vec);
-    printf("one by one:   %.0f individuals/s\n", reps * N / one);
-    printf("speed-up: %.2fx   (checksum %.3f)\n", one / vec, sink);
-    plan_ga_batch_destroy(&bt);
-    if (!mixed) {
-        /* the same search run twice, evaluating its populations both ways */
-        plan_ga_result r[2];
-        double rate[2];
-        for (int k = 0; k < 2; k++) {
-            plan_ga_cfg cfg = {.population = N, .generations = 200, .seed = 7, .one_by_one = k};
-            plan_ga_run(&p, &cfg, &r[k], &err);
-            rate[k] = r[k].evaluated / r[k].eval_s;
+    for (int k = 0; k < 2; k++) {
+        plan_ga_cfg cfg = {.population = N, .generations = G, .seed = 7, .one_by_one = k};
+        double t0 = sc_clock_now_s();
+        if (plan_ga_run(&p, &cfg, &r[k], &err) != SC_OK) {
+            fprintf(stderr, "bench_planner: %s\n", err.msg);
+            return;
         }
-        printf("\n== UMPIPE evaluator inside the genetic search (%d stages, batch %d, population "
-               "%d, 200 generations)\n",
-               S, B, N);
-        printf("batched pass: %.0f individuals/s; one by one: %.0f individuals/s; speed-up %.2fx\n",
-               rate[0], rate[1], rate[0] / rate[1]);
-        printf("same result both ways: %s (%.6g s; best equal split %.6g s)\n",
-               r[0].time_s == r[1].time_s ? "yes" : "NO", r[0].time_s, r[0].best_equal_s);
-        plan_ga_result_free(&r[0]);
-        plan_ga_result_free(&r[1]);
+        wall[k] = sc_clock_now_s() - t0;
+        rate[k] = r[k].evaluated / r[k].eval_s;
     }
-    free(f), free(b), free(cm), free(cap), free(x), free(t);
+    printf("inside a real search (population %d, %d generations, seed 7, run once per "
+           "evaluator):\n",
+           N, G);
+    printf("%-42s %12.0f %12.0f %8.2fx  %s\n", "individuals evaluated per second", rate[0], rate[1],
+           rate[0] / rate[1],
+           r[0].time_s == r[1].time_s && r[0].evaluated == r[1].evaluated ? "identical"
+                                                                          : "DIFFERENT");
+    printf("%-42s %12.3f %12.3f %8.2fx\n", "whole search, seconds", wall[0], wall[1],
+           wall[1] / wall[0]);
+    printf("best plan %.6g s (best equal split %.6g s)\n", r[0].time_s, r[0].best_equal_s);
+    plan_ga_result_free(&r[0]);
+    plan_ga_result_free(&r[1]);
+    free(f), free(b), free(cm), free(cap);
 }
 
 int main(int argc, char **argv)
 {
     sc_err err;
+    if (argc == 2 && strcmp(argv[1], "--ga") == 0) {
+        ga_throughput();
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         plan_profile *p = NULL;
         sc_err_clear(&err);
@@ -194,7 +265,6 @@ int main(int argc, char **argv)
             c64);
     plan_cluster_destroy(&c64);
     plan_profile_destroy(&chain);
-    ga_throughput(1);
-    ga_throughput(0);
+    ga_throughput();
     return 0;
 }

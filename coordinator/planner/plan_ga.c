@@ -2,9 +2,11 @@
  * plan_ga: the UMPIPE recurrence (scalar and batched), the dual-chromosome genetic search and
  * the two baselines.
  *
- * The batched evaluator walks the population stage by stage and computes each distinct
- * partial state once (see below). Which upstream entry a downstream entry waits for is found
- * by a pointer that only moves forward (the prefix sums are monotone).
+ * The scalar evaluator is the specification: per stage, a pointer that only moves forward finds
+ * the upstream entry each entry waits for. The batched evaluator computes the same numbers with
+ * the same floating-point operations in the same order per individual (so its times are
+ * bit-identical), rearranged so that nothing branches on the data and independent individuals
+ * run side by side (see "batched recurrence").
  */
 #include "coordinator/planner/plan_ga.h"
 
@@ -104,28 +106,33 @@ double plan_ga_eval_one(const plan_ga_problem *p, const int *x, const int *y)
 
 /* ================================================================ batched recurrence */
 
-/* The population pass goes stage by stage over every individual at once. Individuals whose
- * forward rows x_0..x_i are equal have the same state after stage i (crossover swaps whole
- * rows and elitism copies individuals, so a population shares many of them): each distinct
- * state is computed once, found through a hash of (state before, row). The backward pass does
- * the same from the last stage down with (state after stage i+1, row y_i). */
+/* The batch holds the population itself, one individual after another (x then y, as the
+ * search keeps them), and evaluates it GA_LANES individuals at a time. For each block of lanes
+ * and each stage:
+ *   1. per lane: the entry count, the prefix sums (int16, so that eight fit one SSE register)
+ *      and the samples above the memory cap;
+ *   2. per lane: which upstream entry each entry waits for, as a count of the upstream entries
+ *      that end before it. That is a small comparison matrix, branch-free and vectorised over
+ *      the entries; the scalar evaluator's forward-moving pointer mispredicts about once an
+ *      entry on mixed rows, and that was most of its time;
+ *   3. across the lanes, in step: F = max(F, ready) + f(x), A = max(A, F) + c(x) per entry.
+ *      The lanes are independent chains, so the latency of one max-then-add chain is hidden;
+ *      lanes with fewer entries than the block's longest row are masked (their state is kept).
+ * Every operation is the scalar evaluator's, in the same order per individual, so the times
+ * are bit-identical to plan_ga_eval_one. */
+
+#define GA_LANES 4
+/* int16 prefix sums: an individual whose rows sum past this goes to the scalar evaluator */
+#define GA_CUM_MAX 32767
 
 struct plan_ga_batch {
-    int n_cap, S, K, H;
-    int *x, *y;  /* (S, n_cap, K): row of individual q at stage i */
-    int *table;  /* (H) hash slots: group id + 1, 0 = empty */
-    int *gid;    /* (2, n_cap): group of each individual, previous and current stage */
-    int *fgid;   /* (S, n_cap): forward group of each individual per stage */
-    int *rep;    /* (n_cap): an individual of each group of the current stage */
-    int *parent; /* (n_cap): group of the previous stage, per current group */
-    /* per group state, two stages at a time (previous, current) */
-    double *arr;    /* (2, n_cap, K) arrival downstream of each entry */
-    int *pref;      /* (2, n_cap, K+1) prefix sums of the entries */
-    int *cnt;       /* (2, n_cap) entries */
-    double *over;   /* (2, n_cap) samples above the memory caps so far */
-    double *endmax; /* (2, n_cap) backward: latest end over the stages done */
-    double *fend;   /* (S, n_cap) forward: last forward end, per forward group */
-    double *fover;  /* (n_cap) forward over-cap samples of each last-stage forward group */
+    int n_cap, S, K, KP;
+    int *ind;        /* (n_cap, 2, S, K): x then y of each individual */
+    int16_t *cum[2]; /* (LANES, KP): prefix sums of the stage upstream / this stage */
+    int16_t *kst;    /* (LANES, KP): upstream entry each entry waits for */
+    int *cnt[2];     /* (LANES): entries per lane, upstream / this stage */
+    double *arr[2];  /* (K, LANES): arrival downstream of each entry, upstream / here */
+    double *fend;    /* (S, LANES): last forward end per stage */
 };
 
 sc_status plan_ga_batch_new(plan_ga_batch **out, const plan_ga_problem *p, int n, sc_err *err)
@@ -134,31 +141,28 @@ sc_status plan_ga_batch_new(plan_ga_batch **out, const plan_ga_problem *p, int n
     if (p->max_entries > GA_MAX_K || p->max_entries < 1)
         return SC_ERRF(err, SC_ERR_INVALID, "umpipe: max_entries must be 1-%d, got %d", GA_MAX_K,
                        p->max_entries);
+    if (n < 1 || p->n_stages < 1)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "umpipe: needs a population >= 1 and stages >= 1, got %d and %d", n,
+                       p->n_stages);
     plan_ga_batch *b = calloc(1, sizeof *b);
     SC_ALLOC_CHECK(b, err);
-    size_t N = (size_t)n, S = (size_t)p->n_stages, K = (size_t)p->max_entries;
     b->n_cap = n;
     b->S = p->n_stages;
     b->K = p->max_entries;
-    b->H = 16;
-    while (b->H < 2 * n)
-        b->H *= 2;
-    b->x = calloc(S * N * K, sizeof(int));
-    b->y = calloc(S * N * K, sizeof(int));
-    b->table = calloc((size_t)b->H, sizeof(int));
-    b->gid = calloc(2 * N, sizeof(int));
-    b->fgid = calloc(S * N, sizeof(int));
-    b->rep = calloc(N, sizeof(int));
-    b->parent = calloc(N, sizeof(int));
-    b->arr = calloc(2 * N * K, sizeof(double));
-    b->pref = calloc(2 * N * (K + 1), sizeof(int));
-    b->cnt = calloc(2 * N, sizeof(int));
-    b->over = calloc(2 * N, sizeof(double));
-    b->endmax = calloc(2 * N, sizeof(double));
-    b->fend = calloc(S * N, sizeof(double));
-    b->fover = calloc(N, sizeof(double));
-    if (!b->x || !b->y || !b->table || !b->gid || !b->fgid || !b->rep || !b->parent || !b->arr ||
-        !b->pref || !b->cnt || !b->over || !b->endmax || !b->fend || !b->fover) {
+    b->KP = (b->K + 15) & ~15;
+    size_t S = (size_t)b->S, K = (size_t)b->K, KP = (size_t)b->KP, V = GA_LANES;
+    b->ind = calloc((size_t)n * 2 * S * K, sizeof(int));
+    b->kst = calloc(V * KP, sizeof(int16_t));
+    b->fend = calloc(S * V, sizeof(double));
+    int ok = b->ind && b->kst && b->fend;
+    for (int c = 0; c < 2; c++) {
+        b->cum[c] = calloc(V * KP, sizeof(int16_t));
+        b->cnt[c] = calloc(V, sizeof(int));
+        b->arr[c] = calloc(K * V, sizeof(double));
+        ok = ok && b->cum[c] && b->cnt[c] && b->arr[c];
+    }
+    if (!ok) {
         plan_ga_batch_destroy(&b);
         return SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory for a population of %d", n);
     }
@@ -171,170 +175,154 @@ void plan_ga_batch_destroy(plan_ga_batch **bp)
     if (bp == NULL || *bp == NULL)
         return;
     plan_ga_batch *b = *bp;
-    free(b->x), free(b->y), free(b->table), free(b->gid), free(b->fgid), free(b->rep);
-    free(b->parent), free(b->arr), free(b->pref), free(b->cnt), free(b->over), free(b->endmax);
-    free(b->fend), free(b->fover);
+    free(b->ind), free(b->kst), free(b->fend);
+    for (int c = 0; c < 2; c++)
+        free(b->cum[c]), free(b->cnt[c]), free(b->arr[c]);
     free(b);
     *bp = NULL;
 }
 
+int *plan_ga_batch_individual(plan_ga_batch *b, int i)
+{
+    return b->ind + (size_t)i * 2 * (size_t)b->S * (size_t)b->K;
+}
+
 void plan_ga_batch_set(plan_ga_batch *b, int i, const int *x, const int *y)
 {
-    size_t N = (size_t)b->n_cap, K = (size_t)b->K;
-    for (int s = 0; s < b->S; s++) {
-        memcpy(b->x + ((size_t)s * N + (size_t)i) * K, x + (size_t)s * K, K * sizeof(int));
-        memcpy(b->y + ((size_t)s * N + (size_t)i) * K, y + (size_t)s * K, K * sizeof(int));
-    }
+    size_t row = (size_t)b->S * (size_t)b->K;
+    int *d = plan_ga_batch_individual(b, i);
+    memcpy(d, x, row * sizeof(int));
+    memcpy(d + row, y, row * sizeof(int));
 }
 
-static uint64_t row_hash(int parent, const int *row, int K)
+/* Step 1 for one lane: entry count, prefix sums (clamped; *wide is set when a sum does not
+ * fit), samples over the cap. */
+static int lane_prefix(const int *restrict r, int K, int cap, int16_t *restrict cv, int64_t *over,
+                       int *wide)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)(uint32_t)parent;
-    h *= 1099511628211ull;
-    for (int j = 0; j < K && row[j] > 0; j++) {
-        h ^= (uint64_t)(uint32_t)row[j];
-        h *= 1099511628211ull;
+    int64_t c = 0, ov = 0;
+    int n = 0;
+    for (; n < K && r[n] > 0; n++) {
+        c += r[n];
+        cv[n] = (int16_t)(c < GA_CUM_MAX ? c : GA_CUM_MAX);
+        ov += r[n] > cap ? (int64_t)r[n] - cap : 0;
     }
-    return h;
+    *over += ov;
+    *wide |= c >= GA_CUM_MAX;
+    return n;
 }
 
-/* Groups the individuals of one stage by (group before, row): fills gid_cur, rep, parent and
- * returns the number of groups. `rows` is the stage's (n_cap, K) rows. */
-static int group_stage(plan_ga_batch *b, int n, const int *rows, const int *gid_prev, int *gid_cur,
-                       int distinct)
+/* Eight int16 counters in one SSE register (a GCC vector type: plain SSE2 code, and plain
+ * scalar code on targets without vectors). */
+typedef int16_t ga_v8 __attribute__((vector_size(16)));
+
+static void lane_waits(const int16_t *restrict cv, int n, const int16_t *restrict uv, int nu,
+                       int16_t *restrict kv)
 {
-    size_t K = (size_t)b->K;
-    int ng = 0;
-    if (distinct) {
-        /* nearly every state was distinct a stage ago: hashing would not pay */
-        for (int q = 0; q < n; q++) {
-            b->rep[q] = q;
-            b->parent[q] = gid_prev ? gid_prev[q] : 0;
-            gid_cur[q] = q;
+    /* sixteen entries at a time, their counters kept in registers across the upstream ends */
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        ga_v8 c0, c1, a0 = {0}, a1 = {0};
+        memcpy(&c0, cv + j0, sizeof c0);
+        memcpy(&c1, cv + j0 + 8, sizeof c1);
+        for (int k = 0; k < nu - 1; k++) {
+            ga_v8 u = (ga_v8){0} + uv[k];
+            a0 += (u < c0); /* true is -1 */
+            a1 += (u < c1);
         }
-        return n;
+        a0 = -a0;
+        a1 = -a1;
+        memcpy(kv + j0, &a0, sizeof a0);
+        memcpy(kv + j0 + 8, &a1, sizeof a1);
     }
-    memset(b->table, 0, (size_t)b->H * sizeof(int));
-    for (int q = 0; q < n; q++) {
-        int par = gid_prev ? gid_prev[q] : 0;
-        const int *row = rows + (size_t)q * K;
-        uint64_t h = row_hash(par, row, b->K);
-        int slot = (int)(h & (uint64_t)(b->H - 1));
-        for (;;) {
-            int g = b->table[slot] - 1;
-            if (g < 0) {
-                b->table[slot] = ng + 1;
-                b->rep[ng] = q;
-                b->parent[ng] = par;
-                gid_cur[q] = ng++;
-                break;
-            }
-            if (b->parent[g] == par &&
-                memcmp(rows + (size_t)b->rep[g] * K, row, K * sizeof(int)) == 0) {
-                gid_cur[q] = g;
-                break;
-            }
-            slot = (slot + 1) & (b->H - 1);
-        }
-    }
-    return ng;
 }
 
-/* One stage of one group: entries `row`, times `t`, transfers `ct` (NULL: no link after),
- * earliest start `start`, upstream prefix/arrivals/count (NULL: none). Writes this stage's
- * prefix, arrivals and count, and returns the last end. */
-static double stage_step(const int *row, int K, const double *t, const double *ct, double start,
-                         const int *up_pref, const double *up_arr, int up_n, int *pref, double *arr,
-                         int *n_out)
+/* One stage of a block: rows[v] is lane v's row, t/ct the stage's time and transfer tables,
+ * start the lanes' earliest start (0 forward, the forward end backward). Reads the upstream
+ * state in b->*[up], writes b->*[!up]. */
+static void block_stage(plan_ga_batch *b, const int *const *rows, const double *restrict t,
+                        const double *restrict ct, int cap, const double *restrict start, int up,
+                        double *restrict last, int64_t *restrict over, int *restrict wide)
 {
-    double F = start, A = 0;
-    int k = 0, cum = 0, j = 0;
-    pref[0] = 0;
-    for (; j < K && row[j] > 0; j++) {
-        cum += row[j];
-        pref[j + 1] = cum;
-        double ready = 0;
-        if (up_pref != NULL) {
-            while (k < up_n - 1 && up_pref[k + 1] < cum)
-                k++;
-            ready = up_arr[k];
-        }
-        F = (F > ready ? F : ready) + t[row[j]];
-        if (ct != NULL)
-            A = (A > F ? A : F) + ct[row[j]];
-        arr[j] = A;
+    enum { V = GA_LANES };
+    int K = b->K, KP = b->KP, most = 0;
+    int16_t *cum = b->cum[!up];
+    const int16_t *ucum = b->cum[up];
+    int *cnt = b->cnt[!up];
+    const int *ucnt = b->cnt[up];
+    for (int v = 0; v < V; v++) {
+        cnt[v] = lane_prefix(rows[v], K, cap, cum + v * KP, &over[v], &wide[v]);
+        lane_waits(cum + v * KP, cnt[v], ucum + v * KP, ucnt[v], b->kst + v * KP);
+        most = cnt[v] > most ? cnt[v] : most;
     }
-    *n_out = j;
-    return F;
-}
-
-static double row_over(const int *row, int K, int cap)
-{
-    double over = 0;
-    for (int j = 0; j < K && row[j] > 0; j++)
-        over += row[j] > cap ? row[j] - cap : 0;
-    return over;
+    const double *restrict uarr = b->arr[up];
+    double *restrict arr = b->arr[!up];
+    const int16_t *restrict kst = b->kst;
+    double F[V], A[V];
+    for (int v = 0; v < V; v++) {
+        F[v] = start[v];
+        A[v] = 0;
+    }
+    /* the lanes are independent: unrolled over them, their chains overlap in the core */
+    for (int j = 0; j < most; j++) {
+        for (int v = 0; v < V; v++) {
+            int live = j < cnt[v];
+            int x = live ? rows[v][j] : 0;
+            double r = uarr[kst[v * KP + j] * V + v];
+            double f = (F[v] > r ? F[v] : r) + t[x];
+            double a = (A[v] > f ? A[v] : f) + ct[x];
+            F[v] = live ? f : F[v];
+            A[v] = live ? a : A[v];
+            arr[j * V + v] = A[v];
+        }
+    }
+    for (int v = 0; v < V; v++)
+        last[v] = F[v];
 }
 
 void plan_ga_eval_batch(const plan_ga_problem *p, plan_ga_batch *b, int n, double *times_s)
 {
+    enum { V = GA_LANES };
     int S = p->n_stages, K = p->max_entries, W = p->batch + 1;
-    size_t N = (size_t)b->n_cap, Kz = (size_t)K, K1 = Kz + 1;
-    int cur = 0, ng_prev = 0;
-    /* forward, stage 0 up */
-    for (int i = 0; i < S; i++) {
-        int *gcur = b->fgid + (size_t)i * N, *gprev = i > 0 ? b->fgid + (size_t)(i - 1) * N : NULL;
-        const int *rows = b->x + (size_t)i * N * Kz;
-        int ng = group_stage(b, n, rows, gprev, gcur, 10 * ng_prev > 9 * n);
-        ng_prev = ng;
-        const double *t = p->fwd_s + (size_t)i * W;
-        const double *ct = i < S - 1 ? p->comm_s + (size_t)i * W : NULL;
-        for (int g = 0; g < ng; g++) {
-            int par = b->parent[g];
-            const int *row = rows + (size_t)b->rep[g] * Kz;
-            size_t pc = (size_t)cur * N + (size_t)g, pp = (size_t)!cur * N + (size_t)par;
-            b->fend[(size_t)i * N + (size_t)g] = stage_step(
-                row, K, t, ct, 0, i > 0 ? b->pref + pp * K1 : NULL, i > 0 ? b->arr + pp * Kz : NULL,
-                i > 0 ? b->cnt[pp] : 0, b->pref + pc * K1, b->arr + pc * Kz, &b->cnt[pc]);
-            b->over[pc] = (i > 0 ? b->over[pp] : 0) + row_over(row, K, p->max_size[i]);
+    size_t row = (size_t)S * (size_t)K;
+    static const double zero[V];
+    for (int q0 = 0; q0 < n; q0 += V) {
+        const int *base[V];
+        for (int v = 0; v < V; v++) /* a short last block repeats its first individual */
+            base[v] = plan_ga_batch_individual(b, q0 + v < n ? q0 + v : q0);
+        const int *rows[V];
+        int64_t over[V] = {0};
+        int wide[V] = {0}, up = 0;
+        double endmax[V] = {0}, last[V];
+        for (int v = 0; v < V; v++) { /* before stage 0: nothing to wait for */
+            b->cnt[up][v] = 0;
+            b->arr[up][v] = 0;
         }
-        if (i == S - 1)
-            for (int g = 0; g < ng; g++)
-                b->fover[g] = b->over[(size_t)cur * N + (size_t)g];
-        cur = !cur;
-    }
-    /* backward, last stage down; the state after stage i+1 identifies every x row too */
-    const int *glast = b->fgid + (size_t)(S - 1) * N;
-    int *gprev = b->gid, *gcur = b->gid + N;
-    for (int i = S - 1; i >= 0; i--) {
-        const int *rows = b->y + (size_t)i * N * Kz;
-        int ng = group_stage(b, n, rows, i == S - 1 ? glast : gprev, gcur,
-                             i < S - 1 && 10 * ng_prev > 9 * n);
-        ng_prev = ng;
-        const double *t = p->bwd_s + (size_t)i * W;
-        const double *ct = i > 0 ? p->comm_s + (size_t)(i - 1) * W : NULL;
-        for (int g = 0; g < ng; g++) {
-            int par = b->parent[g], q = b->rep[g];
-            const int *row = rows + (size_t)q * Kz;
-            size_t pc = (size_t)cur * N + (size_t)g, pp = (size_t)!cur * N + (size_t)par;
-            double start = b->fend[(size_t)i * N + (size_t)b->fgid[(size_t)i * N + (size_t)q]];
-            int last = i == S - 1;
-            double end = stage_step(row, K, t, ct, start, last ? NULL : b->pref + pp * K1,
-                                    last ? NULL : b->arr + pp * Kz, last ? 0 : b->cnt[pp],
-                                    b->pref + pc * K1, b->arr + pc * Kz, &b->cnt[pc]);
-            double before = last ? 0 : b->endmax[pp];
-            b->endmax[pc] = end > before ? end : before;
-            b->over[pc] = (last ? b->fover[par] : b->over[pp]) + row_over(row, K, p->max_size[i]);
+        for (int i = 0; i < S; i++) {
+            for (int v = 0; v < V; v++)
+                rows[v] = base[v] + (size_t)i * K;
+            block_stage(b, rows, p->fwd_s + (size_t)i * W, p->comm_s + (size_t)i * W,
+                        p->max_size[i], zero, up, b->fend + (size_t)i * V, over, wide);
+            up = !up;
         }
-        int *tmp = gprev;
-        gprev = gcur;
-        gcur = tmp;
-        cur = !cur;
-    }
-    for (int q = 0; q < n; q++) {
-        size_t at = (size_t)!cur * N + (size_t)gprev[q];
-        double over = b->over[at];
-        times_s[q] = (b->endmax[at] + p->opt_s) * (over > 0 ? 2.0 + over / p->batch : 1.0);
+        for (int v = 0; v < V; v++) {
+            b->cnt[up][v] = 0;
+            b->arr[up][v] = 0;
+        }
+        for (int i = S - 1; i >= 0; i--) {
+            for (int v = 0; v < V; v++)
+                rows[v] = base[v] + row + (size_t)i * K;
+            /* stage 0 sends nothing back: its transfer table is never read */
+            block_stage(b, rows, p->bwd_s + (size_t)i * W,
+                        p->comm_s + (size_t)(i > 0 ? i - 1 : 0) * W, p->max_size[i],
+                        b->fend + (size_t)i * V, up, last, over, wide);
+            for (int v = 0; v < V; v++)
+                endmax[v] = last[v] > endmax[v] ? last[v] : endmax[v];
+            up = !up;
+        }
+        for (int v = 0; v < V && q0 + v < n; v++)
+            times_s[q0 + v] = wide[v] ? plan_ga_eval_one(p, base[v], base[v] + row)
+                                      : (endmax[v] + p->opt_s) *
+                                            (over[v] > 0 ? 2.0 + (double)over[v] / p->batch : 1.0);
     }
 }
 
@@ -470,12 +458,14 @@ static double uniform_stagewise(const plan_ga_problem *p, int *x, int *y)
     return plan_ga_eval_one(p, x, y);
 }
 
-/* Evaluates the population `pop` (P individuals of 2 * ind ints) already set into `batch`. */
+/* Evaluates the P individuals stored in `batch` (2 * ind ints each, from `pop`), with the
+ * batched pass or one by one: both read the same storage, so the two are timed alike. */
 static void evaluate(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_batch *batch,
-                     const int *pop, size_t ind, int P, double *fit, plan_ga_result *r)
+                     size_t ind, int P, double *fit, plan_ga_result *r)
 {
     double t0 = sc_clock_now_s();
     if (cfg && cfg->one_by_one) {
+        const int *pop = plan_ga_batch_individual(batch, 0);
         for (int q = 0; q < P; q++)
             fit[q] =
                 plan_ga_eval_one(p, pop + (size_t)q * 2 * ind, pop + (size_t)q * 2 * ind + ind);
@@ -502,17 +492,19 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
     if (P < lim + 2)
         P = lim + 2; /* room for every equal split plus variety */
     sc_status rc = SC_OK;
-    plan_ga_batch *batch = NULL;
-    int *pop = malloc((size_t)P * 2 * ind * sizeof(int));
-    int *next = malloc((size_t)P * 2 * ind * sizeof(int));
+    /* the population lives in the batches (this generation's and the next one's), so the
+     * children are bred where the evaluator reads them */
+    plan_ga_batch *batch = NULL, *nbatch = NULL;
     double *fit = malloc((size_t)P * sizeof(double));
     r->x = malloc(ind * sizeof(int));
     r->y = malloc(ind * sizeof(int));
-    if (!pop || !next || !fit || !r->x || !r->y) {
+    if (!fit || !r->x || !r->y) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory");
         goto done;
     }
     SC_CHECK_GOTO(plan_ga_batch_new(&batch, p, P, err), done);
+    SC_CHECK_GOTO(plan_ga_batch_new(&nbatch, p, P, err), done);
+    int *pop = plan_ga_batch_individual(batch, 0), *next = plan_ga_batch_individual(nbatch, 0);
     /* baselines */
     r->greedy_s = greedy(p, r->x, r->y);
     r->uniform_s = uniform_stagewise(p, r->x, r->y);
@@ -529,9 +521,8 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
                 mutate_row(ix + i * K, K, &rng);
                 mutate_row(iy + i * K, K, &rng);
             }
-        plan_ga_batch_set(batch, q, ix, iy);
     }
-    evaluate(p, cfg, batch, pop, ind, P, fit, r);
+    evaluate(p, cfg, batch, ind, P, fit, r);
     for (int q = 0; q < lim; q++)
         if (fit[q] < r->best_equal_s) {
             r->best_equal_s = fit[q];
@@ -566,13 +557,14 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
                 for (int i = 0; i < S; i++)
                     if (rng_int(&rng, 100) < 30)
                         mutate_row(child + c * ind + (size_t)i * K, K, &rng);
-            plan_ga_batch_set(batch, q, child, child + ind);
         }
-        plan_ga_batch_set(batch, 0, next, next + ind);
         int *tmp = pop;
         pop = next;
         next = tmp;
-        evaluate(p, cfg, batch, pop, ind, P, fit, r);
+        plan_ga_batch *btmp = batch;
+        batch = nbatch;
+        nbatch = btmp;
+        evaluate(p, cfg, batch, ind, P, fit, r);
     }
     int best = 0;
     for (int q = 1; q < P; q++)
@@ -583,7 +575,8 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
     r->time_s = fit[best];
 done:
     plan_ga_batch_destroy(&batch);
-    free(pop), free(next), free(fit);
+    plan_ga_batch_destroy(&nbatch);
+    free(fit);
     if (rc != SC_OK)
         plan_ga_result_free(r);
     return rc;

@@ -6,11 +6,11 @@
  * sizes y (second), each a list of at most max_entries sizes summing to the batch. Its time
  * comes from the fill-drain recurrence of ALGORITHMS.md section 5: stage i+1's j-th entry can
  * start once stage i has sent the samples it needs; a link carries one transfer at a time;
- * backward starts after a stage's last forward. The population is evaluated in one pass,
- * stage by stage, with rows stored per stage ([stage][individual][entry]); individuals that
- * share their first forward rows (or, backward, their last rows) share that part of the work
- * (plan_ga_eval_batch). The one-by-one evaluator (plan_ga_eval_one) is the specification the
- * batched pass is tested against.
+ * backward starts after a stage's last forward. The population is evaluated a few individuals
+ * at a time, stage by stage (plan_ga_eval_batch): per individual, a branch-free count gives the
+ * upstream entry each entry waits for, then the individuals of a block run the recurrence side
+ * by side. The one-by-one evaluator (plan_ga_eval_one) is the specification; the batched pass
+ * gives bit-identical times.
  * Does not choose the partition: it works on the stages it is given.
  * Invariant: the best individual is kept from one generation to the next (elitism), and every
  * equal split of the batch is in the first generation, so the result is never worse than the
@@ -58,13 +58,18 @@ typedef struct plan_ga_result {
  * last entry), +penalty when an entry exceeds its stage's max_size. */
 double plan_ga_eval_one(const plan_ga_problem *p, const int *x, const int *y);
 
-/* A population laid out per stage, and the scratch of plan_ga_eval_batch. */
+/* A population (one individual after another) and the scratch of plan_ga_eval_batch. The batch
+ * is tied to the shape (n_stages, max_entries, batch) of the problem it was made for. */
 typedef struct plan_ga_batch plan_ga_batch;
 sc_status plan_ga_batch_new(plan_ga_batch **out, const plan_ga_problem *p, int n, sc_err *err);
 void plan_ga_batch_destroy(plan_ga_batch **b);
-/* Copies individual i (AoS x, y as above) into the batch. */
+/* Individual i's storage in the batch: x (n_stages, max_entries) followed by y, to be written
+ * in place (the search breeds its children there). */
+int *plan_ga_batch_individual(plan_ga_batch *b, int i);
+/* Copies individual i (x, y as above) into the batch. */
 void plan_ga_batch_set(plan_ga_batch *b, int i, const int *x, const int *y);
-/* Evaluates the first n individuals set into the batch; times_s[i] as plan_ga_eval_one. */
+/* Evaluates the first n individuals of the batch; times_s[i] is exactly plan_ga_eval_one's.
+ * Entries must lie in 0..batch, as for plan_ga_eval_one. */
 void plan_ga_eval_batch(const plan_ga_problem *p, plan_ga_batch *b, int n, double *times_s);
 
 /* Runs the search and both baselines. r->x, r->y are allocated (plan_ga_result_free). */

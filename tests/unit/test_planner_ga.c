@@ -1,6 +1,6 @@
 /* coordinator/planner/plan_ga: the UMPIPE recurrence against hand-computed times, the batched
- * evaluator against the one-by-one one, and the search never worse than the best equal split
- * it starts from. */
+ * evaluator bit-identical to the one-by-one one (random, shared, unpacked and very large rows),
+ * the search identical both ways and never worse than the best equal split it starts from. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,34 +119,118 @@ static void random_individual(const plan_ga_problem *p, int *x)
     }
 }
 
+/* Evaluates N individuals both ways and asserts bit-identical times. */
+static void check_batch(const plan_ga_problem *p, const int *x, const int *y, int N)
+{
+    int S = p->n_stages, K = p->max_entries;
+    plan_ga_batch *b = NULL;
+    sc_err err;
+    assert_int_equal(plan_ga_batch_new(&b, p, N, &err), SC_OK);
+    double *t = calloc((size_t)N, sizeof(double));
+    for (int n = 0; n < N; n++)
+        plan_ga_batch_set(b, n, x + (size_t)n * S * K, y + (size_t)n * S * K);
+    /* the storage the search breeds into is the one that was set */
+    assert_memory_equal(plan_ga_batch_individual(b, N - 1), x + (size_t)(N - 1) * S * K,
+                        (size_t)S * K * sizeof(int));
+    plan_ga_eval_batch(p, b, N, t);
+    for (int n = 0; n < N; n++) {
+        double one = plan_ga_eval_one(p, x + (size_t)n * S * K, y + (size_t)n * S * K);
+        assert_true(isfinite(one));
+        assert_true(t[n] == one); /* same operations in the same order: bit-identical */
+    }
+    /* a shorter evaluation (a partial last block) gives the same first times */
+    double *t2 = calloc((size_t)N, sizeof(double));
+    plan_ga_eval_batch(p, b, N - 1, t2);
+    for (int n = 0; n < N - 1; n++)
+        assert_true(t2[n] == t[n]);
+    free(t), free(t2);
+    plan_ga_batch_destroy(&b);
+}
+
 static void test_batch_matches_one_by_one(void **state)
 {
     (void)state;
-    for (int trial = 0; trial < 20; trial++) {
+    for (int trial = 0; trial < 40; trial++) {
         prob q;
-        int S = 1 + (int)(urand() * 5), B = 4 + (int)(urand() * 60), K = 1 + (int)(urand() * 16);
+        int S = 1 + (int)(urand() * 6), B = 1 + (int)(urand() * 80), K = 1 + (int)(urand() * 40);
+        if (trial % 8 == 0)
+            K = 64; /* the largest rows */
         prob_init(&q, S, B, K, 1);
         for (int i = 0; i < S; i++)
-            q.cap[i] = urand() < 0.2 ? B / 2 + 1 : B;
-        int N = 37;
-        plan_ga_batch *b = NULL;
-        sc_err err;
-        assert_int_equal(plan_ga_batch_new(&b, &q.p, N, &err), SC_OK);
+            q.cap[i] = urand() < 0.3 ? B / 2 + 1 : B;
+        q.p.opt_s = trial % 2 ? 0.01 : 0;
+        int N = 1 + (int)(urand() * 41);
         int *x = calloc((size_t)N * S * K, sizeof(int)),
             *y = calloc((size_t)N * S * K, sizeof(int));
-        double *t = calloc((size_t)N, sizeof(double));
         for (int n = 0; n < N; n++) {
             random_individual(&q.p, x + n * S * K);
             random_individual(&q.p, y + n * S * K);
-            plan_ga_batch_set(b, n, x + n * S * K, y + n * S * K);
+            /* some individuals share rows, as crossover makes them */
+            if (n > 0 && urand() < 0.3)
+                memcpy(x + n * S * K, x + (n - 1) * S * K, (size_t)K * sizeof(int));
         }
-        plan_ga_eval_batch(&q.p, b, N, t);
-        for (int n = 0; n < N; n++) {
-            double one = plan_ga_eval_one(&q.p, x + n * S * K, y + n * S * K);
-            assert_float_equal(t[n], one, 1e-12 * one);
+        check_batch(&q.p, x, y, N);
+        free(x), free(y);
+        prob_free(&q);
+    }
+}
+
+/* Rows that are not packed (a zero before later entries: both evaluators stop at it), and a
+ * batch too large for the batched pass's 16-bit prefix sums (it falls back per individual). */
+static void test_batch_edge_rows(void **state)
+{
+    (void)state;
+    prob q;
+    int S = 3, B = 12, K = 6, N = 9;
+    prob_init(&q, S, B, K, 1);
+    int *x = calloc((size_t)N * S * K, sizeof(int)), *y = calloc((size_t)N * S * K, sizeof(int));
+    for (int n = 0; n < N; n++) {
+        random_individual(&q.p, x + n * S * K);
+        random_individual(&q.p, y + n * S * K);
+    }
+    int holed[6] = {3, 0, 4, 5, 0, 0};
+    memcpy(x + 1 * S * K + K, holed, sizeof holed);
+    memcpy(y + 4 * S * K, holed, sizeof holed);
+    check_batch(&q.p, x, y, N);
+    free(x), free(y);
+    prob_free(&q);
+
+    /* B = 40000: prefix sums do not fit 16 bits */
+    S = 2, B = 40000, K = 4, N = 5;
+    prob_init(&q, S, B, K, 1);
+    x = calloc((size_t)N * S * K, sizeof(int));
+    y = calloc((size_t)N * S * K, sizeof(int));
+    for (int n = 0; n < N; n++) {
+        random_individual(&q.p, x + n * S * K);
+        random_individual(&q.p, y + n * S * K);
+    }
+    check_batch(&q.p, x, y, N);
+    free(x), free(y);
+    prob_free(&q);
+}
+
+/* The search gives the same result whether it evaluates with the batched pass or one by one. */
+static void test_search_same_both_ways(void **state)
+{
+    (void)state;
+    for (int trial = 0; trial < 4; trial++) {
+        prob q;
+        int S = 2 + trial, B = 16 + 11 * trial, K = 12;
+        prob_init(&q, S, B, K, 1);
+        q.cap[0] = B / 3 + 1;
+        plan_ga_result r[2];
+        sc_err err;
+        for (int k = 0; k < 2; k++) {
+            plan_ga_cfg cfg = {
+                .population = 29, .generations = 25, .seed = 3 + trial, .one_by_one = k};
+            assert_int_equal(plan_ga_run(&q.p, &cfg, &r[k], &err), SC_OK);
         }
-        free(x), free(y), free(t);
-        plan_ga_batch_destroy(&b);
+        assert_true(r[0].time_s == r[1].time_s);
+        assert_int_equal(r[0].evaluated, r[1].evaluated);
+        assert_memory_equal(r[0].x, r[1].x, (size_t)S * K * sizeof(int));
+        assert_memory_equal(r[0].y, r[1].y, (size_t)S * K * sizeof(int));
+        plan_ga_result_free(&r[0]);
+        plan_ga_result_free(&r[1]);
         prob_free(&q);
     }
 }
@@ -199,6 +283,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equal_split_hand_computed),
         cmocka_unit_test(test_batch_matches_one_by_one),
+        cmocka_unit_test(test_batch_edge_rows),
+        cmocka_unit_test(test_search_same_both_ways),
         cmocka_unit_test(test_search_never_worse_than_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
