@@ -28,6 +28,7 @@ typedef struct coord_cmd {
 } coord_cmd;
 
 #define COORD_MAX_STAGES 64
+#define COORD_MAX_REPLICAS 16
 #define COORD_MAX_RUNNING 32
 
 /* What the running job's stages last reported (in memory; step and checkpoint also go to the
@@ -36,8 +37,10 @@ typedef struct {
     char job_id[COORD_ID_MAX];
     int n_stages;
     uint64_t steps;            /* the job's target */
-    uint64_t step[COORD_MAX_STAGES];       /* last completed step per stage */
-    uint64_t checkpoint[COORD_MAX_STAGES]; /* last complete checkpoint per stage */
+    int replicas[COORD_MAX_STAGES];        /* replicas of each stage */
+    /* last completed step and checkpoint of each replica of each stage */
+    uint64_t step[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    uint64_t checkpoint[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     double iteration_s[COORD_MAX_STAGES];
     double busy_s[COORD_MAX_STAGES];
     double loss;               /* from the last stage */

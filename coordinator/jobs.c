@@ -269,8 +269,8 @@ static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *jo
     return SC_OK;
 }
 
-/* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets each stage's
- * data endpoint as its first replica reported it. */
+/* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets, per stage,
+ * the array of its replicas' data endpoints in replica order. */
 static sc_status assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json, const char *job_id,
                             const char *plan_json, uint64_t resume_step, chosen_worker *ws,
                             size_t n, json_t *endpoints, sc_err *err)
@@ -320,10 +320,10 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
                 sc_err_prefix(err, "assigning stage %zu to worker %s", si, ws[d].id);
                 goto out;
             }
-            if (di == 0) {
-                const char *ep = ((Stagecraft__AssignStageResponse *)m)->data_endpoint;
-                json_array_append_new(endpoints, json_string(ep ? ep : ""));
-            }
+            if (di == 0)
+                json_array_append_new(endpoints, json_array());
+            const char *ep = ((Stagecraft__AssignStageResponse *)m)->data_endpoint;
+            json_array_append_new(json_array_get(endpoints, si), json_string(ep ? ep : ""));
             protobuf_c_message_free_unpacked(m, NULL);
         }
     }
@@ -398,8 +398,14 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
         p->n_stages = (int)n_stages;
         p->steps = spec->steps;
         p->predicted_iteration_s = json_number_value(json_object_get(plan, "iteration_time_s"));
-        for (int s = 0; s < p->n_stages; s++)
-            p->step[s] = p->checkpoint[s] = resume_step;
+        for (int s = 0; s < p->n_stages; s++) {
+            json_t *devs = json_object_get(json_array_get(json_object_get(plan, "stages"), s),
+                                           "devices");
+            size_t r = json_array_size(devs);
+            p->replicas[s] = r < 1 ? 1 : r > COORD_MAX_REPLICAS ? COORD_MAX_REPLICAS : (int)r;
+            for (int k = 0; k < p->replicas[s]; k++)
+                p->step[s][k] = p->checkpoint[s][k] = resume_step;
+        }
         p->stored_step = resume_step;
     }
     pthread_mutex_unlock(&c->lock);
@@ -419,23 +425,27 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
 {
     coord_progress *p = coord_jobs_progress(c, r->job_id);
-    if (p == NULL || p->finished || (int)r->stage >= p->n_stages)
+    if (p == NULL || p->finished || (int)r->stage >= p->n_stages ||
+        (int)r->replica >= p->replicas[r->stage])
         return;
-    int s = (int)r->stage;
-    if (r->step > p->step[s])
-        p->step[s] = r->step;
-    if (r->checkpoint_step > p->checkpoint[s])
-        p->checkpoint[s] = r->checkpoint_step;
+    int s = (int)r->stage, k = (int)r->replica;
+    if (r->step > p->step[s][k])
+        p->step[s][k] = r->step;
+    if (r->checkpoint_step > p->checkpoint[s][k])
+        p->checkpoint[s][k] = r->checkpoint_step;
     p->iteration_s[s] = r->iteration_s;
     p->busy_s[s] = r->busy_s;
     if (s == p->n_stages - 1) {
         p->loss = r->loss;
         p->samples_per_s = r->samples_per_s;
     }
-    uint64_t done = p->step[0], ckpt = p->checkpoint[0];
-    for (int i = 1; i < p->n_stages; i++) {
-        done = p->step[i] < done ? p->step[i] : done;
-        ckpt = p->checkpoint[i] < ckpt ? p->checkpoint[i] : ckpt;
+    /* the job is as far as its slowest replica of any stage */
+    uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
+    for (int i = 0; i < p->n_stages; i++) {
+        for (int j = 0; j < p->replicas[i]; j++) {
+            done = p->step[i][j] < done ? p->step[i][j] : done;
+            ckpt = p->checkpoint[i][j] < ckpt ? p->checkpoint[i][j] : ckpt;
+        }
     }
     sc_err err;
     sc_err_clear(&err);

@@ -22,7 +22,7 @@
 struct wk_trainer {
     rt_runner *runner;
     char job_id[64];
-    uint32_t stage, n_stages;
+    uint32_t stage, n_stages, replica;
     char checkpoint_dir[1100];
     char prev[RT_ENDPOINT_MAX], next[RT_ENDPOINT_MAX];
     uint64_t steps, resume_step, checkpoint_every;
@@ -139,6 +139,7 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     sc_strlcpy(t->job_id, req->job_id, sizeof t->job_id);
     t->stage = req->stage;
     t->n_stages = req->n_stages;
+    t->replica = req->replica;
     snprintf(t->checkpoint_dir, sizeof t->checkpoint_dir, "%s/%s", checkpoint_dir, req->job_id);
     rc = rt_runner_new(&t->runner, &cfg, err);
     if (rc != SC_OK) {
@@ -227,6 +228,7 @@ static void *train_main(void *arg)
         memset(&m, 0, sizeof m);
         stagecraft__iteration_report__init(&m.report);
         m.report.stage = t->stage;
+        m.report.replica = t->replica;
         m.report.step = step;
         m.report.loss = rep.has_loss ? rep.loss : 0;
         m.report.iteration_s = rep.iteration_s;
@@ -248,6 +250,14 @@ static void *train_main(void *arg)
     return NULL;
 }
 
+/* The endpoint of a stage's first replica: the entry is an array of endpoints (or one). */
+static const char *first_endpoint(json_t *entry)
+{
+    if (json_is_array(entry))
+        entry = json_array_get(entry, 0);
+    return json_string_value(entry);
+}
+
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
 {
     if (t->started)
@@ -261,12 +271,17 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
         return SC_ERRF(err, SC_ERR_INVALID, "START needs the %u stages' data endpoints",
                        t->n_stages);
     }
-    sc_strlcpy(t->prev, t->stage > 0 ? json_string_value(json_array_get(eps, t->stage - 1)) : "",
-               sizeof t->prev);
-    sc_strlcpy(t->next,
-               t->stage + 1 < t->n_stages ? json_string_value(json_array_get(eps, t->stage + 1))
-                                          : "",
-               sizeof t->next);
+    /* each stage's entry lists its replicas' endpoints, in replica order */
+    const char *prev = t->stage > 0 ? first_endpoint(json_array_get(eps, t->stage - 1)) : "";
+    const char *next =
+        t->stage + 1 < t->n_stages ? first_endpoint(json_array_get(eps, t->stage + 1)) : "";
+    if (prev == NULL || next == NULL) {
+        json_decref(p);
+        return SC_ERRF(err, SC_ERR_INVALID, "START: a neighbour stage of stage %u has no data "
+                       "endpoint", t->stage);
+    }
+    sc_strlcpy(t->prev, prev, sizeof t->prev);
+    sc_strlcpy(t->next, next, sizeof t->next);
     t->steps = (uint64_t)jnum(p, "steps", 0);
     t->resume_step = (uint64_t)jnum(p, "resume_step", 0);
     t->checkpoint_every = (uint64_t)jnum(p, "checkpoint_every", 0);
