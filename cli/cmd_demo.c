@@ -227,16 +227,18 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         spawn(&procs, wlog, wargv);
     }
 
-    /* the job: a small GPT on the bytes of a text file, 4 stages planned by `hetero` */
+    /* the job: a small GPT on the bytes of a text file, cut into at most N pipeline stages (one
+     * per worker) by the exhaustive search over contiguous partitions and placements */
     char job_path[128];
     snprintf(job_path, sizeof job_path, "%s/job.json", procs.dir);
     json_t *job = json_pack(
         "{s:s, s:i, s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i}, s:{s:s, s:s}, s:i, s:s, s:s, s:s,"
-        " s:I, s:I, s:i, s:{s:s, s:f, s:f}, s:I}",
+        " s:I, s:I, s:I, s:i, s:{s:s, s:f, s:f}, s:I}",
         "format", "stagecraft-job", "version", 1, "name", "demo-gpt", "model", "kind", "gpt",
         "vocab", 256, "seq_len", 64, "layers", 4 > workers ? 4 : (int)workers, "width", 128,
         "heads", 4, "data", "kind", "text", "path", data, "batch_size", 16, "microbatches",
-        "auto", "schedule", "1f1b", "strategy", "hetero", "workers", (json_int_t)workers,
+        "auto", "schedule", "1f1b", "strategy", "exhaustive", "workers", (json_int_t)workers,
+        "stages", (json_int_t)workers,
         "steps", (json_int_t)steps, "seed", 1, "optimizer", "kind", "adamw", "lr", 1e-3,
         "weight_decay", 0.0, "checkpoint_every", (json_int_t)(steps / 4 > 0 ? steps / 4 : 1));
     json_dump_file(job, job_path, JSON_INDENT(2));

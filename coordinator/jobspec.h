@@ -43,6 +43,7 @@ typedef struct {
     double weight_decay;
     double momentum;
     uint64_t checkpoint_every; /* 0 = never */
+    uint32_t max_stages;       /* "stages": at most this many pipeline stages; 0 = any */
 } coord_jobspec;
 
 /* Parses and validates a job spec. `source` names it in errors (a file name, or "request").

@@ -99,24 +99,43 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
     return rc;
 }
 
-static bool has_replicas(json_t *plan)
+/* Whether the runtime can run the plan's replicated stages: only synchronous schedules (gpipe,
+ * 1f1b) replicate, and every replica needs at least one micro-batch. */
+static int most_replicas(json_t *plan);
+
+static bool runtime_runs(json_t *plan)
 {
-    size_t i;
+    int most = most_replicas(plan);
+    if (most == 1)
+        return true;
+    const char *sched = json_string_value(json_object_get(plan, "schedule"));
+    json_int_t m = json_integer_value(json_object_get(json_object_get(plan, "microbatches"),
+                                                      "count"));
+    return sched && (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0) &&
+           m >= (json_int_t)most;
+}
+
+static sc_status run_strategy(const coord_jobspec *spec, int strategy, int microbatches,
+                              plan_profile *profile, plan_cluster *cluster, json_t **plan_out,
+                              sc_err *err);
+
+/* The most replicas any stage of the plan has. */
+static int most_replicas(json_t *plan)
+{
+    size_t i, most = 1;
     json_t *st;
     json_array_foreach(json_object_get(plan, "stages"), i, st)
     {
-        if (json_array_size(json_object_get(st, "devices")) > 1)
-            return true;
+        size_t r = json_array_size(json_object_get(st, "devices"));
+        most = r > most ? r : most;
     }
-    return false;
+    return (int)most;
 }
 
-static sc_status run_strategy(const coord_jobspec *spec, int strategy, plan_profile *profile,
-                              plan_cluster *cluster, json_t **plan_out, sc_err *err);
-
-/* Runs the job's strategy; when its plan replicates a stage, which the runtime does not run,
- * takes the best unreplicated plan instead (exhaustive where the instance is small enough, else
- * minmax) and says so in the plan's note. */
+/* Runs the job's strategy; when its plan replicates stages in a way the runtime cannot run
+ * (an asynchronous or sliced schedule, fewer micro-batches than replicas), takes the best
+ * unreplicated plan instead (exhaustive where the instance is small enough, else minmax) and
+ * says so in the plan's note. */
 static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
                              plan_cluster *cluster, json_t **plan_out, sc_err *err)
 {
@@ -124,26 +143,52 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     if (strategy < 0)
         return SC_ERRF(err, SC_ERR_INVALID, "strategy \"%s\" is not one the planner knows",
                        spec->strategy);
-    SC_CHECK(run_strategy(spec, strategy, profile, cluster, plan_out, err));
-    if (!has_replicas(*plan_out))
+    SC_CHECK(run_strategy(spec, strategy, (int)spec->microbatches, profile, cluster, plan_out,
+                          err));
+    if (runtime_runs(*plan_out))
         return SC_OK;
     json_t *alt = NULL;
     sc_err sub;
     sc_err_clear(&sub);
+    /* Too few micro-batches for the replicas: the same strategy with the fewest micro-batches
+     * that give every replica one (and divide the batch), when the job left the count open. */
+    int most = most_replicas(*plan_out);
+    for (int m = most; spec->microbatches == 0 && m <= (int)spec->batch_size; m++) {
+        if (spec->batch_size % (uint32_t)m != 0)
+            continue;
+        if (run_strategy(spec, strategy, m, profile, cluster, &alt, &sub) == SC_OK &&
+            runtime_runs(alt)) {
+            char note[256];
+            sc_strfmt(note, sizeof note,
+                      "%d micro-batches so that each of up to %d replicas of a stage gets one",
+                      m, most_replicas(alt));
+            json_object_set_new(alt, "note", json_string(note));
+            json_decref(*plan_out);
+            *plan_out = alt;
+            return SC_OK;
+        }
+        json_decref(alt);
+        alt = NULL;
+        break;
+    }
+    sc_err_clear(&sub);
     int fallback = PLAN_STRAT_EXHAUSTIVE;
-    if (run_strategy(spec, fallback, profile, cluster, &alt, &sub) != SC_OK) {
+    if (run_strategy(spec, fallback, (int)spec->microbatches, profile, cluster, &alt, &sub) !=
+        SC_OK) {
         fallback = PLAN_STRAT_MINMAX;
         sc_err_clear(&sub);
-        if (run_strategy(spec, fallback, profile, cluster, &alt, &sub) != SC_OK)
+        if (run_strategy(spec, fallback, (int)spec->microbatches, profile, cluster, &alt, &sub) !=
+            SC_OK)
             return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                           "the %s plan replicates stages, which the runtime does not run, and "
+                           "the %s plan replicates stages in a way the runtime cannot run, and "
                            "no unreplicated plan was found: %s",
                            spec->strategy, sub.msg);
     }
     char note[256];
     sc_strfmt(note, sizeof note,
-              "%s replicated a stage (predicted %.4g s per iteration); the runtime runs "
-              "unreplicated stages, so this is %s's plan",
+              "%s replicated a stage (predicted %.4g s per iteration) in a way the runtime "
+              "cannot run (it replicates only with gpipe or 1f1b and at least as many "
+              "micro-batches as replicas), so this is %s's plan",
               spec->strategy, json_number_value(json_object_get(*plan_out, "iteration_time_s")),
               plan_strategy_name((plan_strategy)fallback));
     json_object_set_new(alt, "note", json_string(note));
@@ -152,8 +197,9 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     return SC_OK;
 }
 
-static sc_status run_strategy(const coord_jobspec *spec, int strategy, plan_profile *profile,
-                              plan_cluster *cluster, json_t **plan_out, sc_err *err)
+static sc_status run_strategy(const coord_jobspec *spec, int strategy, int microbatches,
+                              plan_profile *profile, plan_cluster *cluster, json_t **plan_out,
+                              sc_err *err)
 {
     const char *sched = strcmp(spec->schedule, "auto") == 0 || strcmp(spec->schedule, "unequal") == 0
                             ? "1f1b"
@@ -163,7 +209,8 @@ static sc_status run_strategy(const coord_jobspec *spec, int strategy, plan_prof
     req.profile = profile;
     req.cluster = cluster;
     req.batch = (int)spec->batch_size;
-    req.microbatches = (int)spec->microbatches;
+    req.microbatches = microbatches;
+    req.max_stages = (int)spec->max_stages;
     req.schedule = (plan_sched_kind)plan_sched_parse(sched);
     plan_result res;
     memset(&res, 0, sizeof res);

@@ -24,7 +24,7 @@ struct wk_trainer {
     char job_id[64];
     uint32_t stage, n_stages, replica;
     char checkpoint_dir[1100];
-    char prev[RT_ENDPOINT_MAX], next[RT_ENDPOINT_MAX];
+    json_t *endpoints; /* per stage, its replicas' data endpoints (from START) */
     uint64_t steps, resume_step, checkpoint_every;
     pthread_t thread;
     bool started;
@@ -81,6 +81,13 @@ static double jnum(json_t *o, const char *key, double def)
     return json_is_number(v) ? json_number_value(v) : def;
 }
 
+/* Replicas of stage s of the plan (1 past the last stage). */
+static int replicas_of(json_t *stages, int s)
+{
+    size_t n = json_array_size(json_object_get(json_array_get(stages, (size_t)s), "devices"));
+    return n > 0 ? (int)n : 1;
+}
+
 sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
                          const char *device, const char *bind_host, const char *checkpoint_dir,
                          sc_err *err)
@@ -94,13 +101,7 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
         rc = SC_ERRF(err, SC_ERR_INVALID, "AssignStage needs the job spec and the plan as JSON");
         goto out;
     }
-    json_t *stage = json_array_get(json_object_get(plan, "stages"), req->stage);
-    if (json_array_size(json_object_get(stage, "devices")) > 1) {
-        rc = SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                     "stage %u is replicated; this runtime runs unreplicated stages only",
-                     req->stage);
-        goto out;
-    }
+    json_t *stages = json_object_get(plan, "stages");
     json_t *data = json_object_get(job, "data"), *opt = json_object_get(job, "optimizer");
     rt_runner_cfg cfg = rt_runner_cfg_default();
     cfg.model_json = req->model_json;
@@ -108,6 +109,10 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.stage = (int)req->stage;
     cfg.first_block = (int)req->first_block;
     cfg.last_block = (int)req->last_block;
+    cfg.replicas = replicas_of(stages, (int)req->stage);
+    cfg.replica = (int)req->replica;
+    cfg.prev_replicas = req->stage > 0 ? replicas_of(stages, (int)req->stage - 1) : 1;
+    cfg.next_replicas = replicas_of(stages, (int)req->stage + 1);
     cfg.schedule = jstr(plan, "schedule", "1f1b");
     cfg.batch_size = (int)jnum(job, "batch_size", 8);
     cfg.microbatches = (int)jnum(json_object_get(plan, "microbatches"), "count", 1);
@@ -190,12 +195,43 @@ static sc_status make_dirs(const char *path, sc_err *err)
     return SC_OK;
 }
 
+/* Endpoints of stage s's replicas as a C array (borrowed strings); *n = 0 outside the pipeline. */
+static const char **stage_endpoints(wk_trainer *t, long s, int *n)
+{
+    *n = 0;
+    if (s < 0 || s >= (long)t->n_stages)
+        return NULL;
+    json_t *e = json_array_get(t->endpoints, (size_t)s);
+    size_t k = json_array_size(e);
+    const char **list = calloc(k ? k : 1, sizeof *list);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < k; i++)
+        list[i] = json_string_value(json_array_get(e, i));
+    *n = (int)k;
+    return list;
+}
+
+static sc_status connect_all(wk_trainer *t, sc_err *err)
+{
+    int n_prev, n_next, n_peers;
+    const char **prev = stage_endpoints(t, (long)t->stage - 1, &n_prev);
+    const char **next = stage_endpoints(t, (long)t->stage + 1, &n_next);
+    const char **peers = stage_endpoints(t, (long)t->stage, &n_peers);
+    sc_status rc = rt_runner_connect_group(t->runner, prev, n_prev, next, n_next, peers,
+                                           n_peers > 1 ? n_peers : 0, err);
+    free(prev);
+    free(next);
+    free(peers);
+    return rc;
+}
+
 static void *train_main(void *arg)
 {
     wk_trainer *t = arg;
     sc_err err;
     sc_err_clear(&err);
-    if (rt_runner_connect(t->runner, t->prev, t->next, &err) != SC_OK) {
+    if (connect_all(t, &err) != SC_OK) {
         push_error(t, err.code, "connecting the data plane: %s", err.msg);
         return NULL;
     }
@@ -250,14 +286,6 @@ static void *train_main(void *arg)
     return NULL;
 }
 
-/* The endpoint of a stage's first replica: the entry is an array of endpoints (or one). */
-static const char *first_endpoint(json_t *entry)
-{
-    if (json_is_array(entry))
-        entry = json_array_get(entry, 0);
-    return json_string_value(entry);
-}
-
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
 {
     if (t->started)
@@ -272,16 +300,25 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
                        t->n_stages);
     }
     /* each stage's entry lists its replicas' endpoints, in replica order */
-    const char *prev = t->stage > 0 ? first_endpoint(json_array_get(eps, t->stage - 1)) : "";
-    const char *next =
-        t->stage + 1 < t->n_stages ? first_endpoint(json_array_get(eps, t->stage + 1)) : "";
-    if (prev == NULL || next == NULL) {
-        json_decref(p);
-        return SC_ERRF(err, SC_ERR_INVALID, "START: a neighbour stage of stage %u has no data "
-                       "endpoint", t->stage);
+    for (size_t i = 0; i < t->n_stages; i++) {
+        json_t *e = json_array_get(eps, i);
+        if (json_is_string(e)) { /* one replica, given bare */
+            json_array_set_new(eps, i, json_pack("[O]", e));
+            e = json_array_get(eps, i);
+        }
+        for (size_t k = 0; k < json_array_size(e); k++) {
+            if (!json_is_string(json_array_get(e, k))) {
+                json_decref(p);
+                return SC_ERRF(err, SC_ERR_INVALID,
+                               "START: stage %zu replica %zu has no data endpoint", i, k);
+            }
+        }
+        if (!json_is_array(e) || json_array_size(e) == 0) {
+            json_decref(p);
+            return SC_ERRF(err, SC_ERR_INVALID, "START: stage %zu has no data endpoints", i);
+        }
     }
-    sc_strlcpy(t->prev, prev, sizeof t->prev);
-    sc_strlcpy(t->next, next, sizeof t->next);
+    t->endpoints = json_incref(eps);
     t->steps = (uint64_t)jnum(p, "steps", 0);
     t->resume_step = (uint64_t)jnum(p, "resume_step", 0);
     t->checkpoint_every = (uint64_t)jnum(p, "checkpoint_every", 0);
@@ -290,9 +327,9 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     if (pthread_create(&t->thread, NULL, train_main, t) != 0)
         return SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the training thread");
     t->started = true;
-    SC_LOG_INFO(LOG, "training stage %u of job %s: steps %llu..%llu, prev %s, next %s", t->stage,
-                t->job_id, (unsigned long long)t->resume_step + 1, (unsigned long long)t->steps,
-                t->prev[0] ? t->prev : "-", t->next[0] ? t->next : "-");
+    SC_LOG_INFO(LOG, "training stage %u replica %u of job %s: steps %llu..%llu", t->stage,
+                t->replica, t->job_id, (unsigned long long)t->resume_step + 1,
+                (unsigned long long)t->steps);
     return SC_OK;
 }
 
@@ -307,6 +344,7 @@ void wk_trainer_destroy(wk_trainer **tp)
     if (t->started)
         pthread_join(t->thread, NULL);
     rt_runner_destroy(&t->runner);
+    json_decref(t->endpoints);
     wk_trainer_msg m;
     while (wk_trainer_pop(t, &m))
         wk_trainer_msg_clear(&m);

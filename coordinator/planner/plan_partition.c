@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/planner/plan_antichain.h"
 #include "coordinator/planner/plan_sim.h"
 
 /* ================================================================ containers */
@@ -872,12 +873,318 @@ static int pd_walk(const pd_level *lv, int i, int j, int m, int *first, int *rep
 
 #define PLAN_PD_HIER_MAX_CELLS 3000000L
 
+/* ---- pipedream over antichain states (branching graph.txt profiles) ----
+ * The same recurrence with states in place of chain positions: row r of a level is "after
+ * state r - 1" (row 0: from the start), a stage runs from one state to a later one and the
+ * split k before state j ranges over j's predecessors in the antichain DAG. Transfers use the
+ * states' output sizes (PipeDream's augmented antichains). */
+
+typedef struct pds_in {
+    const plan_antichain *ac;
+    const pd_level *below; /* NULL at the first level */
+    const int *ks_start;   /* predecessors of each state, by decreasing work (CSR) */
+    const int *ks;
+} pds_in;
+
+static int pds_valid(const plan_antichain *ac, int r, int j)
+{
+    return r == 0 || plan_antichain_precedes(ac, r - 1, j);
+}
+
+static double pds_ct(const pds_in *in, int r, int j)
+{
+    if (in->below != NULL)
+        return pd_at(in->below, r, j, in->below->M - 1)->t;
+    if (!pds_valid(in->ac, r, j))
+        return HUGE_VAL;
+    return in->ac->work_s[j] - (r > 0 ? in->ac->work_s[r - 1] : 0);
+}
+
+static double pds_params(const pds_in *in, int r, int j)
+{
+    return in->ac->params[j] - (r > 0 ? in->ac->params[r - 1] : 0);
+}
+
+static void pds_solve(const pds_in *in, pd_level *lv, int within, double bw)
+{
+    int n = lv->n, M = lv->M;
+    const double *act = in->ac->out_bytes;
+    for (int r = 0; r < lv->rows; r++)
+        for (int j = 0; j < n; j++)
+            for (int m = 0; m < M; m++) {
+                pd_cell *a = pd_at(lv, r, j, m);
+                a->t = HUGE_VAL;
+                a->k = -1;
+                a->mprev = -1;
+                a->mp = (int16_t)(m + 1);
+                double ct = pds_ct(in, r, j);
+                if (!isfinite(ct))
+                    continue;
+                double dp = 4.0 * m * pds_params(in, r, j) / (bw * (m + 1)) / within;
+                a->t = (ct + dp) / (m + 1);
+            }
+    for (int r = 0; r < lv->rows; r++)
+        for (int m = 1; m < M; m++)
+            for (int j = 0; j < n; j++) {
+                if (!pds_valid(in->ac, r, j))
+                    continue;
+                pd_cell *a = pd_at(lv, r, j, m);
+                double best = a->t;
+                int bk = a->k, bprev = a->mprev, bmp = a->mp;
+                for (int mp = 1; mp <= m; mp++) {
+                    double out_t = j < n - 1 ? 2.0 * act[j] / (bw * mp) : 0;
+                    if (out_t >= best)
+                        continue;
+                    for (int x = in->ks_start[j]; x < in->ks_start[j + 1]; x++) {
+                        int k = in->ks[x];
+                        double prev = pd_at(lv, r, k, m - mp)->t;
+                        /* the compute part only grows along the list (first level) */
+                        double lo = (in->ac->work_s[j] - in->ac->work_s[k]) / mp;
+                        if (in->below == NULL && lo >= best)
+                            break;
+                        if (prev >= best)
+                            continue;
+                        double last = in->below == NULL
+                                          ? in->ac->work_s[j] - in->ac->work_s[k]
+                                          : pd_at(in->below, k + 1, j, in->below->M - 1)->t;
+                        if (!isfinite(last))
+                            continue;
+                        last = (last + 4.0 * (mp - 1) * pds_params(in, k + 1, j) / (bw * mp)) / mp;
+                        if (last >= best)
+                            continue;
+                        double in_t = 2.0 * act[k] / (bw * mp);
+                        double v = prev > last ? prev : last;
+                        v = in_t > v ? in_t : v;
+                        v = out_t > v ? out_t : v;
+                        if (v < best) {
+                            best = v;
+                            bk = k;
+                            bprev = m - mp;
+                            bmp = mp;
+                        }
+                    }
+                }
+                a->t = best;
+                a->k = bk;
+                a->mprev = (int16_t)bprev;
+                a->mp = (int16_t)bmp;
+            }
+}
+
+/* Stages of row r up to state j with m machines: (last state, replicas), front first. */
+static int pds_walk(const pd_level *lv, int r, int j, int m, int *end, int *reps)
+{
+    int ns = 0;
+    for (;;) {
+        const pd_cell *a = pd_at(lv, r, j, m);
+        end[ns] = j;
+        reps[ns++] = a->mp;
+        if (a->k < 0)
+            break;
+        j = a->k;
+        m = a->mprev;
+    }
+    for (int x = 0; x < ns / 2; x++) {
+        int t = end[x];
+        end[x] = end[ns - 1 - x];
+        end[ns - 1 - x] = t;
+        t = reps[x];
+        reps[x] = reps[ns - 1 - x];
+        reps[ns - 1 - x] = t;
+    }
+    return ns;
+}
+
+static const double *ks_work;
+static int by_work_desc(const void *x, const void *y)
+{
+    double a = ks_work[*(const int *)x], b = ks_work[*(const int *)y];
+    return (a < b) - (a > b);
+}
+
+/* True when the profile's DAG is a path along the linear order (or absent): then the states
+ * are the prefixes and the chain DP is the same search. */
+static int pd_is_chain(const plan_profile *p)
+{
+    if (p->pred_start == NULL || p->dag_source < 0)
+        return 1;
+    for (int l = p->n_input_blocks; l < p->n_blocks; l++) {
+        int np = p->pred_start[l + 1] - p->pred_start[l];
+        if (l == p->n_input_blocks ? np != 0 : np != 1 || p->pred[p->pred_start[l]] != l - 1)
+            return 0;
+    }
+    return 1;
+}
+
+/* A state's blocks map to a prefix of the linear order: the stage ending at state e ends at
+ * block n_input_blocks + size(e) - 1. Counts the cuts whose closure is not that prefix. */
+static int pds_push(const plan_antichain *ac, int n_inp, int e, int *prev_last,
+                    plan_partition *out, const int *devs, int nd)
+{
+    int last = n_inp + ac->size[e] - 1, off = 0;
+    for (int l = n_inp; l <= last; l++)
+        off |= !plan_antichain_has(ac, e, l);
+    plan_partition_push(out, *prev_last + 1, last, devs, nd);
+    *prev_last = last;
+    return off;
+}
+
+/* PipeDream's DP knows one device type: say so when the cluster has several. */
+static void pd_note_types(const plan_cluster *cl, plan_partition *out)
+{
+    int types_differ = 0;
+    for (int d = 1; d < cl->n_devices; d++)
+        types_differ |= cl->devices[d].type != cl->devices[0].type;
+    if (types_differ) {
+        size_t used = strlen(out->note);
+        snprintf(out->note + used, sizeof out->note - used,
+                 "%sassumes every device is like device 0 (%s)", used ? "; " : "",
+                 cl->types[cl->devices[0].type].name);
+    }
+}
+
+static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    const plan_cost *c = cfg->ref_cost ? cfg->ref_cost : cfg->cost;
+    const plan_cluster *cl = c->cluster;
+    const plan_profile *pr = c->profile;
+    int L = c->n_blocks, type = cl->devices[0].type;
+    sc_status rc = SC_OK;
+    plan_antichain *ac = NULL;
+    pd_level lv1 = {0}, lv2 = {0};
+    int *ks_start = NULL, *ks = NULL, *end = NULL, *reps = NULL, *end2 = NULL, *reps2 = NULL;
+    int *devs = NULL;
+    double *w = malloc((size_t)L * 3 * sizeof *w);
+    if (w == NULL)
+        goto nomem;
+    for (int l = 0; l < L; l++) {
+        w[l] = plan_cost_work(c, type, l, l);
+        w[L + l] = plan_cost_params(c, l, l);
+        w[2 * L + l] = plan_cost_stash(c, l, l);
+    }
+    SC_CHECK_GOTO(plan_antichain_new(&ac, pr, w, w + L, w + 2 * L, PLAN_ANTICHAIN_MAX_STATES, err),
+                  done);
+    int n = ac->n_states;
+    size_t n_ks = 0;
+    ks_start = calloc((size_t)n + 1, sizeof *ks_start);
+    end = malloc((size_t)n * sizeof(int)), reps = malloc((size_t)n * sizeof(int));
+    end2 = malloc((size_t)n * sizeof(int)), reps2 = malloc((size_t)n * sizeof(int));
+    devs = malloc((size_t)cl->n_devices * sizeof(int));
+    if (!ks_start || !end || !reps || !end2 || !reps2 || !devs)
+        goto nomem;
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < j; k++)
+            n_ks += (size_t)plan_antichain_precedes(ac, k, j);
+    ks = malloc((n_ks + 1) * sizeof *ks);
+    if (ks == NULL)
+        goto nomem;
+    ks_work = ac->work_s;
+    for (int j = 0, x = 0; j < n; j++) {
+        ks_start[j] = x;
+        for (int k = 0; k < j; k++)
+            if (plan_antichain_precedes(ac, k, j))
+                ks[x++] = k;
+        qsort(ks + ks_start[j], (size_t)(x - ks_start[j]), sizeof *ks, by_work_desc);
+        ks_start[j + 1] = x;
+    }
+    int n1 = cl->servers[0].n_devices, equal = 1;
+    double min_nic = HUGE_VAL, min_intra = HUGE_VAL;
+    for (int s = 0; s < cl->n_servers; s++) {
+        equal &= cl->servers[s].n_devices == n1;
+        if (cl->servers[s].nic_bw_bytes_per_s < min_nic)
+            min_nic = cl->servers[s].nic_bw_bytes_per_s;
+        if (cl->servers[s].intra_bw_bytes_per_s < min_intra)
+            min_intra = cl->servers[s].intra_bw_bytes_per_s;
+    }
+    int hier = cl->n_servers > 1 && equal && n1 > 1 &&
+               (long)(n + 1) * (long)n * (long)n1 <= PLAN_PD_HIER_MAX_CELLS;
+    pds_in in1 = {.ac = ac, .ks_start = ks_start, .ks = ks};
+    int n_inp = pr->n_input_blocks, prev_last = -1, off = 0, ns;
+    if (!hier) {
+        double bw;
+        if (cl->n_servers == 1) {
+            bw = cl->servers[0].intra_bw_bytes_per_s;
+        } else {
+            bw = n1 == 1 && equal ? min_nic : (min_nic < min_intra ? min_nic : min_intra);
+            if (!(n1 == 1 && equal))
+                snprintf(out->note, sizeof out->note, "flat DP at the slowest bandwidth (%s)",
+                         equal ? "too many states for two levels" : "servers differ in size");
+        }
+        int M = cl->n_devices;
+        lv1 = (pd_level){.n = n, .M = M, .rows = 1};
+        lv1.A = malloc((size_t)n * (size_t)M * sizeof(pd_cell));
+        if (lv1.A == NULL)
+            goto nomem;
+        pds_solve(&in1, &lv1, 1, bw);
+        out->objective_s = pd_at(&lv1, 0, n - 1, M - 1)->t;
+        ns = pds_walk(&lv1, 0, n - 1, M - 1, end, reps);
+        int next = 0;
+        for (int s = 0; s < ns; s++) {
+            for (int r = 0; r < reps[s]; r++)
+                devs[r] = next + r;
+            next += reps[s];
+            off += pds_push(ac, n_inp, end[s], &prev_last, out, devs, reps[s]);
+        }
+    } else {
+        int S2 = cl->n_servers;
+        lv1 = (pd_level){.n = n, .M = n1, .rows = n + 1};
+        lv1.A = malloc((size_t)(n + 1) * (size_t)n * (size_t)n1 * sizeof(pd_cell));
+        lv2 = (pd_level){.n = n, .M = S2, .rows = 1};
+        lv2.A = malloc((size_t)n * (size_t)S2 * sizeof(pd_cell));
+        if (lv1.A == NULL || lv2.A == NULL)
+            goto nomem;
+        pds_solve(&in1, &lv1, 1, cl->servers[0].intra_bw_bytes_per_s);
+        pds_in in2 = in1;
+        in2.below = &lv1;
+        pds_solve(&in2, &lv2, n1, min_nic);
+        out->objective_s = pd_at(&lv2, 0, n - 1, S2 - 1)->t;
+        int ns2 = pds_walk(&lv2, 0, n - 1, S2 - 1, end2, reps2);
+        int server = 0;
+        for (int s2 = 0; s2 < ns2; s2++) {
+            int r = s2 == 0 ? 0 : end2[s2 - 1] + 1;
+            ns = pds_walk(&lv1, r, end2[s2], n1 - 1, end, reps);
+            int local = 0;
+            for (int s1 = 0; s1 < ns; s1++) {
+                int nd = 0;
+                for (int g = 0; g < reps2[s2]; g++)
+                    for (int x = 0; x < reps[s1]; x++)
+                        devs[nd++] = cl->servers[server + g].first_device + local + x;
+                local += reps[s1];
+                off += pds_push(ac, n_inp, end[s1], &prev_last, out, devs, nd);
+            }
+            server += reps2[s2];
+        }
+    }
+    if (off > 0) {
+        size_t used = strlen(out->note);
+        snprintf(out->note + used, sizeof out->note - used,
+                 "%s%d cut(s) are not prefixes of the linear block order; stages keep their "
+                 "block counts",
+                 used ? "; " : "", off);
+    }
+    goto done;
+nomem:
+    rc = SC_ERRF(err, SC_ERR_NOMEM, "pipedream: out of memory for the antichain DP");
+done:
+    plan_antichain_destroy(&ac);
+    free(w), free(lv1.A), free(lv2.A), free(ks_start), free(ks);
+    free(end), free(reps), free(end2), free(reps2), free(devs);
+    return rc;
+}
+
 sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->ref_cost ? cfg->ref_cost : cfg->cost;
     const plan_cluster *cl = c->cluster;
     int L = c->n_blocks;
     sc_status rc = SC_OK;
+    plan_partition_clear(out);
+    if (!pd_is_chain(c->profile)) {
+        rc = pd_dag(cfg, out, err);
+        if (rc == SC_OK)
+            pd_note_types(cl, out);
+        return rc;
+    }
     /* PipeDream removes the zeroed Input sources: they join the first stage */
     int b0 = 0;
     while (b0 < L - 1 && plan_cost_work(c, 0, b0, b0) == 0 && c->act_bytes[b0] == 0 &&
@@ -894,9 +1201,6 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
         if (cl->servers[s].intra_bw_bytes_per_s < min_intra)
             min_intra = cl->servers[s].intra_bw_bytes_per_s;
     }
-    int types_differ = 0;
-    for (int d = 1; d < cl->n_devices; d++)
-        types_differ |= cl->devices[d].type != cl->devices[0].type;
     int hier = cl->n_servers > 1 && equal && n1 > 1 &&
                (long)n * (long)n * (long)n1 <= PLAN_PD_HIER_MAX_CELLS;
     pd_level lv1 = {0}, lv2 = {0};
@@ -967,13 +1271,7 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
             server += reps2[s2];
         }
     }
-    if (types_differ) {
-        size_t used = strlen(out->note);
-        snprintf(out->note + used, sizeof out->note - used,
-                 "%sassumes every device is like "
-                 "device 0 (%s)",
-                 used ? "; " : "", cl->types[cl->devices[0].type].name);
-    }
+    pd_note_types(cl, out);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "pipedream: out of memory for %d states", n);

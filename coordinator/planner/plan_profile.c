@@ -4,7 +4,9 @@
  * graph.txt is a DAG; the planner cuts chains, so it is linearised in topological order and
  * each position's activation_bytes becomes the sum of the outputs that cross a cut there.
  * PipeDream's own optimizer zeroes the data-loading `Input*` sources and drops unused
- * `__getitem__` sinks; we do the same so that its objective can be reproduced.
+ * `__getitem__` sinks; we do the same so that its objective can be reproduced. The DAG itself is
+ * kept too (predecessor lists over the linear positions) for the pipedream strategy, whose
+ * states are the graph's antichains rather than prefixes of one order.
  */
 #include "coordinator/planner/plan_profile.h"
 
@@ -31,6 +33,7 @@ sc_status plan_profile_new(plan_profile **out, int n_blocks, sc_err *err)
     }
     p->n_blocks = n_blocks;
     p->microbatch_size = 1;
+    p->dag_source = -1;
     sc_strlcpy(p->model, "synthetic", sizeof p->model);
     sc_strlcpy(p->reference_device, "reference", sizeof p->reference_device);
     for (int l = 0; l < n_blocks; l++)
@@ -47,6 +50,8 @@ void plan_profile_destroy(plan_profile **pp)
     for (int l = 0; l < p->n_blocks; l++)
         free(p->blocks[l].sizes);
     free(p->blocks);
+    free(p->pred_start);
+    free(p->pred);
     free(p);
     *pp = NULL;
 }
@@ -337,6 +342,65 @@ static int before(const gnode *a, const gnode *b)
     return a->order < b->order;
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static int is_input_source(const gparse *g, const char *is_source, int i)
+{
+    return is_source[i] && strncmp(g->nodes[i].desc, "Input", 5) == 0;
+}
+
+/* Predecessor lists over the kept positions. Input sources come first in the linear order and
+ * lose their out-edges (PipeDream deletes them); edges to dropped sinks vanish with them. */
+static sc_status keep_dag(const gparse *g, plan_profile *p, const char *is_source, sc_err *err)
+{
+    int n = p->n_blocks, cnt = 0;
+    p->pred_start = calloc((size_t)n + 1, sizeof *p->pred_start);
+    p->pred = malloc(((size_t)g->n_edges + 1) * sizeof *p->pred);
+    if (p->pred_start == NULL || p->pred == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for the graph of %s", g->source);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const gnode *nd = &g->nodes[i];
+        if (nd->pos >= 0 && is_input_source(g, is_source, i))
+            p->n_input_blocks++;
+    }
+    for (int e = 0; e < g->n_edges; e++) {
+        int src = g->edges[e].src, b = g->nodes[g->edges[e].dst].pos;
+        if (!is_input_source(g, is_source, src) && b >= 0)
+            p->pred_start[b + 1]++;
+    }
+    for (int l = 0; l < n; l++)
+        p->pred_start[l + 1] += p->pred_start[l];
+    int *fill = calloc((size_t)n, sizeof *fill);
+    if (fill == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for the graph of %s", g->source);
+    for (int e = 0; e < g->n_edges; e++) {
+        int src = g->edges[e].src, b = g->nodes[g->edges[e].dst].pos;
+        if (!is_input_source(g, is_source, src) && b >= 0)
+            p->pred[p->pred_start[b] + fill[b]++] = g->nodes[src].pos;
+    }
+    free(fill);
+    /* sort and drop repeated edges, compacting in place */
+    for (int l = 0; l < n; l++) {
+        int lo = p->pred_start[l], hi = p->pred_start[l + 1];
+        qsort(p->pred + lo, (size_t)(hi - lo), sizeof *p->pred, cmp_int);
+        p->pred_start[l] = cnt;
+        for (int x = lo; x < hi; x++)
+            if (x == lo || p->pred[x] != p->pred[x - 1])
+                p->pred[cnt++] = p->pred[x];
+    }
+    p->pred_start[n] = cnt;
+    for (int i = 0; i < g->n_nodes && p->dag_source < 0; i++) {
+        int l = g->nodes[i].pos;
+        if (l >= 0 && !is_input_source(g, is_source, i) && p->pred_start[l] == p->pred_start[l + 1])
+            p->dag_source = l;
+    }
+    return SC_OK;
+}
+
 /* Kahn's algorithm; among ready nodes the one with the smallest id number goes first, so the
  * order does not depend on the (arbitrary) order of node lines in the file. */
 static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
@@ -442,6 +506,7 @@ static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
         run += cut[l];
         p->blocks[l].activation_bytes = run > 0 ? run : 0;
     }
+    SC_CHECK_GOTO(keep_dag(g, p, is_source, err), done);
     *out = p;
     p = NULL;
 done:

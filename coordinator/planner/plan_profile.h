@@ -7,7 +7,9 @@
  *
  * Invariant: after loading, blocks[] is a chain; blocks[l].activation_bytes is what crosses a
  * cut placed right after block l (for a linearised DAG: every earlier output still needed by a
- * later block), and all times and sizes are finite and >= 0.
+ * later block), and all times and sizes are finite and >= 0. A graph.txt profile also keeps its
+ * DAG (pred_start / pred) over the same block positions; every predecessor of block l sits at a
+ * position < l.
  */
 #ifndef PLAN_PROFILE_H
 #define PLAN_PROFILE_H
@@ -49,6 +51,15 @@ typedef struct plan_profile {
     int microbatch_size;
     int n_blocks;
     plan_block *blocks;
+    /* The DAG of a graph.txt profile, NULL for JSON profiles (chains): the direct predecessors
+     * of block l are pred[pred_start[l] .. pred_start[l + 1] - 1], block positions, sorted,
+     * without duplicates. Edges leaving the zeroed Input sources are left out, as PipeDream's
+     * optimizer removes those nodes; they are blocks 0 .. n_input_blocks - 1. */
+    int *pred_start; /* (n_blocks + 1) */
+    int *pred;
+    int n_input_blocks;
+    int dag_source; /* the first source in file order once the Input nodes are gone, where
+                       PipeDream starts its antichain enumeration (-1 without a DAG) */
 } plan_profile;
 
 /* Largest profile file accepted (bytes). */

@@ -1,7 +1,8 @@
 /* coordinator/planner/plan_partition: every strategy against brute force or hand-computed
  * optima: minmax == brute force on random chains, exhaustive == minmax on one server, hetero
  * within 1% of exhaustive on random heterogeneous clusters, PipeDream's objective on a small
- * chain, memory as a hard limit, and the lower bound below every plan. */
+ * chain and on hand-made branching graphs (antichain states), memory as a hard limit, and the
+ * lower bound below every plan. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coordinator/planner/plan_antichain.h"
 #include "coordinator/planner/plan_partition.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -360,6 +362,189 @@ static void test_shared_links(void **state)
     inst_free(&x);
 }
 
+/* ---- pipedream on branching graph.txt profiles: antichain states ----
+ * Both fixtures have the diamond  A -> X, A -> Y, X -> D, Y -> D  (Input0 feeds A and is
+ * zeroed; linear order Input0, A, X, Y, D). Its antichain states, as closures, numbered by
+ * size then discovery: s0 {A}, s1 {A,X}, s2 {A,Y}, s3 {A,X,Y}, s4 {A,X,Y,D}; s1 and s2 are
+ * incomparable, every other pair is ordered. PipeDream's output size of a state is the sum of
+ * its augmented antichain's outputs: s0 A; s1 A+X (A still feeds Y); s2 A+Y; s3 A+X+Y
+ * (A is kept: for antichain node X, A's edge to Y leaves X's ancestors), s4 D. */
+
+#define DATA SC_TEST_DATA_DIR "/planner/"
+
+typedef struct dag_inst {
+    plan_profile *prof;
+    plan_cluster *cl;
+    plan_cost *cost;
+    plan_partition *part;
+    plan_search_cfg cfg;
+} dag_inst;
+
+static void dag_init(dag_inst *x, const char *path, int gpus, double bw)
+{
+    sc_err err;
+    memset(x, 0, sizeof *x);
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_load(&x->prof, path, &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&x->cl, gpus, bw, 0, &err), SC_OK);
+    /* graph.txt times describe the whole batch: samples == batch keeps them as they are */
+    assert_int_equal(plan_cost_new(&x->cost, x->prof, x->cl, 8, 8, &err), SC_OK);
+    assert_int_equal(plan_partition_new(&x->part, x->prof->n_blocks, gpus, &err), SC_OK);
+    x->cfg.cost = x->cfg.ref_cost = x->cost;
+    x->cfg.sched = PLAN_SCHED_1F1B;
+    x->cfg.n_micro = 8;
+}
+
+static void dag_free(dag_inst *x)
+{
+    plan_partition_destroy(&x->part);
+    plan_cost_destroy(&x->cost);
+    plan_cluster_destroy(&x->cl);
+    plan_profile_destroy(&x->prof);
+}
+
+static void test_antichain_states(void **state)
+{
+    (void)state;
+    dag_inst x;
+    dag_init(&x, DATA "branch_shared.graph.txt", 2, 1e9);
+    /* per-block weights: work = position, params = 0, output = 10^position */
+    double work[5] = {0, 1, 2, 3, 4}, params[5] = {0}, act[5] = {1, 10, 100, 1000, 10000};
+    plan_antichain *a = NULL;
+    sc_err err;
+    assert_int_equal(plan_antichain_new(&a, x.prof, work, params, act, 100, &err), SC_OK);
+    assert_int_equal(a->n_states, 5);
+    const int size[5] = {1, 2, 2, 3, 4};
+    const double out[5] = {10, 110, 1010, 1110, 10000};
+    const double wsum[5] = {1, 3, 4, 6, 10};
+    for (int s = 0; s < 5; s++) {
+        assert_int_equal(a->size[s], size[s]);
+        assert_float_equal(a->out_bytes[s], out[s], 0);
+        assert_float_equal(a->work_s[s], wsum[s], 0);
+        assert_false(plan_antichain_has(a, s, 0)); /* the Input block is in no state */
+    }
+    assert_true(plan_antichain_has(a, 1, 2) && !plan_antichain_has(a, 1, 3));
+    assert_true(plan_antichain_has(a, 2, 3) && !plan_antichain_has(a, 2, 2));
+    for (int k = 0; k < 5; k++)
+        for (int j = 0; j < 5; j++) {
+            int want = k < j && !(k == 1 && j == 2);
+            assert_int_equal(plan_antichain_precedes(a, k, j), want);
+        }
+    plan_antichain_destroy(&a);
+    assert_null(a);
+    /* two components: the states grown from the first source never hold the second one */
+    const char *two = "node1 -- A -- forward_compute_time=1, backward_compute_time=1, "
+                      "activation_size=1, parameter_size=0\n"
+                      "node2 -- B -- forward_compute_time=1, backward_compute_time=1, "
+                      "activation_size=1, parameter_size=0\n"
+                      "node3 -- C -- forward_compute_time=1, backward_compute_time=1, "
+                      "activation_size=1, parameter_size=0\n"
+                      "node4 -- D -- forward_compute_time=1, backward_compute_time=1, "
+                      "activation_size=1, parameter_size=0\n"
+                      "\tnode1 -- node2\n\tnode3 -- node4\n";
+    plan_profile *p2 = NULL;
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_parse_graph(&p2, "two.txt", two, &err), SC_OK);
+    assert_int_equal(plan_antichain_new(&a, p2, work, params, act, 100, &err), SC_ERR_INVALID);
+    assert_null(a);
+    assert_non_null(strstr(err.msg, "2 of 4 blocks cannot be reached"));
+    plan_profile_destroy(&p2);
+    /* past the cap: a one-line error naming the profile and the cap */
+    sc_err_clear(&err);
+    assert_int_equal(plan_antichain_new(&a, x.prof, work, params, act, 4, &err),
+                     SC_ERR_TOO_LARGE);
+    assert_null(a);
+    assert_non_null(strstr(err.msg, "branch_shared.graph.txt"));
+    assert_non_null(strstr(err.msg, "more than 4 antichain states"));
+    dag_free(&x);
+}
+
+static void test_pipedream_shared_output(void **state)
+{
+    (void)state;
+    /* branch_shared, 2 GPUs at 1e9 B/s. Work (ms): A 1, X 2, Y 1.5, D 5.5, total 10; states'
+     * work: s0 1, s1 3, s2 2.5, s3 4.5. Outputs: A 2e6, X = Y = D = 1e6 bytes; D holds 1e7
+     * parameter bytes. Two stages split after state k cost max(work(k), 10 - work(k),
+     * 2 out(k) / bw):  s0 max(1, 9, 4) = 9;  s1 max(3, 7, 6) = 7;  s2 max(2.5, 7.5, 6) = 7.5;
+     * s3 max(4.5, 5.5, 8) = 8 (A's output is counted at s3 as PipeDream does). One stage on
+     * 2 replicas: (10 + 4 * 1e7 / (2 * 1e9) s) / 2 = 15. Optimum: 7 ms, cut after s1 = {A,X},
+     * a prefix of the linear order. (A chain DP over the linear order would find 5.5 ms at
+     * {A,X,Y}, counting only X's and Y's outputs there.) */
+    dag_inst x;
+    sc_err err;
+    dag_init(&x, DATA "branch_shared.graph.txt", 2, 1e9);
+    assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+    assert_float_equal(x.part->objective_s, 0.007, 1e-12);
+    assert_int_equal(x.part->n_stages, 2);
+    assert_int_equal(x.part->first[0], 0);
+    assert_int_equal(x.part->last[0], 2); /* Input0, A, X */
+    assert_int_equal(x.part->last[1], 4); /* Y, D */
+    assert_int_equal(x.part->n_dev[0], 1);
+    assert_int_equal(x.part->n_dev[1], 1);
+    assert_string_equal(x.part->note, "");
+    dag_free(&x);
+}
+
+static void test_pipedream_non_prefix_cut(void **state)
+{
+    (void)state;
+    /* branch_cut, 3 GPUs at 1e12 B/s, outputs of 1 byte (transfers ~1e-12 s), every block
+     * 1e10 parameter bytes (a replica pair costs >= 4e10 / 2e12 s = 20 ms: never worth it).
+     * Work (ms): A 1, X 3.5, Y 2.5, D 3. Three stages along s2 {A,Y} | s3 (+X) | s4 (+D):
+     * max(3.5, 3.5, 3) = 3.5 ms, the optimum (through s1: {A,X} 4.5; from s0: A | X+Y or
+     * A | Y | X+D, both > 5). A chain DP over Input0, A, X, Y, D can reach only 4.5 ms.
+     * {A,Y} is not a prefix of the linear order: the first stage keeps its two blocks
+     * (plus Input0), i.e. blocks 0..2, and the plan says so. */
+    dag_inst x;
+    sc_err err;
+    dag_init(&x, DATA "branch_cut.graph.txt", 3, 1e12);
+    assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+    assert_float_equal(x.part->objective_s, 0.0035, 1e-12);
+    assert_int_equal(x.part->n_stages, 3);
+    assert_int_equal(x.part->last[0], 2);
+    assert_int_equal(x.part->first[1], 3);
+    assert_int_equal(x.part->last[1], 3);
+    assert_int_equal(x.part->first[2], 4);
+    assert_int_equal(x.part->last[2], 4);
+    assert_non_null(strstr(x.part->note, "1 cut(s) are not prefixes"));
+    dag_free(&x);
+}
+
+static void test_pipedream_chain_graph_unchanged(void **state)
+{
+    (void)state;
+    /* a graph.txt whose DAG is a path takes the chain DP: the same plan as the same blocks
+     * given without edges (a synthetic chain) */
+    const char *text = "node1 -- Input0 -- forward_compute_time=0, backward_compute_time=0, "
+                       "activation_size=0, parameter_size=0\n"
+                       "node2 -- A -- forward_compute_time=3000, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=1e9\n"
+                       "node3 -- B -- forward_compute_time=1000, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=0\n"
+                       "node4 -- C -- forward_compute_time=1000, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=0\n"
+                       "\tnode1 -- node2\n\tnode2 -- node3\n\tnode3 -- node4\n";
+    plan_profile *p = NULL;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_graph(&p, "chain.txt", text, &err), SC_OK);
+    assert_non_null(p->pred_start);
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 3, 1e10, 0, &err), SC_OK);
+    plan_cost *cost = NULL;
+    assert_int_equal(plan_cost_new(&cost, p, c, 8, 8, &err), SC_OK);
+    plan_partition *part = NULL;
+    assert_int_equal(plan_partition_new(&part, p->n_blocks, 3, &err), SC_OK);
+    plan_search_cfg cfg = {.cost = cost, .ref_cost = cost, .sched = PLAN_SCHED_1F1B, .n_micro = 8};
+    assert_int_equal(plan_partition_pipedream(&cfg, part, &err), SC_OK);
+    /* as in test_pipedream_objective: (5 + 4*2*1e9/(1e10*3)) / 3 on one 3-way stage */
+    assert_float_equal(part->objective_s, (5 + 8e9 / 3e10) / 3, 1e-12);
+    assert_int_equal(part->n_stages, 1);
+    plan_partition_destroy(&part);
+    plan_cost_destroy(&cost);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +555,10 @@ int main(void)
         cmocka_unit_test(test_pipedream_objective),
         cmocka_unit_test(test_exhaustive_refuses_large),
         cmocka_unit_test(test_shared_links),
+        cmocka_unit_test(test_antichain_states),
+        cmocka_unit_test(test_pipedream_shared_output),
+        cmocka_unit_test(test_pipedream_non_prefix_cut),
+        cmocka_unit_test(test_pipedream_chain_graph_unchanged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -55,6 +55,10 @@ static void test_json_profile(void **state)
     /* stash_bytes defaults to the activation */
     assert_true(p->blocks[1].stash_bytes == 4096);
     assert_int_equal(p->blocks[0].n_sizes, 2);
+    /* JSON profiles are chains: no graph */
+    assert_null(p->pred_start);
+    assert_null(p->pred);
+    assert_int_equal(p->dag_source, -1);
     plan_profile_destroy(&p);
     assert_null(p);
     plan_profile_destroy(&p);
@@ -105,6 +109,16 @@ static void test_graph_profile(void **state)
     assert_true(p->blocks[2].activation_bytes == 1030);
     assert_true(p->blocks[3].activation_bytes == 7);
     assert_true(p->blocks[1].parameter_bytes == 400);
+    /* the DAG is kept over the linear positions; the Input's edge and the dropped sink's
+     * edge are gone; node2 is the first source in file order once the Input is removed */
+    assert_non_null(p->pred_start);
+    assert_int_equal(p->n_input_blocks, 1);
+    assert_int_equal(p->dag_source, 1);
+    const int start[5] = {0, 0, 0, 1, 3}, pred[3] = {1, 1, 2};
+    for (int l = 0; l <= 4; l++)
+        assert_int_equal(p->pred_start[l], start[l]);
+    for (int e = 0; e < 3; e++)
+        assert_int_equal(p->pred[e], pred[e]);
     /* graph.txt times are for the whole minibatch: factor = samples / batch */
     double f, b;
     plan_profile_block_time(p, 1, 8, 32, &f, &b);

@@ -1,7 +1,8 @@
 /* worker/runtime/runner: pipelined training equals single-stage training with gradient
  * accumulation (GPT and VGG-style, gpipe and 1f1b, 2 and 4 stages, one thread per stage over zmq
- * loopback or local queues); checkpoints resume bit-exactly; a vanished neighbour fails the step
- * within the timeout; bad configurations are refused with clear messages. */
+ * loopback or local queues), also with replicated stages (every replica ends bit-identical);
+ * checkpoints resume bit-exactly; a vanished neighbour fails the step within the timeout; bad
+ * configurations are refused with clear messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -862,6 +863,263 @@ static void test_bad_config(void **state)
     expect_bad(c, SC_ERR_INVALID, "token models");
 }
 
+/* ---- replicated stages ---- */
+
+#define MAX_AGENTS 8
+
+/* A pipeline whose stage s runs as reps[s] replicas: runners in stage-major order. */
+typedef struct {
+    const run_spec *rs;
+    const int *reps;
+    int n; /* runners */
+    int stage_of[MAX_AGENTS], replica_of[MAX_AGENTS], base[8];
+    rt_runner *r[MAX_AGENTS];
+} repl_pipe;
+
+static void repl_open(repl_pipe *rp, const run_spec *rs, const int *reps)
+{
+    memset(rp, 0, sizeof *rp);
+    rp->rs = rs;
+    rp->reps = reps;
+    int nb = model_blocks(rs->model);
+    sc_err err;
+    sc_err_clear(&err);
+    for (int s = 0; s < rs->stages; s++) {
+        rp->base[s] = rp->n;
+        for (int k = 0; k < reps[s]; k++) {
+            rt_runner_cfg c = spec_cfg(rs, s, nb);
+            c.replicas = reps[s];
+            c.replica = k;
+            c.prev_replicas = s > 0 ? reps[s - 1] : 1;
+            c.next_replicas = s < rs->stages - 1 ? reps[s + 1] : 1;
+            assert_true(rp->n < MAX_AGENTS);
+            sc_status rc = rt_runner_new(&rp->r[rp->n], &c, &err);
+            if (rc != SC_OK)
+                print_error("stage %d replica %d: %s\n", s, k, err.msg);
+            assert_int_equal(rc, SC_OK);
+            rp->stage_of[rp->n] = s;
+            rp->replica_of[rp->n] = k;
+            rp->n++;
+        }
+    }
+    for (int i = 0; i < rp->n; i++) {
+        int s = rp->stage_of[i];
+        const char *prev[MAX_AGENTS], *next[MAX_AGENTS], *peers[MAX_AGENTS];
+        int np = s > 0 ? reps[s - 1] : 0, nn = s < rs->stages - 1 ? reps[s + 1] : 0;
+        for (int k = 0; k < np; k++)
+            prev[k] = rt_runner_endpoint(rp->r[rp->base[s - 1] + k]);
+        for (int k = 0; k < nn; k++)
+            next[k] = rt_runner_endpoint(rp->r[rp->base[s + 1] + k]);
+        for (int k = 0; k < reps[s]; k++)
+            peers[k] = k == rp->replica_of[i] ? NULL : rt_runner_endpoint(rp->r[rp->base[s] + k]);
+        sc_status rc = rt_runner_connect_group(rp->r[i], prev, np, next, nn, peers, reps[s], &err);
+        if (rc != SC_OK)
+            print_error("connect %d: %s\n", i, err.msg);
+        assert_int_equal(rc, SC_OK);
+    }
+}
+
+static void repl_run(repl_pipe *rp, uint64_t first_step, int steps, rt_report *reports)
+{
+    pthread_t th[MAX_AGENTS];
+    stage_job jobs[MAX_AGENTS];
+    for (int i = 0; i < rp->n; i++) {
+        jobs[i] = (stage_job){.r = rp->r[i], .first_step = first_step, .steps = steps};
+        assert_int_equal(pthread_create(&th[i], NULL, stage_thread, &jobs[i]), 0);
+    }
+    for (int i = 0; i < rp->n; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < rp->n; i++) {
+        if (jobs[i].rc != SC_OK)
+            print_error("runner %d: %s\n", i, jobs[i].err.msg);
+        assert_int_equal(jobs[i].rc, SC_OK);
+        if (reports != NULL)
+            reports[i] = jobs[i].last;
+    }
+}
+
+/* Every replica of a stage holds bit-identical parameters; returns replica 0's of every stage,
+ * concatenated. */
+static float *repl_params(repl_pipe *rp, size_t *count)
+{
+    size_t total = 0;
+    for (int s = 0; s < rp->rs->stages; s++)
+        total += rt_runner_param_count(rp->r[rp->base[s]]);
+    float *all = malloc(total * sizeof *all);
+    assert_non_null(all);
+    sc_err err;
+    size_t off = 0;
+    for (int s = 0; s < rp->rs->stages; s++) {
+        rt_runner *r0 = rp->r[rp->base[s]];
+        size_t n = rt_runner_param_count(r0);
+        assert_int_equal(rt_runner_params_to_host(r0, all + off, &err), SC_OK);
+        float *other = malloc(n * sizeof *other + 1);
+        for (int k = 1; k < rp->reps[s]; k++) {
+            rt_runner *rk = rp->r[rp->base[s] + k];
+            assert_int_equal(rt_runner_param_count(rk), n);
+            assert_int_equal(rt_runner_params_to_host(rk, other, &err), SC_OK);
+            assert_memory_equal(other, all + off, n * sizeof *other);
+        }
+        free(other);
+        off += n;
+    }
+    *count = total;
+    return all;
+}
+
+static void repl_close(repl_pipe *rp)
+{
+    for (int i = 0; i < rp->n; i++)
+        rt_runner_destroy(&rp->r[i]);
+}
+
+static void check_replicated(const run_spec *rs, const int *reps)
+{
+    size_t n_ref = 0, n_pipe = 0;
+    float *init = NULL;
+    float *ref = train_reference(rs, &n_ref, &init);
+    repl_pipe rp;
+    repl_open(&rp, rs, reps);
+    rt_report rep[MAX_AGENTS];
+    repl_run(&rp, 1, rs->steps, rep);
+    float *got = repl_params(&rp, &n_pipe);
+    assert_int_equal(n_pipe, n_ref);
+    assert_params_close(got, ref, init, n_ref);
+    int last = rs->stages - 1;
+    for (int i = 0; i < rp.n; i++) {
+        int s = rp.stage_of[i], k = rp.replica_of[i];
+        /* round-robin: replica k runs micro-batches k, k + r, ... */
+        assert_int_equal(rep[i].microbatches, (rs->microbatches - k + reps[s] - 1) / reps[s]);
+        assert_int_equal(rep[i].has_loss, s == last);
+        assert_true(rep[i].max_inflight <= rep[i].slots);
+        /* the loss is the whole batch's, the same on every replica of the last stage */
+        if (s == last)
+            assert_true(rep[i].loss == rep[rp.base[last]].loss && rep[i].loss > 0.0);
+    }
+    free(got);
+    free(ref);
+    free(init);
+    repl_close(&rp);
+}
+
+static void test_replicated_equivalence(void **state)
+{
+    (void)state;
+    static const int first2[] = {2, 1}, middle2[] = {1, 2, 1}, last2[] = {1, 2};
+    static const struct {
+        run_spec rs;
+        const int *reps;
+    } cases[] = {
+        {{GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0}, first2},
+        {{GPT_JSON, "1f1b", 2, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, first2},
+        {{MLP_JSON, "gpipe", 2, 8, 4, 3, "sgd", "local", NULL, NULL, NULL, 0}, first2},
+        {{MLP_JSON, "1f1b", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0}, first2},
+        {{GPT_JSON, "gpipe", 3, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, middle2},
+        {{GPT_JSON, "1f1b", 3, 8, 4, 3, "sgd", "zmq", NULL, NULL, NULL, 0}, middle2},
+        {{MLP_JSON, "gpipe", 3, 8, 4, 3, "sgd", "zmq", NULL, NULL, NULL, 0}, middle2},
+        {{MLP_JSON, "1f1b", 3, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, middle2},
+        /* the last stage replicated (below: a lone stage as 3 replicas, m = 4, unequal sizes) */
+        {{GPT_JSON, "1f1b", 2, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 0}, last2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_replicated(&cases[i].rs, cases[i].reps);
+    static const int three[] = {3};
+    static const int sizes[] = {1, 2, 3, 2};
+    const run_spec lone = {MLP_JSON, "gpipe", 1, 8, 4, 3, "adamw", "local", NULL, NULL, sizes, 0};
+    check_replicated(&lone, three);
+}
+
+/* Replica 0 writes the stage's checkpoint, the others skip; every replica loads the same file
+ * and they stay identical. */
+static void test_replicated_checkpoint(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sc_test_rckpt_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    static const int reps[] = {2, 1};
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 8, 4, 0, "adamw", "local", NULL, NULL, NULL, 0};
+    sc_err err;
+    sc_err_clear(&err);
+    repl_pipe a, b;
+    repl_open(&a, &rs, reps);
+    repl_run(&a, 1, 2, NULL);
+    for (int i = 0; i < a.n; i++)
+        assert_int_equal(rt_runner_save(a.r[i], dir, 2, &err), SC_OK);
+    repl_run(&a, 3, 2, NULL);
+    size_t n1 = 0, n2 = 0;
+    float *p1 = repl_params(&a, &n1);
+    repl_open(&b, &rs, reps);
+    for (int i = 0; i < b.n; i++)
+        assert_int_equal(rt_runner_load(b.r[i], dir, 2, &err), SC_OK);
+    repl_run(&b, 3, 2, NULL);
+    float *p2 = repl_params(&b, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(p1, p2, n1 * sizeof *p1);
+    for (int s = 0; s < 2; s++) {
+        char path[1400];
+        rt_runner_checkpoint_path(a.r[a.base[s]], dir, 2, path, sizeof path);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(rmdir(dir), 0); /* two files only: replica 1 wrote none */
+    free(p1);
+    free(p2);
+    repl_close(&a);
+    repl_close(&b);
+}
+
+static void test_replicated_bad_config(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 8, 4, 1, "adamw", "local", NULL, NULL, NULL, 0};
+    rt_runner_cfg c = spec_cfg(&rs, 0, 4);
+    c.replicas = 2;
+    c.replica = 2;
+    expect_bad(c, SC_ERR_INVALID, "replica 2 of replicas 2");
+    c.replicas = 0;
+    c.replica = 0;
+    expect_bad(c, SC_ERR_INVALID, "replicas >= 1");
+    c = spec_cfg(&rs, 1, 4);
+    c.prev_replicas = 0;
+    expect_bad(c, SC_ERR_INVALID, "prev_replicas 0");
+    c = spec_cfg(&rs, 0, 4);
+    c.replicas = 5;
+    c.replica = 4;
+    expect_bad(c, SC_ERR_INVALID, "microbatches >= replicas");
+    c = spec_cfg(&rs, 1, 4);
+    c.prev_replicas = 8;
+    expect_bad(c, SC_ERR_INVALID, "microbatches >= replicas");
+    c = spec_cfg(&rs, 0, 4);
+    c.replicas = 2;
+    c.schedule = "pipedream";
+    expect_bad(c, SC_ERR_UNSUPPORTED, "valid with replicas");
+
+    /* connecting: the plain call is refused, and so are wrong endpoint counts */
+    sc_err err;
+    sc_err_clear(&err);
+    rt_runner *r = NULL;
+    c = spec_cfg(&rs, 1, 4);
+    c.prev_replicas = 2;
+    assert_int_equal(rt_runner_new(&r, &c, &err), SC_OK);
+    assert_int_equal(rt_runner_connect(r, "local://x", NULL, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "rt_runner_connect_group"));
+    const char *one[] = {"local://a"}, *two[] = {"local://a", ""};
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_connect_group(r, one, 1, NULL, 0, NULL, 0, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "1 previous-stage endpoints given, expected 2"));
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_connect_group(r, two, 2, NULL, 0, NULL, 0, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "previous-stage endpoint 1 is empty"));
+    /* not connected: a step fails cleanly */
+    sc_err_clear(&err);
+    rt_runner_destroy(&r);
+    c = spec_cfg(&rs, 0, 4);
+    c.replicas = 2;
+    assert_int_equal(rt_runner_new(&r, &c, &err), SC_OK);
+    assert_int_equal(rt_runner_step(r, 1, NULL, &err), SC_ERR_PRECONDITION);
+    assert_non_null(strstr(err.msg, "connect_group"));
+    rt_runner_destroy(&r);
+}
+
 int main(void)
 {
     /* clang-format off */
@@ -878,6 +1136,9 @@ int main(void)
         cmocka_unit_test(test_peer_gone),
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_replicated_equivalence),
+        cmocka_unit_test(test_replicated_checkpoint),
+        cmocka_unit_test(test_replicated_bad_config),
     };
     /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,10 @@
 /*
  * rt runner: executes one stage's action list per iteration (see runner.h).
  * Not here: choosing the plan, talking to the coordinator (the worker agent does both).
- * Invariant: a micro-batch mb lives in activation slot mb % slots from its F to its B; in-order
- * schedules never hold more than `slots` consecutive micro-batches, so slots never collide, and
- * slot_mb[] checks it on every F and B.
+ * Invariant: a micro-batch mb lives in activation slot (mb / replicas) % slots from its F to its
+ * B (mb / replicas numbers this replica's own micro-batches consecutively); in-order schedules
+ * never hold more than `slots` consecutive ones, so slots never collide, and slot_mb[] checks it
+ * on every F and B.
  */
 #include "worker/runtime/runner.h"
 
@@ -69,6 +70,22 @@ struct rt_runner {
     uint64_t *ver_fwd;   /* [m] version each micro-batch's forward used, this step */
     uint64_t *ver_bwd;   /* [m] version its backward used */
     char endpoint[RT_ENDPOINT_MAX];
+    /* Replicated stages. The action list run is the schedule's list of this stage restricted to
+     * this replica's micro-batches (acts, owned, when group; else the schedule's own list). */
+    int nrep, rep, nrep_prev, nrep_next;
+    bool group;      /* some replica count around this stage is > 1: the routed transports */
+    rt_action *acts; /* [nacts] */
+    int nacts;
+    int own_mbs;               /* micro-batches this replica runs */
+    int own_samples;           /* their samples */
+    rt_transport_cfg link_cfg; /* for the send-only links below */
+    /* group only: send-only transports, one per destination (each also binds a throwaway inbox
+     * nobody connects to, since a transport always has one); NULL where not needed. */
+    rt_transport **link_prev; /* [nrep_prev]: replica k of the previous stage */
+    rt_transport **link_next; /* [nrep_next] */
+    rt_transport **link_peer; /* [nrep]: the other replicas of this stage */
+    unsigned char *red_in;    /* a peer's gradients and loss during the all-reduce */
+    float *red_sum;           /* [np] the sum in replica order */
 };
 
 rt_runner_cfg rt_runner_cfg_default(void)
@@ -89,6 +106,10 @@ rt_runner_cfg rt_runner_cfg_default(void)
     c.bind_endpoint = "tcp://127.0.0.1:0";
     c.timeout_ms = 30000;
     c.sliced_warmup = -1;
+    c.replicas = 1;
+    c.replica = 0;
+    c.prev_replicas = 1;
+    c.next_replicas = 1;
     return c;
 }
 
@@ -98,6 +119,18 @@ void rt_runner_destroy(rt_runner **rp)
         return;
     rt_runner *r = *rp;
     rt_transport_destroy(&r->tr);
+    for (int k = 0; r->link_prev != NULL && k < r->nrep_prev; k++)
+        rt_transport_destroy(&r->link_prev[k]);
+    for (int k = 0; r->link_next != NULL && k < r->nrep_next; k++)
+        rt_transport_destroy(&r->link_next[k]);
+    for (int k = 0; r->link_peer != NULL && k < r->nrep; k++)
+        rt_transport_destroy(&r->link_peer[k]);
+    free(r->link_prev);
+    free(r->link_next);
+    free(r->link_peer);
+    free(r->acts);
+    free(r->red_in);
+    free(r->red_sum);
     rt_data_destroy(&r->data);
     rt_schedule_destroy(&r->sched);
     kn_stage_destroy(&r->st);
@@ -185,6 +218,64 @@ static sc_status check_layout(const rt_runner_cfg *c, int nblocks, sc_err *err)
     if (c->timeout_ms <= 0)
         return SC_ERRF(err, SC_ERR_INVALID, "runner: timeout_ms must be > 0, got %d",
                        c->timeout_ms);
+    if (c->replicas < 1 || c->replica < 0 || c->replica >= c->replicas)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: replica %d of replicas %d; valid: replicas >= 1, replica "
+                       "0..replicas-1",
+                       c->replica, c->replicas);
+    if (c->prev_replicas < 1 || c->next_replicas < 1)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: prev_replicas %d, next_replicas %d; each must be >= 1 (1 when "
+                       "the neighbour is not replicated or absent)",
+                       c->prev_replicas, c->next_replicas);
+    return SC_OK;
+}
+
+/* Replicated stages: the restricted action list and its checks. The runner knows the replica
+ * counts of its own stage and its two neighbours only, so the dry run assumes the others are
+ * unreplicated (the plan's whole vector can be checked with rt_schedule_validate_replicas). */
+static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced, sc_err *err)
+{
+    r->nrep = c->replicas;
+    r->rep = c->replica;
+    r->nrep_prev = r->first ? 1 : c->prev_replicas;
+    r->nrep_next = r->last ? 1 : c->next_replicas;
+    r->group = r->nrep > 1 || r->nrep_prev > 1 || r->nrep_next > 1;
+    if (!r->group) {
+        r->own_mbs = r->m;
+        r->own_samples = r->batch;
+        r->slots = r->sched->slots[r->s];
+        return SC_OK;
+    }
+    if (sliced || r->pipedream)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "runner: schedule \"%s\" with replicated stages; valid with replicas: "
+                       "\"gpipe\", \"1f1b\"",
+                       c->schedule);
+    int most = r->nrep > r->nrep_prev ? r->nrep : r->nrep_prev;
+    most = r->nrep_next > most ? r->nrep_next : most;
+    if (most > r->m)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: %d replicas (stage %d: replicas %d, prev_replicas %d, "
+                       "next_replicas %d) but only %d micro-batches; every replica needs one: "
+                       "microbatches >= replicas",
+                       most, r->s, r->nrep, r->nrep_prev, r->nrep_next, r->m);
+    int *vec = calloc((size_t)r->p, sizeof *vec);
+    SC_ALLOC_CHECK(vec, err);
+    for (int st = 0; st < r->p; st++)
+        vec[st] = st == r->s       ? r->nrep
+                  : st == r->s - 1 ? r->nrep_prev
+                  : st == r->s + 1 ? r->nrep_next
+                                   : 1;
+    sc_status rc = rt_schedule_validate_replicas(r->sched, vec, err);
+    free(vec);
+    SC_CHECK(rc);
+    SC_CHECK(
+        rt_schedule_restrict(r->sched, r->s, r->nrep, r->rep, &r->acts, &r->nacts, &r->slots, err));
+    for (int j = r->rep; j < r->m; j += r->nrep) {
+        r->own_mbs++;
+        r->own_samples += r->mb_size[j];
+    }
     return SC_OK;
 }
 
@@ -305,7 +396,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     r->extra_b_s = c->extra_backward_s;
 
     SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
-    r->slots = r->sched->slots[r->s];
+    SC_CHECK(plan_replicas(r, c, sliced, err));
     int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);
     if (r->slots > bound)
         return SC_ERRF(err, SC_ERR_INTERNAL,
@@ -344,7 +435,16 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         dc.classes = kn_model_classes(r->model);
         SC_CHECK(rt_data_new(&r->data, &dc, err));
     }
-    if (r->p > 1) {
+    if (r->group) {
+        r->red_in = malloc(r->np * sizeof(float) + sizeof(double) + 1);
+        r->red_sum = malloc(r->np * sizeof(float) + 1);
+        r->link_prev = calloc((size_t)r->nrep_prev, sizeof *r->link_prev);
+        r->link_next = calloc((size_t)r->nrep_next, sizeof *r->link_next);
+        r->link_peer = calloc((size_t)r->nrep, sizeof *r->link_peer);
+        if (!r->red_in || !r->red_sum || !r->link_prev || !r->link_next || !r->link_peer)
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating replica buffers");
+    }
+    if (r->p > 1 || r->nrep > 1) {
         rt_transport_cfg tc = rt_transport_cfg_default();
         SC_CHECK(rt_transport_kind_parse(c->transport, "transport", &tc.kind, err));
         if (c->bind_endpoint != NULL)
@@ -355,6 +455,9 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         tc.tag = c->tag;
         SC_CHECK(rt_transport_new(&r->tr, &tc, err));
         sc_strlcpy(r->endpoint, rt_transport_endpoint(r->tr), sizeof r->endpoint);
+        r->link_cfg = tc;
+        r->link_cfg.bind_endpoint =
+            tc.kind == RT_TRANSPORT_LOCAL ? "local://" : "tcp://127.0.0.1:0";
     }
     return SC_OK;
 }
@@ -381,15 +484,74 @@ const char *rt_runner_endpoint(const rt_runner *r)
 sc_status rt_runner_connect(rt_runner *r, const char *prev_endpoint, const char *next_endpoint,
                             sc_err *err)
 {
-    if (r->tr == NULL)
-        return SC_OK; /* a single stage has no neighbours */
+    if (r->group)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: stage %d replica %d is replicated or has replicated neighbours "
+                       "(replicas %d, prev_replicas %d, next_replicas %d): use "
+                       "rt_runner_connect_group",
+                       r->s, r->rep, r->nrep, r->nrep_prev, r->nrep_next);
     bool has_prev = prev_endpoint != NULL && prev_endpoint[0] != '\0';
     bool has_next = next_endpoint != NULL && next_endpoint[0] != '\0';
-    if (has_prev == r->first || has_next == r->last)
+    return rt_runner_connect_group(r, &prev_endpoint, has_prev ? 1 : 0, &next_endpoint,
+                                   has_next ? 1 : 0, NULL, 0, err);
+}
+
+static bool endpoint_given(const char *ep)
+{
+    return ep != NULL && ep[0] != '\0';
+}
+
+/* A send-only link to `endpoint`: both directions point at it, so an activation and a gradient
+ * sent on it both land in that inbox. */
+static sc_status link_open(rt_runner *r, const char *endpoint, rt_transport **out, sc_err *err)
+{
+    rt_transport_destroy(out);
+    SC_CHECK(rt_transport_new(out, &r->link_cfg, err));
+    return rt_transport_connect(*out, endpoint, endpoint, err);
+}
+
+static sc_status check_eps(const rt_runner *r, const char *what, const char *const *eps, int n,
+                           int want, int skip, sc_err *err)
+{
+    if (n != want || (n > 0 && eps == NULL))
         return SC_ERRF(err, SC_ERR_INVALID,
-                       "runner: stage %d of %d needs %s previous and %s next endpoint", r->s, r->p,
-                       r->first ? "no" : "a", r->last ? "no" : "a");
-    return rt_transport_connect(r->tr, prev_endpoint, next_endpoint, err);
+                       "runner: stage %d of %d replica %d: %d %s endpoints given, expected %d",
+                       r->s, r->p, r->rep, n, what, want);
+    for (int k = 0; k < n; k++)
+        if (k != skip && !endpoint_given(eps[k]))
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner: stage %d replica %d: %s endpoint %d is empty", r->s, r->rep,
+                           what, k);
+    return SC_OK;
+}
+
+sc_status rt_runner_connect_group(rt_runner *r, const char *const *prev_eps, int n_prev,
+                                  const char *const *next_eps, int n_next,
+                                  const char *const *peer_eps, int n_peers, sc_err *err)
+{
+    SC_CHECK(
+        check_eps(r, "previous-stage", prev_eps, n_prev, r->first ? 0 : r->nrep_prev, -1, err));
+    SC_CHECK(check_eps(r, "next-stage", next_eps, n_next, r->last ? 0 : r->nrep_next, -1, err));
+    if (!(r->nrep == 1 && n_peers == 0))
+        SC_CHECK(check_eps(r, "peer-replica", peer_eps, n_peers, r->nrep, r->rep, err));
+    if (r->tr == NULL)
+        return SC_OK; /* a single unreplicated stage has no one to talk to */
+    if (!r->group)
+        return rt_transport_connect(r->tr, n_prev > 0 ? prev_eps[0] : NULL,
+                                    n_next > 0 ? next_eps[0] : NULL, err);
+    /* Routed: every send goes over the link of its destination; everything arrives in the own
+     * inbox, told apart by (kind, step, micro-batch). Both directions of the inbox's transport
+     * point at the inbox itself so it may receive either kind (the all-reduce uses gradients)
+     * whatever the stage's position. */
+    SC_CHECK(rt_transport_connect(r->tr, r->endpoint, r->endpoint, err));
+    for (int k = 0; k < n_prev; k++)
+        SC_CHECK(link_open(r, prev_eps[k], &r->link_prev[k], err));
+    for (int k = 0; k < n_next; k++)
+        SC_CHECK(link_open(r, next_eps[k], &r->link_next[k], err));
+    for (int k = 0; k < n_peers && r->nrep > 1; k++)
+        if (k != r->rep)
+            SC_CHECK(link_open(r, peer_eps[k], &r->link_peer[k], err));
+    return SC_OK;
 }
 
 /* Benchmarks: stand-in compute time. Sleeping rather than spinning keeps the measurement of a
@@ -405,13 +567,69 @@ static void extra_compute(double seconds)
 
 static int slot_of(const rt_runner *r, int mb)
 {
-    return mb % r->slots;
+    return (mb / r->nrep) % r->slots;
 }
 
-/* Runs the optimizer on the host copies, exactly as kn_stage_step does on the device. */
-static sc_status optimizer_step(rt_runner *r, sc_err *err)
+/* Activations go to replica mb % next_replicas of the next stage, gradients to replica
+ * mb % prev_replicas of the previous one. */
+static sc_status send_routed(rt_runner *r, rt_msg_kind kind, uint64_t step, int mb,
+                             const void *data, size_t bytes, sc_err *err)
 {
-    SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+    rt_transport *t = r->tr;
+    if (r->group)
+        t = kind == RT_MSG_ACTIVATION ? r->link_next[mb % r->nrep_next]
+                                      : r->link_prev[mb % r->nrep_prev];
+    if (t == NULL)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "runner stage %d replica %d: not connected (call rt_runner_connect_group)",
+                       r->s, r->rep);
+    return rt_transport_send(t, kind, step, mb, data, bytes, err);
+}
+
+/* The replicas' all-reduce of the host gradients (and of the last stage's loss sum): each sends
+ * its own to every peer, then every replica adds all of them in replica order 0..r-1, so all get
+ * bit-identical sums. Messages are gradients of micro-batch -1-k (k the sender), which no real
+ * micro-batch uses. */
+static sc_status allreduce_grads(rt_runner *r, uint64_t step, double *loss_sum, sc_err *err)
+{
+    size_t gbytes = r->np * sizeof(float), bytes = gbytes + sizeof(double);
+    memcpy(r->red_in, r->grads, gbytes);
+    memcpy(r->red_in + gbytes, loss_sum, sizeof(double));
+    for (int k = 0; k < r->nrep; k++) {
+        if (k == r->rep)
+            continue;
+        if (r->link_peer[k] == NULL)
+            return SC_ERRF(err, SC_ERR_PRECONDITION,
+                           "runner stage %d replica %d: no link to replica %d (call "
+                           "rt_runner_connect_group)",
+                           r->s, r->rep, k);
+        SC_CHECK(rt_transport_send(r->link_peer[k], RT_MSG_GRADIENT, step, -1 - r->rep, r->red_in,
+                                   bytes, err));
+    }
+    memset(r->red_sum, 0, gbytes);
+    double loss = 0.0, own_loss = *loss_sum;
+    for (int k = 0; k < r->nrep; k++) {
+        const float *g = r->grads;
+        double l = own_loss;
+        if (k != r->rep) {
+            SC_CHECK(
+                rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, -1 - k, r->red_in, bytes, err));
+            g = (const float *)r->red_in;
+            memcpy(&l, r->red_in + gbytes, sizeof l);
+        }
+        for (size_t i = 0; i < r->np; i++)
+            r->red_sum[i] += g[i];
+        loss += l;
+    }
+    memcpy(r->grads, r->red_sum, gbytes);
+    *loss_sum = loss;
+    return SC_OK;
+}
+
+/* Runs the optimizer on the host copies, exactly as kn_stage_step does on the device, with the
+ * gradients already in r->grads. */
+static sc_status optimizer_apply(rt_runner *r, sc_err *err)
+{
     const kn_optim_cfg *o = &r->optim;
     r->opt_t++;
     for (int i = 0; i < r->nb; i++) {
@@ -438,12 +656,18 @@ static sc_status optimizer_step(rt_runner *r, sc_err *err)
     return kn_stage_params_from_host(r->st, r->params, err);
 }
 
+static sc_status optimizer_step(rt_runner *r, sc_err *err)
+{
+    SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+    return optimizer_apply(r, err);
+}
+
 static sc_status slot_error(const rt_runner *r, const char *what, int mb, sc_err *err)
 {
     return SC_ERRF(err, SC_ERR_INTERNAL,
-                   "runner stage %d: %s of micro-batch %d finds slot %d holding micro-batch %d "
-                   "(%d slots)",
-                   r->s, what, mb, slot_of(r, mb), r->slot_mb[slot_of(r, mb)], r->slots);
+                   "runner stage %d replica %d: %s of micro-batch %d finds slot %d holding "
+                   "micro-batch %d (%d slots)",
+                   r->s, r->rep, what, mb, slot_of(r, mb), r->slot_mb[slot_of(r, mb)], r->slots);
 }
 
 static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_report *rep,
@@ -487,7 +711,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         if (r->slot_mb[slot] != mb)
             return slot_error(r, "send of the output", mb, err);
         SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
-        SC_CHECK(rt_transport_send(r->tr, RT_MSG_ACTIVATION, step, mb, r->out_buf, out_bytes, err));
+        SC_CHECK(send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf, out_bytes, err));
         break;
     case RT_ACT_RECV_B:
         SC_CHECK(rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, mb, r->gout_buf, out_bytes, err));
@@ -525,13 +749,19 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                            "runner stage %d: SEND_B of micro-batch %d "
                            "after the backward of %d",
                            r->s, mb, r->gin_mb);
-        SC_CHECK(rt_transport_send(r->tr, RT_MSG_GRADIENT, step, mb, r->gin_buf,
-                                   M * r->in_elems * sizeof(float), err));
+        SC_CHECK(send_routed(r, RT_MSG_GRADIENT, step, mb, r->gin_buf,
+                             M * r->in_elems * sizeof(float), err));
         break;
     case RT_ACT_OPT:
         if (r->pipedream)
             break; /* stepped after every backward */
-        SC_CHECK(optimizer_step(r, err));
+        SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+        if (r->nrep > 1) {
+            SC_CHECK(allreduce_grads(r, step, loss_sum, err));
+            rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
+            t0 = sc_clock_now_s();
+        }
+        SC_CHECK(optimizer_apply(r, err));
         rep->optimizer_s += sc_clock_now_s() - t0;
         break;
     }
@@ -552,8 +782,10 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     sc_status rc = kn_stage_zero_grads(r->st, err);
     int inflight = 0;
     double loss_sum = 0.0;
-    for (int i = 0; rc == SC_OK && i < r->sched->count[r->s]; i++)
-        rc = run_action(r, step, &r->sched->actions[r->s][i], &rep, &inflight, &loss_sum, err);
+    const rt_action *acts = r->group ? r->acts : r->sched->actions[r->s];
+    int nacts = r->group ? r->nacts : r->sched->count[r->s];
+    for (int i = 0; rc == SC_OK && i < nacts; i++)
+        rc = run_action(r, step, &acts[i], &rep, &inflight, &loss_sum, err);
     if (rc == SC_OK && rep.max_inflight > r->slots)
         rc = SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: %d micro-batches in flight, %d slots",
                      r->s, rep.max_inflight, r->slots);
@@ -565,10 +797,10 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     }
     rep.iteration_s = sc_clock_now_s() - t0;
     rep.busy_s = rep.forward_s + rep.backward_s + rep.optimizer_s;
-    rep.samples_per_s = rep.iteration_s > 0.0 ? (double)r->batch / rep.iteration_s : 0.0;
+    rep.samples_per_s = rep.iteration_s > 0.0 ? (double)r->own_samples / rep.iteration_s : 0.0;
     rep.has_loss = r->last;
     rep.loss = r->last ? loss_sum / (double)r->batch : 0.0;
-    rep.microbatches = r->m;
+    rep.microbatches = r->own_mbs;
     rep.weight_version_forward = r->pipedream ? r->ver_fwd : NULL;
     rep.weight_version_backward = r->pipedream ? r->ver_bwd : NULL;
     rep.slots = r->slots;
@@ -583,6 +815,15 @@ void rt_runner_abort(rt_runner *r)
 {
     if (r->tr != NULL)
         rt_transport_abort(r->tr);
+    for (int k = 0; r->link_prev != NULL && k < r->nrep_prev; k++)
+        if (r->link_prev[k] != NULL)
+            rt_transport_abort(r->link_prev[k]);
+    for (int k = 0; r->link_next != NULL && k < r->nrep_next; k++)
+        if (r->link_next[k] != NULL)
+            rt_transport_abort(r->link_next[k]);
+    for (int k = 0; r->link_peer != NULL && k < r->nrep; k++)
+        if (r->link_peer[k] != NULL)
+            rt_transport_abort(r->link_peer[k]);
 }
 
 size_t rt_runner_param_count(const rt_runner *r)
@@ -637,6 +878,8 @@ void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t ste
 
 sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
 {
+    if (r->rep > 0)
+        return SC_OK; /* the replicas are bit-identical: replica 0 writes for all */
     char path[1200], tmp[1300];
     rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());

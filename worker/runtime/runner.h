@@ -20,8 +20,21 @@
  * backward, which uses the weights its forward used (up to min(p-s, m) versions kept). The
  * pipeline still drains at the end of each rt_runner_step, so unlike PipeDream proper it keeps the
  * 1f1b bubble; the versions and staleness are PipeDream's within a step.
+ * Replicated (data-parallel) stages: a stage may run as r copies (cfg replicas / replica), each a
+ * runner of its own. Micro-batch j of an iteration runs on copy j % r of every stage, so its
+ * activation goes from copy j % r_prev of the previous stage to copy j % r of this one and its
+ * gradient back the same way; each copy runs its stage's action list restricted to its own
+ * micro-batches (checked deadlock-free by a dry run over the stage, its neighbours and their
+ * copies). At OPT the copies all-reduce their host gradients over the transport (every copy sends
+ * its own to all others and adds all r in copy order, so the sums are bit-identical), then each
+ * steps its own parameters: the copies stay bit-identical, and the result equals unreplicated
+ * training. The last stage's copies also sum their losses, so each reports the batch loss.
+ * With replicas: gpipe and 1f1b only, m >= the largest of the three replica counts (m need not be
+ * a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes checkpoints, every
+ * copy loads the same file.
  * Not here: the asynchronous steady state across steps, sizes that differ per stage ("unequal",
- * re-slicing at stage boundaries), replicated stages, the nccl transport (SC_ERR_UNSUPPORTED).
+ * re-slicing at stage boundaries), pipedream or sliced with replicas, device-side (NCCL)
+ * all-reduce, the nccl transport (SC_ERR_UNSUPPORTED).
  * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m)) are ever
  * in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
@@ -66,6 +79,14 @@ typedef struct {
      * each cut into two halves run as separate micro-batches, so downstream stages start after
      * half a forward. -1 (the default) means n_stages - 1; capped at microbatches. */
     int sliced_warmup;
+    /* Replicated (data-parallel) stages: this stage runs as `replicas` copies (>= 1), this runner
+     * being copy `replica` (0..replicas-1); the neighbouring stages have prev_replicas and
+     * next_replicas copies (>= 1; ignored for the first / last stage). Micro-batch j runs on copy
+     * j % r of every stage; before the optimizer step the copies of a stage all-reduce their
+     * gradients in host memory over the transport. Needs replicas <= the micro-batches run and the
+     * "gpipe" or "1f1b" schedule when any of the three is > 1. Defaults 1, 0, 1, 1. */
+    int replicas, replica;
+    int prev_replicas, next_replicas;
 } rt_runner_cfg;
 
 typedef struct {
@@ -75,9 +96,11 @@ typedef struct {
     double iteration_s; /* wall time of rt_runner_step */
     double busy_s;      /* forward + backward + optimizer compute */
     double forward_s, backward_s, optimizer_s;
-    double wait_s;               /* blocked in receives */
-    double samples_per_s;        /* batch_size / iteration_s */
-    int microbatches;            /* micro-batches run (with the sliced warm-up halves) */
+    double wait_s;               /* blocked in receives and in the replicas' all-reduce */
+    double samples_per_s;        /* samples this replica ran / iteration_s (batch_size / iteration_s
+                                  * unreplicated) */
+    int microbatches;            /* micro-batches run by this replica (with the sliced warm-up
+                                  * halves) */
     int max_inflight;            /* most micro-batches held at once this iteration */
     int slots;                   /* activation slots allocated */
     int n_blocks;                /* last_block - first_block + 1 */
@@ -108,9 +131,20 @@ void rt_runner_destroy(rt_runner **r);
 const char *rt_runner_endpoint(const rt_runner *r);
 
 /* Connects to the neighbours' endpoints (NULL/"" for the first stage's prev and the last stage's
- * next). Must be called before rt_runner_step when n_stages > 1. */
+ * next). Must be called before rt_runner_step when n_stages > 1. The unreplicated case of
+ * rt_runner_connect_group (refused with SC_ERR_INVALID when any replica count is > 1). */
 sc_status rt_runner_connect(rt_runner *r, const char *prev_endpoint, const char *next_endpoint,
                             sc_err *err);
+
+/* Connects a possibly replicated stage: prev_eps[k] is the endpoint of replica k of the previous
+ * stage (n_prev == prev_replicas; 0 for the first stage), next_eps[k] of replica k of the next
+ * stage (n_next == next_replicas; 0 for the last stage), peer_eps[k] of replica k of this stage
+ * (n_peers == replicas; this replica's own slot is ignored and may be NULL; n_peers may be 0 when
+ * replicas == 1). A count or endpoint that does not fit the configuration is SC_ERR_INVALID. Must
+ * be called before rt_runner_step when n_stages > 1 or replicas > 1. */
+sc_status rt_runner_connect_group(rt_runner *r, const char *const *prev_eps, int n_prev,
+                                  const char *const *next_eps, int n_next,
+                                  const char *const *peer_eps, int n_peers, sc_err *err);
 
 /* One training iteration of `step` (the data of the batch depends on it; steps need not be
  * consecutive). Fills `report` (may be NULL). A neighbour that disappears makes this return
@@ -118,7 +152,8 @@ sc_status rt_runner_connect(rt_runner *r, const char *prev_endpoint, const char 
  * rt_runner_load() (its gradients and in-flight activations are partial). */
 sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err *err);
 
-/* Checkpoint of this stage after `step`: `dir`/stage<S>-step<N>.ckpt with a magic, version,
+/* Checkpoint of this stage after `step` (replica 0 only; other replicas return SC_OK and write
+ * nothing): `dir`/stage<S>-step<N>.ckpt with a magic, version,
  * block range, optimizer kind, the parameters, the optimizer state and a checksum; written to a
  * temporary name and renamed, so a crash never leaves a partial file under the final name. */
 sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err);

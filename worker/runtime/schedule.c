@@ -301,3 +301,125 @@ sc_status rt_schedule_validate(rt_schedule *s, sc_err *err)
         rc = dry_run(s, err);
     return rc;
 }
+
+sc_status rt_schedule_restrict(const rt_schedule *s, int stage, int replicas, int replica,
+                               rt_action **out, int *count, int *slots, sc_err *err)
+{
+    *out = NULL;
+    *count = 0;
+    *slots = 0;
+    if (stage < 0 || stage >= s->stages || replicas < 1 || replica < 0 || replica >= replicas)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "schedule: replica %d of %d of stage %d (of %d); valid: replicas >= 1, "
+                       "replica 0..replicas-1",
+                       replica, replicas, stage, s->stages);
+    rt_action *a = malloc(((size_t)s->count[stage] + 1) * sizeof *a);
+    SC_ALLOC_CHECK(a, err);
+    int n = 0, inflight = 0;
+    for (int i = 0; i < s->count[stage]; i++) {
+        const rt_action *x = &s->actions[stage][i];
+        if (x->kind != RT_ACT_OPT && x->mb % replicas != replica)
+            continue;
+        a[n++] = *x;
+        if (x->kind == RT_ACT_F && ++inflight > *slots)
+            *slots = inflight;
+        if (x->kind == RT_ACT_B)
+            inflight--;
+    }
+    *out = a;
+    *count = n;
+    return SC_OK;
+}
+
+/* One agent of the replicated dry run: replica k of stage st and its restricted list. */
+typedef struct {
+    int st, k, count, pc;
+    rt_action *acts;
+} dry_agent;
+
+sc_status rt_schedule_validate_replicas(const rt_schedule *s, const int *replicas, sc_err *err)
+{
+    int p = s->stages, m = s->microbatches, n = 0;
+    for (int st = 0; st < p; st++) {
+        int r = replicas != NULL ? replicas[st] : 1;
+        if (r < 1 || r > m)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "schedule: stage %d has %d replicas; valid: 1..microbatches (%d), so "
+                           "that every replica runs a micro-batch",
+                           st, r, m);
+        n += r;
+    }
+    dry_agent *ag = calloc((size_t)n, sizeof *ag);
+    int *at_opt = calloc((size_t)p, sizeof *at_opt); /* replicas of each stage waiting at OPT */
+    char *sent_f = calloc((size_t)p * (size_t)m + 1, 1);
+    char *sent_b = calloc((size_t)p * (size_t)m + 1, 1);
+    char *arrived = calloc((size_t)n + 1, 1);
+    sc_status rc = SC_OK;
+    if (ag == NULL || at_opt == NULL || sent_f == NULL || sent_b == NULL || arrived == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory validating a replicated schedule");
+        goto out;
+    }
+    for (int st = 0, i = 0; st < p && rc == SC_OK; st++) {
+        int r = replicas != NULL ? replicas[st] : 1;
+        for (int k = 0; k < r && rc == SC_OK; k++, i++) {
+            int slots = 0;
+            ag[i].st = st;
+            ag[i].k = k;
+            rc = rt_schedule_restrict(s, st, r, k, &ag[i].acts, &ag[i].count, &slots, err);
+        }
+    }
+    for (; rc == SC_OK;) {
+        bool progress = false, done = true;
+        for (int i = 0; i < n; i++) {
+            dry_agent *g = &ag[i];
+            int r = replicas != NULL ? replicas[g->st] : 1;
+            while (g->pc < g->count) {
+                const rt_action *a = &g->acts[g->pc];
+                size_t at = (size_t)g->st * (size_t)m + (size_t)(a->mb < 0 ? 0 : a->mb);
+                if (a->kind == RT_ACT_RECV_F && !sent_f[at - (size_t)m])
+                    break;
+                if (a->kind == RT_ACT_RECV_B && !sent_b[at + (size_t)m])
+                    break;
+                if (a->kind == RT_ACT_OPT) {
+                    /* the all-reduce: announce arrival, pass once all replicas are there */
+                    if (!arrived[i]) {
+                        arrived[i] = 1;
+                        at_opt[g->st]++;
+                        progress = true;
+                    }
+                    if (at_opt[g->st] < r)
+                        break;
+                }
+                if (a->kind == RT_ACT_SEND_F)
+                    sent_f[at] = 1;
+                if (a->kind == RT_ACT_SEND_B)
+                    sent_b[at] = 1;
+                g->pc++;
+                progress = true;
+            }
+            if (g->pc < g->count)
+                done = false;
+        }
+        if (done)
+            break;
+        if (!progress) {
+            int i = 0;
+            while (ag[i].pc >= ag[i].count)
+                i++;
+            const rt_action *a = &ag[i].acts[ag[i].pc];
+            rc = SC_ERRF(err, SC_ERR_INVALID,
+                         "replicated schedule deadlocks: stage %d replica %d waits forever at "
+                         "action %d (%s of micro-batch %d)",
+                         ag[i].st, ag[i].k, ag[i].pc, rt_action_name(a->kind), a->mb);
+        }
+    }
+out:
+    for (int i = 0; ag != NULL && i < n; i++)
+        free(ag[i].acts);
+    free(ag);
+    free(at_opt);
+    free(sent_f);
+    free(sent_b);
+    free(arrived);
+    return rc;
+}

@@ -8,6 +8,10 @@
  * its B once, F before B; every send has its matching receive on the neighbour; one OPT at the
  * end; and a dry run (sends never block, a receive waits for its send) completes, so the
  * schedule cannot deadlock. It also reports the activation slots each stage needs.
+ * Replicated stages: with r_s replicas of stage s, micro-batch j runs on replica j % r_s of every
+ * stage, and each replica runs its stage's list restricted to its own micro-batches (the order is
+ * kept). rt_schedule_validate_replicas() dry-runs those restricted lists over all stages and
+ * replicas, the replicas of a stage meeting at OPT (their gradient all-reduce).
  * Not here: the per-micro-batch optimizer steps of pipedream and the cut micro-batches of the
  * sliced warm-up (the runner adds both on top of 1f1b lists), I/W split backward.
  */
@@ -63,5 +67,18 @@ sc_status rt_schedule_validate(rt_schedule *s, sc_err *err);
 int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, int stage, int microbatches);
 
 const char *rt_action_name(rt_action_kind kind);
+
+/* The list of `stage` restricted to the micro-batches j with j % replicas == replica, in their
+ * order, OPT kept: a malloc'ed array of *count actions (free() it) and the activation slots it
+ * needs (most of its micro-batches in flight). replicas >= 1, 0 <= replica < replicas. */
+sc_status rt_schedule_restrict(const rt_schedule *s, int stage, int replicas, int replica,
+                               rt_action **out, int *count, int *slots, sc_err *err);
+
+/* Dry run of the restricted lists of every replica of every stage (replicas[st] >= 1 copies of
+ * stage st; NULL: one each): sends never block, a receive waits for its send (micro-batch j's
+ * activation comes from replica j % replicas[st-1], its gradient from j % replicas[st+1]), and
+ * OPT waits until every replica of the stage has reached its OPT. Every replica must reach its
+ * end; a deadlock is SC_ERR_INVALID naming the stage, replica and action it waits at. */
+sc_status rt_schedule_validate_replicas(const rt_schedule *s, const int *replicas, sc_err *err);
 
 #endif /* RT_SCHEDULE_H */
