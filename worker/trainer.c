@@ -114,8 +114,26 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.prev_replicas = req->stage > 0 ? replicas_of(stages, (int)req->stage - 1) : 1;
     cfg.next_replicas = replicas_of(stages, (int)req->stage + 1);
     cfg.schedule = jstr(plan, "schedule", "1f1b");
+    /* UMPIPE's unequal sizes, the same on every stage (the coordinator checked): a fill-drain
+     * pipeline over those sizes */
+    int sizes[256];
+    json_t *row = json_array_get(json_object_get(json_object_get(plan, "microbatches"), "sizes"), 0);
+    bool unequal = strcmp(cfg.schedule, "unequal") == 0;
+    if (unequal) {
+        size_t n = json_array_size(row);
+        if (n == 0 || n > sizeof sizes / sizeof *sizes) {
+            rc = SC_ERRF(err, SC_ERR_UNSUPPORTED, "the plan's unequal micro-batch sizes are "
+                         "missing or more than %zu", sizeof sizes / sizeof *sizes);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+            sizes[i] = (int)json_integer_value(json_array_get(row, i));
+        cfg.schedule = "gpipe";
+        cfg.microbatch_sizes = sizes;
+    }
     cfg.batch_size = (int)jnum(job, "batch_size", 8);
-    cfg.microbatches = (int)jnum(json_object_get(plan, "microbatches"), "count", 1);
+    cfg.microbatches = unequal ? (int)json_array_size(row)
+                               : (int)jnum(json_object_get(plan, "microbatches"), "count", 1);
     cfg.seed = (uint64_t)jnum(job, "seed", 1);
     cfg.data_kind = jstr(data, "kind", "synthetic");
     cfg.data_path = jstr(data, "path", NULL);

@@ -70,4 +70,26 @@ for s in 0 1; do
 done
 [ "$(loss_of job-2)" = "$final" ] || fail "final losses differ: $final vs $(loss_of job-2)"
 
+
+# 4. every strategy's plan (pipelines, replicated stages, UMPIPE sizes) trains to the same loss:
+#    synchronous schedules compute the gradient of the same batch mean
+for strat in umpipe pipedream hetero minmax; do
+    sed "s/STRAT/$strat/" >"$work/$strat.json" <<'JSON'
+{"format": "stagecraft-job", "version": 1, "name": "STRAT",
+ "model": {"kind": "mlp", "sizes": [64, 128, 128, 10]},
+ "data": {"kind": "synthetic"}, "batch_size": 16, "strategy": "STRAT", "workers": 2, "steps": 20}
+JSON
+done
+losses=""
+for strat in umpipe pipedream hetero minmax; do
+    id=$("$sc" submit "$work/$strat.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
+    if wait_for 60 is_state "$id" succeeded; then
+        losses="$losses $strat=$(loss_of "$id")"
+    else
+        fail "$strat job $id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
+    fi
+done
+echo "final losses:$losses"
+[ "$(echo "$losses" | tr ' ' '\n' | sed -n 's/.*=//p' | sort -u | wc -l)" -eq 1 ] &&
+    pass "all strategies reach the same loss" || fail "losses differ:$losses"
 finish
