@@ -5,6 +5,11 @@
 # /usr/local/cuda (or CUDAToolkit_ROOT / NCCL_ROOT) and the build is CPU-only otherwise.
 set -euo pipefail
 
+if [ "${STAGECRAFT_SKIP_DEPS:-}" = 1 ]; then
+    echo "install-deps: STAGECRAFT_SKIP_DEPS=1 (an offline bundle provides the libraries)"
+    exit 0
+fi
+
 packages=(
     build-essential cmake pkg-config
     libgrpc-dev

@@ -161,12 +161,9 @@ static void ac_augment(const ac_build *b, const uint64_t *c, uint64_t *aug)
     }
 }
 
-static const int *sort_size;
-static int by_size(const void *x, const void *y)
+static int cmp_long(const void *x, const void *y)
 {
-    int a = *(const int *)x, b = *(const int *)y;
-    if (sort_size[a] != sort_size[b])
-        return sort_size[a] < sort_size[b] ? -1 : 1;
+    long a = *(const long *)x, b = *(const long *)y;
     return (a > b) - (a < b);
 }
 
@@ -184,14 +181,14 @@ sc_status plan_antichain_new(plan_antichain **out, const plan_profile *p, const 
 {
     *out = NULL;
     if (p->pred_start == NULL || p->dag_source < 0)
-        return SC_ERRF(err, SC_ERR_INVALID, "%s: the profile has no graph to enumerate",
-                       p->model);
+        return SC_ERRF(err, SC_ERR_INVALID, "%s: the profile has no graph to enumerate", p->model);
     ac_build b = {.p = p, .n = p->n_blocks, .W = (p->n_blocks + 63) / 64};
     int W = b.W, n = b.n;
     sc_status rc = SC_OK;
     plan_antichain *a = NULL;
     uint64_t *cur = calloc((size_t)W, sizeof *cur), *aug = calloc((size_t)W, sizeof *aug);
     int *old_size = NULL, *perm = NULL, *rank = NULL, *in_start = NULL, *in_src = NULL;
+    long *key = NULL;
     int tcap = 1;
     while (tcap < 2 * max_states)
         tcap *= 2;
@@ -241,22 +238,25 @@ sc_status plan_antichain_new(plan_antichain **out, const plan_profile *p, const 
     old_size = malloc((size_t)S * sizeof(int));
     perm = malloc((size_t)S * sizeof(int));
     rank = malloc((size_t)S * sizeof(int));
-    if (!old_size || !perm || !rank)
+    key = malloc((size_t)S * sizeof *key);
+    if (!old_size || !perm || !rank || !key)
         goto nomem;
+    /* by size, then discovery: a topological order, since every step grows the closure */
     for (int s = 0; s < S; s++) {
         old_size[s] = popcount_set(b.sets + (size_t)s * (size_t)W, W);
-        perm[s] = s;
+        key[s] = (long)old_size[s] * S + s;
     }
-    sort_size = old_size;
-    qsort(perm, (size_t)S, sizeof *perm, by_size);
-    for (int s = 0; s < S; s++)
+    qsort(key, (size_t)S, sizeof *key, cmp_long);
+    for (int s = 0; s < S; s++) {
+        perm[s] = (int)(key[s] % S);
         rank[perm[s]] = s;
+    }
     if (old_size[perm[S - 1]] != n - p->n_input_blocks) {
         rc = SC_ERRF(err, SC_ERR_INVALID,
                      "%s: %d of %d blocks cannot be reached from the graph's first source '%s'; "
                      "pipedream needs a graph whose outputs all depend on it",
-                     p->model, n - p->n_input_blocks - old_size[perm[S - 1]],
-                     n - p->n_input_blocks, p->blocks[p->dag_source].name);
+                     p->model, n - p->n_input_blocks - old_size[perm[S - 1]], n - p->n_input_blocks,
+                     p->blocks[p->dag_source].name);
         goto done;
     }
     a = calloc(1, sizeof *a);
@@ -323,6 +323,7 @@ done:
     plan_antichain_destroy(&a);
     ac_build_free(&b);
     free(cur), free(aug), free(old_size), free(perm), free(rank), free(in_start), free(in_src);
+    free(key);
     return rc;
 }
 

@@ -24,17 +24,17 @@
 
 typedef struct plan_antichain {
     int n_states;
-    int n_blocks;     /* of the profile */
-    int node_words;   /* 64-bit words per block set */
-    int state_words;  /* 64-bit words per state set */
-    uint64_t *closure;   /* (n_states, node_words): blocks in the state */
-    uint64_t *pred;      /* (n_states, state_words): k is set in row j when state k strictly
-                            precedes state j in the antichain DAG */
-    int *size;           /* (n_states) blocks in the closure */
-    double *work_s;      /* (n_states) sum of the closure's per-block work */
-    double *params;      /* (n_states) sum of the closure's parameter bytes */
-    double *out_bytes;   /* (n_states) PipeDream's output activation size: the outputs of the
-                            augmented antichain */
+    int n_blocks;      /* of the profile */
+    int node_words;    /* 64-bit words per block set */
+    int state_words;   /* 64-bit words per state set */
+    uint64_t *closure; /* (n_states, node_words): blocks in the state */
+    uint64_t *pred;    /* (n_states, state_words): k is set in row j when state k strictly
+                          precedes state j in the antichain DAG */
+    int *size;         /* (n_states) blocks in the closure */
+    double *work_s;    /* (n_states) sum of the closure's per-block work */
+    double *params;    /* (n_states) sum of the closure's parameter bytes */
+    double *out_bytes; /* (n_states) PipeDream's output activation size: the outputs of the
+                          augmented antichain */
 } plan_antichain;
 
 /* Enumerates the states of profile p (which must have a DAG: pred_start != NULL). work_s,
@@ -48,8 +48,7 @@ void plan_antichain_destroy(plan_antichain **a);
 
 static inline int plan_antichain_precedes(const plan_antichain *a, int k, int j)
 {
-    return (int)((a->pred[(size_t)j * (size_t)a->state_words + (size_t)(k >> 6)] >> (k & 63)) &
-                 1u);
+    return (int)((a->pred[(size_t)j * (size_t)a->state_words + (size_t)(k >> 6)] >> (k & 63)) & 1u);
 }
 
 static inline int plan_antichain_has(const plan_antichain *a, int s, int block)

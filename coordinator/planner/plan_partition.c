@@ -995,11 +995,17 @@ static int pds_walk(const pd_level *lv, int r, int j, int m, int *end, int *reps
     return ns;
 }
 
-static const double *ks_work;
+typedef struct pds_pred {
+    double work_s;
+    int k;
+} pds_pred;
+
 static int by_work_desc(const void *x, const void *y)
 {
-    double a = ks_work[*(const int *)x], b = ks_work[*(const int *)y];
-    return (a < b) - (a > b);
+    const pds_pred *a = x, *b = y;
+    if (a->work_s != b->work_s)
+        return a->work_s < b->work_s ? 1 : -1;
+    return (a->k > b->k) - (a->k < b->k);
 }
 
 /* True when the profile's DAG is a path along the linear order (or absent): then the states
@@ -1018,8 +1024,8 @@ static int pd_is_chain(const plan_profile *p)
 
 /* A state's blocks map to a prefix of the linear order: the stage ending at state e ends at
  * block n_input_blocks + size(e) - 1. Counts the cuts whose closure is not that prefix. */
-static int pds_push(const plan_antichain *ac, int n_inp, int e, int *prev_last,
-                    plan_partition *out, const int *devs, int nd)
+static int pds_push(const plan_antichain *ac, int n_inp, int e, int *prev_last, plan_partition *out,
+                    const int *devs, int nd)
 {
     int last = n_inp + ac->size[e] - 1, off = 0;
     for (int l = n_inp; l <= last; l++)
@@ -1054,6 +1060,7 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     pd_level lv1 = {0}, lv2 = {0};
     int *ks_start = NULL, *ks = NULL, *end = NULL, *reps = NULL, *end2 = NULL, *reps2 = NULL;
     int *devs = NULL;
+    pds_pred *sorted = NULL;
     double *w = malloc((size_t)L * 3 * sizeof *w);
     if (w == NULL)
         goto nomem;
@@ -1078,13 +1085,20 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     ks = malloc((n_ks + 1) * sizeof *ks);
     if (ks == NULL)
         goto nomem;
-    ks_work = ac->work_s;
+    /* each state's predecessors by decreasing work, so that the stage after the split only
+     * grows along the list */
+    sorted = malloc((size_t)n * sizeof *sorted);
+    if (sorted == NULL)
+        goto nomem;
     for (int j = 0, x = 0; j < n; j++) {
-        ks_start[j] = x;
+        int cnt = 0;
         for (int k = 0; k < j; k++)
             if (plan_antichain_precedes(ac, k, j))
-                ks[x++] = k;
-        qsort(ks + ks_start[j], (size_t)(x - ks_start[j]), sizeof *ks, by_work_desc);
+                sorted[cnt++] = (pds_pred){.work_s = ac->work_s[k], .k = k};
+        qsort(sorted, (size_t)cnt, sizeof *sorted, by_work_desc);
+        ks_start[j] = x;
+        for (int y = 0; y < cnt; y++)
+            ks[x++] = sorted[y].k;
         ks_start[j + 1] = x;
     }
     int n1 = cl->servers[0].n_devices, equal = 1;
@@ -1168,7 +1182,7 @@ nomem:
 done:
     plan_antichain_destroy(&ac);
     free(w), free(lv1.A), free(lv2.A), free(ks_start), free(ks);
-    free(end), free(reps), free(end2), free(reps2), free(devs);
+    free(end), free(reps), free(end2), free(reps2), free(devs), free(sorted);
     return rc;
 }
 

@@ -451,8 +451,7 @@ static void test_antichain_states(void **state)
     plan_profile_destroy(&p2);
     /* past the cap: a one-line error naming the profile and the cap */
     sc_err_clear(&err);
-    assert_int_equal(plan_antichain_new(&a, x.prof, work, params, act, 4, &err),
-                     SC_ERR_TOO_LARGE);
+    assert_int_equal(plan_antichain_new(&a, x.prof, work, params, act, 4, &err), SC_ERR_TOO_LARGE);
     assert_null(a);
     assert_non_null(strstr(err.msg, "branch_shared.graph.txt"));
     assert_non_null(strstr(err.msg, "more than 4 antichain states"));
