@@ -103,43 +103,15 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
  * 1f1b) replicate, and every replica needs at least one micro-batch. */
 static int most_replicas(json_t *plan);
 
-/* UMPIPE plans ("unequal") give each stage its own forward and backward micro-batch sizes; the
- * runtime runs one list of sizes on every stage, so such a plan runs when all the rows agree. */
-static bool sizes_agree(json_t *mb)
-{
-    json_t *fw = json_object_get(mb, "sizes"), *bw = json_object_get(mb, "backward_sizes");
-    json_t *first = json_array_get(fw, 0);
-    if (!json_is_array(first))
-        return false;
-    size_t i;
-    json_t *row;
-    json_array_foreach(fw, i, row)
-    {
-        if (!json_equal(row, first))
-            return false;
-    }
-    json_array_foreach(bw, i, row)
-    {
-        if (!json_equal(row, first))
-            return false;
-    }
-    return true;
-}
-
 static bool runtime_runs(json_t *plan)
 {
     const char *sched = json_string_value(json_object_get(plan, "schedule"));
-    if (sched && strcmp(sched, "unequal") == 0 &&
-        !sizes_agree(json_object_get(plan, "microbatches")))
-        return false;
     int most = most_replicas(plan);
     if (most == 1)
         return true;
     json_int_t m = json_integer_value(json_object_get(json_object_get(plan, "microbatches"),
                                                       "count"));
-    return sched &&
-           (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0 ||
-            strcmp(sched, "unequal") == 0) &&
+    return sched && (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0) &&
            m >= (json_int_t)most;
 }
 
@@ -216,8 +188,7 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     sc_strfmt(note, sizeof note,
               "%s's plan (predicted %.4g s per iteration) is one the runtime cannot run (it "
               "replicates stages only with gpipe or 1f1b and at least as many micro-batches as "
-              "replicas, and runs one list of micro-batch sizes on every stage), so this is "
-              "%s's plan",
+              "replicas), so this is %s's plan",
               spec->strategy, json_number_value(json_object_get(*plan_out, "iteration_time_s")),
               plan_strategy_name((plan_strategy)fallback));
     json_object_set_new(alt, "note", json_string(note));

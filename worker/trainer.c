@@ -114,25 +114,43 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.prev_replicas = req->stage > 0 ? replicas_of(stages, (int)req->stage - 1) : 1;
     cfg.next_replicas = replicas_of(stages, (int)req->stage + 1);
     cfg.schedule = jstr(plan, "schedule", "1f1b");
-    /* UMPIPE's unequal sizes, the same on every stage (the coordinator checked): a fill-drain
-     * pipeline over those sizes */
-    int sizes[256];
-    json_t *row = json_array_get(json_object_get(json_object_get(plan, "microbatches"), "sizes"), 0);
+    /* UMPIPE plans: each stage cuts the batch into its own sizes (fill-drain order); the
+     * neighbours' cuts tell the runner how to re-slice activations and gradients between them */
+    int sizes[3][256], n_sizes[3] = {0, 0, 0};
+    json_t *rows = json_object_get(json_object_get(plan, "microbatches"), "sizes");
     bool unequal = strcmp(cfg.schedule, "unequal") == 0;
-    if (unequal) {
+    for (int k = 0; unequal && k < 3; k++) { /* previous, this, next stage */
+        long s = (long)req->stage - 1 + k;
+        json_t *row = s >= 0 ? json_array_get(rows, (size_t)s) : NULL;
         size_t n = json_array_size(row);
-        if (n == 0 || n > sizeof sizes / sizeof *sizes) {
-            rc = SC_ERRF(err, SC_ERR_UNSUPPORTED, "the plan's unequal micro-batch sizes are "
-                         "missing or more than %zu", sizeof sizes / sizeof *sizes);
+        if (n > sizeof sizes[k] / sizeof *sizes[k]) {
+            rc = SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                         "stage %ld of the plan has %zu micro-batches; at most %zu", s, n,
+                         sizeof sizes[k] / sizeof *sizes[k]);
             goto out;
         }
         for (size_t i = 0; i < n; i++)
-            sizes[i] = (int)json_integer_value(json_array_get(row, i));
-        cfg.schedule = "gpipe";
-        cfg.microbatch_sizes = sizes;
+            sizes[k][i] = (int)json_integer_value(json_array_get(row, i));
+        n_sizes[k] = (int)n;
+    }
+    if (unequal && n_sizes[1] == 0) {
+        rc = SC_ERRF(err, SC_ERR_INVALID, "the plan's unequal schedule gives stage %u no sizes",
+                     req->stage);
+        goto out;
+    }
+    if (unequal) {
+        cfg.microbatch_sizes = sizes[1];
+        if (n_sizes[0] > 0) {
+            cfg.prev_sizes = sizes[0];
+            cfg.n_prev_sizes = n_sizes[0];
+        }
+        if (n_sizes[2] > 0) {
+            cfg.next_sizes = sizes[2];
+            cfg.n_next_sizes = n_sizes[2];
+        }
     }
     cfg.batch_size = (int)jnum(job, "batch_size", 8);
-    cfg.microbatches = unequal ? (int)json_array_size(row)
+    cfg.microbatches = unequal ? n_sizes[1]
                                : (int)jnum(json_object_get(plan, "microbatches"), "count", 1);
     cfg.seed = (uint64_t)jnum(job, "seed", 1);
     cfg.data_kind = jstr(data, "kind", "synthetic");

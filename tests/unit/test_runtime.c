@@ -1,6 +1,8 @@
 /* worker/runtime/runner: pipelined training equals single-stage training with gradient
  * accumulation (GPT and VGG-style, gpipe and 1f1b, 2 and 4 stages, one thread per stage over zmq
- * loopback or local queues), also with replicated stages (every replica ends bit-identical);
+ * loopback or local queues), also with micro-batch sizes that differ per stage (activations and
+ * gradients re-sliced at the stage boundaries) and with replicated stages (every replica ends
+ * bit-identical);
  * checkpoints resume bit-exactly; a vanished neighbour fails the step within the timeout; bad
  * configurations are refused with clear messages. */
 #include <setjmp.h>
@@ -73,6 +75,15 @@ static int model_blocks(const char *json)
     return n;
 }
 
+/* Sizes per stage: when set, stage s runs per_stage->sizes[s] (per_stage->counts[s] entries) and
+ * is told its neighbours' lists; the run_spec's own sizes are the reference's cut. Tests set it
+ * around one run only. */
+typedef struct {
+    const int *sizes[8];
+    int counts[8];
+} per_stage_sizes;
+static const per_stage_sizes *g_per_stage;
+
 static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
 {
     rt_runner_cfg c = rt_runner_cfg_default();
@@ -96,6 +107,18 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.timeout_ms = 20000;
     c.microbatch_sizes = rs->sizes;
     c.sliced_warmup = rs->slice_k;
+    if (g_per_stage != NULL) {
+        c.microbatch_sizes = g_per_stage->sizes[stage];
+        c.microbatches = g_per_stage->counts[stage];
+        if (stage > 0) {
+            c.prev_sizes = g_per_stage->sizes[stage - 1];
+            c.n_prev_sizes = g_per_stage->counts[stage - 1];
+        }
+        if (stage < rs->stages - 1) {
+            c.next_sizes = g_per_stage->sizes[stage + 1];
+            c.n_next_sizes = g_per_stage->counts[stage + 1];
+        }
+    }
     return c;
 }
 
@@ -294,9 +317,10 @@ static void check_equivalence(const run_spec *rs)
         const rt_report *r = &reports[s];
         assert_int_equal(r->step, (uint64_t)rs->steps);
         assert_int_equal(r->has_loss, s == rs->stages - 1);
-        int me = effective_microbatches(rs);
-        int bound =
-            strcmp(rs->schedule, "gpipe") == 0 ? me : (rs->stages - s < me ? rs->stages - s : me);
+        int me = g_per_stage != NULL ? g_per_stage->counts[s] : effective_microbatches(rs);
+        bool fill_drain =
+            strcmp(rs->schedule, "gpipe") == 0 || strcmp(rs->schedule, "unequal") == 0;
+        int bound = fill_drain ? me : (rs->stages - s < me ? rs->stages - s : me);
         assert_int_equal(r->microbatches, me);
         assert_int_equal(r->slots, bound);
         assert_int_equal(r->max_inflight, bound);
@@ -339,6 +363,34 @@ static void test_equivalence_unequal_sliced(void **state)
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_equivalence(&specs[i]);
+}
+
+/* Each stage cuts the batch its own way (fill-drain): still the single-stage result. */
+static void test_equivalence_per_stage_sizes(void **state)
+{
+    (void)state;
+    static const int a[] = {3, 5}, b[] = {2, 2, 4}, c[] = {8}, d[] = {1, 3, 4}, e[] = {4, 4},
+                     f[] = {2, 3, 3}, g[] = {1, 1, 1, 5};
+    const per_stage_sizes three = {{a, b, c}, {2, 3, 1}};
+    const per_stage_sizes three_b = {{d, e, f}, {3, 2, 3}};
+    const per_stage_sizes two = {{c, g}, {1, 4}};
+    const per_stage_sizes two_b = {{b, a}, {3, 2}};
+    const struct {
+        run_spec rs;
+        const per_stage_sizes *ps;
+    } cases[] = {
+        {{GPT_JSON, "gpipe", 3, 8, 2, 3, "adamw", "zmq", NULL, NULL, a, 0}, &three},
+        {{GPT_JSON, "unequal", 2, 8, 3, 3, "sgd", "local", NULL, NULL, b, 0}, &two_b},
+        {{GPT_JSON, "unequal", 3, 8, 3, 2, "adamw", "local", NULL, NULL, d, 0}, &three_b},
+        {{MLP_JSON, "unequal", 3, 8, 2, 4, "adamw", "local", NULL, NULL, a, 0}, &three},
+        {{MLP_JSON, "gpipe", 3, 8, 3, 3, "sgd", "zmq", NULL, NULL, d, 0}, &three_b},
+        {{MLP_JSON, "unequal", 2, 8, 1, 4, "adamw", "zmq", NULL, NULL, c, 0}, &two},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_per_stage = cases[i].ps;
+        check_equivalence(&cases[i].rs);
+        g_per_stage = NULL;
+    }
 }
 
 static void test_equivalence_gpt_text(void **state)
@@ -855,12 +907,98 @@ static void test_bad_config(void **state)
     c.schedule = "sliced";
     c.sliced_warmup = 1;
     expect_bad(c, SC_ERR_INVALID, "cannot halve");
-    c = spec_cfg(&rs, 0, 4);
-    c.schedule = "unequal";
-    expect_bad(c, SC_ERR_UNSUPPORTED, "not supported");
     run_spec vr = {VGG_JSON, "gpipe", 1, 4, 1, 1, "sgd", "zmq", "text", "/dev/null", NULL, 0};
     c = spec_cfg(&vr, 0, model_blocks(VGG_JSON));
     expect_bad(c, SC_ERR_INVALID, "token models");
+}
+
+typedef struct {
+    rt_runner *r;
+    sc_status rc;
+    sc_err err;
+} step_job;
+
+static void *step_thread(void *arg)
+{
+    step_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = rt_runner_step(j->r, 1, NULL, &j->err);
+    return NULL;
+}
+
+static void test_per_stage_bad_config(void **state)
+{
+    (void)state;
+    static const int a[] = {3, 5}, b[] = {2, 2, 4}, zero[] = {0, 8}, short_sum[] = {2, 2, 3};
+    const run_spec rs = {GPT_JSON, "unequal", 2, 8, 2, 1, "adamw", "local", NULL, NULL, a, 0};
+    rt_runner_cfg c = spec_cfg(&rs, 0, 4);
+    c.next_sizes = short_sum;
+    c.n_next_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "next_sizes sum to 7, batch_size is 8");
+    c.next_sizes = zero;
+    c.n_next_sizes = 2;
+    expect_bad(c, SC_ERR_INVALID, "next_sizes[0] = 0");
+    c.next_sizes = b;
+    c.n_next_sizes = 0;
+    expect_bad(c, SC_ERR_INVALID, "n_next_sizes 0");
+    c.n_next_sizes = 3;
+    c.prev_sizes = b;
+    c.n_prev_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "prev_sizes must be NULL");
+    c = spec_cfg(&rs, 1, 4);
+    c.prev_sizes = a;
+    c.n_prev_sizes = 2;
+    c.next_sizes = b;
+    c.n_next_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "next_sizes must be NULL");
+    c.next_sizes = NULL;
+    c.prev_sizes = short_sum;
+    c.n_prev_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "prev_sizes sum to 7");
+    c.prev_sizes = a;
+    c.n_prev_sizes = 2;
+    c.schedule = "1f1b";
+    expect_bad(c, SC_ERR_UNSUPPORTED, "valid: \"gpipe\", \"unequal\"");
+    c.schedule = "gpipe";
+    c.replicas = 2;
+    expect_bad(c, SC_ERR_UNSUPPORTED, "replicated");
+    c.replicas = 1;
+    c.microbatch_sizes = short_sum;
+    c.microbatches = 3;
+    expect_bad(c, SC_ERR_INVALID, "sum to 7, batch_size is 8");
+
+    /* Lists that dispute the neighbour's real cut are found in the first step: stage 1 is told
+     * stage 0 cuts [5, 3], but it cuts [3, 5]. */
+    static const int wrong[] = {5, 3};
+    rt_runner *rn[2] = {0};
+    sc_err err;
+    sc_err_clear(&err);
+    c = spec_cfg(&rs, 0, 4);
+    c.next_sizes = b;
+    c.n_next_sizes = 3;
+    assert_int_equal(rt_runner_new(&rn[0], &c, &err), SC_OK);
+    c = spec_cfg(&rs, 1, 4);
+    c.microbatch_sizes = b;
+    c.microbatches = 3;
+    c.prev_sizes = wrong;
+    c.n_prev_sizes = 2;
+    assert_int_equal(rt_runner_new(&rn[1], &c, &err), SC_OK);
+    assert_int_equal(rt_runner_connect(rn[0], NULL, rt_runner_endpoint(rn[1]), &err), SC_OK);
+    assert_int_equal(rt_runner_connect(rn[1], rt_runner_endpoint(rn[0]), NULL, &err), SC_OK);
+    step_job j0 = {.r = rn[0]};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, step_thread, &j0), 0);
+    sc_err_clear(&err);
+    sc_status rc = rt_runner_step(rn[1], 1, NULL, &err);
+    rt_runner_abort(rn[0]); /* stage 0 would otherwise wait for gradients that never come */
+    pthread_join(th, NULL);
+    assert_int_equal(rc, SC_ERR_INVALID);
+    if (strstr(err.msg, "prev_sizes must equal stage 0's microbatch_sizes") == NULL)
+        print_error("message \"%s\"\n", err.msg);
+    assert_non_null(strstr(err.msg, "prev_sizes must equal stage 0's microbatch_sizes"));
+    assert_int_not_equal(j0.rc, SC_OK);
+    for (int s = 0; s < 2; s++)
+        rt_runner_destroy(&rn[s]);
 }
 
 /* ---- replicated stages ---- */
@@ -1128,6 +1266,8 @@ int main(void)
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),
         cmocka_unit_test(test_equivalence_unequal_sliced),
+        cmocka_unit_test(test_equivalence_per_stage_sizes),
+        cmocka_unit_test(test_per_stage_bad_config),
         cmocka_unit_test(test_equivalence_processes),
         cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_pipedream_weight_stashing),

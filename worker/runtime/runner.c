@@ -4,7 +4,9 @@
  * Invariant: a micro-batch mb lives in activation slot (mb / replicas) % slots from its F to its
  * B (mb / replicas numbers this replica's own micro-batches consecutively); in-order schedules
  * never hold more than `slots` consecutive ones, so slots never collide, and slot_mb[] checks it
- * on every F and B.
+ * on every F and B. Re-sliced boundaries (sizes per stage): the samples received from a neighbour
+ * this iteration always form a prefix [0, prev_off[prev_got]) of the batch (messages are taken in
+ * the neighbour's order), and a micro-batch runs only once that prefix covers it.
  */
 #include "worker/runtime/runner.h"
 
@@ -86,6 +88,15 @@ struct rt_runner {
     rt_transport **link_peer; /* [nrep]: the other replicas of this stage */
     unsigned char *red_in;    /* a peer's gradients and loss during the all-reduce */
     float *red_sum;           /* [np] the sum in replica order */
+    /* Sizes per stage: the neighbours' cuts as prefix offsets (prev_off[k] = first sample of the
+     * previous stage's micro-batch k, prev_off[n_prev] = batch), the messages taken from each so
+     * far this iteration, and the iteration-wide buffers they are gathered into by sample. */
+    bool resliced;
+    int n_prev, n_next;
+    int *prev_off, *next_off;
+    int prev_got, next_got;
+    unsigned char *in_all; /* batch * in_elems (int32 or float): inputs received, not first */
+    float *gout_all;       /* batch * out_elems: output gradients received, not last */
 };
 
 rt_runner_cfg rt_runner_cfg_default(void)
@@ -129,6 +140,10 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->link_next);
     free(r->link_peer);
     free(r->acts);
+    free(r->prev_off);
+    free(r->next_off);
+    free(r->in_all);
+    free(r->gout_all);
     free(r->red_in);
     free(r->red_sum);
     rt_data_destroy(&r->data);
@@ -355,6 +370,75 @@ static sc_status plan_microbatches(rt_runner *r, const rt_runner_cfg *c, bool sl
     return SC_OK;
 }
 
+/* One neighbour's cut (`sizes`, NULL: the same as this stage's) as prefix offsets in *off. */
+static sc_status plan_neighbour(rt_runner *r, const char *what, const int *sizes, int n, int **off,
+                                int *count, sc_err *err)
+{
+    if (sizes == NULL) {
+        n = r->m;
+        sizes = r->mb_size;
+    } else if (n < 1 || n > r->batch) {
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: n_%s %d; valid: 1..batch_size %d (one size per "
+                       "micro-batch of that stage)",
+                       r->s, what, n, r->batch);
+    }
+    *off = calloc((size_t)n + 1, sizeof **off);
+    SC_ALLOC_CHECK(*off, err);
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        if (sizes[k] < 1 || sizes[k] > r->batch)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner stage %d: %s[%d] = %d; each size must be in [1, batch_size %d]",
+                           r->s, what, k, sizes[k], r->batch);
+        (*off)[k] = (int)total;
+        total += sizes[k];
+        if (total > r->batch)
+            break;
+    }
+    if (total != r->batch)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: %s sum to %s%lld, batch_size is %d; a stage's sizes "
+                       "must cover the batch exactly",
+                       r->s, what, total > r->batch ? "more than " : "", (long long)total,
+                       r->batch);
+    (*off)[n] = (int)total;
+    *count = n;
+    return SC_OK;
+}
+
+/* Sizes per stage: checks the neighbours' lists and allocates the gather buffers' offsets. */
+static sc_status plan_reslice(rt_runner *r, const rt_runner_cfg *c, bool unequal, sc_err *err)
+{
+    r->resliced = c->prev_sizes != NULL || c->next_sizes != NULL;
+    if (!r->resliced)
+        return SC_OK;
+    if (r->first && c->prev_sizes != NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: stage 0 has no previous stage; prev_sizes must be NULL");
+    if (r->last && c->next_sizes != NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: stage %d is the last stage; next_sizes must be NULL", r->s);
+    if (!unequal && (c->schedule == NULL || strcmp(c->schedule, "gpipe") != 0))
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "runner: sizes per stage (prev_sizes / next_sizes) with schedule \"%s\"; "
+                       "valid: \"gpipe\", \"unequal\"",
+                       c->schedule != NULL ? c->schedule : "(null)");
+    if (c->replicas != 1 || (!r->first && c->prev_replicas != 1) ||
+        (!r->last && c->next_replicas != 1))
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "runner: sizes per stage (prev_sizes / next_sizes) with replicated stages "
+                       "(replicas %d, prev_replicas %d, next_replicas %d); valid: all 1",
+                       c->replicas, c->prev_replicas, c->next_replicas);
+    if (!r->first)
+        SC_CHECK(plan_neighbour(r, "prev_sizes", c->prev_sizes, c->n_prev_sizes, &r->prev_off,
+                                &r->n_prev, err));
+    if (!r->last)
+        SC_CHECK(plan_neighbour(r, "next_sizes", c->next_sizes, c->n_next_sizes, &r->next_off,
+                                &r->n_next, err));
+    return SC_OK;
+}
+
 static sc_status alloc_stash(rt_runner *r, sc_err *err)
 {
     r->stash = calloc((size_t)r->slots, sizeof *r->stash);
@@ -377,8 +461,11 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     SC_CHECK(check_layout(c, kn_model_block_count(r->model), err));
     rt_schedule_kind skind = RT_SCHED_1F1B;
     bool sliced = c->schedule != NULL && strcmp(c->schedule, "sliced") == 0;
+    bool unequal = c->schedule != NULL && strcmp(c->schedule, "unequal") == 0;
     r->pipedream = c->schedule != NULL && strcmp(c->schedule, "pipedream") == 0;
-    if (!sliced && !r->pipedream)
+    if (unequal)
+        skind = RT_SCHED_GPIPE; /* fill-drain over this stage's own sizes */
+    else if (!sliced && !r->pipedream)
         SC_CHECK(rt_schedule_kind_parse(c->schedule, "schedule", &skind, err));
     SC_CHECK(parse_optim(c, &r->optim, err));
     kn_device dev;
@@ -392,6 +479,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     r->nb = c->last_block - c->first_block + 1;
     r->batch = c->batch_size;
     SC_CHECK(plan_microbatches(r, c, sliced, err));
+    SC_CHECK(plan_reslice(r, c, unequal, err));
     r->extra_f_s = c->extra_forward_s;
     r->extra_b_s = c->extra_backward_s;
 
@@ -415,6 +503,12 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     r->np = kn_stage_param_count(r->st);
     r->nstate = r->np * (size_t)kn_optim_state_per_param(r->optim.kind);
     SC_CHECK(alloc_buffers(r, err));
+    if (r->resliced) {
+        r->in_all = r->first ? NULL : calloc((size_t)r->batch * r->in_elems + 1, 4);
+        r->gout_all = r->last ? NULL : calloc((size_t)r->batch * r->out_elems + 1, sizeof(float));
+        if ((!r->first && r->in_all == NULL) || (!r->last && r->gout_all == NULL))
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating the re-slicing buffers");
+    }
     if (r->pipedream)
         SC_CHECK(alloc_stash(r, err));
     SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
@@ -662,6 +756,37 @@ static sc_status optimizer_step(rt_runner *r, sc_err *err)
     return optimizer_apply(r, err);
 }
 
+/* Sizes per stage: takes the neighbour's messages, in its micro-batch order, into the gather
+ * buffer `all` (`elem_bytes` per sample) until the received prefix reaches sample `end`, then
+ * copies this stage's samples [begin, end) into `dst`. A message whose size is not the one the
+ * neighbour list promises means the list is not that stage's real cut. */
+static sc_status gather(rt_runner *r, rt_msg_kind kind, uint64_t step, const int *off, int *got,
+                        unsigned char *all, size_t elem_bytes, int begin, int end, void *dst,
+                        double *wait_s, sc_err *err)
+{
+    const char *what = kind == RT_MSG_ACTIVATION ? "prev_sizes" : "next_sizes";
+    int from = kind == RT_MSG_ACTIVATION ? r->s - 1 : r->s + 1;
+    double t0 = sc_clock_now_s();
+    while (off[*got] < end) {
+        int k = *got;
+        size_t at = (size_t)off[k] * elem_bytes, bytes = (size_t)(off[k + 1] - off[k]) * elem_bytes;
+        sc_err local;
+        sc_err_clear(&local);
+        sc_status rc = rt_transport_recv(r->tr, kind, step, k, all + at, bytes, &local);
+        if (rc == SC_ERR_INVALID)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner stage %d: micro-batch %d of stage %d is not the %d samples %s "
+                           "says: %s must equal stage %d's microbatch_sizes (%s)",
+                           r->s, k, from, off[k + 1] - off[k], what, what, from, local.msg);
+        if (rc != SC_OK)
+            return SC_ERRF(err, rc, "%s", local.msg);
+        (*got)++;
+    }
+    *wait_s += sc_clock_now_s() - t0;
+    memcpy(dst, all + (size_t)begin * elem_bytes, (size_t)(end - begin) * elem_bytes);
+    return SC_OK;
+}
+
 static sc_status slot_error(const rt_runner *r, const char *what, int mb, sc_err *err)
 {
     return SC_ERRF(err, SC_ERR_INTERNAL,
@@ -679,6 +804,12 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     double t0 = sc_clock_now_s();
     switch (a->kind) {
     case RT_ACT_RECV_F:
+        if (r->resliced) {
+            SC_CHECK(gather(r, RT_MSG_ACTIVATION, step, r->prev_off, &r->prev_got, r->in_all,
+                            r->in_elems * 4, r->mb_off[mb], r->mb_off[mb] + (int)M, r->in_buf,
+                            &rep->wait_s, err));
+            break;
+        }
         SC_CHECK(rt_transport_recv(r->tr, RT_MSG_ACTIVATION, step, mb, r->in_buf, in_bytes, err));
         rep->wait_s += sc_clock_now_s() - t0;
         break;
@@ -714,6 +845,12 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         SC_CHECK(send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf, out_bytes, err));
         break;
     case RT_ACT_RECV_B:
+        if (r->resliced) {
+            SC_CHECK(gather(r, RT_MSG_GRADIENT, step, r->next_off, &r->next_got,
+                            (unsigned char *)r->gout_all, r->out_elems * sizeof(float),
+                            r->mb_off[mb], r->mb_off[mb] + (int)M, r->gout_buf, &rep->wait_s, err));
+            break;
+        }
         SC_CHECK(rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, mb, r->gout_buf, out_bytes, err));
         rep->wait_s += sc_clock_now_s() - t0;
         break;
@@ -782,6 +919,8 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     sc_status rc = kn_stage_zero_grads(r->st, err);
     int inflight = 0;
     double loss_sum = 0.0;
+    r->prev_got = 0;
+    r->next_got = 0;
     const rt_action *acts = r->group ? r->acts : r->sched->actions[r->s];
     int nacts = r->group ? r->nacts : r->sched->count[r->s];
     for (int i = 0; rc == SC_OK && i < nacts; i++)
@@ -789,6 +928,12 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     if (rc == SC_OK && rep.max_inflight > r->slots)
         rc = SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: %d micro-batches in flight, %d slots",
                      r->s, rep.max_inflight, r->slots);
+    /* every neighbour message of the iteration was taken: none is left for the next one */
+    if (rc == SC_OK && r->resliced &&
+        ((!r->first && r->prev_got != r->n_prev) || (!r->last && r->next_got != r->n_next)))
+        rc = SC_ERRF(err, SC_ERR_INTERNAL,
+                     "runner stage %d: took %d of %d activations and %d of %d gradients", r->s,
+                     r->prev_got, r->n_prev, r->next_got, r->n_next);
     if (rc != SC_OK) {
         r->broken = true;
         for (int i = 0; i < r->slots; i++)

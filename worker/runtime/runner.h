@@ -14,8 +14,19 @@
  * velocity), so checkpoints hold both; on a GPU this costs one download of the gradients and one
  * upload of the parameters per iteration.
  *
- * Micro-batches may differ in size (the same sizes on every stage), and the "sliced" schedule cuts
- * the first warm-up micro-batches in halves; both keep the equivalence above.
+ * Micro-batches may differ in size, and the "sliced" schedule cuts the first warm-up micro-batches
+ * in halves; both keep the equivalence above.
+ * Sizes per stage (UMPIPE's forward sizes, schedule "unequal", or "gpipe" with neighbour lists):
+ * each stage cuts the batch into its own consecutive sample ranges (microbatch_sizes) and is told
+ * how its neighbours cut it (prev_sizes, next_sizes). A stage sends each of its micro-batches as
+ * it finishes it (its activation forward, its input gradient backward), cut by its own ranges; the
+ * receiver copies every message into an iteration-wide host buffer indexed by sample and runs its
+ * micro-batch j over samples [a, b) once the received prefix reaches b (upstream activations in
+ * the forward, downstream gradients in the backward). Fill-drain order (all forwards, then all
+ * backwards, both ascending), so receives only ever wait for the neighbour's own progress and
+ * nothing deadlocks. Backward sizes equal forward sizes on each stage (no separate backward cut).
+ * A neighbour list that disputes the neighbour's real cut is found at the first message whose
+ * size differs, in the first step: SC_ERR_INVALID naming prev_sizes / next_sizes.
  * "pipedream": 1f1b order with weight stashing and an optimizer step after every micro-batch's
  * backward, which uses the weights its forward used (up to min(p-s, m) versions kept). The
  * pipeline still drains at the end of each rt_runner_step, so unlike PipeDream proper it keeps the
@@ -32,9 +43,9 @@
  * With replicas: gpipe and 1f1b only, m >= the largest of the three replica counts (m need not be
  * a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes checkpoints, every
  * copy loads the same file.
- * Not here: the asynchronous steady state across steps, sizes that differ per stage ("unequal",
- * re-slicing at stage boundaries), pipedream or sliced with replicas, device-side (NCCL)
- * all-reduce, the nccl transport (SC_ERR_UNSUPPORTED).
+ * Not here: the asynchronous steady state across steps, sizes per stage with another schedule
+ * than gpipe or with replicas, UMPIPE's separate backward sizes, pipedream or sliced with replicas,
+ * device-side (NCCL) all-reduce, the nccl transport (SC_ERR_UNSUPPORTED).
  * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m)) are ever
  * in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
@@ -54,7 +65,8 @@ typedef struct {
     int n_stages;                /* p >= 1 */
     int stage;                   /* this stage, 0..p-1 */
     int first_block, last_block; /* inclusive, 0-based; consecutive stages must tile the model */
-    const char *schedule;        /* "gpipe", "1f1b", "sliced" or "pipedream" */
+    const char *schedule;        /* "gpipe", "1f1b", "sliced", "pipedream" or "unequal" (gpipe
+                                  * order, sizes per stage: see prev_sizes) */
     int batch_size;              /* samples per iteration */
     int microbatches;            /* m >= 1 */
     uint64_t seed;               /* data order */
@@ -71,10 +83,19 @@ typedef struct {
      * backward, to measure a schedule's bubble independently of how many cores the host has.
      * 0 in real jobs. */
     double extra_forward_s, extra_backward_s;
-    /* Optional micro-batch sizes, the same on every stage: [microbatches] values >= 1 that sum to
+    /* Optional micro-batch sizes of this stage: [microbatches] values >= 1 that sum to
      * batch_size (borrowed during rt_runner_new only). NULL: batch_size / microbatches each, which
-     * must then divide. */
+     * must then divide. The neighbours cut the batch the same way unless told otherwise below. */
     const int *microbatch_sizes;
+    /* Sizes per stage: how the previous / next stage cuts the batch (that stage's own
+     * microbatch_sizes): [n_prev_sizes] / [n_next_sizes] values >= 1 summing to batch_size,
+     * borrowed during rt_runner_new only. NULL (the default): the same cut as this stage's. Either
+     * given turns on re-slicing at that stage boundary; the first stage must leave prev_sizes NULL,
+     * the last next_sizes. Needs schedule "gpipe" or "unequal" and no replicas. */
+    const int *prev_sizes;
+    int n_prev_sizes;
+    const int *next_sizes;
+    int n_next_sizes;
     /* Schedule "sliced" (1f1b with sliced warm-up): the first `sliced_warmup` micro-batches are
      * each cut into two halves run as separate micro-batches, so downstream stages start after
      * half a forward. -1 (the default) means n_stages - 1; capped at microbatches. */

@@ -31,16 +31,12 @@ sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_ki
         *out = RT_SCHED_1F1B;
         return SC_OK;
     }
-    if (s != NULL && (strcmp(s, "pipedream") == 0 || strcmp(s, "sliced") == 0))
+    if (s != NULL &&
+        (strcmp(s, "pipedream") == 0 || strcmp(s, "sliced") == 0 || strcmp(s, "unequal") == 0))
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "%s: \"%s\" has no action lists of its own: rt_runner builds it on 1f1b "
+                       "%s: \"%s\" has no action lists of its own: rt_runner builds it on %s "
                        "lists; valid here: \"gpipe\", \"1f1b\"",
-                       what, s);
-    if (s != NULL && strcmp(s, "unequal") == 0)
-        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "%s: schedule \"unequal\" (micro-batch sizes per stage) is not supported "
-                       "yet; valid: \"gpipe\", \"1f1b\", \"sliced\", \"pipedream\"",
-                       what);
+                       what, s, strcmp(s, "unequal") == 0 ? "gpipe" : "1f1b");
     return SC_ERRF(err, SC_ERR_INVALID, "%s: unknown schedule \"%s\"; valid: \"gpipe\", \"1f1b\"",
                    what, s != NULL ? s : "(null)");
 }

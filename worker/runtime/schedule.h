@@ -48,8 +48,8 @@ typedef struct {
     int *slots;          /* [stages]: most micro-batches in flight (F done, B not yet) */
 } rt_schedule;
 
-/* Parses "gpipe" or "1f1b". "pipedream" and "sliced" are SC_ERR_UNSUPPORTED here (the runner
- * builds them on 1f1b lists), "unequal" everywhere. */
+/* Parses "gpipe" or "1f1b". "pipedream", "sliced" and "unequal" are SC_ERR_UNSUPPORTED here (the
+ * runner builds the first two on 1f1b lists, "unequal" on gpipe lists). */
 sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_kind *out,
                                  sc_err *err);
 const char *rt_schedule_kind_name(rt_schedule_kind kind);
