@@ -158,6 +158,14 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
                                                 "busy_fraction", j->stages[i]->busy_fraction,
                                                 "busy_s", j->stages[i]->measured_compute_s));
     json_object_set_new(o, "stage_figures", stages);
+    json_t *hist = json_array();
+    for (size_t i = 0; i < j->n_transitions; i++)
+        json_array_append_new(hist, json_pack("{s:s, s:s, s:s, s:I}", "from",
+                                              j->transitions[i]->from_state, "to",
+                                              j->transitions[i]->to_state, "reason",
+                                              j->transitions[i]->reason, "at_unix_ms",
+                                              (json_int_t)j->transitions[i]->at_unix_ms));
+    json_object_set_new(o, "transitions", hist);
     json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
     if (spec)
         json_object_set_new(o, "spec", spec);
@@ -270,6 +278,14 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         json_t *plan = json_object_get(o, "plan");
         if (json_is_object(plan))
             print_plan(plan);
+        if (j->n_transitions > 0) {
+            printf("history:\n");
+            int64_t t0 = j->transitions[0]->at_unix_ms;
+            for (size_t i = 0; i < j->n_transitions; i++)
+                printf("  %+9.3f s  %-11s %s\n",
+                       (double)(j->transitions[i]->at_unix_ms - t0) / 1000.0,
+                       j->transitions[i]->to_state, j->transitions[i]->reason);
+        }
     }
     json_decref(o);
     protobuf_c_message_free_unpacked(m, NULL);

@@ -219,14 +219,31 @@ static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
     coord *c = user;
     const Stagecraft__GetJobRequest *req = (const void *)msg;
     coord_job job;
+    coord_transition *hist = NULL;
+    size_t n_hist = 0;
+    const char *id = req->job_id ? req->job_id : "";
     pthread_mutex_lock(&c->lock);
-    sc_status rc = coord_store_job_get(c->store, req->job_id ? req->job_id : "", &job, err);
+    sc_status rc = coord_store_job_get(c->store, id, &job, err);
+    if (rc == SC_OK)
+        coord_store_job_history(c->store, id, &hist, &n_hist, NULL);
     pthread_mutex_unlock(&c->lock);
     SC_CHECK(rc);
     Stagecraft__GetJobResponse *resp =
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_job_response__descriptor);
     resp->job = job_info(ctx, &job, true);
     coord_job_clear(&job);
+    resp->job->transitions = sc_rpc_ctx_alloc(ctx, (n_hist ? n_hist : 1) * sizeof(void *));
+    for (size_t i = 0; resp->job->transitions && i < n_hist; i++) {
+        Stagecraft__JobTransition *t =
+            (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__job_transition__descriptor);
+        t->from_state = sc_rpc_ctx_strdup(ctx, i == 0 ? "" : coord_job_state_name(hist[i].from));
+        t->to_state = sc_rpc_ctx_strdup(ctx, coord_job_state_name(hist[i].to));
+        t->reason = sc_rpc_ctx_strdup(ctx, hist[i].reason);
+        t->at_unix_ms = hist[i].at_unix_ms;
+        resp->job->transitions[i] = t;
+    }
+    resp->job->n_transitions = resp->job->transitions ? n_hist : 0;
+    free(hist);
     add_progress(c, ctx, resp->job);
     *out = &resp->base;
     return SC_OK;

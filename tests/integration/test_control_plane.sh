@@ -68,6 +68,8 @@ wait_for 4 worker_is w2 dead && pass "stopped worker declared dead after $((SECO
 wait_for 5 is_state job-1 recovering && pass "its job went to recovering" ||
     fail "job-1 is $(job_state job-1) after its worker died"
 "$sc" status job-1 | grep -q "died" || fail "recovering job gives no reason"
+"$sc" status job-1 --json | tr -d ' \n' | grep -q '"to":"recovering","reason":"worker' ||
+    fail "the job's history lacks the recovery and its reason"
 kill -CONT "$w2_pid"
 wait_for 10 worker_is w2 alive && pass "the worker came back under its old id" ||
     fail "w2 did not re-register"
