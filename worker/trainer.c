@@ -285,8 +285,20 @@ static void *train_main(void *arg)
                 push_error(t, err.code, "training step failed: %s", err.msg);
             return NULL;
         }
-        if (t->checkpoint_every > 0 &&
-            (step % t->checkpoint_every == 0 || step == t->steps)) {
+        bool save = t->checkpoint_every > 0 &&
+                    (step % t->checkpoint_every == 0 || step == t->steps);
+        /* An asynchronous (pipedream) pipeline keeps minibatches in flight across steps: every
+         * stage drains it before a checkpoint and at the end, so both hold whole updates.
+         * (A no-op for the flushing schedules.) */
+        if (save || step == t->steps) {
+            sc_err_clear(&err);
+            if (rt_runner_flush(t->runner, NULL, &err) != SC_OK) {
+                if (!atomic_load(&t->stop))
+                    push_error(t, err.code, "draining the pipeline failed: %s", err.msg);
+                return NULL;
+            }
+        }
+        if (save) {
             sc_err_clear(&err);
             if (make_dirs(t->checkpoint_dir, &err) != SC_OK ||
                 rt_runner_save(t->runner, t->checkpoint_dir, step, &err) != SC_OK)

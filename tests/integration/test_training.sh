@@ -92,4 +92,28 @@ done
 echo "final losses:$losses"
 [ "$(echo "$losses" | tr ' ' '\n' | sed -n 's/.*=//p' | sort -u | wc -l)" -eq 1 ] &&
     pass "all strategies reach the same loss" || fail "losses differ:$losses"
+
+# 5. schedules through the coordinator: gpipe, 1f1b and sliced warm-up compute the same update
+#    (same loss); asynchronous pipedream (weights updated per micro-batch, drained at the
+#    checkpoints) trains too
+for sch in gpipe 1f1b sliced pipedream; do
+    sed "s/SCH/$sch/" >"$work/s-$sch.json" <<'JSON'
+{"format": "stagecraft-job", "version": 1, "name": "SCH",
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 16, "layers": 2, "width": 32, "heads": 2},
+ "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "SCH",
+ "strategy": "minmax", "stages": 2, "workers": 2, "steps": 12, "checkpoint_every": 5}
+JSON
+done
+sync_losses=""
+for sch in gpipe 1f1b sliced pipedream; do
+    id=$("$sc" submit "$work/s-$sch.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
+    if wait_for 60 is_state "$id" succeeded; then
+        [ "$sch" = pipedream ] || sync_losses="$sync_losses $(loss_of "$id")"
+        pass "$sch job trained (final loss $(loss_of "$id"))"
+    else
+        fail "$sch job $id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
+    fi
+done
+[ "$(echo "$sync_losses" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)" -eq 1 ] &&
+    pass "gpipe, 1f1b and sliced reach the same loss" || fail "losses differ:$sync_losses"
 finish

@@ -601,12 +601,84 @@ static void test_worker_killed(void **state)
     }
 }
 
-/* ---- pipedream: weight stashing ---- */
+/* ---- pipedream: asynchronous 1f1b with weight stashing ---- */
 
-/* The two-stage pipedream computation done by hand, one thread, straight on kn_stage: stage 0
- * runs F0, then F(k+1) before B(k); stage 1 runs F(k), B(k); each backward is followed by that
- * stage's optimizer step, and stage 0's backward of k runs with the weights its forward of k
- * used (saved here by hand). Returns both stages' parameters, concatenated. */
+/* Per stage: every forward / backward event of a run of steps (and of a flush), copied out after
+ * each call since the report's array belongs to the runner, and the in-flight count each call
+ * left behind. */
+typedef struct {
+    rt_runner *r;
+    uint64_t first_step;
+    int steps;
+    bool flush;
+    sc_status rc;
+    sc_err err;
+    rt_report last;
+    rt_pd_event log[1024];
+    int n_log;
+    int inflight_end[128]; /* [steps], then the flush's */
+    int first_event[128];  /* log index of each call's first event */
+} pd_job;
+
+static void pd_log(pd_job *j, const rt_report *rep, int call)
+{
+    j->inflight_end[call] = rep->inflight_end;
+    j->first_event[call] = j->n_log;
+    for (int k = 0; k < rep->n_events && j->n_log < 1024; k++)
+        j->log[j->n_log++] = rep->events[k];
+}
+
+static void *pd_thread(void *arg)
+{
+    pd_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = SC_OK;
+    int i = 0;
+    for (; i < j->steps && j->rc == SC_OK; i++) {
+        j->rc = rt_runner_step(j->r, j->first_step + (uint64_t)i, &j->last, &j->err);
+        if (j->rc == SC_OK)
+            pd_log(j, &j->last, i);
+    }
+    if (j->flush && j->rc == SC_OK) {
+        rt_report rep;
+        j->rc = rt_runner_flush(j->r, &rep, &j->err);
+        if (j->rc == SC_OK)
+            pd_log(j, &rep, i);
+    }
+    return NULL;
+}
+
+/* Runs steps [first_step, first_step + steps) on every stage at once, then flushes if asked.
+ * jobs[] (heap: the logs are large) receive the logs. */
+static pd_job *pd_run(const run_spec *rs, rt_runner **rn, uint64_t first_step, int steps,
+                      bool flush)
+{
+    pthread_t th[8];
+    pd_job *jobs = calloc((size_t)rs->stages, sizeof *jobs);
+    assert_non_null(jobs);
+    for (int s = 0; s < rs->stages; s++) {
+        jobs[s].r = rn[s];
+        jobs[s].first_step = first_step;
+        jobs[s].steps = steps;
+        jobs[s].flush = flush;
+        assert_int_equal(pthread_create(&th[s], NULL, pd_thread, &jobs[s]), 0);
+    }
+    for (int s = 0; s < rs->stages; s++)
+        pthread_join(th[s], NULL);
+    for (int s = 0; s < rs->stages; s++) {
+        if (jobs[s].rc != SC_OK)
+            print_error("stage %d: %s\n", s, jobs[s].err.msg);
+        assert_int_equal(jobs[s].rc, SC_OK);
+    }
+    return jobs;
+}
+
+/* The two-stage asynchronous pipedream stream done by hand, one thread, straight on kn_stage:
+ * the minibatches of all steps form one stream g = 0..steps*m-1 (micro-batch g % m of step
+ * 1 + g / m); stage 0 runs F(g+1) before B(g), stage 1 runs F(g), B(g); each backward is followed
+ * by that stage's optimizer step, and stage 0's backward of g runs with the weights its forward
+ * of g used (saved here by hand). The stream never drains between steps; the last backward is
+ * the final flush's. Returns both stages' parameters, concatenated. */
 static float *pipedream_reference(const run_spec *rs, size_t *count)
 {
     sc_err err;
@@ -650,31 +722,32 @@ static float *pipedream_reference(const run_spec *rs, size_t *count)
     float *a = malloc(act * 4), *g = malloc(act * 4);
     void *in = malloc((size_t)M * dc.input_elems * 4);
     int32_t *tgt = malloc((size_t)M * (size_t)tps * 4);
-    for (int step = 1; step <= rs->steps; step++) {
-        for (int k = -1; k < mbs; k++) {
-            int f = k + 1; /* stage 0's forward of f comes before its backward of k */
-            if (f < mbs) {
-                assert_int_equal(rt_data_batch(d, (uint64_t)step, f * M, M, in, NULL, &err), SC_OK);
-                assert_int_equal(kn_stage_params_to_host(st[0], stash[f % 2], &err), SC_OK);
-                assert_int_equal(kn_stage_forward_host(st[0], f % 2, in, NULL, M, &err), SC_OK);
-            }
-            if (k < 0)
-                continue;
-            assert_int_equal(kn_stage_output_to_host(st[0], k % 2, a, &err), SC_OK);
-            assert_int_equal(rt_data_batch(d, (uint64_t)step, k * M, M, NULL, tgt, &err), SC_OK);
-            assert_int_equal(kn_stage_zero_grads(st[1], &err), SC_OK);
-            assert_int_equal(kn_stage_forward_host(st[1], 0, a, tgt, M, &err), SC_OK);
-            assert_int_equal(kn_stage_backward_host(st[1], 0, NULL, &err), SC_OK);
-            assert_int_equal(kn_stage_grad_input_to_host(st[1], g, &err), SC_OK);
-            assert_int_equal(kn_stage_step(st[1], &err), SC_OK);
-            /* stage 0: backward with the stashed weights, then update the newest ones */
-            assert_int_equal(kn_stage_params_to_host(st[0], newest, &err), SC_OK);
-            assert_int_equal(kn_stage_params_from_host(st[0], stash[k % 2], &err), SC_OK);
-            assert_int_equal(kn_stage_zero_grads(st[0], &err), SC_OK);
-            assert_int_equal(kn_stage_backward_host(st[0], k % 2, g, &err), SC_OK);
-            assert_int_equal(kn_stage_params_from_host(st[0], newest, &err), SC_OK);
-            assert_int_equal(kn_stage_step(st[0], &err), SC_OK);
+    int total = rs->steps * mbs;
+    for (int k = -1; k < total; k++) {
+        int f = k + 1; /* stage 0's forward of f comes before its backward of k */
+        if (f < total) {
+            uint64_t step = 1 + (uint64_t)(f / mbs);
+            assert_int_equal(rt_data_batch(d, step, (f % mbs) * M, M, in, NULL, &err), SC_OK);
+            assert_int_equal(kn_stage_params_to_host(st[0], stash[f % 2], &err), SC_OK);
+            assert_int_equal(kn_stage_forward_host(st[0], f % 2, in, NULL, M, &err), SC_OK);
         }
+        if (k < 0)
+            continue;
+        uint64_t step = 1 + (uint64_t)(k / mbs);
+        assert_int_equal(kn_stage_output_to_host(st[0], k % 2, a, &err), SC_OK);
+        assert_int_equal(rt_data_batch(d, step, (k % mbs) * M, M, NULL, tgt, &err), SC_OK);
+        assert_int_equal(kn_stage_zero_grads(st[1], &err), SC_OK);
+        assert_int_equal(kn_stage_forward_host(st[1], 0, a, tgt, M, &err), SC_OK);
+        assert_int_equal(kn_stage_backward_host(st[1], 0, NULL, &err), SC_OK);
+        assert_int_equal(kn_stage_grad_input_to_host(st[1], g, &err), SC_OK);
+        assert_int_equal(kn_stage_step(st[1], &err), SC_OK);
+        /* stage 0: backward with the stashed weights, then update the newest ones */
+        assert_int_equal(kn_stage_params_to_host(st[0], newest, &err), SC_OK);
+        assert_int_equal(kn_stage_params_from_host(st[0], stash[k % 2], &err), SC_OK);
+        assert_int_equal(kn_stage_zero_grads(st[0], &err), SC_OK);
+        assert_int_equal(kn_stage_backward_host(st[0], k % 2, g, &err), SC_OK);
+        assert_int_equal(kn_stage_params_from_host(st[0], newest, &err), SC_OK);
+        assert_int_equal(kn_stage_step(st[0], &err), SC_OK);
     }
     float *all = malloc((n0 + n1) * sizeof *all);
     assert_int_equal(kn_stage_params_to_host(st[0], all, &err), SC_OK);
@@ -695,67 +768,197 @@ static float *pipedream_reference(const run_spec *rs, size_t *count)
     return all;
 }
 
+/* Several steps without a drain between them, then one flush: bit for bit the hand-made stream. */
 static void test_pipedream_weight_stashing(void **state)
 {
     (void)state;
     const run_spec specs[] = {
         {GPT_JSON, "pipedream", 2, 6, 3, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
         {MLP_JSON, "pipedream", 2, 8, 4, 2, "sgd", "local", NULL, NULL, NULL, 0},
+        {MLP_JSON, "pipedream", 2, 4, 1, 4, "adamw", "local", NULL, NULL, NULL, 0},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         size_t n_ref = 0, n_pipe = 0;
         float *ref = pipedream_reference(&specs[i], &n_ref);
-        rt_report reports[2];
-        float *pipe = train_pipeline(&specs[i], &n_pipe, reports);
-        assert_int_equal(n_ref, n_pipe);
-        double diff = 0.0, norm = 0.0;
-        for (size_t j = 0; j < n_ref; j++) {
-            diff += ((double)pipe[j] - ref[j]) * ((double)pipe[j] - ref[j]);
-            norm += (double)ref[j] * ref[j];
+        rt_runner *rn[2] = {0};
+        pipeline_open(&specs[i], rn);
+        pd_job *jobs = pd_run(&specs[i], rn, 1, specs[i].steps, true);
+        /* stage 0 left one minibatch in flight after every step; the flush ran it */
+        for (int c = 0; c < specs[i].steps; c++) {
+            assert_int_equal(jobs[0].inflight_end[c], 1);
+            assert_int_equal(jobs[1].inflight_end[c], 0);
         }
-        assert_true(sqrt(diff / norm) <= 1e-5);
+        assert_int_equal(jobs[0].inflight_end[specs[i].steps], 0);
+        float *pipe = pipeline_params(&specs[i], rn, &n_pipe);
+        assert_int_equal(n_ref, n_pipe);
+        assert_memory_equal(pipe, ref, n_ref * sizeof *ref);
+        for (int s = 0; s < 2; s++)
+            rt_runner_destroy(&rn[s]);
+        free(jobs);
         free(ref);
         free(pipe);
     }
 }
 
+/* The versions over a 4-stage stream of 3 steps without drains: stage s runs exactly
+ * F(g), B(g - w) with w = p-s-1; each forward uses the newest weights (version = backwards run
+ * before it on the stage), each backward exactly its forward's version (g - w updates behind
+ * when the stream is full), never more than p-s minibatches (stashed versions) in flight. */
 static void test_pipedream_versions(void **state)
 {
     (void)state;
-    const run_spec rs = {GPT_JSON, "pipedream", 4, 8, 8, 0, "adamw", "local", NULL, NULL, NULL, 0};
-    rt_runner *r[4] = {0};
+    enum { P = 4, MB = 8, STEPS = 3 };
+    const run_spec rs = {GPT_JSON, "pipedream", P, 8, MB, 0, "adamw", "local", NULL, NULL, NULL, 0};
+    rt_runner *r[P] = {0};
     pipeline_open(&rs, r);
-    rt_report first[4], rep[4];
-    pipeline_run(&rs, r, 1, 1, first);
-    double loss0 = first[3].loss;
-    pipeline_run(&rs, r, 2, 1, rep);
-    for (int s = 0; s < 4; s++) {
-        int warm = 4 - s - 1;
-        uint64_t base = 8; /* one step of 8 micro-batches, one update each, before step 2 */
-        assert_non_null(rep[s].weight_version_forward);
-        for (int k = 0; k < 8; k++) {
-            uint64_t want = base + (uint64_t)(k > warm ? k - warm : 0);
-            assert_int_equal(rep[s].weight_version_forward[k], want);
-            /* the backward used its forward's version, although newer ones existed */
-            assert_int_equal(rep[s].weight_version_backward[k], want);
+    pd_job *jobs = pd_run(&rs, r, 1, STEPS, false);
+    double loss0 = 0.0;
+    for (int s = 0; s < P; s++) {
+        const pd_job *j = &jobs[s];
+        int w = P - s - 1, total = STEPS * MB;
+        assert_int_equal(j->n_log, total + (total - w)); /* every F, all B but the last w */
+        uint64_t fwd_ver[STEPS * MB];
+        int at = 0, max_inflight = 0;
+        for (int g = 0; g < total; g++) {
+            const rt_pd_event *f = &j->log[at++];
+            assert_false(f->backward);
+            assert_int_equal(f->step, 1 + (uint64_t)(g / MB));
+            assert_int_equal(f->mb, g % MB);
+            /* newest weights: one update per backward run before it */
+            assert_int_equal(f->version, (uint64_t)(g > w ? g - w : 0));
+            fwd_ver[g] = f->version;
+            max_inflight = f->inflight > max_inflight ? f->inflight : max_inflight;
+            if (g < w)
+                continue;
+            const rt_pd_event *b = &j->log[at++];
+            int k = g - w;
+            assert_true(b->backward);
+            assert_int_equal(b->step, 1 + (uint64_t)(k / MB));
+            assert_int_equal(b->mb, k % MB);
+            assert_int_equal(b->version, fwd_ver[k]); /* the stashed version, not the newest */
+            assert_int_equal(b->inflight, w);
         }
-        /* stage 0's backward of micro-batch 5 ran on a version 3 updates old */
-        if (s == 0)
-            assert_int_equal(rep[0].weight_version_forward[5], base + 2);
-        assert_int_equal(rep[s].slots, 4 - s);
+        assert_int_equal(max_inflight, P - s);
+        if (s == 0) /* step 2's first backward (of minibatch 5) ran after 5 updates on the
+                     * version its forward used, 3 updates older */
+            assert_int_equal(j->log[j->first_event[1] + 1].version, (uint64_t)(5 - 3));
+        assert_int_equal(j->last.slots, P - s);
+        assert_int_equal(j->last.max_inflight, P - s);
+        assert_int_equal(j->last.weight_version_forward[0], (uint64_t)(2 * MB - w));
     }
-    pipeline_run(&rs, r, 3, 60, rep);
-    if (!(rep[3].loss < loss0 * 0.8))
-        print_error("pipedream loss %g -> %g\n", loss0, rep[3].loss);
-    assert_true(rep[3].loss < loss0 * 0.8);
-    for (int s = 0; s < 4; s++)
+    pd_job *first = pd_run(&rs, r, STEPS + 1, 1, false);
+    loss0 = first[P - 1].last.loss;
+    free(first);
+    pd_job *more = pd_run(&rs, r, STEPS + 2, 60, true);
+    double loss1 = more[P - 1].last.loss;
+    if (!(loss1 < loss0 * 0.8))
+        print_error("pipedream loss %g -> %g\n", loss0, loss1);
+    assert_true(loss1 < loss0 * 0.8);
+    for (int s = 0; s < P; s++)
         rt_runner_destroy(&r[s]);
+    free(jobs);
+    free(more);
     /* synchronous schedules report no versions */
     const run_spec sync = {GPT_JSON, "1f1b", 2, 4, 2, 1, "adamw", "local", NULL, NULL, NULL, 0};
     size_t n = 0;
+    rt_report rep[2];
     float *p = train_pipeline(&sync, &n, rep);
     assert_null(rep[0].weight_version_forward);
+    assert_null(rep[0].events);
     free(p);
+}
+
+/* The pipeline does not drain between steps: every step leaves p-s-1 minibatches in flight on
+ * stage s, the next step's backwards on stage 0 begin with the previous step's last minibatches,
+ * and only the first step has a warm-up. */
+static void test_pipedream_no_drain(void **state)
+{
+    (void)state;
+    enum { P = 3, MB = 4 };
+    const run_spec rs = {MLP_JSON, "pipedream", P, 8, MB, 0, "sgd", "local", NULL, NULL, NULL, 0};
+    rt_runner *r[P] = {0};
+    pipeline_open(&rs, r);
+    pd_job *jobs = pd_run(&rs, r, 5, 3, true);
+    for (int s = 0; s < P; s++) {
+        const pd_job *j = &jobs[s];
+        int w = P - s - 1;
+        for (int c = 0; c < 3; c++)
+            assert_int_equal(j->inflight_end[c], w);
+        assert_int_equal(j->inflight_end[3], 0);
+        /* step 6's first forward comes before step 5's last backwards */
+        const rt_pd_event *e = &j->log[j->first_event[1]];
+        assert_false(e->backward);
+        assert_int_equal(e->step, 6);
+        assert_int_equal(e->mb, 0);
+        for (int k = 0; k < w; k++) {
+            const rt_pd_event *b = &j->log[j->first_event[1] + 1 + 2 * k];
+            assert_true(b->backward);
+            assert_int_equal(b->step, 5);
+            assert_int_equal(b->mb, MB - w + k);
+        }
+        /* the flush ran exactly the w backwards left of the last step */
+        assert_int_equal(j->n_log - j->first_event[3], w);
+    }
+    pd_job *later = pd_run(&rs, r, 8, 1, false); /* a new fill, from any step */
+    for (int s = 0; s < P; s++)
+        assert_int_equal(later[s].log[0].step, 8);
+    free(later);
+    later = pd_run(&rs, r, 9, 2, true);
+    free(later);
+    for (int s = 0; s < P; s++)
+        rt_runner_destroy(&r[s]);
+    free(jobs);
+}
+
+/* Checkpoints at flushed points: save refused in flight, a skipped step refused (nothing run),
+ * flush + save + load + continue equals the uninterrupted run bit for bit. */
+static void test_pipedream_flush_checkpoint(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sc_test_pdckpt_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const run_spec rs = {GPT_JSON, "pipedream", 2, 4, 2, 0, "adamw", "local", NULL, NULL, NULL, 0};
+    sc_err err;
+    sc_err_clear(&err);
+    rt_runner *a[2] = {0};
+    pipeline_open(&rs, a);
+    free(pd_run(&rs, a, 1, 2, false));
+    assert_int_equal(rt_runner_save(a[0], dir, 2, &err), SC_ERR_PRECONDITION);
+    assert_non_null(strstr(err.msg, "rt_runner_flush"));
+    sc_err_clear(&err);
+    rt_report rep;
+    assert_int_equal(rt_runner_step(a[0], 7, &rep, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "next step 3"));
+    pd_job *f = pd_run(&rs, a, 3, 0, true); /* flush only */
+    assert_int_equal(f[0].n_log, 1);
+    assert_true(f[0].log[0].backward);
+    assert_int_equal(f[0].log[0].step, 2);
+    free(f);
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(rt_runner_save(a[s], dir, 2, &err), SC_OK);
+    free(pd_run(&rs, a, 3, 2, true));
+    size_t n1 = 0, n2 = 0;
+    float *p1 = pipeline_params(&rs, a, &n1);
+
+    rt_runner *b[2] = {0};
+    pipeline_open(&rs, b);
+    free(pd_run(&rs, b, 1, 1, false)); /* in flight, then dropped by the load */
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(rt_runner_load(b[s], dir, 2, &err), SC_OK);
+    free(pd_run(&rs, b, 3, 2, true));
+    float *p2 = pipeline_params(&rs, b, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(p1, p2, n1 * sizeof *p1);
+    for (int s = 0; s < 2; s++) {
+        char path[1400];
+        rt_runner_checkpoint_path(a[s], dir, 2, path, sizeof path);
+        assert_int_equal(unlink(path), 0);
+        rt_runner_destroy(&a[s]);
+        rt_runner_destroy(&b[s]);
+    }
+    free(p1);
+    free(p2);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 static void test_checkpoint_resume(void **state)
@@ -1272,6 +1475,8 @@ int main(void)
         cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_pipedream_weight_stashing),
         cmocka_unit_test(test_pipedream_versions),
+        cmocka_unit_test(test_pipedream_no_drain),
+        cmocka_unit_test(test_pipedream_flush_checkpoint),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_peer_gone),
         cmocka_unit_test(test_loss_decreases),

@@ -1,6 +1,8 @@
 /*
  * rt runner: executes one stage's action list per iteration (see runner.h).
  * Not here: choosing the plan, talking to the coordinator (the worker agent does both).
+ * pipedream does not run the action list: its stream of minibatches crosses steps (pd_step,
+ * rt_runner_flush), minibatch g living in slot g % (p-s).
  * Invariant: a micro-batch mb lives in activation slot (mb / replicas) % slots from its F to its
  * B (mb / replicas numbers this replica's own micro-batches consecutively); in-order schedules
  * never hold more than `slots` consecutive ones, so slots never collide, and slot_mb[] checks it
@@ -64,13 +66,19 @@ struct rt_runner {
     size_t *block_off;             /* [nb] parameter offset of each block */
     double *norms;                 /* [nb] */
     bool broken;                   /* a step failed half-way */
-    /* pipedream: an optimizer step after every micro-batch's backward, which runs with the
+    /* pipedream: an optimizer step after every minibatch's backward, which runs with the
      * weights its forward used (stashed per activation slot). Versions count optimizer steps. */
     bool pipedream;
     float **stash;       /* [slots][np]: the parameters each in-flight forward used */
     uint64_t *stash_ver; /* [slots] */
     uint64_t *ver_fwd;   /* [m] version each micro-batch's forward used, this step */
-    uint64_t *ver_bwd;   /* [m] version its backward used */
+    /* The asynchronous stream: minibatch g is micro-batch g % m of step pd_base + g / m and lives
+     * in slot g % slots (slots = p-s); pd_fwd / pd_bwd count the forwards / backwards run since
+     * the last fill began, so pd_fwd - pd_bwd are in flight (never more than slots). */
+    uint64_t pd_base, pd_fwd, pd_bwd;
+    uint64_t *stash_g;   /* [slots] minibatch held by each slot */
+    rt_pd_event *events; /* [2m + p] this call's forwards and backwards */
+    int n_events;
     char endpoint[RT_ENDPOINT_MAX];
     /* Replicated stages. The action list run is the schedule's list of this stage restricted to
      * this replica's micro-batches (acts, owned, when group; else the schedule's own list). */
@@ -168,7 +176,8 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->stash);
     free(r->stash_ver);
     free(r->ver_fwd);
-    free(r->ver_bwd);
+    free(r->stash_g);
+    free(r->events);
     free(r);
     *rp = NULL;
 }
@@ -444,8 +453,10 @@ static sc_status alloc_stash(rt_runner *r, sc_err *err)
     r->stash = calloc((size_t)r->slots, sizeof *r->stash);
     r->stash_ver = calloc((size_t)r->slots, sizeof *r->stash_ver);
     r->ver_fwd = calloc((size_t)r->m, sizeof *r->ver_fwd);
-    r->ver_bwd = calloc((size_t)r->m, sizeof *r->ver_bwd);
-    if (r->stash == NULL || r->stash_ver == NULL || r->ver_fwd == NULL || r->ver_bwd == NULL)
+    r->stash_g = calloc((size_t)r->slots, sizeof *r->stash_g);
+    r->events = calloc((size_t)(2 * r->m + r->p), sizeof *r->events);
+    if (r->stash == NULL || r->stash_ver == NULL || r->ver_fwd == NULL || r->stash_g == NULL ||
+        r->events == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating weight stashes");
     for (int i = 0; i < r->slots; i++) {
         r->stash[i] = malloc(r->np * sizeof **r->stash + 1);
@@ -486,6 +497,8 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
     SC_CHECK(plan_replicas(r, c, sliced, err));
     int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);
+    if (r->pipedream) /* the stream crosses steps: p-s in flight whatever m */
+        r->slots = bound = r->p - r->s;
     if (r->slots > bound)
         return SC_ERRF(err, SC_ERR_INTERNAL,
                        "schedule %s needs %d activation slots on stage %d, "
@@ -822,12 +835,6 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         SC_CHECK(kn_stage_forward_host(r->st, slot, r->in_buf, r->last ? r->tgt_buf : NULL, (int)M,
                                        err));
         r->slot_mb[slot] = mb;
-        if (r->pipedream) {
-            /* the weights this forward used, for its backward */
-            memcpy(r->stash[slot], r->params, r->np * sizeof *r->params);
-            r->stash_ver[slot] = r->opt_t;
-            r->ver_fwd[mb] = r->opt_t;
-        }
         if (++*inflight > rep->max_inflight)
             rep->max_inflight = *inflight;
         if (r->last) {
@@ -857,12 +864,6 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     case RT_ACT_B:
         if (r->slot_mb[slot] != mb)
             return slot_error(r, "backward", mb, err);
-        if (r->pipedream) {
-            SC_CHECK(kn_stage_zero_grads(r->st, err));
-            if (r->stash_ver[slot] != r->opt_t) /* newer weights since: back to the stashed ones */
-                SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
-            r->ver_bwd[mb] = r->stash_ver[slot];
-        }
         SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
         r->slot_mb[slot] = -1;
         --*inflight;
@@ -873,12 +874,6 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         }
         extra_compute(r->extra_b_s * (double)M);
         rep->backward_s += sc_clock_now_s() - t0;
-        if (r->pipedream) {
-            /* updates the newest weights (not the stash) and uploads them */
-            double t1 = sc_clock_now_s();
-            SC_CHECK(optimizer_step(r, err));
-            rep->optimizer_s += sc_clock_now_s() - t1;
-        }
         break;
     case RT_ACT_SEND_B:
         if (r->gin_mb != mb)
@@ -890,8 +885,6 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                              M * r->in_elems * sizeof(float), err));
         break;
     case RT_ACT_OPT:
-        if (r->pipedream)
-            break; /* stepped after every backward */
         SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
         if (r->nrep > 1) {
             SC_CHECK(allreduce_grads(r, step, loss_sum, err));
@@ -905,6 +898,189 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     return SC_OK;
 }
 
+/* ---- pipedream: the asynchronous stream ---- */
+
+static uint64_t pd_step_of(const rt_runner *r, uint64_t g)
+{
+    return r->pd_base + g / (uint64_t)r->m;
+}
+
+static void pd_event(rt_runner *r, bool backward, uint64_t g, uint64_t version)
+{
+    rt_pd_event *e = &r->events[r->n_events++];
+    e->backward = backward;
+    e->step = pd_step_of(r, g);
+    e->mb = (int)(g % (uint64_t)r->m);
+    e->version = version;
+    e->inflight = (int)(r->pd_fwd - r->pd_bwd);
+}
+
+/* Receive, forward (with the newest weights, stashed for the backward), send of minibatch
+ * pd_fwd. */
+static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_err *err)
+{
+    uint64_t g = r->pd_fwd, step = pd_step_of(r, g);
+    int mb = (int)(g % (uint64_t)r->m), slot = (int)(g % (uint64_t)r->slots);
+    size_t M = (size_t)r->mb_size[mb];
+    double t0 = sc_clock_now_s();
+    if (!r->first) {
+        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_ACTIVATION, step, mb, r->in_buf,
+                                   M * r->in_elems * 4, err));
+        rep->wait_s += sc_clock_now_s() - t0;
+    }
+    double t1 = sc_clock_now_s();
+    if (r->slot_mb[slot] != -1)
+        return slot_error(r, "forward", mb, err);
+    if (r->first || r->last)
+        SC_CHECK(rt_data_batch(r->data, step, r->mb_off[mb], (int)M, r->first ? r->in_buf : NULL,
+                               r->last ? r->tgt_buf : NULL, err));
+    SC_CHECK(
+        kn_stage_forward_host(r->st, slot, r->in_buf, r->last ? r->tgt_buf : NULL, (int)M, err));
+    r->slot_mb[slot] = mb;
+    r->stash_g[slot] = g;
+    /* the weights this forward used, for its backward */
+    memcpy(r->stash[slot], r->params, r->np * sizeof *r->params);
+    r->stash_ver[slot] = r->opt_t;
+    r->ver_fwd[mb] = r->opt_t;
+    r->pd_fwd++;
+    if ((int)(r->pd_fwd - r->pd_bwd) > rep->max_inflight)
+        rep->max_inflight = (int)(r->pd_fwd - r->pd_bwd);
+    if (r->last) {
+        float l = 0.0f;
+        SC_CHECK(kn_stage_loss(r->st, slot, &l, err));
+        *loss_sum += (double)l * (double)M;
+    }
+    extra_compute(r->extra_f_s * (double)M);
+    rep->forward_s += sc_clock_now_s() - t1;
+    pd_event(r, false, g, r->opt_t);
+    if (!r->last) {
+        SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
+        SC_CHECK(rt_transport_send(r->tr, RT_MSG_ACTIVATION, step, mb, r->out_buf,
+                                   M * r->out_elems * sizeof(float), err));
+    }
+    return SC_OK;
+}
+
+/* Receive, backward (with the weights stashed at its forward), send, then the update of the
+ * newest weights, of minibatch pd_bwd. */
+static sc_status pd_backward(rt_runner *r, rt_report *rep, sc_err *err)
+{
+    uint64_t g = r->pd_bwd, step = pd_step_of(r, g);
+    int mb = (int)(g % (uint64_t)r->m), slot = (int)(g % (uint64_t)r->slots);
+    size_t M = (size_t)r->mb_size[mb];
+    double t0 = sc_clock_now_s();
+    if (!r->last) {
+        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, mb, r->gout_buf,
+                                   M * r->out_elems * sizeof(float), err));
+        rep->wait_s += sc_clock_now_s() - t0;
+    }
+    double t1 = sc_clock_now_s();
+    if (r->slot_mb[slot] != mb || r->stash_g[slot] != g)
+        return slot_error(r, "backward", mb, err);
+    SC_CHECK(kn_stage_zero_grads(r->st, err));
+    if (r->stash_ver[slot] != r->opt_t) /* newer weights since: back to the stashed ones */
+        SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
+    SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+    r->slot_mb[slot] = -1;
+    r->pd_bwd++;
+    if (!r->first)
+        SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
+    extra_compute(r->extra_b_s * (double)M);
+    rep->backward_s += sc_clock_now_s() - t1;
+    pd_event(r, true, g, r->stash_ver[slot]);
+    rep->backwards++;
+    if (!r->first)
+        SC_CHECK(rt_transport_send(r->tr, RT_MSG_GRADIENT, step, mb, r->gin_buf,
+                                   M * r->in_elems * sizeof(float), err));
+    /* updates the newest weights (not the stash) and uploads them */
+    double t2 = sc_clock_now_s();
+    SC_CHECK(optimizer_step(r, err));
+    rep->optimizer_s += sc_clock_now_s() - t2;
+    return SC_OK;
+}
+
+static void pd_finish(rt_runner *r, rt_report *rep, double t0)
+{
+    rep->iteration_s = sc_clock_now_s() - t0;
+    rep->busy_s = rep->forward_s + rep->backward_s + rep->optimizer_s;
+    rep->weight_version_forward = r->ver_fwd;
+    rep->events = r->events;
+    rep->n_events = r->n_events;
+    rep->inflight_end = (int)(r->pd_fwd - r->pd_bwd);
+    rep->slots = r->slots;
+    rep->n_blocks = r->nb;
+    rep->grad_sq_norms = r->norms;
+}
+
+/* One step of the stream: the m forwards of `step`, each followed by the backwards 1f1b allows
+ * (in flight kept at w = p-s-1 once filled). */
+static sc_status pd_step(rt_runner *r, uint64_t step, rt_report *rep, sc_err *err)
+{
+    double t0 = sc_clock_now_s();
+    if (r->pd_fwd == r->pd_bwd) { /* empty: a new fill starts at this step */
+        r->pd_base = step;
+        r->pd_fwd = r->pd_bwd = 0;
+    }
+    bool filling = r->pd_bwd == 0;
+    uint64_t w = (uint64_t)(r->p - r->s - 1);
+    double loss_sum = 0.0;
+    r->n_events = 0;
+    for (int j = 0; j < r->m; j++) {
+        SC_CHECK(pd_forward(r, rep, &loss_sum, err));
+        while (r->pd_fwd - r->pd_bwd > w) {
+            if (filling && r->pd_bwd == 0)
+                rep->warmup_s = sc_clock_now_s() - t0;
+            SC_CHECK(pd_backward(r, rep, err));
+        }
+    }
+    if (filling && r->pd_bwd == 0)
+        rep->warmup_s = sc_clock_now_s() - t0; /* still filling (m < p-s) */
+    if (rep->max_inflight > r->slots)
+        return SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: %d minibatches in flight, %d slots",
+                       r->s, rep->max_inflight, r->slots);
+    pd_finish(r, rep, t0);
+    rep->samples_per_s = rep->iteration_s > 0.0 ? (double)r->batch / rep->iteration_s : 0.0;
+    rep->has_loss = r->last;
+    rep->loss = r->last ? loss_sum / (double)r->batch : 0.0;
+    rep->microbatches = r->m;
+    return SC_OK;
+}
+
+static void pd_reset(rt_runner *r)
+{
+    r->pd_base = r->pd_fwd = r->pd_bwd = 0;
+}
+
+sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err)
+{
+    rt_report rep;
+    memset(&rep, 0, sizeof rep);
+    if (!r->pipedream) {
+        if (report != NULL)
+            *report = rep;
+        return SC_OK;
+    }
+    if (r->broken)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "runner stage %d: an earlier step failed; load a checkpoint first", r->s);
+    double t0 = sc_clock_now_s();
+    r->n_events = 0;
+    rep.step = r->pd_fwd > 0 ? pd_step_of(r, r->pd_fwd - 1) : 0;
+    sc_status rc = SC_OK;
+    while (rc == SC_OK && r->pd_bwd < r->pd_fwd)
+        rc = pd_backward(r, &rep, err);
+    if (rc != SC_OK) {
+        r->broken = true;
+        return rc;
+    }
+    pd_finish(r, &rep, t0);
+    rep.weight_version_forward = NULL; /* no forwards ran */
+    pd_reset(r);
+    if (report != NULL)
+        *report = rep;
+    return SC_OK;
+}
+
 sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err *err)
 {
     if (r->broken)
@@ -915,6 +1091,23 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rt_report rep;
     memset(&rep, 0, sizeof rep);
     rep.step = step;
+    if (r->pipedream) {
+        if (r->pd_fwd != r->pd_bwd && step != pd_step_of(r, r->pd_fwd))
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner stage %d: pipedream step %llu while %d minibatches are in "
+                           "flight; valid: the next step %llu (or call rt_runner_flush first)",
+                           r->s, (unsigned long long)step, (int)(r->pd_fwd - r->pd_bwd),
+                           (unsigned long long)pd_step_of(r, r->pd_fwd));
+        sc_status rc = pd_step(r, step, &rep, err);
+        if (rc != SC_OK) { /* the stream is partial (messages taken, updates made) */
+            r->broken = true;
+            for (int i = 0; i < r->slots; i++)
+                r->slot_mb[i] = -1;
+        }
+        if (rc == SC_OK && report != NULL)
+            *report = rep;
+        return rc;
+    }
     double t0 = sc_clock_now_s();
     sc_status rc = kn_stage_zero_grads(r->st, err);
     int inflight = 0;
@@ -946,8 +1139,6 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rep.has_loss = r->last;
     rep.loss = r->last ? loss_sum / (double)r->batch : 0.0;
     rep.microbatches = r->own_mbs;
-    rep.weight_version_forward = r->pipedream ? r->ver_fwd : NULL;
-    rep.weight_version_backward = r->pipedream ? r->ver_bwd : NULL;
     rep.slots = r->slots;
     rep.n_blocks = r->nb;
     rep.grad_sq_norms = r->norms;
@@ -1023,6 +1214,11 @@ void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t ste
 
 sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
 {
+    if (r->pipedream && r->pd_fwd != r->pd_bwd)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "runner stage %d: pipedream has %d minibatches in flight; call "
+                       "rt_runner_flush before rt_runner_save",
+                       r->s, (int)(r->pd_fwd - r->pd_bwd));
     if (r->rep > 0)
         return SC_OK; /* the replicas are bit-identical: replica 0 writes for all */
     char path[1200], tmp[1300];
@@ -1110,6 +1306,7 @@ sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *e
         memcpy(r->state, state, r->nstate * sizeof *state);
         r->opt_t = h.opt_t;
         r->broken = false;
+        pd_reset(r);
         for (int i = 0; i < r->slots; i++)
             r->slot_mb[i] = -1;
     }

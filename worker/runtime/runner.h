@@ -27,10 +27,17 @@
  * nothing deadlocks. Backward sizes equal forward sizes on each stage (no separate backward cut).
  * A neighbour list that disputes the neighbour's real cut is found at the first message whose
  * size differs, in the first step: SC_ERR_INVALID naming prev_sizes / next_sizes.
- * "pipedream": 1f1b order with weight stashing and an optimizer step after every micro-batch's
- * backward, which uses the weights its forward used (up to min(p-s, m) versions kept). The
- * pipeline still drains at the end of each rt_runner_step, so unlike PipeDream proper it keeps the
- * 1f1b bubble; the versions and staleness are PipeDream's within a step.
+ * "pipedream" (asynchronous PipeDream, 1f1b without flush): every micro-batch is a minibatch of
+ * its own, with its own optimizer step after its backward. The micro-batches of consecutive steps
+ * form one stream g = 0, 1, 2, ... (step base + g / m, micro-batch g % m) that flows through the
+ * pipeline without draining: stage s runs F(g) then B(g - w) with w = p-s-1 (warm-up: the first w
+ * forwards run without a backward, once per fill), so p-s minibatches are in flight at most. A
+ * forward uses the newest weights, which are stashed (p-s versions at most, one per in-flight
+ * minibatch) so its backward runs on the same version; the update then goes to the newest ones.
+ * rt_runner_step(t) runs the m forwards of step t and the backwards that 1f1b puts between them,
+ * so on return stage s still holds w minibatches in flight (the last w of step t); their backwards
+ * run in the next step or in rt_runner_flush(), which drains the pipeline (every stage must call
+ * it). Between flushes steps must be consecutive; checkpoints are only taken flushed.
  * Replicated (data-parallel) stages: a stage may run as r copies (cfg replicas / replica), each a
  * runner of its own. Micro-batch j of an iteration runs on copy j % r of every stage, so its
  * activation goes from copy j % r_prev of the previous stage to copy j % r of this one and its
@@ -43,11 +50,11 @@
  * With replicas: gpipe and 1f1b only, m >= the largest of the three replica counts (m need not be
  * a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes checkpoints, every
  * copy loads the same file.
- * Not here: the asynchronous steady state across steps, sizes per stage with another schedule
+ * Not here: sizes per stage with another schedule
  * than gpipe or with replicas, UMPIPE's separate backward sizes, pipedream or sliced with replicas,
  * device-side (NCCL) all-reduce, the nccl transport (SC_ERR_UNSUPPORTED).
- * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m)) are ever
- * in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
+ * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m), pipedream
+ * p-s) are ever in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
  */
 #ifndef RT_RUNNER_H
@@ -110,6 +117,15 @@ typedef struct {
     int prev_replicas, next_replicas;
 } rt_runner_cfg;
 
+/* pipedream: one forward or backward run by rt_runner_step / rt_runner_flush, in order. */
+typedef struct {
+    bool backward; /* false: forward */
+    uint64_t step; /* the minibatch: micro-batch mb of step */
+    int mb;
+    uint64_t version; /* weight version used (optimizer steps this stage had taken at its F) */
+    int inflight;     /* minibatches in flight on this stage after it */
+} rt_pd_event;
+
 typedef struct {
     uint64_t step;
     bool has_loss;      /* last stage only */
@@ -127,10 +143,19 @@ typedef struct {
     int n_blocks;                /* last_block - first_block + 1 */
     const double *grad_sq_norms; /* [n_blocks] squared L2 norm of each block's gradient before
                                   * the step; owned by the runner, valid until the next step */
-    /* pipedream only (else NULL): [microbatches] the weight version (optimizer steps taken on this
-     * stage) each micro-batch's forward and backward used; owned by the runner like the above. */
+    /* pipedream only (else NULL / 0), owned by the runner like the above: [microbatches] the
+     * weight version (optimizer steps taken on this stage) each micro-batch's forward of this step
+     * used; the forwards and backwards run by this call in order (a backward may belong to the
+     * previous step); the minibatches still in flight on return (p-s-1 after a step: the
+     * pipeline is not drained); the time before the first backward of a fill (the warm-up, in the
+     * first step after a start, a load or a flush only) and the backwards run. The steady-state
+     * time per minibatch is (iteration_s - warmup_s) / backwards. */
     const uint64_t *weight_version_forward;
-    const uint64_t *weight_version_backward;
+    const rt_pd_event *events;
+    int n_events;
+    int inflight_end;
+    double warmup_s;
+    int backwards;
 } rt_report;
 
 typedef struct rt_runner rt_runner;
@@ -168,18 +193,28 @@ sc_status rt_runner_connect_group(rt_runner *r, const char *const *prev_eps, int
                                   const char *const *peer_eps, int n_peers, sc_err *err);
 
 /* One training iteration of `step` (the data of the batch depends on it; steps need not be
- * consecutive). Fills `report` (may be NULL). A neighbour that disappears makes this return
- * SC_ERR_TIMEOUT / SC_ERR_UNAVAILABLE within the timeout; the runner is then unusable until
- * rt_runner_load() (its gradients and in-flight activations are partial). */
+ * consecutive, except pipedream's between flushes: another step while minibatches are in flight
+ * is SC_ERR_INVALID and runs nothing). Fills `report` (may be NULL). A neighbour that disappears
+ * makes this return SC_ERR_TIMEOUT / SC_ERR_UNAVAILABLE within the timeout; the runner is then
+ * unusable until rt_runner_load() (its gradients and in-flight activations are partial). */
 sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err *err);
 
-/* Checkpoint of this stage after `step` (replica 0 only; other replicas return SC_OK and write
+/* pipedream: drains the pipeline, running the backwards (and updates) of the minibatches still in
+ * flight; every stage must call it (the drain needs the neighbours' gradients). Afterwards the
+ * parameters are those of the whole stream so far, the next rt_runner_step may take any step and
+ * starts a new fill, and rt_runner_save is allowed. Fills `report` (may be NULL: events, timing,
+ * step = the last step run). Other schedules drain in every step: SC_OK, nothing to do. */
+sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err);
+
+/* Checkpoint of this stage after `step` (replica 0 only; pipedream only when flushed, else
+ * SC_ERR_PRECONDITION; other replicas return SC_OK and write
  * nothing): `dir`/stage<S>-step<N>.ckpt with a magic, version,
  * block range, optimizer kind, the parameters, the optimizer state and a checksum; written to a
  * temporary name and renamed, so a crash never leaves a partial file under the final name. */
 sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err);
 /* Loads the checkpoint of `step`. A missing file is SC_ERR_NOT_FOUND; a corrupt one (bad magic,
- * checksum) SC_ERR_PARSE; one of another block range, size or optimizer SC_ERR_INVALID. */
+ * checksum) SC_ERR_PARSE; one of another block range, size or optimizer SC_ERR_INVALID.
+ * pipedream: the pipeline restarts empty (in-flight minibatches are dropped). */
 sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err);
 /* The checkpoint path of (dir, stage, step) into buf. */
 void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t step, char *buf,

@@ -12,8 +12,9 @@
  * stage, and each replica runs its stage's list restricted to its own micro-batches (the order is
  * kept). rt_schedule_validate_replicas() dry-runs those restricted lists over all stages and
  * replicas, the replicas of a stage meeting at OPT (their gradient all-reduce).
- * Not here: the per-micro-batch optimizer steps of pipedream and the cut micro-batches of the
- * sliced warm-up (the runner adds both on top of 1f1b lists), I/W split backward.
+ * Not here: asynchronous pipedream (the runner runs its cross-step 1f1b stream itself; the 1f1b
+ * lists only validate its configuration) and the cut micro-batches of the sliced warm-up (the
+ * runner adds them on top of 1f1b lists), I/W split backward.
  */
 #ifndef RT_SCHEDULE_H
 #define RT_SCHEDULE_H
