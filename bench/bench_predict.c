@@ -21,8 +21,9 @@
  * pipeline; an iteration's time is the longest stage's rt_runner_step wall time; the figure is
  * the median over the timed iterations, after the warm-up ones.
  * Diagnostics of the real run, to say where an error comes from: how much slower the stages'
- * compute ran than profiled, their optimizer step (which the prediction does not count), the
- * prediction with that step added, and the simulator replayed with the run's own stage times.
+ * compute ran than profiled, their measured optimizer step (the prediction counts the profile's
+ * optimizer_s), the prediction with the measured step in its place, and the simulator replayed
+ * with the run's own stage times.
  *
  * Not measured: GPUs, replicated stages, the zmq transport's cost between machines. Nothing here
  * asserts on time; it prints figures.
@@ -364,7 +365,7 @@ static double rel_err(double pred, double meas)
 }
 
 /* Plays the plan's schedule in the planner's simulator with the optimizer step the real run
- * measured added to every stage (plan_run counts none), and, when `measured_compute`, the
+ * measured in place of the profile's `optimizer_s`, and, when `measured_compute`, the
  * run's own forward and backward times per micro-batch in place of the profiled ones; link
  * times stay the planner's. With measured compute, what remains between this and the measured
  * iteration is the schedule model's own error. */
@@ -627,9 +628,9 @@ int main(int argc, char **argv)
         plan_profile_destroy(&prof);
     }
     printf("\nS: stages of the minmax plan. infl: the most a stage's measured forward + backward "
-           "exceeds its profiled time (x). opt_ms: the slowest stage's optimizer step, which the "
-           "prediction does not count. +opt: error of the prediction with each stage's measured "
-           "optimizer step added to the simulation. replay: error of the simulator fed the real "
+           "exceeds its profiled time (x). opt_ms: the slowest stage's measured optimizer step (the "
+           "prediction counts the profile's optimizer_s). +opt: error of the prediction with each "
+           "stage's measured optimizer step in place of the profiled one. replay: error of the simulator fed the real "
            "run's own stage times and optimizer steps (schedule model alone).\nsummary over %d "
            "configurations:\n",
            nrows);
@@ -637,7 +638,7 @@ int main(int argc, char **argv)
     char what[96];
     snprintf(what, sizeof what, "real kernels, stages <= %ld cores", cores);
     stats_print(what, &real_fit);
-    snprintf(what, sizeof what, "  same, optimizer step added (+opt)");
+    snprintf(what, sizeof what, "  same, measured optimizer step (+opt)");
     stats_print(what, &opt_fit);
     snprintf(what, sizeof what, "real kernels, stages > %ld cores (shared)", cores);
     stats_print(what, &real_over);

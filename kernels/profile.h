@@ -42,8 +42,9 @@ typedef struct {
     size_t stash_bytes_per_sample;      /* its input and internal activations, kept for backward */
     int npoints;
     kn_profile_point points[KN_PROFILE_SIZES_MAX];
-    double optimizer_s; /* median optimizer step over the block's parameters (once per
-                           iteration, whatever the micro-batch size) */
+    double optimizer_s; /* median optimizer step over the block's parameters as the stage
+                           runtime takes it (gradients out, update, parameters back in), once
+                           per iteration whatever the micro-batch size */
 } kn_profile_block;
 
 /* Measures every block of `m`; `out` has kn_model_block_count(m) entries. */
