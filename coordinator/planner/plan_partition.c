@@ -783,6 +783,35 @@ static double pd_params(const pd_in *in, int i, int j)
     return plan_cost_params(in->c, in->b0 + i, in->b0 + j);
 }
 
+/* PipeDream's time of a stage run by r replicas: (compute + the all-reduce of its weights over r
+ * replicas) / r; `within` scales the all-reduce of a whole lower level seen as one machine. */
+static double pd_stage_time(double compute_s, double params, int r, double bw, int within)
+{
+    return (compute_s + 4.0 * (r - 1) * params / (bw * r) / within) / r;
+}
+
+/* The best split found so far for one DP cell. */
+typedef struct {
+    double t;
+    int k, mprev, mp;
+} pd_best;
+
+/* Takes the split after state k (`prev` before it, stage time `last` after it on mp replicas,
+ * activation transfers in_t and out_t) when its bottleneck beats the best so far. */
+static void pd_take(pd_best *b, double prev, double last, double in_t, double out_t, int k,
+                    int mprev, int mp)
+{
+    double v = prev > last ? prev : last;
+    v = in_t > v ? in_t : v;
+    v = out_t > v ? out_t : v;
+    if (v < b->t) {
+        b->t = v;
+        b->k = k;
+        b->mprev = mprev;
+        b->mp = mp;
+    }
+}
+
 /* PipeDream's compute_partitioning for a chain of states, activation transfers counted. */
 static void pd_solve(const pd_in *in, pd_level *lv, int within, double bw)
 {
@@ -801,46 +830,35 @@ static void pd_solve(const pd_in *in, pd_level *lv, int within, double bw)
                 double ct = pd_ct(in, i, j);
                 if (!isfinite(ct))
                     continue;
-                double dp = 4.0 * m * pd_params(in, i, j) / (bw * (m + 1)) / within;
-                a->t = (ct + dp) / (m + 1);
+                a->t = pd_stage_time(ct, pd_params(in, i, j), m + 1, bw, within);
             }
     for (int i = 0; i < lv->rows; i++)
         for (int m = 1; m < M; m++)
             for (int j = i + 1; j < n; j++) {
                 pd_cell *a = pd_at(lv, i, j, m);
-                double best = a->t;
-                int bk = a->k, bprev = a->mprev, bmp = a->mp;
+                pd_best b = {a->t, a->k, a->mprev, a->mp};
                 for (int mp = 1; mp <= m; mp++) {
                     double out_t = j < n - 1 ? 2.0 * act[j] / (bw * mp) : 0;
-                    if (out_t >= best)
+                    if (out_t >= b.t)
                         continue;
                     /* the last stage only grows as k moves left: stop once it is too slow */
                     for (int k = j - 1; k >= i; k--) {
                         double last = pd_ct(in, k + 1, j);
                         if (!isfinite(last))
                             continue;
-                        last = (last + 4.0 * (mp - 1) * pd_params(in, k + 1, j) / (bw * mp)) / mp;
-                        if (last >= best)
+                        last = pd_stage_time(last, pd_params(in, k + 1, j), mp, bw, 1);
+                        if (last >= b.t)
                             break;
                         double prev = pd_at(lv, i, k, m - mp)->t;
-                        if (prev >= best)
+                        if (prev >= b.t)
                             continue;
-                        double in_t = 2.0 * act[k] / (bw * mp);
-                        double v = prev > last ? prev : last;
-                        v = in_t > v ? in_t : v;
-                        v = out_t > v ? out_t : v;
-                        if (v < best) {
-                            best = v;
-                            bk = k;
-                            bprev = m - mp;
-                            bmp = mp;
-                        }
+                        pd_take(&b, prev, last, 2.0 * act[k] / (bw * mp), out_t, k, m - mp, mp);
                     }
                 }
-                a->t = best;
-                a->k = bk;
-                a->mprev = (int16_t)bprev;
-                a->mp = (int16_t)bmp;
+                a->t = b.t;
+                a->k = b.k;
+                a->mprev = (int16_t)b.mprev;
+                a->mp = (int16_t)b.mp;
             }
 }
 
@@ -920,8 +938,7 @@ static void pds_solve(const pds_in *in, pd_level *lv, int within, double bw)
                 double ct = pds_ct(in, r, j);
                 if (!isfinite(ct))
                     continue;
-                double dp = 4.0 * m * pds_params(in, r, j) / (bw * (m + 1)) / within;
-                a->t = (ct + dp) / (m + 1);
+                a->t = pd_stage_time(ct, pds_params(in, r, j), m + 1, bw, within);
             }
     for (int r = 0; r < lv->rows; r++)
         for (int m = 1; m < M; m++)
@@ -929,45 +946,35 @@ static void pds_solve(const pds_in *in, pd_level *lv, int within, double bw)
                 if (!pds_valid(in->ac, r, j))
                     continue;
                 pd_cell *a = pd_at(lv, r, j, m);
-                double best = a->t;
-                int bk = a->k, bprev = a->mprev, bmp = a->mp;
+                pd_best b = {a->t, a->k, a->mprev, a->mp};
                 for (int mp = 1; mp <= m; mp++) {
                     double out_t = j < n - 1 ? 2.0 * act[j] / (bw * mp) : 0;
-                    if (out_t >= best)
+                    if (out_t >= b.t)
                         continue;
                     for (int x = in->ks_start[j]; x < in->ks_start[j + 1]; x++) {
                         int k = in->ks[x];
                         double prev = pd_at(lv, r, k, m - mp)->t;
                         /* the compute part only grows along the list (first level) */
                         double lo = (in->ac->work_s[j] - in->ac->work_s[k]) / mp;
-                        if (in->below == NULL && lo >= best)
+                        if (in->below == NULL && lo >= b.t)
                             break;
-                        if (prev >= best)
+                        if (prev >= b.t)
                             continue;
                         double last = in->below == NULL
                                           ? in->ac->work_s[j] - in->ac->work_s[k]
                                           : pd_at(in->below, k + 1, j, in->below->M - 1)->t;
                         if (!isfinite(last))
                             continue;
-                        last = (last + 4.0 * (mp - 1) * pds_params(in, k + 1, j) / (bw * mp)) / mp;
-                        if (last >= best)
+                        last = pd_stage_time(last, pds_params(in, k + 1, j), mp, bw, 1);
+                        if (last >= b.t)
                             continue;
-                        double in_t = 2.0 * act[k] / (bw * mp);
-                        double v = prev > last ? prev : last;
-                        v = in_t > v ? in_t : v;
-                        v = out_t > v ? out_t : v;
-                        if (v < best) {
-                            best = v;
-                            bk = k;
-                            bprev = m - mp;
-                            bmp = mp;
-                        }
+                        pd_take(&b, prev, last, 2.0 * act[k] / (bw * mp), out_t, k, m - mp, mp);
                     }
                 }
-                a->t = best;
-                a->k = bk;
-                a->mprev = (int16_t)bprev;
-                a->mp = (int16_t)bmp;
+                a->t = b.t;
+                a->k = b.k;
+                a->mprev = (int16_t)b.mprev;
+                a->mp = (int16_t)b.mp;
             }
 }
 
