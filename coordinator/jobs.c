@@ -598,9 +598,11 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         goto out;
     json_t *endpoints = json_array();
     rc = assign_all(c, &spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
-    if (rc == SC_ERR_INVALID || rc == SC_ERR_UNSUPPORTED || rc == SC_ERR_PARSE) {
+    if (rc == SC_ERR_INVALID || rc == SC_ERR_UNSUPPORTED || rc == SC_ERR_PARSE ||
+        rc == SC_ERR_IO || rc == SC_ERR_NOT_FOUND) {
+        /* a bad spec, or data a worker cannot read: re-planning would hit the same wall */
         json_decref(endpoints);
-        move_job(c, id, COORD_JOB_FAILED, err.msg); /* re-planning would hit the same wall */
+        move_job(c, id, COORD_JOB_FAILED, err.msg);
         goto out;
     }
     if (rc != SC_OK) {

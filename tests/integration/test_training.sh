@@ -116,4 +116,11 @@ for sch in gpipe 1f1b sliced pipedream; do
 done
 [ "$(echo "$sync_losses" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)" -eq 1 ] &&
     pass "gpipe, 1f1b and sliced reach the same loss" || fail "losses differ:$sync_losses"
+
+# 6. data a worker cannot read fails the job, naming the file, instead of re-planning forever
+sed 's|"path": "[^"]*"|"path": "/nonexistent/corpus.txt"|' "$work/plain.json" >"$work/nodata.json"
+id=$("$sc" submit "$work/nodata.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
+wait_for 30 is_state "$id" failed && "$sc" status "$id" | grep -q "/nonexistent/corpus.txt" &&
+    pass "unreadable data: job failed naming the file" ||
+    fail "unreadable data: $id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
 finish
