@@ -44,10 +44,10 @@ static void run_all(const char *title, const plan_profile *p, const plan_cluster
             printf("%-15s %12.6f  refused: %.160s\n", plan_strategy_name((plan_strategy)s),
                    r.search_time_s, err.msg);
         } else {
-            printf("%-15s %12.6f %12.6g %14.6g %10.5g %8d%s%s\n",
+            printf("%-15s %12.6f %12.6g %14.6g %10.5g %8d%s%s%s\n",
                    plan_strategy_name((plan_strategy)s), r.search_time_s, r.objective_s,
                    r.bottleneck_s, r.iteration_time_s, r.part->n_stages,
-                   r.note[0] ? "  note: " : "", r.note);
+                   r.part->order ? "  (own block order)" : "", r.note[0] ? "  note: " : "", r.note);
             if (s == PLAN_STRAT_UMPIPE)
                 printf("%-15s best equal split %.6g, local greedy %.6g, uniform stagewise %.6g\n",
                        "", r.ga_best_equal_s, r.ga_greedy_s, r.ga_uniform_s);

@@ -48,14 +48,16 @@ typedef struct {
     size_t n;
 } xml_tag;
 
-/* Parses name="value" pairs in text[from, to); 0 on bad syntax, too many or duplicates. */
+/* Parses name="value" pairs in text[from, to); 0 on bad syntax, too many or duplicates.
+ * Separators are spaces only, as hwloc writes them: hwloc's own reader mishandles other white
+ * space inside a tag (it fails the load, leaking what it had built). */
 static int tag_parse(const char *text, size_t from, size_t to, xml_tag *t)
 {
     t->n = 0;
     size_t i = from;
     for (;;) {
         size_t ws = i;
-        while (i < to && isspace((unsigned char)text[i]))
+        while (i < to && text[i] == ' ')
             i++;
         if (i == to)
             return 1;
@@ -281,7 +283,7 @@ sc_status topo_xml_check(const char *text, size_t len, size_t max_bytes, const c
         if (name_len == 0 || !tag_parse(text, name_end, self_closing ? e - 1 : e, &tag)) {
             rc = SC_ERRF(err, SC_ERR_PARSE,
                          "%s:%d: malformed start tag (attributes must read name=\"value\", "
-                         "each once)",
+                         "each once, separated by spaces)",
                          source, line_of(text, i));
             goto out;
         }
@@ -321,6 +323,14 @@ sc_status topo_xml_check(const char *text, size_t len, size_t max_bytes, const c
                 if (v > max_nbobjs)
                     max_nbobjs = v;
             }
+        }
+        /* hwloc's reader fails (and leaks) on an info without both attributes */
+        if (name_len == 4 && memcmp(text + i + 1, "info", 4) == 0 &&
+            (tag_find(&tag, "name") == NULL || tag_find(&tag, "value") == NULL)) {
+            rc = SC_ERRF(err, SC_ERR_PARSE,
+                         "%s:%d: <info> needs both a name and a value attribute", source,
+                         line_of(text, i));
+            goto out;
         }
         int kind = XML_OTHER;
         if (name_len == 6 && memcmp(text + i + 1, "object", 6) == 0) {

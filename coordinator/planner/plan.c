@@ -287,6 +287,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
     SC_CHECK(check_request(req, batch, err));
     sc_status rc = SC_OK;
     plan_cost *cost = NULL, *ref = NULL;
+    plan_profile *reordered = NULL;
     sc_err serr;
     sc_err_clear(&serr);
 
@@ -357,6 +358,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         goto done;
     }
     if (strat == PLAN_STRAT_UMPIPE) {
+        /* on the minmax partition, which keeps the profile's order (no part->order) */
         out->micro_size = cost->samples;
         rc = run_umpipe(req, cost, out, &serr);
         out->search_time_s = sc_clock_now_s() - t0;
@@ -372,6 +374,17 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         goto done;
     }
     out->search_time_s = sc_clock_now_s() - t0;
+
+    /* a strategy that chose its own block order (pipedream on a branching graph): everything
+     * below is computed on the profile in that order, where each stage is contiguous and holds
+     * exactly the blocks the strategy gave it. req->profile stays as it is, so every plan of a
+     * run starts from the same order. */
+    if (out->part->order != NULL) {
+        SC_CHECK_GOTO(plan_profile_reorder(&reordered, prof, out->part->order, err), done);
+        prof = reordered;
+        plan_cost_destroy(&cost);
+        SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+    }
 
     /* --microbatches auto: closed form on the bottleneck stage, then a simulated sweep */
     if (req->microbatches == 0) {
@@ -464,6 +477,7 @@ strategy_failed:
 done:
     plan_cost_destroy(&cost);
     plan_cost_destroy(&ref);
+    plan_profile_destroy(&reordered);
     return rc;
 }
 
@@ -531,7 +545,17 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
             fprintf(f, "], \"replicas\": %d, \"compute_s\": %.9g, \"peak_memory_bytes\": %.6g}",
                     p->n_dev[s], x->compute_s[s], x->peak_memory_bytes[s]);
         }
-        fprintf(f, "],\n   \"microbatches\": {\"count\": %d", x->n_micro);
+        fprintf(f, "]");
+        if (p->order != NULL) {
+            /* the plan's own block order: position i is the profile's block named here */
+            fprintf(f, ",\n   \"block_order\": [");
+            for (int i = 0; i < p->n_order; i++) {
+                fprintf(f, "%s", i ? ", " : "");
+                json_str(f, req->profile->blocks[p->order[i]].name);
+            }
+            fprintf(f, "]");
+        }
+        fprintf(f, ",\n   \"microbatches\": {\"count\": %d", x->n_micro);
         if (x->strategy == PLAN_STRAT_UMPIPE) {
             fprintf(f, ", \"sizes\": [");
             for (int s = 0; s < p->n_stages; s++) {

@@ -6,7 +6,10 @@
  * Does not read files (the caller loads profile and cluster) and prints nothing but what it is
  * asked to write. Every strategy is compared by the same objective and the same simulator.
  * Invariant: a result with ok == 1 has a partition covering every block, and its timings come
- * from simulating that partition with the requested schedule.
+ * from simulating that partition with the requested schedule. When the partition carries a
+ * block order (part->order, set by pipedream on a branching graph), its positions and every
+ * figure of the result refer to the profile in that order (plan_profile_reorder); the request's
+ * profile itself is never changed.
  */
 #ifndef PLAN_H
 #define PLAN_H
@@ -92,7 +95,8 @@ typedef struct plan_result {
 sc_status plan_run(const plan_request *req, plan_strategy s, plan_result *out, sc_err *err);
 void plan_result_free(plan_result *r);
 
-/* {"plans": [...]} with one object per result (failed strategies carry "error"). */
+/* {"plans": [...]} with one object per result (failed strategies carry "error"; a result whose
+ * partition has its own block order carries "block_order", the profile's block names in it). */
 sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r, int n,
                           sc_err *err);
 

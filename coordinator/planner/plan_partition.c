@@ -53,6 +53,7 @@ void plan_partition_destroy(plan_partition **pp)
     free(p->n_dev);
     free(p->dev_start);
     free(p->devs);
+    free(p->order);
     free(p);
     *pp = NULL;
 }
@@ -63,6 +64,23 @@ void plan_partition_clear(plan_partition *p)
     p->n_devs = 0;
     p->objective_s = 0;
     p->note[0] = '\0';
+    if (p->order != NULL) {
+        free(p->order);
+        p->order = NULL;
+        p->n_order = 0;
+    }
+}
+
+sc_status plan_partition_set_order(plan_partition *p, const int *order, int n, sc_err *err)
+{
+    int *o = malloc((size_t)(n > 0 ? n : 1) * sizeof *o);
+    if (o == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a block order of %d blocks", n);
+    memcpy(o, order, (size_t)n * sizeof *o);
+    free(p->order);
+    p->order = o;
+    p->n_order = n;
+    return SC_OK;
 }
 
 void plan_partition_push(plan_partition *p, int first, int last, const int *devs, int n)
@@ -79,6 +97,7 @@ void plan_partition_push(plan_partition *p, int first, int last, const int *devs
 
 void plan_partition_copy(plan_partition *dst, const plan_partition *src)
 {
+    assert(src->order == NULL);
     plan_partition_clear(dst);
     for (int s = 0; s < src->n_stages; s++)
         plan_partition_push(dst, src->first[s], src->last[s], src->devs + src->dev_start[s],
@@ -1029,17 +1048,42 @@ static int pd_is_chain(const plan_profile *p)
     return 1;
 }
 
-/* A state's blocks map to a prefix of the linear order: the stage ending at state e ends at
- * block n_input_blocks + size(e) - 1. Counts the cuts whose closure is not that prefix. */
-static int pds_push(const plan_antichain *ac, int n_inp, int e, int *prev_last, plan_partition *out,
-                    const int *devs, int nd)
+/* The stage ending at state e ends at block n_input_blocks + size(e) - 1 of the plan's order
+ * (pds_order): its blocks are exactly those of e not in the previous stage's state. */
+static void pds_push(const plan_antichain *ac, int n_inp, int e, int *prev_last,
+                     plan_partition *out, const int *devs, int nd, int *ends)
 {
-    int last = n_inp + ac->size[e] - 1, off = 0;
-    for (int l = n_inp; l <= last; l++)
-        off |= !plan_antichain_has(ac, e, l);
+    int last = n_inp + ac->size[e] - 1;
+    ends[out->n_stages] = e;
     plan_partition_push(out, *prev_last + 1, last, devs, nd);
     *prev_last = last;
-    return off;
+}
+
+/* An order of the blocks in which every chosen state ends[0..ns-1] (nested, the last one
+ * holding every non-Input block) is a prefix: the Input blocks, then each stage's new blocks,
+ * each part in the profile's own order (a topological order, so the result is one too: a
+ * state is downward closed). Returns the number of cuts that are not prefixes of the profile's
+ * own order, -1 when the states are not nested (a DP walk always gives nested states). */
+static int pds_order(const plan_antichain *ac, int n_inp, const int *ends, int ns, int *order,
+                     char *placed)
+{
+    int L = ac->n_blocks, pos = n_inp, highest = n_inp - 1, moved = 0;
+    memset(placed, 0, (size_t)L);
+    for (int l = 0; l < n_inp; l++)
+        order[l] = l;
+    for (int s = 0; s < ns; s++) {
+        for (int l = n_inp; l < L; l++)
+            if (!placed[l] && plan_antichain_has(ac, ends[s], l)) {
+                placed[l] = 1;
+                highest = l > highest ? l : highest;
+                order[pos++] = l;
+            }
+        if (pos != n_inp + ac->size[ends[s]])
+            return -1;
+        /* pos - n_inp distinct blocks >= n_inp are the profile's prefix iff none lies beyond */
+        moved += highest != pos - 1 && s + 1 < ns;
+    }
+    return pos == L ? moved : -1;
 }
 
 /* PipeDream's DP knows one device type: say so when the cluster has several. */
@@ -1066,7 +1110,8 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     plan_antichain *ac = NULL;
     pd_level lv1 = {0}, lv2 = {0};
     int *ks_start = NULL, *ks = NULL, *end = NULL, *reps = NULL, *end2 = NULL, *reps2 = NULL;
-    int *devs = NULL;
+    int *devs = NULL, *ends = NULL, *order = NULL;
+    char *placed = NULL;
     pds_pred *sorted = NULL;
     double *w = malloc((size_t)L * 3 * sizeof *w);
     if (w == NULL)
@@ -1084,7 +1129,11 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     end = malloc((size_t)n * sizeof(int)), reps = malloc((size_t)n * sizeof(int));
     end2 = malloc((size_t)n * sizeof(int)), reps2 = malloc((size_t)n * sizeof(int));
     devs = malloc((size_t)cl->n_devices * sizeof(int));
-    if (!ks_start || !end || !reps || !end2 || !reps2 || !devs)
+    /* every stage has a device of its own: at most n_devices stages */
+    ends = malloc((size_t)cl->n_devices * sizeof(int));
+    order = malloc((size_t)L * sizeof(int));
+    placed = malloc((size_t)L);
+    if (!ks_start || !end || !reps || !end2 || !reps2 || !devs || !ends || !order || !placed)
         goto nomem;
     for (int j = 0; j < n; j++)
         for (int k = 0; k < j; k++)
@@ -1120,7 +1169,7 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     int hier = cl->n_servers > 1 && equal && n1 > 1 &&
                (long)(n + 1) * (long)n * (long)n1 <= PLAN_PD_HIER_MAX_CELLS;
     pds_in in1 = {.ac = ac, .ks_start = ks_start, .ks = ks};
-    int n_inp = pr->n_input_blocks, prev_last = -1, off = 0, ns;
+    int n_inp = pr->n_input_blocks, prev_last = -1, ns;
     if (!hier) {
         double bw;
         if (cl->n_servers == 1) {
@@ -1144,7 +1193,7 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
             for (int r = 0; r < reps[s]; r++)
                 devs[r] = next + r;
             next += reps[s];
-            off += pds_push(ac, n_inp, end[s], &prev_last, out, devs, reps[s]);
+            pds_push(ac, n_inp, end[s], &prev_last, out, devs, reps[s], ends);
         }
     } else {
         int S2 = cl->n_servers;
@@ -1171,18 +1220,22 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
                     for (int x = 0; x < reps[s1]; x++)
                         devs[nd++] = cl->servers[server + g].first_device + local + x;
                 local += reps[s1];
-                off += pds_push(ac, n_inp, end[s1], &prev_last, out, devs, nd);
+                pds_push(ac, n_inp, end[s1], &prev_last, out, devs, nd, ends);
             }
             server += reps2[s2];
         }
     }
-    if (off > 0) {
-        size_t used = strlen(out->note);
-        snprintf(out->note + used, sizeof out->note - used,
-                 "%s%d cut(s) are not prefixes of the linear block order; stages keep their "
-                 "block counts",
-                 used ? "; " : "", off);
+    /* a chosen state that is not a prefix of the profile's order: the plan takes an order in
+     * which every one is, so that each stage holds exactly PipeDream's blocks */
+    int moved = pds_order(ac, n_inp, ends, out->n_stages, order, placed);
+    if (moved < 0) {
+        rc = SC_ERRF(err, SC_ERR_INTERNAL,
+                     "pipedream: the chosen states of %s are not nested (a bug in the DP walk)",
+                     pr->model);
+        goto done;
     }
+    if (moved > 0)
+        SC_CHECK_GOTO(plan_partition_set_order(out, order, L, err), done);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "pipedream: out of memory for the antichain DP");
@@ -1190,6 +1243,7 @@ done:
     plan_antichain_destroy(&ac);
     free(w), free(lv1.A), free(lv2.A), free(ks_start), free(ks);
     free(end), free(reps), free(end2), free(reps2), free(devs), free(sorted);
+    free(ends), free(order), free(placed);
     return rc;
 }
 

@@ -11,7 +11,8 @@
  * except where a strategy itself needs the simulator (autopipe).
  *
  * Invariant of a partition: stages cover blocks 0..n_blocks-1 in order, each non-empty; each
- * device appears in at most one stage.
+ * device appears in at most one stage. Block positions are those of the profile's linear order,
+ * or, when the partition carries a block order (pipedream on a branching graph), of that order.
  */
 #ifndef PLAN_PARTITION_H
 #define PLAN_PARTITION_H
@@ -32,14 +33,24 @@ typedef struct plan_partition {
     int n_devs;
     double objective_s; /* the strategy's own objective */
     char note[160];     /* what the strategy simplified, if anything */
+    /* NULL: positions are the profile's own. Else (n_order = the profile's n_blocks) position i
+     * holds the profile's block order[i], a topological order of its DAG in which every stage
+     * is contiguous (plan_profile_reorder builds the profile in that order). */
+    int *order;
+    int n_order;
 } plan_partition;
 
 sc_status plan_partition_new(plan_partition **out, int cap_stages, int cap_devices, sc_err *err);
 void plan_partition_destroy(plan_partition **p);
+/* Empties p: no stages, no objective, no note, no block order. */
 void plan_partition_clear(plan_partition *p);
 /* Appends a stage of blocks first..last on devs[0..n-1]. Asserts capacity. */
 void plan_partition_push(plan_partition *p, int first, int last, const int *devs, int n);
+/* Copies stages, objective and note. Never allocates: src must carry no block order (asserted;
+ * only pipedream sets one, and no strategy copies its partitions); dst loses any it had. */
 void plan_partition_copy(plan_partition *dst, const plan_partition *src);
+/* Gives p the block order order[0..n-1] (copied; see plan_partition.order). SC_ERR_NOMEM. */
+sc_status plan_partition_set_order(plan_partition *p, const int *order, int n, sc_err *err);
 
 /* What every strategy needs to know. */
 typedef struct plan_search_cfg {
@@ -93,6 +104,9 @@ sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partiti
 sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 /* Refuses (SC_ERR_TOO_LARGE) when the number of candidates exceeds the limit. */
 sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
+/* On a branching graph.txt profile the stages are PipeDream's antichain states; when one of
+ * them is not a prefix of the profile's order, `out` carries a block order in which all are
+ * (plan_partition.order), and positions refer to it. */
 sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);

@@ -185,8 +185,9 @@ static int find_node(const gparse *g, const char *id)
     return -1;
 }
 
-/* A number or a list "[a; b; c]" whose elements are summed. */
-static int parse_metric(const char *v, double *out)
+/* A number or a list "[a; b; c]" whose elements are summed; the result lies in [0, max]. Values
+ * are bounded so that sums over thousands of blocks stay finite. */
+static int parse_metric(const char *v, double max, double *out)
 {
     char *end;
     while (isspace((unsigned char)*v))
@@ -215,7 +216,7 @@ static int parse_metric(const char *v, double *out)
         while (isspace((unsigned char)*v))
             v++;
         *out = sum;
-        return *v == '\0' ? 0 : -1;
+        return *v == '\0' && sum <= max ? 0 : -1;
     }
     double x = strtod(v, &end);
     if (end == v || !isfinite(x) || x < 0)
@@ -223,7 +224,7 @@ static int parse_metric(const char *v, double *out)
     while (isspace((unsigned char)*end))
         end++;
     *out = x;
-    return *end == '\0' ? 0 : -1;
+    return *end == '\0' && x <= max ? 0 : -1;
 }
 
 static sc_status parse_node_line(gparse *g, char *line, int lineno, sc_err *err)
@@ -289,10 +290,13 @@ static sc_status parse_node_line(gparse *g, char *line, int lineno, sc_err *err)
                            lineno, kv);
         *eq = '\0';
         double v;
-        if (parse_metric(eq + 1, &v) != 0)
+        /* times in ms up to 1e12 (1e9 s, as in the JSON format), sizes up to 1e18 bytes */
+        double max = strstr(kv, "time") != NULL ? 1e12 : 1e18;
+        if (parse_metric(eq + 1, max, &v) != 0)
             return SC_ERRF(err, SC_ERR_PARSE,
-                           "%s:%d: %s: expected a number >= 0 or a list [a; b], got '%s'",
-                           g->source, lineno, kv, eq + 1);
+                           "%s:%d: %s: expected a number in [0, %g] or a list [a; b] of them, "
+                           "got '%s'",
+                           g->source, lineno, kv, max, eq + 1);
         if (strcmp(kv, "forward_compute_time") == 0)
             n->f_ms = v, seen |= 1;
         else if (strcmp(kv, "backward_compute_time") == 0)
@@ -494,6 +498,7 @@ static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
         b->backward_s = nd->b_ms / 1000.0;
         b->parameter_bytes = nd->param;
         b->stash_bytes = nd->act;
+        b->output_bytes = nd->act;
         /* the output crosses every cut between the node and its last consumer */
         int last = last_use[i];
         if (last == nd->pos && nd->pos == kept - 1)
@@ -580,6 +585,118 @@ sc_status plan_profile_parse_graph(plan_profile **out, const char *source, const
         rc = linearise(&g, out, err);
     free(g.nodes);
     free(g.edges);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- another topological order */
+
+sc_status plan_profile_reorder(plan_profile **out, const plan_profile *p, const int *order,
+                               sc_err *err)
+{
+    *out = NULL;
+    if (p->pred_start == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s: only a graph.txt profile (a DAG) can be put in another block order",
+                       p->model);
+    int n = p->n_blocks;
+    sc_status rc = SC_OK;
+    plan_profile *q = NULL;
+    int *inv = malloc((size_t)n * sizeof *inv), *last_use = malloc((size_t)n * sizeof *last_use);
+    double *cut = calloc((size_t)n + 1, sizeof *cut);
+    if (!inv || !last_use || !cut) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reordering %s", p->model);
+        goto done;
+    }
+    for (int l = 0; l < n; l++)
+        inv[l] = -1;
+    for (int i = 0; i < n; i++) {
+        int l = order[i];
+        if (l < 0 || l >= n || inv[l] >= 0) {
+            rc = SC_ERRF(err, SC_ERR_INVALID,
+                         "%s: block order entry %d is %d; expected each of the %d blocks 0..%d "
+                         "exactly once",
+                         p->model, i, l, n, n - 1);
+            goto done;
+        }
+        if ((i < p->n_input_blocks || l < p->n_input_blocks) && l != i) {
+            rc = SC_ERRF(err, SC_ERR_INVALID,
+                         "%s: block order entry %d is %d; the %d Input block(s) must stay at "
+                         "positions 0..%d",
+                         p->model, i, l, p->n_input_blocks, p->n_input_blocks - 1);
+            goto done;
+        }
+        inv[l] = i;
+    }
+    for (int i = 0; i < n; i++) {
+        int l = order[i];
+        for (int e = p->pred_start[l]; e < p->pred_start[l + 1]; e++)
+            if (inv[p->pred[e]] > i) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "%s: block order puts '%s' before its input '%s'; expected a "
+                             "topological order of the graph",
+                             p->model, p->blocks[l].name, p->blocks[p->pred[e]].name);
+                goto done;
+            }
+    }
+    SC_CHECK_GOTO(plan_profile_new(&q, n, err), done);
+    sc_strlcpy(q->model, p->model, sizeof q->model);
+    sc_strlcpy(q->reference_device, p->reference_device, sizeof q->reference_device);
+    q->kind = p->kind;
+    q->microbatch_size = p->microbatch_size;
+    q->n_input_blocks = p->n_input_blocks;
+    q->dag_source = p->dag_source >= 0 ? inv[p->dag_source] : -1;
+    q->pred_start = calloc((size_t)n + 1, sizeof *q->pred_start);
+    q->pred = malloc(((size_t)p->pred_start[n] + 1) * sizeof *q->pred);
+    if (q->pred_start == NULL || q->pred == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reordering %s", p->model);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const plan_block *src = &p->blocks[order[i]];
+        plan_block *b = &q->blocks[i];
+        *b = *src;
+        b->sizes = NULL;
+        if (src->n_sizes > 0) {
+            b->sizes = malloc((size_t)src->n_sizes * sizeof *b->sizes);
+            if (b->sizes == NULL) {
+                b->n_sizes = 0;
+                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reordering %s", p->model);
+                goto done;
+            }
+            memcpy(b->sizes, src->sizes, (size_t)src->n_sizes * sizeof *b->sizes);
+        }
+        /* the predecessors renumbered, kept sorted as the profile's contract says */
+        int lo = q->pred_start[i], cnt = 0;
+        for (int e = p->pred_start[order[i]]; e < p->pred_start[order[i] + 1]; e++)
+            q->pred[lo + cnt++] = inv[p->pred[e]];
+        qsort(q->pred + lo, (size_t)cnt, sizeof *q->pred, cmp_int);
+        q->pred_start[i + 1] = lo + cnt;
+    }
+    /* an output crosses every cut between its block and the block's last consumer in the new
+     * order; the last block's own output is reported on it, as for the profile's own order */
+    for (int i = 0; i < n; i++)
+        last_use[i] = i;
+    for (int i = 0; i < n; i++)
+        for (int e = q->pred_start[i]; e < q->pred_start[i + 1]; e++)
+            if (i > last_use[q->pred[e]])
+                last_use[q->pred[e]] = i;
+    for (int i = 0; i < n; i++) {
+        int last = last_use[i];
+        if (last == i && i == n - 1)
+            last = n;
+        cut[i] += q->blocks[i].output_bytes;
+        cut[last] -= q->blocks[i].output_bytes;
+    }
+    double run = 0;
+    for (int i = 0; i < n; i++) {
+        run += cut[i];
+        q->blocks[i].activation_bytes = run > 0 ? run : 0;
+    }
+    *out = q;
+    q = NULL;
+done:
+    plan_profile_destroy(&q);
+    free(inv), free(last_use), free(cut);
     return rc;
 }
 

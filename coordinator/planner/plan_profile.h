@@ -9,7 +9,7 @@
  * cut placed right after block l (for a linearised DAG: every earlier output still needed by a
  * later block), and all times and sizes are finite and >= 0. A graph.txt profile also keeps its
  * DAG (pred_start / pred) over the same block positions; every predecessor of block l sits at a
- * position < l.
+ * position < l. plan_profile_reorder gives the same model in another topological order.
  */
 #ifndef PLAN_PROFILE_H
 #define PLAN_PROFILE_H
@@ -36,7 +36,10 @@ typedef struct plan_block {
     double stash_bytes; /* kept from forward to backward, per micro-batch */
     double optimizer_s; /* optimizer step over its parameters, once per iteration (0 when the
                            profile does not say) */
-    int n_sizes;        /* measured points, sorted by size; 0 = scale linearly */
+    /* graph.txt: the node's own output (its activation_size; 0 for the zeroed Input nodes),
+     * from which the cut sizes of any order follow; 0 for JSON profiles */
+    double output_bytes;
+    int n_sizes; /* measured points, sorted by size; 0 = scale linearly */
     plan_size_time *sizes;
 } plan_block;
 
@@ -82,6 +85,15 @@ sc_status plan_profile_parse_graph(plan_profile **out, const char *source, const
 sc_status plan_profile_new(plan_profile **out, int n_blocks, sc_err *err);
 
 void plan_profile_destroy(plan_profile **p);
+
+/* A copy of DAG profile p (a graph.txt profile: pred_start != NULL) with its blocks in another
+ * topological order: position i of the copy holds p's block order[i]. The Input blocks must keep
+ * their positions 0 .. n_input_blocks - 1 and every block must follow its predecessors;
+ * activation_bytes are recomputed for the new order (the outputs crossing each cut, as for the
+ * profile's own order) and the DAG is renumbered. SC_ERR_INVALID naming the profile when `order`
+ * is not such an order. *out is owned by the caller (plan_profile_destroy). */
+sc_status plan_profile_reorder(plan_profile **out, const plan_profile *p, const int *order,
+                               sc_err *err);
 
 /* Forward and backward time of block l on the reference device for a micro-batch of
  * `samples` samples, when the plan's global batch is `batch` (used only when the profile's

@@ -481,6 +481,7 @@ static void test_pipedream_shared_output(void **state)
     assert_int_equal(x.part->n_dev[0], 1);
     assert_int_equal(x.part->n_dev[1], 1);
     assert_string_equal(x.part->note, "");
+    assert_null(x.part->order); /* the cut is a prefix: the profile's own order stands */
     dag_free(&x);
 }
 
@@ -492,8 +493,9 @@ static void test_pipedream_non_prefix_cut(void **state)
      * Work (ms): A 1, X 3.5, Y 2.5, D 3. Three stages along s2 {A,Y} | s3 (+X) | s4 (+D):
      * max(3.5, 3.5, 3) = 3.5 ms, the optimum (through s1: {A,X} 4.5; from s0: A | X+Y or
      * A | Y | X+D, both > 5). A chain DP over Input0, A, X, Y, D can reach only 4.5 ms.
-     * {A,Y} is not a prefix of the linear order: the first stage keeps its two blocks
-     * (plus Input0), i.e. blocks 0..2, and the plan says so. */
+     * {A,Y} is not a prefix of the linear order (Input0, A, X, Y, D = blocks 0..4): the plan
+     * takes the order Input0, A, Y, X, D, where the stages are blocks 0..2 = {Input0, A, Y},
+     * 3 = {X}, 4 = {D}, exactly PipeDream's. */
     dag_inst x;
     sc_err err;
     dag_init(&x, DATA "branch_cut.graph.txt", 3, 1e12);
@@ -505,7 +507,16 @@ static void test_pipedream_non_prefix_cut(void **state)
     assert_int_equal(x.part->last[1], 3);
     assert_int_equal(x.part->first[2], 4);
     assert_int_equal(x.part->last[2], 4);
-    assert_non_null(strstr(x.part->note, "1 cut(s) are not prefixes"));
+    const int order[5] = {0, 1, 3, 2, 4};
+    assert_non_null(x.part->order);
+    assert_int_equal(x.part->n_order, 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(x.part->order[i], order[i]);
+    assert_string_equal(x.part->note, "");
+    /* a partition with an order starts clean again */
+    plan_partition_clear(x.part);
+    assert_null(x.part->order);
+    assert_int_equal(x.part->n_order, 0);
     dag_free(&x);
 }
 
@@ -538,6 +549,7 @@ static void test_pipedream_chain_graph_unchanged(void **state)
     /* as in test_pipedream_objective: (5 + 4*2*1e9/(1e10*3)) / 3 on one 3-way stage */
     assert_float_equal(part->objective_s, (5 + 8e9 / 3e10) / 3, 1e-12);
     assert_int_equal(part->n_stages, 1);
+    assert_null(part->order);
     plan_partition_destroy(&part);
     plan_cost_destroy(&cost);
     plan_cluster_destroy(&c);

@@ -1,6 +1,7 @@
 /* coordinator/planner/plan: the strategy driver end to end: every strategy on a small
  * heterogeneous cluster, the plan JSON keys, --microbatches auto, the bubble through the
- * driver, and one-line errors for impossible requests. */
+ * driver, one-line errors for impossible requests, and pipedream's own block order on a
+ * branching graph (stages holding exactly its states' blocks, figures over those blocks). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -253,6 +254,184 @@ static void test_bad_requests(void **state)
     plan_cluster_destroy(&c);
 }
 
+/* ---- pipedream's own block order on a branching graph ----
+ * Two branches joined: A -> X1 -> X2 -> J, A -> Y1 -> Y2 -> J, J -> T, Input0 feeding A; the
+ * profile's (Kahn) order is Input0, A, X1, X2, Y1, Y2, J, T = node1..node8. Work (forward +
+ * backward, ms): A 18, X1 16, X2 18, Y1 8, Y2 4, J 2, T 4, total 70; parameters (1e9 bytes)
+ * A 1, X1 2, X2 3, Y1 4, Y2 5, J 6, T 7; outputs of 100, 10, 20, 30, 40, 50, 60 bytes.
+ * On 3 GPUs at 1e11 B/s a replica costs at least 1e9 / 1e11 s = 10 ms of all-reduce and
+ * transfers take nanoseconds, so the plan is three single-device stages over nested states
+ * D1 < D2. By hand over every pair: {A, Y1} 26 | {X1, Y2} 20 | {X2, J, T} 24 gives 26 ms;
+ * the next best take 28 ms ({A} | {X1, Y1} | rest, {A, Y1} | {X1} | rest); cuts at prefixes of
+ * the profile's order reach only 34 ms. Neither D1 = {A, Y1} nor D2 = {A, X1, Y1, Y2} is a
+ * prefix of it: the plan's order is Input0, A, Y1 | X1, Y2 | X2, J, T. */
+static const char *const two_branches =
+    "node1 -- Input0 -- forward_compute_time=0, backward_compute_time=0, activation_size=0, "
+    "parameter_size=0\n"
+    "node2 -- A -- forward_compute_time=9, backward_compute_time=9, activation_size=100, "
+    "parameter_size=1e9\n"
+    "node3 -- X1 -- forward_compute_time=8, backward_compute_time=8, activation_size=10, "
+    "parameter_size=2e9\n"
+    "node4 -- X2 -- forward_compute_time=9, backward_compute_time=9, activation_size=20, "
+    "parameter_size=3e9\n"
+    "node5 -- Y1 -- forward_compute_time=4, backward_compute_time=4, activation_size=30, "
+    "parameter_size=4e9\n"
+    "node6 -- Y2 -- forward_compute_time=2, backward_compute_time=2, activation_size=40, "
+    "parameter_size=5e9\n"
+    "node7 -- J -- forward_compute_time=1, backward_compute_time=1, activation_size=50, "
+    "parameter_size=6e9\n"
+    "node8 -- T -- forward_compute_time=2, backward_compute_time=2, activation_size=60, "
+    "parameter_size=7e9\n"
+    "\tnode1 -- node2\n\tnode2 -- node3\n\tnode3 -- node4\n\tnode2 -- node5\n"
+    "\tnode5 -- node6\n\tnode4 -- node7\n\tnode6 -- node7\n\tnode7 -- node8\n";
+
+/* Runs req and writes the results' JSON; returns the parsed document. */
+static json_t *plans_json(const plan_request *req, const plan_result *r, int n)
+{
+    sc_err err;
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(plan_write_json(f, req, r, n, &err), SC_OK);
+    rewind(f);
+    json_error_t jerr;
+    json_t *root = json_loadf(f, 0, &jerr);
+    fclose(f);
+    if (root == NULL)
+        print_error("%s at %d:%d\n", jerr.text, jerr.line, jerr.column);
+    assert_non_null(root);
+    return root;
+}
+
+static int name_pos(json_t *order, const char *name)
+{
+    for (size_t i = 0; i < json_array_size(order); i++)
+        if (strcmp(json_string_value(json_array_get(order, i)), name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void test_pipedream_block_order(void **state)
+{
+    (void)state;
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_parse_graph(&p, "two.graph.txt", two_branches, &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 3, 1e11, 80e9, &err), SC_OK);
+    /* one micro-batch of the whole batch: the plan's times are the profile's own, so the
+     * stage times are PipeDream's */
+    plan_request req = {.profile = p,
+                        .cluster = c,
+                        .batch = 8,
+                        .microbatches = 1,
+                        .schedule = PLAN_SCHED_1F1B,
+                        .record_trace = 1};
+    plan_result r[2];
+    assert_int_equal(plan_run(&req, PLAN_STRAT_PIPEDREAM, &r[0], &err), SC_OK);
+    const plan_partition *pt = r[0].part;
+    assert_float_equal(r[0].objective_s, 0.026, 1e-12);
+    assert_int_equal(pt->n_stages, 3);
+    const int order[8] = {0, 1, 4, 2, 5, 3, 6, 7};
+    assert_non_null(pt->order);
+    assert_int_equal(pt->n_order, 8);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pt->order[i], order[i]);
+    /* each stage holds exactly the blocks of its state minus the previous one */
+    const char *stage_nodes[3][4] = {{"node1", "node2", "node5", NULL},
+                                     {"node3", "node6", NULL},
+                                     {"node4", "node7", "node8", NULL}};
+    const double compute[3] = {0.026, 0.020, 0.024};
+    /* 4 x parameters + the outputs stashed (one micro-batch in flight) */
+    const double memory[3] = {4 * 5e9 + 130, 4 * 7e9 + 50, 4 * 16e9 + 130};
+    int next = 0;
+    double slowest = 0;
+    for (int s = 0; s < 3; s++) {
+        assert_int_equal(pt->first[s], next);
+        assert_int_equal(pt->n_dev[s], 1);
+        int k = 0;
+        for (int i = pt->first[s]; i <= pt->last[s]; i++, k++) {
+            assert_non_null(stage_nodes[s][k]);
+            assert_string_equal(p->blocks[pt->order[i]].name, stage_nodes[s][k]);
+        }
+        assert_null(stage_nodes[s][k]);
+        next = pt->last[s] + 1;
+        assert_float_equal(r[0].compute_s[s], compute[s], 1e-12);
+        assert_float_equal(r[0].sim.busy_s[s], compute[s], 1e-12);
+        assert_float_equal(r[0].peak_memory_bytes[s], memory[s], 1e-3);
+        slowest = r[0].compute_s[s] > slowest ? r[0].compute_s[s] : slowest;
+    }
+    assert_int_equal(next, 8);
+    assert_float_equal(slowest, r[0].objective_s, 1e-12);
+    /* the cuts carry 130 and 50 bytes: nanoseconds, so the bottleneck is the first stage */
+    assert_float_equal(r[0].bottleneck_s, 0.026, 1e-12);
+    assert_true(r[0].fits_memory);
+    assert_string_equal(r[0].note, "");
+    /* the profile itself keeps its order, so another plan of the same run starts from it */
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r[1], &err), SC_OK);
+    assert_null(r[1].part->order);
+    assert_string_equal(p->blocks[2].name, "node3");
+    json_t *root = plans_json(&req, r, 2);
+    json_t *pd = json_array_get(json_object_get(root, "plans"), 0);
+    json_t *mm = json_array_get(json_object_get(root, "plans"), 1);
+    assert_null(json_object_get(mm, "block_order"));
+    assert_null(json_object_get(pd, "note"));
+    json_t *bo = json_object_get(pd, "block_order");
+    assert_int_equal(json_array_size(bo), 8);
+    const char *names[8] = {"node1", "node2", "node5", "node3", "node6", "node4", "node7", "node8"};
+    for (int i = 0; i < 8; i++)
+        assert_string_equal(json_string_value(json_array_get(bo, (size_t)i)), names[i]);
+    /* a topological order of the file's edges */
+    const char *edges[8][2] = {{"node1", "node2"}, {"node2", "node3"}, {"node3", "node4"},
+                               {"node2", "node5"}, {"node5", "node6"}, {"node4", "node7"},
+                               {"node6", "node7"}, {"node7", "node8"}};
+    for (int e = 0; e < 8; e++) {
+        int a = name_pos(bo, edges[e][0]), b = name_pos(bo, edges[e][1]);
+        assert_true(a >= 0 && b >= 0 && a < b);
+    }
+    json_t *st = json_object_get(pd, "stages");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(st, 1), "first_block")), 3);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(st, 1), "last_block")), 4);
+    json_decref(root);
+    plan_result_free(&r[0]);
+    plan_result_free(&r[1]);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
+static void test_pipedream_chain_has_no_block_order(void **state)
+{
+    (void)state;
+    /* a graph.txt whose DAG is a path: its states are the prefixes, the order stands */
+    const char *text = "node1 -- Input0 -- forward_compute_time=0, backward_compute_time=0, "
+                       "activation_size=0, parameter_size=0\n"
+                       "node2 -- A -- forward_compute_time=3, backward_compute_time=3, "
+                       "activation_size=1, parameter_size=1\n"
+                       "node3 -- B -- forward_compute_time=1, backward_compute_time=1, "
+                       "activation_size=1, parameter_size=1\n"
+                       "node4 -- C -- forward_compute_time=2, backward_compute_time=2, "
+                       "activation_size=1, parameter_size=1\n"
+                       "\tnode1 -- node2\n\tnode2 -- node3\n\tnode3 -- node4\n";
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_parse_graph(&p, "chain.graph.txt", text, &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e9, 0, &err), SC_OK);
+    plan_request req = {.profile = p, .cluster = c, .batch = 8, .schedule = PLAN_SCHED_1F1B};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_PIPEDREAM, &r, &err), SC_OK);
+    assert_null(r.part->order);
+    json_t *root = plans_json(&req, &r, 1);
+    json_t *pl = json_array_get(json_object_get(root, "plans"), 0);
+    assert_non_null(json_object_get(pl, "stages"));
+    assert_null(json_object_get(pl, "block_order"));
+    json_decref(root);
+    plan_result_free(&r);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -261,6 +440,8 @@ int main(void)
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_pipedream_block_order),
+        cmocka_unit_test(test_pipedream_chain_has_no_block_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
-/* coordinator/planner/plan_profile: JSON and PipeDream graph.txt readers, time scaling, and
- * one-line errors for malformed files. */
+/* coordinator/planner/plan_profile: JSON and PipeDream graph.txt readers, time scaling,
+ * one-line errors for malformed files, and a graph in another topological order. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -176,12 +176,107 @@ static void test_inline_texts(void **state)
     assert_null(p);
 }
 
+/* Two branches joined: A -> X1 -> X2 -> J, A -> Y1 -> Y2 -> J, J -> T, with Input0 feeding A.
+ * Outputs (bytes): A 100, X1 10, X2 20, Y1 30, Y2 40, J 50, T 60. The profile's order is
+ * Input0, A, X1, X2, Y1, Y2, J, T (node1..node8). */
+static const char *const two_branches =
+    "node1 -- Input0 -- forward_compute_time=0, backward_compute_time=0, activation_size=0, "
+    "parameter_size=0\n"
+    "node2 -- A -- forward_compute_time=9, backward_compute_time=9, activation_size=100, "
+    "parameter_size=1\n"
+    "node3 -- X1 -- forward_compute_time=8, backward_compute_time=8, activation_size=10, "
+    "parameter_size=2\n"
+    "node4 -- X2 -- forward_compute_time=9, backward_compute_time=9, activation_size=20, "
+    "parameter_size=3\n"
+    "node5 -- Y1 -- forward_compute_time=4, backward_compute_time=4, activation_size=30, "
+    "parameter_size=4\n"
+    "node6 -- Y2 -- forward_compute_time=2, backward_compute_time=2, activation_size=40, "
+    "parameter_size=5\n"
+    "node7 -- J -- forward_compute_time=1, backward_compute_time=1, activation_size=50, "
+    "parameter_size=6\n"
+    "node8 -- T -- forward_compute_time=2, backward_compute_time=2, activation_size=60, "
+    "parameter_size=7\n"
+    "\tnode1 -- node2\n\tnode2 -- node3\n\tnode3 -- node4\n\tnode2 -- node5\n"
+    "\tnode5 -- node6\n\tnode4 -- node7\n\tnode6 -- node7\n\tnode7 -- node8\n";
+
+static void test_reorder(void **state)
+{
+    (void)state;
+    plan_profile *p = NULL, *q = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_parse_graph(&p, "two.graph.txt", two_branches, &err), SC_OK);
+    assert_int_equal(p->n_blocks, 8);
+    /* what crosses each cut of the profile's own order: after X1, A (still needed by Y1) and
+     * X1; after X2, A and X2; after Y1, X2 and Y1; after Y2, X2 and Y2; the last block's own */
+    const double own[8] = {0, 100, 110, 120, 50, 60, 50, 60};
+    const int identity[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    assert_int_equal(plan_profile_reorder(&q, p, identity, &err), SC_OK);
+    for (int l = 0; l < 8; l++) {
+        assert_true(p->blocks[l].activation_bytes == own[l]);
+        assert_true(q->blocks[l].activation_bytes == own[l]);
+    }
+    plan_profile_destroy(&q);
+    /* Input0, A, Y1, X1, Y2, X2, J, T: after Y1, A and Y1; after X1, Y1 and X1 (A's last
+     * consumer is X1); after Y2, X1 and Y2; after X2, Y2 and X2 */
+    const int order[8] = {0, 1, 4, 2, 5, 3, 6, 7};
+    const double moved[8] = {0, 100, 130, 40, 50, 60, 50, 60};
+    const char *names[8] = {"node1", "node2", "node5", "node3", "node6", "node4", "node7", "node8"};
+    assert_int_equal(plan_profile_reorder(&q, p, order, &err), SC_OK);
+    assert_int_equal(q->n_blocks, 8);
+    assert_int_equal(q->kind, PLAN_PROFILE_PIPEDREAM);
+    assert_int_equal(q->microbatch_size, 0);
+    assert_int_equal(q->n_input_blocks, 1);
+    assert_int_equal(q->dag_source, 1);
+    assert_string_equal(q->model, "two.graph.txt");
+    for (int i = 0; i < 8; i++) {
+        assert_string_equal(q->blocks[i].name, names[i]);
+        assert_true(q->blocks[i].activation_bytes == moved[i]);
+        assert_true(q->blocks[i].forward_s == p->blocks[order[i]].forward_s);
+        assert_true(q->blocks[i].parameter_bytes == p->blocks[order[i]].parameter_bytes);
+        assert_true(q->blocks[i].stash_bytes == p->blocks[order[i]].stash_bytes);
+    }
+    /* the DAG renumbered: Y1 (2) <- A (1); X1 (3) <- A; Y2 (4) <- Y1; X2 (5) <- X1;
+     * J (6) <- X2, Y2 (sorted: 4, 5); T (7) <- J */
+    const int start[9] = {0, 0, 0, 1, 2, 3, 4, 6, 7}, pred[7] = {1, 1, 2, 3, 4, 5, 6};
+    for (int i = 0; i <= 8; i++)
+        assert_int_equal(q->pred_start[i], start[i]);
+    for (int e = 0; e < 7; e++)
+        assert_int_equal(q->pred[e], pred[e]);
+    plan_profile_destroy(&q);
+    /* orders that are not topological orders keeping the Input first, one-line errors */
+    const int before_input[8] = {0, 1, 2, 6, 3, 4, 5, 7}; /* J before X2 */
+    const int input_moved[8] = {1, 0, 2, 3, 4, 5, 6, 7};  /* Input0 after A */
+    const int twice[8] = {0, 1, 2, 2, 4, 5, 6, 7};        /* X1 twice, X2 never */
+    const int *bad[3] = {before_input, input_moved, twice};
+    const char *needle[3] = {"puts 'node7' before its input 'node4'", "Input block(s) must stay",
+                             "entry 3 is 2"};
+    for (int k = 0; k < 3; k++) {
+        sc_err_clear(&err);
+        assert_int_equal(plan_profile_reorder(&q, p, bad[k], &err), SC_ERR_INVALID);
+        assert_null(q);
+        if (strstr(err.msg, needle[k]) == NULL)
+            print_error("message '%s' lacks '%s'\n", err.msg, needle[k]);
+        assert_non_null(strstr(err.msg, needle[k]));
+        assert_non_null(strstr(err.msg, "two.graph.txt"));
+        assert_null(strchr(err.msg, '\n'));
+    }
+    plan_profile_destroy(&p);
+    /* a JSON profile is a chain: there is no other order to take */
+    p = load_ok(DATA "tiny.json");
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_reorder(&q, p, identity, &err), SC_ERR_INVALID);
+    assert_null(q);
+    assert_non_null(strstr(err.msg, "graph.txt"));
+    plan_profile_destroy(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_profile),  cmocka_unit_test(test_time_scaling),
         cmocka_unit_test(test_graph_profile), cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_inline_texts),
+        cmocka_unit_test(test_inline_texts),  cmocka_unit_test(test_reorder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
