@@ -18,6 +18,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/planning.h"
+#include "coordinator/transport_pick.h"
 #include "proto/sc_wire.h"
 
 #define LOG "jobs"
@@ -269,6 +270,45 @@ static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *jo
     return SC_OK;
 }
 
+/* The transport of each stage boundary (transport_pick.h) from the spec and the hardware of
+ * the workers on each stage (a replicated stage's first copy stands for it: replicas keep zmq
+ * anyway). kinds: [stages - 1]. */
+static sc_status pick_transports(const coord_jobspec *spec, json_t *stages, const chosen_worker *ws,
+                                 size_t n, const char **kinds, sc_err *err)
+{
+    size_t ns = json_array_size(stages);
+    coord_stage_site *sites = calloc(ns ? ns : 1, sizeof *sites);
+    SC_ALLOC_CHECK(sites, err);
+    for (size_t s = 0; s < ns; s++) {
+        json_t *devs = json_object_get(json_array_get(stages, s), "devices");
+        json_int_t d = json_integer_value(json_array_get(devs, 0));
+        sites[s].replicas = (int)json_array_size(devs);
+        sites[s].host = "";
+        sites[s].pci_bus_id = "";
+        if (d < 0 || (size_t)d >= n || ws[d].hw == NULL || ws[d].hw->n_devices == 0)
+            continue; /* no report: a CPU site, zmq */
+        const Stagecraft__HardwareReport *hw = ws[d].hw;
+        const Stagecraft__Device *dev = hw->devices[0];
+        sites[s].host = hw->hostname != NULL ? hw->hostname : "";
+        sites[s].cuda = dev->kind != NULL && strcmp(dev->kind, "cuda") == 0;
+        sites[s].device = (int)dev->index;
+        sites[s].pci_bus_id = dev->pci_bus_id != NULL ? dev->pci_bus_id : "";
+        sites[s].nccl = hw->nccl;
+    }
+    const char *pref = spec->transport[0] ? spec->transport : "auto";
+    sc_status rc = coord_transport_pick(pref, sites, ns, kinds, err);
+    free(sites);
+    if (rc == SC_OK && ns > 1) {
+        char list[256] = "";
+        size_t at = 0;
+        for (size_t b = 0; b + 1 < ns && at + 8 < sizeof list; b++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", b ? " " : "", kinds[b]);
+        SC_LOG_INFO(LOG, "data plane per stage boundary: %s (transport \"%s\" in the job spec)",
+                    list, pref);
+    }
+    return rc;
+}
+
 /* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets, per stage,
  * the array of its replicas' data endpoints in replica order. */
 static sc_status assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json, const char *job_id,
@@ -283,6 +323,15 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
         return SC_ERRF(err, SC_ERR_INTERNAL, "the plan has no stages array");
     }
     sc_status rc = SC_OK;
+    size_t n_stages = json_array_size(stages);
+    const char **kinds = calloc(n_stages ? n_stages : 1, sizeof *kinds);
+    if (kinds == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing the transports");
+        goto out;
+    }
+    rc = pick_transports(spec, stages, ws, n, kinds, err);
+    if (rc != SC_OK)
+        goto out;
     size_t si;
     json_t *stage;
     json_array_foreach(stages, si, stage)
@@ -306,7 +355,10 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
             req.last_block = (uint32_t)json_integer_value(json_object_get(stage, "last_block"));
             req.model_json = spec->model_json;
             req.plan_json = (char *)plan_json;
-            req.transport = "zmq";
+            const char *tr = "zmq", *tr_next = "";
+            coord_transport_of_stage(kinds, n_stages, si, &tr, &tr_next);
+            req.transport = (char *)tr;
+            req.transport_next = (char *)tr_next;
             req.world_size = (uint32_t)n;
             req.rank = (uint32_t)d;
             req.job_json = (char *)spec_json;
@@ -328,6 +380,7 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
         }
     }
 out:
+    free(kinds);
     json_decref(plan);
     return rc;
 }

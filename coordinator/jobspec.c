@@ -141,6 +141,12 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     SC_CHECK(sc_json_opt_int(&root, "stages", 0, spec->workers, 0, &v, err));
     spec->max_stages = (uint32_t)v;
 
+    static const char *const transports[] = {"auto", "zmq", "nccl", NULL};
+    SC_CHECK(sc_json_opt_string(&root, "transport", "auto", &s, err));
+    if (sc_jnode_has(&root, "transport"))
+        SC_CHECK(sc_json_get_enum(&root, "transport", transports, &which, err));
+    sc_strlcpy(spec->transport, s, sizeof spec->transport);
+
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
     spec->lr = 3e-4;
     spec->weight_decay = 0.0;

@@ -44,6 +44,8 @@ typedef struct {
     double momentum;
     uint64_t checkpoint_every; /* 0 = never */
     uint32_t max_stages;       /* "stages": at most this many pipeline stages; 0 = any */
+    char transport[8];         /* data plane: "auto" (default: nccl where every stage boundary
+                                * can take it, else zmq), "zmq" or "nccl" */
 } coord_jobspec;
 
 /* Parses and validates a job spec. `source` names it in errors (a file name, or "request").

@@ -117,6 +117,10 @@ sc_status wk_hardware_report(const char *device, bool measure, Stagecraft__Hardw
                                                         (size_t)(dev - srv->devices))
                                   : srv->host_mem_bw_bytes_per_s;
 
+    /* The device was found above, so a CUDA worker of an NCCL build can join nccl links. */
+#ifdef SC_HAVE_NCCL
+    r->nccl = is_cuda;
+#endif
     d->index = (uint32_t)index;
     d->kind = dup_or_empty(is_cuda ? "cuda" : "cpu");
     d->name = dup_or_empty(dev->type_name[0] ? dev->type_name : dev->model);

@@ -16,7 +16,7 @@ sc_status wk_device_parse(const char *device, bool *is_cuda, int *index, sc_err 
 
 /* Discovers this machine and fills a heap-allocated report for `device` (free with
  * wk_hardware_free). `measure` runs the short bandwidth and GEMM probes. SC_ERR_NOT_FOUND when
- * the machine has no such CUDA device. */
+ * the machine has no such CUDA device. `nccl` is set for a CUDA device in a build with NCCL. */
 sc_status wk_hardware_report(const char *device, bool measure, Stagecraft__HardwareReport **out,
                              sc_err *err);
 

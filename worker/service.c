@@ -14,6 +14,7 @@
 #include "kernels/model.h"
 #include "kernels/profile.h"
 #include "worker/trainer.h"
+#include "worker/transport/transport.h"
 
 #define LOG "worker"
 
@@ -68,14 +69,26 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         return SC_ERRF(err, SC_ERR_INVALID,
                        "AssignStage: first_block %u is after last_block %u", req->first_block,
                        req->last_block);
-    static const char *const transports[] = {"zmq", NULL};
-    bool known = false;
-    for (int i = 0; transports[i]; i++)
-        known = known || (req->transport && strcmp(req->transport, transports[i]) == 0);
-    if (!known)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "AssignStage: transport '%s' is not supported here (zmq)",
-                       req->transport ? req->transport : "");
+    /* The coordinator picks nccl only for workers whose hardware report offers it; a worker of
+     * another build (or an older coordinator's choice) is refused here with what would work. */
+    bool nccl_here = false;
+#ifdef SC_HAVE_NCCL
+    nccl_here = strncmp(st->device, "cuda:", 5) == 0;
+#endif
+    const char *kinds[2] = {req->transport, req->transport_next};
+    for (int i = 0; i < 2; i++) {
+        const char *k = kinds[i];
+        if (i == 1 && (k == NULL || k[0] == '\0'))
+            break; /* transport_next empty: the same for both boundaries */
+        bool known = k != NULL && (strcmp(k, "zmq") == 0 || (nccl_here && strcmp(k, "nccl") == 0));
+        if (!known)
+            return SC_ERRF(
+                err, k != NULL && strcmp(k, "nccl") == 0 ? SC_ERR_UNSUPPORTED : SC_ERR_INVALID,
+                "AssignStage: %s '%s' is not supported by this worker (%s)",
+                i == 0 ? "transport" : "transport_next", k != NULL ? k : "",
+                nccl_here ? "zmq, nccl"
+                          : "zmq; nccl needs a CUDA + NCCL build and a cuda:N device");
+    }
     char *plan = strdup(req->plan_json ? req->plan_json : "");
     char *model = strdup(req->model_json ? req->model_json : "");
     if (plan == NULL || model == NULL) {
@@ -104,7 +117,7 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     pthread_mutex_lock(&st->lock);
     old = st->trainer; /* a concurrent AssignStage: the last one wins */
     st->trainer = fresh;
-    char endpoint[300];
+    char endpoint[RT_ENDPOINT_MAX];
     sc_strlcpy(endpoint, wk_trainer_endpoint(st->trainer), sizeof endpoint);
     sc_strlcpy(st->job_id, req->job_id, sizeof st->job_id);
     st->stage = req->stage;

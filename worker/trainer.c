@@ -160,7 +160,12 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.weight_decay = jnum(opt, "weight_decay", 0.0);
     cfg.momentum = jnum(opt, "momentum", 0.9);
     cfg.device = device;
-    cfg.transport = "zmq";
+    /* zmq or nccl, as the coordinator chose for the job (the service checked it); an nccl
+     * stage binds no socket, the runner creates its communicator ids instead */
+    cfg.transport =
+        (req->transport != NULL && strcmp(req->transport, "nccl") == 0) ? "nccl" : "zmq";
+    if (req->transport_next != NULL && req->transport_next[0] != '\0')
+        cfg.transport_next = strcmp(req->transport_next, "nccl") == 0 ? "nccl" : "zmq";
     char bind[300];
     snprintf(bind, sizeof bind, "tcp://%s:0", bind_host);
     cfg.bind_endpoint = bind;

@@ -41,6 +41,7 @@ static void test_good_spec(void **state)
     assert_string_equal(spec.optimizer, "adamw");
     assert_true(spec.lr == 3e-4);
     assert_int_equal(spec.checkpoint_every, 50);
+    assert_string_equal(spec.transport, "auto"); /* not given: the coordinator picks */
     coord_jobspec_clear(&spec);
 }
 
@@ -58,6 +59,7 @@ static void test_worker_names_and_defaults(void **state)
     assert_int_equal(spec.workers, 2);
     assert_string_equal(spec.worker_names[0], "a");
     assert_string_equal(spec.worker_names[1], "b");
+    assert_string_equal(spec.transport, "auto");
     assert_null(spec.worker_names[2]);
     assert_int_equal(spec.microbatches, 4);
     assert_string_equal(spec.schedule, "auto");
@@ -107,6 +109,8 @@ static void test_bad_specs(void **state)
     expect_error("\"workers\": 4", "\"workers\": [\"a\", \"a\"]",
                  "$.workers[1]: worker \"a\" is listed twice");
     expect_error("\"steps\": 200", "\"steps\": -1", "$.steps: expected an integer");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"transport\": \"infiniband\",",
+                 "$.transport: expected one of \"auto\", \"zmq\", \"nccl\"");
     expect_error("\"lr\": 3e-4", "\"lr\": \"fast\"", "$.optimizer.lr: expected a number");
     expect_error("\"stagecraft-job\"", "\"stagecraft-plan\"",
                  "$.format: expected \"stagecraft-job\", got \"stagecraft-plan\"");

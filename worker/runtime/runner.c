@@ -46,8 +46,10 @@ struct rt_runner {
     kn_model *model;
     kn_stage *st;
     rt_schedule *sched;
-    rt_data *data;    /* first and last stage only */
-    rt_transport *tr; /* n_stages > 1 only */
+    rt_data *data;         /* first and last stage only */
+    rt_transport *tr;      /* n_stages > 1 only: both boundaries, or the previous one when split */
+    rt_transport *tr_next; /* the next boundary's when its kind differs (transport_next), else
+                            * NULL */
     kn_optim_cfg optim;
     int slots;
     int *slot_mb;               /* [slots]: micro-batch held by each slot, -1 when free */
@@ -138,6 +140,7 @@ void rt_runner_destroy(rt_runner **rp)
         return;
     rt_runner *r = *rp;
     rt_transport_destroy(&r->tr);
+    rt_transport_destroy(&r->tr_next);
     for (int k = 0; r->link_prev != NULL && k < r->nrep_prev; k++)
         rt_transport_destroy(&r->link_prev[k]);
     for (int k = 0; r->link_next != NULL && k < r->nrep_next; k++)
@@ -466,6 +469,106 @@ static sc_status alloc_stash(rt_runner *r, sc_err *err)
     return SC_OK;
 }
 
+/* The bind endpoint of a transport of `kind` when the stage splits its two boundaries over two
+ * kinds: the configured one where it is of that kind, else the kind's default. `towards_next`:
+ * this transport serves the next boundary (an nccl one then creates its communicator ids). */
+static const char *split_bind(rt_transport_kind kind, const char *configured, bool towards_next)
+{
+    switch (kind) {
+    case RT_TRANSPORT_NCCL:
+        return towards_next ? "nccl://" : "nccl://-";
+    case RT_TRANSPORT_LOCAL:
+        return configured != NULL && strncmp(configured, "local://", 8) == 0 ? configured
+                                                                             : "local://";
+    default:
+        return configured != NULL && strncmp(configured, "tcp://", 6) == 0 ? configured
+                                                                           : "tcp://127.0.0.1:0";
+    }
+}
+
+/* Checks an nccl side and fills its device. */
+static sc_status nccl_side(const rt_runner *r, const rt_runner_cfg *c, kn_device dev,
+                           rt_transport_cfg *tc, sc_err *err)
+{
+    /* NCCL moves device memory between distinct GPUs, point to point in send order: no CPU
+     * stages, no routed (replicated) groups. */
+    if (dev.kind != KN_DEV_CUDA)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: transport \"nccl\" needs a cuda:N device, got \"%s\"; "
+                       "use \"zmq\" for CPU stages",
+                       r->s, c->device != NULL ? c->device : "cpu");
+    if (r->group)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "runner stage %d: transport \"nccl\" with replicated stages (replicas %d, "
+                       "prev_replicas %d, next_replicas %d); valid: all 1, or transport \"zmq\"",
+                       r->s, r->nrep, r->nrep_prev, r->nrep_next);
+    tc->device = dev.index;
+    return SC_OK;
+}
+
+/* The data-plane transports: one for both boundaries (the usual case), or, when cfg
+ * transport_next names another kind than transport, r->tr for the previous boundary and
+ * r->tr_next for the next one; the published endpoint then joins both ("A|B", see
+ * rt_runner_endpoint). */
+static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err)
+{
+    rt_transport_cfg tc = rt_transport_cfg_default();
+    SC_CHECK(rt_transport_kind_parse(c->transport, "transport", &tc.kind, err));
+    rt_transport_kind next_kind = tc.kind;
+    if (c->transport_next != NULL && c->transport_next[0] != '\0')
+        SC_CHECK(rt_transport_kind_parse(c->transport_next, "transport_next", &next_kind, err));
+    /* an end stage has one boundary: its transport is that boundary's */
+    if (r->first)
+        tc.kind = next_kind;
+    if (r->last)
+        next_kind = tc.kind;
+    tc.timeout_ms = c->timeout_ms;
+    tc.tag = c->tag;
+    if (next_kind == tc.kind) {
+        if (c->bind_endpoint != NULL)
+            tc.bind_endpoint = c->bind_endpoint;
+        else if (tc.kind == RT_TRANSPORT_LOCAL)
+            tc.bind_endpoint = "local://";
+        if (tc.kind == RT_TRANSPORT_NCCL) {
+            SC_CHECK(nccl_side(r, c, dev, &tc, err));
+            /* the stage before a boundary creates its communicator ids */
+            tc.bind_endpoint = r->last ? "nccl://-" : "nccl://";
+        }
+        SC_CHECK(rt_transport_new(&r->tr, &tc, err));
+        sc_strlcpy(r->endpoint, rt_transport_endpoint(r->tr), sizeof r->endpoint);
+        r->link_cfg = tc;
+        r->link_cfg.bind_endpoint =
+            tc.kind == RT_TRANSPORT_LOCAL ? "local://" : "tcp://127.0.0.1:0";
+        return SC_OK;
+    }
+    if (r->group)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "runner stage %d: transports per boundary (%s, transport_next %s) with "
+                       "replicated stages; valid: one transport",
+                       r->s, c->transport, c->transport_next);
+    rt_transport_cfg tn = tc;
+    tn.kind = next_kind;
+    tc.bind_endpoint = split_bind(tc.kind, c->bind_endpoint, false);
+    tn.bind_endpoint = split_bind(tn.kind, c->bind_endpoint, true);
+    if (tc.kind == RT_TRANSPORT_NCCL)
+        SC_CHECK(nccl_side(r, c, dev, &tc, err));
+    if (tn.kind == RT_TRANSPORT_NCCL)
+        SC_CHECK(nccl_side(r, c, dev, &tn, err));
+    SC_CHECK(rt_transport_new(&r->tr, &tc, err));
+    SC_CHECK(rt_transport_new(&r->tr_next, &tn, err));
+    const char *a = rt_transport_endpoint(r->tr), *b = rt_transport_endpoint(r->tr_next);
+    if (strlen(a) + 1 + strlen(b) >= sizeof r->endpoint)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: the endpoints of its two transports do not fit in %d "
+                       "characters",
+                       r->s, RT_ENDPOINT_MAX);
+    size_t la = strlen(a);
+    memcpy(r->endpoint, a, la);
+    r->endpoint[la] = RT_ENDPOINT_SEP;
+    memcpy(r->endpoint + la + 1, b, strlen(b) + 1);
+    return SC_OK;
+}
+
 static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
 {
     SC_CHECK(parse_model(c->model_json, &r->model, err));
@@ -551,21 +654,8 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         if (!r->red_in || !r->red_sum || !r->link_prev || !r->link_next || !r->link_peer)
             return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating replica buffers");
     }
-    if (r->p > 1 || r->nrep > 1) {
-        rt_transport_cfg tc = rt_transport_cfg_default();
-        SC_CHECK(rt_transport_kind_parse(c->transport, "transport", &tc.kind, err));
-        if (c->bind_endpoint != NULL)
-            tc.bind_endpoint = c->bind_endpoint;
-        else if (tc.kind == RT_TRANSPORT_LOCAL)
-            tc.bind_endpoint = "local://";
-        tc.timeout_ms = c->timeout_ms;
-        tc.tag = c->tag;
-        SC_CHECK(rt_transport_new(&r->tr, &tc, err));
-        sc_strlcpy(r->endpoint, rt_transport_endpoint(r->tr), sizeof r->endpoint);
-        r->link_cfg = tc;
-        r->link_cfg.bind_endpoint =
-            tc.kind == RT_TRANSPORT_LOCAL ? "local://" : "tcp://127.0.0.1:0";
-    }
+    if (r->p > 1 || r->nrep > 1)
+        SC_CHECK(open_transports(r, c, dev, err));
     return SC_OK;
 }
 
@@ -643,9 +733,22 @@ sc_status rt_runner_connect_group(rt_runner *r, const char *const *prev_eps, int
         SC_CHECK(check_eps(r, "peer-replica", peer_eps, n_peers, r->nrep, r->rep, err));
     if (r->tr == NULL)
         return SC_OK; /* a single unreplicated stage has no one to talk to */
-    if (!r->group)
-        return rt_transport_connect(r->tr, n_prev > 0 ? prev_eps[0] : NULL,
-                                    n_next > 0 ? next_eps[0] : NULL, err);
+    if (!r->group) {
+        /* A neighbour with transports of two kinds publishes both endpoints: take the part of
+         * the kind that carries that boundary. */
+        char prev[RT_ENDPOINT_MAX] = "", next[RT_ENDPOINT_MAX] = "";
+        rt_transport *tn = r->tr_next != NULL ? r->tr_next : r->tr;
+        if (n_prev > 0)
+            SC_CHECK(
+                rt_endpoint_pick(prev_eps[0], rt_transport_kind_of(r->tr), prev, sizeof prev, err));
+        if (n_next > 0)
+            SC_CHECK(
+                rt_endpoint_pick(next_eps[0], rt_transport_kind_of(tn), next, sizeof next, err));
+        if (r->tr_next == NULL)
+            return rt_transport_connect(r->tr, prev, next, err);
+        SC_CHECK(rt_transport_connect(r->tr, prev, NULL, err));
+        return rt_transport_connect(r->tr_next, NULL, next, err);
+    }
     /* Routed: every send goes over the link of its destination; everything arrives in the own
      * inbox, told apart by (kind, step, micro-batch). Both directions of the inbox's transport
      * point at the inbox itself so it may receive either kind (the all-reduce uses gradients)
@@ -677,12 +780,18 @@ static int slot_of(const rt_runner *r, int mb)
     return (mb / r->nrep) % r->slots;
 }
 
+/* The transport of the next boundary (towards_next) or of the previous one. */
+static rt_transport *tr_dir(const rt_runner *r, bool towards_next)
+{
+    return towards_next && r->tr_next != NULL ? r->tr_next : r->tr;
+}
+
 /* Activations go to replica mb % next_replicas of the next stage, gradients to replica
  * mb % prev_replicas of the previous one. */
 static sc_status send_routed(rt_runner *r, rt_msg_kind kind, uint64_t step, int mb,
                              const void *data, size_t bytes, sc_err *err)
 {
-    rt_transport *t = r->tr;
+    rt_transport *t = tr_dir(r, kind == RT_MSG_ACTIVATION);
     if (r->group)
         t = kind == RT_MSG_ACTIVATION ? r->link_next[mb % r->nrep_next]
                                       : r->link_prev[mb % r->nrep_prev];
@@ -785,7 +894,8 @@ static sc_status gather(rt_runner *r, rt_msg_kind kind, uint64_t step, const int
         size_t at = (size_t)off[k] * elem_bytes, bytes = (size_t)(off[k + 1] - off[k]) * elem_bytes;
         sc_err local;
         sc_err_clear(&local);
-        sc_status rc = rt_transport_recv(r->tr, kind, step, k, all + at, bytes, &local);
+        sc_status rc = rt_transport_recv(tr_dir(r, kind == RT_MSG_GRADIENT), kind, step, k,
+                                         all + at, bytes, &local);
         if (rc == SC_ERR_INVALID)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "runner stage %d: micro-batch %d of stage %d is not the %d samples %s "
@@ -823,7 +933,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                             &rep->wait_s, err));
             break;
         }
-        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_ACTIVATION, step, mb, r->in_buf, in_bytes, err));
+        SC_CHECK(rt_transport_recv(tr_dir(r, false), RT_MSG_ACTIVATION, step, mb, r->in_buf,
+                                   in_bytes, err));
         rep->wait_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_F:
@@ -858,7 +969,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                             r->mb_off[mb], r->mb_off[mb] + (int)M, r->gout_buf, &rep->wait_s, err));
             break;
         }
-        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, mb, r->gout_buf, out_bytes, err));
+        SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
+                                   out_bytes, err));
         rep->wait_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_B:
@@ -924,7 +1036,7 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
     size_t M = (size_t)r->mb_size[mb];
     double t0 = sc_clock_now_s();
     if (!r->first) {
-        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_ACTIVATION, step, mb, r->in_buf,
+        SC_CHECK(rt_transport_recv(tr_dir(r, false), RT_MSG_ACTIVATION, step, mb, r->in_buf,
                                    M * r->in_elems * 4, err));
         rep->wait_s += sc_clock_now_s() - t0;
     }
@@ -955,7 +1067,7 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
     pd_event(r, false, g, r->opt_t);
     if (!r->last) {
         SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
-        SC_CHECK(rt_transport_send(r->tr, RT_MSG_ACTIVATION, step, mb, r->out_buf,
+        SC_CHECK(rt_transport_send(tr_dir(r, true), RT_MSG_ACTIVATION, step, mb, r->out_buf,
                                    M * r->out_elems * sizeof(float), err));
     }
     return SC_OK;
@@ -970,7 +1082,7 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, sc_err *err)
     size_t M = (size_t)r->mb_size[mb];
     double t0 = sc_clock_now_s();
     if (!r->last) {
-        SC_CHECK(rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, mb, r->gout_buf,
+        SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
                                    M * r->out_elems * sizeof(float), err));
         rep->wait_s += sc_clock_now_s() - t0;
     }
@@ -990,7 +1102,7 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, sc_err *err)
     pd_event(r, true, g, r->stash_ver[slot]);
     rep->backwards++;
     if (!r->first)
-        SC_CHECK(rt_transport_send(r->tr, RT_MSG_GRADIENT, step, mb, r->gin_buf,
+        SC_CHECK(rt_transport_send(tr_dir(r, false), RT_MSG_GRADIENT, step, mb, r->gin_buf,
                                    M * r->in_elems * sizeof(float), err));
     /* updates the newest weights (not the stash) and uploads them */
     double t2 = sc_clock_now_s();
@@ -1151,6 +1263,8 @@ void rt_runner_abort(rt_runner *r)
 {
     if (r->tr != NULL)
         rt_transport_abort(r->tr);
+    if (r->tr_next != NULL)
+        rt_transport_abort(r->tr_next);
     for (int k = 0; r->link_prev != NULL && k < r->nrep_prev; k++)
         if (r->link_prev[k] != NULL)
             rt_transport_abort(r->link_prev[k]);

@@ -52,7 +52,10 @@
  * copy loads the same file.
  * Not here: sizes per stage with another schedule
  * than gpipe or with replicas, UMPIPE's separate backward sizes, pipedream or sliced with replicas,
- * device-side (NCCL) all-reduce, the nccl transport (SC_ERR_UNSUPPORTED).
+ * device-side (NCCL) all-reduce, the nccl transport with replicas (SC_ERR_UNSUPPORTED).
+ * With the nccl transport the activations and gradients still pass through the runner's host
+ * buffers (the stage's kernels hand out host copies only); the transport moves them between
+ * GPUs with NCCL.
  * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m), pipedream
  * p-s) are ever in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
@@ -82,8 +85,16 @@ typedef struct {
     const char *optimizer;       /* "adamw" or "sgd" */
     double lr, weight_decay, momentum; /* momentum: SGD only */
     const char *device;                /* "cpu" or "cuda:N" */
-    const char *transport;             /* "zmq" or "local" */
-    const char *bind_endpoint;         /* this stage's inbox: "tcp://HOST:0", "local://NAME" */
+    const char *transport;             /* "zmq", "local" or "nccl" (cuda:N devices, no
+                                        * replicas; CUDA + NCCL builds) */
+    const char *transport_next;        /* the next boundary's transport when it differs from
+                                        * `transport` (which then carries the previous one
+                                        * only); NULL or "": the same. An end stage's one
+                                        * boundary uses the kind given for it. Not with
+                                        * replicas. */
+    const char *bind_endpoint;         /* this stage's inbox: "tcp://HOST:0", "local://NAME";
+                                        * ignored for nccl (the runner picks "nccl://" or
+                                        * "nccl://-" by the stage's place) */
     int timeout_ms;                    /* longest wait for a neighbour's message */
     uint64_t tag;                      /* data-plane tag shared by the job's stages (0 is fine) */
     /* Benchmarks only: seconds per sample added (slept, counted as busy) to every forward /
@@ -173,7 +184,9 @@ void rt_runner_destroy(rt_runner **r);
 
 /* The bound endpoint, port resolved (what the neighbours connect to); "" for a single-stage job
  * (n_stages 1 opens no transport). A wildcard bind reports e.g. "tcp://0.0.0.0:PORT": advertise
- * a reachable host in its place. */
+ * a reachable host in its place. With transport_next of another kind, both transports'
+ * endpoints joined by RT_ENDPOINT_SEP (the previous boundary's first); rt_runner_connect takes
+ * from a neighbour's endpoint the part of the kind of that boundary. */
 const char *rt_runner_endpoint(const rt_runner *r);
 
 /* Connects to the neighbours' endpoints (NULL/"" for the first stage's prev and the last stage's

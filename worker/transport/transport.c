@@ -48,11 +48,21 @@ sc_status rt_transport_kind_parse(const char *s, const char *what, rt_transport_
         *out = RT_TRANSPORT_LOCAL;
         return SC_OK;
     }
-    if (s != NULL && strcmp(s, "nccl") == 0)
+    if (s != NULL && strcmp(s, "nccl") == 0) {
+#ifdef SC_HAVE_NCCL
+        *out = RT_TRANSPORT_NCCL;
+        return SC_OK;
+#else
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "%s: the nccl transport is not built yet; valid: \"zmq\", \"local\"", what);
-    return SC_ERRF(err, SC_ERR_INVALID, "%s: unknown transport \"%s\"; valid: \"zmq\", \"local\"",
-                   what, s != NULL ? s : "(null)");
+                       "%s: \"nccl\" needs a build with CUDA and NCCL (this one is CPU-only: "
+                       "configure with STAGECRAFT_CUDA=ON or AUTO where nvcc and NCCL are "
+                       "installed); valid here: \"zmq\", \"local\"",
+                       what);
+#endif
+    }
+    return SC_ERRF(err, SC_ERR_INVALID,
+                   "%s: unknown transport \"%s\"; valid: \"zmq\", \"local\", \"nccl\"", what,
+                   s != NULL ? s : "(null)");
 }
 
 sc_status rt_transport_new(rt_transport **out, const rt_transport_cfg *cfg, sc_err *err)
@@ -75,6 +85,16 @@ sc_status rt_transport_new(rt_transport **out, const rt_transport_cfg *cfg, sc_e
     case RT_TRANSPORT_LOCAL:
         t->ops = &rt_transport_local_ops;
         break;
+    case RT_TRANSPORT_NCCL:
+#ifdef SC_HAVE_NCCL
+        t->ops = &rt_transport_nccl_ops;
+        break;
+#else
+        free(t);
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "transport: the nccl kind needs a build with CUDA and NCCL (this one is "
+                       "CPU-only); use \"zmq\" or \"local\"");
+#endif
     default:
         free(t);
         return SC_ERRF(err, SC_ERR_INVALID, "transport: unknown kind %d", (int)cfg->kind);
@@ -109,6 +129,16 @@ const char *rt_transport_endpoint(const rt_transport *t)
     return t->endpoint;
 }
 
+const char *rt_transport_label(const rt_transport *t)
+{
+    return t->cfg.kind == RT_TRANSPORT_NCCL ? "nccl stage transport" : t->endpoint;
+}
+
+bool rt_transport_on_device(const rt_transport *t)
+{
+    return t->ops->on_device;
+}
+
 static const char *nonempty(const char *s)
 {
     return (s != NULL && s[0] != '\0') ? s : NULL;
@@ -130,8 +160,10 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
     bool to_next = kind == RT_MSG_ACTIVATION;
     if (to_next ? !t->has_next : !t->has_prev)
         return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to send %s to",
-                       t->endpoint, to_next ? "next" : "previous",
+                       rt_transport_label(t), to_next ? "next" : "previous",
                        to_next ? "activations" : "gradients");
+    if (t->ops->send_direct != NULL)
+        return t->ops->send_direct(t, kind, step, microbatch, data, bytes, err);
     rt_msg *m = rt_msg_new(bytes);
     SC_ALLOC_CHECK(m, err);
     m->tag = t->cfg.tag;
@@ -182,7 +214,9 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
     bool from_next = kind == RT_MSG_GRADIENT;
     if (from_next ? !t->has_next : !t->has_prev)
         return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to receive %s from",
-                       t->endpoint, from_next ? "next" : "previous", kind_name(kind));
+                       rt_transport_label(t), from_next ? "next" : "previous", kind_name(kind));
+    if (t->ops->recv_direct != NULL)
+        return t->ops->recv_direct(t, kind, step, microbatch, data, bytes, err);
     uint64_t deadline_ns = sc_clock_now_ns() + (uint64_t)t->cfg.timeout_ms * 1000000ull;
     rt_msg *m = pending_take(t, kind, step, microbatch);
     while (m == NULL) {
@@ -241,4 +275,156 @@ size_t rt_transport_pending(const rt_transport *t)
     for (const rt_msg *m = t->pending; m != NULL; m = m->next)
         n++;
     return n;
+}
+
+rt_transport_kind rt_transport_kind_of(const rt_transport *t)
+{
+    return t->cfg.kind;
+}
+
+static const char *scheme_of(rt_transport_kind kind)
+{
+    return kind == RT_TRANSPORT_NCCL    ? "nccl://"
+           : kind == RT_TRANSPORT_LOCAL ? "local://"
+                                        : "tcp://";
+}
+
+sc_status rt_endpoint_pick(const char *ep, rt_transport_kind kind, char *out, size_t size,
+                           sc_err *err)
+{
+    if (ep == NULL)
+        ep = "";
+    const char *at = ep, *end = NULL;
+    if (strchr(ep, RT_ENDPOINT_SEP) != NULL) {
+        const char *scheme = scheme_of(kind);
+        at = NULL;
+        for (const char *p = ep; p != NULL; p = end != NULL ? end + 1 : NULL) {
+            end = strchr(p, RT_ENDPOINT_SEP);
+            if (strncmp(p, scheme, strlen(scheme)) == 0) {
+                at = p;
+                break;
+            }
+        }
+        if (at == NULL)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "endpoint \"%.120s\" offers no %s... part for this boundary's "
+                           "transport (the neighbours disagree on the transport)",
+                           ep, scheme);
+    }
+    size_t len = end != NULL ? (size_t)(end - at) : strlen(at);
+    if (len >= size)
+        return SC_ERRF(err, SC_ERR_INVALID, "endpoint \"%.60s...\" is longer than %zu characters",
+                       at, size - 1);
+    memcpy(out, at, len);
+    out[len] = '\0';
+    return SC_OK;
+}
+
+/* ---- nccl endpoints ---- */
+
+#define NCCL_EP_PREFIX "nccl://"
+#define NCCL_EP_V1 "nccl://v1/"
+#define NCCL_EP_FORM "nccl://v1/<256 hex digits>/<256 hex digits> or nccl://v1/-"
+
+bool rt_endpoint_is_nccl(const char *ep)
+{
+    return ep != NULL && strncmp(ep, NCCL_EP_PREFIX, strlen(NCCL_EP_PREFIX)) == 0;
+}
+
+static void hex_put(const unsigned char *id, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < RT_NCCL_ID_BYTES; i++) {
+        out[2 * i] = digits[id[i] >> 4];
+        out[2 * i + 1] = digits[id[i] & 15];
+    }
+}
+
+static int hex_val(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes exactly 2 * RT_NCCL_ID_BYTES hex digits at s; -1 when one is not a hex digit, else 0. */
+static int hex_get(const char *s, unsigned char *id, size_t *bad_at)
+{
+    for (size_t i = 0; i < RT_NCCL_ID_BYTES; i++) {
+        int hi = hex_val(s[2 * i]), lo = hex_val(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            *bad_at = 2 * i + (hi < 0 ? 0 : 1);
+            return -1;
+        }
+        id[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+sc_status rt_nccl_endpoint_format(const unsigned char *a, const unsigned char *g, char *buf,
+                                  size_t size, sc_err *err)
+{
+    size_t plen = strlen(NCCL_EP_V1);
+    size_t need = (a == NULL && g == NULL) ? plen + 2 : plen + 4 * RT_NCCL_ID_BYTES + 2;
+    if ((a == NULL) != (g == NULL))
+        return SC_ERRF(err, SC_ERR_INVALID, "nccl endpoint: both ids or neither are needed");
+    if (buf == NULL || size < need)
+        return SC_ERRF(err, SC_ERR_INVALID, "nccl endpoint: %zu bytes of room, %zu needed", size,
+                       need);
+    memcpy(buf, NCCL_EP_V1, plen);
+    if (a == NULL) {
+        buf[plen] = '-';
+        buf[plen + 1] = '\0';
+        return SC_OK;
+    }
+    char *p = buf + plen;
+    hex_put(a, p);
+    p += 2 * RT_NCCL_ID_BYTES;
+    *p++ = '/';
+    hex_put(g, p);
+    p += 2 * RT_NCCL_ID_BYTES;
+    *p = '\0';
+    return SC_OK;
+}
+
+sc_status rt_nccl_endpoint_parse(const char *ep, bool *has_ids, unsigned char *a, unsigned char *g,
+                                 sc_err *err)
+{
+    *has_ids = false;
+    if (!rt_endpoint_is_nccl(ep))
+        return SC_ERRF(err, SC_ERR_INVALID, "nccl endpoint \"%.80s\": expected %s",
+                       ep != NULL ? ep : "(null)", NCCL_EP_FORM);
+    size_t plen = strlen(NCCL_EP_V1);
+    if (strncmp(ep, NCCL_EP_V1, plen) != 0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "nccl endpoint \"%.80s\": unknown format version (this build reads v1: "
+                       "%s)",
+                       ep, NCCL_EP_FORM);
+    const char *p = ep + plen;
+    if (strcmp(p, "-") == 0)
+        return SC_OK;
+    size_t hex = 2 * RT_NCCL_ID_BYTES, len = strlen(p);
+    if (len != 2 * hex + 1 || p[hex] != '/')
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "nccl endpoint \"%.80s...\": %zu characters after \"%s\", expected %zu "
+                       "(two ids of %zu hex digits separated by '/') or \"-\"",
+                       ep, len, NCCL_EP_V1, 2 * hex + 1, hex);
+    unsigned char ia[RT_NCCL_ID_BYTES], ig[RT_NCCL_ID_BYTES];
+    size_t bad = 0;
+    if (hex_get(p, ia, &bad) != 0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "nccl endpoint: character %zu of the first id is '%c', not a hex digit", bad,
+                       p[bad]);
+    if (hex_get(p + hex + 1, ig, &bad) != 0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "nccl endpoint: character %zu of the second id is '%c', not a hex digit",
+                       bad, p[hex + 1 + bad]);
+    memcpy(a, ia, sizeof ia);
+    memcpy(g, ig, sizeof ig);
+    *has_ids = true;
+    return SC_OK;
 }

@@ -5,9 +5,14 @@
  * others that arrived early wait in a pending list.
  *
  * Backends behind this one interface: `zmq` (host memory over TCP between processes; each stage
- * binds one PULL inbox and connects a PUSH socket to each neighbour's inbox) and `local` (stages
- * in one process; an inbox is a mutex-protected queue found by name in a process-wide registry).
- * Not here: device memory (callers stage through host buffers), replica all-reduce, NCCL.
+ * binds one PULL inbox and connects a PUSH socket to each neighbour's inbox), `local` (stages
+ * in one process; an inbox is a mutex-protected queue found by name in a process-wide registry)
+ * and `nccl` (GPU stages on distinct GPUs; ncclSend / ncclRecv over one two-rank communicator
+ * per stage boundary and direction, see transport_nccl.c; CUDA + NCCL builds only).
+ * zmq and local match messages by tag, so a receiver may ask in any order; nccl messages arrive
+ * in the order they were sent (per direction), and asking for another one than the next is
+ * SC_ERR_INVALID (a header sent with each payload is checked), never silent corruption.
+ * Not here: replica all-reduce.
  *
  * Invariant: no call blocks forever. A receive waits at most `timeout_ms`, then returns
  * SC_ERR_TIMEOUT (SC_ERR_UNAVAILABLE when the local peer is known to be gone); rt_transport_abort()
@@ -18,6 +23,7 @@
 #ifndef RT_TRANSPORT_H
 #define RT_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +32,7 @@
 typedef enum {
     RT_TRANSPORT_ZMQ = 0,
     RT_TRANSPORT_LOCAL = 1,
+    RT_TRANSPORT_NCCL = 2,
 } rt_transport_kind;
 
 /* Activations flow to the next stage, gradients to the previous one: the kind names the peer. */
@@ -34,15 +41,20 @@ typedef enum {
     RT_MSG_GRADIENT = 1,
 } rt_msg_kind;
 
-#define RT_ENDPOINT_MAX 256
+/* Room for an endpoint: an nccl one carries two hex-encoded 128-byte NCCL unique ids. */
+#define RT_ENDPOINT_MAX 640
 
 typedef struct {
     rt_transport_kind kind;
     /* zmq: "tcp://HOST:PORT"; port 0 (or "*") picks a free port, see rt_transport_endpoint().
-     * local: "local://NAME"; "local://" alone picks a unique name. */
+     * local: "local://NAME"; "local://" alone picks a unique name.
+     * nccl: "nccl://" for a stage with a next stage (it creates the ids of the communicators
+     * towards it), "nccl://-" for the last stage; see rt_nccl_endpoint_parse for what binds. */
     const char *bind_endpoint;
     int timeout_ms; /* longest wait of one receive (> 0) */
-    uint64_t tag;   /* messages carrying another tag (an older job's) are dropped */
+    uint64_t tag;   /* messages carrying another tag (an older job's) are dropped (nccl: an
+                     * error, since its messages cannot be skipped) */
+    int device;     /* nccl only: the CUDA device ordinal of this stage (cuda:N) */
 } rt_transport_cfg;
 
 typedef struct rt_transport rt_transport;
@@ -50,12 +62,15 @@ typedef struct rt_transport rt_transport;
 /* Defaults: zmq on "tcp://127.0.0.1:0", 30 s timeout, tag 0. */
 rt_transport_cfg rt_transport_cfg_default(void);
 
-/* Parses "zmq" or "local"; `what` names the value in errors. */
+/* Parses "zmq", "local" or "nccl"; `what` names the value in errors. "nccl" in a build without
+ * CUDA + NCCL is SC_ERR_UNSUPPORTED (the message says so); whether a device is present is
+ * checked by rt_transport_new. */
 sc_status rt_transport_kind_parse(const char *s, const char *what, rt_transport_kind *out,
                                   sc_err *err);
 
 /* Binds the inbox. A malformed endpoint is SC_ERR_INVALID; an endpoint in use SC_ERR_EXISTS
- * (local) or SC_ERR_ZMQ. */
+ * (local) or SC_ERR_ZMQ. nccl: SC_ERR_UNSUPPORTED without CUDA + NCCL in the build, SC_ERR_CUDA
+ * when cfg->device is not a visible device, SC_ERR_NCCL when NCCL cannot create an id. */
 sc_status rt_transport_new(rt_transport **out, const rt_transport_cfg *cfg, sc_err *err);
 /* Frees everything. zmq gives messages still queued for a peer up to min(timeout_ms, 5 s) to
  * leave (so a stage that exits right after its last send still delivers it), never longer;
@@ -66,7 +81,9 @@ void rt_transport_destroy(rt_transport **t);
 const char *rt_transport_endpoint(const rt_transport *t);
 
 /* Connects to the neighbours' endpoints; NULL or "" for none (first / last stage). Local
- * endpoints must already be bound (SC_ERR_NOT_FOUND otherwise). */
+ * endpoints must already be bound (SC_ERR_NOT_FOUND otherwise). nccl: collective with both
+ * neighbours (each must call it with this stage's endpoint); waits at most timeout_ms for them
+ * to join (SC_ERR_TIMEOUT), a malformed nccl endpoint is SC_ERR_INVALID. */
 sc_status rt_transport_connect(rt_transport *t, const char *prev_endpoint,
                                const char *next_endpoint, sc_err *err);
 
@@ -83,10 +100,47 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
 sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
                             void *data, size_t bytes, sc_err *err);
 
+/* True when send / recv may be given device pointers (the nccl backend: any pointer CUDA can
+ * address, host or device memory of cfg->device); false for zmq and local (host memory only). */
+bool rt_transport_on_device(const rt_transport *t);
+
 /* Makes waits return SC_ERR_CANCELLED from now on. Thread-safe; async-signal-unsafe. */
 void rt_transport_abort(rt_transport *t);
 
-/* Messages received and not yet asked for (for tests and leak checks). */
+/* Messages received and not yet asked for (for tests and leak checks; nccl: always 0). */
 size_t rt_transport_pending(const rt_transport *t);
+
+/* The kind the transport was created with. */
+rt_transport_kind rt_transport_kind_of(const rt_transport *t);
+
+/* A stage whose two boundaries use different kinds (the runner's transport_next) publishes both
+ * endpoints joined by this character, "tcp://H:P|nccl://v1/..."; no endpoint contains it. */
+#define RT_ENDPOINT_SEP '|'
+
+/* The part of `ep` a transport of `kind` connects to, into out[size]: `ep` itself when it is a
+ * single endpoint (the backend then checks it), else the part whose scheme is the kind's
+ * ("tcp://" zmq, "local://" local, "nccl://" nccl). A joined endpoint without such a part, or
+ * one that does not fit, is SC_ERR_INVALID. */
+sc_status rt_endpoint_pick(const char *ep, rt_transport_kind kind, char *out, size_t size,
+                           sc_err *err);
+
+/* ---- nccl endpoints (usable in every build, for the coordinator and tests) ----
+ * A bound nccl endpoint is "nccl://v1/<A>/<G>" where A and G are the NCCL unique ids (256 lower
+ * hex digits each) of the two communicators between this stage and the next one (A carries
+ * activations forward, G gradients back; this stage is rank 0 of both, the next stage rank 1),
+ * or "nccl://v1/-" for a stage with no next stage. "v1" versions the format. */
+#define RT_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
+
+/* True when `ep` starts with "nccl://". */
+bool rt_endpoint_is_nccl(const char *ep);
+/* Writes the endpoint of ids (a, g), or of no ids when both are NULL, into buf[size]
+ * (>= RT_ENDPOINT_MAX is always enough). SC_ERR_INVALID when it does not fit. */
+sc_status rt_nccl_endpoint_format(const unsigned char *a, const unsigned char *g, char *buf,
+                                  size_t size, sc_err *err);
+/* Parses an endpoint written by rt_nccl_endpoint_format. *has_ids false for "nccl://v1/-" (a and
+ * g untouched). Anything else (another version, a wrong length, a non-hex digit) is
+ * SC_ERR_INVALID naming what was wrong and the expected form. */
+sc_status rt_nccl_endpoint_parse(const char *ep, bool *has_ids, unsigned char *a, unsigned char *g,
+                                 sc_err *err);
 
 #endif /* RT_TRANSPORT_H */

@@ -32,6 +32,15 @@ typedef struct {
     sc_status (*poll)(rt_transport *t, int wait_ms, bool from_next, rt_msg **out, sc_err *err);
     void (*wake)(rt_transport *t); /* interrupt a poll (abort); may be NULL */
     void (*destroy)(rt_transport *t);
+    /* Backends whose messages cannot wait in the pending list (nccl: they arrive in send order
+     * and need a buffer of the right size posted first) set these instead of send / poll: they
+     * move the caller's buffer directly and check the message's header themselves. The
+     * neighbour checks of transport.c have been done. NULL for zmq and local. */
+    sc_status (*send_direct)(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                             const void *data, size_t bytes, sc_err *err);
+    sc_status (*recv_direct)(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                             void *data, size_t bytes, sc_err *err);
+    bool on_device; /* send_direct / recv_direct accept device pointers */
 } rt_transport_ops;
 
 struct rt_transport {
@@ -46,5 +55,12 @@ struct rt_transport {
 
 extern const rt_transport_ops rt_transport_zmq_ops;
 extern const rt_transport_ops rt_transport_local_ops;
+#ifdef SC_HAVE_NCCL
+extern const rt_transport_ops rt_transport_nccl_ops;
+#endif
+
+/* A short name of the transport for messages: its endpoint, or "nccl stage transport" (an nccl
+ * endpoint is some 500 characters of hex). */
+const char *rt_transport_label(const rt_transport *t);
 
 #endif /* RT_TRANSPORT_IMPL_H */

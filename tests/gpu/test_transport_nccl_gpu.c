@@ -1,0 +1,541 @@
+/*
+ * GPU tests of the data plane: the nccl transport (one GPU: a peer that never joins times out,
+ * an abort cancels the wait; two GPUs: messages both ways with sends in flight while receiving,
+ * host and device buffers, an out-of-order request refused, a peer that goes away) and GPU
+ * stages against the CPU (a 2-stage pipeline on cuda:0 over the local transport; on two GPUs
+ * over nccl). Every test skips without the devices it needs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef SC_HAVE_NCCL
+#include <cuda_runtime.h>
+#endif
+
+#include "common/sc_clock.h"
+#include "common/sc_json.h"
+#include "kernels/device.h"
+#include "kernels/model.h"
+#include "worker/runtime/runner.h"
+#include "worker/transport/transport.h"
+
+#define GPT_JSON                                                                                   \
+    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "       \
+    "\"seq_len\": 8, \"layers\": 2, \"width\": 16, \"heads\": 2}"
+
+static int g_gpus;
+static int g_gpt_blocks;
+
+static int gpt_blocks(void)
+{
+    sc_jdoc *doc = NULL;
+    kn_model *m = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    int n = 0;
+    if (sc_jdoc_parse(&doc, "model", GPT_JSON, strlen(GPT_JSON), &err) == SC_OK) {
+        sc_jnode root = sc_jdoc_root(doc);
+        if (kn_model_from_node(&m, &root, &err) == SC_OK)
+            n = kn_model_block_count(m);
+    }
+    kn_model_destroy(&m);
+    sc_jdoc_destroy(&doc);
+    return n;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    g_gpus = kn_cuda_device_count();
+    g_gpt_blocks = gpt_blocks();
+    return g_gpt_blocks >= 3 ? 0 : -1;
+}
+
+#define NEED_GPUS(n)                                                                               \
+    do {                                                                                           \
+        if (g_gpus < (n))                                                                          \
+            skip();                                                                                \
+    } while (0)
+
+#ifdef SC_HAVE_NCCL
+
+static rt_transport *nccl_new(int device, bool has_next, int timeout_ms)
+{
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.kind = RT_TRANSPORT_NCCL;
+    c.bind_endpoint = has_next ? "nccl://" : "nccl://-";
+    c.device = device;
+    c.timeout_ms = timeout_ms;
+    c.tag = 77;
+    rt_transport *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    sc_status rc = rt_transport_new(&t, &c, &err);
+    if (rc != SC_OK)
+        fail_msg("nccl transport on cuda:%d: %s", device, err.msg);
+    return t;
+}
+
+typedef struct {
+    rt_transport *t;
+    int delay_ms;
+} abort_job;
+
+static void *abort_later(void *arg)
+{
+    abort_job *j = arg;
+    struct timespec ts = {j->delay_ms / 1000, (long)(j->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    rt_transport_abort(j->t);
+    return NULL;
+}
+
+/* One GPU: the second stage joins the communicators of a first stage that never connects. */
+static void test_peer_never_joins(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    rt_transport *first = nccl_new(0, true, 20000);
+    rt_transport *second = nccl_new(0, false, 1500);
+    sc_err err;
+    sc_err_clear(&err);
+    double t0 = sc_clock_now_s();
+    sc_status rc = rt_transport_connect(second, rt_transport_endpoint(first), NULL, &err);
+    double took = sc_clock_now_s() - t0;
+    assert_int_equal(rc, SC_ERR_TIMEOUT);
+    assert_non_null(strstr(err.msg, "did not complete within 1500 ms"));
+    assert_true(took >= 1.4 && took < 6.0);
+    /* broken from then on, and says so at once */
+    float x = 0.0f;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_recv(second, RT_MSG_ACTIVATION, 1, 0, &x, sizeof x, &err),
+                     SC_ERR_UNAVAILABLE);
+    rt_transport_destroy(&second);
+    rt_transport_destroy(&first);
+}
+
+/* An abort from another thread ends a long wait at once with SC_ERR_CANCELLED. */
+static void test_abort_cancels(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    rt_transport *first = nccl_new(0, true, 20000);
+    rt_transport *second = nccl_new(0, false, 20000);
+    abort_job j = {second, 300};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, abort_later, &j), 0);
+    sc_err err;
+    sc_err_clear(&err);
+    double t0 = sc_clock_now_s();
+    sc_status rc = rt_transport_connect(second, rt_transport_endpoint(first), NULL, &err);
+    double took = sc_clock_now_s() - t0;
+    pthread_join(th, NULL);
+    assert_int_equal(rc, SC_ERR_CANCELLED);
+    assert_true(took < 5.0);
+    rt_transport_destroy(&second);
+    rt_transport_destroy(&first);
+}
+
+/* ---- two GPUs ---- */
+
+typedef struct {
+    rt_transport *t;
+    const char *prev, *next;
+    sc_status rc;
+    sc_err err;
+} connect_job;
+
+static void *connect_thread(void *arg)
+{
+    connect_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = rt_transport_connect(j->t, j->prev, j->next, &j->err);
+    return NULL;
+}
+
+/* Connects a first stage on cuda:0 and a second on cuda:1 (collective: both at once). */
+static void pair_open(rt_transport **a, rt_transport **b, int timeout_ms)
+{
+    *a = nccl_new(0, true, timeout_ms);
+    *b = nccl_new(1, false, timeout_ms);
+    connect_job ja = {*a, NULL, rt_transport_endpoint(*b), SC_OK, {0}};
+    connect_job jb = {*b, rt_transport_endpoint(*a), NULL, SC_OK, {0}};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, connect_thread, &ja), 0);
+    connect_thread(&jb);
+    pthread_join(th, NULL);
+    if (ja.rc != SC_OK || jb.rc != SC_OK)
+        fail_msg("connecting cuda:0 and cuda:1: %s / %s", ja.err.msg, jb.err.msg);
+}
+
+/* Message k's size in floats: 0, small, and one above NCCL's 4 MiB staging buffers. */
+static size_t msg_floats(int k)
+{
+    static const size_t sizes[] = {0, 1, 333, 4096, (5u << 20) / 4, 17};
+    return sizes[k % 6];
+}
+
+static float msg_value(int kind, int k, size_t i)
+{
+    return (float)(kind * 1000 + k) + (float)(i % 97) * 0.25f;
+}
+
+typedef struct {
+    rt_transport *t;
+    int n;
+    bool device; /* use device buffers */
+    sc_status rc;
+    sc_err err;
+    int bad; /* first wrong value found, -1 none */
+} flow_job;
+
+static void *alloc_buf(bool device, size_t bytes, int dev)
+{
+    void *p = NULL;
+    if (device) {
+        cudaSetDevice(dev);
+        if (cudaMalloc(&p, bytes + 4) != cudaSuccess)
+            return NULL;
+        return p;
+    }
+    return malloc(bytes + 4);
+}
+
+static void free_buf(bool device, void *p)
+{
+    if (device)
+        cudaFree(p);
+    else
+        free(p);
+}
+
+static void put(bool device, void *dst, const float *src, size_t n)
+{
+    if (device)
+        cudaMemcpy(dst, src, n * sizeof *src, cudaMemcpyHostToDevice);
+    else
+        memcpy(dst, src, n * sizeof *src);
+}
+
+static void get(bool device, float *dst, const void *src, size_t n)
+{
+    if (device)
+        cudaMemcpy(dst, src, n * sizeof *dst, cudaMemcpyDeviceToHost);
+    else
+        memcpy(dst, src, n * sizeof *dst);
+}
+
+static bool check_msg(int kind, int k, const float *got, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != msg_value(kind, k, i))
+            return false;
+    return true;
+}
+
+/* Stage 0: A(0), A(1), then for k >= 1 G(k-1) before A(k+1): sends in flight while it waits. */
+static void *first_stage(void *arg)
+{
+    flow_job *j = arg;
+    sc_err_clear(&j->err);
+    j->bad = -1;
+    size_t most = (5u << 20) / 4;
+    float *host = malloc(most * sizeof *host + 4);
+    void *buf = alloc_buf(j->device, most * sizeof(float), 0);
+    j->rc = SC_OK;
+    for (int k = 0; k <= j->n && j->rc == SC_OK; k++) {
+        if (k < j->n) {
+            size_t n = msg_floats(k);
+            for (size_t i = 0; i < n; i++)
+                host[i] = msg_value(0, k, i);
+            put(j->device, buf, host, n);
+            j->rc =
+                rt_transport_send(j->t, RT_MSG_ACTIVATION, 1, k, buf, n * sizeof(float), &j->err);
+        }
+        if (j->rc == SC_OK && k >= 1) {
+            size_t n = msg_floats(k - 1);
+            j->rc =
+                rt_transport_recv(j->t, RT_MSG_GRADIENT, 1, k - 1, buf, n * sizeof(float), &j->err);
+            get(j->device, host, buf, n);
+            if (j->rc == SC_OK && !check_msg(1, k - 1, host, n) && j->bad < 0)
+                j->bad = k - 1;
+        }
+    }
+    free_buf(j->device, buf);
+    free(host);
+    return NULL;
+}
+
+/* Stage 1: A(k) then G(k), in order. */
+static void *second_stage(void *arg)
+{
+    flow_job *j = arg;
+    sc_err_clear(&j->err);
+    j->bad = -1;
+    size_t most = (5u << 20) / 4;
+    float *host = malloc(most * sizeof *host + 4);
+    void *buf = alloc_buf(j->device, most * sizeof(float), 1);
+    j->rc = SC_OK;
+    for (int k = 0; k < j->n && j->rc == SC_OK; k++) {
+        size_t n = msg_floats(k);
+        j->rc = rt_transport_recv(j->t, RT_MSG_ACTIVATION, 1, k, buf, n * sizeof(float), &j->err);
+        if (j->rc != SC_OK)
+            break;
+        get(j->device, host, buf, n);
+        if (!check_msg(0, k, host, n) && j->bad < 0)
+            j->bad = k;
+        for (size_t i = 0; i < n; i++)
+            host[i] = msg_value(1, k, i);
+        put(j->device, buf, host, n);
+        j->rc = rt_transport_send(j->t, RT_MSG_GRADIENT, 1, k, buf, n * sizeof(float), &j->err);
+    }
+    free_buf(j->device, buf);
+    free(host);
+    return NULL;
+}
+
+static void run_flow(rt_transport *a, rt_transport *b, int n, bool device)
+{
+    flow_job ja = {.t = a, .n = n, .device = device};
+    flow_job jb = {.t = b, .n = n, .device = device};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, first_stage, &ja), 0);
+    second_stage(&jb);
+    pthread_join(th, NULL);
+    if (ja.rc != SC_OK || jb.rc != SC_OK)
+        fail_msg("flow (%s buffers): %s / %s", device ? "device" : "host", ja.err.msg, jb.err.msg);
+    assert_int_equal(ja.bad, -1);
+    assert_int_equal(jb.bad, -1);
+}
+
+static void test_two_gpus_flow(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    rt_transport *a, *b;
+    pair_open(&a, &b, 20000);
+    run_flow(a, b, 12, false);
+    run_flow(a, b, 12, true);
+    assert_int_equal(rt_transport_pending(a), 0);
+    rt_transport_destroy(&b);
+    rt_transport_destroy(&a);
+}
+
+/* Asking for another message than the next one is an error naming both, never a wrong payload. */
+static void test_two_gpus_out_of_order(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    rt_transport *a, *b;
+    pair_open(&a, &b, 5000);
+    float x[4] = {1, 2, 3, 4}, y[4] = {0, 0, 0, 0};
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 2, 1, x, sizeof x, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 2, 0, y, sizeof y, &err),
+                     SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "the next message is the activation (step 2, micro-batch 1)"));
+    assert_true(y[0] == 0.0f); /* nothing of the wrong message reached the buffer */
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 2, 1, y, sizeof y, &err),
+                     SC_ERR_UNAVAILABLE);
+    rt_transport_destroy(&b);
+    rt_transport_destroy(&a);
+
+    /* a size that differs is named too */
+    pair_open(&a, &b, 5000);
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 3, 0, x, 3 * sizeof(float), &err),
+                     SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 3, 0, y, sizeof y, &err),
+                     SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "has 12 bytes, expected 16"));
+    rt_transport_destroy(&b);
+    rt_transport_destroy(&a);
+}
+
+/* A neighbour that goes away: the wait ends within the timeout, never hangs. */
+static void test_two_gpus_peer_gone(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    rt_transport *a, *b;
+    pair_open(&a, &b, 2000);
+    rt_transport_abort(b);
+    rt_transport_destroy(&b);
+    float y[4];
+    sc_err err;
+    sc_err_clear(&err);
+    double t0 = sc_clock_now_s();
+    sc_status rc = rt_transport_recv(a, RT_MSG_GRADIENT, 1, 0, y, sizeof y, &err);
+    double took = sc_clock_now_s() - t0;
+    assert_true(rc == SC_ERR_TIMEOUT || rc == SC_ERR_UNAVAILABLE);
+    assert_true(took < 2.0 + 3.0);
+    rt_transport_destroy(&a);
+}
+
+#endif /* SC_HAVE_NCCL */
+
+/* ---- GPU stages against the CPU ---- */
+
+typedef struct {
+    rt_runner *r;
+    const char *prev, *next;
+    int steps;
+    sc_status rc;
+    sc_err err;
+    double loss[8];
+} stage_job;
+
+static void *stage_thread(void *arg)
+{
+    stage_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = rt_runner_connect(j->r, j->prev, j->next, &j->err);
+    for (int s = 0; s < j->steps && j->rc == SC_OK; s++) {
+        rt_report rep;
+        j->rc = rt_runner_step(j->r, (uint64_t)s + 1, &rep, &j->err);
+        j->loss[s] = rep.has_loss ? rep.loss : NAN;
+    }
+    return NULL;
+}
+
+/* An n-stage GPT pipeline (n = 2 or 3; 1f1b, 4 micro-batches): stage s on devices[s], over
+ * transports[s] towards its previous boundary and transports_next[s] (NULL: the same) towards
+ * its next; the last stage's loss of each step into loss[steps]. Connects and trains in one
+ * thread per stage (nccl's connect is collective). */
+static void run_stages(int n, const char *const *devices, const char *const *transports,
+                       const char *const *transports_next, int steps, double *loss)
+{
+    rt_runner *rn[3] = {NULL, NULL, NULL};
+    sc_err err;
+    sc_err_clear(&err);
+    for (int s = 0; s < n; s++) {
+        rt_runner_cfg c = rt_runner_cfg_default();
+        c.model_json = GPT_JSON;
+        c.n_stages = n;
+        c.stage = s;
+        c.first_block = s * g_gpt_blocks / n;
+        c.last_block = (s + 1) * g_gpt_blocks / n - 1;
+        c.schedule = "1f1b";
+        c.batch_size = 8;
+        c.microbatches = 4;
+        c.seed = 5;
+        c.optimizer = "adamw";
+        c.lr = 0.01;
+        c.device = devices[s];
+        c.transport = transports[s];
+        c.transport_next = transports_next != NULL ? transports_next[s] : NULL;
+        c.bind_endpoint = strcmp(transports[s], "local") == 0 ? "local://" : NULL;
+        c.timeout_ms = 30000;
+        sc_status rc = rt_runner_new(&rn[s], &c, &err);
+        if (rc != SC_OK)
+            fail_msg("stage %d on %s over %s: %s", s, devices[s], transports[s], err.msg);
+    }
+    stage_job jobs[3];
+    pthread_t th[3];
+    for (int s = 0; s < n; s++) {
+        jobs[s] = (stage_job){.r = rn[s], .steps = steps};
+        jobs[s].prev = s > 0 ? rt_runner_endpoint(rn[s - 1]) : NULL;
+        jobs[s].next = s < n - 1 ? rt_runner_endpoint(rn[s + 1]) : NULL;
+        assert_int_equal(pthread_create(&th[s], NULL, stage_thread, &jobs[s]), 0);
+    }
+    for (int s = 0; s < n; s++)
+        pthread_join(th[s], NULL);
+    for (int s = 0; s < n; s++)
+        if (jobs[s].rc != SC_OK)
+            fail_msg("stage %d on %s over %s: %s", s, devices[s], transports[s], jobs[s].err.msg);
+    for (int k = 0; k < steps; k++)
+        loss[k] = jobs[n - 1].loss[k];
+    for (int s = n - 1; s >= 0; s--)
+        rt_runner_destroy(&rn[s]);
+}
+
+static void run_pipeline(const char *const devices[2], const char *transport, int steps,
+                         double *loss)
+{
+    const char *tr[2] = {transport, transport};
+    run_stages(2, devices, tr, NULL, steps, loss);
+}
+
+/* FP32 kernels against the CPU references: the losses agree to well within a step's change. */
+static void assert_losses_close(const double *gpu, const double *cpu, int steps)
+{
+    for (int k = 0; k < steps; k++) {
+        if (!(fabs(gpu[k] - cpu[k]) <= 1e-3 * fabs(cpu[k]) + 1e-4))
+            fail_msg("step %d: loss %.7f on the GPU, %.7f on the CPU", k + 1, gpu[k], cpu[k]);
+    }
+    assert_true(cpu[steps - 1] < cpu[0]); /* it trains: the comparison is not of constants */
+}
+
+static void test_gpu_stages_local(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    enum { STEPS = 4 };
+    double cpu[STEPS], gpu[STEPS];
+    const char *on_cpu[2] = {"cpu", "cpu"}, *on_gpu[2] = {"cuda:0", "cuda:0"};
+    run_pipeline(on_cpu, "local", STEPS, cpu);
+    run_pipeline(on_gpu, "local", STEPS, gpu);
+    assert_losses_close(gpu, cpu, STEPS);
+}
+
+static void test_gpu_stages_nccl(void **state)
+{
+    (void)state;
+#ifndef SC_HAVE_NCCL
+    skip();
+#else
+    NEED_GPUS(2);
+    enum { STEPS = 4 };
+    double cpu[STEPS], gpu[STEPS];
+    const char *on_cpu[2] = {"cpu", "cpu"}, *on_gpus[2] = {"cuda:0", "cuda:1"};
+    run_pipeline(on_cpu, "local", STEPS, cpu);
+    run_pipeline(on_gpus, "nccl", STEPS, gpu);
+    assert_losses_close(gpu, cpu, STEPS);
+#endif
+}
+
+/* Two GPU stages over nccl and a CPU stage over zmq in one job: the middle stage holds one
+ * transport per direction. */
+static void test_gpu_cpu_mixed(void **state)
+{
+    (void)state;
+#ifndef SC_HAVE_NCCL
+    skip();
+#else
+    NEED_GPUS(2);
+    enum { STEPS = 3 };
+    double cpu[STEPS], mixed[STEPS];
+    const char *on_cpu[3] = {"cpu", "cpu", "cpu"}, *local[3] = {"local", "local", "local"};
+    run_stages(3, on_cpu, local, NULL, STEPS, cpu);
+    const char *devs[3] = {"cuda:0", "cuda:1", "cpu"};
+    const char *tr[3] = {"nccl", "nccl", "zmq"}, *tr_next[3] = {NULL, "zmq", NULL};
+    run_stages(3, devs, tr, tr_next, STEPS, mixed);
+    assert_losses_close(mixed, cpu, STEPS);
+#endif
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+#ifdef SC_HAVE_NCCL
+        cmocka_unit_test(test_peer_never_joins),   cmocka_unit_test(test_abort_cancels),
+        cmocka_unit_test(test_two_gpus_flow),      cmocka_unit_test(test_two_gpus_out_of_order),
+        cmocka_unit_test(test_two_gpus_peer_gone),
+#endif
+        cmocka_unit_test(test_gpu_stages_local),   cmocka_unit_test(test_gpu_stages_nccl),
+        cmocka_unit_test(test_gpu_cpu_mixed),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
