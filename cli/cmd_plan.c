@@ -166,13 +166,10 @@ int cmd_plan(const cli_command *self, int argc, char **argv)
     if (a.trace) {
         int best = -1;
         for (int i = 0; i < n; i++)
-            if (res[i].ok && res[i].strategy != PLAN_STRAT_UMPIPE &&
-                (best < 0 || res[i].iteration_time_s < res[best].iteration_time_s))
+            if (res[i].ok && (best < 0 || res[i].iteration_time_s < res[best].iteration_time_s))
                 best = i;
         if (best < 0) {
-            SC_ERRF(&err, SC_ERR_INVALID,
-                    "--trace: no simulated plan to trace (umpipe alone has "
-                    "no event trace)");
+            SC_ERRF(&err, SC_ERR_INVALID, "--trace: no plan succeeded, so there is no trace");
             goto report;
         }
         if (plan_write_trace(&res[best], a.trace, &err) != SC_OK)

@@ -120,11 +120,9 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
     const plan_profile *prof = req->profile;
     const plan_cluster *cl = req->cluster;
     int S = p->n_stages, B = r->batch, W = B + 1;
-    int K = 2 * S > 16 ? 2 * S : 16;
-    if (K > 64)
-        K = 64;
-    if (K > B)
-        K = B;
+    /* up to 64 entries a stage, and as many as the batch has samples below that: every equal
+     * split GPipe could use is then among the search's starting points */
+    int K = B < 64 ? B : 64;
     if (B > 16384)
         return SC_ERRF(err, SC_ERR_TOO_LARGE,
                        "umpipe: a batch of %d samples is too large for per-sample sizes (at most "
@@ -193,14 +191,12 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
     r->ga_best_equal_s = g.best_equal_s;
     r->ga_greedy_s = g.greedy_s;
     r->ga_uniform_s = g.uniform_s;
-    double busy = 0;
     int most = 0;
     r->fits_memory = 1;
     for (int i = 0; i < S; i++) {
         int n = 0, big = 0;
         for (int j = 0; j < K; j++) {
             int x = r->fwd_sizes[i * K + j], y = r->bwd_sizes[i * K + j];
-            busy += fw[(size_t)i * W + x] + bw[(size_t)i * W + y];
             n += x > 0;
             big = x > big ? x : big;
             big = y > big ? y : big;
@@ -213,9 +209,35 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
                                   2 * c->act_bytes[p->last[i]] / M * big;
     }
     r->n_micro = most;
-    r->bubble_fraction = g.time_s > 0 ? 1 - busy / (S * g.time_s) : 0;
-    if (r->bubble_fraction < 0)
-        r->bubble_fraction = 0;
+    /* The search's objective leaves the optimizer out; the plan's figures (and its trace) come
+     * from the event simulator playing the chosen sizes with each stage's optimizer step, as
+     * every other strategy's do. Without steps the two times are equal (the simulator plays
+     * the same recurrence). */
+    plan_sim_stage *st = calloc((size_t)S, sizeof *st);
+    double *opt = calloc((size_t)S, sizeof(double));
+    if (st == NULL || opt == NULL) {
+        free(st), free(opt);
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory");
+        goto done;
+    }
+    plan_partition_sim_stages(c, p, st);
+    for (int i = 0; i < S; i++)
+        opt[i] = st[i].opt_s;
+    plan_sim_sized in = {.n_stages = S,
+                         .batch = B,
+                         .max_entries = K,
+                         .fwd_sizes = r->fwd_sizes,
+                         .bwd_sizes = r->bwd_sizes,
+                         .fwd_s = fw,
+                         .bwd_s = bw,
+                         .comm_s = cm,
+                         .opt_s = opt};
+    rc = plan_sim_run_sized(&in, req->record_trace, &r->sim, err);
+    free(st), free(opt);
+    if (rc != SC_OK)
+        goto done;
+    r->iteration_time_s = r->sim.iteration_s;
+    r->bubble_fraction = r->sim.bubble_fraction;
 done:
     plan_ga_result_free(&g);
     free(fw), free(bw), free(cm), free(cap);

@@ -228,6 +228,177 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------- sizes per stage */
+
+/* Entries of one row: positive sizes up to the first zero, checked to lie in 1..batch and to
+ * sum to the batch. Returns the count, or -1 with err set. */
+static int sized_row(const plan_sim_sized *in, const int *row, int stage, const char *what,
+                     sc_err *err)
+{
+    int n = 0;
+    long long total = 0;
+    for (; n < in->max_entries && row[n] != 0; n++) {
+        if (row[n] < 1 || row[n] > in->batch) {
+            SC_ERRF(err, SC_ERR_INVALID,
+                    "stage %d %s sizes: entry %d is %d samples; each must be 1 to the batch (%d)",
+                    stage, what, n, row[n], in->batch);
+            return -1;
+        }
+        total += row[n];
+    }
+    if (n == 0 || total != in->batch) {
+        SC_ERRF(err, SC_ERR_INVALID,
+                "stage %d %s sizes sum to %lld samples over %d entries; they must sum to the "
+                "batch (%d)",
+                stage, what, total, n, in->batch);
+        return -1;
+    }
+    return n;
+}
+
+sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_sim_result *out,
+                             sc_err *err)
+{
+    int S = in->n_stages, K = in->max_entries;
+    size_t W = (size_t)in->batch + 1;
+    sim_state st = {.S = S, .r = out};
+    sc_status rc = SC_OK;
+    memset(out, 0, sizeof *out);
+    if (S < 1 || K < 1 || in->batch < 1)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "sizes per stage: needs stages, entries and batch >= 1, got %d, %d, %d", S,
+                       K, in->batch);
+    /* (S, K) arrival of each entry's send across its cut (forward: after stage i; backward:
+     * before stage i), prefix sums (S, K+1), entry counts, last forward end */
+    double *arr_f = malloc((size_t)S * (size_t)K * sizeof(double));
+    double *arr_b = malloc((size_t)S * (size_t)K * sizeof(double));
+    int *pf = malloc((size_t)S * (size_t)(K + 1) * sizeof(int));
+    int *pb = malloc((size_t)S * (size_t)(K + 1) * sizeof(int));
+    int *nf = malloc((size_t)S * sizeof(int)), *nb = malloc((size_t)S * sizeof(int));
+    double *fend = malloc((size_t)S * sizeof(double));
+    out->n_stages = S;
+    out->busy_s = calloc((size_t)S, sizeof(double));
+    out->idle_s = calloc((size_t)S, sizeof(double));
+    out->peak_inflight = calloc((size_t)S, sizeof(double));
+    if (!arr_f || !arr_b || !pf || !pb || !nf || !nb || !fend || !out->busy_s || !out->idle_s ||
+        !out->peak_inflight) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d entries", S, K);
+        goto done;
+    }
+    for (int i = 0; i < S; i++) {
+        const int *x = in->fwd_sizes + (size_t)i * K, *y = in->bwd_sizes + (size_t)i * K;
+        nf[i] = sized_row(in, x, i, "forward", err);
+        nb[i] = nf[i] < 0 ? -1 : sized_row(in, y, i, "backward", err);
+        if (nf[i] < 0 || nb[i] < 0) {
+            rc = SC_ERR_INVALID;
+            goto done;
+        }
+        int *p = pf + (size_t)i * (K + 1), *q = pb + (size_t)i * (K + 1);
+        p[0] = q[0] = 0;
+        for (int j = 0; j < nf[i]; j++)
+            p[j + 1] = p[j] + x[j];
+        for (int j = 0; j < nb[i]; j++)
+            q[j + 1] = q[j] + y[j];
+        out->peak_inflight[i] = nf[i];
+    }
+
+    /* Forward, stage by stage: every input of stage i comes from stage i-1, already played. */
+    for (int i = 0; i < S; i++) {
+        const int *x = in->fwd_sizes + (size_t)i * K;
+        const int *p = pf + (size_t)i * (K + 1);
+        const int *up = i > 0 ? pf + (size_t)(i - 1) * (K + 1) : NULL;
+        const double *ft = in->fwd_s + (size_t)i * W, *ct = in->comm_s + (size_t)i * W;
+        double clock = 0, link = 0;
+        int k = 0;
+        for (int j = 0; j < nf[i]; j++) {
+            if (i > 0) {
+                /* the first upstream entry whose prefix covers this entry's samples */
+                while (k < nf[i - 1] - 1 && up[k + 1] < p[j + 1])
+                    k++;
+                double ready = arr_f[(size_t)(i - 1) * K + k];
+                clock = clock > ready ? clock : ready;
+            }
+            double start = clock, dur = ft[x[j]];
+            clock = start + dur;
+            out->busy_s[i] += dur;
+            if (record_events && add_event(&st, i, PLAN_ACT_F, j, start, dur) != 0)
+                goto nomem;
+            if (i + 1 < S) {
+                double t0 = link > clock ? link : clock, d = ct[x[j]];
+                link = t0 + d;
+                arr_f[(size_t)i * K + j] = link;
+                if (record_events && d > 0 &&
+                    add_event(&st, S + 2 * i, PLAN_ACT_SEND_F, j, t0, d) != 0)
+                    goto nomem;
+            }
+        }
+        fend[i] = clock;
+    }
+    /* Backward, from the last stage: a stage starts after its own last forward. */
+    double end = 0;
+    for (int i = S - 1; i >= 0; i--) {
+        const int *y = in->bwd_sizes + (size_t)i * K;
+        const int *q = pb + (size_t)i * (K + 1);
+        const int *dn = i + 1 < S ? pb + (size_t)(i + 1) * (K + 1) : NULL;
+        const double *bt = in->bwd_s + (size_t)i * W;
+        const double *ct = i > 0 ? in->comm_s + (size_t)(i - 1) * W : NULL;
+        double clock = fend[i], link = 0;
+        int k = 0;
+        for (int j = 0; j < nb[i]; j++) {
+            if (i < S - 1) {
+                while (k < nb[i + 1] - 1 && dn[k + 1] < q[j + 1])
+                    k++;
+                double ready = arr_b[(size_t)(i + 1) * K + k];
+                clock = clock > ready ? clock : ready;
+            }
+            double start = clock, dur = bt[y[j]];
+            clock = start + dur;
+            out->busy_s[i] += dur;
+            if (record_events && add_event(&st, i, PLAN_ACT_B, j, start, dur) != 0)
+                goto nomem;
+            if (ct != NULL) {
+                double t0 = link > clock ? link : clock, d = ct[y[j]];
+                link = t0 + d;
+                arr_b[(size_t)i * K + j] = link;
+                if (record_events && d > 0 &&
+                    add_event(&st, S + 2 * (i - 1) + 1, PLAN_ACT_SEND_B, j, t0, d) != 0)
+                    goto nomem;
+            }
+        }
+        double opt = in->opt_s != NULL ? in->opt_s[i] : 0;
+        if (opt > 0) {
+            if (record_events && add_event(&st, i, PLAN_ACT_OPT, -1, clock, opt) != 0)
+                goto nomem;
+            out->busy_s[i] += opt;
+        }
+        clock += opt;
+        end = clock > end ? clock : end;
+    }
+    out->iteration_s = end;
+    double busy = 0;
+    for (int i = 0; i < S; i++) {
+        busy += out->busy_s[i];
+        out->idle_s[i] = end - out->busy_s[i];
+    }
+    out->bubble_fraction = end > 0 ? 1 - busy / (S * end) : 0;
+    if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
+        out->bubble_fraction = 0;
+    goto done;
+nomem:
+    rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
+done:
+    free(arr_f);
+    free(arr_b);
+    free(pf);
+    free(pb);
+    free(nf);
+    free(nb);
+    free(fend);
+    if (rc != SC_OK)
+        plan_sim_result_free(out);
+    return rc;
+}
+
 sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *const *names,
                                sc_err *err)
 {

@@ -4,7 +4,8 @@
  * Returns the iteration time, per-stage busy and idle time, the bubble fraction and the peak
  * number of stashed micro-batches per stage, and can keep every event for a Chrome trace
  * (chrome://tracing, Perfetto). Does not build schedules (plan_schedule) and does not know
- * blocks or devices: the caller gives per-stage times for one whole micro-batch.
+ * blocks or devices: the caller gives per-stage times for one whole micro-batch, or, for
+ * unequal micro-batch sizes per stage (plan_sim_run_sized), per-stage tables by size.
  *
  * Model: a stage runs one action at a time in list order; a receive waits for its data; a send
  * is asynchronous and queues on the link of its cut and direction, which carries one transfer
@@ -56,6 +57,37 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
                        sc_err *err);
 
 void plan_sim_result_free(plan_sim_result *r);
+
+/* Unequal micro-batch sizes per stage (UMPIPE): stage i cuts the batch into its own entries,
+ * fwd_sizes row i in the forward and bwd_sizes row i in the backward, each a list of positive
+ * sizes summing to the batch (zeros after the last entry). Times come from tables indexed by an
+ * entry's size, so a stage's time need not be linear in its size.
+ * Fill-drain order: a stage runs all its forward entries, then all its backward entries, both in
+ * ascending sample order, then its optimizer step. Forward entry j of stage i+1 waits until the
+ * activations of every sample it covers have crossed the cut: the upstream entries up to the
+ * first whose prefix reaches its own prefix (sends of one cut and direction go one at a time,
+ * so that entry's arrival is the last of them); backward mirrors it with gradients from stage
+ * i+1 to stage i. These are the semantics of ALGORITHMS.md section 5, so the iteration time is
+ * exactly the recurrence's (plan_ga_eval_one's without its memory penalty, for equal opt_s). */
+typedef struct plan_sim_sized {
+    int n_stages;
+    int batch;            /* samples per iteration */
+    int max_entries;      /* K: row length of fwd_sizes and bwd_sizes */
+    const int *fwd_sizes; /* (n_stages, K) */
+    const int *bwd_sizes; /* (n_stages, K) */
+    const double *fwd_s;  /* (n_stages, batch+1): forward time of x samples on stage i */
+    const double *bwd_s;  /* (n_stages, batch+1) */
+    const double *comm_s; /* (n_stages, batch+1): x samples across the cut after stage i, either
+                           * direction */
+    const double *opt_s;  /* (n_stages) optimizer step after the stage's last backward; NULL: 0 */
+} plan_sim_sized;
+
+/* Plays per-stage sizes as above. Events as plan_sim_run's, `unit` being the entry's index in
+ * its stage's row; peak_inflight[i] is the number of forward entries of stage i (fill-drain
+ * keeps them all until their backward). A row that is empty, holds a size outside 1..batch or
+ * does not sum to the batch is SC_ERR_INVALID naming the stage and the chromosome. Reentrant. */
+sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_sim_result *out,
+                             sc_err *err);
 
 /* Writes the recorded events as Chrome trace JSON ("traceEvents", times in microseconds),
  * one lane per stage and per link direction. `names` (may be NULL) names the stage lanes. */

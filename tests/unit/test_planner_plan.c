@@ -136,6 +136,57 @@ static void test_bubble_through_driver(void **state)
     plan_cluster_destroy(&c);
 }
 
+/* umpipe's figures come from the event simulator playing the sizes it found: it has a trace,
+ * it is never slower than GPipe's best equal split, and the optimizer step (equal on every
+ * stage here) adds exactly one step to the search's own objective, which leaves it out. */
+static void test_umpipe_simulated(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 8, &err), SC_OK);
+    for (int l = 0; l < 8; l++) {
+        p->blocks[l].forward_s = 1;
+        p->blocks[l].backward_s = 2;
+        p->blocks[l].optimizer_s = 0.5;
+    }
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e9, 0, &err), SC_OK);
+    plan_request req = {.profile = p,
+                        .cluster = c,
+                        .batch = 8,
+                        .microbatches = 8,
+                        .schedule = PLAN_SCHED_GPIPE,
+                        .record_trace = 1};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UMPIPE, &r, &err), SC_OK);
+    assert_int_equal(r.part->n_stages, 4);
+    /* GPipe with 8 micro-batches of one sample: (8 + 4 - 1) x 6 s */
+    assert_true(r.objective_s <= 66.0 + 1e-9);
+    assert_float_equal(r.iteration_time_s, r.objective_s + 1.0, 1e-12);
+    assert_true(r.sim.n_events > 0);
+    int opt_steps = 0;
+    for (int e = 0; e < r.sim.n_events; e++)
+        opt_steps += r.sim.events[e].kind == PLAN_ACT_OPT;
+    assert_int_equal(opt_steps, 4);
+    assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
+    char path[] = "/tmp/sc_umpipe_traceXXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(plan_write_trace(&r, path, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    unlink(path);
+    assert_non_null(root);
+    assert_true(json_array_size(json_object_get(root, "traceEvents")) > (size_t)r.sim.n_events);
+    json_decref(root);
+    plan_result_free(&r);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
 /* The profile's optimizer_s is one step per iteration after each stage's last backward: on equal
  * stages the first stage finishes last, so the iteration grows by its step alone. */
 static void test_optimizer_step_counted(void **state)
@@ -437,6 +488,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_strategies_json),
         cmocka_unit_test(test_bubble_through_driver),
+        cmocka_unit_test(test_umpipe_simulated),
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_bad_requests),
