@@ -33,14 +33,12 @@
  */
 #include <jansson.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
+#include "bench/bench_pipeline.h"
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "coordinator/planner/plan.h"
@@ -50,7 +48,7 @@
 #include "worker/transport/transport.h"
 
 #define MAX_STAGES 4
-#define MAX_ITERS 200
+#define MAX_ITERS BENCH_PIPE_MAX_ITERS
 #define MAX_BLOCKS 16
 #define MAX_ROWS 32
 
@@ -84,18 +82,6 @@ typedef struct {
 } bench_opts;
 
 /* ---------------------------------------------------------------- helpers */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---------------------------------------------------------------- profile */
 
@@ -181,7 +167,7 @@ static sc_status measure_bw(const char *kind_name, size_t bytes, double *bw, sc_
         if (i >= WARM)
             t[i - WARM] = sc_clock_now_s() - t0;
     }
-    double one = median(t, REPS);
+    double one = bench_median(t, REPS);
     *bw = (double)bytes / (one > 1e-9 ? one : 1e-9);
 done:
     rt_transport_destroy(&a);
@@ -193,157 +179,26 @@ done:
 
 /* ---------------------------------------------------------------- runtime runs */
 
-typedef struct run_ctx {
-    rt_runner *r[MAX_STAGES];
-    int p, warmup, iters;
-    pthread_barrier_t bar;
-    atomic_int failed;
-    double iter_s[MAX_STAGES][MAX_ITERS];
-    double opt_s[MAX_STAGES][MAX_ITERS];
-    double fwd_s[MAX_STAGES][MAX_ITERS], bwd_s[MAX_STAGES][MAX_ITERS]; /* all micro-batches */
-    sc_status rc[MAX_STAGES];
-    sc_err err[MAX_STAGES];
-} run_ctx;
-
-typedef struct {
-    run_ctx *ctx;
-    int s;
-} stage_arg;
-
-static void *stage_main(void *arg)
+/* Runs the partition with the schedule on CPU stages over the chosen transport. */
+static sc_status run_pipeline(const char *model_json, const plan_partition *part,
+                              const char *schedule, int batch, int m, const double *extra_f_s,
+                              const double *extra_b_s, const bench_opts *o, bench_pipe_result *res,
+                              sc_err *err)
 {
-    stage_arg *a = arg;
-    run_ctx *x = a->ctx;
-    int s = a->s;
-    /* The default 50 us timer slack would lengthen every slept stand-in forward and backward;
-     * 1 ns keeps the "sleep" runs about the runtime, not about the sleep. Best effort. */
-    (void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-    for (int i = 0; i < x->warmup + x->iters; i++) {
-        /* every stage takes part in every barrier, even after a failure, so none waits forever */
-        pthread_barrier_wait(&x->bar);
-        if (atomic_load(&x->failed))
-            continue;
-        rt_report rep;
-        sc_status rc = rt_runner_step(x->r[s], (uint64_t)i, &rep, &x->err[s]);
-        if (rc != SC_OK) {
-            x->rc[s] = rc;
-            atomic_store(&x->failed, 1);
-            for (int k = 0; k < x->p; k++)
-                rt_runner_abort(x->r[k]);
-            continue;
-        }
-        if (i >= x->warmup) {
-            x->iter_s[s][i - x->warmup] = rep.iteration_s;
-            x->opt_s[s][i - x->warmup] = rep.optimizer_s;
-            x->fwd_s[s][i - x->warmup] = rep.forward_s;
-            x->bwd_s[s][i - x->warmup] = rep.backward_s;
-        }
-    }
-    return NULL;
-}
-
-typedef struct {
-    const char *model_json;
-    const plan_partition *part;
-    const char *schedule;
-    int batch, m;
-    const double *extra_f_s, *extra_b_s; /* per stage, per sample; NULL: none */
-} run_spec;
-
-/* What a run measured: medians over the timed iterations. */
-typedef struct {
-    double iter_s;            /* the longest stage's iteration */
-    double fwd_s[MAX_STAGES]; /* per stage, all micro-batches of an iteration */
-    double bwd_s[MAX_STAGES];
-    double opt_s[MAX_STAGES];
-} run_result;
-
-/* Runs the spec and fills `res`. */
-static sc_status run_pipeline(const run_spec *sp, const bench_opts *o, run_result *res, sc_err *err)
-{
-    int p = sp->part->n_stages;
-    run_ctx *x = calloc(1, sizeof *x);
-    SC_ALLOC_CHECK(x, err);
-    x->p = p;
-    x->warmup = o->warmup;
-    x->iters = o->iters;
-    atomic_init(&x->failed, 0);
-    sc_status rc = SC_OK;
-    int made = 0;
-    for (int s = 0; s < p; s++) {
-        rt_runner_cfg c = rt_runner_cfg_default();
-        c.model_json = sp->model_json;
-        c.n_stages = p;
-        c.stage = s;
-        c.first_block = sp->part->first[s];
-        c.last_block = sp->part->last[s];
-        c.schedule = sp->schedule;
-        c.batch_size = sp->batch;
-        c.microbatches = sp->m;
-        c.transport = o->transport;
-        c.bind_endpoint = strcmp(o->transport, "local") == 0 ? "local://" : "tcp://127.0.0.1:0";
-        c.timeout_ms = 20000;
-        c.extra_forward_s = sp->extra_f_s ? sp->extra_f_s[s] : 0.0;
-        c.extra_backward_s = sp->extra_b_s ? sp->extra_b_s[s] : 0.0;
-        SC_CHECK_GOTO(rt_runner_new(&x->r[s], &c, err), done);
-        made++;
-    }
-    for (int s = 0; s < p; s++)
-        SC_CHECK_GOTO(rt_runner_connect(x->r[s], s > 0 ? rt_runner_endpoint(x->r[s - 1]) : NULL,
-                                        s < p - 1 ? rt_runner_endpoint(x->r[s + 1]) : NULL, err),
-                      done);
-    if (pthread_barrier_init(&x->bar, NULL, (unsigned)p) != 0) {
-        rc = SC_ERRF(err, SC_ERR_INTERNAL, "pthread_barrier_init failed");
-        goto done;
-    }
-    pthread_t th[MAX_STAGES];
-    stage_arg args[MAX_STAGES];
-    int started = 0;
-    for (int s = 0; s < p; s++) {
-        args[s] = (stage_arg){.ctx = x, .s = s};
-        if (pthread_create(&th[s], NULL, stage_main, &args[s]) != 0)
-            break;
-        started++;
-    }
-    if (started < p) {
-        /* the started threads would wait at the barrier for the missing ones: let them go */
-        atomic_store(&x->failed, 1);
-        for (int k = started; k < p; k++)
-            pthread_barrier_wait(&x->bar);
-        rc = SC_ERRF(err, SC_ERR_INTERNAL, "pthread_create failed");
-    }
-    for (int s = 0; s < started; s++)
-        pthread_join(th[s], NULL);
-    pthread_barrier_destroy(&x->bar);
-    if (rc != SC_OK)
-        goto done;
-    if (atomic_load(&x->failed)) {
-        /* the stage that failed first is the one whose error is not a cancellation */
-        int pick = -1;
-        for (int s = 0; s < p; s++)
-            if (x->rc[s] != SC_OK && (pick < 0 || x->rc[pick] == SC_ERR_CANCELLED))
-                pick = s;
-        rc = SC_ERRF(err, pick >= 0 ? x->rc[pick] : SC_ERR_INTERNAL, "stage %d: %s", pick,
-                     pick >= 0 ? x->err[pick].msg : "failed");
-        goto done;
-    }
-    double it[MAX_ITERS];
-    for (int i = 0; i < o->iters; i++) {
-        it[i] = 0.0;
-        for (int s = 0; s < p; s++)
-            it[i] = fmax(it[i], x->iter_s[s][i]);
-    }
-    res->iter_s = median(it, o->iters);
-    for (int s = 0; s < p; s++) {
-        res->fwd_s[s] = median(x->fwd_s[s], o->iters);
-        res->bwd_s[s] = median(x->bwd_s[s], o->iters);
-        res->opt_s[s] = median(x->opt_s[s], o->iters);
-    }
-done:
-    for (int s = 0; s < made; s++)
-        rt_runner_destroy(&x->r[s]);
-    free(x);
-    return rc;
+    bench_pipe_spec sp = {.model_json = model_json,
+                          .n_stages = part->n_stages,
+                          .first = part->first,
+                          .last = part->last,
+                          .schedule = schedule,
+                          .batch = batch,
+                          .microbatches = m,
+                          .device = "cpu",
+                          .transport = o->transport,
+                          .warmup = o->warmup,
+                          .iters = o->iters,
+                          .extra_f_s = extra_f_s,
+                          .extra_b_s = extra_b_s};
+    return bench_pipe_run(&sp, res, err);
 }
 
 /* ---------------------------------------------------------------- one configuration */
@@ -371,7 +226,8 @@ static double rel_err(double pred, double meas)
  * iteration is the schedule model's own error. */
 static sc_status replay(const plan_profile *prof, const plan_cluster *cl,
                         const plan_partition *part, plan_sched_kind kind, int micro, int m,
-                        const run_result *meas, int measured_compute, double *iter_s, sc_err *err)
+                        const bench_pipe_result *meas, int measured_compute, double *iter_s,
+                        sc_err *err)
 {
     plan_cost *c = NULL;
     plan_schedule *sched = NULL;
@@ -431,10 +287,9 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
         at += (size_t)snprintf(out->part + at, sizeof out->part - at, "%s%d-%d", s ? "|" : "",
                                part->first[s], part->last[s]);
 
-    run_spec sp = {
-        .model_json = mc->real_json, .part = part, .schedule = sched, .batch = req.batch, .m = m};
-    run_result real, sleep;
-    SC_CHECK_GOTO(run_pipeline(&sp, o, &real, err), done);
+    bench_pipe_result real, sleep;
+    SC_CHECK_GOTO(run_pipeline(mc->real_json, part, sched, req.batch, m, NULL, NULL, o, &real, err),
+                  done);
     out->real_s = real.iter_s;
     SC_CHECK_GOTO(
         replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 0, &out->with_opt_s, err),
@@ -457,10 +312,8 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
         if (f + b > 0)
             out->inflation = fmax(out->inflation, (real.fwd_s[s] + real.bwd_s[s]) / (m * (f + b)));
     }
-    sp.model_json = mc->tiny_json;
-    sp.extra_f_s = ef;
-    sp.extra_b_s = eb;
-    SC_CHECK_GOTO(run_pipeline(&sp, o, &sleep, err), done);
+    SC_CHECK_GOTO(run_pipeline(mc->tiny_json, part, sched, req.batch, m, ef, eb, o, &sleep, err),
+                  done);
     out->sleep_s = sleep.iter_s;
 done:
     plan_result_free(&res);
@@ -627,13 +480,15 @@ int main(int argc, char **argv)
                 }
         plan_profile_destroy(&prof);
     }
-    printf("\nS: stages of the minmax plan. infl: the most a stage's measured forward + backward "
-           "exceeds its profiled time (x). opt_ms: the slowest stage's measured optimizer step (the "
-           "prediction counts the profile's optimizer_s). +opt: error of the prediction with each "
-           "stage's measured optimizer step in place of the profiled one. replay: error of the simulator fed the real "
-           "run's own stage times and optimizer steps (schedule model alone).\nsummary over %d "
-           "configurations:\n",
-           nrows);
+    printf(
+        "\nS: stages of the minmax plan. infl: the most a stage's measured forward + backward "
+        "exceeds its profiled time (x). opt_ms: the slowest stage's measured optimizer step (the "
+        "prediction counts the profile's optimizer_s). +opt: error of the prediction with each "
+        "stage's measured optimizer step in place of the profiled one. replay: error of the "
+        "simulator fed the real "
+        "run's own stage times and optimizer steps (schedule model alone).\nsummary over %d "
+        "configurations:\n",
+        nrows);
     stats_print("sleep (schedule + transport), all", &sleep_all);
     char what[96];
     snprintf(what, sizeof what, "real kernels, stages <= %ld cores", cores);
