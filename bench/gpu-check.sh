@@ -1,39 +1,107 @@
 #!/usr/bin/env bash
-# Checks the layer library on a GPU machine: builds common/ and kernels/ with CUDA
-# (STAGECRAFT_KERNELS_ONLY, which needs only jansson and cmocka besides the CUDA toolkit), runs
-# the CPU and GPU tests (tests/gpu: every CUDA op against the CPU reference, whole models), the
-# profiler on the GPU, and the GPU benchmark (GPT-2 124M step: tokens/s, MFU, matmul vs cuBLAS).
-# Logs go to $OUT (default ./gpu-check-out).
+# Checks stagecraft on a GPU machine. Logs go to $OUT (default ./gpu-check-out).
 #
 #   bench/gpu-check.sh [DEBS_DIR]
 #
+# The layer library alone: builds common/ and kernels/ with CUDA (STAGECRAFT_KERNELS_ONLY, which
+# needs only jansson and cmocka besides the CUDA toolkit), runs the CPU and GPU tests (tests/gpu:
+# every CUDA op against the CPU reference, whole models), and the GPU benchmark (GPT-2 124M step:
+# tokens/s, MFU, matmul vs cuBLAS).
 # DEBS_DIR (optional): Debian packages of jansson and cmocka for a machine that lacks them, e.g.
 # made on a Debian 12 machine with
 #   mkdir -p .gpudeps && (cd .gpudeps && apt-get download libjansson4 libjansson-dev \
 #       libcmocka0 libcmocka-dev)
 # They are unpacked under /tmp/stagecraft-deps and found through pkg-config.
+#
+#   bench/gpu-check.sh --full BUNDLE_DIR
+#
+# The whole project on a machine without its Debian packages: BUNDLE_DIR/debs holds the .deb
+# files of deploy/offline-bundle.sh (about 47 MB; made on a Debian 12 machine with network).
+# They are unpacked under /tmp/stagecraft-bundle and used through deploy/offline-env.sh. NCCL
+# comes from NCCL_ROOT, else /usr/local/cuda, else the nvidia-nccl Python package of the machine's
+# python3 (headers and libnccl.so.2, linked under /tmp/stagecraft-nccl). Builds everything with
+# CUDA and NCCL, runs every test (the GPU ones included: the kernels, the nccl transport, GPU
+# stages), then bench_stages (whole model vs stages on one GPU) and bench_kernels_gpu.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$top/gpu-check-out}
 mkdir -p "$out"
+cuda=${CUDAToolkit_ROOT:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
+
+# unpack_debs DIR ROOT: every DIR/*.deb into ROOT
+unpack_debs() {
+    mkdir -p "$2"
+    for d in "$1"/*.deb; do
+        if command -v dpkg-deb >/dev/null; then
+            dpkg-deb -x "$d" "$2"
+        else # no dpkg: a .deb is an ar archive holding data.tar.*
+            (cd "$(mktemp -d)" && ar x "$d" && tar xf data.tar.* -C "$2")
+        fi
+    done
+}
+
+# find_nccl: sets NCCL_ROOT to a folder with include/nccl.h and lib/libnccl.so, or fails
+find_nccl() {
+    if [ -n "${NCCL_ROOT:-}" ] || [ -f "$cuda/include/nccl.h" ]; then
+        return 0
+    fi
+    # the wheel's layout differs between CUDA versions: look for its header
+    local sites hdr pkg lib
+    sites=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) || return 1
+    # shellcheck disable=SC2086
+    hdr=$(find $sites -path '*nvidia*' -name nccl.h 2>/dev/null | head -1)
+    [ -n "$hdr" ] || return 1
+    pkg=$(dirname "$(dirname "$hdr")")
+    lib=$(ls "$pkg"/lib/libnccl.so* 2>/dev/null | head -1)
+    [ -n "$lib" ] || return 1
+    mkdir -p /tmp/stagecraft-nccl/lib
+    ln -sfn "$pkg/include" /tmp/stagecraft-nccl/include
+    ln -sf "$lib" /tmp/stagecraft-nccl/lib/libnccl.so
+    ln -sf "$lib" /tmp/stagecraft-nccl/lib/"$(basename "$lib")"
+    export NCCL_ROOT=/tmp/stagecraft-nccl
+    export LD_LIBRARY_PATH=/tmp/stagecraft-nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+if [ "${1:-}" = "--full" ]; then
+    bundle=${2:?usage: bench/gpu-check.sh --full BUNDLE_DIR (BUNDLE_DIR/debs from deploy/offline-bundle.sh)}
+    unpack_debs "$bundle/debs" /tmp/stagecraft-bundle/root
+    # shellcheck source=../deploy/offline-env.sh
+    . "$top/deploy/offline-env.sh" /tmp/stagecraft-bundle
+    find_nccl || { echo "gpu-check: no NCCL found (set NCCL_ROOT)"; exit 1; }
+    build=/tmp/stagecraft-full
+    {
+        nvidia-smi || true
+        echo "NCCL_ROOT=${NCCL_ROOT:-$cuda}"
+        cmake -S "$top" -B $build -DCMAKE_BUILD_TYPE=Release -DSTAGECRAFT_CUDA=ON \
+            -DCUDAToolkit_ROOT="$cuda" ${NCCL_ROOT:+-DNCCL_ROOT="$NCCL_ROOT"} &&
+            cmake --build $build -j "$(nproc)"
+    } >"$out/build.log" 2>&1 || { echo "gpu-check: build failed, see $out/build.log"; exit 1; }
+    grep -E "^-- stagecraft: " "$out/build.log"
+    ctest --test-dir $build --output-on-failure -j 4 >"$out/tests.log" 2>&1
+    echo "gpu-check: tests exit $? ($(grep -E 'tests passed' "$out/tests.log"))"
+    for t in $build/tests/gpu/gpu_test_*; do
+        "$t" >"$out/$(basename "$t").log" 2>&1
+        echo "gpu-check: $(basename "$t") exit $? ($(grep -cE '^\[  SKIPPED \]' "$out/$(basename "$t").log") skipped)"
+    done
+    $build/bench/bench_stages >"$out/bench-stages.log" 2>&1
+    echo "gpu-check: bench_stages exit $?"
+    tail -n 6 "$out/bench-stages.log"
+    $build/bench/bench_kernels_gpu >"$out/bench-gpu.log" 2>&1
+    echo "gpu-check: bench_kernels_gpu exit $?"
+    tail -n 12 "$out/bench-gpu.log"
+    exit 0
+fi
+
 debs=${1:-}
 if [ -n "$debs" ]; then
     root=/tmp/stagecraft-deps
-    mkdir -p "$root"
-    for d in "$debs"/*.deb; do
-        if command -v dpkg-deb >/dev/null; then
-            dpkg-deb -x "$d" "$root"
-        else # no dpkg: a .deb is an ar archive holding data.tar.*
-            (cd "$(mktemp -d)" && ar x "$d" && tar xf data.tar.* -C "$root")
-        fi
-    done
+    unpack_debs "$debs" "$root"
     lib=$(find "$root" -name 'libjansson.so*' -printf '%h\n' | head -1)
     export PKG_CONFIG_SYSROOT_DIR=$root
     export PKG_CONFIG_LIBDIR=$(find "$root" -name '*.pc' -printf '%h\n' | sort -u | paste -sd:)
     export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 fi
-cuda=${CUDAToolkit_ROOT:-$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")}
 {
     nvidia-smi || true
     cmake -S "$top" -B /tmp/stagecraft-gpu -DCMAKE_BUILD_TYPE=Release -DSTAGECRAFT_KERNELS_ONLY=ON \
