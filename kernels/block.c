@@ -232,7 +232,58 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, const float *p, fl
     return ln_bwd(c, blk, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
 }
 
+/* The segments attn_stash_at / mlp_stash_at lay out, per sample, in the same order. */
+static void attn_segments(const kn_block *blk, size_t *seg, int *n)
+{
+    size_t T = (size_t)blk->T, C = (size_t)blk->C;
+    const size_t s[] = {T * C, T, T, 3 * T * C, (size_t)blk->NH * T * T, T * C};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        seg[(*n)++] = s[i];
+}
+
+static void mlp_segments(const kn_block *blk, size_t *seg, int *n)
+{
+    size_t T = (size_t)blk->T, C = (size_t)blk->C;
+    const size_t s[] = {T * C, T, T, 4 * T * C, 4 * T * C};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        seg[(*n)++] = s[i];
+}
+
 /* --- blocks --------------------------------------------------------------------------------- */
+
+void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEGMENTS_MAX],
+                             int *n_segments)
+{
+    int n = 0;
+    switch (blk->kind) {
+    case KN_BLOCK_EMBED:
+    case KN_BLOCK_FC_RELU:
+    case KN_BLOCK_CONV_RELU:
+    case KN_BLOCK_MAXPOOL:
+        break; /* nothing stashed: the backward reads the input and the output */
+    case KN_BLOCK_GPT_ATTN:
+        attn_segments(blk, per_sample, &n);
+        break;
+    case KN_BLOCK_GPT_MLP:
+        mlp_segments(blk, per_sample, &n);
+        break;
+    case KN_BLOCK_GPT_LAYER: /* attention stash, the half-way activation (T,C), MLP stash */
+        attn_segments(blk, per_sample, &n);
+        per_sample[n++] = (size_t)blk->T * blk->C;
+        mlp_segments(blk, per_sample, &n);
+        break;
+    case KN_BLOCK_GPT_HEAD: /* lnf (T,C), mean, rstd (T), probs (T,V) */
+        per_sample[n++] = (size_t)blk->T * blk->C;
+        per_sample[n++] = (size_t)blk->T;
+        per_sample[n++] = (size_t)blk->T;
+        per_sample[n++] = (size_t)blk->T * blk->V;
+        break;
+    case KN_BLOCK_FC_LOSS: /* probs (fout) */
+        per_sample[n++] = (size_t)blk->fout;
+        break;
+    }
+    *n_segments = n;
+}
 
 size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
 {

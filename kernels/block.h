@@ -17,6 +17,19 @@
 
 size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu);
 
+/* Most segments a block's stash has (kn_block_stash_segments). */
+#define KN_STASH_SEGMENTS_MAX 16
+
+/* The layout of the stash of B samples: *n_segments consecutive segments, segment k holding
+ * per_sample[k] floats of each of the B samples, sample-major ((B, per_sample[k])), so segment k
+ * starts at B * (per_sample[0] + ... + per_sample[k-1]). The per-sample sizes sum to
+ * blk->stash_floats; a block without a stash has none. The stash as a whole is therefore not
+ * sample-major when a block keeps several tensors (the GPT blocks): copying samples between
+ * stashes of different B goes segment by segment (kn_stage_gather). The input, the targets and
+ * every block's output are sample-major as a whole ((B, in_floats), (B, out_floats)). */
+void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEGMENTS_MAX],
+                             int *n_segments);
+
 sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, const void *in,
                            float *out, float *stash, const int32_t *targets, float *ws, int B,
                            sc_err *err);

@@ -4,6 +4,9 @@
  * Slot layout (one per micro-batch in flight, `slot_bytes` apart in one arena):
  *   [input copy][targets][block first: stash, output][block first+1: stash, output]...
  * each part sized for the capacity; a smaller micro-batch uses the front of each part.
+ * The optional gather slot (cfg.gather_microbatch) follows the regular ones with the same
+ * layout for its own capacity, so its part offsets differ (tgt_off[1], stash_off / out_off of
+ * layout 1).
  * Backward ping-pongs between two gradient buffers sized for the widest block boundary, so a
  * block's dout and din never alias.
  */
@@ -26,9 +29,12 @@ struct kn_stage {
     size_t nparams;
     float *params, *grads, *opt;
     char *arena;
-    size_t slot_bytes;
-    size_t in_off, tgt_off;
-    size_t *stash_off, *out_off; /* bytes from the slot start */
+    size_t slot_bytes; /* a regular slot; the gather slot (if any) comes after the last one */
+    int nslots;        /* cfg.slots, plus one with a gather slot */
+    /* Part offsets in bytes from a slot's start, per layout l: 0 the regular slots (capacity
+     * cfg.microbatch), 1 the gather slot (cfg.gather_microbatch). The input copy is at 0. */
+    size_t tgt_off[2];
+    size_t *stash_off, *out_off; /* [2 * nb]: block i of layout l at [l * nb + i] */
     float *gbuf[2];
     float *ws;
     size_t ws_floats, gbuf_floats;
@@ -53,6 +59,7 @@ kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device dev
     c.device = device;
     c.microbatch = microbatch;
     c.slots = 1;
+    c.gather_microbatch = 0;
     c.allow_tf32 = false;
     c.optim = kn_optim_adamw_default();
     return c;
@@ -61,6 +68,21 @@ kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device dev
 static size_t align_up(size_t n)
 {
     return (n + 255) & ~(size_t)255;
+}
+
+/* Part offsets of layout l for slots of `cap` samples; returns the slot's bytes. */
+static size_t layout_slot(kn_stage *st, int l, size_t cap)
+{
+    size_t off = align_up(st->blocks[0]->in_floats * cap * 4); /* the input copy */
+    st->tgt_off[l] = off;
+    off += align_up((size_t)st->tps * cap * 4);
+    for (int i = 0; i < st->nb; i++) {
+        st->stash_off[(size_t)l * st->nb + i] = off;
+        off += align_up(st->blocks[i]->stash_floats * cap * 4);
+        st->out_off[(size_t)l * st->nb + i] = off;
+        off += align_up(st->blocks[i]->out_floats * cap * 4);
+    }
+    return off;
 }
 
 static sc_status alloc_floats(kn_stage *st, size_t n, float **out, sc_err *err)
@@ -86,6 +108,11 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
         return SC_ERRF(err, SC_ERR_INVALID,
                        "stage micro-batch %d / slots %d out of range (valid: 1..1048576 / 1..1024)",
                        cfg->microbatch, cfg->slots);
+    if (cfg->gather_microbatch < 0 || cfg->gather_microbatch > (1 << 20))
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "stage gather_microbatch %d out of range (valid: 0 for no gather slot, or "
+                       "1..1048576)",
+                       cfg->gather_microbatch);
     kn_stage *st = calloc(1, sizeof *st);
     SC_ALLOC_CHECK(st, err);
     sc_status rc;
@@ -95,10 +122,11 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
     st->tps = kn_model_targets_per_sample(model);
     st->blocks = calloc(st->nb, sizeof *st->blocks);
     st->poff = calloc(st->nb, sizeof *st->poff);
-    st->stash_off = calloc(st->nb, sizeof *st->stash_off);
-    st->out_off = calloc(st->nb, sizeof *st->out_off);
-    st->slot_n = calloc(cfg->slots, sizeof *st->slot_n);
-    st->slot_due = calloc(cfg->slots, sizeof *st->slot_due);
+    st->nslots = cfg->slots + (cfg->gather_microbatch > 0 ? 1 : 0);
+    st->stash_off = calloc(2 * (size_t)st->nb, sizeof *st->stash_off);
+    st->out_off = calloc(2 * (size_t)st->nb, sizeof *st->out_off);
+    st->slot_n = calloc(st->nslots, sizeof *st->slot_n);
+    st->slot_due = calloc(st->nslots, sizeof *st->slot_due);
     if (!st->blocks || !st->poff || !st->stash_off || !st->out_off || !st->slot_n ||
         !st->slot_due) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating a stage");
@@ -106,22 +134,14 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
     }
     SC_CHECK_GOTO(kn_ctx_new(&st->ctx, cfg->device, cfg->allow_tf32, err), fail);
     bool gpu = cfg->device.kind == KN_DEV_CUDA;
-    size_t cap = (size_t)cfg->microbatch;
-    size_t off = 0;
-    const kn_block *b0 = kn_model_block(model, cfg->first_block);
-    st->in_off = 0;
-    off = align_up(b0->in_floats * cap * 4);
-    st->tgt_off = off;
-    off += align_up((size_t)st->tps * cap * 4);
+    /* scratch and gradient buffers serve the largest micro-batch of any slot */
+    size_t cap = (size_t)(cfg->gather_microbatch > cfg->microbatch ? cfg->gather_microbatch
+                                                                   : cfg->microbatch);
     for (int i = 0; i < st->nb; i++) {
         const kn_block *b = kn_model_block(model, cfg->first_block + i);
         st->blocks[i] = b;
         st->poff[i] = st->nparams;
         st->nparams += b->params;
-        st->stash_off[i] = off;
-        off += align_up(b->stash_floats * cap * 4);
-        st->out_off[i] = off;
-        off += align_up(b->out_floats * cap * 4);
         size_t ws = kn_block_ws_floats(b, (int)cap, gpu);
         if (ws > st->ws_floats)
             st->ws_floats = ws;
@@ -129,7 +149,9 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
         if (g > st->gbuf_floats)
             st->gbuf_floats = g;
     }
-    st->slot_bytes = off;
+    st->slot_bytes = layout_slot(st, 0, (size_t)cfg->microbatch);
+    size_t gather_bytes =
+        cfg->gather_microbatch > 0 ? layout_slot(st, 1, (size_t)cfg->gather_microbatch) : 0;
     st->host_losses =
         malloc(kn_model_block(model, cfg->last_block)->out_floats * cap * sizeof(float));
     if (st->host_losses == NULL) {
@@ -144,9 +166,10 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
     SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[1], err), fail);
     SC_CHECK_GOTO(alloc_floats(st, st->ws_floats, &st->ws, err), fail);
     void *arena;
-    SC_CHECK_GOTO(kn_ctx_alloc(st->ctx, st->slot_bytes * cfg->slots, &arena, err), fail);
+    size_t arena_bytes = st->slot_bytes * cfg->slots + gather_bytes;
+    SC_CHECK_GOTO(kn_ctx_alloc(st->ctx, arena_bytes, &arena, err), fail);
     st->arena = arena;
-    st->mem_bytes += st->slot_bytes * cfg->slots;
+    st->mem_bytes += arena_bytes;
 
     /* initial parameters: generated block by block on the host from the model's seed */
     float *host = malloc(st->nparams * sizeof *host + 1);
@@ -245,16 +268,49 @@ size_t kn_stage_memory_bytes(const kn_stage *st)
     return st->mem_bytes;
 }
 
+/* The gather slot, index cfg.slots, starts right after the regular ones. */
 static char *slot_base(const kn_stage *st, int slot)
 {
     return st->arena + (size_t)slot * st->slot_bytes;
 }
 
+static int slot_layout(const kn_stage *st, int slot)
+{
+    return slot < st->cfg.slots ? 0 : 1;
+}
+
+static int slot_capacity(const kn_stage *st, int slot)
+{
+    return slot < st->cfg.slots ? st->cfg.microbatch : st->cfg.gather_microbatch;
+}
+
+static char *slot_input(const kn_stage *st, int slot)
+{
+    return slot_base(st, slot);
+}
+
+static char *slot_targets(const kn_stage *st, int slot)
+{
+    return slot_base(st, slot) + st->tgt_off[slot_layout(st, slot)];
+}
+
+static float *slot_stash(const kn_stage *st, int slot, int block)
+{
+    return (float *)(slot_base(st, slot) +
+                     st->stash_off[(size_t)slot_layout(st, slot) * st->nb + block]);
+}
+
+static float *slot_output(const kn_stage *st, int slot, int block)
+{
+    return (float *)(slot_base(st, slot) +
+                     st->out_off[(size_t)slot_layout(st, slot) * st->nb + block]);
+}
+
 static sc_status check_slot(const kn_stage *st, int slot, sc_err *err)
 {
-    if (slot < 0 || slot >= st->cfg.slots)
+    if (slot < 0 || slot >= st->nslots)
         return SC_ERRF(err, SC_ERR_INVALID, "slot %d out of range (the stage has %d)", slot,
-                       st->cfg.slots);
+                       st->nslots);
     return SC_OK;
 }
 
@@ -285,12 +341,11 @@ static sc_status check_host_inputs(const kn_stage *st, const void *input, const 
 
 static sc_status run_forward(kn_stage *st, int slot, int n, sc_err *err)
 {
-    char *base = slot_base(st, slot);
-    const void *in = base + st->in_off;
-    const int32_t *tgt = (const int32_t *)(base + st->tgt_off);
+    const void *in = slot_input(st, slot);
+    const int32_t *tgt = (const int32_t *)slot_targets(st, slot);
     for (int i = 0; i < st->nb; i++) {
-        float *outp = (float *)(base + st->out_off[i]);
-        float *stash = (float *)(base + st->stash_off[i]);
+        float *outp = slot_output(st, slot, i);
+        float *stash = slot_stash(st, slot, i);
         SC_CHECK(kn_block_forward(st->ctx, st->blocks[i], st->params + st->poff[i], in, outp, stash,
                                   tgt, st->ws, n, err));
         in = outp;
@@ -304,24 +359,24 @@ static sc_status forward_common(kn_stage *st, int slot, const void *input, const
                                 int n, bool host, sc_err *err)
 {
     SC_CHECK(check_slot(st, slot, err));
-    if (n < 1 || n > st->cfg.microbatch)
-        return SC_ERRF(err, SC_ERR_INVALID, "micro-batch of %d samples (valid: 1..%d)", n,
-                       st->cfg.microbatch);
+    if (n < 1 || n > slot_capacity(st, slot))
+        return SC_ERRF(err, SC_ERR_INVALID, "micro-batch of %d samples in slot %d (valid: 1..%d)",
+                       n, slot, slot_capacity(st, slot));
     if (host || st->cfg.device.kind == KN_DEV_CPU)
         SC_CHECK(check_host_inputs(st, input, targets, n, err));
-    char *base = slot_base(st, slot);
+    char *in = slot_input(st, slot), *tgt = slot_targets(st, slot);
     size_t in_bytes = (size_t)n * st->blocks[0]->in_floats * 4;
     size_t tgt_bytes = (size_t)n * st->tps * 4;
     if (host) {
-        SC_CHECK(kn_ctx_upload(st->ctx, base + st->in_off, input, in_bytes, err));
+        SC_CHECK(kn_ctx_upload(st->ctx, in, input, in_bytes, err));
         if (kn_stage_has_loss(st))
-            SC_CHECK(kn_ctx_upload(st->ctx, base + st->tgt_off, targets, tgt_bytes, err));
+            SC_CHECK(kn_ctx_upload(st->ctx, tgt, targets, tgt_bytes, err));
     } else {
-        SC_CHECK(kn_ctx_copy(st->ctx, base + st->in_off, input, in_bytes, err));
+        SC_CHECK(kn_ctx_copy(st->ctx, in, input, in_bytes, err));
         if (kn_stage_has_loss(st)) {
             if (targets == NULL)
                 return SC_ERRF(err, SC_ERR_INVALID, "the stage ends with the loss: targets needed");
-            SC_CHECK(kn_ctx_copy(st->ctx, base + st->tgt_off, targets, tgt_bytes, err));
+            SC_CHECK(kn_ctx_copy(st->ctx, tgt, targets, tgt_bytes, err));
         }
     }
     return run_forward(st, slot, n, err);
@@ -341,7 +396,7 @@ sc_status kn_stage_forward_host(kn_stage *st, int slot, const void *input, const
 
 const float *kn_stage_output(const kn_stage *st, int slot)
 {
-    return (const float *)(slot_base(st, slot) + st->out_off[st->nb - 1]);
+    return slot_output(st, slot, st->nb - 1);
 }
 
 sc_status kn_stage_output_to_host(kn_stage *st, int slot, float *host, sc_err *err)
@@ -382,20 +437,19 @@ sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc
                        "backward of slot %d, which holds no forward awaiting one", slot);
     if (!kn_stage_has_loss(st) && grad_output == NULL)
         return SC_ERRF(err, SC_ERR_INVALID, "backward needs the gradient of the stage's output");
-    char *base = slot_base(st, slot);
-    const int32_t *tgt = (const int32_t *)(base + st->tgt_off);
+    const int32_t *tgt = (const int32_t *)slot_targets(st, slot);
     float dloss = st->loss_scale > 0.0f ? st->loss_scale : 1.0f / (float)((size_t)n * st->tps);
     const float *dout = grad_output;
     int cur = 0;
     for (int i = st->nb - 1; i >= st->frozen; i--) {
-        const void *in =
-            i == 0 ? (const void *)(base + st->in_off) : (const void *)(base + st->out_off[i - 1]);
+        const void *in = i == 0 ? (const void *)slot_input(st, slot)
+                                : (const void *)slot_output(st, slot, i - 1);
         bool model_input = st->cfg.first_block + i == 0;
         float *din = model_input ? NULL : st->gbuf[cur];
-        SC_CHECK(kn_block_backward(
-            st->ctx, st->blocks[i], st->params + st->poff[i], st->grads + st->poff[i], in,
-            (const float *)(base + st->stash_off[i]), (const float *)(base + st->out_off[i]), dout,
-            din, tgt, st->ws, n, dloss, err));
+        SC_CHECK(kn_block_backward(st->ctx, st->blocks[i], st->params + st->poff[i],
+                                   st->grads + st->poff[i], in, slot_stash(st, slot, i),
+                                   slot_output(st, slot, i), dout, din, tgt, st->ws, n, dloss,
+                                   err));
         dout = din;
         cur ^= 1;
     }
@@ -403,6 +457,88 @@ sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc
     st->grad_in = st->frozen > 0 ? NULL : dout;
     st->grad_in_n = n;
     st->slot_due[slot] = false;
+    return SC_OK;
+}
+
+/* Copies samples [first, first + n) of part `part` of slot src (laid out for src_n samples) to
+ * samples [at, at + n) of the same part of dst (laid out for dst_n samples). A part is a list
+ * of segments, each sample-major for the slot's sample count (kn_block_stash_segments); the
+ * input, the targets and the outputs are one segment. */
+static sc_status gather_part(kn_stage *st, char *dst, int dst_n, int at, const char *src, int src_n,
+                             int first, int n, const size_t *seg, int nseg, sc_err *err)
+{
+    size_t before = 0; /* bytes per sample of the segments before this one */
+    for (int k = 0; k < nseg; k++) {
+        size_t ps = seg[k] * 4;
+        SC_CHECK(kn_ctx_copy(st->ctx, dst + before * (size_t)dst_n + ps * (size_t)at,
+                             src + before * (size_t)src_n + ps * (size_t)first, ps * (size_t)n,
+                             err));
+        before += ps;
+    }
+    return SC_OK;
+}
+
+sc_status kn_stage_gather(kn_stage *st, int dst, const kn_stage_range *ranges, int n_ranges,
+                          sc_err *err)
+{
+    SC_CHECK(check_slot(st, dst, err));
+    if (n_ranges < 1 || ranges == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID, "gather into slot %d: no sample ranges given", dst);
+    int total = 0;
+    for (int r = 0; r < n_ranges; r++) {
+        const kn_stage_range *g = &ranges[r];
+        SC_CHECK(check_slot(st, g->slot, err));
+        if (g->slot == dst)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "gather into slot %d: range %d reads the slot itself; the sources "
+                           "must be other slots",
+                           dst, r);
+        if (g->n < 1 || g->first < 0 || g->first + g->n > st->slot_n[g->slot])
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "gather into slot %d: range %d is samples [%d, %d) of slot %d, which "
+                           "holds a forward of %d; valid: 0 <= first, n >= 1, first + n <= %d",
+                           dst, r, g->first, g->first + g->n, g->slot, st->slot_n[g->slot],
+                           st->slot_n[g->slot]);
+        total += g->n;
+        if (total > slot_capacity(st, dst))
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "gather into slot %d: more than its capacity of %d samples", dst,
+                           slot_capacity(st, dst));
+    }
+    size_t one[1];
+    for (int r = 0, at = 0; r < n_ranges; at += ranges[r].n, r++) {
+        int src = ranges[r].slot, src_n = st->slot_n[src], first = ranges[r].first;
+        int n = ranges[r].n;
+        one[0] = st->blocks[0]->in_floats;
+        SC_CHECK(gather_part(st, slot_input(st, dst), total, at, slot_input(st, src), src_n, first,
+                             n, one, 1, err));
+        if (kn_stage_has_loss(st)) {
+            one[0] = (size_t)st->tps;
+            SC_CHECK(gather_part(st, slot_targets(st, dst), total, at, slot_targets(st, src), src_n,
+                                 first, n, one, 1, err));
+        }
+        for (int i = 0; i < st->nb; i++) {
+            size_t seg[KN_STASH_SEGMENTS_MAX], sum = 0;
+            int nseg = 0;
+            kn_block_stash_segments(st->blocks[i], seg, &nseg);
+            for (int k = 0; k < nseg; k++)
+                sum += seg[k];
+            if (sum != st->blocks[i]->stash_floats)
+                return SC_ERRF(err, SC_ERR_INTERNAL,
+                               "gather: block %s stashes %zu floats per sample but its segments "
+                               "add up to %zu",
+                               st->blocks[i]->name, st->blocks[i]->stash_floats, sum);
+            SC_CHECK(gather_part(st, (char *)slot_stash(st, dst, i), total, at,
+                                 (const char *)slot_stash(st, src, i), src_n, first, n, seg, nseg,
+                                 err));
+            one[0] = st->blocks[i]->out_floats;
+            SC_CHECK(gather_part(st, (char *)slot_output(st, dst, i), total, at,
+                                 (const char *)slot_output(st, src, i), src_n, first, n, one, 1,
+                                 err));
+        }
+    }
+    st->slot_n[dst] = total;
+    st->slot_due[dst] = true;
     return SC_OK;
 }
 

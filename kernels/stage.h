@@ -12,6 +12,13 @@
  * allocation happens after kn_stage_new(). Invariant: a stage over blocks [a, b] holds exactly
  * the parameters the whole model holds for those blocks, initialised from the model's seed.
  *
+ * A backward may also run over other samples than one forward's: kn_stage_gather() assembles,
+ * in a gather slot, what a forward over sample ranges of several slots would have left there
+ * (UMPIPE's backward cut, which need not match the forward cut). This relies on every block's
+ * forward treating samples independently (no batch statistics) and on every part of a slot
+ * being sample-major per segment (see kn_block_stash_segments in block.h); both hold for every
+ * block kind of kernels/model.h.
+ *
  * Pointers named "device" live on the stage's device (host memory for the CPU). Calls on one
  * stage come from one thread (the device's compute thread).
  */
@@ -34,11 +41,15 @@ typedef struct {
     kn_device device;
     int microbatch;  /* capacity: samples per micro-batch (>= 1) */
     int slots;       /* micro-batches in flight (>= 1) */
+    /* 0 (default): none. Else one more slot, index `slots`, for kn_stage_gather, holding up to
+     * this many samples (it may exceed `microbatch`: a backward entry that spans several
+     * forwards). Scratch and gradient buffers are sized for the larger of the two capacities. */
+    int gather_microbatch;
     bool allow_tf32; /* GPU matmuls may use TF32 */
     kn_optim_cfg optim;
 } kn_stage_cfg;
 
-/* Defaults: one slot, no TF32, AdamW defaults. */
+/* Defaults: one slot, no gather slot, no TF32, AdamW defaults. */
 kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device device,
                                   int microbatch);
 
@@ -64,7 +75,8 @@ bool kn_stage_has_loss(const kn_stage *st);
 /* Bytes of the parameter, gradient, optimizer and activation allocations. */
 size_t kn_stage_memory_bytes(const kn_stage *st);
 
-/* Forward of `n` <= microbatch samples into `slot`. `input` (device) holds n samples; it is
+/* Forward of `n` samples into `slot` (n up to the slot's capacity: microbatch, or
+ * gather_microbatch for the gather slot). `input` (device) holds n samples; it is
  * copied, so the caller may reuse it at once. `targets` (device, n * targets-per-sample int32)
  * is required when the stage has the loss block, else ignored (may be NULL). */
 sc_status kn_stage_forward(kn_stage *st, int slot, const void *input, const int32_t *targets, int n,
@@ -90,6 +102,27 @@ void kn_stage_set_loss_scale(kn_stage *st, float per_position);
  * starts at block 0: the model's input needs none). */
 sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc_err *err);
 sc_status kn_stage_backward_host(kn_stage *st, int slot, const float *grad_output, sc_err *err);
+
+/* Samples [first, first + n) of the forward that `slot` holds (counted within that forward). */
+typedef struct {
+    int slot;
+    int first;
+    int n;
+} kn_stage_range;
+
+/* Makes slot `dst` hold what one forward over the concatenation of `ranges` (in the order
+ * given) would have left there, so kn_stage_backward(dst) then runs the backward of exactly
+ * those samples: the input copy, the targets (stages ending with the loss), every block's stash
+ * and output are copied sample range by sample range from the source slots, on the device in
+ * stream order (kn_ctx_copy; memcpy on the CPU). Nothing is recomputed, so the result is the
+ * forwards' own values. The sources are left as they are (a backward reads a slot without
+ * changing it), so several gathers may read one slot, whether or not its backward has run.
+ * `dst` is usually the gather slot (cfg.gather_microbatch) but may be any slot other than the
+ * sources; a former forward in it is overwritten. SC_ERR_INVALID: a slot out of range, no
+ * ranges, a source that is `dst`, a range outside its slot's forward, more samples than dst's
+ * capacity. */
+sc_status kn_stage_gather(kn_stage *st, int dst, const kn_stage_range *ranges, int n_ranges,
+                          sc_err *err);
 const float *kn_stage_grad_input(const kn_stage *st);
 sc_status kn_stage_grad_input_to_host(kn_stage *st, float *host, sc_err *err);
 

@@ -115,18 +115,22 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.next_replicas = replicas_of(stages, (int)req->stage + 1);
     cfg.schedule = jstr(plan, "schedule", "1f1b");
     /* UMPIPE plans: each stage cuts the batch into its own sizes (fill-drain order); the
-     * neighbours' cuts tell the runner how to re-slice activations and gradients between them */
-    int sizes[3][256], n_sizes[3] = {0, 0, 0};
-    json_t *rows = json_object_get(json_object_get(plan, "microbatches"), "sizes");
+     * neighbours' cuts tell the runner how to re-slice activations and gradients between them.
+     * Rows 0..2: the previous, this and the next stage's forward sizes ("sizes"); rows 3, 4: this
+     * and the next stage's backward sizes ("backward_sizes", absent from older plans: then the
+     * backward runs in the forward cut, as before). */
+    int sizes[5][256], n_sizes[5] = {0, 0, 0, 0, 0};
+    json_t *mbs = json_object_get(plan, "microbatches");
+    json_t *rows = json_object_get(mbs, "sizes"), *brows = json_object_get(mbs, "backward_sizes");
     bool unequal = strcmp(cfg.schedule, "unequal") == 0;
-    for (int k = 0; unequal && k < 3; k++) { /* previous, this, next stage */
-        long s = (long)req->stage - 1 + k;
-        json_t *row = s >= 0 ? json_array_get(rows, (size_t)s) : NULL;
+    for (int k = 0; unequal && k < 5; k++) {
+        long s = (long)req->stage + (k < 3 ? k - 1 : k - 3);
+        json_t *row = s >= 0 ? json_array_get(k < 3 ? rows : brows, (size_t)s) : NULL;
         size_t n = json_array_size(row);
         if (n > sizeof sizes[k] / sizeof *sizes[k]) {
             rc = SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                         "stage %ld of the plan has %zu micro-batches; at most %zu", s, n,
-                         sizeof sizes[k] / sizeof *sizes[k]);
+                         "stage %ld of the plan has %zu %s micro-batches; at most %zu", s, n,
+                         k < 3 ? "forward" : "backward", sizeof sizes[k] / sizeof *sizes[k]);
             goto out;
         }
         for (size_t i = 0; i < n; i++)
@@ -147,6 +151,14 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
         if (n_sizes[2] > 0) {
             cfg.next_sizes = sizes[2];
             cfg.n_next_sizes = n_sizes[2];
+        }
+        if (n_sizes[3] > 0) {
+            cfg.backward_sizes = sizes[3];
+            cfg.n_backward_sizes = n_sizes[3];
+        }
+        if (n_sizes[4] > 0) {
+            cfg.next_backward_sizes = sizes[4];
+            cfg.n_next_backward_sizes = n_sizes[4];
         }
     }
     cfg.batch_size = (int)jnum(job, "batch_size", 8);

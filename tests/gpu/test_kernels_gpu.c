@@ -1,7 +1,8 @@
 /*
  * kernels on the GPU: every op's CUDA launcher against the CPU reference on fresh random inputs,
  * within atol + rtol*|ref| (fp32: 1e-5 / 1e-4 unless a test says why it needs more), then whole
- * models (loss, gradients, one optimizer step) against the CPU. Every test skips without a
+ * models (loss, gradients, one optimizer step) against the CPU, and a backward over samples
+ * gathered from several slots (kn_stage_gather) against a direct one. Every test skips without a
  * CUDA device, so the suite passes on machines that have the toolkit but no GPU.
  */
 #include <setjmp.h>
@@ -485,6 +486,81 @@ static void test_models_gpu(void **state)
                4, 1);
 }
 
+/* kn_stage_gather on the device: forwards of samples [0, 2), [2, 5), [5, 6) in three slots, then
+ * the backward of [1, 5) assembled in the gather slot by device-to-device copies, against a
+ * direct forward + backward of [1, 5) on the same device (cuBLAS may pick other algorithms for
+ * other batch shapes, hence the model tolerance rather than equality). */
+static void gather_case(const char *text, int strict)
+{
+    kn_model *m = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_model_parse(&m, "model.json", text, strlen(text), &err), SC_OK);
+    int nb = kn_model_block_count(m);
+    kn_device gpu = {KN_DEV_CUDA, 0};
+    kn_stage_cfg cfg = kn_stage_cfg_default(0, nb - 1, gpu, 3);
+    cfg.slots = 3;
+    cfg.gather_microbatch = 4;
+    kn_stage *st = NULL, *ref = NULL;
+    assert_int_equal(kn_stage_new_cfg(&st, m, &cfg, &err), SC_OK);
+    cfg = kn_stage_cfg_default(0, nb - 1, gpu, 4);
+    assert_int_equal(kn_stage_new_cfg(&ref, m, &cfg, &err), SC_OK);
+    const kn_block *b0 = kn_model_block(m, 0);
+    size_t in_ps = b0->in_floats;
+    int tps = kn_model_targets_per_sample(m);
+    void *in = malloc(in_ps * 6 * 4);
+    int32_t *tgt = malloc((size_t)tps * 6 * 4);
+    for (size_t i = 0; i < in_ps * 6; i++) {
+        if (b0->in_tokens)
+            ((int32_t *)in)[i] = (int32_t)(i * 7 % (size_t)b0->V);
+        else
+            ((float *)in)[i] = frand();
+    }
+    for (int i = 0; i < tps * 6; i++)
+        tgt[i] = i % kn_model_classes(m);
+    const int off[] = {0, 2, 5, 6};
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(kn_stage_forward_host(st, k, (char *)in + off[k] * in_ps * 4,
+                                               tgt + off[k] * tps, off[k + 1] - off[k], &err),
+                         SC_OK);
+    const kn_stage_range span[] = {{0, 1, 1}, {1, 0, 3}};
+    assert_int_equal(kn_stage_gather(st, 3, span, 2, &err), SC_OK);
+    assert_int_equal(kn_stage_backward(st, 3, NULL, &err), SC_OK);
+    assert_int_equal(kn_stage_forward_host(ref, 0, (char *)in + in_ps * 4, tgt + tps, 4, &err),
+                     SC_OK);
+    assert_int_equal(kn_stage_backward(ref, 0, NULL, &err), SC_OK);
+    float lg, lr;
+    assert_int_equal(kn_stage_loss(st, 3, &lg, &err), SC_OK);
+    assert_int_equal(kn_stage_loss(ref, 0, &lr, &err), SC_OK);
+    assert_true(fabs(lg - lr) <= 1e-5 + 1e-4 * fabs(lr));
+    size_t np = kn_stage_param_count(st);
+    float *g = malloc(np * 4), *gr = malloc(np * 4);
+    assert_int_equal(kn_stage_grads_to_host(st, g, &err), SC_OK);
+    assert_int_equal(kn_stage_grads_to_host(ref, gr, &err), SC_OK);
+    expect_grads_close(gr, g, np, strict);
+    free(in), free(tgt), free(g), free(gr);
+    kn_stage_destroy(&st);
+    kn_stage_destroy(&ref);
+    kn_model_destroy(&m);
+}
+
+static void test_gather_gpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    gather_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", "
+                "\"vocab\": 50, \"seq_len\": 12, \"layers\": 2, \"width\": 32, \"heads\": 4}",
+                1);
+    gather_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", "
+                "\"vocab\": 50, \"seq_len\": 12, \"layers\": 1, \"width\": 32, \"heads\": 4, "
+                "\"split_blocks\": true}",
+                1);
+    gather_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"vgg\", "
+                "\"config\": \"vgg11\", \"image\": [3, 32, 32], \"classes\": 5, "
+                "\"width_divisor\": 16}",
+                0);
+}
+
 static void test_profile_gpu(void **state)
 {
     (void)state;
@@ -519,7 +595,8 @@ int main(void)
         cmocka_unit_test(test_linear_gpu),    cmocka_unit_test(test_elementwise_gpu),
         cmocka_unit_test(test_attention_gpu), cmocka_unit_test(test_crossentropy_gpu),
         cmocka_unit_test(test_conv_pool_gpu), cmocka_unit_test(test_optim_gpu),
-        cmocka_unit_test(test_models_gpu),    cmocka_unit_test(test_profile_gpu),
+        cmocka_unit_test(test_models_gpu),    cmocka_unit_test(test_gather_gpu),
+        cmocka_unit_test(test_profile_gpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

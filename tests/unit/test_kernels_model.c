@@ -1,7 +1,8 @@
 /*
  * kernels models and stages on the CPU: builders and spec errors, whole-model gradients against
  * finite differences, training lowers the loss, stages chained equal the whole model bit for
- * bit, slots, save/load, and the profiler's JSON.
+ * bit, slots, a backward over samples gathered from several slots equals a direct one (every
+ * block kind), save/load, and the profiler's JSON.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -628,6 +629,176 @@ static void test_frozen_prefix(void **state)
     kn_model_destroy(&m);
 }
 
+/* Forwards of samples [0, 2), [2, 5), [5, 6) in slots 0..2 of a stage over blocks [first, last],
+ * then backwards over other cuts assembled with kn_stage_gather: samples [1, 5) (the end of one
+ * forward and the whole next one) and [3, 4) (inside one forward). Each must give exactly what a
+ * second stage's direct forward + backward of those samples gives: output, input gradient and
+ * parameter gradients. On the CPU every op computes a sample the same way whatever the batch
+ * around it, so the copies are bit-identical to recomputing; the comparison allows 1e-6
+ * relative all the same, as the claim is equivalence, not an accident of loop order. */
+static void gather_equals_direct(const char *text, int first, int last)
+{
+    kn_model *m = model_from(text);
+    sc_err err;
+    sc_err_clear(&err);
+    const kn_block *b0 = kn_model_block(m, first);
+    batch b = make_batch(m, 6);
+    if (first > 0) { /* a stage inside the model takes activations */
+        free(b.input);
+        b.input = malloc(b0->in_floats * 6 * 4);
+        assert_non_null(b.input);
+        for (size_t i = 0; i < b0->in_floats * 6; i++)
+            ((float *)b.input)[i] = (float)(urand() % 2001) / 1000.0f - 1.0f;
+    }
+    size_t in_ps = b0->in_floats, out_ps = kn_model_block(m, last)->out_floats;
+    int tps = kn_model_targets_per_sample(m);
+    bool loss = kn_model_block(m, last)->has_loss;
+    float *dout = malloc(out_ps * 6 * 4);
+    for (size_t i = 0; i < out_ps * 6; i++)
+        dout[i] = (float)(urand() % 2001) / 1000.0f - 1.0f;
+
+    kn_stage_cfg cfg = kn_stage_cfg_default(first, last, CPU, 3);
+    cfg.slots = 3;
+    cfg.gather_microbatch = 4;
+    kn_stage *st = NULL, *ref = NULL;
+    assert_int_equal(kn_stage_new_cfg(&st, m, &cfg, &err), SC_OK);
+    cfg = kn_stage_cfg_default(first, last, CPU, 4);
+    assert_int_equal(kn_stage_new_cfg(&ref, m, &cfg, &err), SC_OK);
+    const int off[] = {0, 2, 5, 6};
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(kn_stage_forward_host(st, k, (char *)b.input + off[k] * in_ps * 4,
+                                               b.targets + off[k] * tps, off[k + 1] - off[k], &err),
+                         SC_OK);
+    const kn_stage_range span[] = {{0, 1, 1}, {1, 0, 3}}, inside[] = {{1, 1, 1}};
+    const struct {
+        const kn_stage_range *ranges;
+        int n_ranges, a, n;
+    } cuts[] = {{span, 2, 1, 4}, {inside, 1, 3, 1}};
+    size_t np = kn_stage_param_count(st);
+    float *g = malloc(np * 4), *gr = malloc(np * 4);
+    float *o = malloc(out_ps * 4 * 4), *orf = malloc(out_ps * 4 * 4);
+    float *gi = malloc(in_ps * 4 * 4), *gir = malloc(in_ps * 4 * 4);
+    for (int c = 0; c < 2; c++) {
+        int a = cuts[c].a, n = cuts[c].n;
+        assert_int_equal(kn_stage_zero_grads(st, &err), SC_OK);
+        assert_int_equal(kn_stage_zero_grads(ref, &err), SC_OK);
+        assert_int_equal(kn_stage_gather(st, 3, cuts[c].ranges, cuts[c].n_ranges, &err), SC_OK);
+        assert_int_equal(kn_stage_backward_host(st, 3, loss ? NULL : dout + a * out_ps, &err),
+                         SC_OK);
+        assert_int_equal(kn_stage_forward_host(ref, 0, (char *)b.input + a * in_ps * 4,
+                                               b.targets + a * tps, n, &err),
+                         SC_OK);
+        assert_int_equal(kn_stage_backward_host(ref, 0, loss ? NULL : dout + a * out_ps, &err),
+                         SC_OK);
+        assert_int_equal(kn_stage_output_to_host(st, 3, o, &err), SC_OK);
+        assert_int_equal(kn_stage_output_to_host(ref, 0, orf, &err), SC_OK);
+        for (size_t i = 0; i < out_ps * (size_t)n; i++)
+            assert_true(fabsf(o[i] - orf[i]) <= 1e-6f * (1.0f + fabsf(orf[i])));
+        assert_int_equal(kn_stage_grads_to_host(st, g, &err), SC_OK);
+        assert_int_equal(kn_stage_grads_to_host(ref, gr, &err), SC_OK);
+        double diff = 0, norm = 0;
+        for (size_t i = 0; i < np; i++) {
+            diff += ((double)g[i] - gr[i]) * ((double)g[i] - gr[i]);
+            norm += (double)gr[i] * gr[i];
+        }
+        assert_true(norm > 0.0);
+        assert_true(sqrt(diff) <= 1e-6 * sqrt(norm));
+        if (first > 0) {
+            assert_int_equal(kn_stage_grad_input_to_host(st, gi, &err), SC_OK);
+            assert_int_equal(kn_stage_grad_input_to_host(ref, gir, &err), SC_OK);
+            for (size_t i = 0; i < in_ps * (size_t)n; i++)
+                assert_true(fabsf(gi[i] - gir[i]) <= 1e-6f * (1.0f + fabsf(gir[i])));
+        }
+    }
+    /* the sources are untouched: slot 1's own backward still matches a direct one */
+    assert_int_equal(kn_stage_zero_grads(st, &err), SC_OK);
+    assert_int_equal(kn_stage_zero_grads(ref, &err), SC_OK);
+    assert_int_equal(kn_stage_backward_host(st, 1, loss ? NULL : dout + 2 * out_ps, &err), SC_OK);
+    assert_int_equal(kn_stage_forward_host(ref, 0, (char *)b.input + 2 * in_ps * 4,
+                                           b.targets + 2 * tps, 3, &err),
+                     SC_OK);
+    assert_int_equal(kn_stage_backward_host(ref, 0, loss ? NULL : dout + 2 * out_ps, &err), SC_OK);
+    assert_int_equal(kn_stage_grads_to_host(st, g, &err), SC_OK);
+    assert_int_equal(kn_stage_grads_to_host(ref, gr, &err), SC_OK);
+    for (size_t i = 0; i < np; i++)
+        assert_true(fabsf(g[i] - gr[i]) <= 1e-6f * (1.0f + fabsf(gr[i])));
+    free(g), free(gr), free(o), free(orf), free(gi), free(gir), free(dout);
+    free_batch(&b);
+    kn_stage_destroy(&st);
+    kn_stage_destroy(&ref);
+    kn_model_destroy(&m);
+}
+
+static void test_gather_equals_direct(void **state)
+{
+    (void)state;
+    /* every block kind: embed, attn, mlp, layer, head; fc, loss; conv, pool */
+    gather_equals_direct(GPT_TINY("true"), 0, 5);
+    gather_equals_direct(GPT_TINY("true"), 2, 4); /* mlp, attn, mlp: activations in and out */
+    gather_equals_direct(GPT_TINY("false"), 0, 3);
+    gather_equals_direct(GPT_TINY("false"), 1, 2);
+    gather_equals_direct(mlp_tiny, 0, 2);
+    gather_equals_direct(mlp_tiny, 1, 2);
+    gather_equals_direct(vgg_tiny, 0, 10);
+    gather_equals_direct(vgg_tiny, 9, 15);
+}
+
+static void test_gather_refusals(void **state)
+{
+    (void)state;
+    kn_model *m = model_from(mlp_tiny);
+    sc_err err;
+    sc_err_clear(&err);
+    batch b = make_batch(m, 3);
+    kn_stage_cfg cfg = kn_stage_cfg_default(0, 2, CPU, 2);
+    cfg.slots = 2;
+    kn_stage *st = NULL;
+    assert_int_equal(kn_stage_new_cfg(&st, m, &cfg, &err), SC_OK);
+    size_t plain = kn_stage_memory_bytes(st);
+    assert_int_equal(kn_stage_forward_host(st, 0, b.input, b.targets, 2, &err), SC_OK);
+    assert_int_equal(kn_stage_forward_host(st, 1, (float *)b.input + 6, b.targets + 2, 1, &err),
+                     SC_OK);
+    /* no gather slot configured: slot 2 does not exist */
+    const kn_stage_range all[] = {{0, 0, 2}, {1, 0, 1}};
+    assert_int_equal(kn_stage_gather(st, 2, all, 2, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "slot 2 out of range"));
+    kn_stage_destroy(&st);
+
+    cfg.gather_microbatch = 3;
+    assert_int_equal(kn_stage_new_cfg(&st, m, &cfg, &err), SC_OK);
+    assert_true(kn_stage_memory_bytes(st) > plain); /* the gather slot is counted */
+    assert_int_equal(kn_stage_forward_host(st, 0, b.input, b.targets, 2, &err), SC_OK);
+    assert_int_equal(kn_stage_forward_host(st, 1, (float *)b.input + 6, b.targets + 2, 1, &err),
+                     SC_OK);
+    assert_int_equal(kn_stage_gather(st, 2, all, 2, &err), SC_OK);
+    /* the regular slots keep their capacity of 2; the gather slot holds 3 */
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_forward_host(st, 0, b.input, b.targets, 3, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "valid: 1..2"));
+    const kn_stage_range self[] = {{2, 0, 1}}, past[] = {{1, 0, 2}}, none[] = {{0, 0, 0}};
+    const kn_stage_range big[] = {{0, 0, 2}, {1, 0, 1}, {0, 0, 1}};
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_gather(st, 2, self, 1, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "reads the slot itself"));
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_gather(st, 2, past, 1, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "samples [0, 2) of slot 1, which holds a forward of 1"));
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_gather(st, 2, none, 1, &err), SC_ERR_INVALID);
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_gather(st, 2, big, 3, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "capacity of 3"));
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_gather(st, 2, all, 0, &err), SC_ERR_INVALID);
+    kn_stage_destroy(&st);
+    cfg.gather_microbatch = -1;
+    sc_err_clear(&err);
+    assert_int_equal(kn_stage_new_cfg(&st, m, &cfg, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "gather_microbatch -1"));
+    free_batch(&b);
+    kn_model_destroy(&m);
+}
+
 static void test_resume_is_exact(void **state)
 {
     (void)state;
@@ -727,6 +898,8 @@ int main(void)
         cmocka_unit_test(test_slots_and_smaller_batches),
         cmocka_unit_test(test_stage_range_and_save_load),
         cmocka_unit_test(test_frozen_prefix),
+        cmocka_unit_test(test_gather_equals_direct),
+        cmocka_unit_test(test_gather_refusals),
         cmocka_unit_test(test_resume_is_exact),
         cmocka_unit_test(test_profile_json),
     };

@@ -76,11 +76,14 @@ static int model_blocks(const char *json)
 }
 
 /* Sizes per stage: when set, stage s runs per_stage->sizes[s] (per_stage->counts[s] entries) and
- * is told its neighbours' lists; the run_spec's own sizes are the reference's cut. Tests set it
- * around one run only. */
+ * is told its neighbours' lists; the run_spec's own sizes are the reference's cut. Where
+ * bwd[s] is set, stage s runs its backwards in that cut (bcounts[s] entries) and stage s-1 is told
+ * it. Tests set it around one run only. */
 typedef struct {
     const int *sizes[8];
     int counts[8];
+    const int *bwd[8];
+    int bcounts[8];
 } per_stage_sizes;
 static const per_stage_sizes *g_per_stage;
 
@@ -117,7 +120,11 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
         if (stage < rs->stages - 1) {
             c.next_sizes = g_per_stage->sizes[stage + 1];
             c.n_next_sizes = g_per_stage->counts[stage + 1];
+            c.next_backward_sizes = g_per_stage->bwd[stage + 1];
+            c.n_next_backward_sizes = g_per_stage->bcounts[stage + 1];
         }
+        c.backward_sizes = g_per_stage->bwd[stage];
+        c.n_backward_sizes = g_per_stage->bcounts[stage];
     }
     return c;
 }
@@ -304,6 +311,22 @@ static void assert_params_close(const float *a, const float *b, const float *ini
     assert_true(rel_moved > 1e-3);
 }
 
+/* Whether some backward entry of stage s is not exactly one of its forward micro-batches: the
+ * runner then gathers it into one more activation slot. */
+static bool per_stage_gathers(const per_stage_sizes *ps, int s)
+{
+    if (ps == NULL || ps->bwd[s] == NULL)
+        return false;
+    for (int j = 0, a = 0; j < ps->bcounts[s]; a += ps->bwd[s][j], j++) {
+        bool same = false;
+        for (int k = 0, fa = 0; k < ps->counts[s]; fa += ps->sizes[s][k], k++)
+            same = same || (fa == a && ps->sizes[s][k] == ps->bwd[s][j]);
+        if (!same)
+            return true;
+    }
+    return false;
+}
+
 static void check_equivalence(const run_spec *rs)
 {
     size_t n_ref = 0, n_pipe = 0;
@@ -322,7 +345,7 @@ static void check_equivalence(const run_spec *rs)
             strcmp(rs->schedule, "gpipe") == 0 || strcmp(rs->schedule, "unequal") == 0;
         int bound = fill_drain ? me : (rs->stages - s < me ? rs->stages - s : me);
         assert_int_equal(r->microbatches, me);
-        assert_int_equal(r->slots, bound);
+        assert_int_equal(r->slots, bound + (per_stage_gathers(g_per_stage, s) ? 1 : 0));
         assert_int_equal(r->max_inflight, bound);
         assert_true(r->iteration_s > 0.0 && r->busy_s <= r->iteration_s * 1.01);
         assert_true(r->n_blocks >= 1);
@@ -371,10 +394,10 @@ static void test_equivalence_per_stage_sizes(void **state)
     (void)state;
     static const int a[] = {3, 5}, b[] = {2, 2, 4}, c[] = {8}, d[] = {1, 3, 4}, e[] = {4, 4},
                      f[] = {2, 3, 3}, g[] = {1, 1, 1, 5};
-    const per_stage_sizes three = {{a, b, c}, {2, 3, 1}};
-    const per_stage_sizes three_b = {{d, e, f}, {3, 2, 3}};
-    const per_stage_sizes two = {{c, g}, {1, 4}};
-    const per_stage_sizes two_b = {{b, a}, {3, 2}};
+    const per_stage_sizes three = {.sizes = {a, b, c}, .counts = {2, 3, 1}};
+    const per_stage_sizes three_b = {.sizes = {d, e, f}, .counts = {3, 2, 3}};
+    const per_stage_sizes two = {.sizes = {c, g}, .counts = {1, 4}};
+    const per_stage_sizes two_b = {.sizes = {b, a}, .counts = {3, 2}};
     const struct {
         run_spec rs;
         const per_stage_sizes *ps;
@@ -385,6 +408,56 @@ static void test_equivalence_per_stage_sizes(void **state)
         {{MLP_JSON, "unequal", 3, 8, 2, 4, "adamw", "local", NULL, NULL, a, 0}, &three},
         {{MLP_JSON, "gpipe", 3, 8, 3, 3, "sgd", "zmq", NULL, NULL, d, 0}, &three_b},
         {{MLP_JSON, "unequal", 2, 8, 1, 4, "adamw", "zmq", NULL, NULL, c, 0}, &two},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_per_stage = cases[i].ps;
+        check_equivalence(&cases[i].rs);
+        g_per_stage = NULL;
+    }
+}
+
+/* UMPIPE's backward cut: every stage runs its backwards over its own sizes, which differ from its
+ * forward sizes and from the neighbours' (entries that span several forwards, that split one,
+ * that coincide with one): still the single-stage result with gradient accumulation. */
+static void test_equivalence_backward_sizes(void **state)
+{
+    (void)state;
+    static const int f35[] = {3, 5}, f44[] = {4, 4}, f8[] = {8}, f224[] = {2, 2, 4},
+                     f1115[] = {1, 1, 1, 5}, f26[] = {2, 6}, f125[] = {1, 2, 5},
+                     f2222[] = {2, 2, 2, 2}, f1223[] = {1, 2, 2, 3}, f13[] = {1, 3}, f22[] = {2, 2},
+                     f4[] = {4};
+    static const int b224[] = {2, 2, 4}, b8[] = {8}, b134[] = {1, 3, 4}, b44[] = {4, 4},
+                     b35[] = {3, 5}, b53[] = {5, 3}, b2222[] = {2, 2, 2, 2}, b314[] = {3, 1, 4},
+                     b17[] = {1, 7}, b116[] = {1, 1, 6}, b26[] = {2, 6}, b323[] = {3, 2, 3},
+                     b11114[] = {1, 1, 1, 1, 4}, b22[] = {2, 2}, b4[] = {4}, b13[] = {1, 3};
+    /* GPT, 2 stages: stage 0's [0, 2) splits its first forward, [2, 4) spans both, [4, 8) is the
+     * end of the second; stage 1 runs one backward over its two forwards */
+    const per_stage_sizes gpt2 = {{f35, f44}, {2, 2}, {b224, b8}, {3, 1}};
+    /* GPT, 3 stages: one forward split in three, two forwards joined, a mixed last stage */
+    const per_stage_sizes gpt3 = {{f8, f224, f1115}, {1, 3, 4}, {b134, b44, b35}, {3, 2, 2}};
+    const per_stage_sizes gpt4 = {
+        {f26, f8, f125, f44}, {2, 1, 3, 2}, {b53, b2222, b314, b17}, {2, 4, 3, 2}};
+    /* only the middle stage has its own backward cut; its neighbours run theirs as forward */
+    const per_stage_sizes gpt3_mid = {{f35, f224, f8}, {2, 3, 1}, {NULL, b17, NULL}, {0, 2, 0}};
+    const per_stage_sizes mlp2 = {{f35, f2222}, {2, 4}, {b116, b35}, {3, 2}};
+    const per_stage_sizes mlp4 = {
+        {f8, f44, f1223, f35}, {1, 2, 4, 2}, {b26, b8, b323, b11114}, {2, 1, 3, 5}};
+    const per_stage_sizes mlp1 = {{f35}, {2}, {b26}, {2}};
+    const per_stage_sizes vgg2 = {{f13, f22}, {2, 2}, {b22, b4}, {2, 1}};
+    const per_stage_sizes vgg2_b = {{f4, f13}, {1, 2}, {b13, b22}, {2, 2}};
+    const struct {
+        run_spec rs;
+        const per_stage_sizes *ps;
+    } cases[] = {
+        {{GPT_JSON, "unequal", 2, 8, 2, 3, "adamw", "local", NULL, NULL, f35, 0}, &gpt2},
+        {{GPT_JSON, "gpipe", 3, 8, 1, 3, "sgd", "zmq", NULL, NULL, f8, 0}, &gpt3},
+        {{GPT_JSON, "unequal", 4, 8, 2, 2, "adamw", "zmq", NULL, NULL, f26, 0}, &gpt4},
+        {{GPT_JSON, "unequal", 3, 8, 2, 3, "adamw", "local", NULL, NULL, f35, 0}, &gpt3_mid},
+        {{MLP_JSON, "unequal", 2, 8, 2, 4, "sgd", "local", NULL, NULL, f35, 0}, &mlp2},
+        {{MLP_JSON, "gpipe", 4, 8, 1, 4, "adamw", "zmq", NULL, NULL, f8, 0}, &mlp4},
+        {{MLP_JSON, "unequal", 1, 8, 2, 3, "adamw", "local", NULL, NULL, f35, 0}, &mlp1},
+        {{VGG_JSON, "unequal", 2, 4, 2, 2, "sgd", "local", NULL, NULL, f13, 0}, &vgg2},
+        {{VGG_JSON, "unequal", 2, 4, 1, 2, "adamw", "zmq", NULL, NULL, f4, 0}, &vgg2_b},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         g_per_stage = cases[i].ps;
@@ -1204,6 +1277,113 @@ static void test_per_stage_bad_config(void **state)
         rt_runner_destroy(&rn[s]);
 }
 
+/* Runs step 1 on a 2-stage pipeline (stage 1 in a thread, stage 0 here) and returns stage 0's
+ * result; stage 1's must be *rc1. */
+static sc_status two_stage_step(rt_runner_cfg c0, rt_runner_cfg c1, sc_status *rc1, sc_err *err)
+{
+    rt_runner *rn[2] = {0};
+    sc_err_clear(err);
+    assert_int_equal(rt_runner_new(&rn[0], &c0, err), SC_OK);
+    assert_int_equal(rt_runner_new(&rn[1], &c1, err), SC_OK);
+    assert_int_equal(rt_runner_connect(rn[0], NULL, rt_runner_endpoint(rn[1]), err), SC_OK);
+    assert_int_equal(rt_runner_connect(rn[1], rt_runner_endpoint(rn[0]), NULL, err), SC_OK);
+    step_job j1 = {.r = rn[1]};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, step_thread, &j1), 0);
+    sc_status rc = rt_runner_step(rn[0], 1, NULL, err);
+    rt_runner_abort(rn[1]); /* only matters if stage 1 still waits */
+    pthread_join(th, NULL);
+    *rc1 = j1.rc;
+    for (int s = 0; s < 2; s++)
+        rt_runner_destroy(&rn[s]);
+    return rc;
+}
+
+static void test_backward_sizes_bad_config(void **state)
+{
+    (void)state;
+    static const int a[] = {3, 5}, b[] = {2, 2, 4}, zero[] = {0, 8}, short_sum[] = {2, 2, 3};
+    const run_spec rs = {GPT_JSON, "unequal", 2, 8, 2, 1, "adamw", "local", NULL, NULL, a, 0};
+    rt_runner_cfg c = spec_cfg(&rs, 0, 4);
+    c.backward_sizes = short_sum;
+    c.n_backward_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "backward_sizes sum to 7, batch_size is 8");
+    c.backward_sizes = zero;
+    c.n_backward_sizes = 2;
+    expect_bad(c, SC_ERR_INVALID, "backward_sizes[0] = 0");
+    c.backward_sizes = b;
+    c.n_backward_sizes = 0;
+    expect_bad(c, SC_ERR_INVALID, "n_backward_sizes 0");
+    c.n_backward_sizes = 3;
+    c.next_backward_sizes = short_sum;
+    c.n_next_backward_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "next_backward_sizes sum to 7");
+    c = spec_cfg(&rs, 1, 4);
+    c.next_backward_sizes = b;
+    c.n_next_backward_sizes = 3;
+    expect_bad(c, SC_ERR_INVALID, "next_backward_sizes must be NULL");
+    /* only the fill-drain path with per-stage sizes runs a backward cut */
+    const char *other[] = {"1f1b", "sliced", "pipedream"};
+    for (int i = 0; i < 3; i++) {
+        c = spec_cfg(&rs, 1, 4);
+        c.schedule = other[i];
+        c.backward_sizes = b;
+        c.n_backward_sizes = 3;
+        expect_bad(c, SC_ERR_UNSUPPORTED, "valid: \"gpipe\", \"unequal\"");
+        c = spec_cfg(&rs, 0, 4);
+        c.schedule = other[i];
+        c.next_backward_sizes = b;
+        c.n_next_backward_sizes = 3;
+        expect_bad(c, SC_ERR_UNSUPPORTED, "next_backward_sizes) with schedule");
+    }
+    c = spec_cfg(&rs, 1, 4);
+    c.backward_sizes = b;
+    c.n_backward_sizes = 3;
+    c.replicas = 2;
+    expect_bad(c, SC_ERR_UNSUPPORTED, "with replicated stages");
+    c.replicas = 1;
+    c.prev_replicas = 2;
+    expect_bad(c, SC_ERR_UNSUPPORTED, "with replicated stages");
+
+    /* Lists that dispute the next stage's real backward cut are found at the first gradient
+     * whose size differs: stage 1 runs its backward as [8] while stage 0 is told [4, 4]... */
+    static const int eight[] = {8}, fours[] = {4, 4}, two_six[] = {2, 6};
+    sc_err err;
+    sc_status rc1;
+    rt_runner_cfg c0 = spec_cfg(&rs, 0, 4), c1 = spec_cfg(&rs, 1, 4);
+    c0.next_backward_sizes = fours;
+    c0.n_next_backward_sizes = 2;
+    c1.backward_sizes = eight;
+    c1.n_backward_sizes = 1;
+    sc_status rc = two_stage_step(c0, c1, &rc1, &err);
+    assert_int_equal(rc, SC_ERR_INVALID);
+    if (strstr(err.msg, "next_backward_sizes must equal stage 1's backward_sizes") == NULL)
+        print_error("message \"%s\"\n", err.msg);
+    assert_non_null(strstr(err.msg, "next_backward_sizes must equal stage 1's backward_sizes"));
+    assert_non_null(strstr(err.msg, "backward entry 0 of stage 1 is not the 4 samples"));
+    assert_int_equal(rc1, SC_OK); /* stage 1 sent its gradient and finished */
+    /* ... and when stage 0 is not told, its next_sizes (stage 1's forward cut) stand for it */
+    c0.next_backward_sizes = NULL;
+    c0.n_next_backward_sizes = 0;
+    c0.next_sizes = a;
+    c0.n_next_sizes = 2;
+    c1.backward_sizes = two_six;
+    c1.n_backward_sizes = 2;
+    rc = two_stage_step(c0, c1, &rc1, &err);
+    assert_int_equal(rc, SC_ERR_INVALID);
+    if (strstr(err.msg, "next_sizes must equal stage 1's microbatch_sizes; when that stage has "
+                        "backward_sizes of its own, give them as next_backward_sizes") == NULL)
+        print_error("message \"%s\"\n", err.msg);
+    assert_non_null(strstr(err.msg, "give them as next_backward_sizes"));
+    assert_int_equal(rc1, SC_OK);
+    /* the same lists, told correctly, run */
+    c0.next_backward_sizes = two_six;
+    c0.n_next_backward_sizes = 2;
+    rc = two_stage_step(c0, c1, &rc1, &err);
+    assert_int_equal(rc, SC_OK);
+    assert_int_equal(rc1, SC_OK);
+}
+
 /* ---- replicated stages ---- */
 
 #define MAX_AGENTS 8
@@ -1471,6 +1651,8 @@ int main(void)
         cmocka_unit_test(test_equivalence_unequal_sliced),
         cmocka_unit_test(test_equivalence_per_stage_sizes),
         cmocka_unit_test(test_per_stage_bad_config),
+        cmocka_unit_test(test_equivalence_backward_sizes),
+        cmocka_unit_test(test_backward_sizes_bad_config),
         cmocka_unit_test(test_equivalence_processes),
         cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_pipedream_weight_stashing),

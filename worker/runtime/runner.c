@@ -8,7 +8,10 @@
  * never hold more than `slots` consecutive ones, so slots never collide, and slot_mb[] checks it
  * on every F and B. Re-sliced boundaries (sizes per stage): the samples received from a neighbour
  * this iteration always form a prefix [0, prev_off[prev_got]) of the batch (messages are taken in
- * the neighbour's order), and a micro-batch runs only once that prefix covers it.
+ * the neighbour's order), and a micro-batch runs only once that prefix covers it. A backward
+ * cut (bsplit) runs entries, not micro-batches, in its backward actions; forward micro-batch k
+ * stays in its slot until the entries run so far cover all its samples, so every gather finds
+ * its sources' slots holding them.
  */
 #include "worker/runtime/runner.h"
 
@@ -105,8 +108,20 @@ struct rt_runner {
     int n_prev, n_next;
     int *prev_off, *next_off;
     int prev_got, next_got;
+    bool next_bw_given;    /* the gradients' cut came as next_backward_sizes (for messages) */
     unsigned char *in_all; /* batch * in_elems (int32 or float): inputs received, not first */
     float *gout_all;       /* batch * out_elems: output gradients received, not last */
+    /* Backward cut (bsplit: it differs from the forward micro-batches). Entry j covers samples
+     * [bw_off[j], bw_off[j + 1]); bw_mb[j] is the forward micro-batch with exactly those samples,
+     * whose slot it runs on, or -1: its samples' activations are gathered from the forwards it
+     * overlaps into the stage's gather slot (index `slots`, gather_cap samples). In the action
+     * list (acts) the backward actions' mb is the entry. */
+    bool bsplit;
+    int nbw;
+    int *bw_off, *bw_mb;
+    int Bcap;               /* the largest backward entry (Mcap without a backward cut) */
+    int gather_cap;         /* 0: no entry is gathered, no gather slot */
+    kn_stage_range *ranges; /* [m]: one gather's sources */
 };
 
 rt_runner_cfg rt_runner_cfg_default(void)
@@ -153,6 +168,9 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->acts);
     free(r->prev_off);
     free(r->next_off);
+    free(r->bw_off);
+    free(r->bw_mb);
+    free(r->ranges);
     free(r->in_all);
     free(r->gout_all);
     free(r->red_in);
@@ -308,13 +326,14 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced
 
 static sc_status alloc_buffers(rt_runner *r, sc_err *err)
 {
-    size_t M = (size_t)r->Mcap;
+    /* forwards use the first three, backwards (their own cut) the gradients */
+    size_t M = (size_t)r->Mcap, MB = (size_t)(r->Bcap > r->Mcap ? r->Bcap : r->Mcap);
     r->slot_mb = malloc((size_t)r->slots * sizeof *r->slot_mb);
     r->in_buf = calloc(M * r->in_elems + 1, 4);
     r->tgt_buf = calloc(M * (size_t)r->tps + 1, sizeof *r->tgt_buf);
     r->out_buf = calloc(M * r->out_elems + 1, sizeof *r->out_buf);
-    r->gout_buf = calloc(M * r->out_elems + 1, sizeof *r->gout_buf);
-    r->gin_buf = calloc(M * r->in_elems + 1, sizeof *r->gin_buf);
+    r->gout_buf = calloc(MB * r->out_elems + 1, sizeof *r->gout_buf);
+    r->gin_buf = calloc(MB * r->in_elems + 1, sizeof *r->gin_buf);
     r->params = calloc(r->np + 1, sizeof *r->params);
     r->grads = calloc(r->np + 1, sizeof *r->grads);
     r->state = calloc(r->nstate + 1, sizeof *r->state);
@@ -392,7 +411,7 @@ static sc_status plan_neighbour(rt_runner *r, const char *what, const int *sizes
     } else if (n < 1 || n > r->batch) {
         return SC_ERRF(err, SC_ERR_INVALID,
                        "runner stage %d: n_%s %d; valid: 1..batch_size %d (one size per "
-                       "micro-batch of that stage)",
+                       "entry of that cut)",
                        r->s, what, n, r->batch);
     }
     *off = calloc((size_t)n + 1, sizeof **off);
@@ -419,10 +438,45 @@ static sc_status plan_neighbour(rt_runner *r, const char *what, const int *sizes
     return SC_OK;
 }
 
-/* Sizes per stage: checks the neighbours' lists and allocates the gather buffers' offsets. */
+/* The backward cut: which entries coincide with a forward micro-batch and which are gathered
+ * (the largest of those sizes the gather slot). */
+static sc_status plan_backward(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
+{
+    r->Bcap = r->Mcap;
+    if (c->backward_sizes == NULL)
+        return SC_OK;
+    SC_CHECK(plan_neighbour(r, "backward_sizes", c->backward_sizes, c->n_backward_sizes, &r->bw_off,
+                            &r->nbw, err));
+    r->bsplit = r->nbw != r->m;
+    for (int j = 0; j < r->nbw && !r->bsplit; j++)
+        r->bsplit = r->bw_off[j] != r->mb_off[j];
+    if (!r->bsplit)
+        return SC_OK; /* the forward cut again: nothing changes */
+    r->bw_mb = calloc((size_t)r->nbw, sizeof *r->bw_mb);
+    r->ranges = calloc((size_t)r->m, sizeof *r->ranges);
+    SC_ALLOC_CHECK(r->bw_mb, err);
+    SC_ALLOC_CHECK(r->ranges, err);
+    r->Bcap = 0;
+    for (int j = 0, k = 0; j < r->nbw; j++) {
+        int a = r->bw_off[j], b = r->bw_off[j + 1];
+        while (r->mb_off[k] + r->mb_size[k] <= a) /* the forward holding sample a */
+            k++;
+        bool same = r->mb_off[k] == a && r->mb_off[k] + r->mb_size[k] == b;
+        r->bw_mb[j] = same ? k : -1;
+        if (!same && b - a > r->gather_cap)
+            r->gather_cap = b - a;
+        if (b - a > r->Bcap)
+            r->Bcap = b - a;
+    }
+    return SC_OK;
+}
+
+/* Sizes per stage: checks the neighbours' lists and the backward cut, and allocates the gather
+ * buffers' offsets. */
 static sc_status plan_reslice(rt_runner *r, const rt_runner_cfg *c, bool unequal, sc_err *err)
 {
-    r->resliced = c->prev_sizes != NULL || c->next_sizes != NULL;
+    r->resliced = c->prev_sizes != NULL || c->next_sizes != NULL || c->backward_sizes != NULL ||
+                  c->next_backward_sizes != NULL;
     if (!r->resliced)
         return SC_OK;
     if (r->first && c->prev_sizes != NULL)
@@ -431,23 +485,64 @@ static sc_status plan_reslice(rt_runner *r, const rt_runner_cfg *c, bool unequal
     if (r->last && c->next_sizes != NULL)
         return SC_ERRF(err, SC_ERR_INVALID,
                        "runner: stage %d is the last stage; next_sizes must be NULL", r->s);
+    if (r->last && c->next_backward_sizes != NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner: stage %d is the last stage; next_backward_sizes must be NULL",
+                       r->s);
     if (!unequal && (c->schedule == NULL || strcmp(c->schedule, "gpipe") != 0))
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "runner: sizes per stage (prev_sizes / next_sizes) with schedule \"%s\"; "
-                       "valid: \"gpipe\", \"unequal\"",
+                       "runner: sizes per stage (prev_sizes / next_sizes / backward_sizes / "
+                       "next_backward_sizes) with schedule \"%s\"; valid: \"gpipe\", "
+                       "\"unequal\" (fill-drain)",
                        c->schedule != NULL ? c->schedule : "(null)");
     if (c->replicas != 1 || (!r->first && c->prev_replicas != 1) ||
         (!r->last && c->next_replicas != 1))
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "runner: sizes per stage (prev_sizes / next_sizes) with replicated stages "
-                       "(replicas %d, prev_replicas %d, next_replicas %d); valid: all 1",
+                       "runner: sizes per stage (prev_sizes / next_sizes / backward_sizes / "
+                       "next_backward_sizes) with replicated stages (replicas %d, prev_replicas "
+                       "%d, next_replicas %d); valid: all 1",
                        c->replicas, c->prev_replicas, c->next_replicas);
     if (!r->first)
         SC_CHECK(plan_neighbour(r, "prev_sizes", c->prev_sizes, c->n_prev_sizes, &r->prev_off,
                                 &r->n_prev, err));
-    if (!r->last)
+    if (!r->last) {
+        /* next_off is the cut of the gradients received: the next stage's backward cut */
         SC_CHECK(plan_neighbour(r, "next_sizes", c->next_sizes, c->n_next_sizes, &r->next_off,
                                 &r->n_next, err));
+        if (c->next_backward_sizes != NULL) {
+            free(r->next_off);
+            r->next_off = NULL;
+            SC_CHECK(plan_neighbour(r, "next_backward_sizes", c->next_backward_sizes,
+                                    c->n_next_backward_sizes, &r->next_off, &r->n_next, err));
+        }
+    }
+    r->next_bw_given = c->next_backward_sizes != NULL;
+    return plan_backward(r, c, err);
+}
+
+/* Backward cut: the stage's gpipe forwards in their order, then its backward entries ascending,
+ * each received (the gradients of its samples, from the next stage's own cut), run and sent,
+ * then the optimizer step. As with the forward cuts, a receive waits only for the next stage's
+ * backwards, which wait only for stages further down, so nothing deadlocks. */
+static sc_status plan_backward_actions(rt_runner *r, sc_err *err)
+{
+    const rt_action *fwd = r->sched->actions[r->s];
+    int n = r->sched->count[r->s];
+    r->acts = malloc(((size_t)n + 3 * (size_t)r->nbw + 1) * sizeof *r->acts);
+    SC_ALLOC_CHECK(r->acts, err);
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        if (fwd[i].kind == RT_ACT_RECV_F || fwd[i].kind == RT_ACT_F || fwd[i].kind == RT_ACT_SEND_F)
+            r->acts[c++] = fwd[i];
+    for (int j = 0; j < r->nbw; j++) {
+        if (!r->last)
+            r->acts[c++] = (rt_action){RT_ACT_RECV_B, j};
+        r->acts[c++] = (rt_action){RT_ACT_B, j};
+        if (!r->first)
+            r->acts[c++] = (rt_action){RT_ACT_SEND_B, j};
+    }
+    r->acts[c++] = (rt_action){RT_ACT_OPT, -1};
+    r->nacts = c;
     return SC_OK;
 }
 
@@ -599,6 +694,8 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
 
     SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
     SC_CHECK(plan_replicas(r, c, sliced, err));
+    if (r->bsplit)
+        SC_CHECK(plan_backward_actions(r, err));
     int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);
     if (r->pipedream) /* the stream crosses steps: p-s in flight whatever m */
         r->slots = bound = r->p - r->s;
@@ -610,6 +707,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
 
     kn_stage_cfg scfg = kn_stage_cfg_default(c->first_block, c->last_block, dev, r->Mcap);
     scfg.slots = r->slots;
+    scfg.gather_microbatch = r->gather_cap; /* one more slot, counted in the stage's memory */
     scfg.optim = r->optim;
     SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));
     r->in_elems = kn_stage_input_per_sample(r->st);
@@ -886,8 +984,15 @@ static sc_status gather(rt_runner *r, rt_msg_kind kind, uint64_t step, const int
                         unsigned char *all, size_t elem_bytes, int begin, int end, void *dst,
                         double *wait_s, sc_err *err)
 {
-    const char *what = kind == RT_MSG_ACTIVATION ? "prev_sizes" : "next_sizes";
-    int from = kind == RT_MSG_ACTIVATION ? r->s - 1 : r->s + 1;
+    bool act = kind == RT_MSG_ACTIVATION;
+    const char *what = act ? "prev_sizes" : r->next_bw_given ? "next_backward_sizes" : "next_sizes";
+    /* gradients come in the next stage's backward cut, its forward cut unless it has its own */
+    const char *theirs = act || !r->next_bw_given ? "microbatch_sizes" : "backward_sizes";
+    const char *hint = act || r->next_bw_given
+                           ? ""
+                           : "; when that stage has backward_sizes of its own, give them as "
+                             "next_backward_sizes";
+    int from = act ? r->s - 1 : r->s + 1;
     double t0 = sc_clock_now_s();
     while (off[*got] < end) {
         int k = *got;
@@ -898,9 +1003,10 @@ static sc_status gather(rt_runner *r, rt_msg_kind kind, uint64_t step, const int
                                          all + at, bytes, &local);
         if (rc == SC_ERR_INVALID)
             return SC_ERRF(err, SC_ERR_INVALID,
-                           "runner stage %d: micro-batch %d of stage %d is not the %d samples %s "
-                           "says: %s must equal stage %d's microbatch_sizes (%s)",
-                           r->s, k, from, off[k + 1] - off[k], what, what, from, local.msg);
+                           "runner stage %d: %s %d of stage %d is not the %d samples %s says: "
+                           "%s must equal stage %d's %s%s (%s)",
+                           r->s, act ? "micro-batch" : "backward entry", k, from,
+                           off[k + 1] - off[k], what, what, from, theirs, hint, local.msg);
         if (rc != SC_OK)
             return SC_ERRF(err, rc, "%s", local.msg);
         (*got)++;
@@ -918,19 +1024,63 @@ static sc_status slot_error(const rt_runner *r, const char *what, int mb, sc_err
                    r->s, r->rep, what, mb, slot_of(r, mb), r->slot_mb[slot_of(r, mb)], r->slots);
 }
 
+/* Backward cut: entry j over samples [a, b), its output gradient in gout_buf. An entry that is
+ * exactly forward micro-batch k runs on k's slot; any other first has its samples' activations
+ * gathered from the slots of the forwards it overlaps into the gather slot. Afterwards every
+ * forward whose samples are all backwarded (entries run in ascending order) frees its slot. */
+static sc_status backward_entry(rt_runner *r, int j, int *inflight, sc_err *err)
+{
+    int a = r->bw_off[j], b = r->bw_off[j + 1], k = r->bw_mb[j], slot;
+    if (k >= 0) {
+        slot = slot_of(r, k);
+        if (r->slot_mb[slot] != k)
+            return slot_error(r, "backward", k, err);
+    } else {
+        int n = 0;
+        for (int f = 0; f < r->m; f++) {
+            int fa = r->mb_off[f], fb = fa + r->mb_size[f];
+            if (fb <= a || fa >= b)
+                continue;
+            if (r->slot_mb[slot_of(r, f)] != f)
+                return slot_error(r, "gather for a backward", f, err);
+            int lo = fa > a ? fa : a, hi = fb < b ? fb : b;
+            r->ranges[n++] = (kn_stage_range){slot_of(r, f), lo - fa, hi - lo};
+        }
+        slot = r->slots; /* the stage's gather slot */
+        SC_CHECK(kn_stage_gather(r->st, slot, r->ranges, n, err));
+    }
+    SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+    for (int f = 0; f < r->m; f++) {
+        if (r->slot_mb[slot_of(r, f)] == f && r->mb_off[f] + r->mb_size[f] <= b) {
+            r->slot_mb[slot_of(r, f)] = -1;
+            --*inflight;
+        }
+    }
+    return SC_OK;
+}
+
+static bool is_backward(rt_action_kind kind)
+{
+    return kind == RT_ACT_RECV_B || kind == RT_ACT_B || kind == RT_ACT_SEND_B;
+}
+
 static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_report *rep,
                             int *inflight, double *loss_sum, sc_err *err)
 {
-    size_t M = a->mb >= 0 ? (size_t)r->mb_size[a->mb] : 0;
+    /* the samples [off, off + M) of the action's micro-batch, or of its backward entry */
+    bool entry = r->bsplit && is_backward(a->kind);
+    int off = a->mb < 0 ? 0 : entry ? r->bw_off[a->mb] : r->mb_off[a->mb];
+    size_t M = a->mb < 0 ? 0
+               : entry   ? (size_t)(r->bw_off[a->mb + 1] - off)
+                         : (size_t)r->mb_size[a->mb];
     size_t in_bytes = M * r->in_elems * 4, out_bytes = M * r->out_elems * sizeof(float);
-    int mb = a->mb, slot = mb >= 0 ? slot_of(r, mb) : -1;
+    int mb = a->mb, slot = mb >= 0 && !entry ? slot_of(r, mb) : -1;
     double t0 = sc_clock_now_s();
     switch (a->kind) {
     case RT_ACT_RECV_F:
         if (r->resliced) {
             SC_CHECK(gather(r, RT_MSG_ACTIVATION, step, r->prev_off, &r->prev_got, r->in_all,
-                            r->in_elems * 4, r->mb_off[mb], r->mb_off[mb] + (int)M, r->in_buf,
-                            &rep->wait_s, err));
+                            r->in_elems * 4, off, off + (int)M, r->in_buf, &rep->wait_s, err));
             break;
         }
         SC_CHECK(rt_transport_recv(tr_dir(r, false), RT_MSG_ACTIVATION, step, mb, r->in_buf,
@@ -965,8 +1115,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     case RT_ACT_RECV_B:
         if (r->resliced) {
             SC_CHECK(gather(r, RT_MSG_GRADIENT, step, r->next_off, &r->next_got,
-                            (unsigned char *)r->gout_all, r->out_elems * sizeof(float),
-                            r->mb_off[mb], r->mb_off[mb] + (int)M, r->gout_buf, &rep->wait_s, err));
+                            (unsigned char *)r->gout_all, r->out_elems * sizeof(float), off,
+                            off + (int)M, r->gout_buf, &rep->wait_s, err));
             break;
         }
         SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
@@ -974,11 +1124,15 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         rep->wait_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_B:
-        if (r->slot_mb[slot] != mb)
-            return slot_error(r, "backward", mb, err);
-        SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
-        r->slot_mb[slot] = -1;
-        --*inflight;
+        if (entry) {
+            SC_CHECK(backward_entry(r, mb, inflight, err));
+        } else {
+            if (r->slot_mb[slot] != mb)
+                return slot_error(r, "backward", mb, err);
+            SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+            r->slot_mb[slot] = -1;
+            --*inflight;
+        }
         if (!r->first) {
             /* The stage keeps only the latest input gradient: take it now. */
             SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
@@ -1226,13 +1380,19 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     double loss_sum = 0.0;
     r->prev_got = 0;
     r->next_got = 0;
-    const rt_action *acts = r->group ? r->acts : r->sched->actions[r->s];
-    int nacts = r->group ? r->nacts : r->sched->count[r->s];
+    bool own_list = r->group || r->bsplit;
+    const rt_action *acts = own_list ? r->acts : r->sched->actions[r->s];
+    int nacts = own_list ? r->nacts : r->sched->count[r->s];
     for (int i = 0; rc == SC_OK && i < nacts; i++)
         rc = run_action(r, step, &acts[i], &rep, &inflight, &loss_sum, err);
     if (rc == SC_OK && rep.max_inflight > r->slots)
         rc = SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: %d micro-batches in flight, %d slots",
                      r->s, rep.max_inflight, r->slots);
+    /* a backward cut frees forward slots by sample coverage: all must be free at the end */
+    if (rc == SC_OK && r->bsplit && inflight != 0)
+        rc = SC_ERRF(err, SC_ERR_INTERNAL,
+                     "runner stage %d: %d forward micro-batches still held after the backwards",
+                     r->s, inflight);
     /* every neighbour message of the iteration was taken: none is left for the next one */
     if (rc == SC_OK && r->resliced &&
         ((!r->first && r->prev_got != r->n_prev) || (!r->last && r->next_got != r->n_next)))
@@ -1251,7 +1411,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rep.has_loss = r->last;
     rep.loss = r->last ? loss_sum / (double)r->batch : 0.0;
     rep.microbatches = r->own_mbs;
-    rep.slots = r->slots;
+    rep.slots = r->slots + (r->gather_cap > 0 ? 1 : 0);
     rep.n_blocks = r->nb;
     rep.grad_sq_norms = r->norms;
     if (report != NULL)

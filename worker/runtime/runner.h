@@ -24,9 +24,17 @@
  * micro-batch j over samples [a, b) once the received prefix reaches b (upstream activations in
  * the forward, downstream gradients in the backward). Fill-drain order (all forwards, then all
  * backwards, both ascending), so receives only ever wait for the neighbour's own progress and
- * nothing deadlocks. Backward sizes equal forward sizes on each stage (no separate backward cut).
+ * nothing deadlocks. UMPIPE's backward sizes: a stage may also cut its backward its own way
+ * (backward_sizes; default its forward cut) and is told the next stage's backward cut
+ * (next_backward_sizes), in which the gradients it receives come; it sends its input gradients in
+ * its own backward cut. Backward entry j over samples [a, b) waits until the received gradient
+ * prefix reaches b and runs on the slot of the forward micro-batch with exactly those samples, or
+ * else on the stage's gather slot, into which kn_stage_gather copies those samples' activations
+ * from the slots of the forwards they came from (one more activation slot, sized for the
+ * largest such entry). A forward's slot is freed once backward entries cover all its samples.
  * A neighbour list that disputes the neighbour's real cut is found at the first message whose
- * size differs, in the first step: SC_ERR_INVALID naming prev_sizes / next_sizes.
+ * size differs, in the first step: SC_ERR_INVALID naming prev_sizes / next_sizes /
+ * next_backward_sizes.
  * "pipedream" (asynchronous PipeDream, 1f1b without flush): every micro-batch is a minibatch of
  * its own, with its own optimizer step after its backward. The micro-batches of consecutive steps
  * form one stream g = 0, 1, 2, ... (step base + g / m, micro-batch g % m) that flows through the
@@ -50,14 +58,16 @@
  * With replicas: gpipe and 1f1b only, m >= the largest of the three replica counts (m need not be
  * a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes checkpoints, every
  * copy loads the same file.
- * Not here: sizes per stage with another schedule
- * than gpipe or with replicas, UMPIPE's separate backward sizes, pipedream or sliced with replicas,
+ * Not here: sizes per stage (forward or backward) with another schedule
+ * than gpipe or with replicas, pipedream or sliced with replicas,
  * device-side (NCCL) all-reduce, the nccl transport with replicas (SC_ERR_UNSUPPORTED).
  * With the nccl transport the activations and gradients still pass through the runner's host
  * buffers (the stage's kernels hand out host copies only); the transport moves them between
  * GPUs with NCCL.
  * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m), pipedream
  * p-s) are ever in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
+ * (A backward cut's gather slot holds no forward of its own and is not counted there; the
+ * report's `slots` includes it.)
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
  */
 #ifndef RT_RUNNER_H
@@ -114,6 +124,17 @@ typedef struct {
     int n_prev_sizes;
     const int *next_sizes;
     int n_next_sizes;
+    /* UMPIPE's backward cut (its second chromosome; same rules as prev_sizes): this stage runs
+     * its backwards over its own consecutive sample ranges, [n_backward_sizes] values >= 1
+     * summing to batch_size, and sends each input gradient cut by them; NULL (the default): the
+     * forward cut (microbatch_sizes). next_backward_sizes / n_next_backward_sizes: the next
+     * stage's backward_sizes, the cut of the gradients this stage receives; NULL: that stage
+     * has none of its own (next_sizes, or this stage's cut when next_sizes is NULL too). The last
+     * stage must leave it NULL. Both borrowed during rt_runner_new only. */
+    const int *backward_sizes;
+    int n_backward_sizes;
+    const int *next_backward_sizes;
+    int n_next_backward_sizes;
     /* Schedule "sliced" (1f1b with sliced warm-up): the first `sliced_warmup` micro-batches are
      * each cut into two halves run as separate micro-batches, so downstream stages start after
      * half a forward. -1 (the default) means n_stages - 1; capped at microbatches. */
@@ -150,7 +171,8 @@ typedef struct {
     int microbatches;            /* micro-batches run by this replica (with the sliced warm-up
                                   * halves) */
     int max_inflight;            /* most micro-batches held at once this iteration */
-    int slots;                   /* activation slots allocated */
+    int slots;                   /* activation slots allocated (with the gather slot of a
+                                  * backward cut) */
     int n_blocks;                /* last_block - first_block + 1 */
     const double *grad_sq_norms; /* [n_blocks] squared L2 norm of each block's gradient before
                                   * the step; owned by the runner, valid until the next step */
