@@ -691,11 +691,13 @@ typedef struct {
     int n_log;
     int inflight_end[128]; /* [steps], then the flush's */
     int first_event[128];  /* log index of each call's first event */
+    double loss[128];      /* each step's loss (last stage) */
 } pd_job;
 
 static void pd_log(pd_job *j, const rt_report *rep, int call)
 {
     j->inflight_end[call] = rep->inflight_end;
+    j->loss[call] = rep->loss;
     j->first_event[call] = j->n_log;
     for (int k = 0; k < rep->n_events && j->n_log < 1024; k++)
         j->log[j->n_log++] = rep->events[k];
@@ -721,29 +723,36 @@ static void *pd_thread(void *arg)
     return NULL;
 }
 
-/* Runs steps [first_step, first_step + steps) on every stage at once, then flushes if asked.
- * jobs[] (heap: the logs are large) receive the logs. */
-static pd_job *pd_run(const run_spec *rs, rt_runner **rn, uint64_t first_step, int steps,
-                      bool flush)
+/* Runs steps [first_step, first_step + steps) on the n runners at once (every stage, or every
+ * copy of every stage), then flushes if asked. jobs[] (heap: the logs are large) receive the
+ * logs, one per runner. */
+static pd_job *pd_run_runners(rt_runner **rn, int n, uint64_t first_step, int steps, bool flush)
 {
     pthread_t th[8];
-    pd_job *jobs = calloc((size_t)rs->stages, sizeof *jobs);
+    assert_true(n <= 8);
+    pd_job *jobs = calloc((size_t)n, sizeof *jobs);
     assert_non_null(jobs);
-    for (int s = 0; s < rs->stages; s++) {
+    for (int s = 0; s < n; s++) {
         jobs[s].r = rn[s];
         jobs[s].first_step = first_step;
         jobs[s].steps = steps;
         jobs[s].flush = flush;
         assert_int_equal(pthread_create(&th[s], NULL, pd_thread, &jobs[s]), 0);
     }
-    for (int s = 0; s < rs->stages; s++)
+    for (int s = 0; s < n; s++)
         pthread_join(th[s], NULL);
-    for (int s = 0; s < rs->stages; s++) {
+    for (int s = 0; s < n; s++) {
         if (jobs[s].rc != SC_OK)
-            print_error("stage %d: %s\n", s, jobs[s].err.msg);
+            print_error("runner %d: %s\n", s, jobs[s].err.msg);
         assert_int_equal(jobs[s].rc, SC_OK);
     }
     return jobs;
+}
+
+static pd_job *pd_run(const run_spec *rs, rt_runner **rn, uint64_t first_step, int steps,
+                      bool flush)
+{
+    return pd_run_runners(rn, rs->stages, first_step, steps, flush);
 }
 
 /* The two-stage asynchronous pipedream stream done by hand, one thread, straight on kn_stage:
@@ -1413,6 +1422,7 @@ static void repl_open(repl_pipe *rp, const run_spec *rs, const int *reps)
             c.replica = k;
             c.prev_replicas = s > 0 ? reps[s - 1] : 1;
             c.next_replicas = s < rs->stages - 1 ? reps[s + 1] : 1;
+            c.stage_replicas = reps;
             assert_true(rp->n < MAX_AGENTS);
             sc_status rc = rt_runner_new(&rp->r[rp->n], &c, &err);
             if (rc != SC_OK)
@@ -1611,7 +1621,7 @@ static void test_replicated_bad_config(void **state)
     expect_bad(c, SC_ERR_INVALID, "microbatches >= replicas");
     c = spec_cfg(&rs, 0, 4);
     c.replicas = 2;
-    c.schedule = "pipedream";
+    c.schedule = "sliced";
     expect_bad(c, SC_ERR_UNSUPPORTED, "valid with replicas");
 
     /* connecting: the plain call is refused, and so are wrong endpoint counts */
@@ -1641,6 +1651,419 @@ static void test_replicated_bad_config(void **state)
     rt_runner_destroy(&r);
 }
 
+/* ---- pipedream with replicated stages (1F1B-RR) ---- */
+
+/* Stage s's warm-up in minibatches of the stage's stream, as docs/runtime.md states it:
+ * W_s = r_s * floor((R_s - 1) / r_s), R_s the copies of stages s..p-1. */
+static int pdr_warmup(const int *reps, int p, int s)
+{
+    int after = 0;
+    for (int j = s; j < p; j++)
+        after += reps[j];
+    return reps[s] * ((after - 1) / reps[s]);
+}
+
+/* The weight version (rounds of updates taken) the forward of minibatch g uses on stage s: the
+ * rounds whose last backward comes before it, i.e. those of minibatches below g - W_s. */
+static uint64_t pdr_version(const int *reps, int p, int s, int g)
+{
+    int w = pdr_warmup(reps, p, s);
+    return g < w ? 0 : (uint64_t)((g - w) / reps[s]);
+}
+
+/* PipeDream with replicated stages by hand, one thread, one kn_stage per stage (the copies of a
+ * stage are identical, so one stands for all). The minibatches g = 0..steps*m-1 of the stream
+ * (micro-batch g % m of step 1 + g / m) are taken one at a time, forward through every stage,
+ * then backward. On stage s, g's forward and backward use the weights after pdr_version(g)
+ * rounds of updates (every version is kept); each backward's weight gradient is taken alone, and
+ * after the r_s minibatches of a round their gradients are added in order (from zero) and
+ * divided by r_s, then the stage's optimizer steps once; an unreplicated stage steps on each
+ * gradient as it is. Nothing of the runner's order of work is imitated: only which weights each
+ * minibatch sees and which gradients form each update. Returns every stage's final parameters,
+ * concatenated, and each step's mean loss in losses[steps]. */
+static float *pdr_reference(const run_spec *rs, const int *reps, size_t *count, double *losses)
+{
+    enum { MAXS = 4 };
+    sc_err err;
+    sc_err_clear(&err);
+    sc_jdoc *doc = NULL;
+    kn_model *m = NULL;
+    assert_int_equal(sc_jdoc_parse(&doc, "model", rs->model, strlen(rs->model), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
+    int p = rs->stages, nb = kn_model_block_count(m), mbs = rs->microbatches;
+    int M = rs->batch / mbs, total = rs->steps * mbs;
+    assert_true(p <= MAXS);
+    kn_device cpu = {KN_DEV_CPU, 0};
+    kn_stage *st[MAXS];
+    float **hist[MAXS], *sum[MAXS], *act[MAXS], *gin[MAXS];
+    size_t np[MAXS], most = 0;
+    int nver[MAXS], in_round[MAXS];
+    rt_runner_cfg rc = spec_cfg(rs, 0, nb);
+    for (int s = 0; s < p; s++) {
+        rt_runner_cfg c = spec_cfg(rs, s, nb);
+        kn_stage_cfg sc = kn_stage_cfg_default(c.first_block, c.last_block, cpu, M);
+        if (strcmp(rs->optimizer, "sgd") == 0) {
+            sc.optim = kn_optim_sgd_default();
+            sc.optim.momentum = (float)rc.momentum;
+        }
+        sc.optim.lr = (float)rc.lr;
+        sc.optim.weight_decay = (float)rc.weight_decay;
+        assert_int_equal(kn_stage_new_cfg(&st[s], m, &sc, &err), SC_OK);
+        np[s] = kn_stage_param_count(st[s]);
+        most = np[s] > most ? np[s] : most;
+        hist[s] = calloc((size_t)(total / reps[s] + 2), sizeof *hist[s]);
+        hist[s][0] = malloc(np[s] * sizeof(float));
+        assert_int_equal(kn_stage_params_to_host(st[s], hist[s][0], &err), SC_OK);
+        nver[s] = 1;
+        in_round[s] = 0;
+        sum[s] = calloc(np[s], sizeof(float));
+        act[s] = malloc((size_t)M * kn_stage_output_per_sample(st[s]) * sizeof(float) + 4);
+        gin[s] = malloc((size_t)M * kn_stage_input_per_sample(st[s]) * sizeof(float) + 4);
+    }
+    int tps = kn_model_targets_per_sample(m);
+    rt_data_cfg dc;
+    memset(&dc, 0, sizeof dc);
+    dc.kind = RT_DATA_SYNTHETIC;
+    dc.seed = rc.seed;
+    dc.inputs_are_tokens = kn_model_block(m, 0)->in_tokens;
+    dc.input_elems = kn_model_block(m, 0)->in_floats;
+    dc.targets_per_sample = tps;
+    dc.classes = kn_model_classes(m);
+    rt_data *d = NULL;
+    assert_int_equal(rt_data_new(&d, &dc, &err), SC_OK);
+    void *in = malloc((size_t)M * dc.input_elems * 4 + 4);
+    int32_t *tgt = malloc((size_t)M * (size_t)tps * 4);
+    float *g1 = malloc(most * sizeof *g1);
+    for (int t = 0; t < rs->steps; t++)
+        losses[t] = 0.0;
+    for (int g = 0; g < total; g++) {
+        uint64_t step = 1 + (uint64_t)(g / mbs);
+        assert_int_equal(rt_data_batch(d, step, (g % mbs) * M, M, in, tgt, &err), SC_OK);
+        const void *x = in;
+        for (int s = 0; s < p; s++) {
+            uint64_t v = pdr_version(reps, p, s, g);
+            assert_true(v < (uint64_t)nver[s]); /* that many rounds are complete by now */
+            assert_int_equal(kn_stage_params_from_host(st[s], hist[s][v], &err), SC_OK);
+            assert_int_equal(kn_stage_forward_host(st[s], 0, x, s == p - 1 ? tgt : NULL, M, &err),
+                             SC_OK);
+            if (s < p - 1) {
+                assert_int_equal(kn_stage_output_to_host(st[s], 0, act[s], &err), SC_OK);
+                x = act[s];
+            } else {
+                float l = 0.0f;
+                assert_int_equal(kn_stage_loss(st[s], 0, &l, &err), SC_OK);
+                losses[g / mbs] += (double)l * (double)M;
+            }
+        }
+        const float *gy = NULL; /* the gradient of stage s's output */
+        for (int s = p - 1; s >= 0; s--) {
+            assert_int_equal(kn_stage_zero_grads(st[s], &err), SC_OK);
+            assert_int_equal(kn_stage_backward_host(st[s], 0, gy, &err), SC_OK);
+            assert_int_equal(kn_stage_grads_to_host(st[s], g1, &err), SC_OK);
+            if (s > 0) {
+                assert_int_equal(kn_stage_grad_input_to_host(st[s], gin[s], &err), SC_OK);
+                gy = gin[s];
+            }
+            if (reps[s] == 1)
+                memcpy(sum[s], g1, np[s] * sizeof(float));
+            else
+                for (size_t i = 0; i < np[s]; i++)
+                    sum[s][i] += g1[i];
+            if (++in_round[s] < reps[s])
+                continue;
+            if (reps[s] > 1)
+                for (size_t i = 0; i < np[s]; i++)
+                    sum[s][i] /= (float)reps[s];
+            /* the round's update, on the newest weights */
+            assert_int_equal(kn_stage_params_from_host(st[s], hist[s][nver[s] - 1], &err), SC_OK);
+            memcpy(kn_stage_grads_device(st[s]), sum[s], np[s] * sizeof(float));
+            assert_int_equal(kn_stage_step(st[s], &err), SC_OK);
+            hist[s][nver[s]] = malloc(np[s] * sizeof(float));
+            assert_int_equal(kn_stage_params_to_host(st[s], hist[s][nver[s]], &err), SC_OK);
+            nver[s]++;
+            memset(sum[s], 0, np[s] * sizeof(float));
+            in_round[s] = 0;
+        }
+    }
+    for (int t = 0; t < rs->steps; t++)
+        losses[t] /= (double)rs->batch;
+    size_t all_n = 0;
+    for (int s = 0; s < p; s++)
+        all_n += np[s];
+    float *all = malloc(all_n * sizeof *all);
+    for (int s = 0, off = 0; s < p; off += (int)np[s], s++) {
+        assert_int_equal(in_round[s], 0); /* whole rounds only */
+        memcpy(all + off, hist[s][nver[s] - 1], np[s] * sizeof(float));
+    }
+    *count = all_n;
+    for (int s = 0; s < p; s++) {
+        for (int v = 0; v < nver[s]; v++)
+            free(hist[s][v]);
+        free(hist[s]);
+        free(sum[s]);
+        free(act[s]);
+        free(gin[s]);
+        kn_stage_destroy(&st[s]);
+    }
+    free(g1);
+    free(in);
+    free(tgt);
+    rt_data_destroy(&d);
+    kn_model_destroy(&m);
+    sc_jdoc_destroy(&doc);
+    return all;
+}
+
+/* The pipeline with reps[s] copies of stage s runs rs->steps steps, then a flush; after the steps
+ * (not drained) and after the flush every stage's copies hold bit-identical parameters. Returns
+ * them (copy 0's of every stage, concatenated) and the step losses of every copy of the last
+ * stage, which must agree bit for bit. */
+static float *pdr_train(const run_spec *rs, const int *reps, size_t *count, double *losses)
+{
+    repl_pipe rp;
+    repl_open(&rp, rs, reps);
+    pd_job *jobs = pd_run_runners(rp.r, rp.n, 1, rs->steps, false);
+    size_t n = 0;
+    free(repl_params(&rp, &n)); /* identical copies with minibatches in flight */
+    int last = rp.base[rs->stages - 1];
+    for (int t = 0; t < rs->steps; t++) {
+        losses[t] = jobs[last].loss[t];
+        for (int i = last; i < rp.n; i++)
+            assert_true(jobs[i].loss[t] == losses[t]);
+    }
+    free(jobs);
+    free(pd_run_runners(rp.r, rp.n, 1 + (uint64_t)rs->steps, 0, true));
+    float *p = repl_params(&rp, count);
+    repl_close(&rp);
+    return p;
+}
+
+/* The stream with replicated stages matches the hand-made reference bit for bit: 2 and 3 stages,
+ * the first, the last, or two stages replicated, GPT and MLP, adamw and sgd, zmq and local,
+ * m a multiple of the copies (m = r too). */
+static void test_pipedream_replicated_reference(void **state)
+{
+    (void)state;
+    static const int r21[] = {2, 1}, r12[] = {1, 2}, r221[] = {2, 2, 1}, r22[] = {2, 2},
+                     r122[] = {1, 2, 2};
+    static const struct {
+        run_spec rs;
+        const int *reps;
+    } cases[] = {
+        {{GPT_JSON, "pipedream", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0}, r21},
+        {{MLP_JSON, "pipedream", 2, 8, 4, 3, "sgd", "local", NULL, NULL, NULL, 0}, r12},
+        {{GPT_JSON, "pipedream", 3, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, r221},
+        {{MLP_JSON, "pipedream", 2, 4, 2, 4, "adamw", "local", NULL, NULL, NULL, 0}, r22},
+        {{MLP_JSON, "pipedream", 3, 8, 4, 2, "sgd", "zmq", NULL, NULL, NULL, 0}, r122},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const run_spec *rs = &cases[i].rs;
+        double ref_loss[8], got_loss[8];
+        size_t n_ref = 0, n_got = 0;
+        float *ref = pdr_reference(rs, cases[i].reps, &n_ref, ref_loss);
+        float *got = pdr_train(rs, cases[i].reps, &n_got, got_loss);
+        assert_int_equal(n_ref, n_got);
+        if (memcmp(ref, got, n_ref * sizeof *ref) != 0)
+            print_error("case %zu: parameters differ from the reference\n", i);
+        assert_memory_equal(ref, got, n_ref * sizeof *ref);
+        for (int t = 0; t < rs->steps; t++) {
+            /* the copies add their losses per round: another order of the same doubles */
+            assert_true(fabs(got_loss[t] - ref_loss[t]) <= 1e-9 * ref_loss[t]);
+            assert_true(ref_loss[t] > 0.0);
+        }
+        free(ref);
+        free(got);
+    }
+}
+
+/* The round's mean makes [r, r] the unreplicated stream over merged minibatches: with m/r
+ * micro-batches of r times the samples (the union of a round's), an unreplicated pipedream run
+ * reaches the same parameters, up to float rounding. */
+static void test_pipedream_replicated_merged(void **state)
+{
+    (void)state;
+    static const int r22[] = {2, 2};
+    const run_spec rep = {MLP_JSON, "pipedream", 2, 8, 4, 4, "sgd", "local", NULL, NULL, NULL, 0};
+    const run_spec one = {MLP_JSON, "pipedream", 2, 8, 2, 4, "sgd", "local", NULL, NULL, NULL, 0};
+    double loss[8];
+    size_t n_rep = 0, n_one = 0;
+    float *a = pdr_train(&rep, r22, &n_rep, loss);
+    rt_runner *rn[2] = {0};
+    pipeline_open(&one, rn);
+    free(pd_run(&one, rn, 1, one.steps, true));
+    float *b = pipeline_params(&one, rn, &n_one);
+    assert_int_equal(n_rep, n_one);
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n_one; i++) {
+        diff += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        norm += (double)b[i] * b[i];
+    }
+    if (sqrt(diff / norm) > 1e-6)
+        print_error("relative difference %g\n", sqrt(diff / norm));
+    assert_true(sqrt(diff / norm) <= 1e-6);
+    for (int s = 0; s < 2; s++)
+        rt_runner_destroy(&rn[s]);
+    free(a);
+    free(b);
+}
+
+/* The events of every copy over 3 undrained steps of [2, 2, 1]: copy c of stage s runs exactly
+ * its own minibatches g = c, c + r, ..., as F(g) then B(g - W_s); every forward uses the version
+ * of the rounds completed before it, every backward its forward's; no copy holds more than
+ * W_s / r_s + 1 minibatches; then the loss falls over 60 more steps. */
+static void test_pipedream_replicated_versions(void **state)
+{
+    (void)state;
+    enum { P = 3, MB = 4, STEPS = 3 };
+    static const int reps[P] = {2, 2, 1};
+    const run_spec rs = {GPT_JSON, "pipedream", P, 8, MB, 0, "adamw", "local", NULL, NULL, NULL, 0};
+    repl_pipe rp;
+    repl_open(&rp, &rs, reps);
+    pd_job *jobs = pd_run_runners(rp.r, rp.n, 1, STEPS, false);
+    for (int i = 0; i < rp.n; i++) {
+        const pd_job *j = &jobs[i];
+        int s = rp.stage_of[i], c = rp.replica_of[i], r = reps[s];
+        int w = pdr_warmup(reps, P, s), slots = w / r + 1, total = STEPS * MB;
+        uint64_t fwd_ver[STEPS * MB];
+        int at = 0, max_inflight = 0, own = 0;
+        for (int g = c; g < total; g += r, own++) {
+            const rt_pd_event *f = &j->log[at++];
+            assert_false(f->backward);
+            assert_int_equal(f->step, 1 + (uint64_t)(g / MB));
+            assert_int_equal(f->mb, g % MB);
+            assert_int_equal(f->version, pdr_version(reps, P, s, g));
+            fwd_ver[g] = f->version;
+            max_inflight = f->inflight > max_inflight ? f->inflight : max_inflight;
+            if (g < w)
+                continue;
+            const rt_pd_event *b = &j->log[at++];
+            int k = g - w; /* W_s is a multiple of r_s: an own minibatch */
+            assert_true(b->backward);
+            assert_int_equal(b->step, 1 + (uint64_t)(k / MB));
+            assert_int_equal(b->mb, k % MB);
+            assert_int_equal(b->version, fwd_ver[k]); /* the stashed version */
+            assert_int_equal(b->inflight, w / r);
+        }
+        assert_int_equal(j->n_log, at);
+        assert_int_equal(max_inflight, slots);
+        for (int t = 0; t < STEPS; t++) {
+            int done = (t + 1) * MB / r; /* own forwards so far */
+            assert_int_equal(j->inflight_end[t], done < w / r ? done : w / r);
+        }
+        assert_int_equal(j->last.slots, slots);
+        assert_int_equal(j->last.microbatches, MB / r);
+        for (int mb = 0; mb < MB; mb++)
+            assert_int_equal(j->last.weight_version_forward[mb],
+                             mb % r == c ? pdr_version(reps, P, s, (STEPS - 1) * MB + mb)
+                                         : UINT64_MAX);
+        assert_int_equal(j->last.has_loss, s == P - 1);
+        (void)own;
+    }
+    /* stage 0 (W 4, 2 copies): step 3's forwards use version 2 (rounds of minibatches 0..3) */
+    assert_int_equal(pdr_version(reps, P, 0, 8), 2);
+    free(jobs);
+    pd_job *first = pd_run_runners(rp.r, rp.n, STEPS + 1, 1, false);
+    double loss0 = first[rp.base[P - 1]].last.loss;
+    free(first);
+    pd_job *more = pd_run_runners(rp.r, rp.n, STEPS + 2, 60, true);
+    double loss1 = more[rp.base[P - 1]].last.loss;
+    if (!(loss1 < loss0 * 0.8))
+        print_error("pipedream with replicas: loss %g -> %g\n", loss0, loss1);
+    assert_true(loss1 < loss0 * 0.8);
+    free(more);
+    size_t n = 0;
+    free(repl_params(&rp, &n)); /* copies identical after the flush */
+    repl_close(&rp);
+}
+
+/* Flushed checkpoints with copies: a save in flight is refused on every copy, copy 0 writes the
+ * stage's file after the flush and copy 1 nothing, every copy loads it, and the resumed run
+ * equals the uninterrupted one bit for bit. */
+static void test_pipedream_replicated_checkpoint(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sc_test_pdrckpt_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    static const int reps[] = {2, 1};
+    const run_spec rs = {GPT_JSON, "pipedream", 2, 8, 4, 0, "adamw", "local", NULL, NULL, NULL, 0};
+    sc_err err;
+    sc_err_clear(&err);
+    repl_pipe a, b;
+    repl_open(&a, &rs, reps);
+    free(pd_run_runners(a.r, a.n, 1, 2, false));
+    for (int i = 0; i < 2; i++) { /* both copies of stage 0 hold minibatches */
+        sc_err_clear(&err);
+        assert_int_equal(rt_runner_save(a.r[i], dir, 2, &err), SC_ERR_PRECONDITION);
+        assert_non_null(strstr(err.msg, "rt_runner_flush"));
+    }
+    free(pd_run_runners(a.r, a.n, 3, 0, true));
+    for (int i = 0; i < a.n; i++)
+        assert_int_equal(rt_runner_save(a.r[i], dir, 2, &err), SC_OK);
+    free(pd_run_runners(a.r, a.n, 3, 2, true));
+    size_t n1 = 0, n2 = 0;
+    float *p1 = repl_params(&a, &n1);
+    repl_open(&b, &rs, reps);
+    free(pd_run_runners(b.r, b.n, 1, 1, false)); /* in flight, then dropped by the load */
+    for (int i = 0; i < b.n; i++)
+        assert_int_equal(rt_runner_load(b.r[i], dir, 2, &err), SC_OK);
+    free(pd_run_runners(b.r, b.n, 3, 2, true));
+    float *p2 = repl_params(&b, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(p1, p2, n1 * sizeof *p1);
+    for (int s = 0; s < 2; s++) {
+        char path[1400];
+        rt_runner_checkpoint_path(a.r[a.base[s]], dir, 2, path, sizeof path);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(rmdir(dir), 0); /* two files only: copy 1 wrote none */
+    free(p1);
+    free(p2);
+    repl_close(&a);
+    repl_close(&b);
+}
+
+/* What pipedream with copies refuses: m not a multiple of every stage's copies (naming the valid
+ * counts), a stage_replicas vector that disputes the stage's own counts, and sliced with copies
+ * still. */
+static void test_pipedream_replicated_bad_config(void **state)
+{
+    (void)state;
+    static const int r21[] = {2, 1}, r11[] = {1, 1}, r23[] = {2, 3}, r120[] = {1, 2, 0};
+    const run_spec rs = {GPT_JSON, "pipedream", 2, 6, 3, 1, "adamw", "local", NULL, NULL, NULL, 0};
+    rt_runner_cfg c = spec_cfg(&rs, 0, 4);
+    c.replicas = 2;
+    c.stage_replicas = r21;
+    expect_bad(c, SC_ERR_INVALID, "multiple of every stage's copies");
+    expect_bad(c, SC_ERR_INVALID, "copies [2, 1]");
+    expect_bad(c, SC_ERR_INVALID, "got 3; valid: 2, 4, ...");
+    c = spec_cfg(&rs, 1, 4); /* the unreplicated stage refuses too: its warm-up needs rounds */
+    c.prev_replicas = 2;
+    expect_bad(c, SC_ERR_INVALID, "valid: 2, 4, ...");
+    c = spec_cfg(&rs, 0, 4);
+    c.batch_size = 12;
+    c.microbatches = 4;
+    c.stage_replicas = r23; /* stage 1, unknown to stage 0 but for this vector, has 3 copies */
+    c.replicas = 2;
+    c.next_replicas = 3;
+    expect_bad(c, SC_ERR_INVALID, "got 4; valid: 6, 12, ...");
+    c = spec_cfg(&rs, 0, 4);
+    c.replicas = 2;
+    c.stage_replicas = r11;
+    expect_bad(c, SC_ERR_INVALID, "stage_replicas[0] = 1; valid: equal to replicas (2)");
+    const run_spec p3 = {GPT_JSON, "pipedream", 3, 8, 4, 1, "adamw", "local", NULL, NULL, NULL, 0};
+    c = spec_cfg(&p3, 0, 4);
+    c.next_replicas = 2;
+    c.stage_replicas = r120;
+    expect_bad(c, SC_ERR_INVALID, "stage_replicas[2] = 0");
+    c = spec_cfg(&rs, 0, 4);
+    c.schedule = "sliced";
+    c.microbatches = 2;
+    c.batch_size = 8;
+    c.replicas = 2;
+    expect_bad(c, SC_ERR_UNSUPPORTED, "valid with replicas: \"gpipe\", \"1f1b\", \"pipedream\"");
+}
+
 int main(void)
 {
     /* clang-format off */
@@ -1666,6 +2089,11 @@ int main(void)
         cmocka_unit_test(test_replicated_equivalence),
         cmocka_unit_test(test_replicated_checkpoint),
         cmocka_unit_test(test_replicated_bad_config),
+        cmocka_unit_test(test_pipedream_replicated_reference),
+        cmocka_unit_test(test_pipedream_replicated_merged),
+        cmocka_unit_test(test_pipedream_replicated_versions),
+        cmocka_unit_test(test_pipedream_replicated_checkpoint),
+        cmocka_unit_test(test_pipedream_replicated_bad_config),
     };
     /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,11 @@
  * rt runner: executes one stage's action list per iteration (see runner.h).
  * Not here: choosing the plan, talking to the coordinator (the worker agent does both).
  * pipedream does not run the action list: its stream of minibatches crosses steps (pd_step,
- * rt_runner_flush), minibatch g living in slot g % (p-s).
+ * rt_runner_flush). Its counters pd_fwd / pd_bwd walk the whole stage's stream (every copy's
+ * minibatches, g on copy g % replicas); a copy runs the F and B of its own, and every copy runs
+ * the OPT (all-reduce and update) after the backward of each round's last minibatch, so all
+ * copies pass the same OPTs and hold the same weights between calls. Own minibatch g lives in
+ * slot (g / replicas) % slots.
  * Invariant: a micro-batch mb lives in activation slot (mb / replicas) % slots from its F to its
  * B (mb / replicas numbers this replica's own micro-batches consecutively); in-order schedules
  * never hold more than `slots` consecutive ones, so slots never collide, and slot_mb[] checks it
@@ -77,10 +81,14 @@ struct rt_runner {
     float **stash;       /* [slots][np]: the parameters each in-flight forward used */
     uint64_t *stash_ver; /* [slots] */
     uint64_t *ver_fwd;   /* [m] version each micro-batch's forward used, this step */
-    /* The asynchronous stream: minibatch g is micro-batch g % m of step pd_base + g / m and lives
-     * in slot g % slots (slots = p-s); pd_fwd / pd_bwd count the forwards / backwards run since
-     * the last fill began, so pd_fwd - pd_bwd are in flight (never more than slots). */
-    uint64_t pd_base, pd_fwd, pd_bwd;
+    /* The asynchronous stream: minibatch g is micro-batch g % m of step pd_base + g / m, run by
+     * copy g % nrep, and lives in slot (g / nrep) % slots on it; pd_fwd / pd_bwd count the whole
+     * stage's forwards / backwards passed since the last fill began (the stage's backward of k
+     * follows its forward of k + pd_warm), pd_own_f / pd_own_b this copy's own, so
+     * pd_own_f - pd_own_b are in flight here (never more than slots = pd_warm / nrep + 1). */
+    uint64_t pd_base, pd_fwd, pd_bwd, pd_own_f, pd_own_b;
+    int pd_warm;
+    double pd_loss_own;  /* last stage with copies: own loss (x samples) of the open round */
     uint64_t *stash_g;   /* [slots] minibatch held by each slot */
     rt_pd_event *events; /* [2m + p] this call's forwards and backwards */
     int n_events;
@@ -88,6 +96,7 @@ struct rt_runner {
     /* Replicated stages. The action list run is the schedule's list of this stage restricted to
      * this replica's micro-batches (acts, owned, when group; else the schedule's own list). */
     int nrep, rep, nrep_prev, nrep_next;
+    int *stage_reps; /* [p] copies of every stage (cfg stage_replicas, or the local counts) */
     bool group;      /* some replica count around this stage is > 1: the routed transports */
     rt_action *acts; /* [nacts] */
     int nacts;
@@ -166,6 +175,7 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->link_next);
     free(r->link_peer);
     free(r->acts);
+    free(r->stage_reps);
     free(r->prev_off);
     free(r->next_off);
     free(r->bw_off);
@@ -276,9 +286,109 @@ static sc_status check_layout(const rt_runner_cfg *c, int nblocks, sc_err *err)
     return SC_OK;
 }
 
+/* Every stage's copy count: cfg stage_replicas (checked against the three counts the stage was
+ * given), or those three with 1 for the other stages. */
+static sc_status plan_stage_replicas(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
+{
+    r->stage_reps = calloc((size_t)r->p, sizeof *r->stage_reps);
+    SC_ALLOC_CHECK(r->stage_reps, err);
+    for (int st = 0; st < r->p; st++) {
+        int known = st == r->s       ? r->nrep
+                    : st == r->s - 1 ? r->nrep_prev
+                    : st == r->s + 1 ? r->nrep_next
+                                     : 1;
+        if (c->stage_replicas == NULL) {
+            r->stage_reps[st] = known;
+            continue;
+        }
+        int given = c->stage_replicas[st];
+        if (given < 1)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner stage %d: stage_replicas[%d] = %d; valid: >= 1 copies", r->s, st,
+                           given);
+        if (st >= r->s - 1 && st <= r->s + 1 && given != known)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner stage %d: stage_replicas[%d] = %d; valid: equal to %s (%d)",
+                           r->s, st, given,
+                           st == r->s       ? "replicas"
+                           : st == r->s - 1 ? "prev_replicas"
+                                            : "next_replicas",
+                           known);
+        r->stage_reps[st] = given;
+    }
+    return SC_OK;
+}
+
+/* pipedream (1F1B-RR, see rt_schedule_pipedream_warmup): the warm-up and slots of this stage,
+ * and, when any stage has copies, the checks that its stream cannot deadlock nor outgrow them. */
+static sc_status plan_pipedream(rt_runner *r, sc_err *err)
+{
+    /* Rounds of a stage's r copies must not straddle steps: a step then ends with whole rounds
+     * on every stage (the last stage's copies complete theirs within the step, so each reports
+     * the step's loss), and a flush leaves no round half done. */
+    long long lcm = 1; /* of the copy counts; stops growing past 2^30, where no m reaches */
+    bool any = false;
+    for (int st = 0; st < r->p; st++) {
+        long long a = lcm, b = r->stage_reps[st];
+        while (b != 0) {
+            long long t = a % b;
+            a = b;
+            b = t;
+        }
+        if (lcm <= 1ll << 30)
+            lcm = lcm / a * r->stage_reps[st];
+        any = any || r->stage_reps[st] > 1;
+    }
+    if (r->m % lcm != 0) {
+        char list[160] = "";
+        for (int st = 0, at = 0; st < r->p && at < (int)sizeof list - 16; st++)
+            at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", st ? ", " : "",
+                           r->stage_reps[st]);
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: schedule \"pipedream\" with stage copies [%s] needs "
+                       "microbatches to be a multiple of every stage's copies, so that rounds "
+                       "of copies never straddle steps; got %d; valid: %lld, %lld, ...",
+                       r->s, list, r->m, lcm, 2 * lcm);
+    }
+    r->pd_warm = rt_schedule_pipedream_warmup(r->p, r->stage_reps, r->s);
+    r->slots = rt_schedule_pipedream_slots(r->p, r->stage_reps, r->s);
+    r->own_mbs = r->m / r->nrep;
+    for (int j = r->rep; j < r->m; j += r->nrep)
+        r->own_samples += r->mb_size[j];
+    if (!any)
+        return SC_OK; /* the textbook stream: stage s keeps p-s minibatches */
+    /* Dry runs of the whole job's copies over streams of 1, 2, ... steps and their drains, long
+     * enough to pass the fill of stage 0 (W_0 < all copies) and some rounds of steady state. */
+    int total = 0;
+    for (int st = 0; st < r->p; st++)
+        total += r->stage_reps[st];
+    sc_status rc = SC_OK;
+    for (int len = r->m; rc == SC_OK; len += r->m) {
+        rt_schedule *ps = NULL;
+        rt_action *acts = NULL;
+        int n = 0, slots = 0;
+        rc = rt_schedule_new_pipedream(&ps, r->p, r->stage_reps, len, err);
+        if (rc == SC_OK)
+            rc = rt_schedule_validate_replicas(ps, NULL, err);
+        if (rc == SC_OK)
+            rc = rt_schedule_restrict(ps, r->s, r->nrep, r->rep, &acts, &n, &slots, err);
+        if (rc == SC_OK && slots > r->slots)
+            rc = SC_ERRF(err, SC_ERR_INTERNAL,
+                         "runner stage %d copy %d: the pipedream stream of %d minibatches holds "
+                         "%d in flight, more than its %d slots",
+                         r->s, r->rep, len, slots, r->slots);
+        free(acts);
+        rt_schedule_destroy(&ps);
+        if (len >= 2 * total + 2 * lcm)
+            break;
+    }
+    return rc;
+}
+
 /* Replicated stages: the restricted action list and its checks. The runner knows the replica
- * counts of its own stage and its two neighbours only, so the dry run assumes the others are
- * unreplicated (the plan's whole vector can be checked with rt_schedule_validate_replicas). */
+ * counts of its own stage and its two neighbours, and of the others when given stage_replicas
+ * (else it takes them as unreplicated; the plan's whole vector can be checked with
+ * rt_schedule_validate_replicas). */
 static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced, sc_err *err)
 {
     r->nrep = c->replicas;
@@ -286,16 +396,19 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced
     r->nrep_prev = r->first ? 1 : c->prev_replicas;
     r->nrep_next = r->last ? 1 : c->next_replicas;
     r->group = r->nrep > 1 || r->nrep_prev > 1 || r->nrep_next > 1;
+    SC_CHECK(plan_stage_replicas(r, c, err));
+    if (r->pipedream)
+        return plan_pipedream(r, err);
     if (!r->group) {
         r->own_mbs = r->m;
         r->own_samples = r->batch;
         r->slots = r->sched->slots[r->s];
         return SC_OK;
     }
-    if (sliced || r->pipedream)
+    if (sliced)
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
                        "runner: schedule \"%s\" with replicated stages; valid with replicas: "
-                       "\"gpipe\", \"1f1b\"",
+                       "\"gpipe\", \"1f1b\", \"pipedream\"",
                        c->schedule);
     int most = r->nrep > r->nrep_prev ? r->nrep : r->nrep_prev;
     most = r->nrep_next > most ? r->nrep_next : most;
@@ -305,16 +418,7 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced
                        "next_replicas %d) but only %d micro-batches; every replica needs one: "
                        "microbatches >= replicas",
                        most, r->s, r->nrep, r->nrep_prev, r->nrep_next, r->m);
-    int *vec = calloc((size_t)r->p, sizeof *vec);
-    SC_ALLOC_CHECK(vec, err);
-    for (int st = 0; st < r->p; st++)
-        vec[st] = st == r->s       ? r->nrep
-                  : st == r->s - 1 ? r->nrep_prev
-                  : st == r->s + 1 ? r->nrep_next
-                                   : 1;
-    sc_status rc = rt_schedule_validate_replicas(r->sched, vec, err);
-    free(vec);
-    SC_CHECK(rc);
+    SC_CHECK(rt_schedule_validate_replicas(r->sched, r->stage_reps, err));
     SC_CHECK(
         rt_schedule_restrict(r->sched, r->s, r->nrep, r->rep, &r->acts, &r->nacts, &r->slots, err));
     for (int j = r->rep; j < r->m; j += r->nrep) {
@@ -552,7 +656,8 @@ static sc_status alloc_stash(rt_runner *r, sc_err *err)
     r->stash_ver = calloc((size_t)r->slots, sizeof *r->stash_ver);
     r->ver_fwd = calloc((size_t)r->m, sizeof *r->ver_fwd);
     r->stash_g = calloc((size_t)r->slots, sizeof *r->stash_g);
-    r->events = calloc((size_t)(2 * r->m + r->p), sizeof *r->events);
+    /* a step runs at most m forwards and m backwards, a flush at most `slots` backwards */
+    r->events = calloc((size_t)(2 * r->m + r->slots + r->p), sizeof *r->events);
     if (r->stash == NULL || r->stash_ver == NULL || r->ver_fwd == NULL || r->stash_g == NULL ||
         r->events == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating weight stashes");
@@ -697,8 +802,9 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     if (r->bsplit)
         SC_CHECK(plan_backward_actions(r, err));
     int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);
-    if (r->pipedream) /* the stream crosses steps: p-s in flight whatever m */
-        r->slots = bound = r->p - r->s;
+    if (r->pipedream) /* the stream crosses steps: W_s / r_s + 1 (p-s unreplicated) whatever m;
+                       * plan_pipedream's dry runs checked a copy never holds more */
+        bound = rt_schedule_pipedream_slots(r->p, r->stage_reps, r->s);
     if (r->slots > bound)
         return SC_ERRF(err, SC_ERR_INTERNAL,
                        "schedule %s needs %d activation slots on stage %d, "
@@ -902,9 +1008,12 @@ static sc_status send_routed(rt_runner *r, rt_msg_kind kind, uint64_t step, int 
 
 /* The replicas' all-reduce of the host gradients (and of the last stage's loss sum): each sends
  * its own to every peer, then every replica adds all of them in replica order 0..r-1, so all get
- * bit-identical sums. Messages are gradients of micro-batch -1-k (k the sender), which no real
- * micro-batch uses. */
-static sc_status allreduce_grads(rt_runner *r, uint64_t step, double *loss_sum, sc_err *err)
+ * bit-identical sums (`mean`: then divided by r, identically everywhere). Replica k's message is
+ * the gradient of micro-batch tag0 - k of `step` (tag0 < 0), which no real micro-batch uses:
+ * tag0 = -1 per synchronous iteration, -1 - (the round's first micro-batch) per pipedream round,
+ * so every round's messages differ. */
+static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mean, double *loss_sum,
+                                 sc_err *err)
 {
     size_t gbytes = r->np * sizeof(float), bytes = gbytes + sizeof(double);
     memcpy(r->red_in, r->grads, gbytes);
@@ -917,7 +1026,7 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, double *loss_sum, 
                            "runner stage %d replica %d: no link to replica %d (call "
                            "rt_runner_connect_group)",
                            r->s, r->rep, k);
-        SC_CHECK(rt_transport_send(r->link_peer[k], RT_MSG_GRADIENT, step, -1 - r->rep, r->red_in,
+        SC_CHECK(rt_transport_send(r->link_peer[k], RT_MSG_GRADIENT, step, tag0 - r->rep, r->red_in,
                                    bytes, err));
     }
     memset(r->red_sum, 0, gbytes);
@@ -927,7 +1036,7 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, double *loss_sum, 
         double l = own_loss;
         if (k != r->rep) {
             SC_CHECK(
-                rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, -1 - k, r->red_in, bytes, err));
+                rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, tag0 - k, r->red_in, bytes, err));
             g = (const float *)r->red_in;
             memcpy(&l, r->red_in + gbytes, sizeof l);
         }
@@ -935,6 +1044,9 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, double *loss_sum, 
             r->red_sum[i] += g[i];
         loss += l;
     }
+    if (mean)
+        for (size_t i = 0; i < r->np; i++)
+            r->red_sum[i] /= (float)r->nrep;
     memcpy(r->grads, r->red_sum, gbytes);
     *loss_sum = loss;
     return SC_OK;
@@ -968,12 +1080,6 @@ static sc_status optimizer_apply(rt_runner *r, sc_err *err)
         }
     }
     return kn_stage_params_from_host(r->st, r->params, err);
-}
-
-static sc_status optimizer_step(rt_runner *r, sc_err *err)
-{
-    SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
-    return optimizer_apply(r, err);
 }
 
 /* Sizes per stage: takes the neighbour's messages, in its micro-batch order, into the gather
@@ -1153,7 +1259,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     case RT_ACT_OPT:
         SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
         if (r->nrep > 1) {
-            SC_CHECK(allreduce_grads(r, step, loss_sum, err));
+            SC_CHECK(allreduce_grads(r, step, -1, false, loss_sum, err));
             rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
             t0 = sc_clock_now_s();
         }
@@ -1171,6 +1277,11 @@ static uint64_t pd_step_of(const rt_runner *r, uint64_t g)
     return r->pd_base + g / (uint64_t)r->m;
 }
 
+static int pd_inflight(const rt_runner *r)
+{
+    return (int)(r->pd_own_f - r->pd_own_b);
+}
+
 static void pd_event(rt_runner *r, bool backward, uint64_t g, uint64_t version)
 {
     rt_pd_event *e = &r->events[r->n_events++];
@@ -1178,15 +1289,26 @@ static void pd_event(rt_runner *r, bool backward, uint64_t g, uint64_t version)
     e->step = pd_step_of(r, g);
     e->mb = (int)(g % (uint64_t)r->m);
     e->version = version;
-    e->inflight = (int)(r->pd_fwd - r->pd_bwd);
+    e->inflight = pd_inflight(r);
 }
 
-/* Receive, forward (with the newest weights, stashed for the backward), send of minibatch
- * pd_fwd. */
+/* This copy's slot of its own minibatch g. */
+static int pd_slot(const rt_runner *r, uint64_t g)
+{
+    return (int)((g / (uint64_t)r->nrep) % (uint64_t)r->slots);
+}
+
+/* The stage's next forward, minibatch pd_fwd: another copy's passes by; an own one is received,
+ * run with the newest weights (stashed for its backward) and sent. */
 static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_err *err)
 {
     uint64_t g = r->pd_fwd, step = pd_step_of(r, g);
-    int mb = (int)(g % (uint64_t)r->m), slot = (int)(g % (uint64_t)r->slots);
+    int mb = (int)(g % (uint64_t)r->m), slot = pd_slot(r, g);
+    if (g % (uint64_t)r->nrep != (uint64_t)r->rep) {
+        r->ver_fwd[mb] = UINT64_MAX; /* run by copy g % nrep */
+        r->pd_fwd++;
+        return SC_OK;
+    }
     size_t M = (size_t)r->mb_size[mb];
     double t0 = sc_clock_now_s();
     if (!r->first) {
@@ -1200,6 +1322,8 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
     if (r->first || r->last)
         SC_CHECK(rt_data_batch(r->data, step, r->mb_off[mb], (int)M, r->first ? r->in_buf : NULL,
                                r->last ? r->tgt_buf : NULL, err));
+    /* The device holds the newest weights: after an own backward on stashed ones, the round's
+     * OPT (which uploads the newest) always comes before the copy's next forward. */
     SC_CHECK(
         kn_stage_forward_host(r->st, slot, r->in_buf, r->last ? r->tgt_buf : NULL, (int)M, err));
     r->slot_mb[slot] = mb;
@@ -1209,58 +1333,83 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
     r->stash_ver[slot] = r->opt_t;
     r->ver_fwd[mb] = r->opt_t;
     r->pd_fwd++;
-    if ((int)(r->pd_fwd - r->pd_bwd) > rep->max_inflight)
-        rep->max_inflight = (int)(r->pd_fwd - r->pd_bwd);
+    r->pd_own_f++;
+    if (pd_inflight(r) > rep->max_inflight)
+        rep->max_inflight = pd_inflight(r);
     if (r->last) {
         float l = 0.0f;
         SC_CHECK(kn_stage_loss(r->st, slot, &l, err));
-        *loss_sum += (double)l * (double)M;
+        /* with copies, the round's all-reduce adds up the copies' losses */
+        if (r->nrep > 1)
+            r->pd_loss_own += (double)l * (double)M;
+        else
+            *loss_sum += (double)l * (double)M;
     }
     extra_compute(r->extra_f_s * (double)M);
     rep->forward_s += sc_clock_now_s() - t1;
     pd_event(r, false, g, r->opt_t);
     if (!r->last) {
         SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
-        SC_CHECK(rt_transport_send(tr_dir(r, true), RT_MSG_ACTIVATION, step, mb, r->out_buf,
-                                   M * r->out_elems * sizeof(float), err));
+        SC_CHECK(send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf,
+                             M * r->out_elems * sizeof(float), err));
     }
     return SC_OK;
 }
 
-/* Receive, backward (with the weights stashed at its forward), send, then the update of the
- * newest weights, of minibatch pd_bwd. */
-static sc_status pd_backward(rt_runner *r, rt_report *rep, sc_err *err)
+/* The stage's next backward, minibatch pd_bwd. An own one is received, run with the weights
+ * stashed at its forward and sent; its gradient waits in r->grads for the round's end. After a
+ * round's last minibatch every copy runs the OPT: the copies' all-reduce (mean of the round's r
+ * gradients; none unreplicated), then the same update of the newest weights on each. */
+static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_err *err)
 {
-    uint64_t g = r->pd_bwd, step = pd_step_of(r, g);
-    int mb = (int)(g % (uint64_t)r->m), slot = (int)(g % (uint64_t)r->slots);
-    size_t M = (size_t)r->mb_size[mb];
-    double t0 = sc_clock_now_s();
-    if (!r->last) {
-        SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
-                                   M * r->out_elems * sizeof(float), err));
-        rep->wait_s += sc_clock_now_s() - t0;
+    uint64_t k = r->pd_bwd, step = pd_step_of(r, k);
+    int mb = (int)(k % (uint64_t)r->m);
+    if (k % (uint64_t)r->nrep == (uint64_t)r->rep) {
+        int slot = pd_slot(r, k);
+        size_t M = (size_t)r->mb_size[mb];
+        double t0 = sc_clock_now_s();
+        if (!r->last) {
+            SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
+                                       M * r->out_elems * sizeof(float), err));
+            rep->wait_s += sc_clock_now_s() - t0;
+        }
+        double t1 = sc_clock_now_s();
+        if (r->slot_mb[slot] != mb || r->stash_g[slot] != k)
+            return slot_error(r, "backward", mb, err);
+        SC_CHECK(kn_stage_zero_grads(r->st, err));
+        if (r->stash_ver[slot] != r->opt_t) /* newer weights since: back to the stashed ones */
+            SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
+        SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+        SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+        r->slot_mb[slot] = -1;
+        r->pd_own_b++;
+        if (!r->first)
+            SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
+        extra_compute(r->extra_b_s * (double)M);
+        rep->backward_s += sc_clock_now_s() - t1;
+        r->pd_bwd++;
+        pd_event(r, true, k, r->stash_ver[slot]);
+        rep->backwards++;
+        if (!r->first)
+            SC_CHECK(send_routed(r, RT_MSG_GRADIENT, step, mb, r->gin_buf,
+                                 M * r->in_elems * sizeof(float), err));
+    } else {
+        r->pd_bwd++;
     }
-    double t1 = sc_clock_now_s();
-    if (r->slot_mb[slot] != mb || r->stash_g[slot] != g)
-        return slot_error(r, "backward", mb, err);
-    SC_CHECK(kn_stage_zero_grads(r->st, err));
-    if (r->stash_ver[slot] != r->opt_t) /* newer weights since: back to the stashed ones */
-        SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
-    SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
-    r->slot_mb[slot] = -1;
-    r->pd_bwd++;
-    if (!r->first)
-        SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
-    extra_compute(r->extra_b_s * (double)M);
-    rep->backward_s += sc_clock_now_s() - t1;
-    pd_event(r, true, g, r->stash_ver[slot]);
-    rep->backwards++;
-    if (!r->first)
-        SC_CHECK(rt_transport_send(tr_dir(r, false), RT_MSG_GRADIENT, step, mb, r->gin_buf,
-                                   M * r->in_elems * sizeof(float), err));
-    /* updates the newest weights (not the stash) and uploads them */
+    if (k % (uint64_t)r->nrep != (uint64_t)(r->nrep - 1))
+        return SC_OK; /* the round goes on */
     double t2 = sc_clock_now_s();
-    SC_CHECK(optimizer_step(r, err));
+    if (r->nrep > 1) {
+        /* m is a multiple of nrep, so the round's minibatches are micro-batches
+         * mb - nrep + 1 .. mb of one step */
+        SC_CHECK(allreduce_grads(r, step, -1 - (mb - r->nrep + 1), true, &r->pd_loss_own, err));
+        *loss_sum += r->pd_loss_own;
+        r->pd_loss_own = 0.0;
+        rep->wait_s += sc_clock_now_s() - t2; /* counted as waiting, not as the optimizer */
+        t2 = sc_clock_now_s();
+    }
+    /* updates the newest weights (not the stash) and uploads them */
+    SC_CHECK(optimizer_apply(r, err));
     rep->optimizer_s += sc_clock_now_s() - t2;
     return SC_OK;
 }
@@ -1272,49 +1421,52 @@ static void pd_finish(rt_runner *r, rt_report *rep, double t0)
     rep->weight_version_forward = r->ver_fwd;
     rep->events = r->events;
     rep->n_events = r->n_events;
-    rep->inflight_end = (int)(r->pd_fwd - r->pd_bwd);
+    rep->inflight_end = pd_inflight(r);
     rep->slots = r->slots;
     rep->n_blocks = r->nb;
     rep->grad_sq_norms = r->norms;
 }
 
-/* One step of the stream: the m forwards of `step`, each followed by the backwards 1f1b allows
- * (in flight kept at w = p-s-1 once filled). */
+/* One step of the stream: the stage's m forwards of `step` (this copy's own run, the others'
+ * pass by), each followed by the backwards the warm-up allows (the stage's backward of k after
+ * its forward of k + pd_warm). */
 static sc_status pd_step(rt_runner *r, uint64_t step, rt_report *rep, sc_err *err)
 {
     double t0 = sc_clock_now_s();
     if (r->pd_fwd == r->pd_bwd) { /* empty: a new fill starts at this step */
         r->pd_base = step;
-        r->pd_fwd = r->pd_bwd = 0;
+        r->pd_fwd = r->pd_bwd = r->pd_own_f = r->pd_own_b = 0;
     }
-    bool filling = r->pd_bwd == 0;
-    uint64_t w = (uint64_t)(r->p - r->s - 1);
+    bool filling = r->pd_own_b == 0;
+    uint64_t w = (uint64_t)r->pd_warm;
     double loss_sum = 0.0;
     r->n_events = 0;
     for (int j = 0; j < r->m; j++) {
         SC_CHECK(pd_forward(r, rep, &loss_sum, err));
         while (r->pd_fwd - r->pd_bwd > w) {
-            if (filling && r->pd_bwd == 0)
+            if (filling && r->pd_own_b == 0 && r->pd_bwd % (uint64_t)r->nrep == (uint64_t)r->rep)
                 rep->warmup_s = sc_clock_now_s() - t0;
-            SC_CHECK(pd_backward(r, rep, err));
+            SC_CHECK(pd_backward(r, rep, &loss_sum, err));
         }
     }
-    if (filling && r->pd_bwd == 0)
-        rep->warmup_s = sc_clock_now_s() - t0; /* still filling (m < p-s) */
+    if (filling && r->pd_own_b == 0)
+        rep->warmup_s = sc_clock_now_s() - t0; /* still filling (m small against the warm-up) */
+    /* checked every step, as the synchronous schedules check theirs */
     if (rep->max_inflight > r->slots)
         return SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: %d minibatches in flight, %d slots",
                        r->s, rep->max_inflight, r->slots);
     pd_finish(r, rep, t0);
-    rep->samples_per_s = rep->iteration_s > 0.0 ? (double)r->batch / rep->iteration_s : 0.0;
+    rep->samples_per_s = rep->iteration_s > 0.0 ? (double)r->own_samples / rep->iteration_s : 0.0;
     rep->has_loss = r->last;
     rep->loss = r->last ? loss_sum / (double)r->batch : 0.0;
-    rep->microbatches = r->m;
+    rep->microbatches = r->own_mbs;
     return SC_OK;
 }
 
 static void pd_reset(rt_runner *r)
 {
-    r->pd_base = r->pd_fwd = r->pd_bwd = 0;
+    r->pd_base = r->pd_fwd = r->pd_bwd = r->pd_own_f = r->pd_own_b = 0;
+    r->pd_loss_own = 0.0;
 }
 
 sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err)
@@ -1332,9 +1484,11 @@ sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err)
     double t0 = sc_clock_now_s();
     r->n_events = 0;
     rep.step = r->pd_fwd > 0 ? pd_step_of(r, r->pd_fwd - 1) : 0;
+    /* whole rounds (m is a multiple of the copies): the last backward closes the last round */
+    double loss_sum = 0.0;
     sc_status rc = SC_OK;
     while (rc == SC_OK && r->pd_bwd < r->pd_fwd)
-        rc = pd_backward(r, &rep, err);
+        rc = pd_backward(r, &rep, &loss_sum, err);
     if (rc != SC_OK) {
         r->broken = true;
         return rc;
@@ -1362,7 +1516,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
             return SC_ERRF(err, SC_ERR_INVALID,
                            "runner stage %d: pipedream step %llu while %d minibatches are in "
                            "flight; valid: the next step %llu (or call rt_runner_flush first)",
-                           r->s, (unsigned long long)step, (int)(r->pd_fwd - r->pd_bwd),
+                           r->s, (unsigned long long)step, pd_inflight(r),
                            (unsigned long long)pd_step_of(r, r->pd_fwd));
         sc_status rc = pd_step(r, step, &rep, err);
         if (rc != SC_OK) { /* the stream is partial (messages taken, updates made) */
@@ -1492,7 +1646,7 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
         return SC_ERRF(err, SC_ERR_PRECONDITION,
                        "runner stage %d: pipedream has %d minibatches in flight; call "
                        "rt_runner_flush before rt_runner_save",
-                       r->s, (int)(r->pd_fwd - r->pd_bwd));
+                       r->s, pd_inflight(r));
     if (r->rep > 0)
         return SC_OK; /* the replicas are bit-identical: replica 0 writes for all */
     char path[1200], tmp[1300];

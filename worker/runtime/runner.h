@@ -144,9 +144,17 @@ typedef struct {
      * next_replicas copies (>= 1; ignored for the first / last stage). Micro-batch j runs on copy
      * j % r of every stage; before the optimizer step the copies of a stage all-reduce their
      * gradients in host memory over the transport. Needs replicas <= the micro-batches run and the
-     * "gpipe" or "1f1b" schedule when any of the three is > 1. Defaults 1, 0, 1, 1. */
+     * "gpipe", "1f1b" or "pipedream" schedule when any of the three is > 1 (pipedream: see the
+     * top of this file). Defaults 1, 0, 1, 1. */
     int replicas, replica;
     int prev_replicas, next_replicas;
+    /* Copies of every stage: [n_stages] values >= 1, borrowed during rt_runner_new only; entries
+     * stage-1, stage and stage+1 must equal prev_replicas, replicas and next_replicas. NULL (the
+     * default): those three, 1 for every other stage. pipedream needs the true vector whenever a
+     * stage is replicated (the warm-up of a stage depends on the copies of all stages after it;
+     * stages told different vectors may deadlock until the timeout), so a job with replicated
+     * stages gives it to every stage; the synchronous schedules use it for a fuller dry run. */
+    const int *stage_replicas;
 } rt_runner_cfg;
 
 /* pipedream: one forward or backward run by rt_runner_step / rt_runner_flush, in order. */

@@ -1,6 +1,7 @@
 /*
  * rt schedule: generation and validation of per-stage action lists (see schedule.h).
- * Invariant: a schedule returned by rt_schedule_new() has passed rt_schedule_validate().
+ * Invariant: a schedule returned by rt_schedule_new() or rt_schedule_new_pipedream() has passed
+ * rt_schedule_validate().
  */
 #include "worker/runtime/schedule.h"
 
@@ -17,7 +18,7 @@ const char *rt_action_name(rt_action_kind kind)
 
 const char *rt_schedule_kind_name(rt_schedule_kind kind)
 {
-    return kind == RT_SCHED_1F1B ? "1f1b" : "gpipe";
+    return kind == RT_SCHED_PIPEDREAM ? "pipedream" : kind == RT_SCHED_1F1B ? "1f1b" : "gpipe";
 }
 
 sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_kind *out,
@@ -59,6 +60,7 @@ void rt_schedule_destroy(rt_schedule **sp)
     free(s->actions);
     free(s->count);
     free(s->slots);
+    free(s->replicas);
     free(s);
     *sp = NULL;
 }
@@ -88,16 +90,13 @@ static void push_backward(rt_schedule *s, int st, int mb)
         push(s, st, RT_ACT_SEND_B, mb);
 }
 
-sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
-                          sc_err *err)
+/* An empty schedule with room for `per_stage` actions on each stage. */
+static rt_schedule *schedule_alloc(rt_schedule_kind kind, int stages, int microbatches,
+                                   size_t per_stage)
 {
-    *out = NULL;
-    if (stages < 1 || stages > 4096 || microbatches < 1 || microbatches > 1 << 20)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "schedule: %d stages and %d micro-batches; both must be >= 1", stages,
-                       microbatches);
     rt_schedule *s = calloc(1, sizeof *s);
-    SC_ALLOC_CHECK(s, err);
+    if (s == NULL)
+        return NULL;
     s->kind = kind;
     s->stages = stages;
     s->microbatches = microbatches;
@@ -106,13 +105,30 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
     s->actions = calloc((size_t)stages, sizeof *s->actions);
     bool ok = s->count != NULL && s->slots != NULL && s->actions != NULL;
     for (int st = 0; ok && st < stages; st++) {
-        s->actions[st] = calloc((size_t)microbatches * 6 + 1, sizeof **s->actions);
+        s->actions[st] = calloc(per_stage, sizeof **s->actions);
         ok = s->actions[st] != NULL;
     }
-    if (!ok) {
+    if (!ok)
         rt_schedule_destroy(&s);
+    return s;
+}
+
+sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
+                          sc_err *err)
+{
+    *out = NULL;
+    if (kind != RT_SCHED_GPIPE && kind != RT_SCHED_1F1B)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "schedule: rt_schedule_new builds \"gpipe\" and \"1f1b\"; \"%s\" lists "
+                       "come from rt_schedule_new_pipedream",
+                       rt_schedule_kind_name(kind));
+    if (stages < 1 || stages > 4096 || microbatches < 1 || microbatches > 1 << 20)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "schedule: %d stages and %d micro-batches; both must be >= 1", stages,
+                       microbatches);
+    rt_schedule *s = schedule_alloc(kind, stages, microbatches, (size_t)microbatches * 6 + 1);
+    if (s == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory building a schedule");
-    }
     for (int st = 0; st < stages; st++) {
         if (kind == RT_SCHED_GPIPE) {
             for (int mb = 0; mb < microbatches; mb++)
@@ -144,6 +160,73 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
     return SC_OK;
 }
 
+int rt_schedule_pipedream_warmup(int stages, const int *replicas, int stage)
+{
+    int after = 0; /* R_s: copies of stages s..p-1 */
+    for (int st = stage; st < stages; st++)
+        after += replicas[st];
+    int r = replicas[stage];
+    return r * ((after - 1) / r);
+}
+
+int rt_schedule_pipedream_slots(int stages, const int *replicas, int stage)
+{
+    return rt_schedule_pipedream_warmup(stages, replicas, stage) / replicas[stage] + 1;
+}
+
+/* One backward of the pipedream stream on stage st, and the round's OPT after its last. */
+static void push_pd_backward(rt_schedule *s, int st, int k)
+{
+    push_backward(s, st, k);
+    if (k % s->replicas[st] == s->replicas[st] - 1)
+        push(s, st, RT_ACT_OPT, -1);
+}
+
+sc_status rt_schedule_new_pipedream(rt_schedule **out, int stages, const int *replicas,
+                                    int minibatches, sc_err *err)
+{
+    *out = NULL;
+    if (stages < 1 || stages > 4096 || minibatches < 1 || minibatches > 1 << 20 || replicas == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "pipedream schedule: %d stages and %d minibatches; both must be >= 1, and "
+                       "the copies of every stage given",
+                       stages, minibatches);
+    for (int st = 0; st < stages; st++)
+        if (replicas[st] < 1 || minibatches % replicas[st] != 0)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "pipedream schedule: stage %d has %d copies and the stream %d "
+                           "minibatches; valid: copies >= 1 dividing the minibatches (whole "
+                           "rounds)",
+                           st, replicas[st], minibatches);
+    /* each minibatch: 3 actions forward, 3 backward, and at most one OPT */
+    rt_schedule *s =
+        schedule_alloc(RT_SCHED_PIPEDREAM, stages, minibatches, (size_t)minibatches * 7 + 1);
+    if (s != NULL)
+        s->replicas = malloc((size_t)stages * sizeof *s->replicas);
+    if (s == NULL || s->replicas == NULL) {
+        rt_schedule_destroy(&s);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory building a pipedream schedule");
+    }
+    memcpy(s->replicas, replicas, (size_t)stages * sizeof *replicas);
+    for (int st = 0; st < stages; st++) {
+        int w = rt_schedule_pipedream_warmup(stages, replicas, st), b = 0;
+        for (int g = 0; g < minibatches; g++) {
+            push_forward(s, st, g);
+            if (g >= w)
+                push_pd_backward(s, st, b++);
+        }
+        while (b < minibatches) /* the drain (rt_runner_flush) */
+            push_pd_backward(s, st, b++);
+    }
+    sc_status rc = rt_schedule_validate(s, err);
+    if (rc != SC_OK) {
+        rt_schedule_destroy(&s);
+        return rc;
+    }
+    *out = s;
+    return SC_OK;
+}
+
 /* Per stage: action order and counts. Returns the most micro-batches in flight in *slots. */
 static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *slots, sc_err *err)
 {
@@ -153,16 +236,24 @@ static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *s
     bool first = st == 0, last = st == p - 1;
     memset(state, 0, (size_t)m * sizeof *state);
     int inflight = 0, opt = 0;
+    /* pipedream: an OPT closes each round of r backwards (the copies' update) */
+    int round = s->replicas != NULL ? s->replicas[st] : 0, since_opt = 0;
     *slots = 0;
     for (int i = 0; i < s->count[st]; i++) {
         const rt_action *a = &s->actions[st][i];
         int mb = a->mb;
         if (a->kind == RT_ACT_OPT) {
-            if (i != s->count[st] - 1)
+            if (round == 0 && i != s->count[st] - 1)
                 return SC_ERRF(err, SC_ERR_INVALID,
                                "schedule: stage %d has OPT at action %d, "
                                "before its end",
                                st, i);
+            if (round > 0 && since_opt != round)
+                return SC_ERRF(err, SC_ERR_INVALID,
+                               "schedule: stage %d has OPT at action %d after %d backwards; a "
+                               "round of its %d copies has %d",
+                               st, i, since_opt, round, round);
+            since_opt = 0;
             opt++;
             continue;
         }
@@ -201,6 +292,7 @@ static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *s
                                              : NULL;
             *f |= DID_B;
             inflight--;
+            since_opt++;
             break;
         case RT_ACT_SEND_B:
             why = first           ? "the first stage sends no gradients"
@@ -218,9 +310,12 @@ static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *s
                            "%d %s",
                            st, i, rt_action_name(a->kind), mb, why);
     }
-    if (opt != 1)
-        return SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d has %d OPT actions, expected 1", st,
-                       opt);
+    int want_opt = round > 0 ? m / round : 1;
+    if (opt != want_opt || since_opt != 0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "schedule: stage %d has %d OPT actions (%d backwards after the last), "
+                       "expected %d",
+                       st, opt, since_opt, want_opt);
     for (int mb = 0; mb < m; mb++) {
         int want = DID_F | DID_B | (first ? 0 : GOT_F | SENT_B) | (last ? 0 : SENT_F | GOT_B);
         if (state[mb] != want)
@@ -327,15 +422,26 @@ sc_status rt_schedule_restrict(const rt_schedule *s, int stage, int replicas, in
     return SC_OK;
 }
 
-/* One agent of the replicated dry run: replica k of stage st and its restricted list. */
+/* One agent of the replicated dry run: replica k of stage st and its restricted list; opts: the
+ * OPTs it has arrived at, waiting: it waits at the last of them. */
 typedef struct {
-    int st, k, count, pc;
+    int st, k, count, pc, opts;
+    bool waiting;
     rt_action *acts;
 } dry_agent;
 
 sc_status rt_schedule_validate_replicas(const rt_schedule *s, const int *replicas, sc_err *err)
 {
     int p = s->stages, m = s->microbatches, n = 0;
+    if (s->replicas != NULL) {
+        for (int st = 0; replicas != NULL && st < p; st++)
+            if (replicas[st] != s->replicas[st])
+                return SC_ERRF(err, SC_ERR_INVALID,
+                               "schedule: the pipedream lists were built for %d copies of stage "
+                               "%d, not %d",
+                               s->replicas[st], st, replicas[st]);
+        replicas = s->replicas;
+    }
     for (int st = 0; st < p; st++) {
         int r = replicas != NULL ? replicas[st] : 1;
         if (r < 1 || r > m)
@@ -346,17 +452,17 @@ sc_status rt_schedule_validate_replicas(const rt_schedule *s, const int *replica
         n += r;
     }
     dry_agent *ag = calloc((size_t)n, sizeof *ag);
-    int *at_opt = calloc((size_t)p, sizeof *at_opt); /* replicas of each stage waiting at OPT */
+    int *first = calloc((size_t)p, sizeof *first); /* each stage's first agent */
     char *sent_f = calloc((size_t)p * (size_t)m + 1, 1);
     char *sent_b = calloc((size_t)p * (size_t)m + 1, 1);
-    char *arrived = calloc((size_t)n + 1, 1);
     sc_status rc = SC_OK;
-    if (ag == NULL || at_opt == NULL || sent_f == NULL || sent_b == NULL || arrived == NULL) {
+    if (ag == NULL || first == NULL || sent_f == NULL || sent_b == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory validating a replicated schedule");
         goto out;
     }
     for (int st = 0, i = 0; st < p && rc == SC_OK; st++) {
         int r = replicas != NULL ? replicas[st] : 1;
+        first[st] = i;
         for (int k = 0; k < r && rc == SC_OK; k++, i++) {
             int slots = 0;
             ag[i].st = st;
@@ -377,14 +483,19 @@ sc_status rt_schedule_validate_replicas(const rt_schedule *s, const int *replica
                 if (a->kind == RT_ACT_RECV_B && !sent_b[at + (size_t)m])
                     break;
                 if (a->kind == RT_ACT_OPT) {
-                    /* the all-reduce: announce arrival, pass once all replicas are there */
-                    if (!arrived[i]) {
-                        arrived[i] = 1;
-                        at_opt[g->st]++;
+                    /* the all-reduce: announce arrival, pass once every replica of the stage
+                     * has arrived at this OPT (its opts-th) too */
+                    if (!g->waiting) {
+                        g->waiting = true;
+                        g->opts++;
                         progress = true;
                     }
-                    if (at_opt[g->st] < r)
+                    int all = g->opts;
+                    for (int k = 0; k < r; k++)
+                        all = ag[first[g->st] + k].opts < all ? ag[first[g->st] + k].opts : all;
+                    if (all < g->opts)
                         break;
+                    g->waiting = false;
                 }
                 if (a->kind == RT_ACT_SEND_F)
                     sent_f[at] = 1;
@@ -413,9 +524,8 @@ out:
     for (int i = 0; ag != NULL && i < n; i++)
         free(ag[i].acts);
     free(ag);
-    free(at_opt);
+    free(first);
     free(sent_f);
     free(sent_b);
-    free(arrived);
     return rc;
 }

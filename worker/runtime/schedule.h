@@ -12,9 +12,13 @@
  * stage, and each replica runs its stage's list restricted to its own micro-batches (the order is
  * kept). rt_schedule_validate_replicas() dry-runs those restricted lists over all stages and
  * replicas, the replicas of a stage meeting at OPT (their gradient all-reduce).
- * Not here: asynchronous pipedream (the runner runs its cross-step 1f1b stream itself; the 1f1b
- * lists only validate its configuration) and the cut micro-batches of the sliced warm-up (the
- * runner adds them on top of 1f1b lists), I/W split backward.
+ * Asynchronous pipedream with replicated stages (1F1B-RR): rt_schedule_new_pipedream() writes a
+ * finite stream of minibatches as one list per stage, with an OPT (the copies' all-reduce and
+ * update) after every round of r_s consecutive backwards; each copy runs its restriction, so the
+ * same dry run checks that the runner's stream cannot deadlock (see rt_schedule_pipedream_warmup
+ * for the rule). The runner executes that stream itself, step by step, without building lists.
+ * Not here: the cut micro-batches of the sliced warm-up (the runner adds them on top of 1f1b
+ * lists), I/W split backward.
  */
 #ifndef RT_SCHEDULE_H
 #define RT_SCHEDULE_H
@@ -24,6 +28,7 @@
 typedef enum {
     RT_SCHED_GPIPE = 0,
     RT_SCHED_1F1B = 1,
+    RT_SCHED_PIPEDREAM = 2, /* built by rt_schedule_new_pipedream() only */
 } rt_schedule_kind;
 
 typedef enum {
@@ -33,7 +38,7 @@ typedef enum {
     RT_ACT_RECV_B,     /* receive the gradient of mb's output from stage s+1 */
     RT_ACT_B,          /* backward of mb */
     RT_ACT_SEND_B,     /* send the gradient of mb's input to stage s-1 */
-    RT_ACT_OPT,        /* optimizer step (mb = -1) */
+    RT_ACT_OPT,        /* optimizer step (mb = -1); pipedream: after every round of backwards */
 } rt_action_kind;
 
 typedef struct {
@@ -47,6 +52,7 @@ typedef struct {
     int *count;          /* [stages]: actions per stage */
     rt_action **actions; /* [stages][count[s]] */
     int *slots;          /* [stages]: most micro-batches in flight (F done, B not yet) */
+    int *replicas;       /* [stages]: copies of each stage (pipedream only; NULL otherwise) */
 } rt_schedule;
 
 /* Parses "gpipe" or "1f1b". "pipedream", "sliced" and "unequal" are SC_ERR_UNSUPPORTED here (the
@@ -55,12 +61,15 @@ sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_ki
                                  sc_err *err);
 const char *rt_schedule_kind_name(rt_schedule_kind kind);
 
-/* Builds and validates the schedule of `stages` stages and `microbatches` micro-batches. */
+/* Builds and validates the schedule of `stages` stages and `microbatches` micro-batches (gpipe or
+ * 1f1b; RT_SCHED_PIPEDREAM is SC_ERR_INVALID here: use rt_schedule_new_pipedream). */
 sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
                           sc_err *err);
 void rt_schedule_destroy(rt_schedule **s);
 
-/* Validates any schedule (also hand-made ones, for tests); fills s->slots. */
+/* Validates any schedule (also hand-made ones, for tests); fills s->slots. A synchronous list has
+ * one OPT, at its end; a pipedream list of stage s one after every r_s-th backward (and no
+ * backward after the last). */
 sc_status rt_schedule_validate(rt_schedule *s, sc_err *err);
 
 /* Activation slots stage `stage` needs by the textbook formula: m for gpipe, min(p-s, m) for
@@ -75,11 +84,35 @@ const char *rt_action_name(rt_action_kind kind);
 sc_status rt_schedule_restrict(const rt_schedule *s, int stage, int replicas, int replica,
                                rt_action **out, int *count, int *slots, sc_err *err);
 
+/* PipeDream with replicated stages (1F1B-RR). Minibatch g of the stream runs on copy g % r_s of
+ * stage s (r_s = replicas[s] copies). Stage s, taken as a whole, runs F(g) then B(g - W_s) with
+ * the warm-up W_s = r_s * floor((R_s - 1) / r_s), R_s the copies of stages s..p-1, and after the
+ * backward of every round of r_s consecutive minibatches an OPT. W_s is a multiple of r_s, so
+ * each copy alternates its own F and B after floor((R_s - 1) / r_s) warm-up forwards, as
+ * PipeDream's runtime does; unreplicated, W_s = p-s-1. W_s >= R_{s+1} > W_{s+1}, so a backward's
+ * gradient never waits for a forward the stage has not run yet: no deadlock whatever the counts.
+ * rt_schedule_pipedream_slots: the activation slots (= stashed weight versions) of one copy,
+ * W_s / r_s + 1 (for stage 0, PipeDream's NOAM = ceil(all copies / r_0)). stages >= 1, stage in
+ * 0..stages-1, every replicas[st] >= 1. */
+int rt_schedule_pipedream_warmup(int stages, const int *replicas, int stage);
+int rt_schedule_pipedream_slots(int stages, const int *replicas, int stage);
+
+/* The pipedream stream of `minibatches` minibatches (a multiple of every replicas[st], so the last
+ * round of each stage is complete) followed by its drain, as one list per stage: F(g) then
+ * B(g - W_s), the remaining backwards at the end, an OPT after every r_s-th backward. The copy of
+ * `replicas` is kept in s->replicas; validated as rt_schedule_validate does (slots counts the
+ * whole stage's minibatches in flight). Restricting it to a copy and
+ * rt_schedule_validate_replicas() check what one copy runs. Bad counts are SC_ERR_INVALID. */
+sc_status rt_schedule_new_pipedream(rt_schedule **out, int stages, const int *replicas,
+                                    int minibatches, sc_err *err);
+
 /* Dry run of the restricted lists of every replica of every stage (replicas[st] >= 1 copies of
  * stage st; NULL: one each): sends never block, a receive waits for its send (micro-batch j's
  * activation comes from replica j % replicas[st-1], its gradient from j % replicas[st+1]), and
- * OPT waits until every replica of the stage has reached its OPT. Every replica must reach its
- * end; a deadlock is SC_ERR_INVALID naming the stage, replica and action it waits at. */
+ * the n-th OPT of a replica waits until every replica of the stage has reached its n-th OPT.
+ * Every replica must reach its end; a deadlock is SC_ERR_INVALID naming the stage, replica and
+ * action it waits at. A pipedream schedule is run with its own replicas (NULL: those; another
+ * vector is SC_ERR_INVALID, since its OPTs were placed for them). */
 sc_status rt_schedule_validate_replicas(const rt_schedule *s, const int *replicas, sc_err *err);
 
 #endif /* RT_SCHEDULE_H */
