@@ -99,9 +99,18 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
     return rc;
 }
 
-/* Whether the runtime can run the plan's replicated stages: only synchronous schedules (gpipe,
- * 1f1b) replicate, and every replica needs at least one micro-batch. */
+/* Whether the runtime can run the plan's replicated stages: the synchronous schedules (gpipe,
+ * 1f1b) when every replica has at least one micro-batch, asynchronous pipedream (1F1B-RR) when
+ * the micro-batch count is a multiple of every stage's copies (so rounds of copies never
+ * straddle steps); not sliced or unequal. */
 static int most_replicas(json_t *plan);
+static int replicas_lcm(json_t *plan);
+
+static bool is_pipedream(json_t *plan)
+{
+    const char *sched = json_string_value(json_object_get(plan, "schedule"));
+    return sched != NULL && strcmp(sched, "pipedream") == 0;
+}
 
 static bool runtime_runs(json_t *plan)
 {
@@ -111,6 +120,8 @@ static bool runtime_runs(json_t *plan)
         return true;
     json_int_t m = json_integer_value(json_object_get(json_object_get(plan, "microbatches"),
                                                       "count"));
+    if (is_pipedream(plan))
+        return m >= 1 && m % replicas_lcm(plan) == 0;
     return sched && (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0) &&
            m >= (json_int_t)most;
 }
@@ -132,10 +143,32 @@ static int most_replicas(json_t *plan)
     return (int)most;
 }
 
+/* The least common multiple of the stages' copy counts (pipedream's step of valid micro-batch
+ * counts); past 2^20 it stops growing, beyond any batch. */
+static int replicas_lcm(json_t *plan)
+{
+    size_t i;
+    json_t *st;
+    long long lcm = 1;
+    json_array_foreach(json_object_get(plan, "stages"), i, st)
+    {
+        long long r = (long long)json_array_size(json_object_get(st, "devices"));
+        long long a = lcm, b = r > 0 ? r : 1;
+        while (b != 0) {
+            long long t = a % b;
+            a = b;
+            b = t;
+        }
+        if (lcm <= 1 << 20)
+            lcm = lcm / a * (r > 0 ? r : 1);
+    }
+    return lcm > 1 << 20 ? 1 << 21 : (int)lcm;
+}
+
 /* Runs the job's strategy; when its plan replicates stages in a way the runtime cannot run
- * (an asynchronous or sliced schedule, fewer micro-batches than replicas), takes the best
- * unreplicated plan instead (exhaustive where the instance is small enough, else minmax) and
- * says so in the plan's note. */
+ * (a sliced or unequal schedule, fewer micro-batches than replicas, pipedream with a count that
+ * is not a multiple of every stage's copies), takes the best unreplicated plan instead
+ * (exhaustive where the instance is small enough, else minmax) and says so in the plan's note. */
 static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
                              plan_cluster *cluster, json_t **plan_out, sc_err *err)
 {
@@ -151,14 +184,16 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     sc_err sub;
     sc_err_clear(&sub);
     /* Too few micro-batches for the replicas: the same strategy with the fewest micro-batches
-     * that give every replica one (and divide the batch), when the job left the count open. */
+     * that give every replica one (and divide the batch; for pipedream, a multiple of every
+     * stage's copies), when the job left the count open. */
     int most = most_replicas(*plan_out);
+    int unit = is_pipedream(*plan_out) ? replicas_lcm(*plan_out) : 1;
     for (int m = most; spec->microbatches == 0 && m <= (int)spec->batch_size; m++) {
-        if (spec->batch_size % (uint32_t)m != 0)
+        if (spec->batch_size % (uint32_t)m != 0 || m % unit != 0)
             continue;
         if (run_strategy(spec, strategy, m, profile, cluster, &alt, &sub) == SC_OK &&
             runtime_runs(alt)) {
-            char note[256];
+            char note[512];
             sc_strfmt(note, sizeof note,
                       "%d micro-batches so that each of up to %d replicas of a stage gets one",
                       m, most_replicas(alt));
@@ -184,11 +219,12 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
                            "no unreplicated plan was found: %s",
                            spec->strategy, sub.msg);
     }
-    char note[256];
+    char note[512];
     sc_strfmt(note, sizeof note,
               "%s's plan (predicted %.4g s per iteration) is one the runtime cannot run (it "
               "replicates stages only with gpipe or 1f1b and at least as many micro-batches as "
-              "replicas), so this is %s's plan",
+              "replicas, or pipedream and micro-batches a multiple of every stage's copies), so "
+              "this is %s's plan",
               spec->strategy, json_number_value(json_object_get(*plan_out, "iteration_time_s")),
               plan_strategy_name((plan_strategy)fallback));
     json_object_set_new(alt, "note", json_string(note));

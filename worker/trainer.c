@@ -113,6 +113,16 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.replica = (int)req->replica;
     cfg.prev_replicas = req->stage > 0 ? replicas_of(stages, (int)req->stage - 1) : 1;
     cfg.next_replicas = replicas_of(stages, (int)req->stage + 1);
+    /* every stage's copies: pipedream's warm-up of a stage depends on all stages after it */
+    int stage_reps[256];
+    if (req->n_stages > sizeof stage_reps / sizeof *stage_reps) {
+        rc = SC_ERRF(err, SC_ERR_UNSUPPORTED, "the plan has %u stages; at most %zu", req->n_stages,
+                     sizeof stage_reps / sizeof *stage_reps);
+        goto out;
+    }
+    for (uint32_t s = 0; s < req->n_stages; s++)
+        stage_reps[s] = replicas_of(stages, (int)s);
+    cfg.stage_replicas = stage_reps;
     cfg.schedule = jstr(plan, "schedule", "1f1b");
     /* UMPIPE plans: each stage cuts the batch into its own sizes (fill-drain order); the
      * neighbours' cuts tell the runner how to re-slice activations and gradients between them.

@@ -55,17 +55,36 @@
  * its own to all others and adds all r in copy order, so the sums are bit-identical), then each
  * steps its own parameters: the copies stay bit-identical, and the result equals unreplicated
  * training. The last stage's copies also sum their losses, so each reports the batch loss.
- * With replicas: gpipe and 1f1b only, m >= the largest of the three replica counts (m need not be
+ * With replicas: gpipe and 1f1b need m >= the largest of the three replica counts (m need not be
  * a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes checkpoints, every
  * copy loads the same file.
+ * pipedream with replicas (PipeDream's 1F1B-RR): minibatch g of the stream runs on copy g % r
+ * of every stage (activation from copy g % r_prev, gradient back the same way), its backward on
+ * that copy with the version stashed at its forward. Stage s as a whole runs F(g), then
+ * B(g - W_s) with W_s = r_s * floor((R_s - 1) / r_s), R_s the copies of stages s..p-1 (p-s-1
+ * unreplicated), so each copy alternates its own F and B after W_s / r_s warm-up forwards and
+ * keeps W_s / r_s + 1 slots and versions (stage 0: PipeDream's NOAM, ceil(all copies / r_0)).
+ * The backwards go in rounds of r_s consecutive minibatches, one per copy; after the round's last
+ * backward every copy all-reduces (as above) and applies the MEAN of the round's r_s gradients,
+ * so the copies update together and stay bit-identical, and a version counts rounds. The mean
+ * keeps the step size of unreplicated pipedream: with r copies of every stage this is
+ * unreplicated pipedream over minibatches of r times the samples (a round's union, m/r per
+ * step), up to float rounding; mixed counts have no unreplicated equivalent (a replicated stage
+ * updates once per round, an unreplicated one per minibatch). m must be a multiple of every stage's
+ * copies (rounds never straddle steps, so the last stage's copies each report the step's loss and a
+ * flush drains whole rounds); every runner needs all stages' counts (stage_replicas) for W_s. The
+ * runner dry-runs the job's copies over streams of some steps and their drains
+ * (rt_schedule_new_pipedream, rt_schedule_validate_replicas: OPTs are barriers of a stage's
+ * copies) before it runs.
  * Not here: sizes per stage (forward or backward) with another schedule
- * than gpipe or with replicas, pipedream or sliced with replicas,
+ * than gpipe or with replicas, sliced with replicas,
  * device-side (NCCL) all-reduce, the nccl transport with replicas (SC_ERR_UNSUPPORTED).
  * With the nccl transport the activations and gradients still pass through the runner's host
  * buffers (the stage's kernels hand out host copies only); the transport moves them between
  * GPUs with NCCL.
  * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m), pipedream
- * p-s) are ever in flight; each iteration checks it and fails with SC_ERR_INTERNAL otherwise.
+ * W_s / r_s + 1, i.e. p-s unreplicated) are ever in flight; each iteration checks it and fails
+ * with SC_ERR_INTERNAL otherwise.
  * (A backward cut's gather slot holds no forward of its own and is not counted there; the
  * report's `slots` includes it.)
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
@@ -186,11 +205,13 @@ typedef struct {
                                   * the step; owned by the runner, valid until the next step */
     /* pipedream only (else NULL / 0), owned by the runner like the above: [microbatches] the
      * weight version (optimizer steps taken on this stage) each micro-batch's forward of this step
-     * used; the forwards and backwards run by this call in order (a backward may belong to the
-     * previous step); the minibatches still in flight on return (p-s-1 after a step: the
-     * pipeline is not drained); the time before the first backward of a fill (the warm-up, in the
-     * first step after a start, a load or a flush only) and the backwards run. The steady-state
-     * time per minibatch is (iteration_s - warmup_s) / backwards. */
+     * used (UINT64_MAX for those another copy of the stage ran); the forwards and backwards run by
+     * this call in order (a backward may belong to the previous step; with copies, this copy's
+     * own only); the minibatches still in flight on this copy on return (W_s / r_s after a step,
+     * p-s-1 unreplicated: the pipeline is not drained); the time before the copy's first backward
+     * of a fill (the warm-up, in the first step after a start, a load or a flush only) and the
+     * backwards run. The steady-state time per minibatch is (iteration_s - warmup_s) /
+     * backwards. */
     const uint64_t *weight_version_forward;
     const rt_pd_event *events;
     int n_events;
