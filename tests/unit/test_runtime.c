@@ -2,7 +2,8 @@
  * accumulation (GPT and VGG-style, gpipe and 1f1b, 2 and 4 stages, one thread per stage over zmq
  * loopback or local queues), also with micro-batch sizes that differ per stage (activations and
  * gradients re-sliced at the stage boundaries) and with replicated stages (every replica ends
- * bit-identical);
+ * bit-identical); asynchronous pipedream against hand-written streams, also with replicated
+ * stages (1F1B-RR: copies in rounds, the mean of a round's gradients, bit for bit);
  * checkpoints resume bit-exactly; a vanished neighbour fails the step within the timeout; bad
  * configurations are refused with clear messages. */
 #include <setjmp.h>
@@ -1926,8 +1927,8 @@ static void test_pipedream_replicated_versions(void **state)
         int s = rp.stage_of[i], c = rp.replica_of[i], r = reps[s];
         int w = pdr_warmup(reps, P, s), slots = w / r + 1, total = STEPS * MB;
         uint64_t fwd_ver[STEPS * MB];
-        int at = 0, max_inflight = 0, own = 0;
-        for (int g = c; g < total; g += r, own++) {
+        int at = 0, max_inflight = 0;
+        for (int g = c; g < total; g += r) {
             const rt_pd_event *f = &j->log[at++];
             assert_false(f->backward);
             assert_int_equal(f->step, 1 + (uint64_t)(g / MB));
@@ -1958,7 +1959,6 @@ static void test_pipedream_replicated_versions(void **state)
                              mb % r == c ? pdr_version(reps, P, s, (STEPS - 1) * MB + mb)
                                          : UINT64_MAX);
         assert_int_equal(j->last.has_loss, s == P - 1);
-        (void)own;
     }
     /* stage 0 (W 4, 2 copies): step 3's forwards use version 2 (rounds of minibatches 0..3) */
     assert_int_equal(pdr_version(reps, P, 0, 8), 2);

@@ -90,7 +90,7 @@ struct rt_runner {
     int pd_warm;
     double pd_loss_own;  /* last stage with copies: own loss (x samples) of the open round */
     uint64_t *stash_g;   /* [slots] minibatch held by each slot */
-    rt_pd_event *events; /* [2m + p] this call's forwards and backwards */
+    rt_pd_event *events; /* [2m + slots + p] this call's forwards and backwards */
     int n_events;
     char endpoint[RT_ENDPOINT_MAX];
     /* Replicated stages. The action list run is the schedule's list of this stage restricted to
