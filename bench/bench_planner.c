@@ -191,8 +191,16 @@ static void ga_throughput(void)
                          .bwd_s = b,
                          .comm_s = cm,
                          .max_size = cap};
-    printf("\n== UMPIPE evaluator: %d stages, batch %d, up to %d entries per row, population %d\n",
-           S, B, K, N);
+    /* the batched pass runs the fastest code path this CPU has: name it */
+    plan_ga_batch *probe = NULL;
+    sc_err err;
+    const char *path = "?";
+    if (plan_ga_batch_new(&probe, &p, 1, &err) == SC_OK)
+        path = plan_ga_kernel_name(plan_ga_batch_kernel(probe));
+    plan_ga_batch_destroy(&probe);
+    printf("\n== UMPIPE evaluator: %d stages, batch %d, up to %d entries per row, population %d, "
+           "batched pass: %s\n",
+           S, B, K, N, path);
     printf("fixed populations (same stored individuals both ways; best of 3 rounds of 100 "
            "passes):\n");
     printf("%-42s %12s %12s %9s  %s\n", "population", "batched/s", "one-by-one/s", "ratio",
@@ -205,7 +213,6 @@ static void ga_throughput(void)
      * evaluators on exactly the same individuals */
     plan_ga_result r[2];
     double rate[2], wall[2];
-    sc_err err;
     for (int k = 0; k < 2; k++) {
         plan_ga_cfg cfg = {.population = N, .generations = G, .seed = 7, .one_by_one = k};
         double t0 = sc_clock_now_s();

@@ -6,10 +6,10 @@
  * sizes y (second), each a list of at most max_entries sizes summing to the batch. Its time
  * comes from the fill-drain recurrence of ALGORITHMS.md section 5: stage i+1's j-th entry can
  * start once stage i has sent the samples it needs; a link carries one transfer at a time;
- * backward starts after a stage's last forward. The population is evaluated a few individuals
- * at a time, stage by stage (plan_ga_eval_batch): per individual, a branch-free count gives the
- * upstream entry each entry waits for, then the individuals of a block run the recurrence side
- * by side. The one-by-one evaluator (plan_ga_eval_one) is the specification; the batched pass
+ * backward starts after a stage's last forward. The population is evaluated many individuals
+ * at a time (plan_ga_eval_batch): sixteen side by side in AVX2 vectors where the CPU has them,
+ * their rows transposed so that one instruction steps every one of them, and four side by side
+ * elsewhere. The one-by-one evaluator (plan_ga_eval_one) is the specification; the batched pass
  * gives bit-identical times.
  * Does not choose the partition: it works on the stages it is given.
  * Invariant: the best individual is kept from one generation to the next (elitism), and every
@@ -69,8 +69,25 @@ int *plan_ga_batch_individual(plan_ga_batch *b, int i);
 /* Copies individual i (x, y as above) into the batch. */
 void plan_ga_batch_set(plan_ga_batch *b, int i, const int *x, const int *y);
 /* Evaluates the first n individuals of the batch; times_s[i] is exactly plan_ga_eval_one's.
- * Entries must lie in 0..batch, as for plan_ga_eval_one. */
+ * Entries must lie in 0..batch and rows be packed with at least one entry, as the search keeps
+ * them (on a row with a zero before later entries both evaluators stop at the zero, but the
+ * memory penalty here counts only the entries before it). The batch holds the pass's scratch:
+ * one call at a time per batch. */
 void plan_ga_eval_batch(const plan_ga_problem *p, plan_ga_batch *b, int n, double *times_s);
+
+/* The batched pass's code paths, with the same times on every path. A new batch uses the
+ * fastest this CPU runs: AVX2 on x86-64 CPUs that have it, else the portable one. */
+typedef enum plan_ga_kernel {
+    PLAN_GA_KERNEL_AUTO,
+    PLAN_GA_KERNEL_PORTABLE,
+    PLAN_GA_KERNEL_AVX2,
+} plan_ga_kernel;
+/* Makes the batch evaluate with path k (AUTO: the fastest); returns 0 and changes nothing
+ * when this build or CPU cannot run it. For tests and benchmarks. */
+int plan_ga_batch_use_kernel(plan_ga_batch *b, plan_ga_kernel k);
+/* The path the batch evaluates with (never AUTO), and its name. */
+plan_ga_kernel plan_ga_batch_kernel(const plan_ga_batch *b);
+const char *plan_ga_kernel_name(plan_ga_kernel k);
 
 /* Runs the search and both baselines. r->x, r->y are allocated (plan_ga_result_free). */
 sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_result *r,

@@ -1,6 +1,8 @@
 /* coordinator/planner/plan_ga: the UMPIPE recurrence against hand-computed times, the batched
- * evaluator bit-identical to the one-by-one one (random, shared, unpacked and very large rows),
- * the search identical both ways and never worse than the best equal split it starts from. */
+ * evaluator bit-identical to the one-by-one one on every code path this machine runs (portable,
+ * and AVX2 where the CPU has it: random, shared, unpacked, full, capped and very large rows,
+ * populations shaped for each branch of the AVX2 pass), the search identical both ways and
+ * never worse than the best equal split it starts from. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -119,13 +121,17 @@ static void random_individual(const plan_ga_problem *p, int *x)
     }
 }
 
-/* Evaluates N individuals both ways and asserts bit-identical times. */
-static void check_batch(const plan_ga_problem *p, const int *x, const int *y, int N)
+/* Evaluates N individuals both ways, the batched pass on path k, and asserts bit-identical
+ * times. */
+static void check_batch_with(const plan_ga_problem *p, const int *x, const int *y, int N,
+                             plan_ga_kernel k)
 {
     int S = p->n_stages, K = p->max_entries;
     plan_ga_batch *b = NULL;
     sc_err err;
     assert_int_equal(plan_ga_batch_new(&b, p, N, &err), SC_OK);
+    assert_int_equal(plan_ga_batch_use_kernel(b, k), 1);
+    assert_int_equal(plan_ga_batch_kernel(b), k);
     double *t = calloc((size_t)N, sizeof(double));
     for (int n = 0; n < N; n++)
         plan_ga_batch_set(b, n, x + (size_t)n * S * K, y + (size_t)n * S * K);
@@ -145,6 +151,27 @@ static void check_batch(const plan_ga_problem *p, const int *x, const int *y, in
         assert_true(t2[n] == t[n]);
     free(t), free(t2);
     plan_ga_batch_destroy(&b);
+}
+
+/* The batched pass's code paths this machine runs: portable always, AVX2 where it can. */
+static int kernels(plan_ga_kernel k[2])
+{
+    int n = 0;
+    k[n++] = PLAN_GA_KERNEL_PORTABLE;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        k[n++] = PLAN_GA_KERNEL_AVX2;
+#endif
+    return n;
+}
+
+/* Evaluates N individuals one by one and with each code path of the batched pass, and asserts
+ * bit-identical times. */
+static void check_batch(const plan_ga_problem *p, const int *x, const int *y, int N)
+{
+    plan_ga_kernel k[2];
+    for (int c = 0, nk = kernels(k); c < nk; c++)
+        check_batch_with(p, x, y, N, k[c]);
 }
 
 static void test_batch_matches_one_by_one(void **state)
@@ -203,6 +230,121 @@ static void test_batch_edge_rows(void **state)
     for (int n = 0; n < N; n++) {
         random_individual(&q.p, x + n * S * K);
         random_individual(&q.p, y + n * S * K);
+    }
+    check_batch(&q.p, x, y, N);
+    free(x), free(y);
+    prob_free(&q);
+}
+
+/* The code-path switch: AUTO picks the fastest path the CPU runs, the portable one is always
+ * there, AVX2 only where the CPU has it, and a refused switch changes nothing. */
+static void test_kernel_choice(void **state)
+{
+    (void)state;
+    prob q;
+    prob_init(&q, 2, 8, 4, 0);
+    plan_ga_batch *b = NULL;
+    sc_err err;
+    assert_int_equal(plan_ga_batch_new(&b, &q.p, 3, &err), SC_OK);
+    plan_ga_kernel k[2];
+    int nk = kernels(k);
+    assert_int_equal(plan_ga_batch_kernel(b), k[nk - 1]);
+    assert_int_equal(plan_ga_batch_use_kernel(b, PLAN_GA_KERNEL_PORTABLE), 1);
+    assert_int_equal(plan_ga_batch_kernel(b), PLAN_GA_KERNEL_PORTABLE);
+    assert_int_equal(plan_ga_batch_use_kernel(b, PLAN_GA_KERNEL_AVX2), nk == 2);
+    assert_int_equal(plan_ga_batch_kernel(b), k[nk - 1]);
+    assert_int_equal(plan_ga_batch_use_kernel(b, PLAN_GA_KERNEL_PORTABLE), 1);
+    assert_int_equal(plan_ga_batch_use_kernel(b, PLAN_GA_KERNEL_AUTO), 1);
+    assert_int_equal(plan_ga_batch_kernel(b), k[nk - 1]);
+    assert_string_equal(plan_ga_kernel_name(PLAN_GA_KERNEL_PORTABLE), "portable");
+    assert_string_equal(plan_ga_kernel_name(PLAN_GA_KERNEL_AVX2), "avx2");
+    plan_ga_batch_destroy(&b);
+    prob_free(&q);
+}
+
+enum { SHAPE_EQUAL, SHAPE_SHIFTED, SHAPE_RANDOM, SHAPE_FULL };
+
+/* N individuals of one shape: SHAPE_EQUAL every row split into m entries; SHAPE_SHIFTED
+ * individual n's forward row on stage i into 1 + (n + i) % K entries, its backward row into
+ * one more (as the benchmark's mixed population); SHAPE_RANDOM random rows; SHAPE_FULL every
+ * row K entries, but every third individual's K - 1. */
+static void shaped(const plan_ga_problem *p, int shape, int m, int N, int *x, int *y)
+{
+    int S = p->n_stages, K = p->max_entries;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < 2; c++) {
+            int *r = (c ? y : x) + (size_t)n * S * K;
+            if (shape == SHAPE_RANDOM) {
+                random_individual(p, r);
+                continue;
+            }
+            for (int i = 0; i < S; i++) {
+                int e = shape == SHAPE_EQUAL     ? m
+                        : shape == SHAPE_SHIFTED ? 1 + (n + i + c) % K
+                                                 : K - (n % 3 == 0);
+                plan_ga_equal_split(p, e, r + i * K);
+            }
+        }
+}
+
+static void check_shape(int S, int B, int K, int N, int shape, int m, int cap)
+{
+    prob q;
+    prob_init(&q, S, B, K, 1);
+    for (int i = 0; i < S; i++)
+        q.cap[i] = cap;
+    q.p.opt_s = 0.003;
+    int *x = calloc((size_t)N * S * K, sizeof(int)), *y = calloc((size_t)N * S * K, sizeof(int));
+    shaped(&q.p, shape, m, N, x, y);
+    check_batch(&q.p, x, y, N);
+    free(x), free(y);
+    prob_free(&q);
+}
+
+/* Populations shaped for each branch of the AVX2 pass, checked on every path: groups whose
+ * rows are all alike or whose counts move by one from stage to stage (the wait counts start
+ * from the lowest count so far), counts that wrap around or are random (every upstream end
+ * compared), partial last groups, rows that fill all 64 entries, row lengths around the
+ * 16-entry blocks, and caps that most entries exceed. */
+static void test_batch_shapes(void **state)
+{
+    (void)state;
+    check_shape(5, 64, 32, 48, SHAPE_EQUAL, 16, 64);
+    check_shape(4, 40, 8, 33, SHAPE_EQUAL, 5, 40);
+    check_shape(6, 96, 32, 70, SHAPE_SHIFTED, 0, 96);
+    check_shape(3, 200, 64, 19, SHAPE_FULL, 0, 200);
+    check_shape(2, 128, 16, 17, SHAPE_FULL, 0, 128);
+    int Ks[] = {1, 15, 16, 17, 31, 32, 33, 48, 63, 64};
+    for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++)
+        check_shape(4, 150, Ks[k], 37, SHAPE_RANDOM, 0, 150);
+    /* most entries over the cap; a cap of 0; a negative one */
+    check_shape(4, 120, 24, 40, SHAPE_RANDOM, 0, 30);
+    check_shape(3, 60, 12, 21, SHAPE_SHIFTED, 0, 0);
+    check_shape(3, 60, 12, 21, SHAPE_RANDOM, 0, -7);
+}
+
+/* Prefix sums past the int16 range in some lanes of a group and not in others: just those
+ * individuals go to the scalar evaluator, on every path. */
+static void test_batch_wide_lanes(void **state)
+{
+    (void)state;
+    prob q;
+    int S = 3, B = 40000, K = 8, N = 21;
+    prob_init(&q, S, B, K, 1);
+    int *x = calloc((size_t)N * S * K, sizeof(int)), *y = calloc((size_t)N * S * K, sizeof(int));
+    for (int n = 0; n < N; n++) {
+        random_individual(&q.p, x + n * S * K);
+        random_individual(&q.p, y + n * S * K);
+        if (n % 2) /* rows summing to 1000: these stay in the batched pass */
+            for (int c = 0; c < 2; c++)
+                for (int i = 0; i < S; i++) {
+                    int *r = (c ? y : x) + (size_t)n * S * K + i * K;
+                    for (int j = 0; j < K; j++)
+                        r[j] = j < 1 + (n + i) % K ? 1000 / (1 + (n + i) % K) : 0;
+                }
+        if (n % 5 == 0) /* one entry of 30000 and one of 2767: the sum is just 32767 */
+            for (int j = 0; j < K; j++)
+                x[n * S * K + K + j] = j == 0 ? 30000 : j == 1 ? 2767 : 0;
     }
     check_batch(&q.p, x, y, N);
     free(x), free(y);
@@ -284,6 +426,9 @@ int main(void)
         cmocka_unit_test(test_equal_split_hand_computed),
         cmocka_unit_test(test_batch_matches_one_by_one),
         cmocka_unit_test(test_batch_edge_rows),
+        cmocka_unit_test(test_kernel_choice),
+        cmocka_unit_test(test_batch_shapes),
+        cmocka_unit_test(test_batch_wide_lanes),
         cmocka_unit_test(test_search_same_both_ways),
         cmocka_unit_test(test_search_never_worse_than_equal),
     };
