@@ -204,8 +204,11 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
         most = n > most ? n : most;
         if (big > cap[i])
             r->fits_memory = 0;
+        /* a backward entry that is not exactly one forward entry runs on a gather slot holding
+         * its samples' stash (the runtime's kn_stage_gather): room for the largest such entry */
+        int gather = plan_ga_gather_size(r->fwd_sizes + i * K, r->bwd_sizes + i * K, K);
         r->peak_memory_bytes[i] = PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) +
-                                  plan_cost_stash(c, p->first[i], p->last[i]) / M * B +
+                                  plan_cost_stash(c, p->first[i], p->last[i]) / M * (B + gather) +
                                   2 * c->act_bytes[p->last[i]] / M * big;
     }
     r->n_micro = most;

@@ -756,6 +756,21 @@ static int rng_int(uint64_t *s, int n)
     return n > 0 ? (int)(rng_next(s) % (uint64_t)n) : 0;
 }
 
+int plan_ga_gather_size(const int *x, const int *y, int K)
+{
+    int gather = 0;
+    /* fa: the first sample of forward entry fj; ba: the first sample of backward entry j */
+    for (int j = 0, fa = 0, fj = 0, ba = 0; j < K && y[j] > 0; j++) {
+        while (fj < K && x[fj] > 0 && fa < ba)
+            fa += x[fj++];
+        int same = fa == ba && fj < K && x[fj] == y[j];
+        if (!same && y[j] > gather)
+            gather = y[j];
+        ba += y[j];
+    }
+    return gather;
+}
+
 void plan_ga_equal_split(const plan_ga_problem *p, int m, int *x)
 {
     int K = p->max_entries;

@@ -94,6 +94,11 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
                       sc_err *err);
 void plan_ga_result_free(plan_ga_result *r);
 
+/* The largest backward entry of a stage's rows (x forward, y backward, K entries each, packed)
+ * whose samples are not exactly one forward entry's: the runtime runs such an entry on a gather
+ * slot of that many samples (0: every backward entry coincides with a forward one). */
+int plan_ga_gather_size(const int *x, const int *y, int K);
+
 /* Fills x with an equal split of the batch into m entries (sizes differ by at most one). */
 void plan_ga_equal_split(const plan_ga_problem *p, int m, int *x);
 

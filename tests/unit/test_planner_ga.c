@@ -420,6 +420,30 @@ static void test_search_never_worse_than_equal(void **state)
     }
 }
 
+/* The gather slot the runtime needs for a stage's backward cut: the largest backward entry
+ * that is not exactly one forward entry. */
+static void test_gather_size(void **state)
+{
+    (void)state;
+    enum { K = 6 };
+    const int x[K] = {2, 2, 4, 0, 0, 0};
+    const int same[K] = {2, 2, 4, 0, 0, 0};   /* the forward cut itself */
+    const int spans[K] = {4, 4, 0, 0, 0, 0};  /* [0,4) spans two forwards; [4,8) is the third */
+    const int splits[K] = {2, 2, 1, 3, 0, 0}; /* the third forward split in 1 + 3 */
+    const int whole[K] = {8, 0, 0, 0, 0, 0};
+    const int shifted[K] = {1, 2, 2, 3, 0, 0}; /* shifted: no entry matches a forward one */
+    assert_int_equal(plan_ga_gather_size(x, same, K), 0);
+    assert_int_equal(plan_ga_gather_size(x, spans, K), 4);
+    assert_int_equal(plan_ga_gather_size(x, splits, K), 3);
+    assert_int_equal(plan_ga_gather_size(x, whole, K), 8);
+    assert_int_equal(plan_ga_gather_size(x, shifted, K), 3);
+    /* a full row: no slot past the end is read */
+    const int xf[K] = {1, 1, 1, 1, 1, 3}, yf[K] = {1, 1, 1, 1, 1, 3};
+    assert_int_equal(plan_ga_gather_size(xf, yf, K), 0);
+    const int yg[K] = {1, 1, 1, 1, 4, 0};
+    assert_int_equal(plan_ga_gather_size(xf, yg, K), 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +455,7 @@ int main(void)
         cmocka_unit_test(test_batch_wide_lanes),
         cmocka_unit_test(test_search_same_both_ways),
         cmocka_unit_test(test_search_never_worse_than_equal),
+        cmocka_unit_test(test_gather_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
