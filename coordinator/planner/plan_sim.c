@@ -59,6 +59,22 @@ static int add_event(sim_state *st, int lane, int kind, int unit, double start, 
     return 0;
 }
 
+/* A schedule that ends with a flush: the iteration ends with the last action, each stage idles
+ * for the rest of it (busy_s already summed). */
+static void finish_flushed(plan_sim_result *out, double end)
+{
+    int S = out->n_stages;
+    out->iteration_s = end;
+    double busy = 0;
+    for (int i = 0; i < S; i++) {
+        busy += out->busy_s[i];
+        out->idle_s[i] = end - out->busy_s[i];
+    }
+    out->bubble_fraction = end > 0 ? 1 - busy / (S * end) : 0;
+    if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
+        out->bubble_fraction = 0;
+}
+
 sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
                        double slice_efficiency, int record_events, plan_sim_result *out,
                        sc_err *err)
@@ -200,17 +216,11 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
             out->busy_s[i] = b;
             out->idle_s[i] = out->iteration_s - b;
         }
+        if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
+            out->bubble_fraction = 0;
     } else {
-        out->iteration_s = end;
-        double busy = 0;
-        for (int i = 0; i < S; i++) {
-            busy += out->busy_s[i];
-            out->idle_s[i] = end - out->busy_s[i];
-        }
-        out->bubble_fraction = end > 0 ? 1 - busy / (S * end) : 0;
+        finish_flushed(out, end);
     }
-    if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
-        out->bubble_fraction = 0;
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
@@ -374,15 +384,7 @@ sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_s
         clock += opt;
         end = clock > end ? clock : end;
     }
-    out->iteration_s = end;
-    double busy = 0;
-    for (int i = 0; i < S; i++) {
-        busy += out->busy_s[i];
-        out->idle_s[i] = end - out->busy_s[i];
-    }
-    out->bubble_fraction = end > 0 ? 1 - busy / (S * end) : 0;
-    if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
-        out->bubble_fraction = 0;
+    finish_flushed(out, end);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
