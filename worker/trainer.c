@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -81,6 +83,21 @@ static double jnum(json_t *o, const char *key, double def)
     return json_is_number(v) ? json_number_value(v) : def;
 }
 
+/* A whole number at o.key within [lo, hi] into *out (def when the key is absent); anything else
+ * is SC_ERR_INVALID naming `what` and the valid range. A double outside the range must never
+ * reach a cast to an integer type (undefined behaviour), whoever sent it. */
+static sc_status jwhole(json_t *o, const char *key, double def, double lo, double hi,
+                        const char *what, double *out, sc_err *err)
+{
+    json_t *v = json_object_get(o, key);
+    double x = v == NULL ? def : json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= lo && x <= hi) || x != floor(x))
+        return SC_ERRF(err, SC_ERR_INVALID, "%s: expected a whole number in [%.0f, %.0f]", what, lo,
+                       hi);
+    *out = x;
+    return SC_OK;
+}
+
 /* Replicas of stage s of the plan (1 past the last stage). */
 static int replicas_of(json_t *stages, int s)
 {
@@ -143,8 +160,11 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
                          k < 3 ? "forward" : "backward", sizeof sizes[k] / sizeof *sizes[k]);
             goto out;
         }
-        for (size_t i = 0; i < n; i++)
-            sizes[k][i] = (int)json_integer_value(json_array_get(row, i));
+        for (size_t i = 0; i < n; i++) {
+            /* not a positive int (a string, 0, 2^32 + 2): -1, which the runner refuses by name */
+            json_int_t v = json_integer_value(json_array_get(row, i));
+            sizes[k][i] = v >= 1 && v <= INT_MAX ? (int)v : -1;
+        }
         n_sizes[k] = (int)n;
     }
     if (unequal && n_sizes[1] == 0) {
@@ -171,10 +191,16 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
             cfg.n_next_backward_sizes = n_sizes[4];
         }
     }
-    cfg.batch_size = (int)jnum(job, "batch_size", 8);
-    cfg.microbatches = unequal ? n_sizes[1]
-                               : (int)jnum(json_object_get(plan, "microbatches"), "count", 1);
-    cfg.seed = (uint64_t)jnum(job, "seed", 1);
+    double batch, count, seed;
+    if ((rc = jwhole(job, "batch_size", 8, 1, INT_MAX, "the job's batch_size", &batch, err)) !=
+            SC_OK ||
+        (rc = jwhole(json_object_get(plan, "microbatches"), "count", 1, 1, INT_MAX,
+                     "the plan's microbatches.count", &count, err)) != SC_OK ||
+        (rc = jwhole(job, "seed", 1, 0, 9007199254740992.0, "the job's seed", &seed, err)) != SC_OK)
+        goto out;
+    cfg.batch_size = (int)batch;
+    cfg.microbatches = unequal ? n_sizes[1] : (int)count;
+    cfg.seed = (uint64_t)seed;
     cfg.data_kind = jstr(data, "kind", "synthetic");
     cfg.data_path = jstr(data, "path", NULL);
     cfg.optimizer = jstr(opt, "kind", "adamw");
@@ -312,8 +338,8 @@ static void *train_main(void *arg)
                 push_error(t, err.code, "training step failed: %s", err.msg);
             return NULL;
         }
-        bool save = t->checkpoint_every > 0 &&
-                    (step % t->checkpoint_every == 0 || step == t->steps);
+        bool save =
+            t->checkpoint_every > 0 && (step % t->checkpoint_every == 0 || step == t->steps);
         /* An asynchronous (pipedream) pipeline keeps minibatches in flight across steps: every
          * stage drains it before a checkpoint and at the end, so both hold whole updates.
          * (A no-op for the flushing schedules.) */
@@ -364,8 +390,7 @@ static void *train_main(void *arg)
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
 {
     if (t->started)
-        return SC_ERRF(err, SC_ERR_PRECONDITION, "training of job %s already started",
-                       t->job_id);
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "training of job %s already started", t->job_id);
     json_error_t jerr;
     json_t *p = json_loads(payload_json ? payload_json : "", 0, &jerr);
     json_t *eps = json_object_get(p, "stage_endpoints");
@@ -393,10 +418,19 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID, "START: stage %zu has no data endpoints", i);
         }
     }
+    double steps, resume, every;
+    sc_status rc;
+    if ((rc = jwhole(p, "steps", 0, 0, 9007199254740992.0, "START: steps", &steps, err)) != SC_OK ||
+        (rc = jwhole(p, "resume_step", 0, 0, steps, "START: resume_step", &resume, err)) != SC_OK ||
+        (rc = jwhole(p, "checkpoint_every", 0, 0, 9007199254740992.0, "START: checkpoint_every",
+                     &every, err)) != SC_OK) {
+        json_decref(p);
+        return rc;
+    }
     t->endpoints = json_incref(eps);
-    t->steps = (uint64_t)jnum(p, "steps", 0);
-    t->resume_step = (uint64_t)jnum(p, "resume_step", 0);
-    t->checkpoint_every = (uint64_t)jnum(p, "checkpoint_every", 0);
+    t->steps = (uint64_t)steps;
+    t->resume_step = (uint64_t)resume;
+    t->checkpoint_every = (uint64_t)every;
     json_decref(p);
     atomic_store(&t->step, t->resume_step);
     if (pthread_create(&t->thread, NULL, train_main, t) != 0)

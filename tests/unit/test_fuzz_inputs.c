@@ -1,10 +1,12 @@
 /*
  * Hostile input, mutated: every parser that reads text from outside (job specs, model specs,
- * profiles in both formats, cluster files, hwloc XML) gets thousands of deterministic mutations
- * of a valid document, and what it accepts is driven further (the planner runs every strategy on
- * an accepted profile or cluster; an accepted topology is turned into a cluster). The demands:
- * no crash, no leak, no undefined behaviour (the sanitizer build runs this too), a refusal always
- * carries a message, and an accepted plan has finite figures over stages that tile the model.
+ * profiles in both formats, cluster files, hwloc XML, and the plan and job a worker receives in
+ * AssignStage) gets thousands of deterministic mutations of a valid document, and what it
+ * accepts is driven further (the planner runs every strategy on an accepted profile or cluster;
+ * an accepted topology is turned into a cluster; an accepted assignment builds a stage runner). The
+ * demands: no crash, no leak, no undefined behaviour (the sanitizer build runs this too), a refusal
+ * always carries a message, and an accepted plan has finite figures over stages that tile the
+ * model.
  *
  * STAGECRAFT_FUZZ_ITERS (default 1500) sets the mutations per target and STAGECRAFT_FUZZ_SEED
  * (default 1) the seed, STAGECRAFT_FUZZ_ONLY a test name pattern ("test_topology"); a failure
@@ -14,7 +16,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
+
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +31,7 @@
 #include "kernels/model.h"
 #include "topology/topo.h"
 #include "topology/topo_cluster.h"
+#include "worker/trainer.h"
 
 #define FUZZ_CAP 65536
 
@@ -51,12 +56,47 @@ static size_t rng_below(fuzz_rng *r, size_t n)
 
 /* Values that sit on the edges of what parsers check: zero, negatives, overflow of int32,
  * int64 and double, denormals, wrong types, deep nesting, NUL escapes. */
-static const char *const edge_tokens[] = {
-    "0", "-1", "1", "3", "0.5", "-0", "1e308", "-1e308", "1e309", "1e-320", "2147483647",
-    "2147483648", "-2147483649", "4294967296", "9223372036854775807", "18446744073709551616",
-    "65536", "1e9", "NaN", "\"\"", "\"x\"", "\"\\u0000\"", "null", "true", "[]", "{}",
-    "[[[[[[[[[[[[[[[[", "\"auto\"", "\"gpt\"", "\"vgg\"", "\"mlp\"", "\"cuda:7\"", "\"../../etc\"",
-    "--", "\t", "\n", ";", ",", "[1.0; 2.0]", "=", "node1"};
+static const char *const edge_tokens[] = {"0",
+                                          "-1",
+                                          "1",
+                                          "3",
+                                          "0.5",
+                                          "-0",
+                                          "1e308",
+                                          "-1e308",
+                                          "1e309",
+                                          "1e-320",
+                                          "2147483647",
+                                          "2147483648",
+                                          "-2147483649",
+                                          "4294967296",
+                                          "9223372036854775807",
+                                          "18446744073709551616",
+                                          "65536",
+                                          "1e9",
+                                          "NaN",
+                                          "\"\"",
+                                          "\"x\"",
+                                          "\"\\u0000\"",
+                                          "null",
+                                          "true",
+                                          "[]",
+                                          "{}",
+                                          "[[[[[[[[[[[[[[[[",
+                                          "\"auto\"",
+                                          "\"gpt\"",
+                                          "\"vgg\"",
+                                          "\"mlp\"",
+                                          "\"cuda:7\"",
+                                          "\"../../etc\"",
+                                          "--",
+                                          "\t",
+                                          "\n",
+                                          ";",
+                                          ",",
+                                          "[1.0; 2.0]",
+                                          "=",
+                                          "node1"};
 
 static int is_num_char(char c)
 {
@@ -139,10 +179,31 @@ static void mutate(char *buf, size_t *len, fuzz_rng *r)
 /* Structure-aware mutation of a JSON document: one value somewhere in the tree is replaced by
  * an edge value, or a member / element is dropped or doubled. The result stays valid JSON, so
  * it reaches the checks behind the syntax. */
-static const char *const edge_json[] = {
-    "0", "-1", "1", "2", "0.5", "1e308", "-1e308", "1e-320", "2147483648", "-2147483649",
-    "9223372036854775807", "1e19", "65536", "\"\"", "\"x\"", "\"gpt\"", "\"auto\"", "null",
-    "true", "[]", "{}", "[0]", "[1, 2]", "[\"M\", 3]", "{\"size\": 0}"};
+static const char *const edge_json[] = {"0",
+                                        "-1",
+                                        "1",
+                                        "2",
+                                        "0.5",
+                                        "1e308",
+                                        "-1e308",
+                                        "1e-320",
+                                        "2147483648",
+                                        "-2147483649",
+                                        "9223372036854775807",
+                                        "1e19",
+                                        "65536",
+                                        "\"\"",
+                                        "\"x\"",
+                                        "\"gpt\"",
+                                        "\"auto\"",
+                                        "null",
+                                        "true",
+                                        "[]",
+                                        "{}",
+                                        "[0]",
+                                        "[1, 2]",
+                                        "[\"M\", 3]",
+                                        "{\"size\": 0}"};
 
 static json_t *pick_value(json_t *root, fuzz_rng *r, json_t **parent, const char **key,
                           size_t *index)
@@ -150,7 +211,7 @@ static json_t *pick_value(json_t *root, fuzz_rng *r, json_t **parent, const char
     json_t *cur = root;
     *parent = NULL;
     for (int depth = 0; depth < 8; depth++) {
-        size_t n = json_is_object(cur) ? json_object_size(cur)
+        size_t n = json_is_object(cur)  ? json_object_size(cur)
                    : json_is_array(cur) ? json_array_size(cur)
                                         : 0;
         if (n == 0 || (depth > 0 && rng_below(r, 3) == 0))
@@ -500,6 +561,116 @@ static void test_job(void **state)
     run_fuzz(job_json, target_job);
 }
 
+/* ------------------------------------------------------------------ a worker's assignment */
+
+/* What a worker receives in AssignStage besides the model: the plan (here: stage 1 of 3 of a
+ * umpipe plan with per-stage forward and backward sizes, and of a pipedream plan whose middle
+ * stage has two copies) and the job spec, each mutated while the other stays valid. The worker
+ * must build its stage runner or refuse with a message; nothing else. */
+static const char assign_model[] =
+    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 32, "
+    "\"seq_len\": 4, \"layers\": 2, \"width\": 8, \"heads\": 2}";
+static const char assign_job[] =
+    "{\"format\": \"stagecraft-job\", \"version\": 1, \"batch_size\": 8, \"seed\": 3,\n"
+    " \"data\": {\"kind\": \"synthetic\"},\n"
+    " \"optimizer\": {\"kind\": \"sgd\", \"lr\": 0.01, \"weight_decay\": 0.0, \"momentum\": 0.9}}";
+static const char *const assign_plans[] = {
+    "{\"strategy\": \"umpipe\", \"schedule\": \"unequal\", \"batch\": 8,\n"
+    " \"stages\": [{\"first_block\": 0, \"last_block\": 0, \"devices\": [0]},\n"
+    "            {\"first_block\": 1, \"last_block\": 2, \"devices\": [1]},\n"
+    "            {\"first_block\": 3, \"last_block\": 3, \"devices\": [2]}],\n"
+    " \"microbatches\": {\"count\": 3, \"sizes\": [[2, 2, 4], [4, 1, 3], [8]],\n"
+    "                  \"backward_sizes\": [[4, 4], [1, 2, 5], [2, 6]]}}",
+    "{\"strategy\": \"pipedream\", \"schedule\": \"pipedream\", \"batch\": 8,\n"
+    " \"stages\": [{\"first_block\": 0, \"last_block\": 0, \"devices\": [0]},\n"
+    "            {\"first_block\": 1, \"last_block\": 2, \"devices\": [1, 2]},\n"
+    "            {\"first_block\": 3, \"last_block\": 3, \"devices\": [3]}],\n"
+    " \"microbatches\": {\"count\": 4, \"size\": 2}}",
+};
+static const char *assign_plan_fixed; /* the plan while the job is mutated */
+
+static void assign_try(const char *plan, const char *job)
+{
+    Stagecraft__AssignStageRequest req = STAGECRAFT__ASSIGN_STAGE_REQUEST__INIT;
+    req.job_id = "job-fuzz";
+    req.stage = 1;
+    req.n_stages = 3;
+    req.first_block = 1;
+    req.last_block = 2;
+    req.model_json = (char *)assign_model;
+    req.plan_json = (char *)plan;
+    req.job_json = (char *)job;
+    req.transport = "zmq";
+    req.transport_next = "";
+    wk_trainer *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    sc_status rc = wk_trainer_new(&t, &req, "cpu", "127.0.0.1", "/nonexistent", &err);
+    check_refusal(rc, &err);
+    n_accepted += rc == SC_OK;
+    if (rc == SC_OK && (t == NULL || wk_trainer_endpoint(t)[0] == '\0')) {
+        report_input();
+        fail_msg("accepted an assignment without a runner endpoint");
+    }
+    wk_trainer_destroy(&t);
+}
+
+static void target_assign_plan(const char *text, size_t len)
+{
+    (void)len; /* the request carries C strings: a mutated NUL ends the text there */
+    assign_try(text, assign_job);
+}
+
+static void target_assign_job(const char *text, size_t len)
+{
+    (void)len;
+    assign_try(assign_plan_fixed, text);
+}
+
+/* Numbers out of range are refused by name, never converted (a double past INT_MAX cast to int
+ * is undefined; a size of 2^32 + 2 truncated to int would be 2). */
+static void expect_assign_refused(const char *plan, const char *job, const char *needle)
+{
+    Stagecraft__AssignStageRequest req = STAGECRAFT__ASSIGN_STAGE_REQUEST__INIT;
+    req.job_id = "job-fuzz";
+    req.stage = 1;
+    req.n_stages = 3;
+    req.first_block = 1;
+    req.last_block = 2;
+    req.model_json = (char *)assign_model;
+    req.plan_json = (char *)plan;
+    req.job_json = (char *)job;
+    req.transport = "zmq";
+    req.transport_next = "";
+    wk_trainer *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(wk_trainer_new(&t, &req, "cpu", "127.0.0.1", "/nonexistent", &err),
+                     SC_ERR_INVALID);
+    assert_null(t);
+    if (strstr(err.msg, needle) == NULL)
+        fail_msg("refusal \"%s\" lacks \"%s\"", err.msg, needle);
+}
+
+static void test_assignment(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof assign_plans / sizeof *assign_plans; i++) {
+        run_fuzz(assign_plans[i], target_assign_plan);
+        assign_plan_fixed = assign_plans[i];
+        run_fuzz(assign_job, target_assign_job);
+    }
+    static const char big_count[] =
+        "{\"schedule\": \"1f1b\", \"stages\": [], \"microbatches\": {\"count\": 1e300}}";
+    expect_assign_refused(big_count, assign_job, "microbatches.count");
+    static const char neg_seed[] = "{\"batch_size\": 8, \"seed\": -4}";
+    expect_assign_refused(assign_plans[1], neg_seed, "seed");
+    static const char wide_size[] =
+        "{\"schedule\": \"unequal\", \"stages\": [], \"microbatches\": {\"count\": 2, "
+        "\"sizes\": [[8], [4294967298, 6], [8]]}}";
+    expect_assign_refused(wide_size, assign_job, "microbatch_sizes[0] = -1");
+}
+
 static const char *const model_docs[] = {
     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"name\": \"g\", "
     "\"vocab\": 64, \"seq_len\": 16, \"layers\": 2, \"width\": 32, \"heads\": 4, "
@@ -570,9 +741,9 @@ static void test_topology(void **state)
     char *xml = NULL;
     size_t len = 0;
     sc_err err;
-    assert_int_equal(sc_file_read(SC_TEST_DATA_DIR "/topology/gpu_server.xml", 1 << 20, &xml, &len,
-                                  &err),
-                     SC_OK);
+    assert_int_equal(
+        sc_file_read(SC_TEST_DATA_DIR "/topology/gpu_server.xml", 1 << 20, &xml, &len, &err),
+        SC_OK);
     run_fuzz(xml, target_topology);
     free(xml);
 }
@@ -583,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_profile_json), cmocka_unit_test(test_profile_graph),
         cmocka_unit_test(test_cluster),      cmocka_unit_test(test_job),
         cmocka_unit_test(test_models),       cmocka_unit_test(test_topology),
+        cmocka_unit_test(test_assignment),
     };
     const char *only = getenv("STAGECRAFT_FUZZ_ONLY");
     if (only != NULL && *only != '\0')
