@@ -70,16 +70,15 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
         if (json_object_get(types, d->name) == NULL)
             json_object_set_new(types, d->name,
                                 json_pack("{s:f, s:f, s:o}", "relative_speed", ref_total / total,
-                                          "memory_bytes", (double)d->memory_bytes,
-                                          "block_times", bt));
+                                          "memory_bytes", (double)d->memory_bytes, "block_times",
+                                          bt));
         else
             json_decref(bt);
 
         /* servers in order of first appearance; workers arrive grouped by host */
         const char *host = workers[i].hw->hostname;
-        json_t *srv = json_array_size(servers)
-                          ? json_array_get(servers, json_array_size(servers) - 1)
-                          : NULL;
+        json_t *srv =
+            json_array_size(servers) ? json_array_get(servers, json_array_size(servers) - 1) : NULL;
         if (srv == NULL || strcmp(json_string_value(json_object_get(srv, "name")), host) != 0) {
             double intra = workers[i].hw->intra_bandwidth_bytes_per_s;
             double nic = workers[i].hw->nic_bandwidth_bytes_per_s;
@@ -100,9 +99,9 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
 }
 
 /* Whether the runtime can run the plan's replicated stages: the synchronous schedules (gpipe,
- * 1f1b) when every replica has at least one micro-batch, asynchronous pipedream (1F1B-RR) when
- * the micro-batch count is a multiple of every stage's copies (so rounds of copies never
- * straddle steps); not sliced or unequal. */
+ * 1f1b, sliced) when every replica has at least one micro-batch, asynchronous pipedream
+ * (1F1B-RR) when the micro-batch count is a multiple of every stage's copies (so rounds of
+ * copies never straddle steps); not unequal (sizes per stage). */
 static int most_replicas(json_t *plan);
 static int replicas_lcm(json_t *plan);
 
@@ -118,11 +117,13 @@ static bool runtime_runs(json_t *plan)
     int most = most_replicas(plan);
     if (most == 1)
         return true;
-    json_int_t m = json_integer_value(json_object_get(json_object_get(plan, "microbatches"),
-                                                      "count"));
+    json_int_t m =
+        json_integer_value(json_object_get(json_object_get(plan, "microbatches"), "count"));
     if (is_pipedream(plan))
         return m >= 1 && m % replicas_lcm(plan) == 0;
-    return sched && (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0) &&
+    return sched &&
+           (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0 ||
+            strcmp(sched, "sliced") == 0) &&
            m >= (json_int_t)most;
 }
 
@@ -166,7 +167,7 @@ static int replicas_lcm(json_t *plan)
 }
 
 /* Runs the job's strategy; when its plan replicates stages in a way the runtime cannot run
- * (a sliced or unequal schedule, fewer micro-batches than replicas, pipedream with a count that
+ * (the unequal schedule, fewer micro-batches than replicas, pipedream with a count that
  * is not a multiple of every stage's copies), takes the best unreplicated plan instead
  * (exhaustive where the instance is small enough, else minmax) and says so in the plan's note. */
 static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
@@ -176,8 +177,8 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     if (strategy < 0)
         return SC_ERRF(err, SC_ERR_INVALID, "strategy \"%s\" is not one the planner knows",
                        spec->strategy);
-    SC_CHECK(run_strategy(spec, strategy, (int)spec->microbatches, profile, cluster, plan_out,
-                          err));
+    SC_CHECK(
+        run_strategy(spec, strategy, (int)spec->microbatches, profile, cluster, plan_out, err));
     if (runtime_runs(*plan_out))
         return SC_OK;
     json_t *alt = NULL;
@@ -195,8 +196,8 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
             runtime_runs(alt)) {
             char note[512];
             sc_strfmt(note, sizeof note,
-                      "%d micro-batches so that each of up to %d replicas of a stage gets one",
-                      m, most_replicas(alt));
+                      "%d micro-batches so that each of up to %d replicas of a stage gets one", m,
+                      most_replicas(alt));
             json_object_set_new(alt, "note", json_string(note));
             json_decref(*plan_out);
             *plan_out = alt;
@@ -237,9 +238,10 @@ static sc_status run_strategy(const coord_jobspec *spec, int strategy, int micro
                               plan_profile *profile, plan_cluster *cluster, json_t **plan_out,
                               sc_err *err)
 {
-    const char *sched = strcmp(spec->schedule, "auto") == 0 || strcmp(spec->schedule, "unequal") == 0
-                            ? "1f1b"
-                            : spec->schedule;
+    const char *sched =
+        strcmp(spec->schedule, "auto") == 0 || strcmp(spec->schedule, "unequal") == 0
+            ? "1f1b"
+            : spec->schedule;
     plan_request req;
     memset(&req, 0, sizeof req);
     req.profile = profile;

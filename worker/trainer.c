@@ -198,6 +198,16 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
                      "the plan's microbatches.count", &count, err)) != SC_OK ||
         (rc = jwhole(job, "seed", 1, 0, 9007199254740992.0, "the job's seed", &seed, err)) != SC_OK)
         goto out;
+    /* sliced: the warm-up micro-batches the planner chose to halve (absent: the runner's
+     * default, stages - 1) */
+    json_t *mbs_obj = json_object_get(plan, "microbatches");
+    if (strcmp(cfg.schedule, "sliced") == 0 && json_object_get(mbs_obj, "sliced") != NULL) {
+        double k;
+        if ((rc = jwhole(mbs_obj, "sliced", 0, 0, count, "the plan's microbatches.sliced", &k,
+                         err)) != SC_OK)
+            goto out;
+        cfg.sliced_warmup = (int)k;
+    }
     cfg.batch_size = (int)batch;
     cfg.microbatches = unequal ? n_sizes[1] : (int)count;
     cfg.seed = (uint64_t)seed;

@@ -564,9 +564,9 @@ static void test_job(void **state)
 /* ------------------------------------------------------------------ a worker's assignment */
 
 /* What a worker receives in AssignStage besides the model: the plan (here: stage 1 of 3 of a
- * umpipe plan with per-stage forward and backward sizes, and of a pipedream plan whose middle
- * stage has two copies) and the job spec, each mutated while the other stays valid. The worker
- * must build its stage runner or refuse with a message; nothing else. */
+ * umpipe plan with per-stage forward and backward sizes, and of a pipedream and a sliced plan
+ * whose middle stage has two copies) and the job spec, each mutated while the other stays valid.
+ * The worker must build its stage runner or refuse with a message; nothing else. */
 static const char assign_model[] =
     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 32, "
     "\"seq_len\": 4, \"layers\": 2, \"width\": 8, \"heads\": 2}";
@@ -586,6 +586,11 @@ static const char *const assign_plans[] = {
     "            {\"first_block\": 1, \"last_block\": 2, \"devices\": [1, 2]},\n"
     "            {\"first_block\": 3, \"last_block\": 3, \"devices\": [3]}],\n"
     " \"microbatches\": {\"count\": 4, \"size\": 2}}",
+    "{\"strategy\": \"hetero\", \"schedule\": \"sliced\", \"batch\": 8,\n"
+    " \"stages\": [{\"first_block\": 0, \"last_block\": 0, \"devices\": [0]},\n"
+    "            {\"first_block\": 1, \"last_block\": 2, \"devices\": [1, 2]},\n"
+    "            {\"first_block\": 3, \"last_block\": 3, \"devices\": [3]}],\n"
+    " \"microbatches\": {\"count\": 4, \"size\": 2, \"sliced\": 1}}",
 };
 static const char *assign_plan_fixed; /* the plan while the job is mutated */
 
@@ -669,6 +674,10 @@ static void test_assignment(void **state)
         "{\"schedule\": \"unequal\", \"stages\": [], \"microbatches\": {\"count\": 2, "
         "\"sizes\": [[8], [4294967298, 6], [8]]}}";
     expect_assign_refused(wide_size, assign_job, "microbatch_sizes[0] = -1");
+    static const char deep_slice[] =
+        "{\"schedule\": \"sliced\", \"stages\": [], \"microbatches\": {\"count\": 4, "
+        "\"sliced\": 5}}";
+    expect_assign_refused(deep_slice, assign_job, "microbatches.sliced");
 }
 
 static const char *const model_docs[] = {

@@ -1520,8 +1520,9 @@ static void check_replicated(const run_spec *rs, const int *reps)
     int last = rs->stages - 1;
     for (int i = 0; i < rp.n; i++) {
         int s = rp.stage_of[i], k = rp.replica_of[i];
-        /* round-robin: replica k runs micro-batches k, k + r, ... */
-        assert_int_equal(rep[i].microbatches, (rs->microbatches - k + reps[s] - 1) / reps[s]);
+        /* round-robin: replica k runs micro-batches k, k + r, ... (sliced: halves count) */
+        int m = effective_microbatches(rs);
+        assert_int_equal(rep[i].microbatches, (m - k + reps[s] - 1) / reps[s]);
         assert_int_equal(rep[i].has_loss, s == last);
         assert_true(rep[i].max_inflight <= rep[i].slots);
         /* the loss is the whole batch's, the same on every replica of the last stage */
@@ -1552,6 +1553,10 @@ static void test_replicated_equivalence(void **state)
         {{MLP_JSON, "1f1b", 3, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, middle2},
         /* the last stage replicated (below: a lone stage as 3 replicas, m = 4, unequal sizes) */
         {{GPT_JSON, "1f1b", 2, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 0}, last2},
+        /* sliced: the halves of the warm-up micro-batches are routed like micro-batches */
+        {{GPT_JSON, "sliced", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 1}, first2},
+        {{MLP_JSON, "sliced", 3, 8, 4, 3, "sgd", "local", NULL, NULL, NULL, 2}, middle2},
+        {{GPT_JSON, "sliced", 2, 8, 2, 2, "adamw", "local", NULL, NULL, NULL, 1}, last2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_replicated(&cases[i].rs, cases[i].reps);
@@ -1620,10 +1625,13 @@ static void test_replicated_bad_config(void **state)
     c = spec_cfg(&rs, 1, 4);
     c.prev_replicas = 8;
     expect_bad(c, SC_ERR_INVALID, "microbatches >= replicas");
+    static const int next_cut[] = {4, 4};
     c = spec_cfg(&rs, 0, 4);
     c.replicas = 2;
-    c.schedule = "sliced";
-    expect_bad(c, SC_ERR_UNSUPPORTED, "valid with replicas");
+    c.schedule = "gpipe";
+    c.next_sizes = next_cut;
+    c.n_next_sizes = 2;
+    expect_bad(c, SC_ERR_UNSUPPORTED, "with replicated stages (replicas 2");
 
     /* connecting: the plain call is refused, and so are wrong endpoint counts */
     sc_err err;
@@ -2024,8 +2032,7 @@ static void test_pipedream_replicated_checkpoint(void **state)
 }
 
 /* What pipedream with copies refuses: m not a multiple of every stage's copies (naming the valid
- * counts), a stage_replicas vector that disputes the stage's own counts, and sliced with copies
- * still. */
+ * counts) and a stage_replicas vector that disputes the stage's own counts. */
 static void test_pipedream_replicated_bad_config(void **state)
 {
     (void)state;
@@ -2056,12 +2063,6 @@ static void test_pipedream_replicated_bad_config(void **state)
     c.next_replicas = 2;
     c.stage_replicas = r120;
     expect_bad(c, SC_ERR_INVALID, "stage_replicas[2] = 0");
-    c = spec_cfg(&rs, 0, 4);
-    c.schedule = "sliced";
-    c.microbatches = 2;
-    c.batch_size = 8;
-    c.replicas = 2;
-    expect_bad(c, SC_ERR_UNSUPPORTED, "valid with replicas: \"gpipe\", \"1f1b\", \"pipedream\"");
 }
 
 int main(void)

@@ -389,7 +389,7 @@ static sc_status plan_pipedream(rt_runner *r, sc_err *err)
  * counts of its own stage and its two neighbours, and of the others when given stage_replicas
  * (else it takes them as unreplicated; the plan's whole vector can be checked with
  * rt_schedule_validate_replicas). */
-static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced, sc_err *err)
+static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
 {
     r->nrep = c->replicas;
     r->rep = c->replica;
@@ -405,11 +405,8 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, bool sliced
         r->slots = r->sched->slots[r->s];
         return SC_OK;
     }
-    if (sliced)
-        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "runner: schedule \"%s\" with replicated stages; valid with replicas: "
-                       "\"gpipe\", \"1f1b\", \"pipedream\"",
-                       c->schedule);
+    /* sliced is 1f1b over the micro-batches with the first k cut in halves: each half is a
+     * micro-batch of its own here (r->m counts them), routed round-robin like any other */
     int most = r->nrep > r->nrep_prev ? r->nrep : r->nrep_prev;
     most = r->nrep_next > most ? r->nrep_next : most;
     if (most > r->m)
@@ -798,7 +795,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     r->extra_b_s = c->extra_backward_s;
 
     SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
-    SC_CHECK(plan_replicas(r, c, sliced, err));
+    SC_CHECK(plan_replicas(r, c, err));
     if (r->bsplit)
         SC_CHECK(plan_backward_actions(r, err));
     int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);

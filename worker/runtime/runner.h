@@ -55,9 +55,9 @@
  * its own to all others and adds all r in copy order, so the sums are bit-identical), then each
  * steps its own parameters: the copies stay bit-identical, and the result equals unreplicated
  * training. The last stage's copies also sum their losses, so each reports the batch loss.
- * With replicas: gpipe and 1f1b need m >= the largest of the three replica counts (m need not be
- * a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes checkpoints, every
- * copy loads the same file.
+ * With replicas: gpipe, 1f1b and sliced (whose halves count as micro-batches here) need m >= the
+ * largest of the three replica counts (m need not be a multiple of r: copies j < m % r run one
+ * micro-batch more); copy 0 writes checkpoints, every copy loads the same file.
  * pipedream with replicas (PipeDream's 1F1B-RR): minibatch g of the stream runs on copy g % r
  * of every stage (activation from copy g % r_prev, gradient back the same way), its backward on
  * that copy with the version stashed at its forward. Stage s as a whole runs F(g), then
@@ -77,7 +77,7 @@
  * (rt_schedule_new_pipedream, rt_schedule_validate_replicas: OPTs are barriers of a stage's
  * copies) before it runs.
  * Not here: sizes per stage (forward or backward) with another schedule
- * than gpipe or with replicas, sliced with replicas,
+ * than gpipe or with replicas,
  * device-side (NCCL) all-reduce, the nccl transport with replicas (SC_ERR_UNSUPPORTED).
  * With the nccl transport the activations and gradients still pass through the runner's host
  * buffers (the stage's kernels hand out host copies only); the transport moves them between
