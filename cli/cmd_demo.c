@@ -107,11 +107,11 @@ static json_t *get_job(const char *addr, const char *job_id)
                  &stagecraft__get_job_response__descriptor, &m, &err) != SC_OK)
         return NULL;
     Stagecraft__JobInfo *j = ((Stagecraft__GetJobResponse *)m)->job;
-    json_t *o = json_pack("{s:i, s:s, s:I, s:I, s:f, s:f, s:f, s:f}", "state", (int)j->state,
-                          "reason", j->reason ? j->reason : "", "step",
-                          (json_int_t)j->step, "steps", (json_int_t)j->steps, "loss", j->loss,
-                          "samples_per_s", j->samples_per_s, "measured_s", j->measured_iteration_s,
-                          "predicted_s", j->predicted_iteration_s);
+    json_t *o =
+        json_pack("{s:i, s:s, s:I, s:I, s:f, s:f, s:f, s:f}", "state", (int)j->state, "reason",
+                  j->reason ? j->reason : "", "step", (json_int_t)j->step, "steps",
+                  (json_int_t)j->steps, "loss", j->loss, "samples_per_s", j->samples_per_s,
+                  "measured_s", j->measured_iteration_s, "predicted_s", j->predicted_iteration_s);
     if (j->plan_json && j->plan_json[0])
         json_object_set_new(o, "plan", json_loads(j->plan_json, 0, NULL));
     protobuf_c_message_free_unpacked(m, NULL);
@@ -120,10 +120,9 @@ static json_t *get_job(const char *addr, const char *job_id)
 
 static const char *state_name(int s)
 {
-    static const char *const names[] = {"?",          "submitted",   "profiling",
-                                        "planned",    "running",     "recovering",
-                                        "succeeded",  "failed",      "cancelled",
-                                        "rebalancing"};
+    static const char *const names[] = {"?",         "submitted",  "profiling", "planned",
+                                        "running",   "recovering", "succeeded", "failed",
+                                        "cancelled", "rebalancing"};
     return s >= 0 && s < (int)SC_ARRAY_LEN(names) ? names[s] : "?";
 }
 
@@ -192,8 +191,8 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     char log[128], state[96];
     snprintf(log, sizeof log, "%s/coordinator.log", procs.dir);
     snprintf(state, sizeof state, "%s/state", procs.dir);
-    char *cargv[] = {"stagecraft", "coordinator", "--listen", "127.0.0.1:0", "--state", state,
-                     "--heartbeat-ms", "500", NULL};
+    char *cargv[] = {"stagecraft", "coordinator",    "--listen", "127.0.0.1:0", "--state",
+                     state,        "--heartbeat-ms", "500",      NULL};
     spawn(&procs, log, cargv);
     int port = wait_for_port(log, &stop);
     if (port == 0) {
@@ -222,8 +221,8 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         else
             snprintf(dev, sizeof dev, "cpu");
         snprintf(wlog, sizeof wlog, "%s/worker-%d.log", procs.dir, i);
-        char *wargv[] = {"stagecraft", "worker", "--coordinator", addr, "--name", name,
-                         "--device", dev, "--state", state, NULL};
+        char *wargv[] = {"stagecraft", "worker", "--coordinator", addr,  "--name", name,
+                         "--device",   dev,      "--state",       state, NULL};
         spawn(&procs, wlog, wargv);
     }
 
@@ -236,11 +235,11 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         " s:I, s:I, s:I, s:i, s:{s:s, s:f, s:f}, s:I}",
         "format", "stagecraft-job", "version", 1, "name", "demo-gpt", "model", "kind", "gpt",
         "vocab", 256, "seq_len", 64, "layers", 4 > workers ? 4 : (int)workers, "width", 128,
-        "heads", 4, "data", "kind", "text", "path", data, "batch_size", 16, "microbatches",
-        "auto", "schedule", "1f1b", "strategy", "exhaustive", "workers", (json_int_t)workers,
-        "stages", (json_int_t)workers,
-        "steps", (json_int_t)steps, "seed", 1, "optimizer", "kind", "adamw", "lr", 1e-3,
-        "weight_decay", 0.0, "checkpoint_every", (json_int_t)(steps / 4 > 0 ? steps / 4 : 1));
+        "heads", 4, "data", "kind", "text", "path", data, "batch_size", 16, "microbatches", "auto",
+        "schedule", "1f1b", "strategy", "exhaustive", "workers", (json_int_t)workers, "stages",
+        (json_int_t)workers, "steps", (json_int_t)steps, "seed", 1, "optimizer", "kind", "adamw",
+        "lr", 1e-3, "weight_decay", 0.0, "checkpoint_every",
+        (json_int_t)(steps / 4 > 0 ? steps / 4 : 1));
     json_dump_file(job, job_path, JSON_INDENT(2));
     char *job_text = json_dumps(job, 0);
     json_decref(job);
@@ -323,6 +322,17 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     printf("  iteration time: predicted %.4g s, measured %.4g s\n",
            json_number_value(json_object_get(last, "predicted_s")),
            json_number_value(json_object_get(last, "measured_s")));
+    /* The planner gives every stage a device of its own; here the workers may share one, which
+     * the measured time includes and the prediction does not: say so beside the figures. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (strcmp(device, "cuda") == 0 && workers > gpus)
+        printf("  (the %lld workers share %d GPU%s, so stages that run at once slow each other: "
+               "the prediction assumes a device per stage)\n",
+               (long long)workers, gpus, gpus == 1 ? "" : "s");
+    else if (strcmp(device, "cuda") != 0 && cores > 0 && workers > cores)
+        printf("  (the %lld workers share this machine's %ld cores, so stages that run at once "
+               "slow each other: the prediction assumes a device per stage)\n",
+               (long long)workers, cores);
     /* the loss curve: a dozen points spread over the run, first and last included */
     printf("  loss curve (step:loss):");
     int shown = curve_n < CURVE_SHOWN ? curve_n : CURVE_SHOWN;
