@@ -5,6 +5,9 @@
  * played yet stops the stage until a later sweep. Because every action's start depends only on
  * its stage's previous action and on one send, sweeping stages in a loop reaches the same
  * times as a priority-queue simulation, and a sweep without progress is a deadlock.
+ * Stages that share processors (plan_sim_run_shared) break that: a compute's duration depends on
+ * which other computes of its group overlap it, so that path advances one simulated clock from
+ * event to event (a compute starting or finishing), re-rating a group's computes at each.
  */
 #include "coordinator/planner/plan_sim.h"
 
@@ -75,36 +78,111 @@ static void finish_flushed(plan_sim_result *out, double end)
         out->bubble_fraction = 0;
 }
 
+static void sim_state_free(sim_state *st)
+{
+    free(st->arr_f);
+    free(st->arr_b);
+    free(st->bend);
+    free(st->link_f);
+    free(st->link_b);
+    free(st->clock);
+    free(st->inflight);
+    free(st->cursor);
+    memset(st, 0, sizeof *st);
+}
+
+/* Allocates the per-stage and per-unit state of playing `s` and the result's arrays; arrivals
+ * start as NAN (not sent yet). On error everything allocated is freed by the caller's
+ * sim_state_free and plan_sim_result_free. */
+static sc_status sim_state_init(sim_state *st, const plan_schedule *s, plan_sim_result *out,
+                                sc_err *err)
+{
+    int S = s->n_stages, U = s->n_units;
+    memset(st, 0, sizeof *st);
+    memset(out, 0, sizeof *out);
+    st->S = S;
+    st->U = U;
+    st->r = out;
+    size_t su = (size_t)S * (size_t)U;
+    st->arr_f = malloc(su * sizeof(double));
+    st->arr_b = malloc(su * sizeof(double));
+    st->bend = calloc(su, sizeof(double));
+    st->link_f = calloc((size_t)S, sizeof(double));
+    st->link_b = calloc((size_t)S, sizeof(double));
+    st->clock = calloc((size_t)S, sizeof(double));
+    st->inflight = calloc((size_t)S, sizeof(double));
+    st->cursor = calloc((size_t)S, sizeof(int));
+    out->n_stages = S;
+    out->busy_s = calloc((size_t)S, sizeof(double));
+    out->idle_s = calloc((size_t)S, sizeof(double));
+    out->peak_inflight = calloc((size_t)S, sizeof(double));
+    if (!st->arr_f || !st->arr_b || !st->bend || !st->link_f || !st->link_b || !st->clock ||
+        !st->inflight || !st->cursor || !out->busy_s || !out->idle_s || !out->peak_inflight)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d units", S, U);
+    for (size_t i = 0; i < su; i++)
+        st->arr_f[i] = st->arr_b[i] = NAN;
+    return SC_OK;
+}
+
+/* The iteration time and per-stage figures once every action has been played. `stretch_s`
+ * (NULL: none) is, per stage and unit (S, U), the time its computes ran longer than their own
+ * durations because of shared processors; pipedream's steady-state busy time adds the mean over
+ * the units of the window its period is measured on. */
+static double window_mean(const double *x, int a, int b)
+{
+    double sum = 0;
+    for (int u = a + 1; u <= b; u++)
+        sum += x[u];
+    return sum / (b - a);
+}
+
+static void sim_finish(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                       const sim_state *st, const double *stretch_s, plan_sim_result *out)
+{
+    int S = s->n_stages, U = s->n_units;
+    double end = 0;
+    for (int i = 0; i < S; i++)
+        if (st->clock[i] > end)
+            end = st->clock[i];
+    if (s->kind == PLAN_SCHED_PIPEDREAM && U >= 2) {
+        /* measure between the fill and the drain, where one minibatch leaves per period */
+        int a = U / 4, b = U - S - 1;
+        if (b <= a) {
+            a = 0;
+            b = U - 1;
+        }
+        out->steady_s = (st->bend[b] - st->bend[a]) / (b - a);
+        out->iteration_s = out->steady_s * n_micro;
+        double busy = 0;
+        for (int i = 0; i < S; i++)
+            busy += stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s +
+                    (stretch_s ? window_mean(stretch_s + (size_t)i * U, a, b) : 0);
+        out->bubble_fraction = out->steady_s > 0 ? 1 - busy / (S * out->steady_s) : 0;
+        for (int i = 0; i < S; i++) {
+            double bs = (stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s +
+                         (stretch_s ? window_mean(stretch_s + (size_t)i * U, a, b) : 0)) *
+                        n_micro;
+            out->busy_s[i] = bs;
+            out->idle_s[i] = out->iteration_s - bs;
+        }
+        if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
+            out->bubble_fraction = 0;
+    } else {
+        finish_flushed(out, end);
+    }
+}
+
 sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
                        double slice_efficiency, int record_events, plan_sim_result *out,
                        sc_err *err)
 {
     int S = s->n_stages, U = s->n_units;
-    sim_state st = {.S = S, .U = U, .r = out};
-    sc_status rc = SC_OK;
-    memset(out, 0, sizeof *out);
+    sim_state st;
+    sc_status rc = sim_state_init(&st, s, out, err);
+    if (rc != SC_OK)
+        goto done;
     if (!(slice_efficiency > 0) || slice_efficiency > 1)
         slice_efficiency = 1;
-    size_t su = (size_t)S * (size_t)U;
-    st.arr_f = malloc(su * sizeof(double));
-    st.arr_b = malloc(su * sizeof(double));
-    st.bend = calloc(su, sizeof(double));
-    st.link_f = calloc((size_t)S, sizeof(double));
-    st.link_b = calloc((size_t)S, sizeof(double));
-    st.clock = calloc((size_t)S, sizeof(double));
-    st.inflight = calloc((size_t)S, sizeof(double));
-    st.cursor = calloc((size_t)S, sizeof(int));
-    out->n_stages = S;
-    out->busy_s = calloc((size_t)S, sizeof(double));
-    out->idle_s = calloc((size_t)S, sizeof(double));
-    out->peak_inflight = calloc((size_t)S, sizeof(double));
-    if (!st.arr_f || !st.arr_b || !st.bend || !st.link_f || !st.link_b || !st.clock ||
-        !st.inflight || !st.cursor || !out->busy_s || !out->idle_s || !out->peak_inflight) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d units", S, U);
-        goto done;
-    }
-    for (size_t i = 0; i < su; i++)
-        st.arr_f[i] = st.arr_b[i] = NAN;
     int remaining = 0;
     for (int i = 0; i < S; i++)
         remaining += s->n_actions[i];
@@ -194,45 +272,238 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
             goto done;
         }
     }
-    double end = 0;
-    for (int i = 0; i < S; i++)
-        if (st.clock[i] > end)
-            end = st.clock[i];
-    if (pipedream && U >= 2) {
-        /* measure between the fill and the drain, where one minibatch leaves per period */
-        int a = U / 4, b = U - S - 1;
-        if (b <= a) {
-            a = 0;
-            b = U - 1;
-        }
-        out->steady_s = (st.bend[b] - st.bend[a]) / (b - a);
-        out->iteration_s = out->steady_s * n_micro;
-        double busy = 0;
-        for (int i = 0; i < S; i++)
-            busy += stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s;
-        out->bubble_fraction = out->steady_s > 0 ? 1 - busy / (S * out->steady_s) : 0;
-        for (int i = 0; i < S; i++) {
-            double b = (stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s) * n_micro;
-            out->busy_s[i] = b;
-            out->idle_s[i] = out->iteration_s - b;
-        }
-        if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
-            out->bubble_fraction = 0;
-    } else {
-        finish_flushed(out, end);
-    }
+    sim_finish(s, stages, n_micro, &st, NULL, out);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
 done:
-    free(st.arr_f);
-    free(st.arr_b);
-    free(st.bend);
-    free(st.link_f);
-    free(st.link_b);
-    free(st.clock);
-    free(st.inflight);
-    free(st.cursor);
+    sim_state_free(&st);
+    if (rc != SC_OK)
+        plan_sim_result_free(out);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- shared processors */
+
+/* A compute in progress in the event-driven loop: `rem_s` of its own duration was left at
+ * `anchor_s`, and it has progressed at `rate` since. Re-anchoring only when the rate changes
+ * keeps a compute that never slowed down at exactly start + duration, as the sweep has it. */
+typedef struct shared_run {
+    int active;
+    int stretched; /* its rate fell below 1 at some point */
+    int kind, unit;
+    double start_s, dur_s, anchor_s, rem_s, rate;
+} shared_run;
+
+static double shared_end(const shared_run *r)
+{
+    return r->anchor_s + r->rem_s / r->rate;
+}
+
+static int is_compute(int kind)
+{
+    return kind == PLAN_ACT_F || kind == PLAN_ACT_B || kind == PLAN_ACT_OPT;
+}
+
+/* Plays stage i's actions at simulated time t until it starts a compute, reaches a compute that
+ * may start only later (a receive moved its clock past t), meets a receive whose send has not
+ * been played, or runs out. Receives, sends and links follow the sweep's rules. Returns 1 when
+ * it played or started anything, 0 when not, -1 out of memory. */
+static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages,
+                          double eff, int record, int i, double t, shared_run *run, int *remaining)
+{
+    int S = st->S, U = st->U, played = 0;
+    const plan_sim_stage *c = &stages[i];
+    int pipedream = s->kind == PLAN_SCHED_PIPEDREAM;
+    while (!run[i].active && st->cursor[i] < s->n_actions[i]) {
+        const plan_action *a = &s->actions[i][st->cursor[i]];
+        int u = a->unit;
+        double k = u >= 0 ? unit_scale(s->frac[u], eff) : 1;
+        double frac = u >= 0 ? s->frac[u] : 0;
+        if (a->kind == PLAN_ACT_RECV_F || a->kind == PLAN_ACT_RECV_B) {
+            double at = a->kind == PLAN_ACT_RECV_F ? st->arr_f[(size_t)(i - 1) * U + u]
+                                                   : st->arr_b[(size_t)(i + 1) * U + u];
+            if (isnan(at))
+                return played;
+            if (at > st->clock[i])
+                st->clock[i] = at;
+        } else if (a->kind == PLAN_ACT_SEND_F) {
+            double t0 = st->clock[i] > st->link_f[i] ? st->clock[i] : st->link_f[i];
+            double d = c->send_fwd_s * frac;
+            st->link_f[i] = t0 + d;
+            st->arr_f[(size_t)i * U + u] = t0 + d;
+            if (record && d > 0 && add_event(st, S + 2 * i, a->kind, u, t0, d) != 0)
+                return -1;
+        } else if (a->kind == PLAN_ACT_SEND_B) {
+            double t0 = st->clock[i] > st->link_b[i - 1] ? st->clock[i] : st->link_b[i - 1];
+            double d = stages[i - 1].send_bwd_s * frac;
+            st->link_b[i - 1] = t0 + d;
+            st->arr_b[(size_t)i * U + u] = t0 + d;
+            if (record && d > 0 && add_event(st, S + 2 * (i - 1) + 1, a->kind, u, t0, d) != 0)
+                return -1;
+        } else if (is_compute(a->kind)) {
+            /* how many of a group compute at once decides their rates, so a compute joins only
+             * when the loop's clock reaches its start */
+            if (st->clock[i] > t)
+                return played;
+            double dur = a->kind == PLAN_ACT_F   ? c->fwd_s * k
+                         : a->kind == PLAN_ACT_B ? c->bwd_s * k + (pipedream ? c->opt_s : 0)
+                                                 : c->opt_s;
+            if (a->kind == PLAN_ACT_F) {
+                st->inflight[i] += frac;
+                if (st->inflight[i] > st->r->peak_inflight[i])
+                    st->r->peak_inflight[i] = st->inflight[i];
+            } else if (a->kind == PLAN_ACT_B) {
+                st->inflight[i] -= frac;
+            }
+            if (dur > 0) {
+                run[i] = (shared_run){.active = 1,
+                                      .kind = a->kind,
+                                      .unit = u,
+                                      .start_s = st->clock[i],
+                                      .dur_s = dur,
+                                      .anchor_s = st->clock[i],
+                                      .rem_s = dur,
+                                      .rate = 1};
+                return 1;
+            }
+            /* nothing to share: done at once, as the sweep records it */
+            if (a->kind == PLAN_ACT_B)
+                st->bend[(size_t)i * U + u] = st->clock[i];
+            if (record && add_event(st, i, a->kind, u, st->clock[i], 0) != 0)
+                return -1;
+        }
+        st->cursor[i]++;
+        (*remaining)--;
+        played = 1;
+    }
+    return played;
+}
+
+static sc_status share_check(const plan_sim_share *sh, int S, int *grouped, sc_err *err)
+{
+    *grouped = 0;
+    for (int g = 0; g < sh->n_groups; g++)
+        if (sh->capacity[g] < 1)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "shared processors: group %d has capacity %d; it must be >= 1", g,
+                           sh->capacity[g]);
+    for (int i = 0; i < S; i++) {
+        if (sh->group[i] < -1 || sh->group[i] >= sh->n_groups)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "shared processors: stage %d is in group %d; valid: -1 (own device) "
+                           "or 0 to %d",
+                           i, sh->group[i], sh->n_groups - 1);
+        *grouped |= sh->group[i] >= 0;
+    }
+    return SC_OK;
+}
+
+sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                              double slice_efficiency, const plan_sim_share *share,
+                              int record_events, plan_sim_result *out, sc_err *err)
+{
+    int S = s->n_stages, grouped = 0;
+    if (share != NULL) {
+        memset(out, 0, sizeof *out);
+        SC_CHECK(share_check(share, S, &grouped, err));
+    }
+    if (!grouped)
+        return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
+    sim_state st;
+    shared_run *run = calloc((size_t)S, sizeof *run);
+    double *stretch = calloc((size_t)S * (size_t)s->n_units, sizeof *stretch);
+    int *busy_n = calloc((size_t)share->n_groups, sizeof *busy_n);
+    sc_status rc = sim_state_init(&st, s, out, err);
+    if (rc != SC_OK)
+        goto done;
+    if (!run || !stretch || !busy_n) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d shared stages", S);
+        goto done;
+    }
+    if (!(slice_efficiency > 0) || slice_efficiency > 1)
+        slice_efficiency = 1;
+    int remaining = 0;
+    for (int i = 0; i < S; i++)
+        remaining += s->n_actions[i];
+    double t = 0;
+    for (;;) {
+        /* everything that can happen at t: a send may unblock a receive on a stage already
+         * visited, hence the repeat */
+        int progress;
+        do {
+            progress = 0;
+            for (int i = 0; i < S; i++) {
+                int p = shared_advance(&st, s, stages, slice_efficiency, record_events, i, t, run,
+                                       &remaining);
+                if (p < 0)
+                    goto nomem;
+                progress |= p;
+            }
+        } while (progress);
+        if (remaining == 0)
+            break;
+        memset(busy_n, 0, (size_t)share->n_groups * sizeof *busy_n);
+        for (int i = 0; i < S; i++)
+            if (run[i].active && share->group[i] >= 0)
+                busy_n[share->group[i]]++;
+        double next = INFINITY;
+        for (int i = 0; i < S; i++) {
+            shared_run *r = &run[i];
+            if (r->active) {
+                int g = share->group[i];
+                double rate = g >= 0 && busy_n[g] > share->capacity[g]
+                                  ? (double)share->capacity[g] / busy_n[g]
+                                  : 1.0;
+                if (rate != r->rate) {
+                    r->rem_s -= r->rate * (t - r->anchor_s);
+                    if (r->rem_s < 0)
+                        r->rem_s = 0;
+                    r->anchor_s = t;
+                    r->rate = rate;
+                    r->stretched |= rate < 1;
+                }
+                double e = shared_end(r);
+                next = e < next ? e : next;
+            } else if (st.cursor[i] < s->n_actions[i] &&
+                       is_compute(s->actions[i][st.cursor[i]].kind) && st.clock[i] > t) {
+                next = st.clock[i] < next ? st.clock[i] : next;
+            }
+        }
+        if (next == INFINITY) {
+            rc = SC_ERRF(err, SC_ERR_INVALID, "simulation deadlocked with %d actions left",
+                         remaining);
+            goto done;
+        }
+        t = next;
+        for (int i = 0; i < S; i++) {
+            shared_run *r = &run[i];
+            if (!r->active || shared_end(r) > t)
+                continue;
+            /* unstretched: its own duration, bit for bit the sweep's */
+            double dur = r->stretched ? t - r->start_s : r->dur_s;
+            st.clock[i] = r->stretched ? t : r->start_s + r->dur_s;
+            out->busy_s[i] += dur;
+            if (r->unit >= 0)
+                stretch[(size_t)i * st.U + r->unit] += dur - r->dur_s;
+            if (r->kind == PLAN_ACT_B)
+                st.bend[(size_t)i * st.U + r->unit] = st.clock[i];
+            if (record_events && add_event(&st, i, r->kind, r->unit, r->start_s, dur) != 0)
+                goto nomem;
+            r->active = 0;
+            st.cursor[i]++;
+            remaining--;
+        }
+    }
+    sim_finish(s, stages, n_micro, &st, stretch, out);
+    goto done;
+nomem:
+    rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
+done:
+    sim_state_free(&st);
+    free(run);
+    free(stretch);
+    free(busy_n);
     if (rc != SC_OK)
         plan_sim_result_free(out);
     return rc;

@@ -58,6 +58,31 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
 
 void plan_sim_result_free(plan_sim_result *r);
 
+/* Stages that share processors (several CPU stages as threads of one host, say): stage i belongs
+ * to group[i] (0..n_groups-1) or to none (-1: a device of its own); group g has capacity[g]
+ * processors. While n computes (F, B, OPT) of a group run at once each progresses at rate
+ * min(1, capacity / n) (processor sharing: the OS spreads runnable threads over the cores).
+ * Transfers are not shared. */
+typedef struct plan_sim_share {
+    int n_groups;
+    const int *group;    /* (n_stages) group of each stage, -1: own device */
+    const int *capacity; /* (n_groups) processors of each group, >= 1 */
+} plan_sim_share;
+
+/* plan_sim_run with stages grouped onto shared processors. `share` NULL (or no stage in a group)
+ * is plan_sim_run itself, bit for bit. Otherwise an event-driven loop plays the lists: a stage
+ * still runs one action at a time in list order with the same receive, send and link rules, but
+ * a compute starts only when the simulated clock reaches it, and the rates of its group change
+ * whenever one of the group's stages starts or finishes computing. An action that ran at full
+ * rate throughout keeps its own duration, so a group that never holds more computes than its
+ * capacity (a group of one stage, a capacity >= its stages) gives plan_sim_run's figures.
+ * Recorded events and busy_s carry the stretched times; for pipedream busy_s adds each stage's
+ * mean stretch per minibatch. Errors: a group id out of range or a capacity < 1
+ * (SC_ERR_INVALID naming the stage or group), a deadlock, allocation. Reentrant. */
+sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                              double slice_efficiency, const plan_sim_share *share,
+                              int record_events, plan_sim_result *out, sc_err *err);
+
 /* Unequal micro-batch sizes per stage (UMPIPE): stage i cuts the batch into its own entries,
  * fwd_sizes row i in the forward and bwd_sizes row i in the backward, each a list of positive
  * sizes summing to the batch (zeros after the last entry). Times come from tables indexed by an

@@ -1,7 +1,9 @@
 /* coordinator/planner/plan_schedule + plan_sim: schedules against hand-computed timelines,
  * the pipeline bubble (p-1)/(m+p-1), stash counts, link serialisation, validation failures
  * and the Chrome trace; per-stage micro-batch sizes against a hand-computed timeline, against
- * GPipe when the sizes are equal, and against the genetic search's recurrence. */
+ * GPipe when the sizes are equal, and against the genetic search's recurrence; stages sharing
+ * processors against hand-computed timelines and a closed form for GPipe, and against the
+ * unshared simulator, bit for bit, when no group holds more computes than its capacity. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -484,6 +486,212 @@ static void test_sized_bad_rows(void **state)
     expect_sized_error(good, negative, "stage 1 backward sizes: entry 0 is 6 samples");
 }
 
+/* ---------------------------------------------------------------- shared processors */
+
+static plan_sim_result run_shared(plan_sched_kind k, int p, int m, int sliced,
+                                  const plan_sim_stage *st, const plan_sim_share *sh, int record)
+{
+    plan_schedule *s = NULL;
+    plan_sim_result r;
+    sc_err err;
+    sc_err_clear(&err);
+    int units = k == PLAN_SCHED_PIPEDREAM ? 8 * p : m;
+    assert_int_equal(plan_schedule_build(&s, k, p, units, sliced, &err), SC_OK);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+    assert_int_equal(plan_sim_run_shared(s, st, m, 0.9, sh, record, &r, &err), SC_OK);
+    plan_schedule_destroy(&s);
+    return r;
+}
+
+static const plan_sim_event *find_event(const plan_sim_result *r, int lane, int kind, int unit)
+{
+    for (int e = 0; e < r->n_events; e++)
+        if (r->events[e].lane == lane && r->events[e].kind == kind && r->events[e].unit == unit)
+            return &r->events[e];
+    fail_msg("no event lane %d kind %d unit %d", lane, kind, unit);
+    return NULL;
+}
+
+static void test_shared_hand_computed(void **state)
+{
+    (void)state;
+    plan_sim_stage st[4];
+    equal_stages(st, 2, 1, 1);
+    const int group2[2] = {0, 0}, one[1] = {1};
+    plan_sim_share sh = {.n_groups = 1, .group = group2, .capacity = one};
+    /* GPipe, 2 stages on 1 processor, 2 micro-batches: F0 of stage 0 alone [0,1]; F1 of stage 0
+     * and F0 of stage 1 at half rate [1,3]; F1 of stage 1 alone [3,4]; its first backward alone
+     * [4,5]; then both stages' backwards at half rate [5,7]; stage 0's last alone [7,8]. The
+     * processor never idles: 8 s of work in 8 s, against 6 s on two devices. */
+    plan_sim_result r = run_shared(PLAN_SCHED_GPIPE, 2, 2, 0, st, &sh, 1);
+    assert_float_equal(r.iteration_s, 8.0, 1e-12);
+    const plan_sim_event *a = find_event(&r, 0, PLAN_ACT_F, 1);
+    const plan_sim_event *b = find_event(&r, 1, PLAN_ACT_F, 0);
+    assert_float_equal(a->start_s, 1.0, 1e-12);
+    assert_float_equal(a->dur_s, 2.0, 1e-12);
+    assert_float_equal(b->start_s, 1.0, 1e-12);
+    assert_float_equal(b->dur_s, 2.0, 1e-12);
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_F, 1)->dur_s, 1.0, 1e-12);
+    /* busy time is the stretched compute: 1 + 2 + 2 + 1 on stage 0, 2 + 1 + 1 + 2 on stage 1 */
+    assert_float_equal(r.busy_s[0], 6.0, 1e-12);
+    assert_float_equal(r.busy_s[1], 6.0, 1e-12);
+    assert_float_equal(r.idle_s[0], 2.0, 1e-12);
+    plan_sim_result_free(&r);
+
+    /* GPipe with p equal stages on c processors, no links: micro-batch j runs on stage s in the
+     * wave slot k = s + j of each direction, every stage of a slot starts together, so a slot
+     * with w stages takes f * max(1, w / c) forward and b * max(1, w / c) backward, where
+     * w = min(k + 1, p, m, m + p - 1 - k). 4 stages on 2 processors: */
+    const int group4[4] = {0, 0, 0, 0}, two[1] = {2};
+    plan_sim_share sh4 = {.n_groups = 1, .group = group4, .capacity = two};
+    const int ms[] = {1, 2, 4, 8};
+    const double want_slots[] = {4, 5, 9, 17}; /* sum of max(1, w / 2) over the m + 3 slots */
+    equal_stages(st, 4, 1, 2);
+    for (int i = 0; i < 4; i++) {
+        double slots = 0;
+        for (int k = 0; k < ms[i] + 3; k++) {
+            int w = k + 1;
+            w = w < 4 ? w : 4;
+            w = w < ms[i] ? w : ms[i];
+            w = w < ms[i] + 3 - k ? w : ms[i] + 3 - k;
+            slots += w > 2 ? w / 2.0 : 1.0;
+        }
+        assert_float_equal(slots, want_slots[i], 0);
+        r = run_shared(PLAN_SCHED_GPIPE, 4, ms[i], 0, st, &sh4, 0);
+        assert_float_equal(r.iteration_s, 3.0 * want_slots[i], 1e-9);
+        /* every stage computes 3 s per micro-batch at rate 1 or stretched */
+        for (int s = 0; s < 4; s++)
+            assert_true(r.busy_s[s] >= 3.0 * ms[i] - 1e-9);
+        plan_sim_result_free(&r);
+    }
+}
+
+/* Two results hold the same numbers bit for bit, and the same events in any order. */
+static int event_cmp(const void *x, const void *y)
+{
+    const plan_sim_event *a = x, *b = y;
+    if (a->lane != b->lane)
+        return a->lane < b->lane ? -1 : 1;
+    if (a->start_s != b->start_s)
+        return a->start_s < b->start_s ? -1 : 1;
+    if (a->kind != b->kind)
+        return a->kind < b->kind ? -1 : 1;
+    return a->unit < b->unit ? -1 : a->unit > b->unit;
+}
+
+static void assert_same_result(plan_sim_result *a, plan_sim_result *b)
+{
+    assert_int_equal(a->n_stages, b->n_stages);
+    assert_true(a->iteration_s == b->iteration_s);
+    assert_true(a->steady_s == b->steady_s);
+    assert_true(a->bubble_fraction == b->bubble_fraction);
+    size_t n = (size_t)a->n_stages * sizeof(double);
+    assert_memory_equal(a->busy_s, b->busy_s, n);
+    assert_memory_equal(a->idle_s, b->idle_s, n);
+    assert_memory_equal(a->peak_inflight, b->peak_inflight, n);
+    assert_int_equal(a->n_events, b->n_events);
+    qsort(a->events, (size_t)a->n_events, sizeof *a->events, event_cmp);
+    qsort(b->events, (size_t)b->n_events, sizeof *b->events, event_cmp);
+    for (int e = 0; e < a->n_events; e++) {
+        assert_int_equal(event_cmp(&a->events[e], &b->events[e]), 0);
+        assert_true(a->events[e].dur_s == b->events[e].dur_s);
+    }
+}
+
+static void test_shared_without_contention_is_unshared(void **state)
+{
+    (void)state;
+    /* unequal stages and links, so that stages overlap at odd times */
+    plan_sim_stage st[4] = {
+        {.fwd_s = 1.3, .bwd_s = 2.1, .opt_s = 0.4, .send_fwd_s = 0.3, .send_bwd_s = 0.2},
+        {.fwd_s = 0.7, .bwd_s = 1.9, .opt_s = 0.1, .send_fwd_s = 0.6, .send_bwd_s = 0.5},
+        {.fwd_s = 1.1, .bwd_s = 0.8, .opt_s = 0.3, .send_fwd_s = 0.1, .send_bwd_s = 0.7},
+        {.fwd_s = 0.9, .bwd_s = 1.7, .opt_s = 0.2}};
+    const int all[4] = {0, 0, 0, 0}, singles[4] = {0, -1, 1, 2}, none[4] = {-1, -1, -1, -1};
+    const int cap4[1] = {4}, cap9[1] = {9}, ones[3] = {1, 1, 1};
+    const plan_sim_share shares[] = {
+        {.n_groups = 1, .group = all, .capacity = cap4},     /* capacity = stages */
+        {.n_groups = 1, .group = all, .capacity = cap9},     /* more than enough */
+        {.n_groups = 3, .group = singles, .capacity = ones}, /* groups of one stage */
+        {.n_groups = 1, .group = none, .capacity = cap4},    /* nobody grouped: the sweep */
+    };
+    const plan_sched_kind kinds[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_PIPEDREAM,
+                                     PLAN_SCHED_SLICED};
+    for (int x = 0; x < 4; x++)
+        for (int k = 0; k < 4; k++)
+            for (int p = 1; p <= 4; p++) {
+                plan_schedule *s = NULL;
+                sc_err err;
+                int m = 8, units = kinds[k] == PLAN_SCHED_PIPEDREAM ? 8 * p : m;
+                assert_int_equal(plan_schedule_build(&s, kinds[k], p, units,
+                                                     kinds[k] == PLAN_SCHED_SLICED, &err),
+                                 SC_OK);
+                assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+                plan_sim_result a, b;
+                plan_sim_share sh = shares[x];
+                assert_int_equal(plan_sim_run(s, st, m, 0.9, 1, &a, &err), SC_OK);
+                assert_int_equal(plan_sim_run_shared(s, st, m, 0.9, &sh, 1, &b, &err), SC_OK);
+                assert_same_result(&a, &b);
+                plan_sim_result_free(&a);
+                plan_sim_result_free(&b);
+                if (x == 0) {
+                    assert_int_equal(plan_sim_run_shared(s, st, m, 0.9, NULL, 1, &b, &err), SC_OK);
+                    assert_int_equal(plan_sim_run(s, st, m, 0.9, 1, &a, &err), SC_OK);
+                    assert_same_result(&a, &b);
+                    plan_sim_result_free(&a);
+                    plan_sim_result_free(&b);
+                }
+                plan_schedule_destroy(&s);
+            }
+}
+
+static void test_shared_contention_bounds(void **state)
+{
+    (void)state;
+    /* 1F1B and PipeDream, 4 stages on 1 or 2 processors: never faster than on a device each,
+     * never faster than the work divided by the processors, busy time stretched. */
+    plan_sim_stage st[4];
+    equal_stages(st, 4, 1, 2);
+    const int all[4] = {0, 0, 0, 0};
+    for (int c = 1; c <= 2; c++) {
+        plan_sim_share sh = {.n_groups = 1, .group = all, .capacity = &c};
+        plan_sim_result base = run(PLAN_SCHED_1F1B, 4, 8, 0, st, 0);
+        plan_sim_result r = run_shared(PLAN_SCHED_1F1B, 4, 8, 0, st, &sh, 0);
+        assert_true(r.iteration_s >= base.iteration_s - 1e-9);
+        assert_true(r.iteration_s >= 4 * 8 * 3.0 / c - 1e-9);
+        for (int s = 0; s < 4; s++)
+            assert_true(r.busy_s[s] >= 8 * 3.0 - 1e-9);
+        plan_sim_result_free(&base);
+        plan_sim_result_free(&r);
+        /* PipeDream's steady state: 4 stages each 3 s per minibatch on c processors */
+        r = run_shared(PLAN_SCHED_PIPEDREAM, 4, 10, 0, st, &sh, 0);
+        assert_float_equal(r.steady_s, 4 * 3.0 / c, 1e-9);
+        assert_float_equal(r.bubble_fraction, 0.0, 1e-9);
+        plan_sim_result_free(&r);
+    }
+}
+
+static void test_shared_invalid(void **state)
+{
+    (void)state;
+    plan_schedule *s = NULL;
+    plan_sim_stage st[2];
+    plan_sim_result r;
+    sc_err err;
+    equal_stages(st, 2, 1, 1);
+    assert_int_equal(plan_schedule_build(&s, PLAN_SCHED_GPIPE, 2, 2, 0, &err), SC_OK);
+    const int bad_group[2] = {0, 1}, good_group[2] = {0, 0}, zero[1] = {0}, one[1] = {1};
+    plan_sim_share sh = {.n_groups = 1, .group = bad_group, .capacity = one};
+    sc_err_clear(&err);
+    assert_int_equal(plan_sim_run_shared(s, st, 2, 1.0, &sh, 0, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "stage 1 is in group 1"));
+    sh = (plan_sim_share){.n_groups = 1, .group = good_group, .capacity = zero};
+    sc_err_clear(&err);
+    assert_int_equal(plan_sim_run_shared(s, st, 2, 1.0, &sh, 0, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "group 0 has capacity 0"));
+    plan_schedule_destroy(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +705,10 @@ int main(void)
         cmocka_unit_test(test_sized_equal_is_gpipe),
         cmocka_unit_test(test_sized_matches_recurrence),
         cmocka_unit_test(test_sized_bad_rows),
+        cmocka_unit_test(test_shared_hand_computed),
+        cmocka_unit_test(test_shared_without_contention_is_unshared),
+        cmocka_unit_test(test_shared_contention_bounds),
+        cmocka_unit_test(test_shared_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
