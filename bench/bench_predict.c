@@ -12,7 +12,9 @@
  * partition and schedule with every stage a thread of this process, twice:
  *   "real":  the real model and kernels. Stages compete for the host's cores: with more stages
  *            than cores, the measured time also shows that contention, which the planner (one
- *            device per stage) does not model.
+ *            device per stage) does not model; so the plan is also simulated with every stage
+ *            in one group of as many processors as the host has cores (plan_sim_run_shared),
+ *            printed beside the planner's own prediction.
  *   "sleep": a tiny model with the same block structure (its own compute is negligible) and
  *            every forward / backward given the profiled time of its stage as slept stand-in
  *            compute (rt_runner_cfg extra_forward_s / extra_backward_s). This measures the
@@ -208,6 +210,7 @@ typedef struct {
     const char *sched;
     char part[64];
     double pred_s, real_s, sleep_s;
+    double shared_s;   /* the prediction with all stages sharing the host's cores */
     double with_opt_s; /* the prediction with the real run's optimizer step added */
     double replay_s;   /* the simulator fed the real run's own stage times */
     double opt_s;      /* the slowest stage's optimizer step in the real run */
@@ -254,6 +257,34 @@ done:
     return rc;
 }
 
+/* The plan's schedule played with the profiled stage times, as the planner predicts it, but with
+ * every stage in one group of `cores` processors: the stage threads of the real run compete for
+ * the host's cores, which the planner's own prediction (a device per stage) leaves out. With
+ * cores >= stages this is the planner's prediction exactly. */
+static sc_status predict_shared(const plan_profile *prof, const plan_cluster *cl,
+                                const plan_partition *part, plan_sched_kind kind, int micro, int m,
+                                int cores, double *iter_s, sc_err *err)
+{
+    plan_cost *c = NULL;
+    plan_schedule *sched = NULL;
+    plan_sim_stage st[MAX_STAGES];
+    int group[MAX_STAGES] = {0};
+    plan_sim_share share = {.n_groups = 1, .group = group, .capacity = &cores};
+    plan_sim_result r;
+    sc_status rc;
+    SC_CHECK(plan_cost_new(&c, prof, cl, micro, micro * m, err));
+    plan_partition_sim_stages(c, part, st);
+    SC_CHECK_GOTO(plan_schedule_build(&sched, kind, part->n_stages, m, 0, err), done);
+    SC_CHECK_GOTO(plan_schedule_validate(sched, err), done);
+    SC_CHECK_GOTO(plan_sim_run_shared(sched, st, m, 1.0, &share, 0, &r, err), done);
+    *iter_s = r.iteration_s;
+    plan_sim_result_free(&r);
+done:
+    plan_schedule_destroy(&sched);
+    plan_cost_destroy(&c);
+    return rc;
+}
+
 static sc_status run_config(const model_case *mc, const plan_profile *prof, double bw, int p,
                             const char *sched, int m, const bench_opts *o, row *out, sc_err *err)
 {
@@ -287,6 +318,11 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
         at += (size_t)snprintf(out->part + at, sizeof out->part - at, "%s%d-%d", s ? "|" : "",
                                part->first[s], part->last[s]);
 
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    SC_CHECK_GOTO(predict_shared(prof, cl, part, req.schedule, mc->micro_size, m,
+                                 cores >= 1 && cores < MAX_STAGES ? (int)cores : MAX_STAGES,
+                                 &out->shared_s, err),
+                  done);
     bench_pipe_result real, sleep;
     SC_CHECK_GOTO(run_pipeline(mc->real_json, part, sched, req.batch, m, NULL, NULL, o, &real, err),
                   done);
@@ -411,7 +447,8 @@ int main(int argc, char **argv)
     static const char *const scheds[] = {"gpipe", "1f1b"};
     row rows[MAX_ROWS];
     int nrows = 0;
-    err_stats sleep_all = {0}, real_fit = {0}, real_over = {0}, replay_all = {0}, opt_fit = {0};
+    err_stats sleep_all = {0}, real_fit = {0}, real_over = {0}, replay_all = {0}, opt_fit = {0},
+              shared_over = {0};
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     for (int mi = 0; mi < N_MODELS; mi++) {
         const model_case *mc = &models[mi];
@@ -446,9 +483,9 @@ int main(int argc, char **argv)
                    prof->blocks[l].backward_s * 1e3);
         printf("\nloopback %s: %.0f-byte message, %.3g bytes/s %s\n", o.transport, cut_bytes, bw,
                o.bw_bytes_per_s > 0 ? "(given)" : "(measured)");
-        printf("%-6s %2s %2s %2s %-16s %8s | %8s %7s %6s %6s %7s %7s | %8s %7s\n", "sched", "p",
-               "S", "m", "blocks/stage", "pred_ms", "real_ms", "err", "infl", "opt_ms", "+opt",
-               "replay", "sleep_ms", "err");
+        printf("%-6s %2s %2s %2s %-16s %8s %9s | %8s %7s %7s %6s %6s %7s %7s | %8s %7s\n", "sched",
+               "p", "S", "m", "blocks/stage", "pred_ms", "shared_ms", "real_ms", "err", "sh_err",
+               "infl", "opt_ms", "+opt", "replay", "sleep_ms", "err");
         for (int si = 0; si < 2; si++)
             for (int pi = 0; pi < 2; pi++)
                 for (int k = 0; k < 2; k++) {
@@ -465,14 +502,17 @@ int main(int argc, char **argv)
                     double erp = rel_err(r->replay_s, r->real_s);
                     double eo = rel_err(r->with_opt_s, r->real_s);
                     double es = rel_err(r->pred_s, r->sleep_s);
-                    printf("%-6s %2d %2d %2d %-16s %8.2f | %8.2f %+6.1f%% %6.2f %6.2f %+6.1f%% "
-                           "%+6.1f%% | %8.2f %+6.1f%%\n",
+                    double esh = rel_err(r->shared_s, r->real_s);
+                    printf("%-6s %2d %2d %2d %-16s %8.2f %9.2f | %8.2f %+6.1f%% %+6.1f%% %6.2f "
+                           "%6.2f %+6.1f%% %+6.1f%% | %8.2f %+6.1f%%\n",
                            r->sched, r->p, r->stages, r->m, r->part, r->pred_s * 1e3,
-                           r->real_s * 1e3, 100 * er, r->inflation, r->opt_s * 1e3, 100 * eo,
-                           100 * erp, r->sleep_s * 1e3, 100 * es);
+                           r->shared_s * 1e3, r->real_s * 1e3, 100 * er, 100 * esh, r->inflation,
+                           r->opt_s * 1e3, 100 * eo, 100 * erp, r->sleep_s * 1e3, 100 * es);
                     fflush(stdout);
                     stats_add(&sleep_all, es);
                     stats_add(r->stages <= cores ? &real_fit : &real_over, er);
+                    if (r->stages > cores)
+                        stats_add(&shared_over, esh);
                     if (r->stages <= cores)
                         stats_add(&opt_fit, eo);
                     stats_add(&replay_all, erp);
@@ -481,7 +521,10 @@ int main(int argc, char **argv)
         plan_profile_destroy(&prof);
     }
     printf(
-        "\nS: stages of the minmax plan. infl: the most a stage's measured forward + backward "
+        "\nS: stages of the minmax plan. pred_ms: the planner's prediction (a device per stage). "
+        "shared_ms: the same plan simulated with its stages sharing this host's cores "
+        "(processor sharing; equal to pred_ms when stages <= cores); err and sh_err: their "
+        "errors against real_ms. infl: the most a stage's measured forward + backward "
         "exceeds its profiled time (x). opt_ms: the slowest stage's measured optimizer step (the "
         "prediction counts the profile's optimizer_s). +opt: error of the prediction with each "
         "stage's measured optimizer step in place of the profiled one. replay: error of the "
@@ -497,6 +540,8 @@ int main(int argc, char **argv)
     stats_print(what, &opt_fit);
     snprintf(what, sizeof what, "real kernels, stages > %ld cores (shared)", cores);
     stats_print(what, &real_over);
+    snprintf(what, sizeof what, "  same, prediction sharing %ld cores (sh_err)", cores);
+    stats_print(what, &shared_over);
     stats_print("replay (schedule model alone), all", &replay_all);
     return 0;
 }
