@@ -322,16 +322,16 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     printf("  iteration time: predicted %.4g s, measured %.4g s\n",
            json_number_value(json_object_get(last, "predicted_s")),
            json_number_value(json_object_get(last, "measured_s")));
-    /* The planner gives every stage a device of its own; here the workers may share one, which
-     * the measured time includes and the prediction does not: say so beside the figures. */
+    /* Here the workers may share processors; the coordinator tells the planner so
+     * (compute_slots), and its prediction shares them among the stages computing at once. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (strcmp(device, "cuda") == 0 && workers > gpus)
-        printf("  (the %lld workers share %d GPU%s, so stages that run at once slow each other: "
-               "the prediction assumes a device per stage)\n",
-               (long long)workers, gpus, gpus == 1 ? "" : "s");
+        printf("  (the %lld workers share %d GPU%s; the prediction shares %s among the stages "
+               "that compute at once)\n",
+               (long long)workers, gpus, gpus == 1 ? "" : "s", gpus == 1 ? "it" : "them");
     else if (strcmp(device, "cuda") != 0 && cores > 0 && workers > cores)
-        printf("  (the %lld workers share this machine's %ld cores, so stages that run at once "
-               "slow each other: the prediction assumes a device per stage)\n",
+        printf("  (the %lld workers share this machine's %ld cores; the prediction shares them "
+               "among the stages that compute at once)\n",
                (long long)workers, cores);
     /* the loss curve: a dozen points spread over the run, first and last included */
     printf("  loss curve (step:loss):");

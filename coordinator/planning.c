@@ -51,6 +51,47 @@ static sc_status profile_times(const char *profile_json, const char *who, double
     return SC_OK;
 }
 
+/* Workers that share a server's processors compete for them: CPU workers for the host's cores,
+ * CUDA workers for fewer distinct GPUs than workers. Such a server gets "compute_slots" (the
+ * planner's simulator then shares them among the stages that compute at once); a server whose
+ * workers each have a processor of their own gets none. Servers follow the workers' order, one
+ * per run of equal hostnames, as coord_cluster_json builds them. */
+static void set_compute_slots(const coord_plan_worker *workers, size_t n, json_t *servers)
+{
+    size_t first = 0;
+    for (size_t v = 0; v < json_array_size(servers) && first < n; v++) {
+        const char *host = workers[first].hw->hostname;
+        size_t end = first;
+        int cpu = 0, cuda = 0, gpus = 0;
+        while (end < n && strcmp(workers[end].hw->hostname, host) == 0) {
+            const Stagecraft__Device *d = workers[end].hw->devices[0];
+            bool is_cuda = d->kind != NULL && strcmp(d->kind, "cuda") == 0;
+            cpu += !is_cuda;
+            cuda += is_cuda;
+            /* a GPU not seen on an earlier worker of this server (by bus id, else index) */
+            bool seen = false;
+            for (size_t k = first; is_cuda && k < end && !seen; k++) {
+                const Stagecraft__Device *e = workers[k].hw->devices[0];
+                bool bus = d->pci_bus_id != NULL && d->pci_bus_id[0] != '\0' &&
+                           e->pci_bus_id != NULL && e->pci_bus_id[0] != '\0';
+                seen = e->kind != NULL && strcmp(e->kind, "cuda") == 0 &&
+                       (bus ? strcmp(d->pci_bus_id, e->pci_bus_id) == 0 : d->index == e->index);
+            }
+            gpus += is_cuda && !seen;
+            end++;
+        }
+        int workers_here = (int)(end - first), slots = 0;
+        uint32_t cores = workers[first].hw->cpu_cores;
+        if (cpu == workers_here && cores > 0 && (uint32_t)workers_here > cores)
+            slots = (int)cores;
+        else if (cuda == workers_here && gpus < workers_here)
+            slots = gpus;
+        if (slots > 0)
+            json_object_set_new(json_array_get(servers, v), "compute_slots", json_integer(slots));
+        first = end;
+    }
+}
+
 sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err)
 {
     json_t *types = json_object(), *servers = json_array();
@@ -89,6 +130,8 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
         }
         json_array_append_new(json_object_get(srv, "devices"), json_string(d->name));
     }
+    if (rc == SC_OK)
+        set_compute_slots(workers, n, servers);
     if (rc == SC_OK) {
         *out = json_dumps(doc, JSON_COMPACT);
         if (*out == NULL)

@@ -211,6 +211,9 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
             tix[d] = found;
         }
         SC_CHECK(plan_cluster_add_server(c, name, intra, nic, tix, (int)nd, err));
+        int64_t slots;
+        SC_CHECK(sc_json_opt_int(&s, "compute_slots", 1, 1 << 20, 0, &slots, err));
+        c->servers[c->n_servers - 1].compute_slots = (int)slots;
     }
     return parse_links(c, &root, err);
 }

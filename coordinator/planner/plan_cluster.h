@@ -38,6 +38,8 @@ typedef struct plan_server {
     int n_devices;
     double intra_bw_bytes_per_s;
     double nic_bw_bytes_per_s;
+    int compute_slots; /* > 0: the server's devices share this many processors (e.g. CPU workers
+                        * sharing the host's cores); 0: every device computes on its own */
 } plan_server;
 
 typedef struct plan_device {

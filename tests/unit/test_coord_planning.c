@@ -1,0 +1,169 @@
+/* coordinator/planning: the cluster document built from the workers' hardware reports, and
+ * compute_slots where workers share processors (CPU workers beyond the host's cores, CUDA
+ * workers on fewer GPUs than workers), which the planner's simulator then shares among the
+ * stages that compute at once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/planner/plan.h"
+#include "coordinator/planning.h"
+
+#define PROFILE                                                                                    \
+    "{\"format\": \"stagecraft-profile\", \"version\": 1, \"model\": \"m\", "                      \
+    "\"microbatch_size\": 1, \"blocks\": ["                                                        \
+    "{\"name\": \"b0\", \"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 0, "            \
+    "\"parameter_bytes\": 4},"                                                                     \
+    "{\"name\": \"b1\", \"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 0, "            \
+    "\"parameter_bytes\": 4},"                                                                     \
+    "{\"name\": \"b2\", \"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 0, "            \
+    "\"parameter_bytes\": 4},"                                                                     \
+    "{\"name\": \"b3\", \"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 0, "            \
+    "\"parameter_bytes\": 4}]}"
+
+typedef struct {
+    Stagecraft__HardwareReport hw[8];
+    Stagecraft__Device dev[8];
+    Stagecraft__Device *devp[8];
+    coord_plan_worker w[8];
+    char id[8][8];
+} fleet;
+
+/* Worker i on `host`, driving `kind` device `index` ("cuda": bus id by index), with `cores`. */
+static void add(fleet *f, int i, const char *host, const char *kind, int index, uint32_t cores)
+{
+    static const char *const bus[] = {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"};
+    stagecraft__device__init(&f->dev[i]);
+    f->dev[i].kind = (char *)kind;
+    f->dev[i].name = (char *)(strcmp(kind, "cuda") == 0 ? "gpu" : "cpu");
+    f->dev[i].index = (uint32_t)index;
+    f->dev[i].pci_bus_id = (char *)(strcmp(kind, "cuda") == 0 ? bus[index % 3] : "");
+    f->dev[i].memory_bytes = 1ull << 30;
+    f->devp[i] = &f->dev[i];
+    stagecraft__hardware_report__init(&f->hw[i]);
+    f->hw[i].hostname = (char *)host;
+    f->hw[i].n_devices = 1;
+    f->hw[i].devices = &f->devp[i];
+    f->hw[i].cpu_cores = cores;
+    snprintf(f->id[i], sizeof f->id[i], "w%d", i);
+    f->w[i] = (coord_plan_worker){.id = f->id[i], .hw = &f->hw[i], .profile_json = PROFILE};
+}
+
+/* compute_slots of each server of the document (0 when absent), into slots[]; returns the
+ * number of servers. */
+static int slots_of(const fleet *f, int n, int *slots)
+{
+    char *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_cluster_json(f->w, (size_t)n, &doc, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_loads(doc, 0, &jerr);
+    assert_non_null(root);
+    json_t *servers = json_object_get(root, "servers");
+    int ns = (int)json_array_size(servers);
+    for (int v = 0; v < ns; v++)
+        slots[v] =
+            (int)json_integer_value(json_object_get(json_array_get(servers, v), "compute_slots"));
+    /* the planner reads what the coordinator writes */
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_parse(&c, "cluster", doc, strlen(doc), &err), SC_OK);
+    assert_int_equal(c->n_servers, ns);
+    for (int v = 0; v < ns; v++)
+        assert_int_equal(c->servers[v].compute_slots, slots[v]);
+    plan_cluster_destroy(&c);
+    json_decref(root);
+    free(doc);
+    return ns;
+}
+
+static void test_compute_slots(void **state)
+{
+    (void)state;
+    fleet f;
+    int slots[8];
+    /* 4 CPU workers on 2 cores share them */
+    for (int i = 0; i < 4; i++)
+        add(&f, i, "a", "cpu", 0, 2);
+    assert_int_equal(slots_of(&f, 4, slots), 1);
+    assert_int_equal(slots[0], 2);
+    /* 2 CPU workers on 4 cores: a core each, nothing shared */
+    for (int i = 0; i < 2; i++)
+        add(&f, i, "a", "cpu", 0, 4);
+    assert_int_equal(slots_of(&f, 2, slots), 1);
+    assert_int_equal(slots[0], 0);
+    /* 3 CUDA workers on one GPU share it; on host b two workers on two GPUs do not */
+    for (int i = 0; i < 3; i++)
+        add(&f, i, "a", "cuda", 0, 64);
+    add(&f, 3, "b", "cuda", 0, 64);
+    add(&f, 4, "b", "cuda", 1, 64);
+    assert_int_equal(slots_of(&f, 5, slots), 2);
+    assert_int_equal(slots[0], 1);
+    assert_int_equal(slots[1], 0);
+    /* a host of CPU workers beyond its cores next to one within them */
+    for (int i = 0; i < 3; i++)
+        add(&f, i, "a", "cpu", 0, 1);
+    add(&f, 3, "b", "cpu", 0, 8);
+    assert_int_equal(slots_of(&f, 4, slots), 2);
+    assert_int_equal(slots[0], 1);
+    assert_int_equal(slots[1], 0);
+}
+
+/* The planner's prediction for 4 stages that share 2 processors is slower than with a device
+ * each, and no faster than the work spread over the 2 processors. */
+static void test_shared_prediction(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{\"format\": \"stagecraft-cluster\", \"version\": 1, \"device_types\": {\"cpu\": "
+        "{\"relative_speed\": 1}}, \"servers\": [{\"name\": \"a\", \"devices\": [\"cpu\", "
+        "\"cpu\", \"cpu\", \"cpu\"], \"intra_bandwidth_bytes_per_s\": 1e12, "
+        "\"nic_bandwidth_bytes_per_s\": 1e12}]}",
+        "{\"format\": \"stagecraft-cluster\", \"version\": 1, \"device_types\": {\"cpu\": "
+        "{\"relative_speed\": 1}}, \"servers\": [{\"name\": \"a\", \"devices\": [\"cpu\", "
+        "\"cpu\", \"cpu\", \"cpu\"], \"intra_bandwidth_bytes_per_s\": 1e12, "
+        "\"nic_bandwidth_bytes_per_s\": 1e12, \"compute_slots\": 2}]}",
+    };
+    sc_err err;
+    sc_err_clear(&err);
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_parse_json(&p, "profile", PROFILE, strlen(PROFILE), &err), SC_OK);
+    double t[2];
+    for (int k = 0; k < 2; k++) {
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_parse(&c, "cluster", docs[k], strlen(docs[k]), &err), SC_OK);
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 8,
+                            .microbatches = 8,
+                            .schedule = PLAN_SCHED_GPIPE};
+        plan_result r;
+        assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &r, &err), SC_OK);
+        assert_int_equal(r.part->n_stages, 4);
+        t[k] = r.iteration_time_s;
+        plan_result_free(&r);
+        plan_cluster_destroy(&c);
+    }
+    /* a device each: (8 + 4 - 1) x 3 s; shared: at least all 96 s of work over 2 processors */
+    assert_float_equal(t[0], 33.0, 1e-9);
+    assert_true(t[1] > t[0] + 1.0);
+    assert_true(t[1] >= 96.0 / 2 - 1e-9);
+    plan_profile_destroy(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compute_slots),
+        cmocka_unit_test(test_shared_prediction),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
