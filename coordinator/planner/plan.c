@@ -81,33 +81,7 @@ static sc_status simulate(const plan_request *req, const plan_cost *c, const pla
     SC_CHECK_GOTO(plan_schedule_validate(s, err), done);
     plan_partition_sim_stages(c, p, st);
     double eff = req->slice_efficiency > 0 ? req->slice_efficiency : 0.9;
-    /* stages on a server whose devices share processors (compute_slots) compete for them: a
-     * stage counts on the server of its first device, one group per such server */
-    const plan_cluster *cl = req->cluster;
-    int *group = calloc((size_t)S, sizeof *group), *cap = calloc((size_t)S, sizeof *cap);
-    int *group_of_server = malloc((size_t)cl->n_servers * sizeof *group_of_server);
-    if (group == NULL || cap == NULL || group_of_server == NULL) {
-        free(group), free(cap), free(group_of_server);
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    plan_sim_share share = {.n_groups = 0, .group = group, .capacity = cap};
-    for (int v = 0; v < cl->n_servers; v++)
-        group_of_server[v] = -1;
-    for (int i = 0; i < S; i++) {
-        const plan_server *sv = &cl->servers[cl->devices[p->devs[p->dev_start[i]]].server];
-        int v = (int)(sv - cl->servers);
-        group[i] = -1;
-        if (sv->compute_slots <= 0)
-            continue;
-        if (group_of_server[v] < 0) {
-            group_of_server[v] = share.n_groups;
-            cap[share.n_groups++] = sv->compute_slots;
-        }
-        group[i] = group_of_server[v];
-    }
-    rc = plan_sim_run_shared(s, st, m, eff, share.n_groups > 0 ? &share : NULL, record, out, err);
-    free(group), free(cap), free(group_of_server);
+    rc = plan_partition_simulate(c, p, s, st, m, eff, record, out, err);
 done:
     plan_schedule_destroy(&s);
     free(st);

@@ -299,6 +299,52 @@ double plan_lower_bound(const plan_cost *c)
     return spread > biggest ? spread : biggest;
 }
 
+sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
+                                  const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                                  double slice_efficiency, int record_events, plan_sim_result *out,
+                                  sc_err *err)
+{
+    const plan_cluster *cl = c->cluster;
+    int S = p->n_stages, shared = 0;
+    for (int v = 0; v < cl->n_servers; v++)
+        shared |= cl->servers[v].compute_slots > 0;
+    if (!shared)
+        return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
+    int *group = malloc((size_t)S * sizeof *group), *cap = malloc((size_t)S * sizeof *cap);
+    int *weight = malloc((size_t)S * sizeof *weight);
+    int *group_of_server = malloc((size_t)cl->n_servers * sizeof *group_of_server);
+    sc_status rc;
+    if (group == NULL || cap == NULL || weight == NULL || group_of_server == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages", S);
+        goto done;
+    }
+    plan_sim_share share = {.n_groups = 0, .group = group, .capacity = cap, .weight = weight};
+    for (int v = 0; v < cl->n_servers; v++)
+        group_of_server[v] = -1;
+    for (int i = 0; i < S; i++) {
+        int v = cl->devices[p->devs[p->dev_start[i]]].server;
+        group[i] = -1;
+        /* a replicated stage's copies on this server compute at once, each on a processor */
+        weight[i] = 0;
+        for (int k = 0; k < p->n_dev[i]; k++)
+            weight[i] += cl->devices[p->devs[p->dev_start[i] + k]].server == v;
+        if (cl->servers[v].compute_slots <= 0)
+            continue;
+        if (group_of_server[v] < 0) {
+            group_of_server[v] = share.n_groups;
+            cap[share.n_groups++] = cl->servers[v].compute_slots;
+        }
+        group[i] = group_of_server[v];
+    }
+    rc = plan_sim_run_shared(s, stages, n_micro, slice_efficiency, &share, record_events, out, err);
+done:
+    free(group);
+    free(cap);
+    free(weight);
+    free(group_of_server);
+    return rc;
+}
+
 void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan_sim_stage *st)
 {
     size_t L = (size_t)c->n_blocks;
@@ -1495,7 +1541,7 @@ sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *ou
         bnd_to_partition(bnd, S, cur);
         plan_partition_sim_stages(c, cur, st);
         plan_sim_result r;
-        SC_CHECK_GOTO(plan_sim_run(sched, st, m, 1.0, 1, &r, err), done);
+        SC_CHECK_GOTO(plan_partition_simulate(c, cur, sched, st, m, 1.0, 1, &r, err), done);
         if (r.iteration_s < best) {
             best = r.iteration_s;
             plan_partition_copy(out, cur);
@@ -1612,7 +1658,7 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
     plan_sim_result r;
     SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, 0, err));
     plan_partition_sim_stages(cfg->cost, cand, st);
-    sc_status rc = plan_sim_run(s, st, m, 1.0, 0, &r, err);
+    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, 1.0, 0, &r, err);
     plan_schedule_destroy(&s);
     if (rc != SC_OK)
         return rc;

@@ -116,4 +116,14 @@ struct plan_sim_stage;
 void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
                                struct plan_sim_stage *stages);
 
+/* Plays schedule `s` (n_micro micro-batches) over the partition's stage costs `stages`, with
+ * the stages on a server that has compute_slots sharing them (a stage counts on the server of
+ * its first device; one group per such server), else each on its own device: the one simulation
+ * the driver and the strategies that select by simulation share. Errors as plan_sim_run. */
+struct plan_sim_result;
+sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
+                                  const plan_schedule *s, const struct plan_sim_stage *stages,
+                                  int n_micro, double slice_efficiency, int record_events,
+                                  struct plan_sim_result *out, sc_err *err);
+
 #endif /* PLAN_PARTITION_H */

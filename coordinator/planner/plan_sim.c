@@ -394,6 +394,10 @@ static sc_status share_check(const plan_sim_share *sh, int S, int *grouped, sc_e
                            "shared processors: stage %d is in group %d; valid: -1 (own device) "
                            "or 0 to %d",
                            i, sh->group[i], sh->n_groups - 1);
+        if (sh->weight != NULL && sh->weight[i] < 1)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "shared processors: stage %d has weight %d; it must be >= 1", i,
+                           sh->weight[i]);
         *grouped |= sh->group[i] >= 0;
     }
     return SC_OK;
@@ -446,7 +450,7 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
         memset(busy_n, 0, (size_t)share->n_groups * sizeof *busy_n);
         for (int i = 0; i < S; i++)
             if (run[i].active && share->group[i] >= 0)
-                busy_n[share->group[i]]++;
+                busy_n[share->group[i]] += share->weight != NULL ? share->weight[i] : 1;
         double next = INFINITY;
         for (int i = 0; i < S; i++) {
             shared_run *r = &run[i];

@@ -67,6 +67,9 @@ typedef struct plan_sim_share {
     int n_groups;
     const int *group;    /* (n_stages) group of each stage, -1: own device */
     const int *capacity; /* (n_groups) processors of each group, >= 1 */
+    const int *weight;   /* (n_stages) processors a computing stage takes (its replicas in the
+                          * group, whose copies compute at once), >= 1; NULL: 1 each. n above
+                          * counts these. */
 } plan_sim_share;
 
 /* plan_sim_run with stages grouped onto shared processors. `share` NULL (or no stage in a group)

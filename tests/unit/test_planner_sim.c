@@ -538,6 +538,20 @@ static void test_shared_hand_computed(void **state)
     assert_float_equal(r.idle_s[0], 2.0, 1e-12);
     plan_sim_result_free(&r);
 
+    /* Weights: the same pipeline on 2 processors, stage 0 a stage of 2 copies (weight 2). F1 of
+     * stage 0 and F0 of stage 1 overlap with 3 processors' worth of work on 2: each at 2/3,
+     * [1, 2.5]; without weights they fit the 2 processors and take 1 s each. */
+    const int w21[2] = {2, 1}, two2[1] = {2};
+    plan_sim_share shw = {.n_groups = 1, .group = group2, .capacity = two2, .weight = w21};
+    r = run_shared(PLAN_SCHED_GPIPE, 2, 2, 0, st, &shw, 1);
+    assert_float_equal(find_event(&r, 0, PLAN_ACT_F, 1)->dur_s, 1.5, 1e-12);
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_F, 0)->dur_s, 1.5, 1e-12);
+    plan_sim_result_free(&r);
+    shw.weight = NULL;
+    r = run_shared(PLAN_SCHED_GPIPE, 2, 2, 0, st, &shw, 1);
+    assert_float_equal(find_event(&r, 0, PLAN_ACT_F, 1)->dur_s, 1.0, 1e-12);
+    plan_sim_result_free(&r);
+
     /* GPipe with p equal stages on c processors, no links: micro-batch j runs on stage s in the
      * wave slot k = s + j of each direction, every stage of a slot starts together, so a slot
      * with w stages takes f * max(1, w / c) forward and b * max(1, w / c) backward, where
@@ -689,6 +703,11 @@ static void test_shared_invalid(void **state)
     sc_err_clear(&err);
     assert_int_equal(plan_sim_run_shared(s, st, 2, 1.0, &sh, 0, &r, &err), SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "group 0 has capacity 0"));
+    const int no_weight[2] = {1, 0};
+    sh = (plan_sim_share){.n_groups = 1, .group = good_group, .capacity = one, .weight = no_weight};
+    sc_err_clear(&err);
+    assert_int_equal(plan_sim_run_shared(s, st, 2, 1.0, &sh, 0, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "stage 1 has weight 0"));
     plan_schedule_destroy(&s);
 }
 
