@@ -143,7 +143,8 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "reason", json_string(j->reason));
     json_object_set_new(o, "step", json_integer((json_int_t)j->step));
     json_object_set_new(o, "steps", json_integer((json_int_t)j->steps));
-    json_object_set_new(o, "last_checkpoint_step", json_integer((json_int_t)j->last_checkpoint_step));
+    json_object_set_new(o, "last_checkpoint_step",
+                        json_integer((json_int_t)j->last_checkpoint_step));
     json_object_set_new(o, "created_unix_ms", json_integer(j->created_unix_ms));
     json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
     json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
@@ -154,17 +155,17 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "measured_iteration_s", json_real(j->measured_iteration_s));
     json_t *stages = json_array();
     for (size_t i = 0; i < j->n_stages; i++)
-        json_array_append_new(stages, json_pack("{s:i, s:f, s:f}", "stage", (int)j->stages[i]->stage,
-                                                "busy_fraction", j->stages[i]->busy_fraction,
-                                                "busy_s", j->stages[i]->measured_compute_s));
+        json_array_append_new(stages,
+                              json_pack("{s:i, s:f, s:f}", "stage", (int)j->stages[i]->stage,
+                                        "busy_fraction", j->stages[i]->busy_fraction, "busy_s",
+                                        j->stages[i]->measured_compute_s));
     json_object_set_new(o, "stage_figures", stages);
     json_t *hist = json_array();
     for (size_t i = 0; i < j->n_transitions; i++)
-        json_array_append_new(hist, json_pack("{s:s, s:s, s:s, s:I}", "from",
-                                              j->transitions[i]->from_state, "to",
-                                              j->transitions[i]->to_state, "reason",
-                                              j->transitions[i]->reason, "at_unix_ms",
-                                              (json_int_t)j->transitions[i]->at_unix_ms));
+        json_array_append_new(
+            hist, json_pack("{s:s, s:s, s:s, s:I}", "from", j->transitions[i]->from_state, "to",
+                            j->transitions[i]->to_state, "reason", j->transitions[i]->reason,
+                            "at_unix_ms", (json_int_t)j->transitions[i]->at_unix_ms));
     json_object_set_new(o, "transitions", hist);
     json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
     if (spec)
@@ -182,6 +183,14 @@ static void print_plan(json_t *plan)
     const char *note = json_string_value(json_object_get(plan, "note"));
     if (note)
         printf("  note: %s\n", note);
+    json_t *tr = json_object_get(plan, "transports");
+    if (json_array_size(tr) > 0) {
+        printf("  data plane:");
+        for (size_t b = 0; b < json_array_size(tr); b++)
+            printf(" %zu-%zu %s%s", b, b + 1, json_string_value(json_array_get(tr, b)),
+                   b + 1 < json_array_size(tr) ? "," : "");
+        printf("\n");
+    }
     printf("  %-6s %-12s %-16s %-12s %s\n", "stage", "blocks", "workers", "compute_s",
            "peak_memory");
     size_t i;
@@ -243,8 +252,8 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                 char step[32];
                 snprintf(step, sizeof step, "%llu/%llu", (unsigned long long)j->step,
                          (unsigned long long)j->steps);
-                printf("%-10s %-20s %-11s %-12s %s\n", j->job_id, j->name,
-                       job_state_name(j->state), step, j->reason);
+                printf("%-10s %-20s %-11s %-12s %s\n", j->job_id, j->name, job_state_name(j->state),
+                       step, j->reason);
             }
         }
         protobuf_c_message_free_unpacked(m, NULL);
@@ -262,13 +271,11 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         printf("\n");
     } else {
         printf("job:     %s (%s)\nstate:   %s: %s\nstep:    %llu of %llu (last checkpoint %llu)\n",
-               j->job_id, j->name, job_state_name(j->state), j->reason,
-               (unsigned long long)j->step, (unsigned long long)j->steps,
-               (unsigned long long)j->last_checkpoint_step);
+               j->job_id, j->name, job_state_name(j->state), j->reason, (unsigned long long)j->step,
+               (unsigned long long)j->steps, (unsigned long long)j->last_checkpoint_step);
         if (j->n_stages > 0) {
             printf("loss:    %.4f, %.1f samples/s; iteration %.4g s measured, %.4g s predicted\n",
-                   j->loss, j->samples_per_s, j->measured_iteration_s,
-                   j->predicted_iteration_s);
+                   j->loss, j->samples_per_s, j->measured_iteration_s, j->predicted_iteration_s);
             printf("busy:   ");
             for (size_t i = 0; i < j->n_stages; i++)
                 printf(" stage %u %.0f%%", j->stages[i]->stage,
@@ -371,12 +378,11 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
                                     "numa_node", dv->numa_node, "gflops", dv->gflops));
             }
             json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I}", "id", w->id,
-                               "name", w->name, "host", w->host, "state",
-                               worker_state_name(w->state), "devices", devs,
-                               "last_heartbeat_unix_ms", (json_int_t)w->last_heartbeat_unix_ms,
-                               "job_id", w->job_id, "endpoint", w->endpoint, "epoch",
-                               (json_int_t)w->epoch));
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I}", "id", w->id, "name",
+                               w->name, "host", w->host, "state", worker_state_name(w->state),
+                               "devices", devs, "last_heartbeat_unix_ms",
+                               (json_int_t)w->last_heartbeat_unix_ms, "job_id", w->job_id,
+                               "endpoint", w->endpoint, "epoch", (json_int_t)w->epoch));
         }
         json_t *o = json_pack("{s:o}", "workers", arr);
         json_dumpf(o, stdout, JSON_INDENT(2));

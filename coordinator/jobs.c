@@ -86,12 +86,12 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
     sc_err_clear(&err);
     if (coord_store_job_get(c->store, job_id, &job, &err) != SC_OK)
         return;
-    coord_job_state to = job.state == COORD_JOB_PROFILING ? COORD_JOB_SUBMITTED
-                                                           : COORD_JOB_RECOVERING;
+    coord_job_state to =
+        job.state == COORD_JOB_PROFILING ? COORD_JOB_SUBMITTED : COORD_JOB_RECOVERING;
     coord_job_clear(&job);
     char reason[COORD_REASON_MAX];
     sc_strfmt(reason, sizeof reason, "worker %s ('%s') died: no heartbeat for %u intervals",
-             w->rec.id, w->rec.name, coord_registry_config(c->registry)->dead_after);
+              w->rec.id, w->rec.name, coord_registry_config(c->registry)->dead_after);
     if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
         SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
         coord_jobs_release_workers(c, job_id);
@@ -99,8 +99,7 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
     }
 }
 
-void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code,
-                             const char *message)
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code, const char *message)
 {
     char job_id[COORD_ID_MAX];
     sc_strlcpy(job_id, w->job_id, sizeof job_id);
@@ -309,11 +308,45 @@ static sc_status pick_transports(const coord_jobspec *spec, json_t *stages, cons
     return rc;
 }
 
+/* Records in the plan (its "transports": one kind per stage boundary, "zmq" or "nccl") which
+ * data plane each boundary uses, chosen from the spec and the workers' hardware, so that status
+ * shows it and every worker is assigned by the same choice. Replaces *plan_json. */
+static sc_status add_transports(const coord_jobspec *spec, const chosen_worker *ws, size_t n,
+                                char **plan_json, sc_err *err)
+{
+    json_t *plan = json_loads(*plan_json, 0, NULL);
+    if (!json_is_object(plan)) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "the planner's JSON does not parse");
+    }
+    json_t *stages = json_object_get(plan, "stages");
+    size_t ns = json_array_size(stages);
+    const char **kinds = calloc(ns ? ns : 1, sizeof *kinds);
+    sc_status rc = kinds == NULL ? SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing transports")
+                                 : pick_transports(spec, stages, ws, n, kinds, err);
+    if (rc == SC_OK) {
+        json_t *arr = json_array();
+        for (size_t b = 0; b + 1 < ns; b++)
+            json_array_append_new(arr, json_string(kinds[b]));
+        json_object_set_new(plan, "transports", arr);
+        char *text = json_dumps(plan, JSON_COMPACT);
+        if (text == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the plan");
+        } else {
+            free(*plan_json);
+            *plan_json = text;
+        }
+    }
+    free(kinds);
+    json_decref(plan);
+    return rc;
+}
+
 /* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets, per stage,
  * the array of its replicas' data endpoints in replica order. */
-static sc_status assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json, const char *job_id,
-                            const char *plan_json, uint64_t resume_step, chosen_worker *ws,
-                            size_t n, json_t *endpoints, sc_err *err)
+static sc_status assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json,
+                            const char *job_id, const char *plan_json, uint64_t resume_step,
+                            chosen_worker *ws, size_t n, json_t *endpoints, sc_err *err)
 {
     json_error_t jerr;
     json_t *plan = json_loads(plan_json, 0, &jerr);
@@ -329,9 +362,18 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing the transports");
         goto out;
     }
-    rc = pick_transports(spec, stages, ws, n, kinds, err);
-    if (rc != SC_OK)
-        goto out;
+    /* the kinds the driver recorded in the plan (add_transports); chosen afresh otherwise */
+    json_t *recorded = json_object_get(plan, "transports");
+    if (json_array_size(recorded) + 1 == n_stages) {
+        for (size_t b = 0; b + 1 < n_stages; b++) {
+            const char *k = json_string_value(json_array_get(recorded, b));
+            kinds[b] = k != NULL && strcmp(k, "nccl") == 0 ? "nccl" : "zmq";
+        }
+    } else {
+        rc = pick_transports(spec, stages, ws, n, kinds, err);
+        if (rc != SC_OK)
+            goto out;
+    }
     size_t si;
     json_t *stage;
     json_array_foreach(stages, si, stage)
@@ -366,8 +408,8 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
             req.resume_step = resume_step;
             ProtobufCMessage *m = NULL;
             rc = call_worker(c, &ws[d], "/stagecraft.Worker/AssignStage", &req.base,
-                             &stagecraft__assign_stage_response__descriptor, &m,
-                             ASSIGN_TIMEOUT_MS, err);
+                             &stagecraft__assign_stage_response__descriptor, &m, ASSIGN_TIMEOUT_MS,
+                             err);
             if (rc != SC_OK) {
                 sc_err_prefix(err, "assigning stage %zu to worker %s", si, ws[d].id);
                 goto out;
@@ -452,8 +494,8 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
         p->steps = spec->steps;
         p->predicted_iteration_s = json_number_value(json_object_get(plan, "iteration_time_s"));
         for (int s = 0; s < p->n_stages; s++) {
-            json_t *devs = json_object_get(json_array_get(json_object_get(plan, "stages"), s),
-                                           "devices");
+            json_t *devs =
+                json_object_get(json_array_get(json_object_get(plan, "stages"), s), "devices");
             size_t r = json_array_size(devs);
             p->replicas[s] = r < 1 ? 1 : r > COORD_MAX_REPLICAS ? COORD_MAX_REPLICAS : (int)r;
             for (int k = 0; k < p->replicas[s]; k++)
@@ -630,6 +672,8 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     }
     rc = coord_plan_job(&spec, pw, n, &plan_json, &err);
     free(pw);
+    if (rc == SC_OK)
+        rc = add_transports(&spec, ws, n, &plan_json, &err);
     if (rc != SC_OK) {
         move_job(c, id, COORD_JOB_FAILED, err.msg);
         goto out;
@@ -642,17 +686,18 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         goto out;
     }
     json_t *plan = json_loads(plan_json, 0, NULL);
-    sc_strfmt(reason, sizeof reason, "planned with %s: %zu stage(s), predicted %.4g s per iteration",
-             json_string_value(json_object_get(plan, "strategy")),
-             json_array_size(json_object_get(plan, "stages")),
-             json_number_value(json_object_get(plan, "iteration_time_s")));
+    sc_strfmt(reason, sizeof reason,
+              "planned with %s: %zu stage(s), predicted %.4g s per iteration",
+              json_string_value(json_object_get(plan, "strategy")),
+              json_array_size(json_object_get(plan, "stages")),
+              json_number_value(json_object_get(plan, "iteration_time_s")));
     json_decref(plan);
     if (!move_job(c, id, COORD_JOB_PLANNED, reason))
         goto out;
     json_t *endpoints = json_array();
     rc = assign_all(c, &spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
-    if (rc == SC_ERR_INVALID || rc == SC_ERR_UNSUPPORTED || rc == SC_ERR_PARSE ||
-        rc == SC_ERR_IO || rc == SC_ERR_NOT_FOUND) {
+    if (rc == SC_ERR_INVALID || rc == SC_ERR_UNSUPPORTED || rc == SC_ERR_PARSE || rc == SC_ERR_IO ||
+        rc == SC_ERR_NOT_FOUND) {
         /* a bad spec, or data a worker cannot read: re-planning would hit the same wall */
         json_decref(endpoints);
         move_job(c, id, COORD_JOB_FAILED, err.msg);

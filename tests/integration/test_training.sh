@@ -38,6 +38,15 @@ wait_for 120 is_state job-1 succeeded && pass "job-1 trained to success" ||
 final=$(loss_of job-1)
 awk -v f="$final" 'BEGIN { exit !(f > 0 && f < 5.0) }' && pass "final loss $final < ln(256) = 5.55" ||
     fail "final loss '$final' did not fall"
+# the plan records each stage boundary's data plane: CPU workers, so zmq, one per boundary
+plan1=$("$sc" status job-1 --json | tr -d ' \n')
+cuts=$(echo "$plan1" | grep -o '"first_block"' | wc -l) # the plan's stages
+trs=$(echo "$plan1" | sed -n 's/.*"transports":\[\([^]]*\)\].*/\1/p')
+[ -n "$trs" ] && [ "$(echo "$trs" | tr ',' '\n' | grep -c '"zmq"')" -eq $((cuts - 1)) ] &&
+    [ "$(echo "$trs" | tr ',' '\n' | grep -vc '"zmq"')" -eq 0 ] &&
+    "$sc" status job-1 | grep -q "data plane: 0-1 zmq" &&
+    pass "the plan records zmq for each of its $((cuts - 1)) stage boundaries" ||
+    fail "plan transports '[$trs]' for $cuts stages (status: $("$sc" status job-1 | grep 'data plane'))"
 
 # 2. the same job, with a worker killed mid-training and started again
 job killed 60 >"$work/killed.json"
