@@ -172,6 +172,55 @@ static void sim_finish(const plan_schedule *s, const plan_sim_stage *stages, int
     }
 }
 
+/* The rules both players share. A receive: the arrival of its send, NAN while that send has not
+ * been played; the stage's clock moves to it. */
+static double recv_arrival(const sim_state *st, int i, const plan_action *a)
+{
+    return a->kind == PLAN_ACT_RECV_F ? st->arr_f[(size_t)(i - 1) * st->U + a->unit]
+                                      : st->arr_b[(size_t)(i + 1) * st->U + a->unit];
+}
+
+/* A send at the stage's clock queues on the link of its cut and direction (one transfer at a
+ * time) and sets its arrival. Returns -1 when the event cannot be recorded. */
+static int play_send(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages, int i,
+                     const plan_action *a, int record)
+{
+    int fwd = a->kind == PLAN_ACT_SEND_F, cut = fwd ? i : i - 1, u = a->unit;
+    double *link = fwd ? &st->link_f[cut] : &st->link_b[cut];
+    double t0 = st->clock[i] > *link ? st->clock[i] : *link;
+    double d = (fwd ? stages[i].send_fwd_s : stages[i - 1].send_bwd_s) * s->frac[u];
+    *link = t0 + d;
+    (fwd ? st->arr_f : st->arr_b)[(size_t)i * st->U + u] = t0 + d;
+    if (record && d > 0 && add_event(st, st->S + 2 * cut + !fwd, a->kind, u, t0, d) != 0)
+        return -1;
+    return 0;
+}
+
+static int is_compute(int kind)
+{
+    return kind == PLAN_ACT_F || kind == PLAN_ACT_B || kind == PLAN_ACT_OPT;
+}
+
+/* A compute's own duration, and its effect on the stage's stash count (F holds its share of a
+ * micro-batch until its B). PipeDream updates weights after every minibatch's backward. */
+static double start_compute(sim_state *st, const plan_schedule *s, const plan_sim_stage *c, int i,
+                            const plan_action *a, double eff)
+{
+    int u = a->unit;
+    double k = u >= 0 ? unit_scale(s->frac[u], eff) : 1;
+    if (a->kind == PLAN_ACT_F) {
+        st->inflight[i] += s->frac[u];
+        if (st->inflight[i] > st->r->peak_inflight[i])
+            st->r->peak_inflight[i] = st->inflight[i];
+        return c->fwd_s * k;
+    }
+    if (a->kind == PLAN_ACT_B) {
+        st->inflight[i] -= s->frac[u];
+        return c->bwd_s * k + (s->kind == PLAN_SCHED_PIPEDREAM ? c->opt_s : 0);
+    }
+    return c->opt_s;
+}
+
 sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
                        double slice_efficiency, int record_events, plan_sim_result *out,
                        sc_err *err)
@@ -186,78 +235,29 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
     int remaining = 0;
     for (int i = 0; i < S; i++)
         remaining += s->n_actions[i];
-    int pipedream = s->kind == PLAN_SCHED_PIPEDREAM;
     while (remaining > 0) {
         int progress = 0;
         for (int i = 0; i < S; i++) {
-            const plan_sim_stage *c = &stages[i];
             while (st.cursor[i] < s->n_actions[i]) {
                 const plan_action *a = &s->actions[i][st.cursor[i]];
                 int u = a->unit;
-                double k = u >= 0 ? unit_scale(s->frac[u], slice_efficiency) : 1;
-                double frac = u >= 0 ? s->frac[u] : 0;
-                double start = st.clock[i], dur = 0;
-                int lane = i;
-                switch (a->kind) {
-                case PLAN_ACT_RECV_F: {
-                    double t = st.arr_f[(size_t)(i - 1) * U + u];
+                if (a->kind == PLAN_ACT_RECV_F || a->kind == PLAN_ACT_RECV_B) {
+                    double t = recv_arrival(&st, i, a);
                     if (isnan(t))
                         goto blocked;
                     if (t > st.clock[i])
                         st.clock[i] = t;
-                    break;
-                }
-                case PLAN_ACT_RECV_B: {
-                    double t = st.arr_b[(size_t)(i + 1) * U + u];
-                    if (isnan(t))
-                        goto blocked;
-                    if (t > st.clock[i])
-                        st.clock[i] = t;
-                    break;
-                }
-                case PLAN_ACT_F:
-                    dur = c->fwd_s * k;
-                    st.inflight[i] += frac;
-                    if (st.inflight[i] > out->peak_inflight[i])
-                        out->peak_inflight[i] = st.inflight[i];
-                    break;
-                case PLAN_ACT_B:
-                    /* PipeDream updates weights after every minibatch's backward */
-                    dur = c->bwd_s * k + (pipedream ? c->opt_s : 0);
-                    st.inflight[i] -= frac;
-                    break;
-                case PLAN_ACT_OPT:
-                    dur = c->opt_s;
-                    break;
-                case PLAN_ACT_SEND_F: {
-                    double t0 = st.clock[i] > st.link_f[i] ? st.clock[i] : st.link_f[i];
-                    double d = c->send_fwd_s * frac;
-                    st.link_f[i] = t0 + d;
-                    st.arr_f[(size_t)i * U + u] = t0 + d;
-                    if (record_events && d > 0 && add_event(&st, S + 2 * i, a->kind, u, t0, d) != 0)
+                } else if (a->kind == PLAN_ACT_SEND_F || a->kind == PLAN_ACT_SEND_B) {
+                    if (play_send(&st, s, stages, i, a, record_events) != 0)
                         goto nomem;
-                    break;
-                }
-                case PLAN_ACT_SEND_B: {
-                    double t0 = st.clock[i] > st.link_b[i - 1] ? st.clock[i] : st.link_b[i - 1];
-                    double d = stages[i - 1].send_bwd_s * frac;
-                    st.link_b[i - 1] = t0 + d;
-                    st.arr_b[(size_t)i * U + u] = t0 + d;
-                    if (record_events && d > 0 &&
-                        add_event(&st, S + 2 * (i - 1) + 1, a->kind, u, t0, d) != 0)
-                        goto nomem;
-                    break;
-                }
-                default:
-                    break;
-                }
-                if (a->kind == PLAN_ACT_F || a->kind == PLAN_ACT_B || a->kind == PLAN_ACT_OPT) {
-                    start = st.clock[i];
+                } else if (is_compute(a->kind)) {
+                    double start = st.clock[i];
+                    double dur = start_compute(&st, s, &stages[i], i, a, slice_efficiency);
                     st.clock[i] = start + dur;
                     out->busy_s[i] += dur;
                     if (a->kind == PLAN_ACT_B)
                         st.bend[(size_t)i * U + u] = st.clock[i];
-                    if (record_events && add_event(&st, lane, a->kind, u, start, dur) != 0)
+                    if (record_events && add_event(&st, i, a->kind, u, start, dur) != 0)
                         goto nomem;
                 }
                 st.cursor[i]++;
@@ -300,11 +300,6 @@ static double shared_end(const shared_run *r)
     return r->anchor_s + r->rem_s / r->rate;
 }
 
-static int is_compute(int kind)
-{
-    return kind == PLAN_ACT_F || kind == PLAN_ACT_B || kind == PLAN_ACT_OPT;
-}
-
 /* Plays stage i's actions at simulated time t until it starts a compute, reaches a compute that
  * may start only later (a receive moved its clock past t), meets a receive whose send has not
  * been played, or runs out. Receives, sends and links follow the sweep's rules. Returns 1 when
@@ -312,50 +307,25 @@ static int is_compute(int kind)
 static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages,
                           double eff, int record, int i, double t, shared_run *run, int *remaining)
 {
-    int S = st->S, U = st->U, played = 0;
-    const plan_sim_stage *c = &stages[i];
-    int pipedream = s->kind == PLAN_SCHED_PIPEDREAM;
+    int U = st->U, played = 0;
     while (!run[i].active && st->cursor[i] < s->n_actions[i]) {
         const plan_action *a = &s->actions[i][st->cursor[i]];
         int u = a->unit;
-        double k = u >= 0 ? unit_scale(s->frac[u], eff) : 1;
-        double frac = u >= 0 ? s->frac[u] : 0;
         if (a->kind == PLAN_ACT_RECV_F || a->kind == PLAN_ACT_RECV_B) {
-            double at = a->kind == PLAN_ACT_RECV_F ? st->arr_f[(size_t)(i - 1) * U + u]
-                                                   : st->arr_b[(size_t)(i + 1) * U + u];
+            double at = recv_arrival(st, i, a);
             if (isnan(at))
                 return played;
             if (at > st->clock[i])
                 st->clock[i] = at;
-        } else if (a->kind == PLAN_ACT_SEND_F) {
-            double t0 = st->clock[i] > st->link_f[i] ? st->clock[i] : st->link_f[i];
-            double d = c->send_fwd_s * frac;
-            st->link_f[i] = t0 + d;
-            st->arr_f[(size_t)i * U + u] = t0 + d;
-            if (record && d > 0 && add_event(st, S + 2 * i, a->kind, u, t0, d) != 0)
-                return -1;
-        } else if (a->kind == PLAN_ACT_SEND_B) {
-            double t0 = st->clock[i] > st->link_b[i - 1] ? st->clock[i] : st->link_b[i - 1];
-            double d = stages[i - 1].send_bwd_s * frac;
-            st->link_b[i - 1] = t0 + d;
-            st->arr_b[(size_t)i * U + u] = t0 + d;
-            if (record && d > 0 && add_event(st, S + 2 * (i - 1) + 1, a->kind, u, t0, d) != 0)
+        } else if (a->kind == PLAN_ACT_SEND_F || a->kind == PLAN_ACT_SEND_B) {
+            if (play_send(st, s, stages, i, a, record) != 0)
                 return -1;
         } else if (is_compute(a->kind)) {
             /* how many of a group compute at once decides their rates, so a compute joins only
              * when the loop's clock reaches its start */
             if (st->clock[i] > t)
                 return played;
-            double dur = a->kind == PLAN_ACT_F   ? c->fwd_s * k
-                         : a->kind == PLAN_ACT_B ? c->bwd_s * k + (pipedream ? c->opt_s : 0)
-                                                 : c->opt_s;
-            if (a->kind == PLAN_ACT_F) {
-                st->inflight[i] += frac;
-                if (st->inflight[i] > st->r->peak_inflight[i])
-                    st->r->peak_inflight[i] = st->inflight[i];
-            } else if (a->kind == PLAN_ACT_B) {
-                st->inflight[i] -= frac;
-            }
+            double dur = start_compute(st, s, &stages[i], i, a, eff);
             if (dur > 0) {
                 run[i] = (shared_run){.active = 1,
                                       .kind = a->kind,
