@@ -594,7 +594,8 @@ static const char *const assign_plans[] = {
 };
 static const char *assign_plan_fixed; /* the plan while the job is mutated */
 
-static void assign_try(const char *plan, const char *job)
+/* A worker's trainer built from an AssignStage of stage 1 of 3 carrying `plan` and `job`. */
+static sc_status assign_new(const char *plan, const char *job, wk_trainer **t, sc_err *err)
 {
     Stagecraft__AssignStageRequest req = STAGECRAFT__ASSIGN_STAGE_REQUEST__INIT;
     req.job_id = "job-fuzz";
@@ -607,10 +608,15 @@ static void assign_try(const char *plan, const char *job)
     req.job_json = (char *)job;
     req.transport = "zmq";
     req.transport_next = "";
+    sc_err_clear(err);
+    return wk_trainer_new(t, &req, "cpu", "127.0.0.1", "/nonexistent", err);
+}
+
+static void assign_try(const char *plan, const char *job)
+{
     wk_trainer *t = NULL;
     sc_err err;
-    sc_err_clear(&err);
-    sc_status rc = wk_trainer_new(&t, &req, "cpu", "127.0.0.1", "/nonexistent", &err);
+    sc_status rc = assign_new(plan, job, &t, &err);
     check_refusal(rc, &err);
     n_accepted += rc == SC_OK;
     if (rc == SC_OK && (t == NULL || wk_trainer_endpoint(t)[0] == '\0')) {
@@ -636,22 +642,9 @@ static void target_assign_job(const char *text, size_t len)
  * is undefined; a size of 2^32 + 2 truncated to int would be 2). */
 static void expect_assign_refused(const char *plan, const char *job, const char *needle)
 {
-    Stagecraft__AssignStageRequest req = STAGECRAFT__ASSIGN_STAGE_REQUEST__INIT;
-    req.job_id = "job-fuzz";
-    req.stage = 1;
-    req.n_stages = 3;
-    req.first_block = 1;
-    req.last_block = 2;
-    req.model_json = (char *)assign_model;
-    req.plan_json = (char *)plan;
-    req.job_json = (char *)job;
-    req.transport = "zmq";
-    req.transport_next = "";
     wk_trainer *t = NULL;
     sc_err err;
-    sc_err_clear(&err);
-    assert_int_equal(wk_trainer_new(&t, &req, "cpu", "127.0.0.1", "/nonexistent", &err),
-                     SC_ERR_INVALID);
+    assert_int_equal(assign_new(plan, job, &t, &err), SC_ERR_INVALID);
     assert_null(t);
     if (strstr(err.msg, needle) == NULL)
         fail_msg("refusal \"%s\" lacks \"%s\"", err.msg, needle);
