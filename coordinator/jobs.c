@@ -362,17 +362,16 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing the transports");
         goto out;
     }
-    /* the kinds the driver recorded in the plan (add_transports); chosen afresh otherwise */
+    /* the kinds the driver recorded in the plan when it was made (add_transports) */
     json_t *recorded = json_object_get(plan, "transports");
-    if (json_array_size(recorded) + 1 == n_stages) {
-        for (size_t b = 0; b + 1 < n_stages; b++) {
-            const char *k = json_string_value(json_array_get(recorded, b));
-            kinds[b] = k != NULL && strcmp(k, "nccl") == 0 ? "nccl" : "zmq";
-        }
-    } else {
-        rc = pick_transports(spec, stages, ws, n, kinds, err);
-        if (rc != SC_OK)
-            goto out;
+    if (n_stages > 1 && json_array_size(recorded) + 1 != n_stages) {
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "the plan records %zu transports for %zu stages",
+                     json_array_size(recorded), n_stages);
+        goto out;
+    }
+    for (size_t b = 0; b + 1 < n_stages; b++) {
+        const char *k = json_string_value(json_array_get(recorded, b));
+        kinds[b] = k != NULL && strcmp(k, "nccl") == 0 ? "nccl" : "zmq";
     }
     size_t si;
     json_t *stage;
