@@ -60,14 +60,14 @@ static int parse_args(const cli_command *self, int argc, char **argv, plan_args 
         } else if (strcmp(f, "--memory") == 0)
             rc = sc_parse_double(v, 1, 1e18, "--memory (bytes)", &a->memory, &err);
         else if (strcmp(f, "--batch") == 0)
-            rc = sc_parse_int64(v, 1, 1 << 24, "--batch", &a->batch, &err);
+            rc = sc_parse_int64(v, 1, PLAN_MAX_BATCH, "--batch", &a->batch, &err);
         else if (strcmp(f, "--stages") == 0)
             rc = sc_parse_int64(v, 1, PLAN_MAX_DEVICES, "--stages", &a->stages, &err);
         else if (strcmp(f, "--microbatches") == 0) {
             if (strcmp(v, "auto") == 0)
                 a->microbatches = 0;
             else
-                rc = sc_parse_int64(v, 1, 1 << 24, "--microbatches (a count or auto)",
+                rc = sc_parse_int64(v, 1, PLAN_MAX_BATCH, "--microbatches (a count or auto)",
                                     &a->microbatches, &err);
         } else if (strcmp(f, "--schedule") == 0) {
             a->schedule = plan_sched_parse(v);

@@ -14,7 +14,8 @@
 #include "kernels/model.h"
 #include "kernels/profile.h"
 
-/* "1,2,4" -> sizes; false with a message on a bad list */
+/* "1,2,4" -> sizes, strictly increasing as the profile's by_microbatch_size must be; false
+ * with a message on a bad list */
 static int parse_sizes(const cli_command *self, const char *s, kn_profile_cfg *cfg)
 {
     cfg->nsizes = 0;
@@ -22,7 +23,9 @@ static int parse_sizes(const cli_command *self, const char *s, kn_profile_cfg *c
     while (*p) {
         char item[32];
         size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || cfg->nsizes == KN_PROFILE_SIZES_MAX)
+        /* an empty item, including after a trailing comma, is a typo */
+        if (len == 0 || len >= sizeof item || cfg->nsizes == KN_PROFILE_SIZES_MAX ||
+            (p[len] == ',' && p[len + 1] == '\0'))
             return cli_usage_error(self,
                                    "--microbatch: expected up to %d sizes like 1,2,4, got "
                                    "'%s'",
@@ -34,6 +37,11 @@ static int parse_sizes(const cli_command *self, const char *s, kn_profile_cfg *c
         sc_err_clear(&err);
         if (sc_parse_int64(item, 1, 1 << 20, "--microbatch", &v, &err) != SC_OK)
             return cli_usage_error(self, "%s", err.msg);
+        if (cfg->nsizes > 0 && v <= cfg->sizes[cfg->nsizes - 1])
+            return cli_usage_error(self,
+                                   "--microbatch: sizes must increase strictly (e.g. 1,2,4), "
+                                   "got '%s'",
+                                   s);
         cfg->sizes[cfg->nsizes++] = (int)v;
         p += len;
         if (*p == ',')

@@ -67,11 +67,13 @@ sc_status sc_file_read(const char *path, size_t max_bytes, char **out, size_t *l
         if (got == 0)
             break;
     }
-    int read_error = ferror(f);
+    int read_error = ferror(f) ? errno : 0;
     fclose(f);
     if (read_error) {
         free(buf);
-        return SC_ERRF(err, SC_ERR_IO, "%s: read error", path);
+        if (read_error == EISDIR)
+            return SC_ERRF(err, SC_ERR_IO, "%s: is a directory, expected a file", path);
+        return SC_ERRF(err, SC_ERR_IO, "%s: read error: %s", path, strerror(read_error));
     }
     if (n > max_bytes) {
         free(buf);

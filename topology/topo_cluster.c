@@ -567,7 +567,7 @@ typedef struct {
     const topo_device *first;
     double gflops_sum;
     size_t count;
-    uint64_t memory_bytes; /* smallest of its devices: what a plan may count on */
+    uint64_t memory_bytes; /* smallest of its devices: what a plan may count on; 0: unknown */
 } type_acc;
 
 static int set_new(json_t *obj, const char *key, json_t *v)
@@ -602,7 +602,9 @@ sc_status topo_cluster_to_json(const topo_cluster *c, char **out, sc_err *err)
         }
         types[t].gflops_sum += d->gflops;
         types[t].count++;
-        if (d->memory_bytes < types[t].memory_bytes)
+        /* 0 is "not reported" (no GPU model or memory in the XML), not a limit */
+        if (d->memory_bytes > 0 &&
+            (types[t].memory_bytes == 0 || d->memory_bytes < types[t].memory_bytes))
             types[t].memory_bytes = d->memory_bytes;
     }
     double ref = 0;
@@ -636,7 +638,9 @@ sc_status topo_cluster_to_json(const topo_cluster *c, char **out, sc_err *err)
         if (rel < 1e-6) /* the planner's floor: far slower still reads as "very slow" */
             rel = 1e-6;
         bad |= set_new(jt, "relative_speed", json_real(rel));
-        bad |= set_new(jt, "memory_bytes", json_integer((json_int_t)ta->memory_bytes));
+        /* unknown: left out, which the planner reads as unlimited (it refuses 0 bytes) */
+        if (ta->memory_bytes > 0)
+            bad |= set_new(jt, "memory_bytes", json_integer((json_int_t)ta->memory_bytes));
         bad |= set_new(jt, "kind", json_string(ta->first->kind == TOPO_DEV_GPU ? "gpu" : "cpu"));
         bad |= set_new(jt, "model", json_string(ta->first->model));
         bad |= set_new(jt, "gflops", json_real(gf));

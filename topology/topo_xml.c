@@ -5,6 +5,7 @@
 #include "topology/topo_xml.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,23 @@ static sc_status check_object_tag(const xml_tag *t, const char *source, int line
                            "%s:%d: %s of a %s object is not an hwloc bitmap (e.g. "
                            "\"0x000000ff\")",
                            source, line, sets[k], type);
+    }
+    /* hwloc reads the PCIe link speed (GB/s) with atof and keeps whatever it gets; a wild one
+     * would become a server's bandwidth that the planner then refuses. */
+    const xml_attr *ls = tag_find(t, "pci_link_speed");
+    if (ls != NULL) {
+        char v[64], *end;
+        size_t n = ls->val_len < sizeof v - 1 ? ls->val_len : sizeof v - 1;
+        memcpy(v, ls->val, n);
+        v[n] = '\0';
+        double gbs = strtod(v, &end);
+        if (n == 0 || n < ls->val_len || *end != '\0' || !isfinite(gbs) || gbs < 0 ||
+            gbs > TOPO_XML_MAX_LINK_GBS)
+            return SC_ERRF(err, SC_ERR_PARSE,
+                           "%s:%d: pci_link_speed of a %s object: expected GB/s in [0, %g], got "
+                           "\"%.*s\"",
+                           source, line, type, TOPO_XML_MAX_LINK_GBS,
+                           (int)(ls->val_len < 32 ? ls->val_len : 32), ls->val);
     }
     return SC_OK;
 }
@@ -327,9 +345,8 @@ sc_status topo_xml_check(const char *text, size_t len, size_t max_bytes, const c
         /* hwloc's reader fails (and leaks) on an info without both attributes */
         if (name_len == 4 && memcmp(text + i + 1, "info", 4) == 0 &&
             (tag_find(&tag, "name") == NULL || tag_find(&tag, "value") == NULL)) {
-            rc = SC_ERRF(err, SC_ERR_PARSE,
-                         "%s:%d: <info> needs both a name and a value attribute", source,
-                         line_of(text, i));
+            rc = SC_ERRF(err, SC_ERR_PARSE, "%s:%d: <info> needs both a name and a value attribute",
+                         source, line_of(text, i));
             goto out;
         }
         int kind = XML_OTHER;

@@ -36,11 +36,11 @@ int plan_strategy_parse(const char *name)
     return -1;
 }
 
-int plan_request_default_batch(const plan_request *req)
+int64_t plan_request_default_batch(const plan_request *req)
 {
-    int D = req->cluster->n_devices;
+    int64_t D = req->cluster->n_devices;
     if (req->profile->microbatch_size > 0)
-        return 2 * D * req->profile->microbatch_size;
+        return 2 * D * (int64_t)req->profile->microbatch_size;
     return 8 * D;
 }
 
@@ -303,12 +303,21 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
 {
     const plan_profile *prof = req->profile;
     const plan_cluster *cl = req->cluster;
-    int batch = req->batch > 0 ? req->batch : plan_request_default_batch(req);
-    int L = prof->n_blocks, D = cl->n_devices;
     memset(out, 0, sizeof *out);
     out->strategy = strat;
-    out->batch = batch;
     out->schedule = req->schedule;
+    if (req->batch > PLAN_MAX_BATCH)
+        return SC_ERRF(err, SC_ERR_INVALID, "--batch %d: expected 1 to %d samples", req->batch,
+                       PLAN_MAX_BATCH);
+    if (req->batch <= 0 && plan_request_default_batch(req) > PLAN_MAX_BATCH)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "the default batch, 2 x %d devices x the profile's microbatch_size %d = "
+                       "%lld samples, is more than the %d planned; give --batch (1 to %d)",
+                       cl->n_devices, prof->microbatch_size,
+                       (long long)plan_request_default_batch(req), PLAN_MAX_BATCH, PLAN_MAX_BATCH);
+    int batch = req->batch > 0 ? req->batch : (int)plan_request_default_batch(req);
+    int L = prof->n_blocks, D = cl->n_devices;
+    out->batch = batch;
     SC_CHECK(check_request(req, batch, err));
     sc_status rc = SC_OK;
     plan_cost *cost = NULL, *ref = NULL;

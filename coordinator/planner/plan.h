@@ -14,6 +14,7 @@
 #ifndef PLAN_H
 #define PLAN_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "common/sc_status.h"
@@ -41,7 +42,7 @@ int plan_strategy_parse(const char *name);
 typedef struct plan_request {
     const plan_profile *profile;
     const plan_cluster *cluster;
-    int batch;        /* global batch B; 0 = plan_request_default_batch() */
+    int batch;        /* global batch B (1 to PLAN_MAX_BATCH); 0 = plan_request_default_batch() */
     int microbatches; /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
     plan_sched_kind schedule;
     int max_stages;          /* 0 = no cap */
@@ -50,8 +51,14 @@ typedef struct plan_request {
     int record_trace;        /* keep simulated events in the result */
 } plan_request;
 
-/* 2 x devices x microbatch_size for JSON profiles; 8 x devices for graph.txt profiles. */
-int plan_request_default_batch(const plan_request *req);
+/* The largest global batch planned (as a job spec's batch_size): the micro-batch sweep and the
+ * simulation take time in proportion to it (a graph.txt profile's auto count is the batch). */
+#define PLAN_MAX_BATCH (1 << 20)
+
+/* 2 x devices x microbatch_size for JSON profiles; 8 x devices for graph.txt profiles. In 64
+ * bits: a large profile micro-batch on many devices exceeds an int (plan_run then refuses it,
+ * as any batch above PLAN_MAX_BATCH). */
+int64_t plan_request_default_batch(const plan_request *req);
 
 #define PLAN_SWEEP_MAX 24
 

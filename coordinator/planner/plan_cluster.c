@@ -347,6 +347,15 @@ static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err)
         for (int k = 0; link_kinds[k]; k++)
             if (strcmp(kind, link_kinds[k]) == 0)
                 l->kind = (plan_link_kind)k;
+        /* a misspelt kind would make the link count for nothing, silently */
+        if (l->kind == PLAN_LINK_OTHER && sc_jnode_has(&e, "kind")) {
+            sc_jnode kn;
+            SC_CHECK(sc_jnode_member(&e, "kind", &kn, err));
+            return sc_jnode_fail(&kn, err, SC_ERR_INVALID,
+                                 "unknown link kind \"%s\"; expected nvlink, pcie_uplink, socket "
+                                 "or nic",
+                                 kind);
+        }
         SC_CHECK(sc_json_opt_string(&e, "name", "", &name, err));
         sc_strlcpy(l->name, name, sizeof l->name);
         SC_CHECK(sc_json_get_number(&e, "bandwidth_bytes_per_s", 1, 1e18, &l->bw_bytes_per_s, err));

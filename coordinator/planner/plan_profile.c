@@ -118,8 +118,7 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
             sc_json_get_number(&e, "activation_bytes", 0, 1e18, &b->activation_bytes, err), fail);
         SC_CHECK_GOTO(
             sc_json_opt_number(&e, "parameter_bytes", 0, 1e18, 0, &b->parameter_bytes, err), fail);
-        SC_CHECK_GOTO(sc_json_opt_number(&e, "optimizer_s", 0, 1e6, 0, &b->optimizer_s, err),
-                      fail);
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "optimizer_s", 0, 1e6, 0, &b->optimizer_s, err), fail);
         SC_CHECK_GOTO(sc_json_opt_number(&e, "stash_bytes", 0, 1e18, b->activation_bytes,
                                          &b->stash_bytes, err),
                       fail);
@@ -193,13 +192,12 @@ static int parse_metric(const char *v, double max, double *out)
     while (isspace((unsigned char)*v))
         v++;
     if (*v == '[') {
+        /* one or more numbers separated by ';': "[]" and "[a;]" are refused */
         double sum = 0;
         v++;
         for (;;) {
             while (isspace((unsigned char)*v))
                 v++;
-            if (*v == ']')
-                break;
             double x = strtod(v, &end);
             if (end == v || !isfinite(x) || x < 0)
                 return -1;
@@ -207,10 +205,11 @@ static int parse_metric(const char *v, double max, double *out)
             v = end;
             while (isspace((unsigned char)*v))
                 v++;
-            if (*v == ';')
-                v++;
-            else if (*v != ']')
+            if (*v == ']')
+                break;
+            if (*v != ';')
                 return -1;
+            v++;
         }
         v++;
         while (isspace((unsigned char)*v))

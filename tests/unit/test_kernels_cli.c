@@ -104,6 +104,17 @@ static void test_profile_bad_input(void **state)
     assert_int_equal(run_profile(args), 2);
     assert_true(stderr_has("--microbatch"));
 
+    /* sizes out of order, repeated or with a trailing comma: refused, not written into a
+     * profile whose by_microbatch_size the planner then refuses */
+    static const char *const bad_lists[] = {"2,1", "1,1", "1,"};
+    for (size_t i = 0; i < sizeof bad_lists / sizeof *bad_lists; i++) {
+        snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --microbatch %s",
+                 SC_TEST_DATA_DIR, bad_lists[i]);
+        assert_int_equal(run_profile(args), 2);
+        assert_true(stderr_has("--microbatch"));
+    }
+    assert_true(stderr_has("--microbatch: expected up to"));
+
     snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --device tpu", SC_TEST_DATA_DIR);
     assert_int_equal(run_profile(args), 2);
     assert_true(stderr_has("unknown device 'tpu'"));

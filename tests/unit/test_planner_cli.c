@@ -119,6 +119,9 @@ static void test_bad_input(void **state)
     bad("--model " DATA "tiny.json --cluster " DATA "small_memory.json", "more than any device");
     bad("--model " DATA "tiny.json --gpus 2 --bandwidth 1e9 --strategy nosuch", "--strategy");
     bad("--gpus 2 --bandwidth 1e9", "--model");
+    bad("--model " DATA "tiny.json --gpus 2 --bandwidth 1e9 --batch 16777216",
+        "--batch: '16777216' is not an integer in [1, 1048576]");
+    bad("--model " DATA " --gpus 2 --bandwidth 1e9", "is a directory, expected a file");
 }
 
 int main(void)

@@ -71,6 +71,20 @@ static void test_cluster_errors(void **state)
     assert_int_equal(plan_cluster_parse(&c, "n.json", noservers, strlen(noservers), &err),
                      SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "$.servers"));
+    /* a misspelt link kind is refused, not read as a link that counts for nothing */
+    const char *badkind =
+        "{\"format\": \"stagecraft-cluster\", \"version\": 1,"
+        " \"device_types\": {\"a\": {\"relative_speed\": 1}},"
+        " \"servers\": [{\"devices\": [\"a\", \"a\"], \"intra_bandwidth_bytes_per_s\": 1e9,"
+        " \"nic_bandwidth_bytes_per_s\": 1e9}],"
+        " \"links\": [{\"kind\": \"nvlnk\", \"bandwidth_bytes_per_s\": 3e11, \"devices\": [0, "
+        "1]}]}";
+    sc_err_clear(&err);
+    assert_int_equal(plan_cluster_parse(&c, "k.json", badkind, strlen(badkind), &err),
+                     SC_ERR_INVALID);
+    assert_null(c);
+    assert_non_null(strstr(err.msg, "$.links[0].kind"));
+    assert_non_null(strstr(err.msg, "unknown link kind \"nvlnk\""));
 }
 
 static void test_uniform(void **state)

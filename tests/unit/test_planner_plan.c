@@ -303,6 +303,23 @@ static void test_bad_requests(void **state)
     expect_error(&req, PLAN_STRAT_HETERO, "more than any device");
     plan_profile_destroy(&p);
     plan_cluster_destroy(&c);
+
+    /* the default batch, 2 x devices x microbatch_size, no longer overflows an int (UBSan
+     * reported it) and a batch past PLAN_MAX_BATCH is refused rather than simulated for
+     * minutes */
+    const char *big = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                      " \"microbatch_size\": 16777216, \"blocks\": [{\"name\": \"a\","
+                      " \"forward_s\": 1, \"backward_s\": 1, \"activation_bytes\": 1}]}";
+    sc_err_clear(&err);
+    assert_int_equal(plan_profile_parse_json(&p, "big.json", big, strlen(big), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 1024, 1e9, 0, &err), SC_OK);
+    plan_request big_req = {.profile = p, .cluster = c};
+    assert_true(plan_request_default_batch(&big_req) == 2 * 1024 * (int64_t)16777216);
+    expect_error(&big_req, PLAN_STRAT_UNIFORM, "give --batch");
+    big_req.batch = PLAN_MAX_BATCH + 1;
+    expect_error(&big_req, PLAN_STRAT_UNIFORM, "--batch");
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
 }
 
 /* ---- pipedream's own block order on a branching graph ----

@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "coordinator/planner/plan_profile.h"
@@ -170,6 +171,24 @@ static void test_inline_texts(void **state)
     const char *t3 = "{\"format\": \"stagecraft-cluster\", \"version\": 1}";
     assert_int_equal(plan_profile_parse_json(&p, "z.json", t3, strlen(t3), &err), SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "stagecraft-profile"));
+    /* a list value needs at least one number and no dangling ';' */
+    static const char *const lists[] = {"[]", "[1;]", "[1; ]", "[;]"};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "node1 -- A -- forward_compute_time=1, backward_compute_time=%s, "
+                 "activation_size=1, parameter_size=0\n",
+                 lists[i]);
+        sc_err_clear(&err);
+        assert_int_equal(plan_profile_parse_graph(&p, "l.txt", text, &err), SC_ERR_PARSE);
+        assert_non_null(strstr(err.msg, "l.txt:1: backward_compute_time"));
+        assert_null(p);
+    }
+    sc_err_clear(&err);
+    const char *t4 = "node1 -- A -- forward_compute_time=1, backward_compute_time=1, "
+                     "activation_size=[1; 2], parameter_size=0\n";
+    assert_int_equal(plan_profile_parse_graph(&p, "l.txt", t4, &err), SC_OK);
+    plan_profile_destroy(&p);
     /* an empty profile */
     sc_err_clear(&err);
     assert_int_equal(plan_profile_parse_graph(&p, "e.txt", "\n\n", &err), SC_ERR_PARSE);

@@ -255,6 +255,86 @@ static void test_malformed_files(void **state)
     assert_null(s);
 }
 
+/* Loads `name` with every `from` replaced by `to` (to "" deletes); the server, or NULL with
+ * the message in err. */
+static topo_server *load_edited(const char *name, const char *from, const char *to, sc_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    sc_err_clear(err);
+    assert_int_equal(sc_file_read(name, 1 << 20, &text, &len, err), SC_OK);
+    char *edited = calloc(1, 2 * len + 1);
+    assert_non_null(edited);
+    size_t n = 0;
+    for (const char *p = text; *p;) {
+        if (strncmp(p, from, strlen(from)) == 0) {
+            n += (size_t)sprintf(edited + n, "%s", to);
+            p += strlen(from);
+        } else {
+            edited[n++] = *p++;
+        }
+    }
+    topo_cfg cfg = {0};
+    cfg.xml_buffer = edited;
+    cfg.xml_len = n;
+    cfg.source_name = "edited.xml";
+    topo_server *s = NULL;
+    sc_err_clear(err);
+    topo_server_new(&s, &cfg, err);
+    free(edited);
+    free(text);
+    return s;
+}
+
+static void test_edited_exports(void **state)
+{
+    (void)state;
+    sc_err err;
+    /* a PCIe link speed hwloc would take as 9e18 GB/s: refused with the line, not turned into
+     * a bandwidth the planner refuses */
+    topo_server *s = load_edited(DATA "mixed_vendor.xml", "pci_link_speed=\"0.000000\"",
+                                 "pci_link_speed=\"9e18\"", &err);
+    assert_null(s);
+    assert_int_equal(err.code, SC_ERR_PARSE);
+    assert_non_null(strstr(err.msg, "edited.xml:"));
+    assert_non_null(strstr(err.msg, "pci_link_speed"));
+    s = load_edited(DATA "mixed_vendor.xml", "pci_link_speed=\"0.000000\"",
+                    "pci_link_speed=\"nan\"", &err);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "pci_link_speed"));
+
+    /* a GPU whose model and memory are not reported: its type leaves memory_bytes out (the
+     * planner reads that as unlimited) instead of writing 0, which the planner refuses */
+    topo_cluster *c = NULL;
+    assert_int_equal(topo_cluster_new(&c, &err), SC_OK);
+    s = load_edited(DATA "mixed_vendor.xml",
+                    "<info name=\"GPUModel\" value=\"Tesla K80\"/>\n"
+                    "            <info name=\"CUDAGlobalMemorySize\" value=\"11811160\"/>",
+                    "", &err);
+    assert_non_null(s);
+    assert_int_equal(topo_cluster_add(c, s, &err), SC_OK);
+    topo_server_destroy(&s);
+    char *text = NULL;
+    assert_int_equal(topo_cluster_to_json(c, &text, &err), SC_OK);
+    sc_jdoc *doc = NULL;
+    assert_int_equal(sc_jdoc_parse(&doc, "cluster.json", text, strlen(text), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc), types;
+    assert_int_equal(sc_json_get_object(&root, "device_types", &types, &err), SC_OK);
+    const char *key;
+    json_t *val;
+    size_t seen = 0;
+    json_object_foreach(types.value, key, val)
+    {
+        json_t *mem = json_object_get(val, "memory_bytes");
+        assert_true(mem == NULL || json_number_value(mem) >= 1);
+        seen++;
+    }
+    assert_true(seen > 0);
+    sc_jdoc_destroy(&doc);
+    free(text);
+    topo_cluster_destroy(&c);
+}
+
 static void test_hostile_buffers(void **state)
 {
     (void)state;
@@ -687,6 +767,7 @@ int main(void)
         cmocka_unit_test(test_cpu_only),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_malformed_files),
+        cmocka_unit_test(test_edited_exports),
         cmocka_unit_test(test_hostile_buffers),
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_export_roundtrip),
