@@ -89,6 +89,7 @@ static double jnum(json_t *o, const char *key, double def)
 static sc_status jwhole(json_t *o, const char *key, double def, double lo, double hi,
                         const char *what, double *out, sc_err *err)
 {
+    *out = def; /* defined on every path, also when the caller goes on after an error */
     json_t *v = json_object_get(o, key);
     double x = v == NULL ? def : json_is_number(v) ? json_number_value(v) : NAN;
     if (!(x >= lo && x <= hi) || x != floor(x))
