@@ -299,6 +299,31 @@ static double ref_samples(const plan_profile *p, int batch)
     return p->microbatch_size > 0 ? p->microbatch_size : batch;
 }
 
+/* The strategy's partition search alone. */
+static sc_status run_strategy(plan_strategy strat, const plan_search_cfg *cfg, plan_partition *part,
+                              sc_err *err)
+{
+    switch (strat) {
+    case PLAN_STRAT_UNIFORM:
+        return plan_partition_uniform(cfg, part, err);
+    case PLAN_STRAT_BLOCKPARTITION:
+        return plan_partition_blockpartition(cfg, part, err);
+    case PLAN_STRAT_MINMAX:
+    case PLAN_STRAT_UMPIPE:
+        return plan_partition_minmax(cfg, part, err);
+    case PLAN_STRAT_PIPEDREAM:
+        return plan_partition_pipedream(cfg, part, err);
+    case PLAN_STRAT_AUTOPIPE:
+        return plan_partition_autopipe(cfg, part, err);
+    case PLAN_STRAT_HETERO:
+        return plan_partition_hetero(cfg, part, err);
+    case PLAN_STRAT_EXHAUSTIVE:
+        return plan_partition_exhaustive(cfg, part, err);
+    default:
+        return SC_ERRF(err, SC_ERR_INVALID, "unknown strategy %d", (int)strat);
+    }
+}
+
 sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
 {
     const plan_profile *prof = req->profile;
@@ -335,7 +360,8 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         double a, b;
         plan_microbatch_fit(prof, 0, L - 1, batch, &a, &b);
         double ms = plan_microbatch_closed_form(a, b / S0, batch, S0);
-        int n = plan_microbatch_candidates(batch, ms, min_count(req, S0), cand);
+        int n = plan_microbatch_candidates(batch, ms, min_count(req, S0), plan_microbatch_most(S0),
+                                           cand);
         m = cand[0];
         for (int i = 1; i < n; i++)
             if (fabs(log(cand[i]) - log(ms)) < fabs(log(m) - log(ms)))
@@ -354,31 +380,28 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
                            .select_by_sim = 1};
 
     double t0 = sc_clock_now_s();
-    switch (strat) {
-    case PLAN_STRAT_UNIFORM:
-        rc = plan_partition_uniform(&cfg, out->part, &serr);
-        break;
-    case PLAN_STRAT_BLOCKPARTITION:
-        rc = plan_partition_blockpartition(&cfg, out->part, &serr);
-        break;
-    case PLAN_STRAT_MINMAX:
-    case PLAN_STRAT_UMPIPE:
-        rc = plan_partition_minmax(&cfg, out->part, &serr);
-        break;
-    case PLAN_STRAT_PIPEDREAM:
-        rc = plan_partition_pipedream(&cfg, out->part, &serr);
-        break;
-    case PLAN_STRAT_AUTOPIPE:
-        rc = plan_partition_autopipe(&cfg, out->part, &serr);
-        break;
-    case PLAN_STRAT_HETERO:
-        rc = plan_partition_hetero(&cfg, out->part, &serr);
-        break;
-    case PLAN_STRAT_EXHAUSTIVE:
-        rc = plan_partition_exhaustive(&cfg, out->part, &serr);
-        break;
-    default:
-        rc = SC_ERRF(&serr, SC_ERR_INVALID, "unknown strategy %d", (int)strat);
+    for (;;) {
+        rc = run_strategy(strat, &cfg, out->part, &serr);
+        /* --microbatches auto with a capped count (plan_microbatch_most) whose micro-batches
+         * fit no partition: smaller ones, about twice the count each time, as the uncapped
+         * closed form would have tried */
+        if (rc != SC_ERR_TOO_LARGE || req->microbatches != 0 || m >= batch ||
+            strstr(serr.msg, PLAN_NO_FIT_MSG) == NULL)
+            break;
+        int next = batch;
+        for (int d = 2 * m; d < batch; d++)
+            if (batch % d == 0) {
+                next = d;
+                break;
+            }
+        m = next;
+        sc_err_clear(&serr);
+        plan_cost_destroy(&cost);
+        plan_partition_destroy(&out->part);
+        SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+        SC_CHECK_GOTO(plan_partition_new(&out->part, L, D, err), done);
+        cfg.cost = cost;
+        cfg.n_micro = m;
     }
     if (rc != SC_OK)
         goto strategy_failed;
@@ -430,7 +453,8 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         double a, b;
         plan_microbatch_fit(prof, out->part->first[worst], out->part->last[worst], batch, &a, &b);
         double ms = plan_microbatch_closed_form(a, b, batch, S);
-        int n = plan_microbatch_candidates(batch, ms, min_count(req, S), cand);
+        int n =
+            plan_microbatch_candidates(batch, ms, min_count(req, S), plan_microbatch_most(S), cand);
         double best = HUGE_VAL;
         int best_m = -1, fallback_m = -1;
         double *peak = calloc((size_t)S, sizeof(double));
@@ -438,30 +462,48 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
             rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
             goto done;
         }
-        for (int i = 0; i < n && i < PLAN_SWEEP_MAX; i++) {
+        /* the candidates around m*; when none fits memory, ever smaller micro-batches (about
+         * twice the count each time, divisors of the batch) until one fits or each holds one
+         * sample */
+        int next = 0;
+        for (int i = 0; next > 0 || i < n; i++) {
+            int mc = i < n ? cand[i] : next;
+            if (i >= n && mc <= fallback_m)
+                break;
             plan_cost *cm = NULL;
             plan_sim_result sr;
-            rc = plan_cost_new(&cm, prof, cl, (double)batch / cand[i], batch, err);
+            rc = plan_cost_new(&cm, prof, cl, (double)batch / mc, batch, err);
             if (rc == SC_OK)
-                rc = simulate(req, cm, out->part, cand[i], 0, 0, &sr, err);
+                rc = simulate(req, cm, out->part, mc, 0, 0, &sr, err);
             if (rc != SC_OK) {
                 plan_cost_destroy(&cm);
                 free(peak);
                 goto done;
             }
             int fits = memory_of(req, cm, out->part, &sr, peak);
-            out->sweep_count[out->n_sweep] = cand[i];
-            out->sweep_iter_s[out->n_sweep] = sr.iteration_s;
-            out->sweep_fits[out->n_sweep++] = fits;
+            if (out->n_sweep < PLAN_SWEEP_MAX) {
+                out->sweep_count[out->n_sweep] = mc;
+                out->sweep_iter_s[out->n_sweep] = sr.iteration_s;
+                out->sweep_fits[out->n_sweep++] = fits;
+            }
             /* the fastest that fits; when none fits, the smallest micro-batches */
             if (fits && sr.iteration_s < best) {
                 best = sr.iteration_s;
-                best_m = cand[i];
+                best_m = mc;
             }
-            if (cand[i] > fallback_m)
-                fallback_m = cand[i];
+            if (mc > fallback_m)
+                fallback_m = mc;
             plan_sim_result_free(&sr);
             plan_cost_destroy(&cm);
+            next = 0;
+            if (i >= n - 1 && best_m < 0 && fallback_m < batch) {
+                next = batch;
+                for (int d = 2 * fallback_m; d < batch; d++)
+                    if (batch % d == 0) {
+                        next = d;
+                        break;
+                    }
+            }
         }
         if (best_m < 0)
             best_m = fallback_m;

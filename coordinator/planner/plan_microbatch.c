@@ -36,9 +36,15 @@ void plan_microbatch_fit(const plan_profile *p, int first, int last, int batch, 
 
 double plan_microbatch_closed_form(double alpha, double beta, int batch, int stages)
 {
-    if (alpha <= 0 || stages <= 1)
-        return stages <= 1 ? 1 : batch;
-    double m = sqrt((stages - 1) * beta * batch / alpha);
+    if (stages <= 1)
+        return 1;
+    /* past the count whose fill-drain bubble (p-1)/(m+p-1) is 1%, more micro-batches gain
+     * less than 1% and cost the simulator (and the runtime) time in proportion: with no or
+     * a tiny fixed cost per micro-batch, m* stops there */
+    double most = plan_microbatch_most(stages);
+    double m = alpha > 0 ? sqrt((stages - 1) * beta * batch / alpha) : most;
+    if (m > most)
+        m = most;
     if (m < 1)
         m = 1;
     if (m > batch)
@@ -46,20 +52,26 @@ double plan_microbatch_closed_form(double alpha, double beta, int batch, int sta
     return m;
 }
 
+int plan_microbatch_most(int stages)
+{
+    return stages > 1 ? PLAN_MB_BUBBLE_COUNT * (stages - 1) : 1;
+}
+
 static double dist(int m, double m_star)
 {
     return fabs(log((double)m) - log(m_star));
 }
 
-int plan_microbatch_candidates(int batch, double m_star, int min_count, int *out)
+int plan_microbatch_candidates(int batch, double m_star, int min_count, int max_count, int *out)
 {
     int n = 0, lo = min_count <= batch ? min_count : 1;
+    int hi = max_count > min_count ? max_count : min_count;
     int *all = malloc(sizeof(int) * 4096);
     if (all == NULL)
         return 0;
     int na = 0;
     for (int m = 1; m <= batch && na < 4096; m++)
-        if (batch % m == 0 && m >= lo)
+        if (batch % m == 0 && m >= lo && m <= hi)
             all[na++] = m;
     if (na == 0)
         all[na++] = batch;

@@ -18,13 +18,23 @@
 void plan_microbatch_fit(const plan_profile *p, int first, int last, int batch, double *alpha,
                          double *beta);
 
-/* m* from the closed form, clamped to [1, batch]; batch when alpha <= 0. */
+/* Micro-batches per stage beyond one at which the fill-drain bubble (p-1)/(m+p-1) is 1%:
+ * m* never goes past PLAN_MB_BUBBLE_COUNT * (p-1). */
+#define PLAN_MB_BUBBLE_COUNT 99
+
+/* m* from the closed form, at most PLAN_MB_BUBBLE_COUNT * (stages-1) (its value when
+ * alpha <= 0: times linear in the size), clamped to [1, batch]; 1 for one stage. */
 double plan_microbatch_closed_form(double alpha, double beta, int batch, int stages);
 
 #define PLAN_MB_MAX_CANDIDATES 24
 
-/* Up to PLAN_MB_MAX_CANDIDATES counts m dividing `batch`, m >= min_count when possible, the
- * ones nearest m* (on a log scale) first, returned in increasing order. */
-int plan_microbatch_candidates(int batch, double m_star, int min_count, int *out);
+/* Up to PLAN_MB_MAX_CANDIDATES counts m dividing `batch`, min_count <= m <= max_count when
+ * possible (max_count below min_count counts as min_count), the ones nearest m* (on a log
+ * scale) first, returned in increasing order. */
+int plan_microbatch_candidates(int batch, double m_star, int min_count, int max_count, int *out);
+
+/* The largest count the sweep proposes for `stages` stages: PLAN_MB_BUBBLE_COUNT * (stages-1),
+ * at least 1. */
+int plan_microbatch_most(int stages);
 
 #endif /* PLAN_MICROBATCH_H */

@@ -418,7 +418,7 @@ static sc_status no_fit(const plan_search_cfg *cfg, const char *who, sc_err *err
         if (dev_memory(c, d) > most)
             most = dev_memory(c, d);
     return SC_ERRF(err, SC_ERR_TOO_LARGE,
-                   "%s: no partition fits the devices' memory (largest device %.3g bytes; block "
+                   "%s: " PLAN_NO_FIT_MSG " (largest device %.3g bytes; block "
                    "%d \"%s\" alone needs %.3g with one micro-batch stashed): add devices with "
                    "more memory or use fewer/smaller micro-batches",
                    who, most, big, c->profile->blocks[big].name,

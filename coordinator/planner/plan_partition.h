@@ -67,6 +67,10 @@ typedef struct plan_search_cfg {
                                   bottleneck) */
 } plan_search_cfg;
 
+/* How a strategy's SC_ERR_TOO_LARGE message says that no partition fits the devices' memory at
+ * the configured micro-batch size (the driver then tries smaller micro-batches). */
+#define PLAN_NO_FIT_MSG "no partition fits the devices' memory"
+
 #define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
 
 /* ---- the common objective (docs/formats.md) ------------------------------------------- */

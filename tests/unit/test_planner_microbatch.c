@@ -25,11 +25,16 @@ static void test_closed_form(void **state)
     double tm = (ms + p - 1) * (a + b * B / ms);
     assert_true(tm <= (ms * 1.1 + p - 1) * (a + b * B / (ms * 1.1)));
     assert_true(tm <= (ms / 1.1 + p - 1) * (a + b * B / (ms / 1.1)));
-    /* no fixed cost: as many micro-batches as samples; one stage: one micro-batch */
+    /* no fixed cost: as many micro-batches as samples up to a 1% bubble, 99 (p-1); one
+     * stage: one micro-batch */
     assert_float_equal(plan_microbatch_closed_form(0, 1, 32, 4), 32, 0);
+    assert_float_equal(plan_microbatch_closed_form(0, 1, 65536, 4), 297, 0);
     assert_float_equal(plan_microbatch_closed_form(1, 1, 32, 1), 1, 0);
-    /* clamped to the batch */
+    /* a tiny fixed cost: the same cap; clamped to the batch */
+    assert_float_equal(plan_microbatch_closed_form(1e-9, 1, 1 << 20, 8), 693, 0);
     assert_float_equal(plan_microbatch_closed_form(1e-9, 1, 16, 8), 16, 0);
+    double m = plan_microbatch_closed_form(0, 1, 1 << 20, 5);
+    assert_true((5 - 1) / (m + 5 - 1) <= 0.01 + 1e-12);
 }
 
 static void test_fit(void **state)
@@ -58,23 +63,30 @@ static void test_candidates(void **state)
 {
     (void)state;
     int c[PLAN_MB_MAX_CANDIDATES];
-    int n = plan_microbatch_candidates(64, 8, 4, c);
+    int n = plan_microbatch_candidates(64, 8, 4, 64, c);
     /* divisors of 64 that are >= 4: 4 8 16 32 64 */
     assert_int_equal(n, 5);
     assert_int_equal(c[0], 4);
     assert_int_equal(c[4], 64);
-    n = plan_microbatch_candidates(12, 3, 1, c);
+    n = plan_microbatch_candidates(12, 3, 1, 12, c);
     assert_int_equal(n, 6);
     for (int i = 0; i < n; i++)
         assert_int_equal(12 % c[i], 0);
     /* min count above the batch: fall back to every divisor */
-    n = plan_microbatch_candidates(6, 2, 8, c);
+    n = plan_microbatch_candidates(6, 2, 8, 0, c);
     assert_int_equal(n, 4);
     /* many divisors: the nearest to m* are kept */
-    n = plan_microbatch_candidates(720720, 100, 1, c);
+    n = plan_microbatch_candidates(720720, 100, 1, 720720, c);
     assert_int_equal(n, PLAN_MB_MAX_CANDIDATES);
     for (int i = 0; i < n; i++)
         assert_true(c[i] > 10 && c[i] < 1000);
+    /* at most max_count: 4 stages propose no more than 99 * 3 = 297 (4 8 ... 256 of 65536) */
+    assert_int_equal(plan_microbatch_most(4), 297);
+    assert_int_equal(plan_microbatch_most(1), 1);
+    n = plan_microbatch_candidates(65536, 297, 4, plan_microbatch_most(4), c);
+    assert_int_equal(n, 7);
+    assert_int_equal(c[0], 4);
+    assert_int_equal(c[6], 256);
 }
 
 int main(void)

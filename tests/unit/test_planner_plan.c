@@ -284,6 +284,51 @@ static void expect_error(plan_request *req, plan_strategy s, const char *needle)
     plan_result_free(&r);
 }
 
+/* Times linear in the size: the auto count stops at a 1% bubble (99 (p-1)) instead of one
+ * micro-batch per sample; when memory needs smaller micro-batches than that, the sweep goes on
+ * doubling the count until one fits. */
+static void test_auto_microbatches_capped(void **state)
+{
+    (void)state;
+    const char *lin = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                      " \"microbatch_size\": 1, \"blocks\": ["
+                      "{\"name\": \"a\", \"forward_s\": 1e-4, \"backward_s\": 2e-4,"
+                      " \"activation_bytes\": 1000, \"parameter_bytes\": 1000,"
+                      " \"stash_bytes\": 4000},"
+                      "{\"name\": \"b\", \"forward_s\": 1e-4, \"backward_s\": 2e-4,"
+                      " \"activation_bytes\": 1000, \"parameter_bytes\": 1000,"
+                      " \"stash_bytes\": 4000}]}";
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "lin.json", lin, strlen(lin), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e12, 0, &err), SC_OK);
+    plan_request req = {.profile = p, .cluster = c, .batch = 4096, .schedule = PLAN_SCHED_1F1B};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_int_equal(r.part->n_stages, 2);
+    assert_int_equal(r.n_micro, 64); /* the largest divisor of 4096 up to 99 */
+    for (int i = 0; i < r.n_sweep; i++)
+        assert_true(r.sweep_count[i] >= 2 && r.sweep_count[i] <= 99);
+    plan_result_free(&r);
+    /* memory that 512 micro-batches of 8 samples fit and 256 of 16 do not */
+    req.microbatches = 512;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    double need = r.peak_memory_bytes[0] > r.peak_memory_bytes[1] ? r.peak_memory_bytes[0]
+                                                                  : r.peak_memory_bytes[1];
+    plan_result_free(&r);
+    plan_cluster_destroy(&c);
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e12, need, &err), SC_OK);
+    req.cluster = c;
+    req.microbatches = 0;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_int_equal(r.n_micro, 512);
+    assert_true(r.fits_memory);
+    plan_result_free(&r);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -508,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_umpipe_simulated),
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
+        cmocka_unit_test(test_auto_microbatches_capped),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
