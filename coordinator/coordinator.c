@@ -199,9 +199,10 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     sc_status rc;
     char host[256];
     SC_CHECK_GOTO(split_host(cfg->listen_addr, host, sizeof host, err), fail);
+    /* settings first: a refused one leaves the state folder as it was (no token written) */
+    SC_CHECK_GOTO(coord_registry_new(&c->registry, &cfg->registry, err), fail);
     SC_CHECK_GOTO(coord_store_open(&c->store, c->state_dir, err), fail);
     SC_CHECK_GOTO(setup_tokens(c, err), fail);
-    SC_CHECK_GOTO(coord_registry_new(&c->registry, &cfg->registry, err), fail);
     SC_CHECK_GOTO(restore_workers(c, err), fail);
 
     const char *adv = cfg->advertise_host;

@@ -42,6 +42,15 @@ err=$("$sc" version --frobnicate 2>&1 >/dev/null); rc=$?
 err=$("$sc" --log-level loud version 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "bad --log-level exited $rc, want 2"
 
+# a refused coordinator setting leaves its state folder untouched (no token, no database)
+state=$(mktemp -d)
+err=$("$sc" coordinator --state "$state" --listen 127.0.0.1:0 --suspect-after 5 --dead-after 3 \
+    2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "coordinator with dead-after <= suspect-after exited $rc, want 2"
+[[ $err == *"must be larger than suspect-after"* ]] || fail "dead-after message: $err"
+[ -z "$(ls -A "$state")" ] || fail "a refused coordinator wrote into its state: $(ls -A "$state")"
+rm -rf "$state"
+
 if [ $failures -ne 0 ]; then
     echo "test_cli: $failures failure(s)"
     exit 1
