@@ -43,6 +43,15 @@ void sc_err_clear(sc_err *err)
     err->line = 0;
 }
 
+/* Error messages are one line of text, whatever bytes a bad input put in them: control
+ * characters (a newline, a terminal escape) become '?'. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 sc_status sc_err_setv(sc_err *err, sc_status code, const char *file, int line, const char *fmt,
                       va_list ap)
 {
@@ -52,6 +61,7 @@ sc_status sc_err_setv(sc_err *err, sc_status code, const char *file, int line, c
     err->file = file;
     err->line = line;
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    one_line(err->msg);
     return code;
 }
 
@@ -79,6 +89,7 @@ void sc_err_prefix(sc_err *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
+    one_line(prefix);
     memcpy(old, err->msg, sizeof old);
     size_t n = sc_min_size(strlen(prefix), sizeof err->msg - 1);
     memcpy(err->msg, prefix, n);

@@ -1,9 +1,9 @@
 /* common/sc_status, sc_log, sc_clock, sc_util: the error record, string tables, parsing. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +49,12 @@ static void test_first_error_wins(void **state)
     assert_string_equal(err.msg, "loading x.json: first 1");
     /* NULL err is accepted */
     assert_int_equal(SC_ERRF(NULL, SC_ERR_INVALID, "ignored"), SC_ERR_INVALID);
+    /* a bad input's bytes quoted in a message keep it one line of text */
+    sc_err_clear(&err);
+    SC_ERRF(&err, SC_ERR_PARSE, "bad name \"%s\"", "a\nb\x1b[2Jc\x7f\tü");
+    assert_string_equal(err.msg, "bad name \"a?b?[2Jc??ü\"");
+    sc_err_prefix(&err, "file %s", "x\ry");
+    assert_string_equal(err.msg, "file x?y: bad name \"a?b?[2Jc??ü\"");
 }
 
 static sc_status checked(int fail, int *reached)
@@ -145,9 +151,12 @@ static void test_log_levels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_strings), cmocka_unit_test(test_first_error_wins),
-        cmocka_unit_test(test_check_macros),   cmocka_unit_test(test_parse_numbers),
-        cmocka_unit_test(test_strlcpy_and_file_read), cmocka_unit_test(test_clock_monotonic),
+        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_first_error_wins),
+        cmocka_unit_test(test_check_macros),
+        cmocka_unit_test(test_parse_numbers),
+        cmocka_unit_test(test_strlcpy_and_file_read),
+        cmocka_unit_test(test_clock_monotonic),
         cmocka_unit_test(test_log_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
