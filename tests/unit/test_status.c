@@ -1,9 +1,10 @@
 /* common/sc_status, sc_log, sc_clock, sc_util: the error record, string tables, parsing. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
