@@ -184,6 +184,18 @@ static int find_node(const gparse *g, const char *id)
     return -1;
 }
 
+/* strtod for the decimal numbers PipeDream writes: hexadecimal ("0x10"), which strtod also
+ * reads, is no number here (*end == v). */
+static double decimal(const char *v, char **end)
+{
+    const char *d = v + (*v == '+' || *v == '-');
+    if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X')) {
+        *end = (char *)v;
+        return 0;
+    }
+    return strtod(v, end);
+}
+
 /* A number or a list "[a; b; c]" whose elements are summed; the result lies in [0, max]. Values
  * are bounded so that sums over thousands of blocks stay finite. */
 static int parse_metric(const char *v, double max, double *out)
@@ -198,7 +210,7 @@ static int parse_metric(const char *v, double max, double *out)
         for (;;) {
             while (isspace((unsigned char)*v))
                 v++;
-            double x = strtod(v, &end);
+            double x = decimal(v, &end);
             if (end == v || !isfinite(x) || x < 0)
                 return -1;
             sum += x;
@@ -217,7 +229,7 @@ static int parse_metric(const char *v, double max, double *out)
         *out = sum;
         return *v == '\0' && sum <= max ? 0 : -1;
     }
-    double x = strtod(v, &end);
+    double x = decimal(v, &end);
     if (end == v || !isfinite(x) || x < 0)
         return -1;
     while (isspace((unsigned char)*end))

@@ -171,8 +171,8 @@ static void test_inline_texts(void **state)
     const char *t3 = "{\"format\": \"stagecraft-cluster\", \"version\": 1}";
     assert_int_equal(plan_profile_parse_json(&p, "z.json", t3, strlen(t3), &err), SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "stagecraft-profile"));
-    /* a list value needs at least one number and no dangling ';' */
-    static const char *const lists[] = {"[]", "[1;]", "[1; ]", "[;]"};
+    /* a list value needs at least one number and no dangling ';'; numbers are decimal */
+    static const char *const lists[] = {"[]", "[1;]", "[1; ]", "[;]", "0x10", "[1; 0x2]", "-0X1"};
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
         char text[256];
         snprintf(text, sizeof text,
