@@ -388,13 +388,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         if (rc != SC_ERR_TOO_LARGE || req->microbatches != 0 || m >= batch ||
             strstr(serr.msg, PLAN_NO_FIT_MSG) == NULL)
             break;
-        int next = batch;
-        for (int d = 2 * m; d < batch; d++)
-            if (batch % d == 0) {
-                next = d;
-                break;
-            }
-        m = next;
+        m = plan_microbatch_smaller(batch, m);
         sc_err_clear(&serr);
         plan_cost_destroy(&cost);
         plan_partition_destroy(&out->part);
@@ -495,15 +489,9 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
                 fallback_m = mc;
             plan_sim_result_free(&sr);
             plan_cost_destroy(&cm);
-            next = 0;
-            if (i >= n - 1 && best_m < 0 && fallback_m < batch) {
-                next = batch;
-                for (int d = 2 * fallback_m; d < batch; d++)
-                    if (batch % d == 0) {
-                        next = d;
-                        break;
-                    }
-            }
+            next = i >= n - 1 && best_m < 0 && fallback_m < batch
+                       ? plan_microbatch_smaller(batch, fallback_m)
+                       : 0;
         }
         if (best_m < 0)
             best_m = fallback_m;

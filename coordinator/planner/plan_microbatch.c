@@ -57,6 +57,14 @@ int plan_microbatch_most(int stages)
     return stages > 1 ? PLAN_MB_BUBBLE_COUNT * (stages - 1) : 1;
 }
 
+int plan_microbatch_smaller(int batch, int m)
+{
+    for (int d = 2 * m; d < batch; d++)
+        if (batch % d == 0)
+            return d;
+    return batch;
+}
+
 static double dist(int m, double m_star)
 {
     return fabs(log((double)m) - log(m_star));

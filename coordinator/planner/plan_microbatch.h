@@ -37,4 +37,8 @@ int plan_microbatch_candidates(int batch, double m_star, int min_count, int max_
  * at least 1. */
 int plan_microbatch_most(int stages);
 
+/* The next count when micro-batches of batch/m samples are too large for memory: the smallest
+ * divisor of `batch` that is at least 2m, else the batch itself (one sample each). */
+int plan_microbatch_smaller(int batch, int m);
+
 #endif /* PLAN_MICROBATCH_H */

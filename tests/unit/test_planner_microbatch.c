@@ -87,6 +87,11 @@ static void test_candidates(void **state)
     assert_int_equal(n, 7);
     assert_int_equal(c[0], 4);
     assert_int_equal(c[6], 256);
+    /* smaller micro-batches: the next divisor at least twice the count, else the batch */
+    assert_int_equal(plan_microbatch_smaller(4096, 64), 128);
+    assert_int_equal(plan_microbatch_smaller(96, 20), 48);
+    assert_int_equal(plan_microbatch_smaller(97, 2), 97);
+    assert_int_equal(plan_microbatch_smaller(64, 64), 64);
 }
 
 int main(void)
