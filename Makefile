@@ -3,7 +3,7 @@
 #   make demo     install missing Debian packages, build, run `stagecraft demo`
 #   make test     install missing Debian packages, build, run every test (ctest)
 #   make test-sanitize  the same in build-sanitize/ with AddressSanitizer + UBSan (CPU parts)
-#   make clean    remove the build folders
+#   make clean    remove the build folders (build, build-sanitize, build-release)
 # Variables: BUILD_TYPE (RelWithDebInfo), CMAKE_FLAGS (extra -D options), JOBS (cores),
 # DEMO_FLAGS (flags for `stagecraft demo`, e.g. DEMO_FLAGS="--steps 100").
 
@@ -42,4 +42,4 @@ test-sanitize: deps
 	ctest --test-dir build-sanitize --output-on-failure -j $(JOBS)
 
 clean:
-	rm -rf build build-sanitize
+	rm -rf build build-sanitize build-release
