@@ -38,6 +38,8 @@ typedef struct sim_state {
     double *link_f, *link_b;
     double *clock, *inflight;
     int *cursor;
+    int remaining; /* actions not yet played, over every stage */
+    double eff;    /* slice efficiency, in (0, 1] */
     plan_sim_result *r;
     int cap_events;
 } sim_state;
@@ -94,8 +96,8 @@ static void sim_state_free(sim_state *st)
 /* Allocates the per-stage and per-unit state of playing `s` and the result's arrays; arrivals
  * start as NAN (not sent yet). On error everything allocated is freed by the caller's
  * sim_state_free and plan_sim_result_free. */
-static sc_status sim_state_init(sim_state *st, const plan_schedule *s, plan_sim_result *out,
-                                sc_err *err)
+static sc_status sim_state_init(sim_state *st, const plan_schedule *s, double slice_efficiency,
+                                plan_sim_result *out, sc_err *err)
 {
     int S = s->n_stages, U = s->n_units;
     memset(st, 0, sizeof *st);
@@ -103,6 +105,9 @@ static sc_status sim_state_init(sim_state *st, const plan_schedule *s, plan_sim_
     st->S = S;
     st->U = U;
     st->r = out;
+    st->eff = slice_efficiency > 0 && slice_efficiency <= 1 ? slice_efficiency : 1;
+    for (int i = 0; i < S; i++)
+        st->remaining += s->n_actions[i];
     size_t su = (size_t)S * (size_t)U;
     st->arr_f = malloc(su * sizeof(double));
     st->arr_b = malloc(su * sizeof(double));
@@ -204,10 +209,10 @@ static int is_compute(int kind)
 /* A compute's own duration, and its effect on the stage's stash count (F holds its share of a
  * micro-batch until its B). PipeDream updates weights after every minibatch's backward. */
 static double start_compute(sim_state *st, const plan_schedule *s, const plan_sim_stage *c, int i,
-                            const plan_action *a, double eff)
+                            const plan_action *a)
 {
     int u = a->unit;
-    double k = u >= 0 ? unit_scale(s->frac[u], eff) : 1;
+    double k = u >= 0 ? unit_scale(s->frac[u], st->eff) : 1;
     if (a->kind == PLAN_ACT_F) {
         st->inflight[i] += s->frac[u];
         if (st->inflight[i] > st->r->peak_inflight[i])
@@ -227,15 +232,10 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
 {
     int S = s->n_stages, U = s->n_units;
     sim_state st;
-    sc_status rc = sim_state_init(&st, s, out, err);
+    sc_status rc = sim_state_init(&st, s, slice_efficiency, out, err);
     if (rc != SC_OK)
         goto done;
-    if (!(slice_efficiency > 0) || slice_efficiency > 1)
-        slice_efficiency = 1;
-    int remaining = 0;
-    for (int i = 0; i < S; i++)
-        remaining += s->n_actions[i];
-    while (remaining > 0) {
+    while (st.remaining > 0) {
         int progress = 0;
         for (int i = 0; i < S; i++) {
             while (st.cursor[i] < s->n_actions[i]) {
@@ -252,7 +252,7 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
                         goto nomem;
                 } else if (is_compute(a->kind)) {
                     double start = st.clock[i];
-                    double dur = start_compute(&st, s, &stages[i], i, a, slice_efficiency);
+                    double dur = start_compute(&st, s, &stages[i], i, a);
                     st.clock[i] = start + dur;
                     out->busy_s[i] += dur;
                     if (a->kind == PLAN_ACT_B)
@@ -261,14 +261,14 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
                         goto nomem;
                 }
                 st.cursor[i]++;
-                remaining--;
+                st.remaining--;
                 progress = 1;
             }
         blocked:;
         }
         if (!progress) {
             rc = SC_ERRF(err, SC_ERR_INVALID, "simulation deadlocked with %d actions left",
-                         remaining);
+                         st.remaining);
             goto done;
         }
     }
@@ -305,7 +305,7 @@ static double shared_end(const shared_run *r)
  * been played, or runs out. Receives, sends and links follow the sweep's rules. Returns 1 when
  * it played or started anything, 0 when not, -1 out of memory. */
 static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages,
-                          double eff, int record, int i, double t, shared_run *run, int *remaining)
+                          int record, int i, double t, shared_run *run)
 {
     int U = st->U, played = 0;
     while (!run[i].active && st->cursor[i] < s->n_actions[i]) {
@@ -325,7 +325,7 @@ static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_
              * when the loop's clock reaches its start */
             if (st->clock[i] > t)
                 return played;
-            double dur = start_compute(st, s, &stages[i], i, a, eff);
+            double dur = start_compute(st, s, &stages[i], i, a);
             if (dur > 0) {
                 run[i] = (shared_run){.active = 1,
                                       .kind = a->kind,
@@ -344,7 +344,7 @@ static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_
                 return -1;
         }
         st->cursor[i]++;
-        (*remaining)--;
+        st->remaining--;
         played = 1;
     }
     return played;
@@ -388,18 +388,13 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
     shared_run *run = calloc((size_t)S, sizeof *run);
     double *stretch = calloc((size_t)S * (size_t)s->n_units, sizeof *stretch);
     int *busy_n = calloc((size_t)share->n_groups, sizeof *busy_n);
-    sc_status rc = sim_state_init(&st, s, out, err);
+    sc_status rc = sim_state_init(&st, s, slice_efficiency, out, err);
     if (rc != SC_OK)
         goto done;
     if (!run || !stretch || !busy_n) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d shared stages", S);
         goto done;
     }
-    if (!(slice_efficiency > 0) || slice_efficiency > 1)
-        slice_efficiency = 1;
-    int remaining = 0;
-    for (int i = 0; i < S; i++)
-        remaining += s->n_actions[i];
     double t = 0;
     for (;;) {
         /* everything that can happen at t: a send may unblock a receive on a stage already
@@ -408,14 +403,13 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
         do {
             progress = 0;
             for (int i = 0; i < S; i++) {
-                int p = shared_advance(&st, s, stages, slice_efficiency, record_events, i, t, run,
-                                       &remaining);
+                int p = shared_advance(&st, s, stages, record_events, i, t, run);
                 if (p < 0)
                     goto nomem;
                 progress |= p;
             }
         } while (progress);
-        if (remaining == 0)
+        if (st.remaining == 0)
             break;
         memset(busy_n, 0, (size_t)share->n_groups * sizeof *busy_n);
         for (int i = 0; i < S; i++)
@@ -446,7 +440,7 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
         }
         if (next == INFINITY) {
             rc = SC_ERRF(err, SC_ERR_INVALID, "simulation deadlocked with %d actions left",
-                         remaining);
+                         st.remaining);
             goto done;
         }
         t = next;
@@ -466,7 +460,7 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
                 goto nomem;
             r->active = 0;
             st.cursor[i]++;
-            remaining--;
+            st.remaining--;
         }
     }
     sim_finish(s, stages, n_micro, &st, stretch, out);
