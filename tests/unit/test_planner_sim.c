@@ -20,8 +20,10 @@
 #include "coordinator/planner/plan_schedule.h"
 #include "coordinator/planner/plan_sim.h"
 
-static plan_sim_result run(plan_sched_kind k, int p, int m, int sliced, const plan_sim_stage *st,
-                           int record)
+/* Builds and validates schedule k, then plays it: plan_sim_run when sh is NULL, else
+ * plan_sim_run_shared with sh, at slice efficiency eff. */
+static plan_sim_result play(plan_sched_kind k, int p, int m, int sliced, const plan_sim_stage *st,
+                            const plan_sim_share *sh, double eff, int record)
 {
     plan_schedule *s = NULL;
     plan_sim_result r;
@@ -30,9 +32,18 @@ static plan_sim_result run(plan_sched_kind k, int p, int m, int sliced, const pl
     int units = k == PLAN_SCHED_PIPEDREAM ? 8 * p : m;
     assert_int_equal(plan_schedule_build(&s, k, p, units, sliced, &err), SC_OK);
     assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
-    assert_int_equal(plan_sim_run(s, st, m, 1.0, record, &r, &err), SC_OK);
+    if (sh == NULL)
+        assert_int_equal(plan_sim_run(s, st, m, eff, record, &r, &err), SC_OK);
+    else
+        assert_int_equal(plan_sim_run_shared(s, st, m, eff, sh, record, &r, &err), SC_OK);
     plan_schedule_destroy(&s);
     return r;
+}
+
+static plan_sim_result run(plan_sched_kind k, int p, int m, int sliced, const plan_sim_stage *st,
+                           int record)
+{
+    return play(k, p, m, sliced, st, NULL, 1.0, record);
 }
 
 static void equal_stages(plan_sim_stage *st, int p, double f, double b)
@@ -491,16 +502,7 @@ static void test_sized_bad_rows(void **state)
 static plan_sim_result run_shared(plan_sched_kind k, int p, int m, int sliced,
                                   const plan_sim_stage *st, const plan_sim_share *sh, int record)
 {
-    plan_schedule *s = NULL;
-    plan_sim_result r;
-    sc_err err;
-    sc_err_clear(&err);
-    int units = k == PLAN_SCHED_PIPEDREAM ? 8 * p : m;
-    assert_int_equal(plan_schedule_build(&s, k, p, units, sliced, &err), SC_OK);
-    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
-    assert_int_equal(plan_sim_run_shared(s, st, m, 0.9, sh, record, &r, &err), SC_OK);
-    plan_schedule_destroy(&s);
-    return r;
+    return play(k, p, m, sliced, st, sh, 0.9, record);
 }
 
 static const plan_sim_event *find_event(const plan_sim_result *r, int lane, int kind, int unit)
