@@ -1212,6 +1212,30 @@ static void *step_thread(void *arg)
     return NULL;
 }
 
+/* Runs step 1 on a 2-stage pipeline, stage `here` (0 or 1) in this thread and the other in a
+ * thread, and returns stage `here`'s result (its error in *err); the other stage's result is
+ * *rc_other. The other stage is aborted once stage `here` returns, in case it still waits. */
+static sc_status two_stage_step(rt_runner_cfg c0, rt_runner_cfg c1, int here, sc_status *rc_other,
+                                sc_err *err)
+{
+    rt_runner *rn[2] = {0};
+    sc_err_clear(err);
+    assert_int_equal(rt_runner_new(&rn[0], &c0, err), SC_OK);
+    assert_int_equal(rt_runner_new(&rn[1], &c1, err), SC_OK);
+    assert_int_equal(rt_runner_connect(rn[0], NULL, rt_runner_endpoint(rn[1]), err), SC_OK);
+    assert_int_equal(rt_runner_connect(rn[1], rt_runner_endpoint(rn[0]), NULL, err), SC_OK);
+    step_job other = {.r = rn[!here]};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, step_thread, &other), 0);
+    sc_status rc = rt_runner_step(rn[here], 1, NULL, err);
+    rt_runner_abort(rn[!here]);
+    pthread_join(th, NULL);
+    *rc_other = other.rc;
+    for (int s = 0; s < 2; s++)
+        rt_runner_destroy(&rn[s]);
+    return rc;
+}
+
 static void test_per_stage_bad_config(void **state)
 {
     (void)state;
@@ -1254,59 +1278,25 @@ static void test_per_stage_bad_config(void **state)
     expect_bad(c, SC_ERR_INVALID, "sum to 7, batch_size is 8");
 
     /* Lists that dispute the neighbour's real cut are found in the first step: stage 1 is told
-     * stage 0 cuts [5, 3], but it cuts [3, 5]. */
+     * stage 0 cuts [5, 3], but it cuts [3, 5]. Stage 1 runs here: stage 0 would wait for
+     * gradients that never come, so it is the one aborted. */
     static const int wrong[] = {5, 3};
-    rt_runner *rn[2] = {0};
-    sc_err err;
-    sc_err_clear(&err);
-    c = spec_cfg(&rs, 0, 4);
-    c.next_sizes = b;
-    c.n_next_sizes = 3;
-    assert_int_equal(rt_runner_new(&rn[0], &c, &err), SC_OK);
+    rt_runner_cfg c0 = spec_cfg(&rs, 0, 4);
+    c0.next_sizes = b;
+    c0.n_next_sizes = 3;
     c = spec_cfg(&rs, 1, 4);
     c.microbatch_sizes = b;
     c.microbatches = 3;
     c.prev_sizes = wrong;
     c.n_prev_sizes = 2;
-    assert_int_equal(rt_runner_new(&rn[1], &c, &err), SC_OK);
-    assert_int_equal(rt_runner_connect(rn[0], NULL, rt_runner_endpoint(rn[1]), &err), SC_OK);
-    assert_int_equal(rt_runner_connect(rn[1], rt_runner_endpoint(rn[0]), NULL, &err), SC_OK);
-    step_job j0 = {.r = rn[0]};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, step_thread, &j0), 0);
-    sc_err_clear(&err);
-    sc_status rc = rt_runner_step(rn[1], 1, NULL, &err);
-    rt_runner_abort(rn[0]); /* stage 0 would otherwise wait for gradients that never come */
-    pthread_join(th, NULL);
+    sc_status rc0;
+    sc_err err;
+    sc_status rc = two_stage_step(c0, c, 1, &rc0, &err);
     assert_int_equal(rc, SC_ERR_INVALID);
     if (strstr(err.msg, "prev_sizes must equal stage 0's microbatch_sizes") == NULL)
         print_error("message \"%s\"\n", err.msg);
     assert_non_null(strstr(err.msg, "prev_sizes must equal stage 0's microbatch_sizes"));
-    assert_int_not_equal(j0.rc, SC_OK);
-    for (int s = 0; s < 2; s++)
-        rt_runner_destroy(&rn[s]);
-}
-
-/* Runs step 1 on a 2-stage pipeline (stage 1 in a thread, stage 0 here) and returns stage 0's
- * result; stage 1's must be *rc1. */
-static sc_status two_stage_step(rt_runner_cfg c0, rt_runner_cfg c1, sc_status *rc1, sc_err *err)
-{
-    rt_runner *rn[2] = {0};
-    sc_err_clear(err);
-    assert_int_equal(rt_runner_new(&rn[0], &c0, err), SC_OK);
-    assert_int_equal(rt_runner_new(&rn[1], &c1, err), SC_OK);
-    assert_int_equal(rt_runner_connect(rn[0], NULL, rt_runner_endpoint(rn[1]), err), SC_OK);
-    assert_int_equal(rt_runner_connect(rn[1], rt_runner_endpoint(rn[0]), NULL, err), SC_OK);
-    step_job j1 = {.r = rn[1]};
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, step_thread, &j1), 0);
-    sc_status rc = rt_runner_step(rn[0], 1, NULL, err);
-    rt_runner_abort(rn[1]); /* only matters if stage 1 still waits */
-    pthread_join(th, NULL);
-    *rc1 = j1.rc;
-    for (int s = 0; s < 2; s++)
-        rt_runner_destroy(&rn[s]);
-    return rc;
+    assert_int_not_equal(rc0, SC_OK);
 }
 
 static void test_backward_sizes_bad_config(void **state)
@@ -1365,7 +1355,7 @@ static void test_backward_sizes_bad_config(void **state)
     c0.n_next_backward_sizes = 2;
     c1.backward_sizes = eight;
     c1.n_backward_sizes = 1;
-    sc_status rc = two_stage_step(c0, c1, &rc1, &err);
+    sc_status rc = two_stage_step(c0, c1, 0, &rc1, &err);
     assert_int_equal(rc, SC_ERR_INVALID);
     if (strstr(err.msg, "next_backward_sizes must equal stage 1's backward_sizes") == NULL)
         print_error("message \"%s\"\n", err.msg);
@@ -1379,7 +1369,7 @@ static void test_backward_sizes_bad_config(void **state)
     c0.n_next_sizes = 2;
     c1.backward_sizes = two_six;
     c1.n_backward_sizes = 2;
-    rc = two_stage_step(c0, c1, &rc1, &err);
+    rc = two_stage_step(c0, c1, 0, &rc1, &err);
     assert_int_equal(rc, SC_ERR_INVALID);
     if (strstr(err.msg, "next_sizes must equal stage 1's microbatch_sizes; when that stage has "
                         "backward_sizes of its own, give them as next_backward_sizes") == NULL)
@@ -1389,7 +1379,7 @@ static void test_backward_sizes_bad_config(void **state)
     /* the same lists, told correctly, run */
     c0.next_backward_sizes = two_six;
     c0.n_next_backward_sizes = 2;
-    rc = two_stage_step(c0, c1, &rc1, &err);
+    rc = two_stage_step(c0, c1, 0, &rc1, &err);
     assert_int_equal(rc, SC_OK);
     assert_int_equal(rc1, SC_OK);
 }
