@@ -143,6 +143,15 @@ static void test_validation_rejects(void **state)
     assert_non_null(strstr(err.msg, "\"gpipe\", \"1f1b\""));
 }
 
+/* The c-th of the 3^p ways to give p stages 1 to 3 replicas each, into reps; 0 once c is past
+ * the last. */
+static int replica_combo(int c, int p, int *reps)
+{
+    for (int st = 0; st < p; st++, c /= 3)
+        reps[st] = 1 + c % 3;
+    return c == 0;
+}
+
 /* Every replica count vector up to 3 per stage: the restricted lists run through, each replica
  * keeps exactly its micro-batches in order, and needs no more slots than the whole stage. */
 static void test_replicated_restrict(void **state)
@@ -155,13 +164,8 @@ static void test_replicated_restrict(void **state)
             for (int m = 3; m <= 7; m += 2) {
                 rt_schedule *s = NULL;
                 assert_int_equal(rt_schedule_new(&s, (rt_schedule_kind)kind, p, m, &err), SC_OK);
-                int combos = 1;
-                for (int st = 0; st < p; st++)
-                    combos *= 3;
-                for (int c = 0; c < combos; c++) {
-                    int reps[4], x = c;
-                    for (int st = 0; st < p; st++, x /= 3)
-                        reps[st] = 1 + x % 3;
+                int reps[4];
+                for (int c = 0; replica_combo(c, p, reps); c++) {
                     if (rt_schedule_validate_replicas(s, reps, &err) != SC_OK)
                         print_error("kind %d p %d m %d: %s\n", kind, p, m, err.msg);
                     assert_int_equal(rt_schedule_validate_replicas(s, reps, &err), SC_OK);
@@ -257,13 +261,8 @@ static void test_pipedream_lists(void **state)
     sc_err err;
     sc_err_clear(&err);
     for (int p = 1; p <= 4; p++) {
-        int combos = 1;
-        for (int st = 0; st < p; st++)
-            combos *= 3;
-        for (int c = 0; c < combos; c++) {
-            int reps[4], x = c;
-            for (int st = 0; st < p; st++, x /= 3)
-                reps[st] = 1 + x % 3;
+        int reps[4];
+        for (int c = 0; replica_combo(c, p, reps); c++) {
             int l = lcm_of(reps, p);
             for (int k = 1; k <= 3; k++) {
                 int L = k * l;
