@@ -385,8 +385,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         /* --microbatches auto with a capped count (plan_microbatch_most) whose micro-batches
          * fit no partition: smaller ones, about twice the count each time, as the uncapped
          * closed form would have tried */
-        if (rc != SC_ERR_TOO_LARGE || req->microbatches != 0 || m >= batch ||
-            strstr(serr.msg, PLAN_NO_FIT_MSG) == NULL)
+        if (rc == SC_OK || !out->part->no_fit || req->microbatches != 0 || m >= batch)
             break;
         m = plan_microbatch_smaller(batch, m);
         sc_err_clear(&serr);
@@ -459,11 +458,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         /* the candidates around m*; when none fits memory, ever smaller micro-batches (about
          * twice the count each time, divisors of the batch) until one fits or each holds one
          * sample */
-        int next = 0;
-        for (int i = 0; next > 0 || i < n; i++) {
-            int mc = i < n ? cand[i] : next;
-            if (i >= n && mc <= fallback_m)
-                break;
+        for (int i = 0, mc = n > 0 ? cand[0] : 0; mc > 0;) {
             plan_cost *cm = NULL;
             plan_sim_result sr;
             rc = plan_cost_new(&cm, prof, cl, (double)batch / mc, batch, err);
@@ -489,9 +484,9 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
                 fallback_m = mc;
             plan_sim_result_free(&sr);
             plan_cost_destroy(&cm);
-            next = i >= n - 1 && best_m < 0 && fallback_m < batch
-                       ? plan_microbatch_smaller(batch, fallback_m)
-                       : 0;
+            mc = ++i < n                            ? cand[i]
+                 : best_m < 0 && fallback_m < batch ? plan_microbatch_smaller(batch, fallback_m)
+                                                    : 0;
         }
         if (best_m < 0)
             best_m = fallback_m;

@@ -63,6 +63,7 @@ void plan_partition_clear(plan_partition *p)
     p->n_stages = 0;
     p->n_devs = 0;
     p->objective_s = 0;
+    p->no_fit = 0;
     p->note[0] = '\0';
     if (p->order != NULL) {
         free(p->order);
@@ -406,8 +407,11 @@ static double dp_memory(const plan_search_cfg *cfg, int first, int last, int s, 
     return plan_cost_memory(cfg->cost, first, last, inflight, weight_versions(cfg->sched, D, s));
 }
 
-static sc_status no_fit(const plan_search_cfg *cfg, const char *who, sc_err *err)
+/* Marks out->no_fit and says which block is the largest. */
+static sc_status no_fit(const plan_search_cfg *cfg, const char *who, plan_partition *out,
+                        sc_err *err)
 {
+    out->no_fit = 1;
     const plan_cost *c = cfg->cost;
     int big = 0;
     for (int l = 1; l < c->n_blocks; l++)
@@ -418,7 +422,7 @@ static sc_status no_fit(const plan_search_cfg *cfg, const char *who, sc_err *err
         if (dev_memory(c, d) > most)
             most = dev_memory(c, d);
     return SC_ERRF(err, SC_ERR_TOO_LARGE,
-                   "%s: " PLAN_NO_FIT_MSG " (largest device %.3g bytes; block "
+                   "%s: no partition fits the devices' memory (largest device %.3g bytes; block "
                    "%d \"%s\" alone needs %.3g with one micro-batch stashed): add devices with "
                    "more memory or use fewer/smaller micro-batches",
                    who, most, big, c->profile->blocks[big].name,
@@ -678,7 +682,7 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
     free(order);
     dp_free(&t);
     if (!isfinite(v))
-        return no_fit(cfg, "minmax", err);
+        return no_fit(cfg, "minmax", out, err);
     out->objective_s = v;
     return SC_OK;
 }
@@ -793,7 +797,7 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
         ex_rec(&e, 0, 0, 0);
     }
     if (!isfinite(e.best)) {
-        rc = no_fit(cfg, "exhaustive", err);
+        rc = no_fit(cfg, "exhaustive", out, err);
         goto done;
     }
     plan_partition_clear(out);
@@ -1989,7 +1993,7 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
             break;
     }
     if (!isfinite(h.best)) {
-        rc = no_fit(cfg, "hetero", err);
+        rc = no_fit(cfg, "hetero", out, err);
         goto done;
     }
     double v = dp_order(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);

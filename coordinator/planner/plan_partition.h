@@ -32,6 +32,8 @@ typedef struct plan_partition {
     int *devs;      /* (cap_devices) device ids, stage after stage */
     int n_devs;
     double objective_s; /* the strategy's own objective */
+    int no_fit;         /* the strategy failed because no partition fits the devices' memory
+                         * at the configured micro-batch size (smaller ones might) */
     char note[160];     /* what the strategy simplified, if anything */
     /* NULL: positions are the profile's own. Else (n_order = the profile's n_blocks) position i
      * holds the profile's block order[i], a topological order of its DAG in which every stage
@@ -42,7 +44,7 @@ typedef struct plan_partition {
 
 sc_status plan_partition_new(plan_partition **out, int cap_stages, int cap_devices, sc_err *err);
 void plan_partition_destroy(plan_partition **p);
-/* Empties p: no stages, no objective, no note, no block order. */
+/* Empties p: no stages, no objective, no note, no block order, no_fit 0. */
 void plan_partition_clear(plan_partition *p);
 /* Appends a stage of blocks first..last on devs[0..n-1]. Asserts capacity. */
 void plan_partition_push(plan_partition *p, int first, int last, const int *devs, int n);
@@ -66,10 +68,6 @@ typedef struct plan_search_cfg {
                                   keep the one the simulator finds fastest (else the lowest
                                   bottleneck) */
 } plan_search_cfg;
-
-/* How a strategy's SC_ERR_TOO_LARGE message says that no partition fits the devices' memory at
- * the configured micro-batch size (the driver then tries smaller micro-batches). */
-#define PLAN_NO_FIT_MSG "no partition fits the devices' memory"
 
 #define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
 

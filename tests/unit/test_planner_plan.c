@@ -321,10 +321,14 @@ static void test_auto_microbatches_capped(void **state)
     assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e12, need, &err), SC_OK);
     req.cluster = c;
     req.microbatches = 0;
-    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
-    assert_int_equal(r.n_micro, 512);
-    assert_true(r.fits_memory);
-    plan_result_free(&r);
+    /* every strategy that fails on memory alone (no_fit) searches again with smaller ones */
+    const plan_strategy strats[] = {PLAN_STRAT_MINMAX, PLAN_STRAT_HETERO, PLAN_STRAT_EXHAUSTIVE};
+    for (size_t k = 0; k < sizeof strats / sizeof *strats; k++) {
+        assert_int_equal(plan_run(&req, strats[k], &r, &err), SC_OK);
+        assert_int_equal(r.n_micro, 512);
+        assert_true(r.fits_memory);
+        plan_result_free(&r);
+    }
     plan_profile_destroy(&p);
     plan_cluster_destroy(&c);
 }
