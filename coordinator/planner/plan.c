@@ -334,13 +334,14 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
     if (req->batch > PLAN_MAX_BATCH)
         return SC_ERRF(err, SC_ERR_INVALID, "--batch %d: expected 1 to %d samples", req->batch,
                        PLAN_MAX_BATCH);
-    if (req->batch <= 0 && plan_request_default_batch(req) > PLAN_MAX_BATCH)
+    int64_t batch64 = req->batch > 0 ? req->batch : plan_request_default_batch(req);
+    if (batch64 > PLAN_MAX_BATCH) /* only the default can be: req->batch was checked above */
         return SC_ERRF(err, SC_ERR_INVALID,
                        "the default batch, 2 x %d devices x the profile's microbatch_size %d = "
                        "%lld samples, is more than the %d planned; give --batch (1 to %d)",
-                       cl->n_devices, prof->microbatch_size,
-                       (long long)plan_request_default_batch(req), PLAN_MAX_BATCH, PLAN_MAX_BATCH);
-    int batch = req->batch > 0 ? req->batch : (int)plan_request_default_batch(req);
+                       cl->n_devices, prof->microbatch_size, (long long)batch64, PLAN_MAX_BATCH,
+                       PLAN_MAX_BATCH);
+    int batch = (int)batch64;
     int L = prof->n_blocks, D = cl->n_devices;
     out->batch = batch;
     SC_CHECK(check_request(req, batch, err));
