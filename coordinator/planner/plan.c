@@ -235,7 +235,7 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
                          .bwd_s = bw,
                          .comm_s = cm,
                          .opt_s = opt};
-    rc = plan_sim_run_sized(&in, req->record_trace, &r->sim, err);
+    rc = plan_partition_simulate_sized(c, p, &in, req->record_trace, &r->sim, err);
     free(st), free(opt);
     if (rc != SC_OK)
         goto done;

@@ -300,26 +300,24 @@ double plan_lower_bound(const plan_cost *c)
     return spread > biggest ? spread : biggest;
 }
 
-sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
-                                  const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
-                                  double slice_efficiency, int record_events, plan_sim_result *out,
-                                  sc_err *err)
+/* The stages' processor groups: one per server that has compute_slots (a stage counts on the
+ * server of its first device); `share` points into `buf`, 3 * n_stages ints. Returns 0 when no
+ * server shares its processors (then share is unused), -1 out of memory. */
+static int partition_share(const plan_cost *c, const plan_partition *p, plan_sim_share *share,
+                           int **buf)
 {
     const plan_cluster *cl = c->cluster;
     int S = p->n_stages, shared = 0;
+    *buf = NULL;
     for (int v = 0; v < cl->n_servers; v++)
         shared |= cl->servers[v].compute_slots > 0;
     if (!shared)
-        return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
-    int *group = malloc((size_t)S * sizeof *group), *cap = malloc((size_t)S * sizeof *cap);
-    int *weight = malloc((size_t)S * sizeof *weight);
-    int *group_of_server = malloc((size_t)cl->n_servers * sizeof *group_of_server);
-    sc_status rc;
-    if (group == NULL || cap == NULL || weight == NULL || group_of_server == NULL) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages", S);
-        goto done;
-    }
-    plan_sim_share share = {.n_groups = 0, .group = group, .capacity = cap, .weight = weight};
+        return 0;
+    int *b = malloc(((size_t)3 * S + (size_t)cl->n_servers) * sizeof *b);
+    if (b == NULL)
+        return -1;
+    int *group = b, *cap = b + S, *weight = b + 2 * S, *group_of_server = b + 3 * S;
+    *share = (plan_sim_share){.n_groups = 0, .group = group, .capacity = cap, .weight = weight};
     for (int v = 0; v < cl->n_servers; v++)
         group_of_server[v] = -1;
     for (int i = 0; i < S; i++) {
@@ -332,17 +330,44 @@ sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
         if (cl->servers[v].compute_slots <= 0)
             continue;
         if (group_of_server[v] < 0) {
-            group_of_server[v] = share.n_groups;
-            cap[share.n_groups++] = cl->servers[v].compute_slots;
+            group_of_server[v] = share->n_groups;
+            cap[share->n_groups++] = cl->servers[v].compute_slots;
         }
         group[i] = group_of_server[v];
     }
-    rc = plan_sim_run_shared(s, stages, n_micro, slice_efficiency, &share, record_events, out, err);
-done:
-    free(group);
-    free(cap);
-    free(weight);
-    free(group_of_server);
+    *buf = b;
+    return 1;
+}
+
+sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
+                                  const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                                  double slice_efficiency, int record_events, plan_sim_result *out,
+                                  sc_err *err)
+{
+    plan_sim_share share;
+    int *buf;
+    int shared = partition_share(c, p, &share, &buf);
+    if (shared < 0)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages", p->n_stages);
+    sc_status rc =
+        shared ? plan_sim_run_shared(s, stages, n_micro, slice_efficiency, &share, record_events,
+                                     out, err)
+               : plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
+    free(buf);
+    return rc;
+}
+
+sc_status plan_partition_simulate_sized(const plan_cost *c, const plan_partition *p,
+                                        const plan_sim_sized *in, int record_events,
+                                        plan_sim_result *out, sc_err *err)
+{
+    plan_sim_share share;
+    int *buf;
+    int shared = partition_share(c, p, &share, &buf);
+    if (shared < 0)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages", p->n_stages);
+    sc_status rc = plan_sim_run_sized_shared(in, shared ? &share : NULL, record_events, out, err);
+    free(buf);
     return rc;
 }
 

@@ -127,5 +127,11 @@ sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
                                   const plan_schedule *s, const struct plan_sim_stage *stages,
                                   int n_micro, double slice_efficiency, int record_events,
                                   struct plan_sim_result *out, sc_err *err);
+/* The same for unequal micro-batch sizes per stage (plan_sim_run_sized_shared): the umpipe
+ * strategy's figures. */
+struct plan_sim_sized;
+sc_status plan_partition_simulate_sized(const plan_cost *c, const plan_partition *p,
+                                        const struct plan_sim_sized *in, int record_events,
+                                        struct plan_sim_result *out, sc_err *err);
 
 #endif /* PLAN_PARTITION_H */

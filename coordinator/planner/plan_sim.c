@@ -31,10 +31,19 @@ static double unit_scale(double frac, double eff)
     return frac < 1.0 ? frac / eff : frac;
 }
 
+/* Per-entry times, (S, U) each, for action lists whose units differ in size from stage to
+ * stage (sizes per stage played on shared processors): they replace the stage costs scaled by
+ * the units' fractions. */
+typedef struct sim_unit_times {
+    const double *fwd, *bwd;       /* compute of stage i's unit u */
+    const double *send_f, *send_b; /* stage i's send of unit u downstream / upstream */
+} sim_unit_times;
+
 typedef struct sim_state {
     int S, U;
-    double *arr_f, *arr_b; /* (S, U) arrival of the send from stage s; NAN until played */
-    double *bend;          /* (S, U) backward end */
+    const sim_unit_times *ut; /* NULL: stage costs x unit fractions */
+    double *arr_f, *arr_b;    /* (S, U) arrival of the send from stage s; NAN until played */
+    double *bend;             /* (S, U) backward end */
     double *link_f, *link_b;
     double *clock, *inflight;
     int *cursor;
@@ -193,7 +202,9 @@ static int play_send(sim_state *st, const plan_schedule *s, const plan_sim_stage
     int fwd = a->kind == PLAN_ACT_SEND_F, cut = fwd ? i : i - 1, u = a->unit;
     double *link = fwd ? &st->link_f[cut] : &st->link_b[cut];
     double t0 = st->clock[i] > *link ? st->clock[i] : *link;
-    double d = (fwd ? stages[i].send_fwd_s : stages[i - 1].send_bwd_s) * s->frac[u];
+    double d = st->ut != NULL
+                   ? (fwd ? st->ut->send_f : st->ut->send_b)[(size_t)i * st->U + u]
+                   : (fwd ? stages[i].send_fwd_s : stages[i - 1].send_bwd_s) * s->frac[u];
     *link = t0 + d;
     (fwd ? st->arr_f : st->arr_b)[(size_t)i * st->U + u] = t0 + d;
     if (record && d > 0 && add_event(st, st->S + 2 * cut + !fwd, a->kind, u, t0, d) != 0)
@@ -217,10 +228,12 @@ static double start_compute(sim_state *st, const plan_schedule *s, const plan_si
         st->inflight[i] += s->frac[u];
         if (st->inflight[i] > st->r->peak_inflight[i])
             st->r->peak_inflight[i] = st->inflight[i];
-        return c->fwd_s * k;
+        return st->ut != NULL ? st->ut->fwd[(size_t)i * st->U + u] : c->fwd_s * k;
     }
     if (a->kind == PLAN_ACT_B) {
         st->inflight[i] -= s->frac[u];
+        if (st->ut != NULL)
+            return st->ut->bwd[(size_t)i * st->U + u];
         return c->bwd_s * k + (s->kind == PLAN_SCHED_PIPEDREAM ? c->opt_s : 0);
     }
     return c->opt_s;
@@ -373,22 +386,20 @@ static sc_status share_check(const plan_sim_share *sh, int S, int *grouped, sc_e
     return SC_OK;
 }
 
-sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
-                              double slice_efficiency, const plan_sim_share *share,
-                              int record_events, plan_sim_result *out, sc_err *err)
+/* The event-driven loop of plan_sim_run_shared over a checked share with a group, the costs
+ * from `stages` or, where ut is not NULL, the per-entry times. */
+static sc_status shared_play(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                             double slice_efficiency, const plan_sim_share *share,
+                             const sim_unit_times *ut, int record_events, plan_sim_result *out,
+                             sc_err *err)
 {
-    int S = s->n_stages, grouped = 0;
-    if (share != NULL) {
-        memset(out, 0, sizeof *out);
-        SC_CHECK(share_check(share, S, &grouped, err));
-    }
-    if (!grouped)
-        return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
+    int S = s->n_stages;
     sim_state st;
     shared_run *run = calloc((size_t)S, sizeof *run);
     double *stretch = calloc((size_t)S * (size_t)s->n_units, sizeof *stretch);
     int *busy_n = calloc((size_t)share->n_groups, sizeof *busy_n);
     sc_status rc = sim_state_init(&st, s, slice_efficiency, out, err);
+    st.ut = ut;
     if (rc != SC_OK)
         goto done;
     if (!run || !stretch || !busy_n) {
@@ -477,6 +488,20 @@ done:
     return rc;
 }
 
+sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
+                              double slice_efficiency, const plan_sim_share *share,
+                              int record_events, plan_sim_result *out, sc_err *err)
+{
+    int grouped = 0;
+    if (share != NULL) {
+        memset(out, 0, sizeof *out);
+        SC_CHECK(share_check(share, s->n_stages, &grouped, err));
+    }
+    if (!grouped)
+        return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
+    return shared_play(s, stages, n_micro, slice_efficiency, share, NULL, record_events, out, err);
+}
+
 /* ---------------------------------------------------------------- sizes per stage */
 
 /* Entries of one row: positive sizes up to the first zero, checked to lie in 1..batch and to
@@ -503,6 +528,28 @@ static int sized_row(const plan_sim_sized *in, const int *row, int stage, const 
         return -1;
     }
     return n;
+}
+
+/* Every stage's rows checked (sized_row), their entry counts (nf, nb) and prefix sums (pf, pb:
+ * (S, K+1), from 0). Returns SC_ERR_INVALID with err set at the first bad row. */
+static sc_status sized_rows(const plan_sim_sized *in, int *pf, int *pb, int *nf, int *nb,
+                            sc_err *err)
+{
+    int K = in->max_entries;
+    for (int i = 0; i < in->n_stages; i++) {
+        const int *x = in->fwd_sizes + (size_t)i * K, *y = in->bwd_sizes + (size_t)i * K;
+        nf[i] = sized_row(in, x, i, "forward", err);
+        nb[i] = nf[i] < 0 ? -1 : sized_row(in, y, i, "backward", err);
+        if (nf[i] < 0 || nb[i] < 0)
+            return SC_ERR_INVALID;
+        int *p = pf + (size_t)i * (K + 1), *q = pb + (size_t)i * (K + 1);
+        p[0] = q[0] = 0;
+        for (int j = 0; j < nf[i]; j++)
+            p[j + 1] = p[j] + x[j];
+        for (int j = 0; j < nb[i]; j++)
+            q[j + 1] = q[j] + y[j];
+    }
+    return SC_OK;
 }
 
 sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_sim_result *out,
@@ -534,22 +581,9 @@ sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_s
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d entries", S, K);
         goto done;
     }
-    for (int i = 0; i < S; i++) {
-        const int *x = in->fwd_sizes + (size_t)i * K, *y = in->bwd_sizes + (size_t)i * K;
-        nf[i] = sized_row(in, x, i, "forward", err);
-        nb[i] = nf[i] < 0 ? -1 : sized_row(in, y, i, "backward", err);
-        if (nf[i] < 0 || nb[i] < 0) {
-            rc = SC_ERR_INVALID;
-            goto done;
-        }
-        int *p = pf + (size_t)i * (K + 1), *q = pb + (size_t)i * (K + 1);
-        p[0] = q[0] = 0;
-        for (int j = 0; j < nf[i]; j++)
-            p[j + 1] = p[j] + x[j];
-        for (int j = 0; j < nb[i]; j++)
-            q[j + 1] = q[j] + y[j];
+    SC_CHECK_GOTO(sized_rows(in, pf, pb, nf, nb, err), done);
+    for (int i = 0; i < S; i++)
         out->peak_inflight[i] = nf[i];
-    }
 
     /* Forward, stage by stage: every input of stage i comes from stage i-1, already played. */
     for (int i = 0; i < S; i++) {
@@ -637,6 +671,102 @@ done:
     free(fend);
     if (rc != SC_OK)
         plan_sim_result_free(out);
+    return rc;
+}
+
+/* Appends the receives that bring stage i (from neighbour rows `up`, n_up entries, prefix sums
+ * pu) every sample of an entry whose prefix is `reach`: the upstream entries after *next up to
+ * the first whose prefix reaches it. */
+static sc_status push_receives(plan_schedule *s, int i, plan_act_kind kind, const int *pu, int n_up,
+                               int reach, int *next, sc_err *err)
+{
+    while (*next < n_up && (*next == 0 || pu[*next] < reach)) {
+        SC_CHECK(plan_schedule_push(s, i, kind, *next, err));
+        ++*next;
+    }
+    return SC_OK;
+}
+
+sc_status plan_sim_run_sized_shared(const plan_sim_sized *in, const plan_sim_share *share,
+                                    int record_events, plan_sim_result *out, sc_err *err)
+{
+    int S = in->n_stages, K = in->max_entries, grouped = 0;
+    memset(out, 0, sizeof *out);
+    if (share != NULL && S >= 1)
+        SC_CHECK(share_check(share, S, &grouped, err));
+    if (!grouped)
+        return plan_sim_run_sized(in, record_events, out, err);
+    if (K < 1 || in->batch < 1)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "sizes per stage: needs stages, entries and batch >= 1, got %d, %d, %d", S,
+                       K, in->batch);
+    size_t W = (size_t)in->batch + 1, SK = (size_t)S * (size_t)K;
+    plan_schedule *s = NULL;
+    double *t = calloc(4 * SK, sizeof(double));
+    int *pf = malloc((size_t)S * (size_t)(K + 1) * sizeof(int));
+    int *pb = malloc((size_t)S * (size_t)(K + 1) * sizeof(int));
+    int *nf = malloc((size_t)S * sizeof(int)), *nb = malloc((size_t)S * sizeof(int));
+    plan_sim_stage *stages = calloc((size_t)S, sizeof *stages);
+    sc_status rc = SC_OK;
+    if (!t || !pf || !pb || !nf || !nb || !stages) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d entries", S, K);
+        goto done;
+    }
+    /* each entry's times, as plan_sim_run_sized reads them */
+    SC_CHECK_GOTO(sized_rows(in, pf, pb, nf, nb, err), done);
+    for (int i = 0; i < S; i++) {
+        const int *x = in->fwd_sizes + (size_t)i * K, *y = in->bwd_sizes + (size_t)i * K;
+        for (int j = 0; j < nf[i]; j++) {
+            t[(size_t)i * K + j] = in->fwd_s[(size_t)i * W + x[j]];
+            if (i + 1 < S)
+                t[2 * SK + (size_t)i * K + j] = in->comm_s[(size_t)i * W + x[j]];
+        }
+        for (int j = 0; j < nb[i]; j++) {
+            t[SK + (size_t)i * K + j] = in->bwd_s[(size_t)i * W + y[j]];
+            if (i > 0)
+                t[3 * SK + (size_t)i * K + j] = in->comm_s[(size_t)(i - 1) * W + y[j]];
+        }
+        stages[i].opt_s = in->opt_s != NULL ? in->opt_s[i] : 0;
+    }
+    /* The fill-drain lists: each entry first receives the neighbour's entries that complete its
+     * samples (the links deliver them in order, so the clock reaches the last one's arrival,
+     * the wait of plan_sim_run_sized), computes, and sends; the optimizer step last. */
+    SC_CHECK_GOTO(plan_schedule_new(&s, S, K, err), done);
+    for (int i = 0; i < S; i++) {
+        const int *p = pf + (size_t)i * (K + 1), *q = pb + (size_t)i * (K + 1);
+        int next = 0;
+        for (int j = 0; j < nf[i]; j++) {
+            if (i > 0)
+                SC_CHECK_GOTO(push_receives(s, i, PLAN_ACT_RECV_F, pf + (size_t)(i - 1) * (K + 1),
+                                            nf[i - 1], p[j + 1], &next, err),
+                              done);
+            SC_CHECK_GOTO(plan_schedule_push(s, i, PLAN_ACT_F, j, err), done);
+            if (i + 1 < S)
+                SC_CHECK_GOTO(plan_schedule_push(s, i, PLAN_ACT_SEND_F, j, err), done);
+        }
+        next = 0;
+        for (int j = 0; j < nb[i]; j++) {
+            if (i + 1 < S)
+                SC_CHECK_GOTO(push_receives(s, i, PLAN_ACT_RECV_B, pb + (size_t)(i + 1) * (K + 1),
+                                            nb[i + 1], q[j + 1], &next, err),
+                              done);
+            SC_CHECK_GOTO(plan_schedule_push(s, i, PLAN_ACT_B, j, err), done);
+            if (i > 0)
+                SC_CHECK_GOTO(plan_schedule_push(s, i, PLAN_ACT_SEND_B, j, err), done);
+        }
+        if (stages[i].opt_s > 0)
+            SC_CHECK_GOTO(plan_schedule_push(s, i, PLAN_ACT_OPT, -1, err), done);
+    }
+    sim_unit_times ut = {.fwd = t, .bwd = t + SK, .send_f = t + 2 * SK, .send_b = t + 3 * SK};
+    rc = shared_play(s, stages, 1, 1.0, share, &ut, record_events, out, err);
+done:
+    plan_schedule_destroy(&s);
+    free(t);
+    free(pf);
+    free(pb);
+    free(nf);
+    free(nb);
+    free(stages);
     return rc;
 }
 

@@ -117,6 +117,16 @@ typedef struct plan_sim_sized {
 sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_sim_result *out,
                              sc_err *err);
 
+/* plan_sim_run_sized with stages grouped onto shared processors (plan_sim_share, as in
+ * plan_sim_run_shared). `share` NULL (or no stage in a group) is plan_sim_run_sized itself, bit
+ * for bit. Otherwise the sizes become fill-drain action lists (each entry receives the
+ * neighbour's entries that complete its samples, computes, sends; then the optimizer step)
+ * played by plan_sim_run_shared's event-driven loop with each entry's own times: the same
+ * figures as plan_sim_run_sized while no group holds more computes than its capacity, and
+ * stretched computes where one does. Errors as both. Reentrant. */
+sc_status plan_sim_run_sized_shared(const plan_sim_sized *in, const plan_sim_share *share,
+                                    int record_events, plan_sim_result *out, sc_err *err);
+
 /* Writes the recorded events as Chrome trace JSON ("traceEvents", times in microseconds),
  * one lane per stage and per link direction. `names` (may be NULL) names the stage lanes. */
 sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *const *names,

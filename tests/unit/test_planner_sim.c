@@ -275,6 +275,21 @@ static void sized_tables(int S, int B, const double *f, const double *b, const d
         }
 }
 
+/* The simulator's input for rows x, y (S, K) over tables ft, bt, ct (S, B+1) and steps opt. */
+static plan_sim_sized sized_input(int S, int B, int K, const int *x, const int *y, const double *ft,
+                                  const double *bt, const double *ct, const double *opt)
+{
+    return (plan_sim_sized){.n_stages = S,
+                            .batch = B,
+                            .max_entries = K,
+                            .fwd_sizes = x,
+                            .bwd_sizes = y,
+                            .fwd_s = ft,
+                            .bwd_s = bt,
+                            .comm_s = ct,
+                            .opt_s = opt};
+}
+
 static void test_sized_hand_computed(void **state)
 {
     (void)state;
@@ -290,15 +305,7 @@ static void test_sized_hand_computed(void **state)
     double ft[S * (B + 1)], bt[S * (B + 1)], ct[S * (B + 1)], opt[S] = {1, 0.5};
     sized_tables(S, B, f, b, c, 0, ft, bt, ct);
     int x[S * K] = {1, 3, 0, 2, 2, 0}, y[S * K] = {2, 2, 0, 4, 0, 0};
-    plan_sim_sized in = {.n_stages = S,
-                         .batch = B,
-                         .max_entries = K,
-                         .fwd_sizes = x,
-                         .bwd_sizes = y,
-                         .fwd_s = ft,
-                         .bwd_s = bt,
-                         .comm_s = ct,
-                         .opt_s = opt};
+    plan_sim_sized in = sized_input(S, B, K, x, y, ft, bt, ct, opt);
     plan_sim_result r;
     sc_err err;
     sc_err_clear(&err);
@@ -345,15 +352,7 @@ static void test_sized_equal_is_gpipe(void **state)
     for (int i = 0; i < S; i++)
         for (int j = 0; j < M; j++)
             x[i * K + j] = MB;
-    plan_sim_sized in = {.n_stages = S,
-                         .batch = B,
-                         .max_entries = K,
-                         .fwd_sizes = x,
-                         .bwd_sizes = x,
-                         .fwd_s = ft,
-                         .bwd_s = bt,
-                         .comm_s = ct,
-                         .opt_s = opt};
+    plan_sim_sized in = sized_input(S, B, K, x, x, ft, bt, ct, opt);
     plan_sim_result r, g;
     sc_err err;
     sc_err_clear(&err);
@@ -401,61 +400,81 @@ static void rnd_row(unsigned *seed, int B, int k, int *row)
 
 /* The event simulator and the genetic search's recurrence (plan_ga_eval_one) agree exactly on
  * random instances: unequal rows, non-linear tables, one optimizer step for all stages. */
+/* A random instance of sizes per stage: tables, rows (forward x, backward y), optimizer steps
+ * (all o) and memory caps (the batch), each allocated; rnd_sized_free frees them. */
+typedef struct rnd_sized {
+    int S, B, K;
+    double o;
+    double *ft, *bt, *ct, *opt;
+    int *x, *y, *cap;
+} rnd_sized;
+
+static rnd_sized rnd_sized_new(unsigned *seed)
+{
+    rnd_sized z = {.S = 1 + (int)(rnd_next(seed) % 6),
+                   .B = 1 + (int)(rnd_next(seed) % 40),
+                   .K = 1 + (int)(rnd_next(seed) % 10)};
+    int S = z.S, B = z.B, K = z.K;
+    size_t W = (size_t)B + 1;
+    z.ft = calloc((size_t)S * W, sizeof(double));
+    z.bt = calloc((size_t)S * W, sizeof(double));
+    z.ct = calloc((size_t)S * W, sizeof(double));
+    z.opt = calloc((size_t)S, sizeof(double));
+    z.x = calloc((size_t)S * K, sizeof(int));
+    z.y = calloc((size_t)S * K, sizeof(int));
+    z.cap = calloc((size_t)S, sizeof(int));
+    assert_true(z.ft && z.bt && z.ct && z.opt && z.x && z.y && z.cap);
+    z.o = (rnd_next(seed) % 100) / 50.0;
+    for (int i = 0; i < S; i++) {
+        double a = 0.05 + (rnd_next(seed) % 100) / 100.0;
+        for (int v = 1; v <= B; v++) {
+            z.ft[i * W + v] = a + (rnd_next(seed) % 1000) / 997.0 * v;
+            z.bt[i * W + v] = 2 * a + (rnd_next(seed) % 1000) / 331.0 * v;
+            z.ct[i * W + v] = i + 1 < S ? (rnd_next(seed) % 1000) / 1999.0 * v : 0;
+        }
+        rnd_row(seed, B, K, z.x + i * K);
+        rnd_row(seed, B, K, z.y + i * K);
+        z.opt[i] = z.o;
+        z.cap[i] = B;
+    }
+    return z;
+}
+
+static void rnd_sized_free(rnd_sized *z)
+{
+    free(z->ft), free(z->bt), free(z->ct), free(z->opt), free(z->x), free(z->y), free(z->cap);
+}
+
+static plan_sim_sized rnd_sized_input(const rnd_sized *z)
+{
+    return sized_input(z->S, z->B, z->K, z->x, z->y, z->ft, z->bt, z->ct, z->opt);
+}
+
 static void test_sized_matches_recurrence(void **state)
 {
     (void)state;
     unsigned seed = 12345;
     for (int trial = 0; trial < 300; trial++) {
-        int S = 1 + (int)(rnd_next(&seed) % 6), B = 1 + (int)(rnd_next(&seed) % 40);
-        int K = 1 + (int)(rnd_next(&seed) % 10);
-        size_t W = (size_t)B + 1;
-        double *ft = calloc((size_t)S * W, sizeof(double)),
-               *bt = calloc((size_t)S * W, sizeof(double));
-        double *ct = calloc((size_t)S * W, sizeof(double)),
-               *opt = calloc((size_t)S, sizeof(double));
-        int *x = calloc((size_t)S * K, sizeof(int)), *y = calloc((size_t)S * K, sizeof(int));
-        int *cap = calloc((size_t)S, sizeof(int));
-        assert_true(ft && bt && ct && opt && x && y && cap);
-        double o = (rnd_next(&seed) % 100) / 50.0;
-        for (int i = 0; i < S; i++) {
-            double a = 0.05 + (rnd_next(&seed) % 100) / 100.0;
-            for (int v = 1; v <= B; v++) {
-                ft[i * W + v] = a + (rnd_next(&seed) % 1000) / 997.0 * v;
-                bt[i * W + v] = 2 * a + (rnd_next(&seed) % 1000) / 331.0 * v;
-                ct[i * W + v] = i + 1 < S ? (rnd_next(&seed) % 1000) / 1999.0 * v : 0;
-            }
-            rnd_row(&seed, B, K, x + i * K);
-            rnd_row(&seed, B, K, y + i * K);
-            opt[i] = o;
-            cap[i] = B;
-        }
-        plan_ga_problem p = {.n_stages = S,
-                             .batch = B,
-                             .max_entries = K,
-                             .fwd_s = ft,
-                             .bwd_s = bt,
-                             .comm_s = ct,
-                             .max_size = cap,
-                             .opt_s = o};
-        plan_sim_sized in = {.n_stages = S,
-                             .batch = B,
-                             .max_entries = K,
-                             .fwd_sizes = x,
-                             .bwd_sizes = y,
-                             .fwd_s = ft,
-                             .bwd_s = bt,
-                             .comm_s = ct,
-                             .opt_s = opt};
+        rnd_sized z = rnd_sized_new(&seed);
+        plan_ga_problem p = {.n_stages = z.S,
+                             .batch = z.B,
+                             .max_entries = z.K,
+                             .fwd_s = z.ft,
+                             .bwd_s = z.bt,
+                             .comm_s = z.ct,
+                             .max_size = z.cap,
+                             .opt_s = z.o};
+        plan_sim_sized in = rnd_sized_input(&z);
         plan_sim_result r;
         sc_err err;
         sc_err_clear(&err);
         assert_int_equal(plan_sim_run_sized(&in, trial % 2, &r, &err), SC_OK);
-        double want = plan_ga_eval_one(&p, x, y);
+        double want = plan_ga_eval_one(&p, z.x, z.y);
         if (r.iteration_s != want)
-            fail_msg("trial %d (S %d, B %d, K %d): simulator %.17g, recurrence %.17g", trial, S, B,
-                     K, r.iteration_s, want);
+            fail_msg("trial %d (S %d, B %d, K %d): simulator %.17g, recurrence %.17g", trial, z.S,
+                     z.B, z.K, r.iteration_s, want);
         plan_sim_result_free(&r);
-        free(ft), free(bt), free(ct), free(opt), free(x), free(y), free(cap);
+        rnd_sized_free(&z);
     }
 }
 
@@ -465,14 +484,7 @@ static void expect_sized_error(const int *x, const int *y, const char *needle)
     double f[S] = {1, 1}, b[S] = {2, 2}, c[S] = {0.5, 0};
     double ft[S * (B + 1)], bt[S * (B + 1)], ct[S * (B + 1)];
     sized_tables(S, B, f, b, c, 0, ft, bt, ct);
-    plan_sim_sized in = {.n_stages = S,
-                         .batch = B,
-                         .max_entries = K,
-                         .fwd_sizes = x,
-                         .bwd_sizes = y,
-                         .fwd_s = ft,
-                         .bwd_s = bt,
-                         .comm_s = ct};
+    plan_sim_sized in = sized_input(S, B, K, x, y, ft, bt, ct, NULL);
     plan_sim_result r;
     sc_err err;
     sc_err_clear(&err);
@@ -713,6 +725,136 @@ static void test_shared_invalid(void **state)
     plan_schedule_destroy(&s);
 }
 
+/* Sizes per stage on shared processors, hand-computed. 2 stages, batch 2, every row [1, 1],
+ * f(x) = x, b(x) = 2x, no transfers, one processor for both stages.
+ * F0.0 0-1 alone; F0.1 and F1.0 from 1, at half speed, to 3; F1.1 3-4; B1.0 4-6;
+ * B1.1 and B0.0 from 6 at half speed to 10; B0.1 10-12. Each stage computes 1 + 1 + 2 + 2 s,
+ * of which 1 s and 2 s at half speed: 9 s busy each. Unshared: F1 ends 3, B1 3-7, B0 5-9. */
+static void test_sized_shared_hand_computed(void **state)
+{
+    (void)state;
+    enum { S = 2, B = 2, K = 2 };
+    double f[S] = {1, 1}, b[S] = {2, 2}, c[S] = {0, 0};
+    double ft[S * (B + 1)], bt[S * (B + 1)], ct[S * (B + 1)];
+    sized_tables(S, B, f, b, c, 0, ft, bt, ct);
+    int x[S * K] = {1, 1, 1, 1};
+    plan_sim_sized in = sized_input(S, B, K, x, x, ft, bt, ct, NULL);
+    const int both[S] = {0, 0}, one[1] = {1};
+    plan_sim_share sh = {.n_groups = 1, .group = both, .capacity = one};
+    plan_sim_result r;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_sim_run_sized_shared(&in, &sh, 1, &r, &err), SC_OK);
+    assert_float_equal(r.iteration_s, 12, 1e-12);
+    assert_float_equal(r.busy_s[0], 9, 1e-12);
+    assert_float_equal(r.busy_s[1], 9, 1e-12);
+    assert_float_equal(r.bubble_fraction, 1 - 18.0 / 24, 1e-12);
+    assert_float_equal(r.peak_inflight[0], 2, 0);
+    int seen = 0;
+    for (int e = 0; e < r.n_events; e++) {
+        const plan_sim_event *ev = &r.events[e];
+        if (ev->lane == 0 && ev->kind == PLAN_ACT_B && ev->unit == 0) { /* shared 6-10 */
+            assert_float_equal(ev->start_s, 6, 1e-12);
+            assert_float_equal(ev->dur_s, 4, 1e-12);
+            seen++;
+        }
+        if (ev->lane == 1 && ev->kind == PLAN_ACT_F && ev->unit == 1) { /* alone 3-4 */
+            assert_float_equal(ev->start_s, 3, 1e-12);
+            assert_float_equal(ev->dur_s, 1, 1e-12);
+            seen++;
+        }
+    }
+    assert_int_equal(seen, 2);
+    plan_sim_result_free(&r);
+    /* two processors: no contention, the recurrence's 9 s */
+    const int two[1] = {2};
+    sh.capacity = two;
+    assert_int_equal(plan_sim_run_sized_shared(&in, &sh, 0, &r, &err), SC_OK);
+    assert_float_equal(r.iteration_s, 9, 1e-12);
+    plan_sim_result_free(&r);
+}
+
+/* Without contention (a group as large as the stages, groups of one, no group, no share) the
+ * shared player of sizes per stage gives plan_sim_run_sized's figures and events bit for bit,
+ * on random rows and tables; with one processor for all, never less than that. */
+static void test_sized_shared_without_contention(void **state)
+{
+    (void)state;
+    unsigned seed = 777;
+    for (int trial = 0; trial < 200; trial++) {
+        rnd_sized z = rnd_sized_new(&seed);
+        plan_sim_sized in = rnd_sized_input(&z);
+        int all[6], own[6], none[6], caps[6], one[1] = {1};
+        for (int i = 0; i < z.S; i++) {
+            all[i] = 0;
+            own[i] = i;
+            none[i] = -1;
+            caps[i] = i == 0 ? z.S : 1;
+        }
+        const plan_sim_share shares[] = {
+            {.n_groups = 1, .group = all, .capacity = caps},
+            {.n_groups = z.S, .group = own, .capacity = one + 0},
+            {.n_groups = 1, .group = none, .capacity = caps},
+        };
+        plan_sim_result a, b;
+        sc_err err;
+        sc_err_clear(&err);
+        assert_int_equal(plan_sim_run_sized(&in, 1, &a, &err), SC_OK);
+        for (int k = 0; k < 4; k++) {
+            plan_sim_share sh = shares[k < 3 ? k : 0];
+            if (k == 1) { /* groups of one: capacity 1 each */
+                for (int i = 0; i < z.S; i++)
+                    caps[i] = 1;
+                sh.capacity = caps;
+            }
+            assert_int_equal(plan_sim_run_sized_shared(&in, k < 3 ? &sh : NULL, 1, &b, &err),
+                             SC_OK);
+            assert_same_result(&a, &b);
+            plan_sim_result_free(&b);
+            caps[0] = z.S;
+        }
+        /* one processor for every stage: stretched, never faster */
+        plan_sim_share tight = {.n_groups = 1, .group = all, .capacity = one};
+        assert_int_equal(plan_sim_run_sized_shared(&in, &tight, 0, &b, &err), SC_OK);
+        assert_true(b.iteration_s >= a.iteration_s * (1 - 1e-12));
+        double work = 0;
+        for (int i = 0; i < z.S; i++)
+            work += a.busy_s[i];
+        assert_true(b.iteration_s >= work * (1 - 1e-12)); /* one processor does all the work */
+        plan_sim_result_free(&b);
+        plan_sim_result_free(&a);
+        rnd_sized_free(&z);
+    }
+}
+
+static void test_sized_shared_invalid(void **state)
+{
+    (void)state;
+    enum { S = 2, B = 4, K = 3 };
+    double f[S] = {1, 1}, b[S] = {2, 2}, c[S] = {0.5, 0};
+    double ft[S * (B + 1)], bt[S * (B + 1)], ct[S * (B + 1)];
+    sized_tables(S, B, f, b, c, 0, ft, bt, ct);
+    int x[S * K] = {1, 3, 0, 2, 2, 0}, y[S * K] = {2, 1, 0, 4, 0, 0};
+    plan_sim_sized in = sized_input(S, B, K, x, y, ft, bt, ct, NULL);
+    const int both[S] = {0, 0}, bad[S] = {0, 2}, one[1] = {1};
+    plan_sim_share sh = {.n_groups = 1, .group = both, .capacity = one};
+    plan_sim_result r;
+    sc_err err;
+    sc_err_clear(&err);
+    /* stage 0's backward row sums to 3, not 4 */
+    assert_int_equal(plan_sim_run_sized_shared(&in, &sh, 1, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "stage 0 backward sizes sum to 3"));
+    assert_null(r.busy_s);
+    y[1] = 2;
+    sh.group = bad;
+    sc_err_clear(&err);
+    assert_int_equal(plan_sim_run_sized_shared(&in, &sh, 1, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "stage 1 is in group 2"));
+    sh.group = both;
+    assert_int_equal(plan_sim_run_sized_shared(&in, &sh, 1, &r, &err), SC_OK);
+    plan_sim_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -730,6 +872,9 @@ int main(void)
         cmocka_unit_test(test_shared_without_contention_is_unshared),
         cmocka_unit_test(test_shared_contention_bounds),
         cmocka_unit_test(test_shared_invalid),
+        cmocka_unit_test(test_sized_shared_hand_computed),
+        cmocka_unit_test(test_sized_shared_without_contention),
+        cmocka_unit_test(test_sized_shared_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
