@@ -21,6 +21,8 @@
 #endif
 
 #define GA_MAX_K 64
+/* relative margin under which the search's result counts as tying the best equal split */
+#define PLAN_GA_TIE 1e-9
 
 /* ================================================================ scalar recurrence */
 
@@ -950,8 +952,8 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
             }
     }
     evaluate(p, cfg, batch, ind, P, fit, r);
-    for (int q = 0; q < lim; q++)
-        if (fit[q] < r->best_equal_s) {
+    for (int q = 0; q < lim; q++) /* the fewest entries among splits that tie */
+        if (fit[q] < r->best_equal_s * (1 - PLAN_GA_TIE)) {
             r->best_equal_s = fit[q];
             r->best_equal_m = q + 1;
         }
@@ -1000,6 +1002,15 @@ sc_status plan_ga_run(const plan_ga_problem *p, const plan_ga_cfg *cfg, plan_ga_
     memcpy(r->x, pop + (size_t)best * 2 * ind, ind * sizeof(int));
     memcpy(r->y, pop + (size_t)best * 2 * ind + ind, ind * sizeof(int));
     r->time_s = fit[best];
+    /* Unequal sizes only when they pay: a result no faster than the best equal split beyond
+     * rounding (PLAN_GA_TIE, relative; linear times make many splits tie) is that split, which
+     * the runtime runs as plain micro-batches. */
+    if (r->best_equal_m > 0 && !(r->time_s < r->best_equal_s * (1 - PLAN_GA_TIE))) {
+        for (int i = 0; i < S; i++)
+            plan_ga_equal_split(p, r->best_equal_m, r->x + (size_t)i * K);
+        memcpy(r->y, r->x, ind * sizeof(int));
+        r->time_s = r->best_equal_s;
+    }
 done:
     plan_ga_batch_destroy(&batch);
     plan_ga_batch_destroy(&nbatch);
