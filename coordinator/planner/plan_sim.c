@@ -674,9 +674,9 @@ done:
     return rc;
 }
 
-/* Appends the receives that bring stage i (from neighbour rows `up`, n_up entries, prefix sums
- * pu) every sample of an entry whose prefix is `reach`: the upstream entries after *next up to
- * the first whose prefix reaches it. */
+/* Appends to stage i the receives that bring it every sample of an entry whose prefix sum is
+ * `reach`: the neighbour's entries (n_up of them, prefix sums pu) from *next, the first not yet
+ * received, up to the first whose prefix sum reaches `reach`; none when that one came already. */
 static sc_status push_receives(plan_schedule *s, int i, plan_act_kind kind, const int *pu, int n_up,
                                int reach, int *next, sc_err *err)
 {

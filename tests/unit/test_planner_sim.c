@@ -784,34 +784,27 @@ static void test_sized_shared_without_contention(void **state)
     for (int trial = 0; trial < 200; trial++) {
         rnd_sized z = rnd_sized_new(&seed);
         plan_sim_sized in = rnd_sized_input(&z);
-        int all[6], own[6], none[6], caps[6], one[1] = {1};
+        int all[6], own[6], none[6], ones[6], stages[1] = {z.S}, one[1] = {1};
         for (int i = 0; i < z.S; i++) {
             all[i] = 0;
             own[i] = i;
             none[i] = -1;
-            caps[i] = i == 0 ? z.S : 1;
+            ones[i] = 1;
         }
         const plan_sim_share shares[] = {
-            {.n_groups = 1, .group = all, .capacity = caps},
-            {.n_groups = z.S, .group = own, .capacity = one + 0},
-            {.n_groups = 1, .group = none, .capacity = caps},
+            {.n_groups = 1, .group = all, .capacity = stages},  /* capacity = stages */
+            {.n_groups = z.S, .group = own, .capacity = ones},  /* groups of one */
+            {.n_groups = 1, .group = none, .capacity = stages}, /* nobody grouped */
         };
         plan_sim_result a, b;
         sc_err err;
         sc_err_clear(&err);
         assert_int_equal(plan_sim_run_sized(&in, 1, &a, &err), SC_OK);
-        for (int k = 0; k < 4; k++) {
-            plan_sim_share sh = shares[k < 3 ? k : 0];
-            if (k == 1) { /* groups of one: capacity 1 each */
-                for (int i = 0; i < z.S; i++)
-                    caps[i] = 1;
-                sh.capacity = caps;
-            }
-            assert_int_equal(plan_sim_run_sized_shared(&in, k < 3 ? &sh : NULL, 1, &b, &err),
+        for (int k = 0; k < 4; k++) { /* the three shares, then none at all */
+            assert_int_equal(plan_sim_run_sized_shared(&in, k < 3 ? &shares[k] : NULL, 1, &b, &err),
                              SC_OK);
             assert_same_result(&a, &b);
             plan_sim_result_free(&b);
-            caps[0] = z.S;
         }
         /* one processor for every stage: stretched, never faster */
         plan_sim_share tight = {.n_groups = 1, .group = all, .capacity = one};
