@@ -80,6 +80,11 @@ if(SC_CUDA_ENABLED)
         # Hopper and Ampere as real code, plus PTX for newer GPUs to JIT.
         set(CMAKE_CUDA_ARCHITECTURES "80-real;90")
     endif()
+    # one CUDA runtime in every program: the shared one that CUDA::cudart and NCCL use, not
+    # also the static one nvcc links into targets with .cu sources by default
+    if(NOT DEFINED CMAKE_CUDA_RUNTIME_LIBRARY)
+        set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     if(SC_NCCL_LIB AND SC_NCCL_INCLUDE)

@@ -19,7 +19,9 @@
 #define DISPATCH(what, cpu_call, gpu_call)                                                         \
     do {                                                                                           \
         if (c->dev.kind == KN_DEV_CUDA) {                                                          \
-            int rc_ = (gpu_call);                                                                  \
+            int rc_ = kn_cuda_enter(c);                                                            \
+            if (rc_ == 0)                                                                          \
+                rc_ = (gpu_call);                                                                  \
             if (rc_ != 0)                                                                          \
                 return SC_ERRF(err, SC_ERR_CUDA, "%s (%s): %s", what, blk->name,                   \
                                kn_cuda_error_string(rc_));                                         \

@@ -98,9 +98,19 @@ __global__ static void kn_colsum_add_kernel(float *out, const float *m, int N, i
     atomicAdd(&out[c], s);
 }
 
+/* Rows per chunk of a column reduction over N rows: 64, or more so that the chunks fit in a
+ * grid's y dimension (at most 65535). */
+static inline int kn_row_chunk(int N)
+{
+    int rows = (N + 65534) / 65535;
+    return rows < 64 ? 64 : rows;
+}
+
 static inline int kn_colsum_add(kn_ctx *ctx, float *out, const float *m, int N, int C)
 {
-    int rows = 64;
+    if (N <= 0 || C <= 0)
+        return 0;
+    int rows = kn_row_chunk(N);
     dim3 grid((C + 255) / 256, (N + rows - 1) / rows);
     kn_colsum_add_kernel<<<grid, 256, 0, kn_stream(ctx)>>>(out, m, N, C, rows);
     KN_LAUNCH_CHECK();

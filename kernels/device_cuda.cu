@@ -68,8 +68,14 @@ extern "C" int kn_cuda_alloc(struct kn_ctx *c, size_t bytes, void **out)
     KN_CUDA_TRY(cudaSetDevice(c->dev.index));
     KN_CUDA_TRY(cudaMalloc(out, bytes));
     /* zero-filled, as the contract says; done before the pointer is handed out */
-    KN_CUDA_TRY(cudaMemsetAsync(*out, 0, bytes, (cudaStream_t)c->stream));
-    KN_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)c->stream));
+    cudaError_t e = cudaMemsetAsync(*out, 0, bytes, (cudaStream_t)c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize((cudaStream_t)c->stream);
+    if (e != cudaSuccess) {
+        cudaFree(*out);
+        *out = NULL;
+        return (int)e;
+    }
     return 0;
 }
 
@@ -108,6 +114,12 @@ extern "C" int kn_cuda_sync(struct kn_ctx *c)
     return 0;
 }
 
+extern "C" int kn_cuda_enter(struct kn_ctx *c)
+{
+    KN_CUDA_TRY(cudaSetDevice(c->dev.index));
+    return 0;
+}
+
 extern "C" int kn_cuda_time_begin(struct kn_ctx *c)
 {
     KN_CUDA_TRY(cudaSetDevice(c->dev.index));
@@ -118,6 +130,7 @@ extern "C" int kn_cuda_time_begin(struct kn_ctx *c)
 extern "C" int kn_cuda_time_end(struct kn_ctx *c, double *seconds)
 {
     float ms = 0.0f;
+    KN_CUDA_TRY(cudaSetDevice(c->dev.index));
     KN_CUDA_TRY(cudaEventRecord((cudaEvent_t)c->ev_end, (cudaStream_t)c->stream));
     KN_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)c->ev_end));
     KN_CUDA_TRY(cudaEventElapsedTime(&ms, (cudaEvent_t)c->ev_begin, (cudaEvent_t)c->ev_end));

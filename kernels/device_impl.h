@@ -39,6 +39,9 @@ void kn_cuda_free(struct kn_ctx *ctx, void *p);
 int kn_cuda_memcpy(struct kn_ctx *ctx, void *dst, const void *src, size_t bytes, int kind);
 int kn_cuda_memset0(struct kn_ctx *ctx, void *p, size_t bytes);
 int kn_cuda_sync(struct kn_ctx *ctx);
+/* Makes the context's device current for this thread: the CUDA launchers (kernels/ .cu files) use
+ * the current device, and one thread may drive stages on several GPUs. */
+int kn_cuda_enter(struct kn_ctx *ctx);
 int kn_cuda_time_begin(struct kn_ctx *ctx);
 int kn_cuda_time_end(struct kn_ctx *ctx, double *seconds);
 const char *kn_cuda_error_string(int code);

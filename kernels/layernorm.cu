@@ -76,6 +76,8 @@ extern "C" int kn_layernorm_forward_cuda(kn_ctx *ctx, float *out, float *mean, f
                                          const float *inp, const float *w, const float *b, int N,
                                          int C)
 {
+    if (N <= 0)
+        return 0;
     ln_fwd<<<(N + 7) / 8, 256, 0, kn_stream(ctx)>>>(out, mean, rstd, inp, w, b, N, C);
     KN_LAUNCH_CHECK();
     return 0;
@@ -85,9 +87,11 @@ extern "C" int kn_layernorm_backward_cuda(kn_ctx *ctx, float *dinp, float *dw, f
                                           const float *dout, const float *inp, const float *w,
                                           const float *mean, const float *rstd, int N, int C)
 {
+    if (N <= 0)
+        return 0;
     ln_bwd_input<<<(N + 7) / 8, 256, 0, kn_stream(ctx)>>>(dinp, dout, inp, w, mean, rstd, N, C);
     KN_LAUNCH_CHECK();
-    int rows = 64;
+    int rows = kn_row_chunk(N);
     dim3 grid((C + 255) / 256, (N + rows - 1) / rows);
     ln_bwd_params<<<grid, 256, 0, kn_stream(ctx)>>>(dw, db, dout, inp, mean, rstd, N, C, rows);
     KN_LAUNCH_CHECK();

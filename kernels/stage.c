@@ -580,6 +580,14 @@ void kn_stage_set_lr(kn_stage *st, float lr)
 sc_status kn_stage_step(kn_stage *st, sc_err *err)
 {
     const kn_optim_cfg *o = &st->cfg.optim;
+#ifdef SC_HAVE_CUDA
+    if (st->cfg.device.kind == KN_DEV_CUDA) {
+        int rc = kn_cuda_enter(st->ctx);
+        if (rc != 0)
+            return SC_ERRF(err, SC_ERR_CUDA, "optimizer step: selecting cuda:%d: %s",
+                           st->cfg.device.index, kn_cuda_error_string(rc));
+    }
+#endif
     st->t++;
     for (int i = st->frozen; i < st->nb; i++) {
         const kn_block *b = st->blocks[i];

@@ -211,6 +211,10 @@ static void linear_case(kn_ctx *c, double atol, double rtol)
     assert_int_equal(kn_linear_forward_cuda(c, out_, x_, w_, b_, N, IC, OC), 0);
     assert_int_equal(kn_linear_backward_input_cuda(c, dx_, dout_, w_, N, IC, OC), 0);
     assert_int_equal(kn_linear_backward_weight_cuda(c, dw_, db_, dout_, x_, N, IC, OC), 0);
+    /* the comparisons read through `ctx`'s stream: wait for `c`'s work first */
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_ctx_sync(c, &err), SC_OK);
     expect_close_tol("out", out_, out, (size_t)N * OC, atol, rtol);
     expect_close_tol("dx", dx_, dx, (size_t)N * IC, atol, rtol);
     expect_close_tol("dw", dw_, dw, (size_t)OC * IC, atol, rtol);

@@ -700,6 +700,11 @@ static sc_status nccl_side(const rt_runner *r, const rt_runner_cfg *c, kn_device
                        "prev_replicas %d, next_replicas %d); valid: all 1, or transport \"zmq\"",
                        r->s, r->nrep, r->nrep_prev, r->nrep_next);
     tc->device = dev.index;
+    /* this stage's own largest messages; a neighbour with larger entries (unequal sizes) makes
+     * the transport grow its receive staging once */
+    size_t per_sample = r->in_elems > r->out_elems ? r->in_elems : r->out_elems;
+    int most = r->Bcap > r->Mcap ? r->Bcap : r->Mcap;
+    tc->max_message_bytes = (size_t)most * per_sample * sizeof(float);
     return SC_OK;
 }
 

@@ -158,12 +158,14 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
                             const void *data, size_t bytes, sc_err *err)
 {
     bool to_next = kind == RT_MSG_ACTIVATION;
+    /* a direct backend checks its own state first: broken (a failed connect included) before
+     * not connected, so a stage whose peer never joined hears "unusable", not "no stage" */
+    if (t->ops->send_direct != NULL)
+        return t->ops->send_direct(t, kind, step, microbatch, data, bytes, err);
     if (to_next ? !t->has_next : !t->has_prev)
         return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to send %s to",
                        rt_transport_label(t), to_next ? "next" : "previous",
                        to_next ? "activations" : "gradients");
-    if (t->ops->send_direct != NULL)
-        return t->ops->send_direct(t, kind, step, microbatch, data, bytes, err);
     rt_msg *m = rt_msg_new(bytes);
     SC_ALLOC_CHECK(m, err);
     m->tag = t->cfg.tag;
@@ -212,11 +214,11 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
                             void *data, size_t bytes, sc_err *err)
 {
     bool from_next = kind == RT_MSG_GRADIENT;
+    if (t->ops->recv_direct != NULL) /* its own checks first, as in rt_transport_send */
+        return t->ops->recv_direct(t, kind, step, microbatch, data, bytes, err);
     if (from_next ? !t->has_next : !t->has_prev)
         return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to receive %s from",
                        rt_transport_label(t), from_next ? "next" : "previous", kind_name(kind));
-    if (t->ops->recv_direct != NULL)
-        return t->ops->recv_direct(t, kind, step, microbatch, data, bytes, err);
     uint64_t deadline_ns = sc_clock_now_ns() + (uint64_t)t->cfg.timeout_ms * 1000000ull;
     rt_msg *m = pending_take(t, kind, step, microbatch);
     while (m == NULL) {

@@ -55,6 +55,10 @@ typedef struct {
     uint64_t tag;   /* messages carrying another tag (an older job's) are dropped (nccl: an
                      * error, since its messages cannot be skipped) */
     int device;     /* nccl only: the CUDA device ordinal of this stage (cuda:N) */
+    /* nccl only: the largest message expected (0: not known); its staging is allocated when
+     * connecting, since device and pinned allocations while NCCL kernels run may wait for
+     * them. Larger messages still work (their staging is made when first needed). */
+    size_t max_message_bytes;
 } rt_transport_cfg;
 
 typedef struct rt_transport rt_transport;
@@ -101,7 +105,10 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
                             void *data, size_t bytes, sc_err *err);
 
 /* True when send / recv may be given device pointers (the nccl backend: any pointer CUDA can
- * address, host or device memory of cfg->device); false for zmq and local (host memory only). */
+ * address, host or device memory of cfg->device); false for zmq and local (host memory only).
+ * The transport orders nothing against the caller's streams: device memory given to send must
+ * be fully written, and device memory given to recv no longer read, by the caller's own work
+ * (kn_ctx_sync first); recv returns once the message is in place. */
 bool rt_transport_on_device(const rt_transport *t);
 
 /* Makes waits return SC_ERR_CANCELLED from now on. Thread-safe; async-signal-unsafe. */

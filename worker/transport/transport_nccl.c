@@ -349,6 +349,41 @@ static sc_status chan_open(nccl_impl *n, chan *c, const ncclUniqueId *id, int ra
     return SC_OK;
 }
 
+static sc_status prealloc(nccl_impl *n, size_t bytes, sc_err *err);
+
+/* Starts the communicators towards the next stage (with this stage's ids) and the previous one
+ * (with `pa` / `pg`), then waits until every one has joined, then preallocates the staging of
+ * messages up to cfg.max_message_bytes (allocations while NCCL kernels run can wait for them). */
+static sc_status open_chans(rt_transport *t, nccl_impl *n, bool next, const ncclUniqueId *pa,
+                            const ncclUniqueId *pg, sc_err *err)
+{
+    CUDA_TRY(err, cudaSetDevice(n->dev), "cudaSetDevice");
+    /* All communicators are started before any is waited for: each needs its peer, which may
+     * be starting its own in another order. */
+    if (next) {
+        SC_CHECK(chan_open(n, &n->fwd_out, &n->id_a, 0, err));
+        SC_CHECK(chan_open(n, &n->bwd_in, &n->id_g, 0, err));
+    }
+    if (pa != NULL) {
+        SC_CHECK(chan_open(n, &n->fwd_in, pa, 1, err));
+        SC_CHECK(chan_open(n, &n->bwd_out, pg, 1, err));
+    }
+    uint64_t deadline = deadline_after(t->cfg.timeout_ms);
+    for (int i = 0; i < 4; i++) {
+        chan *c = all_chans(n, i);
+        if (!c->live)
+            continue;
+        ncclResult_t r = ncclInProgress;
+        if (ncclCommGetAsyncError(c->comm, &r) != ncclSuccess)
+            r = ncclInternalError;
+        char what[160];
+        snprintf(what, sizeof what, "joining the %s communicator (the %s stage must connect too)",
+                 c->name, c == &n->fwd_out || c == &n->bwd_in ? "next" : "previous");
+        SC_CHECK(settle(t, n, c, r, deadline, what, err));
+    }
+    return prealloc(n, t->cfg.max_message_bytes, err);
+}
+
 static sc_status nt_connect(rt_transport *t, const char *prev, const char *next, sc_err *err)
 {
     nccl_impl *n = t->impl;
@@ -376,31 +411,25 @@ static sc_status nt_connect(rt_transport *t, const char *prev, const char *next,
                            "nccl transport: this stage was bound as the last one (nccl://-) but "
                            "is given a next stage");
     }
-    CUDA_TRY(err, cudaSetDevice(n->dev), "cudaSetDevice");
-    /* All communicators are started before any is waited for: each needs its peer, which may
-     * be starting its own in another order. */
-    if (next != NULL) {
-        SC_CHECK(chan_open(n, &n->fwd_out, &n->id_a, 0, err));
-        SC_CHECK(chan_open(n, &n->bwd_in, &n->id_g, 0, err));
-    }
-    if (prev != NULL) {
-        SC_CHECK(chan_open(n, &n->fwd_in, &pa, 1, err));
-        SC_CHECK(chan_open(n, &n->bwd_out, &pg, 1, err));
-    }
-    uint64_t deadline = deadline_after(t->cfg.timeout_ms);
-    for (int i = 0; i < 4; i++) {
-        chan *c = all_chans(n, i);
-        if (!c->live)
-            continue;
-        ncclResult_t r = ncclInProgress;
-        if (ncclCommGetAsyncError(c->comm, &r) != ncclSuccess)
-            r = ncclInternalError;
-        char what[160];
-        snprintf(what, sizeof what, "joining the %s communicator (the %s stage must connect too)",
-                 c->name, c == &n->fwd_out || c == &n->bwd_in ? "next" : "previous");
-        SC_CHECK(settle(t, n, c, r, deadline, what, err));
-    }
-    return SC_OK;
+    /* from here on any failure leaves communicators half made: it breaks the transport */
+    sc_status rc =
+        open_chans(t, n, next != NULL, prev != NULL ? &pa : NULL, prev != NULL ? &pg : NULL, err);
+    return rc == SC_OK || n->broken ? rc : fail(n, rc, err);
+}
+
+/* One send (`send`) or receive of `bytes` on the channel's stream, in a group of its own;
+ * waits until NCCL has taken it (a non-blocking communicator may answer ncclInProgress). */
+static sc_status p2p_group(rt_transport *t, nccl_impl *n, chan *c, bool send, void *buf,
+                           size_t bytes, uint64_t deadline, const char *what, sc_err *err)
+{
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess)
+        r = send ? ncclSend(buf, bytes, ncclUint8, c->peer, c->comm, c->stream)
+                 : ncclRecv(buf, bytes, ncclUint8, c->peer, c->comm, c->stream);
+    ncclResult_t g = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = g;
+    return settle(t, n, c, r, deadline, what, err);
 }
 
 /* ---- sends ---- */
@@ -449,6 +478,8 @@ static size_t round_cap(size_t bytes)
  * Spares are never freed here: cudaFree waits for the whole device, sends in flight included,
  * and a send waits for its receiver, so freeing on the way could wait for a dead peer forever.
  * They go at destroy, after every communicator is finalized or aborted. */
+static sc_status rec_new(size_t bytes, send_rec **out, sc_err *err);
+
 static sc_status rec_get(nccl_impl *n, size_t bytes, send_rec **out, sc_err *err)
 {
     for (send_rec **pp = &n->spare; *pp != NULL; pp = &(*pp)->next) {
@@ -459,6 +490,12 @@ static sc_status rec_get(nccl_impl *n, size_t bytes, send_rec **out, sc_err *err
             return SC_OK;
         }
     }
+    return rec_new(bytes, out, err);
+}
+
+/* A new staging buffer of at least `bytes` payload bytes. */
+static sc_status rec_new(size_t bytes, send_rec **out, sc_err *err)
+{
     send_rec *s = calloc(1, sizeof *s);
     SC_ALLOC_CHECK(s, err);
     size_t cap = round_cap(bytes);
@@ -525,15 +562,13 @@ static sc_status nt_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
      * is in (a copy from pinned or device memory is asynchronous). */
     sc_status rc = wait_event(t, n, n->copy_done, deadline, "staging a send", err);
     if (rc == SC_OK) {
-        ncclResult_t r = ncclGroupStart();
-        if (r == ncclSuccess)
-            r = ncclSend(s->dev, sizeof h, ncclUint8, c->peer, c->comm, c->stream);
-        if (r == ncclSuccess && bytes > 0)
-            r = ncclSend(s->dev + HDR_ROOM, bytes, ncclUint8, c->peer, c->comm, c->stream);
-        ncclResult_t g = ncclGroupEnd();
-        if (r == ncclSuccess)
-            r = g;
-        rc = settle(t, n, c, r, deadline, "issuing a send", err);
+        /* header and payload each in a group of its own, as the receiver posts them (it reads
+         * the header before it knows where the payload goes): NCCL wants both sides' group
+         * patterns to match */
+        rc = p2p_group(t, n, c, true, s->dev, sizeof h, deadline, "issuing a send", err);
+        if (rc == SC_OK && bytes > 0)
+            rc =
+                p2p_group(t, n, c, true, s->dev + HDR_ROOM, bytes, deadline, "issuing a send", err);
     }
     if (rc == SC_OK) {
         e = cudaEventRecord(s->done, c->stream);
@@ -587,6 +622,26 @@ static sc_status ensure_rbuf(nccl_impl *n, size_t bytes, sc_err *err)
     return SC_OK;
 }
 
+#define PREALLOC_SENDS 4 /* staging buffers made at connect; more are made when needed */
+
+/* Staging for messages up to `bytes` (0: none ahead), made before any message moves. */
+static sc_status prealloc(nccl_impl *n, size_t bytes, sc_err *err)
+{
+    if (bytes == 0)
+        return SC_OK;
+    if (n->fwd_out.live || n->bwd_out.live) {
+        for (int i = 0; i < PREALLOC_SENDS; i++) {
+            send_rec *s = NULL;
+            SC_CHECK(rec_new(bytes, &s, err));
+            s->next = n->spare;
+            n->spare = s;
+        }
+    }
+    if (n->fwd_in.live || n->bwd_in.live)
+        SC_CHECK(ensure_rbuf(n, bytes, err));
+    return SC_OK;
+}
+
 static bool is_device_memory(const void *p)
 {
     struct cudaPointerAttributes a;
@@ -595,18 +650,6 @@ static bool is_device_memory(const void *p)
         return false;
     }
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-
-static sc_status recv_group(rt_transport *t, nccl_impl *n, chan *c, void *buf, size_t bytes,
-                            uint64_t deadline, const char *what, sc_err *err)
-{
-    ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess)
-        r = ncclRecv(buf, bytes, ncclUint8, c->peer, c->comm, c->stream);
-    ncclResult_t g = ncclGroupEnd();
-    if (r == ncclSuccess)
-        r = g;
-    return settle(t, n, c, r, deadline, what, err);
 }
 
 static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
@@ -629,7 +672,7 @@ static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
              from_next ? "next" : "previous");
 
     /* 1. the header alone, checked before any payload is posted */
-    SC_CHECK(recv_group(t, n, c, n->hdr_dev, sizeof(nccl_header), deadline, what, err));
+    SC_CHECK(p2p_group(t, n, c, false, n->hdr_dev, sizeof(nccl_header), deadline, what, err));
     cudaError_t e = cudaMemcpyAsync(n->hdr_host, n->hdr_dev, sizeof(nccl_header),
                                     cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess)
@@ -669,11 +712,11 @@ static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
     /* 2. the payload: into device memory directly, into host memory through staging */
     bool direct = is_device_memory(data);
     if (direct) {
-        SC_CHECK(recv_group(t, n, c, data, bytes, deadline, what, err));
+        SC_CHECK(p2p_group(t, n, c, false, data, bytes, deadline, what, err));
         e = cudaEventRecord(c->ev, c->stream);
     } else {
         SC_CHECK(ensure_rbuf(n, bytes, err));
-        SC_CHECK(recv_group(t, n, c, n->rbuf_dev, bytes, deadline, what, err));
+        SC_CHECK(p2p_group(t, n, c, false, n->rbuf_dev, bytes, deadline, what, err));
         e = cudaMemcpyAsync(n->rbuf_host, n->rbuf_dev, bytes, cudaMemcpyDeviceToHost, c->stream);
         if (e == cudaSuccess)
             e = cudaEventRecord(c->ev, c->stream);
