@@ -373,8 +373,10 @@ static sc_status gpu_from_pci(builder *b, hwloc_topology_t t, hwloc_obj_t pci, s
     const char *mem = best ? info(best, "CUDAGlobalMemorySize") : "";
     if (!*mem && best)
         mem = info(best, "OpenCLGlobalMemorySize");
-    if (*mem) {
-        d->memory_bytes = strtoull(mem, NULL, 10) * 1024ull;
+    /* KiB, at most 1 PB; anything else (negative, garbage) falls back to the estimates below */
+    double kib = *mem ? num_in(mem, 1e12) : 0.0;
+    if (kib > 0) {
+        d->memory_bytes = (uint64_t)kib * 1024ull;
         d->memory_source = TOPO_SRC_REPORTED;
     }
     const struct known_gpu *k = known_gpu(d->model);
@@ -874,6 +876,9 @@ sc_status topo_server_new(topo_server **out, const topo_cfg *cfg, sc_err *err)
     }
     if (text != NULL) {
         SC_CHECK_GOTO(topo_xml_check(text, text_len, max_bytes, source, err), fail);
+        size_t bom = topo_xml_bom(text, text_len);
+        text += bom;
+        text_len -= bom;
         /* hwloc wants the terminating NUL counted; a buffer from the network may lack one. */
         char *copy = malloc(text_len + 1);
         if (copy == NULL) {

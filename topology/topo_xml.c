@@ -182,7 +182,31 @@ static sc_status check_object_tag(const xml_tag *t, const char *source, int line
                            source, line, type, TOPO_XML_MAX_LINK_GBS,
                            (int)(ls->val_len < 32 ? ls->val_len : 32), ls->val);
     }
+    /* hwloc reads local_memory with strtoull: "-5" becomes 2^64 - 5, and the sum over nodes
+     * wraps into the server's memory */
+    const xml_attr *lm = tag_find(t, "local_memory");
+    if (lm != NULL) {
+        unsigned long long bytes = 0;
+        bool ok = lm->val_len > 0 && lm->val_len <= 20;
+        for (size_t i = 0; ok && i < lm->val_len; i++) {
+            ok = lm->val[i] >= '0' && lm->val[i] <= '9';
+            bytes = ok && bytes <= TOPO_XML_MAX_NODE_BYTES
+                        ? bytes * 10 + (unsigned)(lm->val[i] - '0')
+                        : bytes;
+        }
+        if (!ok || bytes > TOPO_XML_MAX_NODE_BYTES)
+            return SC_ERRF(err, SC_ERR_PARSE,
+                           "%s:%d: local_memory of a %s object: expected bytes in [0, %llu], got "
+                           "\"%.*s\"",
+                           source, line, type, TOPO_XML_MAX_NODE_BYTES,
+                           (int)(lm->val_len < 32 ? lm->val_len : 32), lm->val);
+    }
     return SC_OK;
+}
+
+size_t topo_xml_bom(const char *text, size_t len)
+{
+    return len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
 }
 
 sc_status topo_xml_check(const char *text, size_t len, size_t max_bytes, const char *source,
@@ -194,7 +218,7 @@ sc_status topo_xml_check(const char *text, size_t len, size_t max_bytes, const c
         return SC_ERRF(err, SC_ERR_TOO_LARGE,
                        "%s: hwloc XML of %zu bytes is larger than the %zu accepted", source, len,
                        max_bytes);
-    size_t first = 0;
+    size_t first = topo_xml_bom(text, len);
     while (first < len && isspace((unsigned char)text[first]))
         first++;
     if (first == len)

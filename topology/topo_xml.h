@@ -27,13 +27,20 @@
 #define TOPO_XML_MAX_DEPTH 256
 /* Largest PCIe link speed accepted, GB/s (a PCIe 6.0 x16 link is about 128). */
 #define TOPO_XML_MAX_LINK_GBS 1e4
+/* Largest local_memory of one NUMA node accepted (bytes): 1 PB. */
+#define TOPO_XML_MAX_NODE_BYTES 1000000000000000ull
 
 /* Checks `len` bytes of untrusted XML text (no NUL needed): size (max_bytes, 0 for
  * TOPO_XML_MAX_BYTES), nesting depth, DTD/entity declarations, known elements and strict
- * attribute syntax, sets of CPU-side objects, PCIe link speeds, tree shape, duplicate object ids
- * (gp_index), distance matrix sizes, and the root element's version (below 3). `source` names the
- * text in errors. Errors: SC_ERR_TOO_LARGE, SC_ERR_VERSION, SC_ERR_PARSE, SC_ERR_NOMEM. */
+ * attribute syntax, sets of CPU-side objects, PCIe link speeds, NUMA node memory sizes, tree shape,
+ * duplicate object ids (gp_index), distance matrix sizes, and the root element's version (below 3).
+ * `source` names the text in errors. Errors: SC_ERR_TOO_LARGE, SC_ERR_VERSION, SC_ERR_PARSE,
+ * SC_ERR_NOMEM. */
 sc_status topo_xml_check(const char *text, size_t len, size_t max_bytes, const char *source,
                          sc_err *err);
+
+/* Length of a UTF-8 byte-order mark at the start of `text` (3), else 0. Editors on some systems
+ * write one; the check skips it, and so must whatever hands the text to hwloc. */
+size_t topo_xml_bom(const char *text, size_t len);
 
 #endif /* SC_TOPO_XML_H */

@@ -303,6 +303,30 @@ static void test_edited_exports(void **state)
     assert_null(s);
     assert_non_null(strstr(err.msg, "pci_link_speed"));
 
+    /* NUMA memory hwloc would read with strtoull ("-5" as 2^64 - 5, summed into the server's
+     * memory): refused with the line and the valid range */
+    const char *bad_memory[] = {"local_memory=\"-5\"", "local_memory=\"99999999999999999999\"",
+                                "local_memory=\"\"", "local_memory=\"12kB\""};
+    for (size_t i = 0; i < SC_ARRAY_LEN(bad_memory); i++) {
+        s = load_edited(DATA "gpu_server.xml", "local_memory=\"34359738368\"", bad_memory[i], &err);
+        assert_null(s);
+        assert_int_equal(err.code, SC_ERR_PARSE);
+        assert_non_null(strstr(err.msg, "edited.xml:10: local_memory of a NUMANode object"));
+        assert_non_null(strstr(err.msg, "[0, 1000000000000000]"));
+    }
+    /* a GPU memory size that is not a plain KiB count: the model name's size instead */
+    s = load_edited(DATA "gpu_server.xml", "value=\"41943040\"", "value=\"-5\"", &err);
+    assert_non_null(s);
+    assert_true(s->devices[0].memory_bytes == 40ull << 30);
+    assert_int_equal(s->devices[0].memory_source, TOPO_SRC_ESTIMATED);
+    topo_server_destroy(&s);
+    /* a UTF-8 byte-order mark before the declaration is skipped */
+    s = load_edited(DATA "gpu_server.xml", "<?xml ", "\xEF\xBB\xBF<?xml ", &err);
+    assert_non_null(s);
+    assert_true(s->host_memory_bytes == 2ull * 34359738368ull);
+    assert_int_equal(s->n_devices, 3);
+    topo_server_destroy(&s);
+
     /* a GPU whose model and memory are not reported: its type leaves memory_bytes out (the
      * planner reads that as unlimited) instead of writing 0, which the planner refuses */
     topo_cluster *c = NULL;
