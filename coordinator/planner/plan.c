@@ -501,9 +501,10 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
     out->n_micro = m;
     out->micro_size = (double)batch / m;
 
-    /* sliced: try every count of sliced warm-up micro-batches */
+    /* sliced: try every count of sliced warm-up micro-batches; halving needs at least 2 samples
+     * per micro-batch (the runtime refuses to halve one of 1) */
     int sliced = 0;
-    if (req->schedule == PLAN_SCHED_SLICED) {
+    if (req->schedule == PLAN_SCHED_SLICED && batch / m >= 2) {
         double best = HUGE_VAL;
         for (int k = 0; k < S && k <= m; k++) {
             plan_sim_result sr;

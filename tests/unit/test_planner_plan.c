@@ -273,7 +273,15 @@ static void test_auto_microbatches_and_trace(void **state)
     req.record_trace = 0;
     assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
     assert_true(r.sliced >= 0 && r.sliced < r.part->n_stages + 1);
+    assert_true(r.sliced > 0); /* halving shortens the fill here */
     plan_result_free(&r);
+    /* micro-batches of one sample cannot be halved: none is sliced */
+    req.microbatches = 32;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_int_equal(r.n_micro, 32);
+    assert_int_equal(r.sliced, 0);
+    plan_result_free(&r);
+    req.microbatches = 8;
     req.schedule = PLAN_SCHED_PIPEDREAM;
     assert_int_equal(plan_run(&req, PLAN_STRAT_HETERO, &r, &err), SC_OK);
     assert_true(r.iteration_time_s > 0);
