@@ -281,7 +281,8 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         double loss = json_number_value(json_object_get(last, "loss"));
         if (st != last_state)
             printf("[%s] %s\n", state_name(st), json_string_value(json_object_get(last, "reason")));
-        if (st == 4 && step != last_step && step > 0) {
+        /* running, or just succeeded: the last step's figures may come with the final state */
+        if ((st == 4 || st == 6) && step != last_step && step > 0) {
             printf("step %5lld/%lld  loss %.4f  %.1f samples/s\n", step, (long long)steps, loss,
                    json_number_value(json_object_get(last, "samples_per_s")));
             if (curve_n < CURVE_MAX) {
