@@ -10,8 +10,18 @@
 
 int cmd_worker(const cli_command *self, int argc, char **argv)
 {
-    enum { O_COORD = 1, O_DEVICE, O_NAME, O_LISTEN, O_ADVERTISE, O_STATE, O_JOIN, O_CERT, O_KEY,
-           O_CA };
+    enum {
+        O_COORD = 1,
+        O_DEVICE,
+        O_NAME,
+        O_LISTEN,
+        O_ADVERTISE,
+        O_STATE,
+        O_JOIN,
+        O_CERT,
+        O_KEY,
+        O_CA
+    };
     static const struct option opts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
         {"device", required_argument, NULL, O_DEVICE},
@@ -78,8 +88,11 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
     static volatile sig_atomic_t stop;
     cli_on_stop_signals(&stop);
     wk_agent *a = NULL;
-    if (wk_agent_new(&a, &cfg, &err) != SC_OK)
-        return cli_report(self, &err);
+    if (wk_agent_new(&a, &cfg, &err) != SC_OK) {
+        int status = cli_report(self, &err);
+        /* another worker process holds this --name in this --state: a usage mistake */
+        return err.code == SC_ERR_EXISTS ? CLI_USAGE : status;
+    }
     sc_status rc = wk_agent_run(a, &stop, &err);
     wk_agent_destroy(&a);
     return rc == SC_OK ? CLI_OK : cli_report(self, &err);

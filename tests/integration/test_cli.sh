@@ -51,6 +51,24 @@ err=$("$sc" coordinator --state "$state" --listen 127.0.0.1:0 --suspect-after 5 
 [ -z "$(ls -A "$state")" ] || fail "a refused coordinator wrote into its state: $(ls -A "$state")"
 rm -rf "$state"
 
+# the same worker started twice with the defaults (its name from the host and device, its state
+# in the current folder): the second stops at once, exit 2, naming the name and the folder. No
+# coordinator is needed: the first keeps retrying its registration, holding the name.
+wdir=$(mktemp -d)
+(cd "$wdir" && STAGECRAFT_JOIN_TOKEN=t STAGECRAFT_COORDINATOR=127.0.0.1:1 exec "$sc" \
+    --log-level info worker >"$wdir/first.log" 2>&1) &
+first=$!
+for _ in $(seq 100); do grep -q "serving on" "$wdir/first.log" && break; sleep 0.1; done
+err=$(cd "$wdir" && STAGECRAFT_JOIN_TOKEN=t STAGECRAFT_COORDINATOR=127.0.0.1:1 timeout 10 "$sc" \
+    worker 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "a second default worker exited $rc, want 2: $err"
+[[ $err == "stagecraft worker: worker '"*"-cpu' in state folder .: another worker process holds"* ]] ||
+    fail "second default worker message: $err"
+kill -0 $first 2>/dev/null || fail "the first default worker stopped: $(cat "$wdir/first.log")"
+kill -TERM $first 2>/dev/null
+wait $first 2>/dev/null
+rm -rf "$wdir"
+
 if [ $failures -ne 0 ]; then
     echo "test_cli: $failures failure(s)"
     exit 1
