@@ -79,11 +79,14 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
     sc_err err;
     sc_err_clear(&err);
+    if (cli_coordinator_addr(coord_flag, &cfg.coordinator, &err) != SC_OK ||
+        (cfg.listen_addr != NULL &&
+         sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK))
+        return cli_report(self, &err);
     char join[256];
     if (cli_read_token(join_file, "STAGECRAFT_JOIN_TOKEN", join, sizeof join, &err) != SC_OK)
         return cli_report(self, &err);
     cfg.join_token = join;
-    cfg.coordinator = cli_coordinator_addr(coord_flag);
 
     static volatile sig_atomic_t stop;
     cli_on_stop_signals(&stop);

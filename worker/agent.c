@@ -133,10 +133,10 @@ static bool name_is_valid(const char *name)
 sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
 {
     *out = NULL;
-    if (cfg->coordinator == NULL || strchr(cfg->coordinator, ':') == NULL)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "--coordinator '%s': expected HOST:PORT (or set STAGECRAFT_COORDINATOR)",
-                       cfg->coordinator ? cfg->coordinator : "");
+    const char *listen = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1:0";
+    char host[256];
+    SC_CHECK(sc_parse_hostport(cfg->coordinator, false, "--coordinator", NULL, 0, NULL, err));
+    SC_CHECK(sc_parse_hostport(listen, true, "--listen", host, sizeof host, NULL, err));
     if (cfg->join_token == NULL || cfg->join_token[0] == '\0')
         return SC_ERRF(err, SC_ERR_INVALID,
                        "a join token is required: set STAGECRAFT_JOIN_TOKEN or --join-token-file "
@@ -179,7 +179,6 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
 
     SC_CHECK_GOTO(wk_hardware_report(device, true, &a->shared.hardware, err), fail);
 
-    const char *listen = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1:0";
     sc_rpc_server_cfg scfg = {.listen_addr = listen, .tls = cfg->tls};
     sc_rpc_method methods[WK_SERVICE_MAX_METHODS];
     size_t n = wk_service_methods(&a->shared, methods, WK_SERVICE_MAX_METHODS);
@@ -187,10 +186,6 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     scfg.n_methods = n;
     SC_CHECK_GOTO(sc_rpc_server_new(&a->rpc, &scfg, err), fail);
 
-    char host[256];
-    const char *colon = strrchr(listen, ':');
-    size_t hl = (size_t)(colon - listen);
-    snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), listen);
     if (cfg->advertise_host)
         sc_strlcpy(host, cfg->advertise_host, sizeof host);
     else if (strcmp(host, "0.0.0.0") == 0)
