@@ -7,16 +7,22 @@
 
 #include "common/sc_util.h"
 
-const char *cli_coordinator_addr(const char *flag)
+sc_status cli_coordinator_addr(const char *flag, const char **addr, sc_err *err)
 {
-    if (flag && flag[0])
-        return flag;
     const char *env = getenv("STAGECRAFT_COORDINATOR");
-    return env && env[0] ? env : "127.0.0.1:7070";
+    if (flag != NULL) {
+        *addr = flag;
+        return sc_parse_hostport(flag, false, "--coordinator", NULL, 0, NULL, err);
+    }
+    if (env != NULL && env[0] != '\0') {
+        *addr = env;
+        return sc_parse_hostport(env, false, "STAGECRAFT_COORDINATOR", NULL, 0, NULL, err);
+    }
+    *addr = "127.0.0.1:7070";
+    return SC_OK;
 }
 
-sc_status cli_read_token(const char *file, const char *env, char *token, size_t size,
-                         sc_err *err)
+sc_status cli_read_token(const char *file, const char *env, char *token, size_t size, sc_err *err)
 {
     token[0] = '\0';
     if (file) {

@@ -12,13 +12,14 @@
 
 #define CLI_CALL_TIMEOUT_MS 10000
 
-/* --coordinator, else STAGECRAFT_COORDINATOR, else 127.0.0.1:7070. */
-const char *cli_coordinator_addr(const char *flag);
+/* The coordinator's address into *addr: --coordinator (`flag`), else STAGECRAFT_COORDINATOR,
+ * else 127.0.0.1:7070. One that is not HOST:PORT with a port in [1, 65535] is SC_ERR_INVALID
+ * naming where it came from (the flag or the environment variable). */
+sc_status cli_coordinator_addr(const char *flag, const char **addr, sc_err *err);
 
 /* Reads a token from --FLAG FILE when given, else the environment variable `env`; *token is
  * "" when neither is set. The file may end with a newline. */
-sc_status cli_read_token(const char *file, const char *env, char *token, size_t size,
-                         sc_err *err);
+sc_status cli_read_token(const char *file, const char *env, char *token, size_t size, sc_err *err);
 
 /* One call to the coordinator at `addr`; on error err says which call failed and why. */
 sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,

@@ -12,8 +12,20 @@
 
 int cmd_coordinator(const cli_command *self, int argc, char **argv)
 {
-    enum { O_LISTEN = 1, O_STATE, O_ADVERTISE, O_JOIN, O_CLIENT, O_HB, O_SUSPECT, O_DEAD,
-           O_CERT, O_KEY, O_CA, O_PROFILE_TIMEOUT };
+    enum {
+        O_LISTEN = 1,
+        O_STATE,
+        O_ADVERTISE,
+        O_JOIN,
+        O_CLIENT,
+        O_HB,
+        O_SUSPECT,
+        O_DEAD,
+        O_CERT,
+        O_KEY,
+        O_CA,
+        O_PROFILE_TIMEOUT
+    };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
         {"state", required_argument, NULL, O_STATE},
@@ -91,6 +103,8 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
         return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
     if (cfg.state_dir == NULL)
         return cli_usage_error(self, "--state DIR is required (jobs and tokens are kept there)");
+    if (sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK)
+        return cli_report(self, &err);
     if ((cfg.tls.cert_path == NULL) != (cfg.tls.key_path == NULL))
         return cli_usage_error(self, "--tls-cert and --tls-key go together");
     char join[256], client[256];

@@ -59,7 +59,10 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
     if (positional == 1 && rest == 0)
         return cli_usage_error(self, "missing argument");
     a->arg = rest ? argv[optind] : NULL;
-    a->coordinator = cli_coordinator_addr(a->coordinator);
+    sc_err err;
+    sc_err_clear(&err);
+    if (cli_coordinator_addr(a->coordinator, &a->coordinator, &err) != SC_OK)
+        return cli_report(self, &err);
     return CLI_OK;
 }
 

@@ -10,8 +10,18 @@
 
 int cmd_worker(const cli_command *self, int argc, char **argv)
 {
-    enum { O_COORD = 1, O_DEVICE, O_NAME, O_LISTEN, O_ADVERTISE, O_STATE, O_JOIN, O_CERT, O_KEY,
-           O_CA };
+    enum {
+        O_COORD = 1,
+        O_DEVICE,
+        O_NAME,
+        O_LISTEN,
+        O_ADVERTISE,
+        O_STATE,
+        O_JOIN,
+        O_CERT,
+        O_KEY,
+        O_CA
+    };
     static const struct option opts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
         {"device", required_argument, NULL, O_DEVICE},
@@ -69,17 +79,23 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
     sc_err err;
     sc_err_clear(&err);
+    if (cli_coordinator_addr(coord_flag, &cfg.coordinator, &err) != SC_OK ||
+        (cfg.listen_addr != NULL &&
+         sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK))
+        return cli_report(self, &err);
     char join[256];
     if (cli_read_token(join_file, "STAGECRAFT_JOIN_TOKEN", join, sizeof join, &err) != SC_OK)
         return cli_report(self, &err);
     cfg.join_token = join;
-    cfg.coordinator = cli_coordinator_addr(coord_flag);
 
     static volatile sig_atomic_t stop;
     cli_on_stop_signals(&stop);
     wk_agent *a = NULL;
-    if (wk_agent_new(&a, &cfg, &err) != SC_OK)
-        return cli_report(self, &err);
+    if (wk_agent_new(&a, &cfg, &err) != SC_OK) {
+        int status = cli_report(self, &err);
+        /* another worker process holds this --name in this --state: a usage mistake */
+        return err.code == SC_ERR_EXISTS ? CLI_USAGE : status;
+    }
     sc_status rc = wk_agent_run(a, &stop, &err);
     wk_agent_destroy(&a);
     return rc == SC_OK ? CLI_OK : cli_report(self, &err);

@@ -1,6 +1,7 @@
 /* Helpers with no policy; see sc_util.h. */
 #include "common/sc_util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -116,5 +117,56 @@ sc_status sc_parse_double(const char *s, double min, double max, const char *wha
         return SC_ERRF(err, SC_ERR_INVALID, "%s: '%s' is not a number in [%g, %g]", what, s, min,
                        max);
     *out = v;
+    return SC_OK;
+}
+
+sc_status sc_parse_hostport(const char *s, bool port_zero_ok, const char *what, char *host,
+                            size_t host_size, int *port, sc_err *err)
+{
+    int lo = port_zero_ok ? 0 : 1;
+    const char *zero = port_zero_ok ? " (0 picks a free one)" : "";
+    if (s == NULL || *s == '\0')
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s: empty value; expected HOST:PORT with a port in [%d, 65535]%s", what, lo,
+                       zero);
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s '%s': expected HOST:PORT with a port in [%d, 65535]%s", what, s, lo,
+                       zero);
+    size_t hl = (size_t)(colon - s);
+    if (hl == 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "%s '%s': the host is empty; expected HOST:PORT", what,
+                       s);
+    for (const char *p = s; p < colon; p++)
+        if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p))
+            return SC_ERRF(err, SC_ERR_INVALID, "%s '%s': the host contains white space", what, s);
+    /* a ':' inside the host is an IPv6 address: it needs brackets, or the port is ambiguous */
+    bool bracketed = s[0] == '[' && colon[-1] == ']';
+    if (memchr(s, ':', hl) != NULL && !bracketed)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s '%s': an IPv6 host goes in brackets, as in [::1]:7070", what, s);
+    if (bracketed && hl == 2)
+        return SC_ERRF(err, SC_ERR_INVALID, "%s '%s': the host is empty; expected HOST:PORT", what,
+                       s);
+    /* digits only: strtoll alone would take a sign, leading blanks or "0x" */
+    const char *ps = colon + 1;
+    bool digits = *ps != '\0' && strlen(ps) <= 5;
+    for (const char *p = ps; digits && *p; p++)
+        digits = *p >= '0' && *p <= '9';
+    long v = digits ? strtol(ps, NULL, 10) : -1;
+    if (!digits || v < lo || v > 65535)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s '%s': the port '%s' is not an integer in [%d, 65535]%s", what, s, ps, lo,
+                       zero);
+    if (host != NULL) {
+        if (hl >= host_size)
+            return SC_ERRF(err, SC_ERR_INVALID, "%s '%s': the host is longer than %zu characters",
+                           what, s, host_size - 1);
+        memcpy(host, s, hl);
+        host[hl] = '\0';
+    }
+    if (port != NULL)
+        *port = (int)v;
     return SC_OK;
 }

@@ -1,6 +1,6 @@
 /*
  * Small helpers with no policy: bounded string copy, whole-file reads with a size cap,
- * checked number parsing for command-line values.
+ * checked number and address parsing for command-line values.
  */
 #ifndef SC_UTIL_H
 #define SC_UTIL_H
@@ -19,7 +19,8 @@ size_t sc_strlcpy(char *dst, const char *src, size_t size);
 
 /* snprintf that truncates on purpose (messages, labels): always NUL-terminates; returns the
  * length written. */
-size_t sc_strfmt(char *dst, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+size_t sc_strfmt(char *dst, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Reads a whole file into a NUL-terminated heap buffer (caller frees). Files larger than
  * `max_bytes` are refused with SC_ERR_TOO_LARGE; a missing or unreadable file is SC_ERR_IO
@@ -32,5 +33,14 @@ sc_status sc_parse_int64(const char *s, int64_t min, int64_t max, const char *wh
                          sc_err *err);
 sc_status sc_parse_double(const char *s, double min, double max, const char *what, double *out,
                           sc_err *err);
+
+/* Checks a "HOST:PORT" address as the --listen and --coordinator flags take it: a host that is
+ * not empty and has no white space (an IPv6 address in brackets, "[::1]:7070") and a port that is
+ * an integer in [1, 65535], or in [0, 65535] when `port_zero_ok` (an address to listen on, where
+ * port 0 picks a free one). Anything else is SC_ERR_INVALID naming `what` ("--listen"), the value
+ * and what is valid. On success host[host_size] gets the host as written (brackets kept) and
+ * *port the port; either may be NULL. A host that does not fit host_size is SC_ERR_INVALID. */
+sc_status sc_parse_hostport(const char *s, bool port_zero_ok, const char *what, char *host,
+                            size_t host_size, int *port, sc_err *err);
 
 #endif /* SC_UTIL_H */

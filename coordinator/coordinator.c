@@ -84,8 +84,8 @@ static sc_status setup_tokens(coord *c, sc_err *err)
         sc_strlcpy(c->join_token, c->cfg.join_token, sizeof c->join_token);
         c->join_token_path[0] = '\0';
     } else {
-        SC_CHECK(load_or_make_token(c->join_token_path, c->join_token, sizeof c->join_token,
-                                    &made, err));
+        SC_CHECK(load_or_make_token(c->join_token_path, c->join_token, sizeof c->join_token, &made,
+                                    err));
         if (made)
             SC_LOG_INFO(LOG, "generated a join token for workers in %s", c->join_token_path);
     }
@@ -93,8 +93,8 @@ static sc_status setup_tokens(coord *c, sc_err *err)
         sc_strlcpy(c->client_token, c->cfg.client_token, sizeof c->client_token);
         c->client_token_path[0] = '\0';
     } else {
-        SC_CHECK(load_or_make_token(c->client_token_path, c->client_token,
-                                    sizeof c->client_token, &made, err));
+        SC_CHECK(load_or_make_token(c->client_token_path, c->client_token, sizeof c->client_token,
+                                    &made, err));
         if (made)
             SC_LOG_INFO(LOG, "generated a client token for submit/cancel in %s",
                         c->client_token_path);
@@ -125,8 +125,8 @@ static bool allow_worker_key(void *user, const uint8_t key[32])
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < coord_registry_count(c->registry) && !ok; i++) {
         const coord_worker *w = coord_registry_at(c->registry, i);
-        ok = w->has_curve_key && w->state != COORD_WORKER_DEAD &&
-             memcmp(w->curve_key, key, 32) == 0;
+        ok =
+            w->has_curve_key && w->state != COORD_WORKER_DEAD && memcmp(w->curve_key, key, 32) == 0;
     }
     pthread_mutex_unlock(&c->lock);
     return ok;
@@ -169,19 +169,6 @@ static sc_status setup_curve(coord *c, sc_err *err)
     return sc_ctl_zap_start(&c->zap, c->zctx, allow_worker_key, c, err);
 }
 
-static sc_status split_host(const char *addr, char *host, size_t size, sc_err *err)
-{
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon == addr || colon[1] == '\0')
-        return SC_ERRF(err, SC_ERR_INVALID, "--listen '%s': expected HOST:PORT", addr);
-    size_t n = (size_t)(colon - addr);
-    if (n >= size)
-        return SC_ERRF(err, SC_ERR_INVALID, "--listen '%s': host too long", addr);
-    memcpy(host, addr, n);
-    host[n] = '\0';
-    return SC_OK;
-}
-
 sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
 {
     *out = NULL;
@@ -198,7 +185,8 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     sc_strlcpy(c->state_dir, cfg->state_dir, sizeof c->state_dir);
     sc_status rc;
     char host[256];
-    SC_CHECK_GOTO(split_host(cfg->listen_addr, host, sizeof host, err), fail);
+    SC_CHECK_GOTO(
+        sc_parse_hostport(cfg->listen_addr, true, "--listen", host, sizeof host, NULL, err), fail);
     /* settings first: a refused one leaves the state folder as it was (no token written) */
     SC_CHECK_GOTO(coord_registry_new(&c->registry, &cfg->registry, err), fail);
     SC_CHECK_GOTO(coord_store_open(&c->store, c->state_dir, err), fail);
@@ -306,9 +294,9 @@ const char *coord_client_token_path(const coord *c)
     return c->client_token_path;
 }
 
-sc_status coord_queue_command_locked(coord *c, const char *worker_id,
-                                     Stagecraft__CommandKind kind, const char *job_id,
-                                     uint64_t step, const char *payload_json, sc_err *err)
+sc_status coord_queue_command_locked(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
+                                     const char *job_id, uint64_t step, const char *payload_json,
+                                     sc_err *err)
 {
     coord_cmd *cmd = calloc(1, sizeof *cmd);
     SC_ALLOC_CHECK(cmd, err);
@@ -419,8 +407,7 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
                         env->command_ack->message);
         break;
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR: {
-        SC_LOG_WARN(LOG, "worker %s reports %s: %s", peer, env->error->code,
-                    env->error->message);
+        SC_LOG_WARN(LOG, "worker %s reports %s: %s", peer, env->error->code, env->error->message);
         pthread_mutex_lock(&c->lock);
         coord_worker *w = coord_registry_find(c->registry, peer);
         if (w != NULL && w->rec.epoch == env->epoch && w->job_id[0])

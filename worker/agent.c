@@ -8,10 +8,12 @@
 #include "worker/agent.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -36,13 +38,14 @@ struct wk_agent {
     char device[32];
     char join_token[256];
     char id_path[1200];
+    int lock_fd; /* STATE/worker-NAME.lock, held locked (flock) until destroy; -1 when not open */
     char endpoint[300]; /* this worker's service as the coordinator should dial it */
     uint32_t rpc_timeout_ms;
 
-    wk_state shared;     /* guarded by shared.lock; also used by the Worker service */
+    wk_state shared; /* guarded by shared.lock; also used by the Worker service */
     sc_rpc_server *rpc;
     sc_rpc_client *coord;
-    sc_ctl *ctl;         /* owned by the thread in wk_agent_run */
+    sc_ctl *ctl; /* owned by the thread in wk_agent_run */
     char control_endpoint[300];
     char curve_public[SC_CTL_KEY_Z85_LEN + 1]; /* this worker's key pair, new each start; */
     char curve_secret[SC_CTL_KEY_Z85_LEN + 1]; /* "" when libzmq has no CURVE */
@@ -82,6 +85,27 @@ static void save_id(wk_agent *a)
         SC_LOG_WARN(LOG, "cannot write %s: %s", a->id_path, strerror(errno));
 }
 
+/* Takes the exclusive lock of this worker's name in its state folder. Two processes with the same
+ * name and folder would share the id file, register under the same id and fence each other in
+ * turn; the lock makes the second one stop before it registers. flock is released by the kernel
+ * when the process ends however it ends, so a crashed worker leaves no stale lock. */
+static sc_status lock_name(wk_agent *a, const char *dir, sc_err *err)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/worker-%s.lock", dir, a->name);
+    a->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (a->lock_fd < 0)
+        return SC_ERRF(err, SC_ERR_IO, "cannot open the lock file %s: %s", path, strerror(errno));
+    if (flock(a->lock_fd, LOCK_EX | LOCK_NB) == 0)
+        return SC_OK;
+    if (errno == EWOULDBLOCK)
+        return SC_ERRF(err, SC_ERR_EXISTS,
+                       "worker '%s' in state folder %s: another worker process holds %s (same "
+                       "--name and --state); stop it, or give this one another --name or --state",
+                       a->name, dir, path);
+    return SC_ERRF(err, SC_ERR_IO, "cannot lock %s: %s", path, strerror(errno));
+}
+
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
 static void default_name(char *out, size_t size, const char *device)
@@ -109,10 +133,10 @@ static bool name_is_valid(const char *name)
 sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
 {
     *out = NULL;
-    if (cfg->coordinator == NULL || strchr(cfg->coordinator, ':') == NULL)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "--coordinator '%s': expected HOST:PORT (or set STAGECRAFT_COORDINATOR)",
-                       cfg->coordinator ? cfg->coordinator : "");
+    const char *listen = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1:0";
+    char host[256];
+    SC_CHECK(sc_parse_hostport(cfg->coordinator, false, "--coordinator", NULL, 0, NULL, err));
+    SC_CHECK(sc_parse_hostport(listen, true, "--listen", host, sizeof host, NULL, err));
     if (cfg->join_token == NULL || cfg->join_token[0] == '\0')
         return SC_ERRF(err, SC_ERR_INVALID,
                        "a join token is required: set STAGECRAFT_JOIN_TOKEN or --join-token-file "
@@ -125,6 +149,7 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     wk_agent *a = calloc(1, sizeof *a);
     SC_ALLOC_CHECK(a, err);
     sc_status rc = SC_OK;
+    a->lock_fd = -1;
     pthread_mutex_init(&a->shared.lock, NULL);
     sc_strlcpy(a->coordinator, cfg->coordinator, sizeof a->coordinator);
     sc_strlcpy(a->device, device, sizeof a->device);
@@ -135,8 +160,8 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     else
         default_name(a->name, sizeof a->name, device);
     if (!name_is_valid(a->name)) {
-        rc = SC_ERRF(err, SC_ERR_INVALID,
-                     "--name '%s': use letters, digits, '-', '_' and '.' only", a->name);
+        rc = SC_ERRF(err, SC_ERR_INVALID, "--name '%s': use letters, digits, '-', '_' and '.' only",
+                     a->name);
         goto fail;
     }
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
@@ -147,13 +172,13 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         rc = SC_ERRF(err, SC_ERR_IO, "cannot create state folder %s: %s", dir, strerror(errno));
         goto fail;
     }
+    SC_CHECK_GOTO(lock_name(a, dir, err), fail);
     snprintf(a->id_path, sizeof a->id_path, "%s/worker-%s.id", dir, a->name);
     snprintf(a->shared.checkpoint_dir, sizeof a->shared.checkpoint_dir, "%s/checkpoints", dir);
     load_id(a);
 
     SC_CHECK_GOTO(wk_hardware_report(device, true, &a->shared.hardware, err), fail);
 
-    const char *listen = cfg->listen_addr ? cfg->listen_addr : "127.0.0.1:0";
     sc_rpc_server_cfg scfg = {.listen_addr = listen, .tls = cfg->tls};
     sc_rpc_method methods[WK_SERVICE_MAX_METHODS];
     size_t n = wk_service_methods(&a->shared, methods, WK_SERVICE_MAX_METHODS);
@@ -161,10 +186,6 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     scfg.n_methods = n;
     SC_CHECK_GOTO(sc_rpc_server_new(&a->rpc, &scfg, err), fail);
 
-    char host[256];
-    const char *colon = strrchr(listen, ':');
-    size_t hl = (size_t)(colon - listen);
-    snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), listen);
     if (cfg->advertise_host)
         sc_strlcpy(host, cfg->advertise_host, sizeof host);
     else if (strcmp(host, "0.0.0.0") == 0)
@@ -200,6 +221,8 @@ void wk_agent_destroy(wk_agent **ap)
     wk_hardware_free(&a->shared.hardware);
     wk_state_release(&a->shared, NULL, "worker stopping");
     pthread_mutex_destroy(&a->shared.lock);
+    if (a->lock_fd >= 0)
+        close(a->lock_fd); /* releases the name's lock */
     free(a);
     *ap = NULL;
 }
@@ -232,8 +255,8 @@ static sc_status do_register(wk_agent *a, sc_err *err)
 
     ProtobufCMessage *m = NULL;
     SC_CHECK(sc_rpc_call(a->coord, "/stagecraft.Coordinator/RegisterWorker", &req.base,
-                         &stagecraft__register_worker_response__descriptor, &m,
-                         a->rpc_timeout_ms, err));
+                         &stagecraft__register_worker_response__descriptor, &m, a->rpc_timeout_ms,
+                         err));
     Stagecraft__RegisterWorkerResponse *resp = (void *)m;
     pthread_mutex_lock(&a->shared.lock);
     sc_strlcpy(a->shared.id, resp->worker_id, sizeof a->shared.id);
@@ -374,8 +397,10 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
             pthread_mutex_lock(&a->shared.lock);
             sc_status rc = SC_OK;
             if (a->shared.trainer == NULL || strcmp(a->shared.job_id, cmd->job_id) != 0)
-                rc = SC_ERRF(&err, SC_ERR_PRECONDITION, "START for job %s, which is not assigned "
-                             "here", cmd->job_id);
+                rc = SC_ERRF(&err, SC_ERR_PRECONDITION,
+                             "START for job %s, which is not assigned "
+                             "here",
+                             cmd->job_id);
             else
                 rc = wk_trainer_start(a->shared.trainer, cmd->payload_json, &err);
             if (rc == SC_OK)

@@ -58,6 +58,12 @@ worker_state() {
         sed 's/.*"state":"\([a-z]*\)"/\1/'
 }
 
+# worker_epoch NAME: the epoch of the worker's current registration, from `stagecraft workers --json`.
+worker_epoch() {
+    "$sc" workers --json | tr -d ' \n' | sed 's/{"id"/\n{"id"/g' | grep "\"name\":\"$1\"" |
+        sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'
+}
+
 job_state() {
     "$sc" status "$1" --json | sed -n 's/^  "state": "\([a-z]*\)",*/\1/p'
 }

@@ -51,6 +51,58 @@ err=$("$sc" coordinator --state "$state" --listen 127.0.0.1:0 --suspect-after 5 
 [ -z "$(ls -A "$state")" ] || fail "a refused coordinator wrote into its state: $(ls -A "$state")"
 rm -rf "$state"
 
+# HOST:PORT values are checked before anything starts: a port is an integer in [1, 65535], or in
+# [0, 65535] where the flag listens (0 picks a free one), and the host is not empty. Each refusal
+# is exit 2 and one line naming the flag (or variable), the value and what is valid. A port that
+# used to wrap (99999 ran on 34463) or reach gRPC raw (-1) must not start anything: `timeout`
+# stops a daemon that wrongly runs.
+state=$(mktemp -d)
+check_addr() { # EXPECTED_TEXT COMMAND...
+    local want=$1; shift
+    local err rc
+    err=$(STAGECRAFT_JOIN_TOKEN=t timeout 10 "$@" 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] || fail "'${*:2}' exited $rc, want 2: $err"
+    [[ $err == *"$want"* ]] || fail "'${*:2}' message: $err"
+    [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "'${*:2}': more than one line: $err"
+}
+check_addr "--listen '127.0.0.1:99999': the port '99999' is not an integer in [0, 65535]" \
+    "$sc" coordinator --state "$state" --listen 127.0.0.1:99999
+check_addr "--listen '127.0.0.1:-1': the port '-1' is not an integer in [0, 65535]" \
+    "$sc" coordinator --state "$state" --listen 127.0.0.1:-1
+check_addr "--listen ':7070': the host is empty" "$sc" coordinator --state "$state" --listen :7070
+[ -z "$(ls -A "$state")" ] || fail "a refused --listen wrote into the state: $(ls -A "$state")"
+check_addr "--listen '127.0.0.1:99999'" "$sc" worker --state "$state" --listen 127.0.0.1:99999
+check_addr "--coordinator '127.0.0.1:99999': the port '99999' is not an integer in [1, 65535]" \
+    "$sc" worker --state "$state" --coordinator 127.0.0.1:99999
+check_addr "--coordinator '127.0.0.1:0'" "$sc" worker --state "$state" --coordinator 127.0.0.1:0
+check_addr "--coordinator 'notahost:abc': the port 'abc'" \
+    "$sc" worker --state "$state" --coordinator notahost:abc
+check_addr "STAGECRAFT_COORDINATOR 'nohost'" env STAGECRAFT_COORDINATOR=nohost \
+    "$sc" worker --state "$state"
+check_addr "--coordinator '127.0.0.1:99999'" "$sc" workers --coordinator 127.0.0.1:99999
+check_addr "--coordinator 'notahost:abc'" "$sc" status --coordinator notahost:abc
+check_addr "STAGECRAFT_COORDINATOR '127.0.0.1:65536'" env STAGECRAFT_COORDINATOR=127.0.0.1:65536 \
+    "$sc" workers
+rm -rf "$state"
+
+# the same worker started twice with the defaults (its name from the host and device, its state
+# in the current folder): the second stops at once, exit 2, naming the name and the folder. No
+# coordinator is needed: the first keeps retrying its registration, holding the name.
+wdir=$(mktemp -d)
+(cd "$wdir" && STAGECRAFT_JOIN_TOKEN=t STAGECRAFT_COORDINATOR=127.0.0.1:1 exec "$sc" \
+    --log-level info worker >"$wdir/first.log" 2>&1) &
+first=$!
+for _ in $(seq 100); do grep -q "serving on" "$wdir/first.log" && break; sleep 0.1; done
+err=$(cd "$wdir" && STAGECRAFT_JOIN_TOKEN=t STAGECRAFT_COORDINATOR=127.0.0.1:1 timeout 10 "$sc" \
+    worker 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "a second default worker exited $rc, want 2: $err"
+[[ $err == "stagecraft worker: worker '"*"-cpu' in state folder .: another worker process holds"* ]] ||
+    fail "second default worker message: $err"
+kill -0 $first 2>/dev/null || fail "the first default worker stopped: $(cat "$wdir/first.log")"
+kill -TERM $first 2>/dev/null
+wait $first 2>/dev/null
+rm -rf "$wdir"
+
 if [ $failures -ne 0 ]; then
     echo "test_cli: $failures failure(s)"
     exit 1

@@ -60,6 +60,23 @@ STAGECRAFT_JOIN_TOKEN=nope "$sc" worker --name intruder --state "$work/other" \
     fail "impostor: exit $rc: $(tail -1 "$work/imp.log")"
 pass "duplicate and impostor workers refused"
 
+# the same worker started again (same --name and --state, so the same id file) stops before it
+# registers: the running one keeps its registration (no new epoch) and its job keeps running
+w1_pid=$(pgrep -f -- "--name w1 --state $work/wstate")
+epoch=$(worker_epoch w1)
+err=$(timeout 10 "$sc" worker --name w1 --state "$work/wstate" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "w1 started twice on one state folder: exit $rc, want 2: $err"
+[[ $err == "stagecraft worker: worker 'w1' in state folder $work/wstate: another worker process holds"* ]] ||
+    fail "w1 started twice: message '$err'"
+[ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "w1 started twice: more than one line: $err"
+sleep 1 # five heartbeat intervals: a second registration would have shown by now
+kill -0 "$w1_pid" 2>/dev/null || fail "the running w1 stopped"
+[ -n "$epoch" ] && [ "$(worker_epoch w1)" = "$epoch" ] ||
+    fail "w1's epoch went from '$epoch' to '$(worker_epoch w1)'"
+worker_is w1 alive && is_state job-1 running ||
+    fail "after the second w1: w1 is $(worker_state w1), job-1 is $(job_state job-1)"
+pass "the same worker started twice is refused; the running one keeps epoch $epoch"
+
 # a stopped worker is suspect, then dead, within the configured time (1 s + one sweep)
 kill -STOP "$w2_pid"
 t0=$SECONDS

@@ -27,6 +27,7 @@
 #include "kernels/stage.h"
 #include "worker/data/data.h"
 #include "worker/runtime/runner.h"
+#include "worker/transport/transport.h"
 
 #define GPT_JSON                                                                                   \
     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "       \
@@ -1134,6 +1135,42 @@ static void test_peer_gone(void **state)
     rt_runner_destroy(&r[0]);
 }
 
+/* A zmq stage's inbox takes no message larger than any its peers can legitimately send (a whole
+ * batch of its widest boundary): a larger one, from whoever reaches the port, is refused by zmq
+ * before it is allocated, and the receive waiting for it times out as for a lost peer. Stage 1
+ * of an MLP [12, 10, 8, 6, 4] in two stages, batch 8, expects 4 x 8 floats per micro-batch; a
+ * "stage 0" sends 64 KiB, far above 8 samples of any of its boundaries. */
+static void test_oversized_message_refused(void **state)
+{
+    (void)state;
+    const run_spec rs = {MLP_JSON, "gpipe", 2, 8, 2, 1, "sgd", "zmq", NULL, NULL, NULL, 0};
+    rt_runner_cfg c = spec_cfg(&rs, 1, model_blocks(rs.model));
+    c.timeout_ms = 500;
+    rt_runner *r = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_new(&r, &c, &err), SC_OK);
+    rt_transport_cfg tc = rt_transport_cfg_default();
+    tc.tag = c.tag;
+    tc.timeout_ms = 500;
+    rt_transport *fake = NULL;
+    assert_int_equal(rt_transport_new(&fake, &tc, &err), SC_OK);
+    assert_int_equal(rt_transport_connect(fake, NULL, rt_runner_endpoint(r), &err), SC_OK);
+    assert_int_equal(rt_runner_connect(r, rt_transport_endpoint(fake), NULL, &err), SC_OK);
+    size_t big = 64 * 1024;
+    void *junk = calloc(1, big);
+    assert_non_null(junk);
+    assert_int_equal(rt_transport_send(fake, RT_MSG_ACTIVATION, 1, 0, junk, big, &err), SC_OK);
+    rt_report rep;
+    sc_status rc = rt_runner_step(r, 1, &rep, &err);
+    if (rc != SC_ERR_TIMEOUT)
+        fail_msg("step: %s: %s (want a timeout: the message should never arrive)",
+                 sc_status_name(rc), err.msg);
+    free(junk);
+    rt_transport_destroy(&fake);
+    rt_runner_destroy(&r);
+}
+
 static void test_loss_decreases(void **state)
 {
     (void)state;
@@ -2075,6 +2112,7 @@ int main(void)
         cmocka_unit_test(test_pipedream_flush_checkpoint),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_peer_gone),
+        cmocka_unit_test(test_oversized_message_refused),
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_replicated_equivalence),

@@ -97,6 +97,77 @@ static void test_parse_numbers(void **state)
     assert_int_equal(sc_parse_double("", 0, 1, "--x", &d, &err), SC_ERR_INVALID);
 }
 
+/* One HOST:PORT check for every address flag: ports outside 16 bits used to wrap silently. */
+static void test_parse_hostport(void **state)
+{
+    (void)state;
+    sc_err err;
+    char host[64];
+    int port = -1;
+    static const struct {
+        const char *s;
+        bool zero_ok;
+        const char *host;
+        int port;
+    } good[] = {
+        {"127.0.0.1:7070", false, "127.0.0.1", 7070},
+        {"coord.example:1", false, "coord.example", 1},
+        {"h:65535", false, "h", 65535},
+        {"127.0.0.1:0", true, "127.0.0.1", 0},
+        {"[::1]:7070", false, "[::1]", 7070},
+        {"0.0.0.0:08080", true, "0.0.0.0", 8080},
+    };
+    for (size_t i = 0; i < SC_ARRAY_LEN(good); i++) {
+        sc_err_clear(&err);
+        if (sc_parse_hostport(good[i].s, good[i].zero_ok, "--listen", host, sizeof host, &port,
+                              &err) != SC_OK)
+            fail_msg("'%s' refused: %s", good[i].s, err.msg);
+        assert_string_equal(host, good[i].host);
+        assert_int_equal(port, good[i].port);
+    }
+    static const struct {
+        const char *s;
+        bool zero_ok;
+        const char *says;
+    } bad[] = {
+        {"127.0.0.1:99999", true, "not an integer in [0, 65535] (0 picks a free one)"},
+        {"127.0.0.1:65536", false, "not an integer in [1, 65535]"},
+        {"127.0.0.1:-1", true, "the port '-1'"},
+        {"127.0.0.1:0", false, "[1, 65535]"},
+        {"notahost:abc", false, "the port 'abc'"},
+        {"127.0.0.1: 80", false, "the port ' 80'"},
+        {"127.0.0.1:+80", false, "the port '+80'"},
+        {"127.0.0.1:0x50", false, "the port '0x50'"},
+        {"127.0.0.1:", false, "the port ''"},
+        {"127.0.0.1", false, "expected HOST:PORT"},
+        {":7070", false, "the host is empty"},
+        {"[]:7070", false, "the host is empty"},
+        {"my host:7070", false, "white space"},
+        {"::1:7070", false, "in brackets"},
+        {"", false, "empty value"},
+    };
+    for (size_t i = 0; i < SC_ARRAY_LEN(bad); i++) {
+        sc_err_clear(&err);
+        port = -1;
+        if (sc_parse_hostport(bad[i].s, bad[i].zero_ok, "--coordinator", host, sizeof host, &port,
+                              &err) != SC_ERR_INVALID)
+            fail_msg("'%s' accepted", bad[i].s);
+        if (strstr(err.msg, bad[i].says) == NULL || strstr(err.msg, "--coordinator") == NULL)
+            fail_msg("'%s': message \"%s\" lacks \"%s\" or the flag", bad[i].s, err.msg,
+                     bad[i].says);
+        if (bad[i].s[0] != '\0')
+            assert_non_null(strstr(err.msg, bad[i].s));
+        assert_int_equal(port, -1);
+    }
+    sc_err_clear(&err);
+    assert_int_equal(
+        sc_parse_hostport("a-rather-long-host-name:80", false, "--x", host, 8, NULL, &err),
+        SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "longer than 7"));
+    sc_err_clear(&err);
+    assert_int_equal(sc_parse_hostport("h:80", false, "--x", NULL, 0, NULL, &err), SC_OK);
+}
+
 static void test_strlcpy_and_file_read(void **state)
 {
     (void)state;
@@ -152,13 +223,10 @@ static void test_log_levels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_strings),
-        cmocka_unit_test(test_first_error_wins),
-        cmocka_unit_test(test_check_macros),
-        cmocka_unit_test(test_parse_numbers),
-        cmocka_unit_test(test_strlcpy_and_file_read),
-        cmocka_unit_test(test_clock_monotonic),
-        cmocka_unit_test(test_log_levels),
+        cmocka_unit_test(test_status_strings),  cmocka_unit_test(test_first_error_wins),
+        cmocka_unit_test(test_check_macros),    cmocka_unit_test(test_parse_numbers),
+        cmocka_unit_test(test_parse_hostport),  cmocka_unit_test(test_strlcpy_and_file_read),
+        cmocka_unit_test(test_clock_monotonic), cmocka_unit_test(test_log_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

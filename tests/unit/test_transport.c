@@ -192,6 +192,77 @@ static void test_tag_filters_stray_messages(void **state)
     rt_transport_destroy(&b);
 }
 
+/* An inbox with max_message_bytes takes messages up to that size; a peer that sends a larger one
+ * is disconnected by zmq before the payload is allocated, so the receive times out as for a lost
+ * peer. The inbox keeps serving: another peer's messages, and the same peer's once it has
+ * reconnected, still arrive. */
+static void test_zmq_message_limit(void **state)
+{
+    (void)state;
+    enum { LIMIT = 4096 };
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.bind_endpoint = "tcp://127.0.0.1:0";
+    c.timeout_ms = 500;
+    c.max_message_bytes = LIMIT;
+    rt_transport *b = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&b, &c, &err), SC_OK);
+    /* two previous stages pushing into b's one inbox: `bad` oversends, `good` does not */
+    rt_transport *bad = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 500);
+    rt_transport *good = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 500);
+    assert_int_equal(rt_transport_connect(bad, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(good, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(good), NULL, &err), SC_OK);
+
+    unsigned char *buf = malloc(LIMIT + 1), *got = malloc(LIMIT + 1);
+    assert_non_null(buf);
+    assert_non_null(got);
+    for (int i = 0; i <= LIMIT; i++)
+        buf[i] = (unsigned char)(i * 7);
+
+    /* at the limit: delivered */
+    assert_int_equal(rt_transport_send(good, RT_MSG_ACTIVATION, 1, 0, buf, LIMIT, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 1, 0, got, LIMIT, &err), SC_OK);
+    assert_memory_equal(got, buf, LIMIT);
+
+    /* one byte over: never delivered */
+    assert_int_equal(rt_transport_send(bad, RT_MSG_ACTIVATION, 2, 0, buf, LIMIT + 1, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 2, 0, got, LIMIT + 1, &err),
+                     SC_ERR_TIMEOUT);
+    assert_int_equal(rt_transport_pending(b), 0);
+
+    /* the inbox still serves the other peer, and the oversender once it has reconnected */
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_send(good, RT_MSG_ACTIVATION, 3, 0, buf, LIMIT, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 3, 0, got, LIMIT, &err), SC_OK);
+    assert_memory_equal(got, buf, LIMIT);
+    assert_int_equal(rt_transport_send(bad, RT_MSG_ACTIVATION, 4, 0, buf, 16, &err), SC_OK);
+    sc_status rc = SC_ERR_TIMEOUT;
+    for (int i = 0; i < 20 && rc == SC_ERR_TIMEOUT; i++) { /* zmq reconnects after 100 ms */
+        sc_err_clear(&err);
+        rc = rt_transport_recv(b, RT_MSG_ACTIVATION, 4, 0, got, 16, &err);
+    }
+    assert_int_equal(rc, SC_OK);
+    assert_memory_equal(got, buf, 16);
+
+    /* a limit below the header's size still admits the header and a payload at the limit */
+    rt_transport_destroy(&b);
+    c.max_message_bytes = 8;
+    assert_int_equal(rt_transport_new(&b, &c, &err), SC_OK);
+    assert_int_equal(rt_transport_connect(good, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(good), NULL, &err), SC_OK);
+    assert_int_equal(rt_transport_send(good, RT_MSG_ACTIVATION, 5, 0, buf, 8, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 5, 0, got, 8, &err), SC_OK);
+    assert_memory_equal(got, buf, 8);
+
+    free(buf);
+    free(got);
+    rt_transport_destroy(&bad);
+    rt_transport_destroy(&good);
+    rt_transport_destroy(&b);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -235,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_local_peer_gone_unavailable),
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_tag_filters_stray_messages),
+        cmocka_unit_test(test_zmq_message_limit),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

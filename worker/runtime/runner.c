@@ -700,12 +700,31 @@ static sc_status nccl_side(const rt_runner *r, const rt_runner_cfg *c, kn_device
                        "prev_replicas %d, next_replicas %d); valid: all 1, or transport \"zmq\"",
                        r->s, r->nrep, r->nrep_prev, r->nrep_next);
     tc->device = dev.index;
-    /* this stage's own largest messages; a neighbour with larger entries (unequal sizes) makes
-     * the transport grow its receive staging once */
+    /* nccl preallocates staging of max_message_bytes and enforces no limit: there it is this
+     * stage's own largest message, not message_bound's batch (device memory for a whole batch
+     * would mostly sit idle); a neighbour with larger entries (unequal sizes) makes the
+     * transport grow its receive staging once */
     size_t per_sample = r->in_elems > r->out_elems ? r->in_elems : r->out_elems;
     int most = r->Bcap > r->Mcap ? r->Bcap : r->Mcap;
     tc->max_message_bytes = (size_t)most * per_sample * sizeof(float);
     return SC_OK;
+}
+
+/* The largest message a peer can legitimately send this stage: what the transports take as
+ * max_message_bytes (zmq refuses larger ones, so a stray or hostile sender cannot make the stage
+ * allocate what it claims). Activations and gradients carry one entry of a neighbour's cut, 4
+ * bytes per element (floats, or int32 tokens): never more than the whole batch, though more than
+ * this stage's own micro-batches where stages have sizes of their own, and a neighbour whose
+ * cut disagrees with this stage's lists must still get through for gather to name the list.
+ * Copies of a replicated stage all-reduce over the same inbox: np floats and a double. */
+static size_t message_bound(const rt_runner *r)
+{
+    size_t per_sample = r->in_elems > r->out_elems ? r->in_elems : r->out_elems;
+    size_t most = (size_t)r->batch * per_sample * 4;
+    size_t reduce = r->np * sizeof(float) + sizeof(double);
+    if (r->nrep > 1 && reduce > most)
+        most = reduce;
+    return most;
 }
 
 /* The data-plane transports: one for both boundaries (the usual case), or, when cfg
@@ -726,6 +745,7 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
         next_kind = tc.kind;
     tc.timeout_ms = c->timeout_ms;
     tc.tag = c->tag;
+    tc.max_message_bytes = message_bound(r); /* nccl_side puts its own */
     if (next_kind == tc.kind) {
         if (c->bind_endpoint != NULL)
             tc.bind_endpoint = c->bind_endpoint;

@@ -55,9 +55,12 @@ typedef struct {
     uint64_t tag;   /* messages carrying another tag (an older job's) are dropped (nccl: an
                      * error, since its messages cannot be skipped) */
     int device;     /* nccl only: the CUDA device ordinal of this stage (cuda:N) */
-    /* nccl only: the largest message expected (0: not known); its staging is allocated when
-     * connecting, since device and pinned allocations while NCCL kernels run may wait for
-     * them. Larger messages still work (their staging is made when first needed). */
+    /* The largest message a peer may legitimately send this stage (0: not known, no limit).
+     * zmq: the inbox refuses larger ones; zmq disconnects a peer that sends one (it reconnects
+     * by itself, but that message is lost), so the receive waiting for it times out as for a
+     * lost peer. nccl: the largest message expected; its staging is allocated when connecting,
+     * since device and pinned allocations while NCCL kernels run may wait for them. Larger
+     * messages still work there (their staging is made when first needed). local: unused. */
     size_t max_message_bytes;
 } rt_transport_cfg;
 

@@ -3,7 +3,9 @@
  * PULL socket (its inbox) and connects one PUSH socket to each neighbour's inbox; a message is two
  * frames, a fixed header (magic, kind, tag, step, micro-batch, size) and the payload.
  * Does not detect a dead peer actively: a receive from it simply times out (the wait loop in
- * transport.c bounds it). Invariant: closing waits at most FLUSH_MAX_MS (or the timeout, if
+ * transport.c bounds it). The inbox refuses payloads larger than cfg max_message_bytes
+ * (ZMQ_MAXMSGSIZE): zmq closes that peer's connection rather than allocating what a stray or
+ * hostile sender claims. Invariant: closing waits at most FLUSH_MAX_MS (or the timeout, if
  * shorter) for queued messages to leave, so a stage that sends its last gradients and exits still
  * delivers them, and a gone peer never holds a closing process for longer than that.
  */
@@ -97,6 +99,18 @@ static sc_status zt_bind(rt_transport *t, const char *endpoint, sc_err *err)
     if (z->inbox == NULL)
         return ZMQ_FAIL(err, "socket(PULL)");
     SC_CHECK(set_common_opts(z->inbox, err));
+    /* Anyone who reaches the port can send a frame that claims any size, and zmq allocates it
+     * before we see it. With a limit, zmq drops such a peer's connection unread instead (its
+     * messages are then lost, and a receive waiting for them times out as for a dead peer).
+     * The limit is per frame, and a message is two: the header, then a payload of at most
+     * max_message_bytes; the larger of the two sizes admits both. */
+    if (t->cfg.max_message_bytes > 0) {
+        size_t frame = t->cfg.max_message_bytes > sizeof(wire_header) ? t->cfg.max_message_bytes
+                                                                      : sizeof(wire_header);
+        int64_t most = frame > (uint64_t)INT64_MAX ? -1 /* none */ : (int64_t)frame;
+        if (zmq_setsockopt(z->inbox, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0)
+            return ZMQ_FAIL(err, "setsockopt(ZMQ_MAXMSGSIZE)");
+    }
     if (zmq_bind(z->inbox, ep) != 0)
         return SC_ERRF(err, SC_ERR_ZMQ, "transport: cannot bind %s: %s", endpoint,
                        zmq_strerror(zmq_errno()));
