@@ -444,11 +444,75 @@ coord_progress *coord_jobs_progress(coord *c, const char *job_id)
     return NULL;
 }
 
-/* Tells every worker of the job where its neighbours receive and to start training; the job is
- * running from then on. */
+/* Marks in used[n] the chosen workers that the plan's stages run on (device ids index ws[]).
+ * A strategy may leave some out (a stage cap, or a faster plan on fewer devices). */
+static sc_status plan_workers_used(const char *plan_json, size_t n, bool *used, sc_err *err)
+{
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    json_t *stages = json_object_get(plan, "stages");
+    if (!json_is_array(stages)) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "the plan has no stages array");
+    }
+    memset(used, 0, n * sizeof *used);
+    sc_status rc = SC_OK;
+    size_t si, di;
+    json_t *stage, *dev;
+    json_array_foreach(stages, si, stage)
+    {
+        json_array_foreach(json_object_get(stage, "devices"), di, dev)
+        {
+            json_int_t d = json_integer_value(dev);
+            if (!json_is_integer(dev) || d < 0 || (size_t)d >= n) {
+                rc = SC_ERRF(err, SC_ERR_INTERNAL, "stage %zu of the plan names device %lld of %zu",
+                             si, (long long)d, n);
+                break;
+            }
+            used[d] = true;
+        }
+    }
+    json_decref(plan);
+    return rc;
+}
+
+/* Gives the chosen workers that the plan leaves out back to the pool: their registry entries
+ * lose the job (under c->lock) and the job's stored worker list names only the planned ones, so
+ * that cancel, recovery and a restart deal with those alone. Wakes the driver for jobs waiting
+ * for workers. */
+static void release_unplanned(coord *c, const char *id, const chosen_worker *ws, size_t n,
+                              const bool *used)
+{
+    char kept[COORD_REASON_MAX] = "", freed[COORD_REASON_MAX] = "";
+    size_t n_kept = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        char *list = used[i] ? kept : freed;
+        size_t at = strlen(list);
+        snprintf(list + at, COORD_REASON_MAX - at, "%s%s", at ? "," : "", ws[i].id);
+        if (used[i]) {
+            n_kept++;
+            continue;
+        }
+        coord_worker *w = coord_registry_find(c->registry, ws[i].id);
+        if (w != NULL && strcmp(w->job_id, id) == 0)
+            w->job_id[0] = '\0';
+    }
+    if (n_kept < n) {
+        coord_store_job_set_workers(c->store, id, kept, NULL);
+        pthread_cond_broadcast(&c->wake);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (n_kept < n)
+        SC_LOG_INFO(LOG,
+                    "job %s: the plan uses %zu of its %zu workers (%s); %s freed for other jobs",
+                    id, n_kept, n, kept, freed);
+}
+
+/* Tells every worker of the plan (used[i]) where its neighbours receive and to start training;
+ * the job is running from then on. */
 static void start_training(coord *c, const char *id, const coord_jobspec *spec,
                            const char *plan_json, json_t *endpoints, uint64_t resume_step,
-                           chosen_worker *ws, size_t n)
+                           chosen_worker *ws, size_t n, const bool *used)
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
     size_t n_stages = json_array_size(json_object_get(plan, "stages"));
@@ -506,8 +570,9 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     if (ok) {
         SC_LOG_INFO(LOG, "job %s is running: %s", id, reason);
         for (size_t i = 0; i < n; i++)
-            coord_queue_command(c, ws[i].id, STAGECRAFT__COMMAND_KIND__COMMAND_START, id,
-                                resume_step, text, NULL);
+            if (used[i])
+                coord_queue_command(c, ws[i].id, STAGECRAFT__COMMAND_KIND__COMMAND_START, id,
+                                    resume_step, text, NULL);
     } else {
         SC_LOG_WARN(LOG, "job %s could not start: %s", id, err.msg[0] ? err.msg : "too many jobs");
     }
@@ -593,6 +658,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     coord_job job;
     coord_jobspec spec;
     chosen_worker *ws = NULL;
+    bool *used = NULL; /* [spec.workers]: the chosen workers the plan runs on */
     char *plan_json = NULL, reason[COORD_REASON_MAX];
 
     pthread_mutex_lock(&c->lock);
@@ -673,10 +739,16 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     free(pw);
     if (rc == SC_OK)
         rc = add_transports(&spec, ws, n, &plan_json, &err);
+    used = calloc(n, sizeof *used);
+    if (rc == SC_OK && used == NULL)
+        rc = SC_ERRF(&err, SC_ERR_NOMEM, "out of memory reading the plan");
+    if (rc == SC_OK)
+        rc = plan_workers_used(plan_json, n, used, &err);
     if (rc != SC_OK) {
         move_job(c, id, COORD_JOB_FAILED, err.msg);
         goto out;
     }
+    release_unplanned(c, id, ws, n, used);
     pthread_mutex_lock(&c->lock);
     rc = coord_store_job_set_plan(c->store, id, plan_json, &err);
     pthread_mutex_unlock(&c->lock);
@@ -709,9 +781,10 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         retry_later(retry, id, RETRY_MS);
         goto out;
     }
-    start_training(c, id, &spec, plan_json, endpoints, resume_step, ws, n);
+    start_training(c, id, &spec, plan_json, endpoints, resume_step, ws, n, used);
     json_decref(endpoints);
 out:
+    free(used);
     free(spec_json);
     free(plan_json);
     chosen_free(ws, n);
