@@ -5,7 +5,8 @@
  * It holds c->lock only to read and write the registry and the store, never during a network
  * call: a worker that stops answering mid-profile costs one call's deadline, after which the
  * job goes back to submitted with the reason recorded and is retried with the workers then
- * alive. Waiting jobs are retried when a worker registers or after a backoff.
+ * alive, up to MAX_PROFILE_FAILURES failed rounds in a row; a model that does not fit fails at
+ * once. Waiting jobs are retried when a worker registers or after a backoff.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -25,17 +26,30 @@
 #define RETRY_MS 2000
 #define MAX_RETRY_ENTRIES 256
 #define ASSIGN_TIMEOUT_MS 10000
+/* Failed profiling rounds in a row after which a job fails instead of being retried: a failure
+ * that repeats this often is the job's own (a model a worker cannot build or run). */
+#define MAX_PROFILE_FAILURES 5
 
-/* Driver-local: when each waiting job may be tried again. */
+/* Driver-local: when each waiting job may be tried again, and how many of its profiling rounds
+ * in a row failed. */
 typedef struct {
     char job_id[COORD_ID_MAX];
     uint64_t not_before_ns;
+    unsigned profile_failures;
 } retry_entry;
 
 typedef struct {
     retry_entry e[MAX_RETRY_ENTRIES];
     size_t n;
 } retry_table;
+
+static retry_entry *retry_find(retry_table *t, const char *id)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->e[i].job_id, id) == 0)
+            return &t->e[i];
+    return NULL;
+}
 
 static uint64_t retry_time(const retry_table *t, const char *id)
 {
@@ -45,19 +59,45 @@ static uint64_t retry_time(const retry_table *t, const char *id)
     return 0;
 }
 
+/* The entry of `id`, made when missing. A full table forgets the entry due soonest among those
+ * without failures (at worst that job is retried early), else the one due soonest. */
+static retry_entry *retry_entry_of(retry_table *t, const char *id)
+{
+    retry_entry *e = retry_find(t, id);
+    if (e != NULL)
+        return e;
+    if (t->n == MAX_RETRY_ENTRIES) {
+        size_t victim = 0;
+        for (size_t i = 1; i < t->n; i++) {
+            const retry_entry *a = &t->e[i], *b = &t->e[victim];
+            bool a_clean = a->profile_failures == 0, b_clean = b->profile_failures == 0;
+            if (a_clean != b_clean ? a_clean : a->not_before_ns < b->not_before_ns)
+                victim = i;
+        }
+        t->e[victim] = t->e[--t->n];
+    }
+    e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    sc_strlcpy(e->job_id, id, sizeof e->job_id);
+    return e;
+}
+
 static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
 {
-    uint64_t when = sc_clock_now_ns() + delay_ms * 1000000ull;
-    for (size_t i = 0; i < t->n; i++) {
-        if (strcmp(t->e[i].job_id, id) == 0) {
-            t->e[i].not_before_ns = when;
-            return;
-        }
-    }
-    if (t->n == MAX_RETRY_ENTRIES)
-        t->n = 0; /* forget old entries: at worst a job is retried early */
-    sc_strlcpy(t->e[t->n].job_id, id, sizeof t->e[t->n].job_id);
-    t->e[t->n++].not_before_ns = when;
+    retry_entry_of(t, id)->not_before_ns = sc_clock_now_ns() + delay_ms * 1000000ull;
+}
+
+/* Counts a failed profiling round of `id`; returns how many failed in a row. */
+static unsigned retry_profile_failed(retry_table *t, const char *id)
+{
+    return ++retry_entry_of(t, id)->profile_failures;
+}
+
+static void retry_profile_ok(retry_table *t, const char *id)
+{
+    retry_entry *e = retry_find(t, id);
+    if (e != NULL)
+        e->profile_failures = 0;
 }
 
 static void progress_drop(coord *c, const char *job_id);
@@ -721,12 +761,29 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         move_job(c, id, COORD_JOB_FAILED, err.msg); /* retrying cannot help */
         goto out;
     }
+    if (rc == SC_ERR_NOMEM || rc == SC_ERR_TOO_LARGE) {
+        /* the model (or its micro-batch) does not fit the worker's memory: no retry fits it */
+        sc_strfmt(reason, sizeof reason,
+                  "the model does not fit on a worker (retrying cannot help): %s", err.msg);
+        move_job(c, id, COORD_JOB_FAILED, reason);
+        goto out;
+    }
     if (rc != SC_OK) {
-        sc_strfmt(reason, sizeof reason, "%s; retrying", err.msg);
+        unsigned failures = retry_profile_failed(retry, id);
+        if (failures >= MAX_PROFILE_FAILURES) {
+            sc_strfmt(reason, sizeof reason, "profiling failed %u times in a row; the last: %s",
+                      failures, err.msg);
+            move_job(c, id, COORD_JOB_FAILED, reason);
+            goto out;
+        }
+        sc_strfmt(reason, sizeof reason,
+                  "%s; retrying (failed profiling rounds in a row: %u of %d)", err.msg, failures,
+                  MAX_PROFILE_FAILURES);
         move_job(c, id, COORD_JOB_SUBMITTED, reason);
         retry_later(retry, id, RETRY_MS);
         goto out;
     }
+    retry_profile_ok(retry, id);
     coord_plan_worker *pw = calloc(n, sizeof *pw);
     if (pw == NULL)
         goto out;
