@@ -223,8 +223,9 @@ static sc_status choose_workers(coord *c, const char *job_id, const coord_jobspe
     return SC_OK;
 }
 
-/* Micro-batch sizes to profile: the planned size when the count is fixed, else powers of two up
- * to the batch (at most 4, the largest). */
+/* Micro-batch sizes to profile: the planned size when the count is fixed (the spec keeps it
+ * within SC_WIRE_MAX_MICROBATCH_SIZE), else powers of two up to the batch and that limit (at
+ * most 4, the largest; the planner extends the times past the largest). */
 static size_t profile_sizes(const coord_jobspec *spec, uint32_t *sizes)
 {
     if (spec->microbatches > 0) {
@@ -233,7 +234,8 @@ static size_t profile_sizes(const coord_jobspec *spec, uint32_t *sizes)
     }
     uint32_t all[32];
     size_t n = 0;
-    for (uint32_t s = 1; s <= spec->batch_size && n < 32; s *= 2)
+    for (uint32_t s = 1; s <= spec->batch_size && s <= SC_WIRE_MAX_MICROBATCH_SIZE && n < 32;
+         s *= 2)
         all[n++] = s;
     size_t first = n > 4 ? n - 4 : 0;
     for (size_t i = first; i < n; i++)

@@ -2,7 +2,8 @@
 # Profiling failures that retrying cannot cure end the job instead of looping: a model whose
 # parameters cannot be allocated fails at once as not fitting (the worker reports it as a
 # resource error, not an internal one); any other failure fails the job after 5 failed
-# profiling rounds in a row, naming the last error.
+# profiling rounds in a row, naming the last error. A batch larger than the workers' micro-batch
+# limit with an open micro-batch count is profiled at sizes they take.
 # Usage: test_profile_failures.sh PATH/TO/stagecraft
 sc=${1:?usage: test_profile_failures.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -52,4 +53,16 @@ echo "$why" | grep -q "profiling failed 5 times in a row" && echo "$why" | grep 
     fail "job-2 was profiled $("$sc" status job-2 | grep -c ' s  profiling ') times"
 kill -CONT "$b_pid"
 "$sc" workers >/dev/null || fail "the coordinator stopped answering"
+
+# 3. a batch above the workers' micro-batch limit (4096 samples) with an open micro-batch count
+#    is profiled at sizes the workers take (up to the limit), not refused, and trains
+cat >"$work/wide.json" <<'JSON'
+{"format": "stagecraft-job", "version": 1, "name": "wide",
+ "model": {"kind": "mlp", "sizes": [8, 16, 4]},
+ "data": {"kind": "synthetic"}, "batch_size": 16384, "microbatches": "auto",
+ "workers": ["a"], "steps": 2}
+JSON
+"$sc" submit "$work/wide.json" >/dev/null || fail "submit wide"
+wait_for 60 is_state job-3 succeeded && pass "a batch of 16384 with an open count trains" ||
+    fail "job-3 is $(job_state job-3): $("$sc" status job-3 | sed -n 2p)"
 finish
