@@ -132,8 +132,11 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
     static volatile sig_atomic_t stop;
     cli_on_stop_signals(&stop);
     coord *co = NULL;
-    if (coord_new(&co, &cfg, &err) != SC_OK)
-        return cli_report(self, &err);
+    if (coord_new(&co, &cfg, &err) != SC_OK) {
+        int code = cli_report(self, &err);
+        /* a state folder another coordinator holds: the user's setup, like a bad flag */
+        return err.code == SC_ERR_PRECONDITION ? CLI_USAGE : code;
+    }
     printf("coordinator listening on port %d, control %s\n", coord_port(co),
            coord_control_endpoint(co));
     if (coord_join_token_path(co)[0])

@@ -59,6 +59,7 @@ struct coord {
     char join_token_path[1100];
     char client_token_path[1100];
     char control_endpoint[300];
+    int state_lock_fd; /* STATE/coordinator.lock, flock'd for the coordinator's life; -1 */
 
     pthread_mutex_t lock;   /* guards everything below */
     pthread_cond_t wake;    /* signalled when the job driver has work */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -72,6 +73,43 @@ static sc_status load_or_make_token(const char *path, char *out, size_t size, bo
     if (!ok)
         return SC_ERRF(err, SC_ERR_IO, "cannot write token file %s", path);
     *made = true;
+    return SC_OK;
+}
+
+/* Takes STATE/coordinator.lock (creating the folder and the file when missing) with an exclusive,
+ * non-blocking flock held until coord_destroy, and writes this process's id into it. The kernel
+ * drops the lock when the process ends however it ends, so a killed coordinator's restart is
+ * never refused. */
+static sc_status lock_state_dir(coord *c, sc_err *err)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/coordinator.lock", c->state_dir);
+    if (mkdir(c->state_dir, 0700) != 0 && errno != EEXIST)
+        return SC_ERRF(err, SC_ERR_IO, "cannot create the state folder %s: %s", c->state_dir,
+                       strerror(errno));
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return SC_ERRF(err, SC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t got = read(fd, holder, sizeof holder - 1);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return SC_ERRF(err, SC_ERR_PRECONDITION,
+                           "state folder %s: another coordinator holds it (%s%s%slock %s); stop "
+                           "it or give this one another --state",
+                           c->state_dir, holder[0] ? "pid " : "", holder, holder[0] ? ", " : "",
+                           path);
+        return SC_ERRF(err, SC_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        SC_LOG_WARN(LOG, "cannot write the process id into %s: %s", path, strerror(errno));
+    c->state_lock_fd = fd;
     return SC_OK;
 }
 
@@ -177,6 +215,7 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     coord *c = calloc(1, sizeof *c);
     SC_ALLOC_CHECK(c, err);
     c->cfg = *cfg;
+    c->state_lock_fd = -1;
     if (c->cfg.profile_timeout_ms == 0)
         c->cfg.profile_timeout_ms = 60000;
     pthread_mutex_init(&c->lock, NULL);
@@ -189,6 +228,8 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
         sc_parse_hostport(cfg->listen_addr, true, "--listen", host, sizeof host, NULL, err), fail);
     /* settings first: a refused one leaves the state folder as it was (no token written) */
     SC_CHECK_GOTO(coord_registry_new(&c->registry, &cfg->registry, err), fail);
+    /* one coordinator per state folder: a second would drive the same jobs */
+    SC_CHECK_GOTO(lock_state_dir(c, err), fail);
     SC_CHECK_GOTO(coord_store_open(&c->store, c->state_dir, err), fail);
     SC_CHECK_GOTO(setup_tokens(c, err), fail);
     SC_CHECK_GOTO(restore_workers(c, err), fail);
@@ -268,6 +309,8 @@ void coord_destroy(coord **cp)
     }
     coord_registry_destroy(&c->registry);
     coord_store_close(&c->store);
+    if (c->state_lock_fd >= 0)
+        close(c->state_lock_fd); /* releases the state folder's lock */
     pthread_cond_destroy(&c->wake);
     pthread_mutex_destroy(&c->lock);
     free(c);

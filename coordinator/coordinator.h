@@ -35,7 +35,9 @@ typedef struct {
 } coord_cfg;
 
 /* Opens the state, restores workers and jobs, binds the gRPC and control endpoints and starts
- * the RPC server and job driver. */
+ * the RPC server and job driver. The state folder is locked (STATE/coordinator.lock, an
+ * exclusive flock held until coord_destroy) so that one coordinator at a time drives its jobs:
+ * SC_ERR_PRECONDITION, naming the folder, when another process holds it. */
 sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err);
 
 /* Runs the control loop until *stop becomes non-zero (set it from a signal handler). */

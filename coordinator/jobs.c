@@ -5,7 +5,8 @@
  * It holds c->lock only to read and write the registry and the store, never during a network
  * call: a worker that stops answering mid-profile costs one call's deadline, after which the
  * job goes back to submitted with the reason recorded and is retried with the workers then
- * alive. Waiting jobs are retried when a worker registers or after a backoff.
+ * alive, up to MAX_PROFILE_FAILURES failed rounds in a row; a model that does not fit fails at
+ * once. Waiting jobs are retried when a worker registers or after a backoff.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -25,17 +26,30 @@
 #define RETRY_MS 2000
 #define MAX_RETRY_ENTRIES 256
 #define ASSIGN_TIMEOUT_MS 10000
+/* Failed profiling rounds in a row after which a job fails instead of being retried: a failure
+ * that repeats this often is the job's own (a model a worker cannot build or run). */
+#define MAX_PROFILE_FAILURES 5
 
-/* Driver-local: when each waiting job may be tried again. */
+/* Driver-local: when each waiting job may be tried again, and how many of its profiling rounds
+ * in a row failed. */
 typedef struct {
     char job_id[COORD_ID_MAX];
     uint64_t not_before_ns;
+    unsigned profile_failures;
 } retry_entry;
 
 typedef struct {
     retry_entry e[MAX_RETRY_ENTRIES];
     size_t n;
 } retry_table;
+
+static retry_entry *retry_find(retry_table *t, const char *id)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->e[i].job_id, id) == 0)
+            return &t->e[i];
+    return NULL;
+}
 
 static uint64_t retry_time(const retry_table *t, const char *id)
 {
@@ -45,19 +59,45 @@ static uint64_t retry_time(const retry_table *t, const char *id)
     return 0;
 }
 
+/* The entry of `id`, made when missing. A full table forgets the entry due soonest among those
+ * without failures (at worst that job is retried early), else the one due soonest. */
+static retry_entry *retry_entry_of(retry_table *t, const char *id)
+{
+    retry_entry *e = retry_find(t, id);
+    if (e != NULL)
+        return e;
+    if (t->n == MAX_RETRY_ENTRIES) {
+        size_t victim = 0;
+        for (size_t i = 1; i < t->n; i++) {
+            const retry_entry *a = &t->e[i], *b = &t->e[victim];
+            bool a_clean = a->profile_failures == 0, b_clean = b->profile_failures == 0;
+            if (a_clean != b_clean ? a_clean : a->not_before_ns < b->not_before_ns)
+                victim = i;
+        }
+        t->e[victim] = t->e[--t->n];
+    }
+    e = &t->e[t->n++];
+    memset(e, 0, sizeof *e);
+    sc_strlcpy(e->job_id, id, sizeof e->job_id);
+    return e;
+}
+
 static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
 {
-    uint64_t when = sc_clock_now_ns() + delay_ms * 1000000ull;
-    for (size_t i = 0; i < t->n; i++) {
-        if (strcmp(t->e[i].job_id, id) == 0) {
-            t->e[i].not_before_ns = when;
-            return;
-        }
-    }
-    if (t->n == MAX_RETRY_ENTRIES)
-        t->n = 0; /* forget old entries: at worst a job is retried early */
-    sc_strlcpy(t->e[t->n].job_id, id, sizeof t->e[t->n].job_id);
-    t->e[t->n++].not_before_ns = when;
+    retry_entry_of(t, id)->not_before_ns = sc_clock_now_ns() + delay_ms * 1000000ull;
+}
+
+/* Counts a failed profiling round of `id`; returns how many failed in a row. */
+static unsigned retry_profile_failed(retry_table *t, const char *id)
+{
+    return ++retry_entry_of(t, id)->profile_failures;
+}
+
+static void retry_profile_ok(retry_table *t, const char *id)
+{
+    retry_entry *e = retry_find(t, id);
+    if (e != NULL)
+        e->profile_failures = 0;
 }
 
 static void progress_drop(coord *c, const char *job_id);
@@ -183,8 +223,9 @@ static sc_status choose_workers(coord *c, const char *job_id, const coord_jobspe
     return SC_OK;
 }
 
-/* Micro-batch sizes to profile: the planned size when the count is fixed, else powers of two up
- * to the batch (at most 4, the largest). */
+/* Micro-batch sizes to profile: the planned size when the count is fixed (the spec keeps it
+ * within SC_WIRE_MAX_MICROBATCH_SIZE), else powers of two up to the batch and that limit (at
+ * most 4, the largest; the planner extends the times past the largest). */
 static size_t profile_sizes(const coord_jobspec *spec, uint32_t *sizes)
 {
     if (spec->microbatches > 0) {
@@ -193,7 +234,8 @@ static size_t profile_sizes(const coord_jobspec *spec, uint32_t *sizes)
     }
     uint32_t all[32];
     size_t n = 0;
-    for (uint32_t s = 1; s <= spec->batch_size && n < 32; s *= 2)
+    for (uint32_t s = 1; s <= spec->batch_size && s <= SC_WIRE_MAX_MICROBATCH_SIZE && n < 32;
+         s *= 2)
         all[n++] = s;
     size_t first = n > 4 ? n - 4 : 0;
     for (size_t i = first; i < n; i++)
@@ -444,11 +486,75 @@ coord_progress *coord_jobs_progress(coord *c, const char *job_id)
     return NULL;
 }
 
-/* Tells every worker of the job where its neighbours receive and to start training; the job is
- * running from then on. */
+/* Marks in used[n] the chosen workers that the plan's stages run on (device ids index ws[]).
+ * A strategy may leave some out (a stage cap, or a faster plan on fewer devices). */
+static sc_status plan_workers_used(const char *plan_json, size_t n, bool *used, sc_err *err)
+{
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    json_t *stages = json_object_get(plan, "stages");
+    if (!json_is_array(stages)) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "the plan has no stages array");
+    }
+    memset(used, 0, n * sizeof *used);
+    sc_status rc = SC_OK;
+    size_t si, di;
+    json_t *stage, *dev;
+    json_array_foreach(stages, si, stage)
+    {
+        json_array_foreach(json_object_get(stage, "devices"), di, dev)
+        {
+            json_int_t d = json_integer_value(dev);
+            if (!json_is_integer(dev) || d < 0 || (size_t)d >= n) {
+                rc = SC_ERRF(err, SC_ERR_INTERNAL, "stage %zu of the plan names device %lld of %zu",
+                             si, (long long)d, n);
+                break;
+            }
+            used[d] = true;
+        }
+    }
+    json_decref(plan);
+    return rc;
+}
+
+/* Gives the chosen workers that the plan leaves out back to the pool: their registry entries
+ * lose the job (under c->lock) and the job's stored worker list names only the planned ones, so
+ * that cancel, recovery and a restart deal with those alone. Wakes the driver for jobs waiting
+ * for workers. */
+static void release_unplanned(coord *c, const char *id, const chosen_worker *ws, size_t n,
+                              const bool *used)
+{
+    char kept[COORD_REASON_MAX] = "", freed[COORD_REASON_MAX] = "";
+    size_t n_kept = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        char *list = used[i] ? kept : freed;
+        size_t at = strlen(list);
+        snprintf(list + at, COORD_REASON_MAX - at, "%s%s", at ? "," : "", ws[i].id);
+        if (used[i]) {
+            n_kept++;
+            continue;
+        }
+        coord_worker *w = coord_registry_find(c->registry, ws[i].id);
+        if (w != NULL && strcmp(w->job_id, id) == 0)
+            w->job_id[0] = '\0';
+    }
+    if (n_kept < n) {
+        coord_store_job_set_workers(c->store, id, kept, NULL);
+        pthread_cond_broadcast(&c->wake);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (n_kept < n)
+        SC_LOG_INFO(LOG,
+                    "job %s: the plan uses %zu of its %zu workers (%s); %s freed for other jobs",
+                    id, n_kept, n, kept, freed);
+}
+
+/* Tells every worker of the plan (used[i]) where its neighbours receive and to start training;
+ * the job is running from then on. */
 static void start_training(coord *c, const char *id, const coord_jobspec *spec,
                            const char *plan_json, json_t *endpoints, uint64_t resume_step,
-                           chosen_worker *ws, size_t n)
+                           chosen_worker *ws, size_t n, const bool *used)
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
     size_t n_stages = json_array_size(json_object_get(plan, "stages"));
@@ -506,8 +612,9 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     if (ok) {
         SC_LOG_INFO(LOG, "job %s is running: %s", id, reason);
         for (size_t i = 0; i < n; i++)
-            coord_queue_command(c, ws[i].id, STAGECRAFT__COMMAND_KIND__COMMAND_START, id,
-                                resume_step, text, NULL);
+            if (used[i])
+                coord_queue_command(c, ws[i].id, STAGECRAFT__COMMAND_KIND__COMMAND_START, id,
+                                    resume_step, text, NULL);
     } else {
         SC_LOG_WARN(LOG, "job %s could not start: %s", id, err.msg[0] ? err.msg : "too many jobs");
     }
@@ -593,6 +700,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     coord_job job;
     coord_jobspec spec;
     chosen_worker *ws = NULL;
+    bool *used = NULL; /* [spec.workers]: the chosen workers the plan runs on */
     char *plan_json = NULL, reason[COORD_REASON_MAX];
 
     pthread_mutex_lock(&c->lock);
@@ -655,12 +763,29 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         move_job(c, id, COORD_JOB_FAILED, err.msg); /* retrying cannot help */
         goto out;
     }
+    if (rc == SC_ERR_NOMEM || rc == SC_ERR_TOO_LARGE) {
+        /* the model (or its micro-batch) does not fit the worker's memory: no retry fits it */
+        sc_strfmt(reason, sizeof reason,
+                  "the model does not fit on a worker (retrying cannot help): %s", err.msg);
+        move_job(c, id, COORD_JOB_FAILED, reason);
+        goto out;
+    }
     if (rc != SC_OK) {
-        sc_strfmt(reason, sizeof reason, "%s; retrying", err.msg);
+        unsigned failures = retry_profile_failed(retry, id);
+        if (failures >= MAX_PROFILE_FAILURES) {
+            sc_strfmt(reason, sizeof reason, "profiling failed %u times in a row; the last: %s",
+                      failures, err.msg);
+            move_job(c, id, COORD_JOB_FAILED, reason);
+            goto out;
+        }
+        sc_strfmt(reason, sizeof reason,
+                  "%s; retrying (failed profiling rounds in a row: %u of %d)", err.msg, failures,
+                  MAX_PROFILE_FAILURES);
         move_job(c, id, COORD_JOB_SUBMITTED, reason);
         retry_later(retry, id, RETRY_MS);
         goto out;
     }
+    retry_profile_ok(retry, id);
     coord_plan_worker *pw = calloc(n, sizeof *pw);
     if (pw == NULL)
         goto out;
@@ -673,10 +798,16 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     free(pw);
     if (rc == SC_OK)
         rc = add_transports(&spec, ws, n, &plan_json, &err);
+    used = calloc(n, sizeof *used);
+    if (rc == SC_OK && used == NULL)
+        rc = SC_ERRF(&err, SC_ERR_NOMEM, "out of memory reading the plan");
+    if (rc == SC_OK)
+        rc = plan_workers_used(plan_json, n, used, &err);
     if (rc != SC_OK) {
         move_job(c, id, COORD_JOB_FAILED, err.msg);
         goto out;
     }
+    release_unplanned(c, id, ws, n, used);
     pthread_mutex_lock(&c->lock);
     rc = coord_store_job_set_plan(c->store, id, plan_json, &err);
     pthread_mutex_unlock(&c->lock);
@@ -709,9 +840,10 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         retry_later(retry, id, RETRY_MS);
         goto out;
     }
-    start_training(c, id, &spec, plan_json, endpoints, resume_step, ws, n);
+    start_training(c, id, &spec, plan_json, endpoints, resume_step, ws, n, used);
     json_decref(endpoints);
 out:
+    free(used);
     free(spec_json);
     free(plan_json);
     chosen_free(ws, n);

@@ -8,6 +8,7 @@
 #include "common/sc_json.h"
 #include "common/sc_util.h"
 #include "kernels/model.h"
+#include "proto/sc_wire.h"
 
 static const char *const data_kinds[] = {"text", "tokens", "cifar10", "synthetic", NULL};
 static const char *const schedules[] = {"auto", "gpipe", "1f1b", "pipedream", "sliced",
@@ -116,6 +117,16 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
                                      "%lld micro-batches do not divide the batch of %u samples; "
                                      "use a divisor of batch_size or \"auto\"",
                                      (long long)v, spec->batch_size);
+            /* workers profile and train micro-batches of at most SC_WIRE_MAX_MICROBATCH_SIZE */
+            uint32_t fewest =
+                (spec->batch_size + SC_WIRE_MAX_MICROBATCH_SIZE - 1) / SC_WIRE_MAX_MICROBATCH_SIZE;
+            if ((uint32_t)v < fewest)
+                return sc_jnode_fail(&mb, err, SC_ERR_INVALID,
+                                     "%lld micro-batches of the batch of %u samples are %u "
+                                     "samples each, over the workers' limit of %d: expected a "
+                                     "divisor of batch_size in [%u, %u], or \"auto\"",
+                                     (long long)v, spec->batch_size, spec->batch_size / (uint32_t)v,
+                                     SC_WIRE_MAX_MICROBATCH_SIZE, fewest, spec->batch_size);
             spec->microbatches = (uint32_t)v;
         }
     }

@@ -93,6 +93,7 @@ int sc_rpc_status_to_code(sc_status s)
     case SC_ERR_PRECONDITION:
         return GRPC_STATUS_FAILED_PRECONDITION;
     case SC_ERR_TOO_LARGE:
+    case SC_ERR_NOMEM: /* a resource ran out; the trailer tells which status it was */
         return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case SC_ERR_UNAVAILABLE:
         return GRPC_STATUS_UNAVAILABLE;

@@ -16,6 +16,11 @@
 
 #define SC_PROTOCOL_VERSION 1
 
+/* The largest micro-batch, in samples, that a worker profiles (Worker.Profile refuses larger
+ * sizes as invalid). The coordinator refuses a job spec whose fixed micro-batch would be larger
+ * and profiles an open count at sizes up to this one. */
+#define SC_WIRE_MAX_MICROBATCH_SIZE 4096
+
 /* SC_OK when `got` == SC_PROTOCOL_VERSION, else SC_ERR_VERSION with a message naming both
  * versions and `what` (e.g. "RegisterWorker request from 10.0.0.3"). A version of 0 means the
  * peer sent none. */

@@ -13,6 +13,7 @@
 #include "common/sc_util.h"
 #include "kernels/model.h"
 #include "kernels/profile.h"
+#include "proto/sc_wire.h"
 #include "worker/trainer.h"
 #include "worker/transport/transport.h"
 
@@ -190,9 +191,9 @@ static sc_status profile(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
         return SC_ERRF(err, SC_ERR_INVALID, "Profile needs 1 to %d micro-batch sizes, got %zu",
                        WK_PROFILE_MAX_SIZES, req->n_microbatch_sizes);
     for (size_t i = 0; i < req->n_microbatch_sizes; i++)
-        if (req->microbatch_sizes[i] < 1 || req->microbatch_sizes[i] > WK_PROFILE_MAX_SIZE)
+        if (req->microbatch_sizes[i] < 1 || req->microbatch_sizes[i] > SC_WIRE_MAX_MICROBATCH_SIZE)
             return SC_ERRF(err, SC_ERR_INVALID, "micro-batch size %u is not in [1, %d]",
-                           req->microbatch_sizes[i], WK_PROFILE_MAX_SIZE);
+                           req->microbatch_sizes[i], SC_WIRE_MAX_MICROBATCH_SIZE);
     pthread_mutex_lock(&st->lock);
     if (strcmp(st->state, "profiling") == 0) {
         pthread_mutex_unlock(&st->lock);

@@ -14,9 +14,9 @@
 
 #define COORD_WORKER_ID_MAX 64
 #define WK_SERVICE_MAX_METHODS 8
-/* Micro-batch sizes one Profile request may ask for, and the largest size. */
+/* Micro-batch sizes one Profile request may ask for (each at most
+ * SC_WIRE_MAX_MICROBATCH_SIZE). */
 #define WK_PROFILE_MAX_SIZES 16
-#define WK_PROFILE_MAX_SIZE 4096
 
 typedef struct {
     pthread_mutex_t lock; /* guards every field below except `hardware` */

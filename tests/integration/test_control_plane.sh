@@ -2,7 +2,8 @@
 # The control plane with real processes on loopback: a coordinator and three workers; a job
 # submitted, planned and running; bad job specs, wrong tokens, a duplicate and an impostor worker
 # refused; a stopped worker declared dead within the configured time; a coordinator killed with
-# SIGKILL right after accepting a job, restarted, with its jobs and workers back.
+# SIGKILL right after accepting a job, restarted, with its jobs and workers back; a second
+# coordinator on the same state folder refused.
 # Usage: test_control_plane.sh PATH/TO/stagecraft
 sc=${1:?usage: test_control_plane.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -102,6 +103,14 @@ listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$state" --heartbeat-ms 
 wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 3 ]" &&
     pass "workers reconnected to the restarted coordinator" || fail "workers did not return"
 [ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "restart duplicated workers"
+
+# a second coordinator on the same state folder is refused (the killed one's lock went with it)
+err=$(timeout 10 "$sc" coordinator --listen 127.0.0.1:0 --state "$state" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && [ "$(echo "$err" | wc -l)" -eq 1 ] &&
+    [[ $err == *"state folder $state: another coordinator holds it"* ]] &&
+    pass "a second coordinator on the same state folder exits 2" ||
+    fail "second coordinator on $state: exit $rc: $err"
+"$sc" workers >/dev/null || fail "the first coordinator stopped answering"
 wait_for 30 is_state job-1 running && pass "job-1 resumed after the restart" ||
     fail "job-1 is $(job_state job-1) after the restart"
 is_state job-2 submitted || fail "job-2 is $(job_state job-2) while job-1 holds the workers"

@@ -104,6 +104,15 @@ static void test_bad_specs(void **state)
                  "$.data: missing required field \"path\"");
     expect_error("\"microbatches\": \"auto\"", "\"microbatches\": 5",
                  "$.microbatches: 5 micro-batches do not divide the batch of 16 samples");
+    /* a fixed micro-batch over the workers' limit (SC_WIRE_MAX_MICROBATCH_SIZE samples) */
+    expect_error("\"batch_size\": 16, \"microbatches\": \"auto\"",
+                 "\"batch_size\": 1048576, \"microbatches\": 4",
+                 "job.json:5:41: $.microbatches: 4 micro-batches of the batch of 1048576 samples "
+                 "are 262144 samples each, over the workers' limit of 4096: expected a divisor of "
+                 "batch_size in [256, 1048576], or \"auto\"");
+    expect_error("\"batch_size\": 16, \"microbatches\": \"auto\"",
+                 "\"batch_size\": 8192, \"microbatches\": 1",
+                 "expected a divisor of batch_size in [2, 8192]");
     expect_error("\"workers\": 4", "\"workers\": \"four\"",
                  "$.workers: expected a worker count (1 to 1024) or a list of worker names");
     expect_error("\"workers\": 4", "\"workers\": [\"a\", \"a\"]",
@@ -117,6 +126,32 @@ static void test_bad_specs(void **state)
     expect_error("\"version\": 1", "\"version\": 2", "newer than this stagecraft reads");
     expect_error("\"steps\": 200,", "\"steps\": 200,,", "job.json:6:");
     expect_error("\"name\": \"gpt-demo\",", "", "$: missing required field \"name\"");
+}
+
+/* Micro-batches of the workers' largest size are accepted, and so is an open count whatever the
+ * batch (the coordinator profiles sizes up to the limit). */
+static void test_microbatch_limit(void **state)
+{
+    (void)state;
+    const char *const texts[] = {
+        "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"m\","
+        " \"model\": {\"kind\": \"mlp\", \"sizes\": [4, 2]}, \"data\": {\"kind\": \"synthetic\"},"
+        " \"batch_size\": 8192, \"microbatches\": 2, \"workers\": 1, \"steps\": 3}",
+        "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"m\","
+        " \"model\": {\"kind\": \"mlp\", \"sizes\": [4, 2]}, \"data\": {\"kind\": \"synthetic\"},"
+        " \"batch_size\": 1048576, \"microbatches\": \"auto\", \"workers\": 1, \"steps\": 3}",
+    };
+    const uint32_t batches[] = {8192, 1048576}, counts[] = {2, 0};
+    for (int i = 0; i < 2; i++) {
+        coord_jobspec spec;
+        sc_err err;
+        sc_err_clear(&err);
+        assert_int_equal(coord_jobspec_parse("job.json", texts[i], strlen(texts[i]), &spec, &err),
+                         SC_OK);
+        assert_int_equal(spec.batch_size, batches[i]);
+        assert_int_equal(spec.microbatches, counts[i]);
+        coord_jobspec_clear(&spec);
+    }
 }
 
 static void test_oversized_spec(void **state)
@@ -136,6 +171,7 @@ int main(void)
         cmocka_unit_test(test_good_spec),
         cmocka_unit_test(test_worker_names_and_defaults),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_microbatch_limit),
         cmocka_unit_test(test_oversized_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
