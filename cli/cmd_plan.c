@@ -1,6 +1,7 @@
 /* `stagecraft plan`: compares pipeline partitioning strategies offline on a profile and a
  * cluster (file or --gpus shorthand), prints a table or the plan JSON, and can write the
  * simulated schedule of the fastest plan as a Chrome trace. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,11 @@ int cmd_plan(const cli_command *self, int argc, char **argv)
             goto report;
     } else {
         plan_write_table(stdout, &req, res, n);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* a full disk, a closed pipe */
+        SC_ERRF(&err, SC_ERR_IO, "writing the plans to standard output failed: %s",
+                strerror(errno));
+        goto report;
     }
     if (first_ok < 0) {
         err = first_err;

@@ -12,6 +12,8 @@
 
 #include <ctype.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +89,15 @@ static sc_status parse_sizes(const sc_jnode *blk, plan_block *b, sc_err *err)
     return SC_OK;
 }
 
+/* Whether any block takes time: a profile of zeros would plan to infinite throughput. */
+static bool has_time(const plan_profile *p)
+{
+    for (int l = 0; l < p->n_blocks; l++)
+        if (p->blocks[l].forward_s + p->blocks[l].backward_s > 0)
+            return true;
+    return false;
+}
+
 static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), blocks;
@@ -123,6 +134,11 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
                                          &b->stash_bytes, err),
                       fail);
         SC_CHECK_GOTO(parse_sizes(&e, b, err), fail);
+    }
+    if (!has_time(p)) {
+        rc = sc_jnode_fail(&blocks, err, SC_ERR_INVALID,
+                           "every block's forward_s and backward_s are 0; expected measured times");
+        goto fail;
     }
     *out = p;
     return SC_OK;
@@ -164,6 +180,8 @@ typedef struct gparse {
     int n_nodes, cap_nodes;
     gedge *edges;
     int n_edges, cap_edges;
+    int *slots; /* open addressing over node ids: a node index, or -1 */
+    size_t cap_slots;
 } gparse;
 
 static char *trim(char *s)
@@ -176,12 +194,50 @@ static char *trim(char *s)
     return s;
 }
 
+static size_t id_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *c = (const unsigned char *)id; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    return (size_t)h;
+}
+
 static int find_node(const gparse *g, const char *id)
 {
-    for (int i = 0; i < g->n_nodes; i++)
-        if (strcmp(g->nodes[i].id, id) == 0)
+    if (g->cap_slots == 0)
+        return -1;
+    for (size_t h = id_hash(id) & (g->cap_slots - 1);; h = (h + 1) & (g->cap_slots - 1)) {
+        int i = g->slots[h];
+        if (i < 0 || strcmp(g->nodes[i].id, id) == 0)
             return i;
-    return -1;
+    }
+}
+
+/* Indexes node `i` (its id not yet indexed) by its id, growing the table to stay half empty. */
+static sc_status index_node(gparse *g, int i, sc_err *err)
+{
+    if (2 * ((size_t)i + 1) > g->cap_slots) {
+        size_t cap = g->cap_slots ? 2 * g->cap_slots : 256;
+        int *slots = malloc(cap * sizeof *slots);
+        if (slots == NULL)
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading %s", g->source);
+        for (size_t k = 0; k < cap; k++)
+            slots[k] = -1;
+        free(g->slots);
+        g->slots = slots;
+        g->cap_slots = cap;
+        for (int k = 0; k < i; k++) {
+            size_t h = id_hash(g->nodes[k].id) & (cap - 1);
+            while (slots[h] >= 0)
+                h = (h + 1) & (cap - 1);
+            slots[h] = k;
+        }
+    }
+    size_t h = id_hash(g->nodes[i].id) & (g->cap_slots - 1);
+    while (g->slots[h] >= 0)
+        h = (h + 1) & (g->cap_slots - 1);
+    g->slots[h] = i;
+    return SC_OK;
 }
 
 /* strtod for the decimal numbers PipeDream writes: hexadecimal ("0x10"), which strtod also
@@ -323,6 +379,7 @@ static sc_status parse_node_line(gparse *g, char *line, int lineno, sc_err *err)
                        "%s:%d: node '%s' lacks one of forward_compute_time, "
                        "backward_compute_time, activation_size, parameter_size",
                        g->source, lineno, id);
+    SC_CHECK(index_node(g, g->n_nodes, err));
     g->n_nodes++;
     return SC_OK;
 }
@@ -416,6 +473,77 @@ static sc_status keep_dag(const gparse *g, plan_profile *p, const char *is_sourc
     return SC_OK;
 }
 
+/* A binary min-heap of ready nodes ordered by before(). */
+static void heap_push(const gparse *g, int *heap, int *n, int v)
+{
+    int i = (*n)++;
+    while (i > 0 && before(&g->nodes[v], &g->nodes[heap[(i - 1) / 2]])) {
+        heap[i] = heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    heap[i] = v;
+}
+
+static int heap_pop(const gparse *g, int *heap, int *n)
+{
+    int top = heap[0], v = heap[--*n], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && before(&g->nodes[heap[c + 1]], &g->nodes[heap[c]]))
+            c++;
+        if (!before(&g->nodes[heap[c]], &g->nodes[v]))
+            break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    if (*n > 0)
+        heap[i] = v;
+    return top;
+}
+
+/* Kahn's algorithm over the edges grouped by source; `indeg` (consumed) holds each node's
+ * in-degree. Fills order[0..*placed); fewer than n placed means a cycle. */
+static sc_status kahn(const gparse *g, int *indeg, int *order, int *placed, sc_err *err)
+{
+    int n = g->n_nodes, m = g->n_edges, ready = 0;
+    int *start = calloc((size_t)n + 1, sizeof *start);
+    int *dst = malloc(((size_t)m + 1) * sizeof *dst);
+    int *heap = malloc(((size_t)n + 1) * sizeof *heap);
+    sc_status rc = SC_OK;
+    if (start == NULL || dst == NULL || heap == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory linearising %s", g->source);
+        goto out;
+    }
+    for (int e = 0; e < m; e++)
+        start[g->edges[e].src + 1]++;
+    for (int i = 0; i < n; i++)
+        start[i + 1] += start[i];
+    /* start[] serves as each source's fill cursor, then is shifted back to the starts */
+    for (int e = 0; e < m; e++)
+        dst[start[g->edges[e].src]++] = g->edges[e].dst;
+    for (int i = n; i > 0; i--)
+        start[i] = start[i - 1];
+    start[0] = 0;
+    for (int i = 0; i < n; i++)
+        if (indeg[i] == 0)
+            heap_push(g, heap, &ready, i);
+    *placed = 0;
+    while (ready > 0) {
+        int v = heap_pop(g, heap, &ready);
+        order[(*placed)++] = v;
+        for (int k = start[v]; k < start[v + 1]; k++)
+            if (--indeg[dst[k]] == 0)
+                heap_push(g, heap, &ready, dst[k]);
+    }
+out:
+    free(start);
+    free(dst);
+    free(heap);
+    return rc;
+}
+
 /* Kahn's algorithm; among ready nodes the one with the smallest id number goes first, so the
  * order does not depend on the (arbitrary) order of node lines in the file. */
 static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
@@ -444,26 +572,7 @@ static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
         if (g->nodes[i].outdeg == 0 && strncmp(g->nodes[i].desc, "__getitem__", 11) == 0 && n > 1)
             dropped[i] = 1;
     int placed = 0;
-    char *done_flag = calloc((size_t)n, 1);
-    if (done_flag == NULL) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory linearising %s", g->source);
-        goto done;
-    }
-    while (placed < n) {
-        int best = -1;
-        for (int i = 0; i < n; i++)
-            if (!done_flag[i] && indeg[i] == 0 &&
-                (best < 0 || before(&g->nodes[i], &g->nodes[best])))
-                best = i;
-        if (best < 0)
-            break;
-        done_flag[best] = 1;
-        order[placed++] = best;
-        for (int e = 0; e < g->n_edges; e++)
-            if (g->edges[e].src == best)
-                indeg[g->edges[e].dst]--;
-    }
-    free(done_flag);
+    SC_CHECK_GOTO(kahn(g, indeg, order, &placed, err), done);
     if (placed < n) {
         rc = SC_ERRF(err, SC_ERR_PARSE,
                      "%s: the graph has a cycle (%d of %d nodes could not be ordered); a profile "
@@ -521,6 +630,13 @@ static sc_status linearise(gparse *g, plan_profile **out, sc_err *err)
     for (int l = 0; l < kept; l++) {
         run += cut[l];
         p->blocks[l].activation_bytes = run > 0 ? run : 0;
+    }
+    if (!has_time(p)) {
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "%s: every node's forward_compute_time and backward_compute_time is 0 (input "
+                     "nodes count as 0); expected measured times",
+                     g->source);
+        goto done;
     }
     SC_CHECK_GOTO(keep_dag(g, p, is_source, err), done);
     *out = p;
@@ -596,6 +712,7 @@ sc_status plan_profile_parse_graph(plan_profile **out, const char *source, const
         rc = linearise(&g, out, err);
     free(g.nodes);
     free(g.edges);
+    free(g.slots);
     return rc;
 }
 
@@ -717,12 +834,13 @@ sc_status plan_profile_load(plan_profile **out, const char *path, sc_err *err)
     size_t len = 0;
     *out = NULL;
     SC_CHECK(sc_file_read(path, PLAN_PROFILE_MAX_BYTES, &text, &len, err));
-    const char *s = text;
+    size_t bom = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* UTF-8 mark */
+    const char *s = text + bom;
     while (*s && isspace((unsigned char)*s))
         s++;
     sc_status rc;
-    if (*s == '{')
-        rc = plan_profile_parse_json(out, path, text, len, err);
+    if (*s == '{' || *s == '[' || *s == '"') /* JSON (a graph.txt line starts with a node id) */
+        rc = plan_profile_parse_json(out, path, text + bom, len - bom, err);
     else if (memchr(text, '\0', len) != NULL)
         rc = SC_ERRF(err, SC_ERR_PARSE,
                      "%s: binary data; expected a stagecraft-profile JSON or a PipeDream graph.txt",
@@ -747,6 +865,19 @@ double plan_profile_size_factor(const plan_profile *p, double samples, int batch
     return samples / ref_samples(p, batch);
 }
 
+/* The slope (seconds per sample) of forward (which 0) or backward times beyond the largest of
+ * n >= 2 measured sizes; see plan_profile_block_time. */
+static double beyond_slope(const plan_size_time *t, int n, int which)
+{
+    double a = which ? t[n - 2].backward_s : t[n - 2].forward_s;
+    double z = which ? t[n - 1].backward_s : t[n - 1].forward_s;
+    double first = which ? t[0].backward_s : t[0].forward_s;
+    double last_seg = (z - a) / (t[n - 1].size - t[n - 2].size);
+    double whole = (z - first) / (t[n - 1].size - t[0].size);
+    double slope = fmax(last_seg, whole);
+    return slope > 0 ? slope : z / t[n - 1].size;
+}
+
 void plan_profile_block_time(const plan_profile *p, int l, double samples, int batch,
                              double *forward_s, double *backward_s)
 {
@@ -769,10 +900,17 @@ void plan_profile_block_time(const plan_profile *p, int l, double samples, int b
     int i = 1;
     while (i < n - 1 && t[i].size < samples)
         i++;
-    /* linear between (or beyond, along the last segment) the two bracketing points */
+    /* linear between the two bracketing points */
     double x0 = t[i - 1].size, x1 = t[i].size, u = (samples - x0) / (x1 - x0);
     double f = t[i - 1].forward_s + u * (t[i].forward_s - t[i - 1].forward_s);
     double bw = t[i - 1].backward_s + u * (t[i].backward_s - t[i - 1].backward_s);
+    if (samples > x1) {
+        /* beyond the largest size: along the last segment, but with a slope no smaller than
+         * the whole measured range's, so that a last segment falling by noise does not reach
+         * zero; if the times fall over the whole range too, in proportion to the last one */
+        f = t[i].forward_s + beyond_slope(t, n, 0) * (samples - x1);
+        bw = t[i].backward_s + beyond_slope(t, n, 1) * (samples - x1);
+    }
     *forward_s = f > 0 ? f : 0;
     *backward_s = bw > 0 ? bw : 0;
 }

@@ -21,6 +21,17 @@ for c in $subcommands; do
     [[ $out == *"usage: stagecraft $c"* ]] || fail "'$c --help' shows no usage line: $out"
 done
 
+# output that cannot be written (a full disk) is an error, not a silent success
+data=$(cd "$(dirname "$0")/../data/planner" && pwd)
+if [ -w /dev/full ]; then
+    for fmt in "" --json; do
+        err=$("$sc" plan --model "$data/tiny.json" --gpus 2 --bandwidth 1e9 $fmt 2>&1 >/dev/full)
+        rc=$?
+        [ $rc -eq 2 ] && [[ $err == *"failed"* ]] ||
+            fail "plan $fmt into a full disk: exit $rc: $err"
+    done
+fi
+
 err=$("$sc" frobnicate 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "unknown subcommand exited $rc, want 2"
 [[ $(echo "$err" | head -1) == "stagecraft: unknown subcommand 'frobnicate'" ]] ||

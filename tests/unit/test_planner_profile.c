@@ -8,7 +8,9 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coordinator/planner/plan_profile.h"
 
@@ -85,6 +87,118 @@ static void test_time_scaling(void **state)
     plan_profile_block_time(p, 0, 0.5, 0, &f, &b);
     assert_float_equal(f, 0.0002, 1e-15);
     assert_float_equal(plan_profile_size_factor(p, 8, 0), 2.0, 0);
+    plan_profile_destroy(&p);
+}
+
+/* Writes `text` to a temporary file and loads it (plan_profile_load: the format is detected). */
+static sc_status load_text(const char *text, plan_profile **p, sc_err *err)
+{
+    char path[] = "/tmp/test_planner_profile_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    sc_err_clear(err);
+    sc_status rc = plan_profile_load(p, path, err);
+    unlink(path);
+    return rc;
+}
+
+/* Beyond the largest measured size, a last segment that falls (measurement noise) must not
+ * take times to zero: the slope is at least the whole range's, or proportional. */
+static void test_extrapolation_never_free(void **state)
+{
+    (void)state;
+    const char *noisy =
+        "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 8, \"blocks\": "
+        "[{\"name\": \"a\", \"forward_s\": 0.0395, \"backward_s\": 0.079, \"activation_bytes\": 1,"
+        "  \"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 0.010, \"backward_s\": 0.020},"
+        "   {\"size\": 2, \"forward_s\": 0.020, \"backward_s\": 0.040},"
+        "   {\"size\": 4, \"forward_s\": 0.040, \"backward_s\": 0.080},"
+        "   {\"size\": 8, \"forward_s\": 0.0395, \"backward_s\": 0.079}]},"
+        " {\"name\": \"b\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1,"
+        "  \"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 0.02, \"backward_s\": 0.04},"
+        "   {\"size\": 8, \"forward_s\": 0.01, \"backward_s\": 0.02}]}]}";
+    plan_profile *p = NULL;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "noisy.json", noisy, strlen(noisy), &err), SC_OK);
+    double f, b;
+    /* the last segment falls; the whole range rises by 0.0295 s over 7 samples */
+    plan_profile_block_time(p, 0, 1024, 0, &f, &b);
+    assert_float_equal(f, 0.0395 + 0.0295 / 7 * 1016, 1e-12);
+    assert_float_equal(b, 0.079 + 0.059 / 7 * 1016, 1e-12);
+    /* between measured sizes nothing changes */
+    plan_profile_block_time(p, 0, 6, 0, &f, &b);
+    assert_float_equal(f, 0.040 - 0.0005 / 2, 1e-15);
+    /* times that fall over the whole range: in proportion to the largest size's */
+    plan_profile_block_time(p, 1, 16, 0, &f, &b);
+    assert_float_equal(f, 0.02, 1e-15);
+    assert_float_equal(b, 0.04, 1e-15);
+    plan_profile_destroy(&p);
+}
+
+/* Profiles without any time, at the top level something other than an object, a byte-order
+ * mark, and a graph whose ids are neither in file nor in dependency order. */
+static void test_edges_of_the_formats(void **state)
+{
+    (void)state;
+    plan_profile *p = NULL;
+    sc_err err;
+    assert_int_equal(
+        load_text("{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 1,\n"
+                  " \"blocks\": [{\"name\": \"a\", \"forward_s\": 0, \"backward_s\": 0, "
+                  "\"activation_bytes\": 1}]}",
+                  &p, &err),
+        SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, ":2:"));
+    assert_non_null(strstr(err.msg, "$.blocks"));
+    assert_non_null(strstr(err.msg, "are 0"));
+    assert_int_equal(load_text("node1 -- Input -- forward_compute_time=1.0, "
+                               "backward_compute_time=1.0, activation_size=4, parameter_size=0\n"
+                               "node2 -- Relu -- forward_compute_time=0, "
+                               "backward_compute_time=0, activation_size=4, parameter_size=0\n"
+                               "\tnode1 -- node2\n",
+                               &p, &err),
+                     SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "expected measured times"));
+    /* JSON whose top level is an array: a JSON error, not a graph.txt one */
+    assert_int_not_equal(load_text("[1, 2]", &p, &err), SC_OK);
+    assert_null(strstr(err.msg, "node line"));
+    assert_non_null(strstr(err.msg, "object"));
+    assert_int_equal(load_text("\xEF\xBB\xBF{\"format\": \"stagecraft-profile\", \"version\": 1, "
+                               "\"microbatch_size\": 1, \"blocks\": [{\"name\": \"a\", "
+                               "\"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 1}]}",
+                               &p, &err),
+                     SC_OK);
+    assert_int_equal(p->n_blocks, 1);
+    plan_profile_destroy(&p);
+    /* 300 nodes in scrambled file order, a chain from the highest id down plus a second source:
+     * Kahn's order follows the edges, and among ready nodes the smaller id number */
+    enum { N = 300 };
+    char *text = malloc(N * 160 + N * 40 + 1);
+    assert_non_null(text);
+    size_t at = 0;
+    for (int k = 0; k < N; k++) {
+        int id = (k * 7) % N + 1; /* 7 and 300 are coprime: every id once */
+        at += (size_t)sprintf(text + at,
+                              "node%d -- Relu -- forward_compute_time=1.0, "
+                              "backward_compute_time=2.0, activation_size=4, parameter_size=0\n",
+                              id);
+    }
+    for (int id = N; id > 2; id--) /* node300 -> node299 -> ... -> node2; node1 alone */
+        at += (size_t)sprintf(text + at, "\tnode%d -- node%d\n", id, id - 1);
+    text[at] = '\0';
+    assert_int_equal(load_text(text, &p, &err), SC_OK);
+    free(text);
+    assert_int_equal(p->n_blocks, N);
+    assert_string_equal(p->blocks[0].name, "node1");
+    for (int l = 1; l < N; l++) {
+        char want[16];
+        snprintf(want, sizeof want, "node%d", N + 1 - l);
+        assert_string_equal(p->blocks[l].name, want);
+    }
     plan_profile_destroy(&p);
 }
 
@@ -296,6 +410,8 @@ int main(void)
         cmocka_unit_test(test_json_profile),  cmocka_unit_test(test_time_scaling),
         cmocka_unit_test(test_graph_profile), cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_inline_texts),  cmocka_unit_test(test_reorder),
+        cmocka_unit_test(test_extrapolation_never_free),
+        cmocka_unit_test(test_edges_of_the_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
