@@ -352,6 +352,50 @@ static void test_auto_microbatches_capped(void **state)
     plan_cluster_destroy(&c);
 }
 
+/* PipeDream stashes p - s minibatches and p - s - 1 weight versions at stage s of p stages: the
+ * searches count p as the plan's own stages, not the devices, some of which may stay idle.
+ * Here block a stashes 100 MB a minibatch: two stages on 300 MB devices fit (stage 0 needs
+ * 40 + 10 + 200 MB), while a count of three or four would rule out every plan. */
+static void test_pipedream_memory_counts_stages(void **state)
+{
+    (void)state;
+    const char *two = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                      " \"microbatch_size\": 1, \"blocks\": ["
+                      "{\"name\": \"a\", \"forward_s\": 0.01, \"backward_s\": 0.02,"
+                      " \"activation_bytes\": 100e6, \"parameter_bytes\": 10e6},"
+                      "{\"name\": \"b\", \"forward_s\": 0.01, \"backward_s\": 0.02,"
+                      " \"activation_bytes\": 1e3, \"parameter_bytes\": 10e6}]}";
+    plan_profile *p;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "two.json", two, strlen(two), &err), SC_OK);
+    for (int gpus = 2; gpus <= 4; gpus++) {
+        plan_cluster *c;
+        assert_int_equal(plan_cluster_new_uniform(&c, gpus, 1e10, 300e6, &err), SC_OK);
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 1,
+                            .microbatches = 1,
+                            .schedule = PLAN_SCHED_PIPEDREAM};
+        const plan_strategy strats[] = {PLAN_STRAT_MINMAX, PLAN_STRAT_HETERO, PLAN_STRAT_UMPIPE,
+                                        PLAN_STRAT_EXHAUSTIVE};
+        for (size_t k = 0; k < sizeof strats / sizeof *strats; k++) {
+            plan_result r;
+            sc_err_clear(&err);
+            assert_int_equal(plan_run(&req, strats[k], &r, &err), SC_OK);
+            /* umpipe plays its own schedule, with its own memory figures */
+            if (strats[k] != PLAN_STRAT_UMPIPE)
+                assert_true(r.fits_memory);
+            if (strats[k] == PLAN_STRAT_MINMAX) {
+                assert_int_equal(r.part->n_stages, 2);
+                assert_true(fabs(r.peak_memory_bytes[0] - 250e6) < 1e3);
+            }
+            plan_result_free(&r);
+        }
+        plan_cluster_destroy(&c);
+    }
+    plan_profile_destroy(&p);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -577,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_auto_microbatches_capped),
+        cmocka_unit_test(test_pipedream_memory_counts_stages),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
