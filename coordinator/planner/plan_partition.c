@@ -242,6 +242,36 @@ double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
     }
 }
 
+/* Samples before unit u, in micro-batches, when the first 2 * sliced units are halves. */
+static double units_before(int u, int sliced)
+{
+    return u <= 2 * sliced ? 0.5 * u : sliced + (u - 2 * sliced);
+}
+
+double plan_stash_count_sliced(int n_stages, int s, int m, int sliced)
+{
+    assert(sliced >= 0 && sliced <= m);
+    int n = m + sliced, need = n_stages - s - 1;
+    /* warm-up: the fewest units that make up `need` micro-batches */
+    int warm = need <= sliced ? 2 * need : need + sliced;
+    if (warm >= n)
+        return m;
+    /* then one forward, one backward: warm + 1 units in flight, the most in the last such
+     * window since the halves come first */
+    return units_before(n, sliced) - units_before(n - warm - 1, sliced);
+}
+
+/* The stash count the searches assume for stage s of a plan of n_stages stages. */
+static double search_stash(const plan_search_cfg *cfg, int n_stages, int s)
+{
+    int k = cfg->sliced;
+    if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
+        return plan_stash_count(cfg->sched, n_stages, s, cfg->n_micro);
+    k = k < n_stages - 1 ? k : n_stages - 1;
+    k = k < cfg->n_micro ? k : cfg->n_micro;
+    return plan_stash_count_sliced(n_stages, s, cfg->n_micro, k);
+}
+
 static int weight_versions(plan_sched_kind k, int n_stages, int s)
 {
     return k == PLAN_SCHED_PIPEDREAM ? n_stages - s - 1 : 0;
@@ -249,7 +279,7 @@ static int weight_versions(plan_sched_kind k, int n_stages, int s)
 
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s)
 {
-    double inflight = plan_stash_count(cfg->sched, p->n_stages, s, cfg->n_micro);
+    double inflight = search_stash(cfg, p->n_stages, s);
     return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
                             weight_versions(cfg->sched, p->n_stages, s));
 }
@@ -428,7 +458,7 @@ static double dev_memory(const plan_cost *c, int d)
  * never under-estimates the final plan's need. */
 static double dp_memory(const plan_search_cfg *cfg, int first, int last, int s, int D)
 {
-    double inflight = plan_stash_count(cfg->sched, D, s, cfg->n_micro);
+    double inflight = search_stash(cfg, D, s);
     return plan_cost_memory(cfg->cost, first, last, inflight, weight_versions(cfg->sched, D, s));
 }
 
@@ -729,6 +759,17 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
     /* the order is a prefix: capping the devices caps the stages */
     int Dused = cfg->max_stages > 0 && cfg->max_stages < D ? cfg->max_stages : D;
     double v = dp_order_fit(cfg, &t, order, Dused, 1, HUGE_VAL, out);
+    /* sliced: the plan may run 0 to S - 1 warm-up micro-batches as halves (plan_run keeps the
+     * fastest count that fits memory, halving needs 2 samples a micro-batch), each with its
+     * own stash counts: a partition fits when one count fits all its stages */
+    if (cfg->sched == PLAN_SCHED_SLICED && cfg->sliced == 0 && cfg->cost->samples >= 2) {
+        plan_search_cfg sc = *cfg;
+        for (sc.sliced = 1; sc.sliced < Dused && sc.sliced <= cfg->n_micro; sc.sliced++) {
+            double vk = dp_order_fit(&sc, &t, order, Dused, 1, v, out);
+            if (vk < v)
+                v = vk;
+        }
+    }
     free(order);
     dp_free(&t);
     if (!isfinite(v))
@@ -772,7 +813,7 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
         return;
     }
     int max_end = e->L - (e->S - s); /* leave one block per remaining stage */
-    double inflight = plan_stash_count(e->cfg->sched, e->S, s, e->cfg->n_micro);
+    double inflight = search_stash(e->cfg, e->S, s);
     int wv = weight_versions(e->cfg->sched, e->S, s);
     for (int d = 0; d < e->D; d++) {
         if (e->used[d])

@@ -396,6 +396,51 @@ static void test_pipedream_memory_counts_stages(void **state)
     plan_profile_destroy(&p);
 }
 
+/* Sliced warm-up halves change each stage's stash: with one micro-batch of 8 samples run as
+ * two halves, the last stage keeps half a micro-batch, not one. Blocks b1 and b2 (2 x 1.4e8 of
+ * weights and optimizer state, 2.2e8 of stash) fit the 6e8 device only that way; minmax must
+ * find that split, as uniform does, and keep a sliced count under which it fits. */
+static void test_sliced_memory_in_search(void **state)
+{
+    (void)state;
+    const char *prof = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                       " \"microbatch_size\": 2, \"blocks\": ["
+                       "{\"name\": \"b0\", \"forward_s\": 0.0068, \"backward_s\": 0.0126,"
+                       " \"activation_bytes\": 0, \"parameter_bytes\": 83e6},"
+                       "{\"name\": \"b1\", \"forward_s\": 0, \"backward_s\": 0.0037,"
+                       " \"activation_bytes\": 0, \"parameter_bytes\": 50e6},"
+                       "{\"name\": \"b2\", \"forward_s\": 0, \"backward_s\": 0.0007,"
+                       " \"activation_bytes\": 54e6, \"parameter_bytes\": 59e6}]}";
+    const char *cl =
+        "{\"format\": \"stagecraft-cluster\", \"version\": 1, \"device_types\": {"
+        "\"small\": {\"relative_speed\": 3, \"memory_bytes\": 6e8},"
+        "\"big\": {\"relative_speed\": 3, \"memory_bytes\": 1.6e9}},"
+        " \"servers\": [{\"name\": \"s0\", \"devices\": [\"big\"],"
+        " \"intra_bandwidth_bytes_per_s\": 1e9, \"nic_bandwidth_bytes_per_s\": 1e8},"
+        " {\"name\": \"s1\", \"devices\": [\"small\"],"
+        " \"intra_bandwidth_bytes_per_s\": 1e10, \"nic_bandwidth_bytes_per_s\": 1e8}]}";
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "sl.json", prof, strlen(prof), &err), SC_OK);
+    assert_int_equal(plan_cluster_parse(&c, "sl.cluster.json", cl, strlen(cl), &err), SC_OK);
+    plan_request req = {
+        .profile = p, .cluster = c, .batch = 8, .microbatches = 1, .schedule = PLAN_SCHED_SLICED};
+    plan_result u, r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &u, &err), SC_OK);
+    assert_true(u.fits_memory);
+    assert_int_equal(u.sliced, 1);
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_true(r.fits_memory);
+    assert_int_equal(r.part->n_stages, 2);
+    assert_int_equal(r.part->last[0], 0);
+    assert_true(r.bottleneck_s <= u.bottleneck_s * (1 + 1e-9));
+    plan_result_free(&u);
+    plan_result_free(&r);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -622,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_auto_microbatches_capped),
         cmocka_unit_test(test_pipedream_memory_counts_stages),
+        cmocka_unit_test(test_sliced_memory_in_search),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
