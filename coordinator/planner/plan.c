@@ -501,16 +501,20 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
     out->n_micro = m;
     out->micro_size = (double)batch / m;
 
-    /* sliced: try every count of sliced warm-up micro-batches; halving needs at least 2 samples
-     * per micro-batch (the runtime refuses to halve one of 1) */
+    /* sliced: try every count of sliced warm-up micro-batches and keep the fastest that fits
+     * memory (slicing changes each stage's stash; the fastest of all when none fits); halving
+     * needs at least 2 samples per micro-batch (the runtime refuses to halve one of 1) */
     int sliced = 0;
     if (req->schedule == PLAN_SCHED_SLICED && batch / m >= 2) {
         double best = HUGE_VAL;
+        int best_fits = 0;
         for (int k = 0; k < S && k <= m; k++) {
             plan_sim_result sr;
             SC_CHECK_GOTO(simulate(req, cost, out->part, m, k, 0, &sr, err), done);
-            if (sr.iteration_s < best - 1e-12) {
+            int fits = memory_of(req, cost, out->part, &sr, out->peak_memory_bytes);
+            if (fits > best_fits || (fits == best_fits && sr.iteration_s < best - 1e-12)) {
                 best = sr.iteration_s;
+                best_fits = fits;
                 sliced = k;
             }
             plan_sim_result_free(&sr);

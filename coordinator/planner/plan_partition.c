@@ -242,6 +242,36 @@ double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
     }
 }
 
+/* Samples before unit u, in micro-batches, when the first 2 * sliced units are halves. */
+static double units_before(int u, int sliced)
+{
+    return u <= 2 * sliced ? 0.5 * u : sliced + (u - 2 * sliced);
+}
+
+double plan_stash_count_sliced(int n_stages, int s, int m, int sliced)
+{
+    assert(sliced >= 0 && sliced <= m);
+    int n = m + sliced, need = n_stages - s - 1;
+    /* warm-up: the fewest units that make up `need` micro-batches */
+    int warm = need <= sliced ? 2 * need : need + sliced;
+    if (warm >= n)
+        return m;
+    /* then one forward, one backward: warm + 1 units in flight, the most in the last such
+     * window since the halves come first */
+    return units_before(n, sliced) - units_before(n - warm - 1, sliced);
+}
+
+/* The stash count the searches assume for stage s of a plan of n_stages stages. */
+static double search_stash(const plan_search_cfg *cfg, int n_stages, int s)
+{
+    int k = cfg->sliced;
+    if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
+        return plan_stash_count(cfg->sched, n_stages, s, cfg->n_micro);
+    k = k < n_stages - 1 ? k : n_stages - 1;
+    k = k < cfg->n_micro ? k : cfg->n_micro;
+    return plan_stash_count_sliced(n_stages, s, cfg->n_micro, k);
+}
+
 static int weight_versions(plan_sched_kind k, int n_stages, int s)
 {
     return k == PLAN_SCHED_PIPEDREAM ? n_stages - s - 1 : 0;
@@ -249,7 +279,7 @@ static int weight_versions(plan_sched_kind k, int n_stages, int s)
 
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s)
 {
-    double inflight = plan_stash_count(cfg->sched, p->n_stages, s, cfg->n_micro);
+    double inflight = search_stash(cfg, p->n_stages, s);
     return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
                             weight_versions(cfg->sched, p->n_stages, s));
 }
@@ -428,7 +458,7 @@ static double dev_memory(const plan_cost *c, int d)
  * never under-estimates the final plan's need. */
 static double dp_memory(const plan_search_cfg *cfg, int first, int last, int s, int D)
 {
-    double inflight = plan_stash_count(cfg->sched, D, s, cfg->n_micro);
+    double inflight = search_stash(cfg, D, s);
     return plan_cost_memory(cfg->cost, first, last, inflight, weight_versions(cfg->sched, D, s));
 }
 
@@ -616,7 +646,7 @@ static int dp_extract(const dp_tables *t, const int *order, int d, int L, plan_p
  * of the order may stay idle); a stage takes a run of r devices of one type on one server when
  * max_rep > 1. Values >= cap are not explored. Fills `out` when the result is < cap. */
 static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
-                       int max_rep, double cap, plan_partition *out)
+                       int max_rep, double cap, plan_partition *out, int *mem_cut)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -649,8 +679,11 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
                                       : work;
                     if (ts >= best)
                         break;
-                    if (dp_memory(cfg, k, n - 1, s0, D) > mem)
+                    if (dp_memory(cfg, k, n - 1, s0, D) > mem) {
+                        if (mem_cut != NULL)
+                            *mem_cut = 1;
                         break;
+                    }
                     double prev = prevrow[k];
                     if (prev >= best)
                         continue;
@@ -688,6 +721,28 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
     return best;
 }
 
+/* dp_order with each plan's memory counted for its own number of stages, as the final plan
+ * counts it. dp_order bounds a stage's stash by the devices from its position to the end of
+ * the prefix, which overcounts for a plan that leaves devices idle; when that bound ruled out
+ * anything, every prefix of k = 1..D devices is solved again with k as the count (exact
+ * without replicas), fewest devices first so that ties keep the fewer stages. */
+static double dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
+                           int max_rep, double cap, plan_partition *out)
+{
+    int cut = 0;
+    double v = dp_order(cfg, t, order, D, max_rep, cap, out, &cut);
+    if (!cut)
+        return v;
+    /* the last pass (k = D) repeats the first, so the answer is never worse than it */
+    v = HUGE_VAL;
+    for (int k = 1; k <= D; k++) {
+        double vk = dp_order(cfg, t, order, k, max_rep, v < cap ? v : cap, out, NULL);
+        if (vk < v)
+            v = vk;
+    }
+    return v;
+}
+
 sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
@@ -703,7 +758,18 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
         order[d] = d;
     /* the order is a prefix: capping the devices caps the stages */
     int Dused = cfg->max_stages > 0 && cfg->max_stages < D ? cfg->max_stages : D;
-    double v = dp_order(cfg, &t, order, Dused, 1, HUGE_VAL, out);
+    double v = dp_order_fit(cfg, &t, order, Dused, 1, HUGE_VAL, out);
+    /* sliced: the plan may run 0 to S - 1 warm-up micro-batches as halves (plan_run keeps the
+     * fastest count that fits memory, halving needs 2 samples a micro-batch), each with its
+     * own stash counts: a partition fits when one count fits all its stages */
+    if (cfg->sched == PLAN_SCHED_SLICED && cfg->sliced == 0 && cfg->cost->samples >= 2) {
+        plan_search_cfg sc = *cfg;
+        for (sc.sliced = 1; sc.sliced < Dused && sc.sliced <= cfg->n_micro; sc.sliced++) {
+            double vk = dp_order_fit(&sc, &t, order, Dused, 1, v, out);
+            if (vk < v)
+                v = vk;
+        }
+    }
     free(order);
     dp_free(&t);
     if (!isfinite(v))
@@ -747,7 +813,7 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
         return;
     }
     int max_end = e->L - (e->S - s); /* leave one block per remaining stage */
-    double inflight = plan_stash_count(e->cfg->sched, e->S, s, e->cfg->n_micro);
+    double inflight = search_stash(e->cfg, e->S, s);
     int wv = weight_versions(e->cfg->sched, e->S, s);
     for (int d = 0; d < e->D; d++) {
         if (e->used[d])
@@ -1627,7 +1693,7 @@ static void het_try(het_search *h, const int *order)
     if (h->evals >= h->max_evals)
         return;
     h->evals++;
-    double v = dp_order(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch);
+    double v = dp_order_fit(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch);
     /* the DP sees link bandwidths pair by pair; shared links are scored on the result */
     if (h->scratch != NULL && isfinite(v))
         v = plan_partition_bottleneck(h->cfg->cost, h->scratch);
@@ -1718,93 +1784,102 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
         goto done;
     }
     SC_CHECK_GOTO(plan_partition_new(&cand, L, D, err), done);
-    for (size_t i = 0; i < n3; i++)
-        f[i] = HUGE_VAL;
-    f[0] = 0;
-    for (int s = 1; s <= S; s++)
-        for (int d = s; d <= D; d++) {
-            int run = 1;
-            while (run < max_rep && d - run - 1 >= 0 &&
-                   cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
-                   cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
-                run++;
-            int type = dev_type(c, order[d - 1]);
-            double mem = dev_memory(c, order[d - 1]);
-            double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
-            for (int n = s; n <= L; n++) {
-                double best = HUGE_VAL;
-                int bk = -1, br = 1;
-                for (int r = 1; r <= run; r++) {
-                    int s0 = d - r;
-                    if (s0 < s - 1)
-                        break;
-                    double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
-                    const double *prev_row = f + (size_t)(s - 1) * plane + (size_t)s0 * W;
-                    for (int k = n - 1; k >= s - 1; k--) {
-                        double work = plan_cost_work(c, type, k, n - 1);
-                        double ts = work;
-                        if (r > 1) {
-                            double p = plan_cost_params(c, k, n - 1);
-                            ts = work / r + (allreduce_mode == 1 ? allreduce_s(p, r, intra)
-                                             : allreduce_mode == 0
-                                                 ? allreduce_share_s(c, p, r, intra)
-                                                 : 0);
-                        }
-                        if (ts >= best)
+    /* pass 0 bounds each stage's stash as if the plan had S stages, which overcounts for plans
+     * of fewer; when that bound ruled anything out, pass k = 1..S-1 solves again with k as the
+     * count and keeps only its plans of exactly k stages */
+    int cut = 0;
+    for (int pass = 0; pass < S && (pass == 0 || cut); pass++) {
+        int ms = pass == 0 ? S : pass;
+        for (size_t i = 0; i < n3; i++)
+            f[i] = HUGE_VAL;
+        f[0] = 0;
+        for (int s = 1; s <= ms; s++)
+            for (int d = s; d <= D; d++) {
+                int run = 1;
+                while (run < max_rep && d - run - 1 >= 0 &&
+                       cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
+                       cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
+                    run++;
+                int type = dev_type(c, order[d - 1]);
+                double mem = dev_memory(c, order[d - 1]);
+                double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
+                for (int n = s; n <= L; n++) {
+                    double best = HUGE_VAL;
+                    int bk = -1, br = 1;
+                    for (int r = 1; r <= run; r++) {
+                        int s0 = d - r;
+                        if (s0 < s - 1)
                             break;
-                        if (dp_memory(cfg, k, n - 1, s - 1, S) > mem)
-                            break;
-                        double prev = prev_row[k];
-                        if (prev >= best)
-                            continue;
-                        double v = prev > ts ? prev : ts;
-                        if (s0 > 0) {
-                            double cut = 2.0 * c->act_bytes[k - 1] / bw_in;
-                            v = cut > v ? cut : v;
-                        }
-                        if (v < best) {
-                            best = v;
-                            bk = k;
-                            br = r;
+                        double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
+                        const double *prev_row = f + (size_t)(s - 1) * plane + (size_t)s0 * W;
+                        for (int k = n - 1; k >= s - 1; k--) {
+                            double work = plan_cost_work(c, type, k, n - 1);
+                            double ts = work;
+                            if (r > 1) {
+                                double p = plan_cost_params(c, k, n - 1);
+                                ts = work / r + (allreduce_mode == 1 ? allreduce_s(p, r, intra)
+                                                 : allreduce_mode == 0
+                                                     ? allreduce_share_s(c, p, r, intra)
+                                                     : 0);
+                            }
+                            if (ts >= best)
+                                break;
+                            if (dp_memory(cfg, k, n - 1, s - 1, ms) > mem) {
+                                cut |= pass == 0;
+                                break;
+                            }
+                            double prev = prev_row[k];
+                            if (prev >= best)
+                                continue;
+                            double v = prev > ts ? prev : ts;
+                            if (s0 > 0) {
+                                double cut = 2.0 * c->act_bytes[k - 1] / bw_in;
+                                v = cut > v ? cut : v;
+                            }
+                            if (v < best) {
+                                best = v;
+                                bk = k;
+                                br = r;
+                            }
                         }
                     }
+                    if (bk >= 0) {
+                        size_t at = (size_t)s * plane + (size_t)d * W + (size_t)n;
+                        f[at] = best;
+                        kk[at] = bk;
+                        rr[at] = br;
+                    }
                 }
-                if (bk >= 0) {
-                    size_t at = (size_t)s * plane + (size_t)d * W + (size_t)n;
-                    f[at] = best;
-                    kk[at] = bk;
-                    rr[at] = br;
+            }
+        for (int s = pass == 0 ? 1 : ms; s <= ms; s++)
+            for (int d = s; d <= D; d++) {
+                if (!isfinite(f[(size_t)s * plane + (size_t)d * W + (size_t)L]))
+                    continue;
+                /* walk back from (s, d, L) */
+                int firsts[HET_STAGED_MAX_DEVICES], dstart[HET_STAGED_MAX_DEVICES],
+                    reps[HET_STAGED_MAX_DEVICES];
+                int n = L, dd = d;
+                for (int x = s; x >= 1; x--) {
+                    size_t at = (size_t)x * plane + (size_t)dd * W + (size_t)n;
+                    firsts[x - 1] = kk[at];
+                    reps[x - 1] = rr[at];
+                    dstart[x - 1] = dd - rr[at];
+                    n = kk[at];
+                    dd -= rr[at];
+                }
+                plan_partition_clear(cand);
+                for (int x = 0; x < s; x++)
+                    plan_partition_push(cand, firsts[x], x + 1 < s ? firsts[x + 1] - 1 : L - 1,
+                                        order + dstart[x], reps[x]);
+                double it;
+                SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+                if (it < *best_iter * (1 - 1e-12)) {
+                    *best_iter = it;
+                    plan_partition_copy(out, cand);
+                    out->objective_s = plan_partition_bottleneck(c, cand);
                 }
             }
-        }
-    for (int s = 1; s <= S; s++)
-        for (int d = s; d <= D; d++) {
-            if (!isfinite(f[(size_t)s * plane + (size_t)d * W + (size_t)L]))
-                continue;
-            /* walk back from (s, d, L) */
-            int firsts[HET_STAGED_MAX_DEVICES], dstart[HET_STAGED_MAX_DEVICES],
-                reps[HET_STAGED_MAX_DEVICES];
-            int n = L, dd = d;
-            for (int x = s; x >= 1; x--) {
-                size_t at = (size_t)x * plane + (size_t)dd * W + (size_t)n;
-                firsts[x - 1] = kk[at];
-                reps[x - 1] = rr[at];
-                dstart[x - 1] = dd - rr[at];
-                n = kk[at];
-                dd -= rr[at];
-            }
-            plan_partition_clear(cand);
-            for (int x = 0; x < s; x++)
-                plan_partition_push(cand, firsts[x], x + 1 < s ? firsts[x + 1] - 1 : L - 1,
-                                    order + dstart[x], reps[x]);
-            double it;
-            SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
-            if (it < *best_iter * (1 - 1e-12)) {
-                *best_iter = it;
-                plan_partition_copy(out, cand);
-                out->objective_s = plan_partition_bottleneck(c, cand);
-            }
-        }
+    }
 done:
     plan_partition_destroy(&cand);
     free(f), free(kk), free(rr), free(st);
@@ -1814,8 +1889,8 @@ done:
 /* The DP table holds, for every device count d, the best partition on the order's first d
  * devices; more stages lower the bottleneck but lengthen the fill and drain, so the final
  * choice among them is the simulator's. */
-static sc_status pick_by_simulation(const plan_search_cfg *cfg, const dp_tables *t,
-                                    const int *order, plan_partition *out, double *best_iter,
+static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, const int *order,
+                                    int max_rep, plan_partition *out, double *best_iter,
                                     sc_err *err)
 {
     const plan_cost *c = cfg->cost;
@@ -1826,7 +1901,13 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, const dp_tables 
     SC_ALLOC_CHECK(st, err);
     SC_CHECK_GOTO(plan_partition_new(&cand, L, t->D, err), done);
     double best = HUGE_VAL;
+    /* the table's memory bound counts every device of the order as a stage; where it ruled
+     * anything out, the row of d devices is solved again with d as the count */
+    int cut = 0;
+    dp_order(cfg, t, order, t->D, max_rep, HUGE_VAL, NULL, &cut);
     for (int d = 1; d <= t->D; d++) {
+        if (cut)
+            dp_order(cfg, t, order, d, max_rep, HUGE_VAL, NULL, NULL);
         if (!isfinite(t->f[(size_t)d * W + L]))
             continue;
         if (dp_extract(t, order, d, L, cand) != 0) {
@@ -2021,11 +2102,11 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
         rc = no_fit(cfg, "hetero", out, err);
         goto done;
     }
-    double v = dp_order(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);
+    double v = dp_order_fit(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);
     out->objective_s = plan_partition_bottleneck(c, out);
     if (cfg->select_by_sim && isfinite(v)) {
         double best_iter = HUGE_VAL;
-        rc = pick_by_simulation(cfg, &h.t, h.best_order, out, &best_iter, err);
+        rc = pick_by_simulation(cfg, &h.t, h.best_order, h.max_rep, out, &best_iter, err);
         if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
             for (int mode = 0; mode < 3 && rc == SC_OK; mode++)
                 rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, err);

@@ -67,6 +67,9 @@ typedef struct plan_search_cfg {
     int select_by_sim;         /* hetero: among the best partitions for each device count,
                                   keep the one the simulator finds fastest (else the lowest
                                   bottleneck) */
+    int sliced;                /* sliced schedule: warm-up micro-batches run as two halves that
+                                  the memory bound assumes, at most the plan's stages - 1 and
+                                  n_micro; 0 = none (the 1F1B count) */
 } plan_search_cfg;
 
 #define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
@@ -88,6 +91,10 @@ double plan_partition_contention(const plan_cost *c, const plan_partition *p);
 double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p);
 /* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches. */
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m);
+/* Micro-batches' worth of samples stage s keeps stashed under the sliced schedule when the
+ * first `sliced` of m micro-batches run as two halves (plan_schedule_build); sliced 0 gives
+ * the 1F1B count. Slicing can raise a stage's count as well as lower it. */
+double plan_stash_count_sliced(int n_stages, int s, int m, int sliced);
 /* Memory of stage s on each of its devices (bytes). */
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s);
 /* SC_OK when every stage fits its devices' memory; else SC_ERR_TOO_LARGE naming the stage. */

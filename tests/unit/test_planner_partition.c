@@ -556,6 +556,23 @@ static void test_pipedream_chain_graph_unchanged(void **state)
     plan_profile_destroy(&p);
 }
 
+/* The sliced schedule's stash counts: halves lower the last stage's and can raise the first's
+ * (more units in flight); no halves is the 1F1B count. */
+static void test_sliced_stash_count(void **state)
+{
+    (void)state;
+    for (int S = 1; S <= 4; S++)
+        for (int s = 0; s < S; s++)
+            for (int m = 1; m <= 6; m++)
+                assert_true(fabs(plan_stash_count_sliced(S, s, m, 0) -
+                                 plan_stash_count(PLAN_SCHED_1F1B, S, s, m)) < 1e-12);
+    assert_true(fabs(plan_stash_count_sliced(2, 1, 1, 1) - 0.5) < 1e-12);
+    assert_true(fabs(plan_stash_count_sliced(2, 0, 1, 1) - 1.0) < 1e-12);
+    assert_true(fabs(plan_stash_count_sliced(2, 0, 3, 1) - 2.5) < 1e-12);
+    assert_true(fabs(plan_stash_count_sliced(3, 0, 2, 2) - 2.0) < 1e-12);
+    assert_true(fabs(plan_stash_count_sliced(3, 1, 4, 2) - 2.5) < 1e-12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -570,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_pipedream_shared_output),
         cmocka_unit_test(test_pipedream_non_prefix_cut),
         cmocka_unit_test(test_pipedream_chain_graph_unchanged),
+        cmocka_unit_test(test_sliced_stash_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -352,6 +352,95 @@ static void test_auto_microbatches_capped(void **state)
     plan_cluster_destroy(&c);
 }
 
+/* PipeDream stashes p - s minibatches and p - s - 1 weight versions at stage s of p stages: the
+ * searches count p as the plan's own stages, not the devices, some of which may stay idle.
+ * Here block a stashes 100 MB a minibatch: two stages on 300 MB devices fit (stage 0 needs
+ * 40 + 10 + 200 MB), while a count of three or four would rule out every plan. */
+static void test_pipedream_memory_counts_stages(void **state)
+{
+    (void)state;
+    const char *two = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                      " \"microbatch_size\": 1, \"blocks\": ["
+                      "{\"name\": \"a\", \"forward_s\": 0.01, \"backward_s\": 0.02,"
+                      " \"activation_bytes\": 100e6, \"parameter_bytes\": 10e6},"
+                      "{\"name\": \"b\", \"forward_s\": 0.01, \"backward_s\": 0.02,"
+                      " \"activation_bytes\": 1e3, \"parameter_bytes\": 10e6}]}";
+    plan_profile *p;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "two.json", two, strlen(two), &err), SC_OK);
+    for (int gpus = 2; gpus <= 4; gpus++) {
+        plan_cluster *c;
+        assert_int_equal(plan_cluster_new_uniform(&c, gpus, 1e10, 300e6, &err), SC_OK);
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 1,
+                            .microbatches = 1,
+                            .schedule = PLAN_SCHED_PIPEDREAM};
+        const plan_strategy strats[] = {PLAN_STRAT_MINMAX, PLAN_STRAT_HETERO, PLAN_STRAT_UMPIPE,
+                                        PLAN_STRAT_EXHAUSTIVE};
+        for (size_t k = 0; k < sizeof strats / sizeof *strats; k++) {
+            plan_result r;
+            sc_err_clear(&err);
+            assert_int_equal(plan_run(&req, strats[k], &r, &err), SC_OK);
+            /* umpipe plays its own schedule, with its own memory figures */
+            if (strats[k] != PLAN_STRAT_UMPIPE)
+                assert_true(r.fits_memory);
+            if (strats[k] == PLAN_STRAT_MINMAX) {
+                assert_int_equal(r.part->n_stages, 2);
+                assert_true(fabs(r.peak_memory_bytes[0] - 250e6) < 1e3);
+            }
+            plan_result_free(&r);
+        }
+        plan_cluster_destroy(&c);
+    }
+    plan_profile_destroy(&p);
+}
+
+/* Sliced warm-up halves change each stage's stash: with one micro-batch of 8 samples run as
+ * two halves, the last stage keeps half a micro-batch, not one. Blocks b1 and b2 (2 x 1.4e8 of
+ * weights and optimizer state, 2.2e8 of stash) fit the 6e8 device only that way; minmax must
+ * find that split, as uniform does, and keep a sliced count under which it fits. */
+static void test_sliced_memory_in_search(void **state)
+{
+    (void)state;
+    const char *prof = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                       " \"microbatch_size\": 2, \"blocks\": ["
+                       "{\"name\": \"b0\", \"forward_s\": 0.0068, \"backward_s\": 0.0126,"
+                       " \"activation_bytes\": 0, \"parameter_bytes\": 83e6},"
+                       "{\"name\": \"b1\", \"forward_s\": 0, \"backward_s\": 0.0037,"
+                       " \"activation_bytes\": 0, \"parameter_bytes\": 50e6},"
+                       "{\"name\": \"b2\", \"forward_s\": 0, \"backward_s\": 0.0007,"
+                       " \"activation_bytes\": 54e6, \"parameter_bytes\": 59e6}]}";
+    const char *cl =
+        "{\"format\": \"stagecraft-cluster\", \"version\": 1, \"device_types\": {"
+        "\"small\": {\"relative_speed\": 3, \"memory_bytes\": 6e8},"
+        "\"big\": {\"relative_speed\": 3, \"memory_bytes\": 1.6e9}},"
+        " \"servers\": [{\"name\": \"s0\", \"devices\": [\"big\"],"
+        " \"intra_bandwidth_bytes_per_s\": 1e9, \"nic_bandwidth_bytes_per_s\": 1e8},"
+        " {\"name\": \"s1\", \"devices\": [\"small\"],"
+        " \"intra_bandwidth_bytes_per_s\": 1e10, \"nic_bandwidth_bytes_per_s\": 1e8}]}";
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "sl.json", prof, strlen(prof), &err), SC_OK);
+    assert_int_equal(plan_cluster_parse(&c, "sl.cluster.json", cl, strlen(cl), &err), SC_OK);
+    plan_request req = {
+        .profile = p, .cluster = c, .batch = 8, .microbatches = 1, .schedule = PLAN_SCHED_SLICED};
+    plan_result u, r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &u, &err), SC_OK);
+    assert_true(u.fits_memory);
+    assert_int_equal(u.sliced, 1);
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_true(r.fits_memory);
+    assert_int_equal(r.part->n_stages, 2);
+    assert_int_equal(r.part->last[0], 0);
+    assert_true(r.bottleneck_s <= u.bottleneck_s * (1 + 1e-9));
+    plan_result_free(&u);
+    plan_result_free(&r);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -577,6 +666,8 @@ int main(void)
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_auto_microbatches_capped),
+        cmocka_unit_test(test_pipedream_memory_counts_stages),
+        cmocka_unit_test(test_sliced_memory_in_search),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
