@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -524,9 +525,12 @@ sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partiti
         mn = x < mn ? x : mn;
         mx = x > mx ? x : mx;
     }
-    /* costs normalised to [0, 1]: the stopping rule "max <= min + 1" is in these units */
+    /* costs normalised to [0, 1]: the stopping rule "max <= min + 1" is in these units. Costs
+     * that differ by rounding alone (identical blocks scaled by a micro-batch factor) count as
+     * equal: normalising would stretch their last-bit differences to the whole range. */
+    bool flat = !(mx - mn > 1e-9 * mx);
     for (int l = 0; l < L; l++)
-        w[l] = mx > mn ? (plan_cost_work(c, t0, l, l) - mn) / (mx - mn) : 0;
+        w[l] = flat ? 0 : (plan_cost_work(c, t0, l, l) - mn) / (mx - mn);
     for (int i = 0; i < S - 1; i++)
         split[i] = (L / S) * (i + 1);
     split[S - 1] = L;

@@ -192,6 +192,35 @@ static void test_exhaustive_and_baselines(void **state)
     }
 }
 
+/* Identical blocks whose costs differ in the last bits (prefix sums of 0.001 + 0.002): the
+ * normalisation must not stretch rounding into the whole range; they split evenly. */
+static void test_blockpartition_identical_blocks(void **state)
+{
+    (void)state;
+    sc_err err;
+    const int sizes[] = {4, 12, 1000};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int L = sizes[k];
+        plan_profile *p = NULL;
+        assert_int_equal(plan_profile_new(&p, L, &err), SC_OK);
+        for (int l = 0; l < L; l++) {
+            p->blocks[l].forward_s = 0.001;
+            p->blocks[l].backward_s = 0.002;
+            p->blocks[l].activation_bytes = 1e3;
+            p->blocks[l].stash_bytes = 1e3;
+        }
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e9, 0, &err), SC_OK);
+        inst x;
+        inst_init(&x, p, c);
+        assert_int_equal(plan_partition_blockpartition(&x.cfg, x.part, &err), SC_OK);
+        assert_valid(&x, x.part);
+        assert_int_equal(x.part->n_stages, 2);
+        assert_int_equal(x.part->last[0], L / 2 - 1);
+        inst_free(&x);
+    }
+}
+
 static void test_hetero_near_exhaustive(void **state)
 {
     (void)state;
@@ -578,6 +607,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minmax_matches_brute_force),
         cmocka_unit_test(test_exhaustive_and_baselines),
+        cmocka_unit_test(test_blockpartition_identical_blocks),
         cmocka_unit_test(test_hetero_near_exhaustive),
         cmocka_unit_test(test_memory_is_a_hard_limit),
         cmocka_unit_test(test_pipedream_objective),
