@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
@@ -138,6 +139,13 @@ sc_status kn_ctx_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err)
     }
 #endif
     (void)ctx;
+    /* more than the machine has cannot be meant: refused before calloc, which may promise it
+     * (overcommit) and leave the process to the out-of-memory killer when it is touched */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && bytes / (size_t)page > (size_t)pages)
+        return SC_ERRF(err, SC_ERR_NOMEM,
+                       "allocating %zu bytes of host memory: more than this machine's %zu bytes",
+                       bytes, (size_t)pages * (size_t)page);
     *out = calloc(1, bytes);
     if (*out == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "allocating %zu bytes of host memory", bytes);

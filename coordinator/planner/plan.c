@@ -415,6 +415,11 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         out->search_time_s = sc_clock_now_s() - t0;
         if (rc != SC_OK)
             goto strategy_failed;
+        /* the common objective at the plan's mean entry size (batch / entries of the stage
+         * with most), not at the size minmax partitioned with */
+        out->micro_size = (double)batch / out->n_micro;
+        plan_cost_destroy(&cost);
+        SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, out->micro_size, batch, err), done);
         for (int s = 0; s < S; s++)
             out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
         out->bottleneck_s = plan_partition_bottleneck(cost, out->part);

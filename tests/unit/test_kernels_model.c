@@ -881,10 +881,32 @@ static void test_profile_json(void **state)
     kn_model_destroy(&m);
 }
 
+/* Host memory beyond the machine's is refused at once with a message, not promised by an
+ * overcommitting calloc and killed later. */
+static void test_alloc_beyond_memory(void **state)
+{
+    (void)state;
+    kn_ctx *ctx = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_ctx_new(&ctx, (kn_device){.kind = KN_DEV_CPU, .index = 0}, false, &err),
+                     SC_OK);
+    size_t phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
+    void *p = (void *)1;
+    assert_int_equal(kn_ctx_alloc(ctx, phys + phys / 2, &p, &err), SC_ERR_NOMEM);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "more than this machine's"));
+    assert_int_equal(kn_ctx_alloc(ctx, 4096, &p, &err), SC_OK);
+    assert_non_null(p);
+    kn_ctx_free(ctx, p);
+    kn_ctx_destroy(&ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_builder),
+        cmocka_unit_test(test_alloc_beyond_memory),
         cmocka_unit_test(test_mlp_vgg_builders),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_model_load_file),

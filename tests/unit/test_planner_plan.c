@@ -172,6 +172,48 @@ static void test_umpipe_simulated(void **state)
         opt_steps += r.sim.events[e].kind == PLAN_ACT_OPT;
     assert_int_equal(opt_steps, 4);
     assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
+    /* the stage figures are at the plan's mean entry size, batch / entries (times linear in
+     * the size: entries x stage time = the stage's time for the whole batch) */
+    assert_true(r.n_micro >= 1);
+    assert_float_equal(r.micro_size, 8.0 / r.n_micro, 1e-12);
+    for (int s = 0; s < r.part->n_stages; s++) {
+        double whole = 0;
+        for (int l = r.part->first[s]; l <= r.part->last[s]; l++) {
+            double f, b;
+            plan_profile_block_time(p, l, 8, 8, &f, &b);
+            whole += f + b;
+        }
+        assert_float_equal(r.compute_s[s] * r.n_micro, whole, 1e-9 * whole);
+    }
+    /* with a fixed cost per entry the search takes fewer, larger entries than the one-sample
+     * micro-batches minmax partitioned at: the figures follow the plan's sizes */
+    const char *overhead =
+        "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 1, "
+        "\"blocks\": [{\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 2, "
+        "\"activation_bytes\": 1, \"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 1, "
+        "\"backward_s\": 2}, {\"size\": 8, \"forward_s\": 1.7, \"backward_s\": 3.4}]}, "
+        "{\"name\": \"b\", \"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 1, "
+        "\"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 1, \"backward_s\": 2}, "
+        "{\"size\": 8, \"forward_s\": 1.7, \"backward_s\": 3.4}]}]}";
+    plan_profile *po = NULL;
+    assert_int_equal(plan_profile_parse_json(&po, "overhead.json", overhead, strlen(overhead), &err),
+                     SC_OK);
+    plan_request ro = {
+        .profile = po, .cluster = c, .batch = 8, .microbatches = 8, .schedule = PLAN_SCHED_GPIPE};
+    plan_result rr;
+    assert_int_equal(plan_run(&ro, PLAN_STRAT_UMPIPE, &rr, &err), SC_OK);
+    assert_true(rr.n_micro < 8);
+    for (int s = 0; s < rr.part->n_stages; s++) {
+        double at = 0;
+        for (int l = rr.part->first[s]; l <= rr.part->last[s]; l++) {
+            double f, b;
+            plan_profile_block_time(po, l, 8.0 / rr.n_micro, 8, &f, &b);
+            at += f + b;
+        }
+        assert_float_equal(rr.compute_s[s], at, 1e-9 * at);
+    }
+    plan_result_free(&rr);
+    plan_profile_destroy(&po);
     char path[] = "/tmp/sc_umpipe_traceXXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
