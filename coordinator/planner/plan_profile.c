@@ -98,6 +98,35 @@ static bool has_time(const plan_profile *p)
     return false;
 }
 
+typedef struct {
+    const char *name;
+    int index;
+} named_index;
+
+static int cmp_by_name(const void *a, const void *b)
+{
+    const named_index *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c != 0 ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* The first block (in file order) whose name an earlier block has, or -1. */
+static int duplicate_name(const plan_profile *p)
+{
+    int n = p->n_blocks, dup = -1;
+    named_index *v = malloc((size_t)n * sizeof *v);
+    if (v == NULL)
+        return -1; /* no check without memory; the profile is still usable */
+    for (int i = 0; i < n; i++)
+        v[i] = (named_index){p->blocks[i].name, i};
+    qsort(v, (size_t)n, sizeof *v, cmp_by_name);
+    for (int k = 1; k < n; k++)
+        if (strcmp(v[k].name, v[k - 1].name) == 0 && (dup < 0 || v[k].index < dup))
+            dup = v[k].index;
+    free(v);
+    return dup;
+}
+
 static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), blocks;
@@ -134,6 +163,15 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
                                          &b->stash_bytes, err),
                       fail);
         SC_CHECK_GOTO(parse_sizes(&e, b, err), fail);
+    }
+    int dup = duplicate_name(p);
+    if (dup >= 0) {
+        sc_jnode e = sc_jnode_element(&blocks, (size_t)dup), name;
+        sc_jnode_member(&e, "name", &name, NULL);
+        rc = sc_jnode_fail(&name, err, SC_ERR_INVALID,
+                           "block name \"%s\" is used by an earlier block; names are unique",
+                           p->blocks[dup].name);
+        goto fail;
     }
     if (!has_time(p)) {
         rc = sc_jnode_fail(&blocks, err, SC_ERR_INVALID,

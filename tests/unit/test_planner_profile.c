@@ -163,6 +163,19 @@ static void test_edges_of_the_formats(void **state)
                                &p, &err),
                      SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "expected measured times"));
+    /* block names are unique: the second use is named with its path */
+    assert_int_equal(
+        load_text(
+            "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 1,\n"
+            " \"blocks\": [{\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 1, "
+            "\"activation_bytes\": 1},\n {\"name\": \"b\", \"forward_s\": 1, \"backward_s\": 1, "
+            "\"activation_bytes\": 1},\n {\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 1, "
+            "\"activation_bytes\": 1}]}",
+            &p, &err),
+        SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, ":4:"));
+    assert_non_null(strstr(err.msg, "$.blocks[2].name"));
+    assert_non_null(strstr(err.msg, "unique"));
     /* JSON whose top level is an array: a JSON error, not a graph.txt one */
     assert_int_not_equal(load_text("[1, 2]", &p, &err), SC_OK);
     assert_null(strstr(err.msg, "node line"));
@@ -407,9 +420,12 @@ static void test_reorder(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_profile),  cmocka_unit_test(test_time_scaling),
-        cmocka_unit_test(test_graph_profile), cmocka_unit_test(test_malformed),
-        cmocka_unit_test(test_inline_texts),  cmocka_unit_test(test_reorder),
+        cmocka_unit_test(test_json_profile),
+        cmocka_unit_test(test_time_scaling),
+        cmocka_unit_test(test_graph_profile),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_inline_texts),
+        cmocka_unit_test(test_reorder),
         cmocka_unit_test(test_extrapolation_never_free),
         cmocka_unit_test(test_edges_of_the_formats),
     };
