@@ -646,6 +646,18 @@ static int dp_extract(const dp_tables *t, const int *order, int d, int L, plan_p
     return 0;
 }
 
+/* The longest run (at most max_rep) of same-type, same-server devices ending at position d-1
+ * of `order`: the devices one replicated stage may take there. */
+static int same_run(const plan_cluster *cl, const int *order, int d, int max_rep)
+{
+    int run = 1;
+    while (run < max_rep && d - run - 1 >= 0 &&
+           cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
+           cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
+        run++;
+    return run;
+}
+
 /* Best bottleneck for the chain on devices order[0..D-1] used as a prefix (devices at the end
  * of the order may stay idle); a stage takes a run of r devices of one type on one server when
  * max_rep > 1. Values >= cap are not explored. Fills `out` when the result is < cap. */
@@ -660,12 +672,7 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
         f[i] = HUGE_VAL;
     f[0] = 0;
     for (int d = 1; d <= D; d++) {
-        /* longest run of same-type, same-server devices ending at position d-1 */
-        int run = 1;
-        while (run < max_rep && d - run - 1 >= 0 &&
-               cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
-               cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
-            run++;
+        int run = same_run(cl, order, d, max_rep);
         int type = dev_type(c, order[d - 1]);
         double mem = dev_memory(c, order[d - 1]);
         double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
@@ -1799,11 +1806,7 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
         f[0] = 0;
         for (int s = 1; s <= ms; s++)
             for (int d = s; d <= D; d++) {
-                int run = 1;
-                while (run < max_rep && d - run - 1 >= 0 &&
-                       cl->devices[order[d - run - 1]].type == cl->devices[order[d - 1]].type &&
-                       cl->devices[order[d - run - 1]].server == cl->devices[order[d - 1]].server)
-                    run++;
+                int run = same_run(cl, order, d, max_rep);
                 int type = dev_type(c, order[d - 1]);
                 double mem = dev_memory(c, order[d - 1]);
                 double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
