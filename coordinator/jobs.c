@@ -51,12 +51,10 @@ static retry_entry *retry_find(retry_table *t, const char *id)
     return NULL;
 }
 
-static uint64_t retry_time(const retry_table *t, const char *id)
+static uint64_t retry_time(retry_table *t, const char *id)
 {
-    for (size_t i = 0; i < t->n; i++)
-        if (strcmp(t->e[i].job_id, id) == 0)
-            return t->e[i].not_before_ns;
-    return 0;
+    const retry_entry *e = retry_find(t, id);
+    return e != NULL ? e->not_before_ns : 0;
 }
 
 /* The entry of `id`, made when missing. A full table forgets the entry due soonest among those
@@ -851,7 +849,7 @@ out:
 }
 
 /* Under c->lock: the next job that needs the driver, if any. */
-static bool next_job(coord *c, const retry_table *retry, char *id, size_t size)
+static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
 {
     coord_job *jobs;
     size_t n;
