@@ -3,11 +3,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 size_t sc_strlcpy(char *dst, const char *src, size_t size)
 {
@@ -168,5 +171,32 @@ sc_status sc_parse_hostport(const char *s, bool port_zero_ok, const char *what, 
     }
     if (port != NULL)
         *port = (int)v;
+    return SC_OK;
+}
+
+sc_status sc_lock_file(const char *path, int *fd, long *holder_pid, sc_err *err)
+{
+    *fd = -1;
+    *holder_pid = 0;
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (f < 0)
+        return SC_ERRF(err, SC_ERR_IO, "cannot open the lock file %s: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char text[32];
+        ssize_t got = pread(f, text, sizeof text - 1, 0);
+        text[got > 0 ? got : 0] = '\0';
+        *holder_pid = strtol(text, NULL, 10);
+        close(f);
+        if (e == EWOULDBLOCK)
+            return SC_ERRF(err, SC_ERR_EXISTS, "%s is held by another process", path);
+        return SC_ERRF(err, SC_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    /* best effort: the lock holds without it, only a message naming the holder lacks the pid */
+    bool wrote = ftruncate(f, 0) == 0 && pwrite(f, pid, (size_t)n, 0) == n;
+    (void)wrote;
+    *fd = f;
     return SC_OK;
 }

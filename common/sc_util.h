@@ -27,6 +27,13 @@ size_t sc_strfmt(char *dst, size_t size, const char *fmt, ...)
  * with the path and strerror in the message. */
 sc_status sc_file_read(const char *path, size_t max_bytes, char **out, size_t *len, sc_err *err);
 
+/* Opens (creating it) the file `path` and takes an exclusive, non-blocking flock on it, held
+ * while *fd stays open; the kernel drops it when the process ends however it ends, so a killed
+ * holder leaves no stale lock. Writes this process's id into the file. When another process
+ * holds it: SC_ERR_EXISTS, *holder_pid its id as written there (0 if unreadable); other
+ * failures SC_ERR_IO with the path. */
+sc_status sc_lock_file(const char *path, int *fd, long *holder_pid, sc_err *err);
+
 /* Strict number parsing for flags and environment: the whole string must be a number in
  * [min, max]. `what` names the value in the error ("--port"). Accepts 1e9-style doubles. */
 sc_status sc_parse_int64(const char *s, int64_t min, int64_t max, const char *what, int64_t *out,

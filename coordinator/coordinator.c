@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -76,10 +75,8 @@ static sc_status load_or_make_token(const char *path, char *out, size_t size, bo
     return SC_OK;
 }
 
-/* Takes STATE/coordinator.lock (creating the folder and the file when missing) with an exclusive,
- * non-blocking flock held until coord_destroy, and writes this process's id into it. The kernel
- * drops the lock when the process ends however it ends, so a killed coordinator's restart is
- * never refused. */
+/* Takes STATE/coordinator.lock (creating the folder when missing), held until coord_destroy:
+ * one coordinator per state folder (sc_lock_file). */
 static sc_status lock_state_dir(coord *c, sc_err *err)
 {
     char path[1100];
@@ -87,30 +84,19 @@ static sc_status lock_state_dir(coord *c, sc_err *err)
     if (mkdir(c->state_dir, 0700) != 0 && errno != EEXIST)
         return SC_ERRF(err, SC_ERR_IO, "cannot create the state folder %s: %s", c->state_dir,
                        strerror(errno));
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return SC_ERRF(err, SC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        char holder[32] = "";
-        ssize_t got = read(fd, holder, sizeof holder - 1);
-        holder[got > 0 ? got : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        close(fd);
-        if (e == EWOULDBLOCK)
-            return SC_ERRF(err, SC_ERR_PRECONDITION,
-                           "state folder %s: another coordinator holds it (%s%s%slock %s); stop "
-                           "it or give this one another --state",
-                           c->state_dir, holder[0] ? "pid " : "", holder, holder[0] ? ", " : "",
-                           path);
-        return SC_ERRF(err, SC_ERR_IO, "cannot lock %s: %s", path, strerror(e));
+    long holder = 0;
+    sc_status rc = sc_lock_file(path, &c->state_lock_fd, &holder, err);
+    if (rc == SC_ERR_EXISTS) { /* say it in this daemon's words */
+        sc_err_clear(err);
+        char pid[40] = "";
+        if (holder > 0)
+            snprintf(pid, sizeof pid, "pid %ld, ", holder);
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "state folder %s: another coordinator holds it (%slock %s); stop it or give "
+                       "this one another --state",
+                       c->state_dir, pid, path);
     }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-        SC_LOG_WARN(LOG, "cannot write the process id into %s: %s", path, strerror(errno));
-    c->state_lock_fd = fd;
-    return SC_OK;
+    return rc;
 }
 
 static sc_status setup_tokens(coord *c, sc_err *err)

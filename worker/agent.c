@@ -8,12 +8,10 @@
 #include "worker/agent.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -93,17 +91,19 @@ static sc_status lock_name(wk_agent *a, const char *dir, sc_err *err)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/worker-%s.lock", dir, a->name);
-    a->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (a->lock_fd < 0)
-        return SC_ERRF(err, SC_ERR_IO, "cannot open the lock file %s: %s", path, strerror(errno));
-    if (flock(a->lock_fd, LOCK_EX | LOCK_NB) == 0)
-        return SC_OK;
-    if (errno == EWOULDBLOCK)
+    long holder = 0;
+    sc_status rc = sc_lock_file(path, &a->lock_fd, &holder, err);
+    if (rc == SC_ERR_EXISTS) { /* say it in this daemon's words */
+        sc_err_clear(err);
+        char pid[40] = "";
+        if (holder > 0)
+            snprintf(pid, sizeof pid, "pid %ld; ", holder);
         return SC_ERRF(err, SC_ERR_EXISTS,
-                       "worker '%s' in state folder %s: another worker process holds %s (same "
+                       "worker '%s' in state folder %s: another worker process holds %s (%ssame "
                        "--name and --state); stop it, or give this one another --name or --state",
-                       a->name, dir, path);
-    return SC_ERRF(err, SC_ERR_IO, "cannot lock %s: %s", path, strerror(errno));
+                       a->name, dir, path, pid);
+    }
+    return rc;
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */

@@ -98,6 +98,33 @@ static void test_parse_numbers(void **state)
 }
 
 /* One HOST:PORT check for every address flag: ports outside 16 bits used to wrap silently. */
+/* One holder at a time: a second open of the lock file (flock locks belong to the open file, so
+ * this works within one process) is refused with the holder's pid, and free once it closes. */
+static void test_lock_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_status_lock_XXXXXX";
+    int tmp = mkstemp(path);
+    assert_true(tmp >= 0);
+    close(tmp);
+    sc_err err;
+    sc_err_clear(&err);
+    int a = -1, b = -1;
+    long holder = -1;
+    assert_int_equal(sc_lock_file(path, &a, &holder, &err), SC_OK);
+    assert_true(a >= 0);
+    assert_int_equal(sc_lock_file(path, &b, &holder, &err), SC_ERR_EXISTS);
+    assert_int_equal(b, -1);
+    assert_int_equal(holder, (long)getpid());
+    assert_non_null(strstr(err.msg, path));
+    close(a);
+    sc_err_clear(&err);
+    assert_int_equal(sc_lock_file(path, &b, &holder, &err), SC_OK);
+    close(b);
+    unlink(path);
+    assert_int_equal(sc_lock_file("/nonexistent-dir/x.lock", &b, &holder, &err), SC_ERR_IO);
+}
+
 static void test_parse_hostport(void **state)
 {
     (void)state;
@@ -223,10 +250,15 @@ static void test_log_levels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_strings),  cmocka_unit_test(test_first_error_wins),
-        cmocka_unit_test(test_check_macros),    cmocka_unit_test(test_parse_numbers),
-        cmocka_unit_test(test_parse_hostport),  cmocka_unit_test(test_strlcpy_and_file_read),
-        cmocka_unit_test(test_clock_monotonic), cmocka_unit_test(test_log_levels),
+        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_first_error_wins),
+        cmocka_unit_test(test_check_macros),
+        cmocka_unit_test(test_parse_numbers),
+        cmocka_unit_test(test_parse_hostport),
+        cmocka_unit_test(test_lock_file),
+        cmocka_unit_test(test_strlcpy_and_file_read),
+        cmocka_unit_test(test_clock_monotonic),
+        cmocka_unit_test(test_log_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
