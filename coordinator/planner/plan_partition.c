@@ -1840,8 +1840,8 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                                 continue;
                             double v = prev > ts ? prev : ts;
                             if (s0 > 0) {
-                                double cut = 2.0 * c->act_bytes[k - 1] / bw_in;
-                                v = cut > v ? cut : v;
+                                double link_s = 2.0 * c->act_bytes[k - 1] / bw_in;
+                                v = link_s > v ? link_s : v;
                             }
                             if (v < best) {
                                 best = v;
