@@ -8,9 +8,10 @@
 sc=${1:?usage: test_profile_failures.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
-# a stopped worker stays alive for 150 heartbeats (30 s): its profiling calls time out
-start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 150 --dead-after 200 \
-    --profile-timeout-ms 300
+# a stopped worker stays alive for 300 heartbeats (60 s): its profiling calls time out after
+# 5 s (long enough for the sanitizer build to profile part 3's micro-batches of 4,096 samples)
+start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 300 --dead-after 400 \
+    --profile-timeout-ms 5000
 start_worker a
 start_worker b
 b_pid=$worker_pid
@@ -44,7 +45,7 @@ cat >"$work/small.json" <<'JSON'
 JSON
 kill -STOP "$b_pid"
 "$sc" submit "$work/small.json" >/dev/null || fail "submit small"
-wait_for 40 is_state job-2 failed && pass "repeated profiling failures fail the job" ||
+wait_for 80 is_state job-2 failed && pass "repeated profiling failures fail the job" ||
     fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
 why=$("$sc" status job-2 | sed -n 2p)
 echo "$why" | grep -q "profiling failed 5 times in a row" && echo "$why" | grep -q "DEADLINE_EXCEEDED" &&
