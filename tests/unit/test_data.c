@@ -285,6 +285,43 @@ static void test_synthetic(void **state)
     assert_non_null(strstr(err.msg, "\"synthetic\""));
 }
 
+/* Sources that are not regular files are refused at once, by name: a FIFO used to block the
+ * open (and the worker's handler thread) until a writer came, a device such as /dev/zero used
+ * to be read until the limit. alarm() turns such a hang into a failure. */
+static void test_source_not_a_regular_file(void **state)
+{
+    (void)state;
+    char fifo[512], sub[512], pattern[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo", g_dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(sub, sizeof sub, "%s/folder.bin", g_dir);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(pattern, sizeof pattern, "%s/fold*.bin", g_dir);
+    struct {
+        rt_data_cfg c;
+        sc_status want;
+        const char *says;
+    } bad[] = {
+        {gpt_cfg(RT_DATA_TEXT, fifo, 8, 256), SC_ERR_INVALID, "not a regular file"},
+        {gpt_cfg(RT_DATA_TOKENS, fifo, 8, 256), SC_ERR_INVALID, "not a regular file"},
+        {image_cfg(RT_DATA_CIFAR10, fifo), SC_ERR_INVALID, "not a regular file"},
+        {gpt_cfg(RT_DATA_TEXT, "/dev/zero", 8, 256), SC_ERR_INVALID, "not a regular file"},
+        {gpt_cfg(RT_DATA_TEXT, g_dir, 8, 256), SC_ERR_INVALID, "is a directory"},
+        {gpt_cfg(RT_DATA_TOKENS, pattern, 8, 256), SC_ERR_INVALID, "is a directory"},
+    };
+    alarm(20);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rt_data *d = NULL;
+        sc_err err;
+        sc_err_clear(&err);
+        assert_int_equal(rt_data_new(&d, &bad[i].c, &err), bad[i].want);
+        assert_non_null(strstr(err.msg, bad[i].says));
+        assert_non_null(strstr(err.msg, "expected a data file"));
+        assert_null(d);
+    }
+    alarm(0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_cifar),
         cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_source_not_a_regular_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -68,11 +68,33 @@ static uint64_t sample_hash(uint64_t seed, uint64_t step, uint64_t k, uint64_t s
     return mix(mix(mix(mix(seed) ^ step) ^ k) ^ salt);
 }
 
+/* Reads a whole source file. What is not a regular file is refused before it is opened: the open
+ * of a FIFO blocks until a writer comes (and the worker's handler thread with it, for good), and a
+ * device such as /dev/zero never ends; a file over the limit is refused before it is read. */
+static sc_status read_source(const char *path, char **buf, size_t *len, sc_err *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0) { /* else sc_file_read names the reason */
+        if (S_ISDIR(sb.st_mode))
+            return SC_ERRF(err, SC_ERR_INVALID, "%s: is a directory; expected a data file", path);
+        if (!S_ISREG(sb.st_mode))
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "%s: not a regular file (a FIFO, socket or device); expected a data "
+                           "file",
+                           path);
+        if ((uint64_t)sb.st_size > MAX_FILE_BYTES)
+            return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                           "%s: %lld bytes, over the limit of %zu bytes for one data file", path,
+                           (long long)sb.st_size, MAX_FILE_BYTES);
+    }
+    return sc_file_read(path, MAX_FILE_BYTES, buf, len, err);
+}
+
 static sc_status load_text(rt_data *d, sc_err *err)
 {
     char *buf = NULL;
     size_t len = 0;
-    SC_CHECK(sc_file_read(d->path, MAX_FILE_BYTES, &buf, &len, err));
+    SC_CHECK(read_source(d->path, &buf, &len, err));
     sc_status rc = SC_OK;
     d->tokens = malloc(len * sizeof *d->tokens + 1);
     if (d->tokens == NULL) {
@@ -91,7 +113,7 @@ static sc_status load_shard(rt_data *d, const char *path, sc_err *err)
 {
     char *buf = NULL;
     size_t len = 0;
-    SC_CHECK(sc_file_read(path, MAX_FILE_BYTES, &buf, &len, err));
+    SC_CHECK(read_source(path, &buf, &len, err));
     sc_status rc = SC_OK;
     int32_t hdr[SHARD_HEADER_INTS];
     if (len < sizeof hdr) {
@@ -179,7 +201,7 @@ static sc_status load_cifar_file(rt_data *d, const char *path, sc_err *err)
 {
     char *buf = NULL;
     size_t len = 0;
-    SC_CHECK(sc_file_read(path, MAX_FILE_BYTES, &buf, &len, err));
+    SC_CHECK(read_source(path, &buf, &len, err));
     sc_status rc = SC_OK;
     if (len == 0 || len % CIFAR_RECORD != 0) {
         rc = SC_ERRF(err, SC_ERR_PARSE,
