@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 
 #define DEMO_MAX_WORKERS 16
 #define DEMO_DEFAULT_DATA "/usr/share/common-licenses/GPL-3"
+#define DEMO_SEQ_LEN 64 /* the GPT's context: a sample is DEMO_SEQ_LEN + 1 bytes of --data */
 
 typedef struct {
     pid_t pids[DEMO_MAX_WORKERS + 1];
@@ -168,9 +170,20 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
-    if (access(data, R_OK) != 0)
+    /* The workers would find out only after the cluster started and the model was profiled;
+     * a FIFO would block them. */
+    struct stat sb;
+    if (access(data, R_OK) != 0 || stat(data, &sb) != 0)
         return cli_usage_error(self, "--data %s: %s (any readable text file will do)", data,
                                strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return cli_usage_error(
+            self, "--data %s: not a regular file (any readable text file will do)", data);
+    if (sb.st_size < DEMO_SEQ_LEN + 1)
+        return cli_usage_error(self,
+                               "--data %s: %lld bytes, fewer than one sample of the demo's GPT "
+                               "needs (%d); any text file of at least %d bytes will do",
+                               data, (long long)sb.st_size, DEMO_SEQ_LEN + 1, DEMO_SEQ_LEN + 1);
     int gpus = kn_cuda_device_count();
     if (strcmp(device, "auto") == 0)
         device = gpus > 0 ? "cuda" : "cpu";
@@ -234,11 +247,11 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         "{s:s, s:i, s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i}, s:{s:s, s:s}, s:i, s:s, s:s, s:s,"
         " s:I, s:I, s:I, s:i, s:{s:s, s:f, s:f}, s:I}",
         "format", "stagecraft-job", "version", 1, "name", "demo-gpt", "model", "kind", "gpt",
-        "vocab", 256, "seq_len", 64, "layers", 4 > workers ? 4 : (int)workers, "width", 128,
-        "heads", 4, "data", "kind", "text", "path", data, "batch_size", 16, "microbatches", "auto",
-        "schedule", "1f1b", "strategy", "exhaustive", "workers", (json_int_t)workers, "stages",
-        (json_int_t)workers, "steps", (json_int_t)steps, "seed", 1, "optimizer", "kind", "adamw",
-        "lr", 1e-3, "weight_decay", 0.0, "checkpoint_every",
+        "vocab", 256, "seq_len", DEMO_SEQ_LEN, "layers", 4 > workers ? 4 : (int)workers, "width",
+        128, "heads", 4, "data", "kind", "text", "path", data, "batch_size", 16, "microbatches",
+        "auto", "schedule", "1f1b", "strategy", "exhaustive", "workers", (json_int_t)workers,
+        "stages", (json_int_t)workers, "steps", (json_int_t)steps, "seed", 1, "optimizer", "kind",
+        "adamw", "lr", 1e-3, "weight_decay", 0.0, "checkpoint_every",
         (json_int_t)(steps / 4 > 0 ? steps / 4 : 1));
     json_dump_file(job, job_path, JSON_INDENT(2));
     char *job_text = json_dumps(job, 0);

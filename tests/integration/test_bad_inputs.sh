@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Inputs a careless user gives the client subcommands: each is refused at once with one line
+# naming what was wrong and what would do, and exit status 2, before anything is started.
+# Usage: test_bad_inputs.sh PATH/TO/stagecraft
+sc=${1:?usage: test_bad_inputs.sh PATH/TO/stagecraft}
+. "$(dirname "$0")/lib.sh"
+
+# expect_usage WHAT PATTERN COMMAND...: COMMAND exits 2 within 20 s, its first stderr line
+# matches PATTERN (a glob)
+expect_usage() {
+    local what=$1 pattern=$2; shift 2
+    local err rc
+    err=$(timeout 20 "$@" 2>&1 >/dev/null); rc=$?
+    if [ $rc -eq 2 ] && [[ $(echo "$err" | head -1) == $pattern ]]; then
+        pass "$what"
+    else
+        fail "$what: exit $rc: $(echo "$err" | head -1)"
+    fi
+}
+
+# demo --data: what the workers could not train on is refused before the cluster starts
+: >"$work/empty.txt"
+printf 'too short for one sample' >"$work/short.txt"
+mkfifo "$work/fifo"
+expect_usage "demo --data of an empty file" "*--data $work/empty.txt: 0 bytes, fewer than*65*" \
+    "$sc" demo --data "$work/empty.txt"
+expect_usage "demo --data shorter than one sample" "*--data $work/short.txt: 24 bytes*at least 65*" \
+    "$sc" demo --data "$work/short.txt"
+expect_usage "demo --data of a folder" "*--data $work: not a regular file*" "$sc" demo --data "$work"
+expect_usage "demo --data of a FIFO" "*--data $work/fifo: not a regular file*" \
+    "$sc" demo --data "$work/fifo"
+expect_usage "demo --data of a missing file" "*--data $work/none: No such file*" \
+    "$sc" demo --data "$work/none"
+finish
