@@ -25,6 +25,12 @@ sc_status sc_jdoc_parse(sc_jdoc **out, const char *source, const char *text, siz
                         sc_err *err)
 {
     *out = NULL;
+    /* A UTF-8 byte-order mark, as some editors write, is not JSON but no mistake either: jansson
+     * called it an invalid token, printing the invisible mark as the culprit. */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) {
+        text += 3;
+        len -= 3;
+    }
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (root == NULL)

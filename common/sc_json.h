@@ -33,7 +33,8 @@ typedef struct sc_jnode {
     json_t *value;                 /* borrowed from the document */
 } sc_jnode;
 
-/* Parses `len` bytes of `text`; `source` names it in errors (a path, "request", ...). */
+/* Parses `len` bytes of `text`; `source` names it in errors (a path, "request", ...). A leading
+ * UTF-8 byte-order mark is skipped. */
 sc_status sc_jdoc_parse(sc_jdoc **out, const char *source, const char *text, size_t len,
                         sc_err *err);
 

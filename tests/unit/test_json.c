@@ -126,6 +126,17 @@ static void test_parse_errors(void **state)
     deep[40000] = '\0';
     sc_err_clear(&err);
     assert_int_equal(sc_jdoc_parse(&doc, "deep.json", deep, strlen(deep), &err), SC_ERR_PARSE);
+    /* a UTF-8 byte-order mark before the document is skipped; positions count from after it */
+    const char *bom = "\xEF\xBB\xBF{\"a\": 1,\n \"b\": \"x\"}";
+    sc_err_clear(&err);
+    assert_int_equal(sc_jdoc_parse(&doc, "bom.json", bom, strlen(bom), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    int64_t a = 0;
+    assert_int_equal(sc_json_get_int(&root, "a", 0, 9, &a, &err), SC_OK);
+    assert_int_equal(a, 1);
+    assert_int_equal(sc_json_get_int(&root, "b", 0, 9, &a, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "bom.json:2:7: $.b: expected an integer"));
+    sc_jdoc_destroy(&doc);
 }
 
 static void test_format_and_version(void **state)
