@@ -7,6 +7,7 @@
 
 #include "common/sc_json.h"
 #include "common/sc_util.h"
+#include "coordinator/store.h"
 #include "kernels/model.h"
 #include "proto/sc_wire.h"
 
@@ -17,6 +18,30 @@ static const char *const strategies[] = {"hetero", "uniform", "blockpartition", 
                                          "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
+
+/* A name `stagecraft worker --name` would take (see worker/agent.c): any other one could never
+ * register, and a job naming it would wait for it for good. */
+static bool worker_name_is_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= COORD_NAME_MAX || name[0] == '.')
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
+
+/* Job names are printed by `stagecraft status`, one field per line: a newline or an escape
+ * sequence in one would break the line or drive the terminal of whoever looks. */
+static bool has_control_chars(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return true;
+    return false;
+}
 
 static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err *err)
 {
@@ -31,8 +56,12 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
             sc_jnode e = sc_jnode_element(&w, i);
             const char *name;
             SC_CHECK(sc_jnode_string(&e, &name, err));
-            if (name[0] == '\0')
-                return sc_jnode_fail(&e, err, SC_ERR_INVALID, "expected a worker name, got \"\"");
+            if (!worker_name_is_valid(name))
+                return sc_jnode_fail(&e, err, SC_ERR_INVALID,
+                                     "expected a worker name as `stagecraft worker --name` takes "
+                                     "it: 1 to %d letters, digits, '-', '_' or '.', not starting "
+                                     "with '.'",
+                                     COORD_NAME_MAX - 1);
             for (size_t j = 0; j < i; j++)
                 if (strcmp(spec->worker_names[j], name) == 0)
                     return sc_jnode_fail(&e, err, SC_ERR_INVALID,
@@ -62,10 +91,11 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-job", 1, NULL, err));
 
     SC_CHECK(sc_json_get_string(&root, "name", &s, err));
-    if (s[0] == '\0' || strlen(s) >= sizeof spec->name) {
+    if (s[0] == '\0' || strlen(s) >= sizeof spec->name || has_control_chars(s)) {
         sc_jnode n;
         sc_jnode_member(&root, "name", &n, NULL);
-        return sc_jnode_fail(&n, err, SC_ERR_INVALID, "expected a name of 1 to %zu characters",
+        return sc_jnode_fail(&n, err, SC_ERR_INVALID,
+                             "expected a name of 1 to %zu characters, without control characters",
                              sizeof spec->name - 1);
     }
     sc_strlcpy(spec->name, s, sizeof spec->name);

@@ -6,6 +6,8 @@
 #include <cmocka.h>
 #include <string.h>
 
+#include <stdio.h>
+
 #include "coordinator/jobspec.h"
 
 static const char good[] =
@@ -128,6 +130,42 @@ static void test_bad_specs(void **state)
     expect_error("\"name\": \"gpt-demo\",", "", "$: missing required field \"name\"");
 }
 
+/* Names: a job name that status would print with a newline or an escape sequence in it, and a
+ * worker name no worker can register with (the job would wait for it for good), are refused. */
+static void test_unprintable_and_unregistrable_names(void **state)
+{
+    (void)state;
+    expect_error("\"gpt-demo\"", "\"gpt\\ndemo\"",
+                 "$.name: expected a name of 1 to 127 characters, without control characters");
+    expect_error("\"gpt-demo\"", "\"\\u001b[31mred\"", "without control characters");
+    expect_error("\"gpt-demo\"", "\"tab\\there\"", "without control characters");
+    expect_error("\"workers\": 4", "\"workers\": [\"a\", \"b c\"]",
+                 "$.workers[1]: expected a worker name as `stagecraft worker --name` takes it: 1 "
+                 "to 127 letters, digits, '-', '_' or '.', not starting with '.'");
+    expect_error("\"workers\": 4", "\"workers\": [\"../a\"]",
+                 "$.workers[0]: expected a worker name");
+    expect_error("\"workers\": 4", "\"workers\": [\".a\"]", "$.workers[0]: expected a worker name");
+    expect_error("\"workers\": 4", "\"workers\": [\"\"]", "$.workers[0]: expected a worker name");
+    char longname[200], to[220];
+    memset(longname, 'w', 128);
+    longname[128] = '\0';
+    snprintf(to, sizeof to, "\"workers\": [\"%s\"]", longname);
+    expect_error("\"workers\": 4", to, "$.workers[0]: expected a worker name");
+    /* what workers do take, and names in any script */
+    const char *text =
+        "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"gpt d\u00e9mo \u5b66\","
+        " \"model\": {\"kind\": \"mlp\", \"sizes\": [4, 2]},"
+        " \"data\": {\"kind\": \"synthetic\"}, \"batch_size\": 8,"
+        " \"workers\": [\"host-1.cpu\", \"Gpu_0\"], \"steps\": 3}";
+    coord_jobspec spec;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_jobspec_parse("job.json", text, strlen(text), &spec, &err), SC_OK);
+    assert_string_equal(spec.name, "gpt d\xc3\xa9mo \xe5\xad\xa6");
+    assert_string_equal(spec.worker_names[0], "host-1.cpu");
+    coord_jobspec_clear(&spec);
+}
+
 /* Micro-batches of the workers' largest size are accepted, and so is an open count whatever the
  * batch (the coordinator profiles sizes up to the limit). */
 static void test_microbatch_limit(void **state)
@@ -171,6 +209,7 @@ int main(void)
         cmocka_unit_test(test_good_spec),
         cmocka_unit_test(test_worker_names_and_defaults),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_unprintable_and_unregistrable_names),
         cmocka_unit_test(test_microbatch_limit),
         cmocka_unit_test(test_oversized_spec),
     };
