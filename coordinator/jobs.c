@@ -825,8 +825,10 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     json_t *endpoints = json_array();
     rc = assign_all(c, &spec, spec_json, id, plan_json, resume_step, ws, n, endpoints, &err);
     if (rc == SC_ERR_INVALID || rc == SC_ERR_UNSUPPORTED || rc == SC_ERR_PARSE || rc == SC_ERR_IO ||
-        rc == SC_ERR_NOT_FOUND) {
-        /* a bad spec, or data a worker cannot read: re-planning would hit the same wall */
+        rc == SC_ERR_NOT_FOUND || rc == SC_ERR_VERSION || rc == SC_ERR_TOO_LARGE) {
+        /* a bad spec, or data a worker cannot read: re-planning would hit the same wall (a token
+         * shard of another version, a data file over the size limit, a stage over the worker's
+         * memory were re-planned every few seconds for good) */
         json_decref(endpoints);
         move_job(c, id, COORD_JOB_FAILED, err.msg);
         goto out;
