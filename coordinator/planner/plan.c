@@ -324,7 +324,11 @@ static sc_status run_strategy(plan_strategy strat, const plan_search_cfg *cfg, p
     }
 }
 
-sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+/* plan_run without the second search: with --microbatches auto, *retry_m is set to a count
+ * that simulated faster than every count the runtime runs the partition's copies with (the
+ * partition replicates more than that count allows), else left alone. */
+static sc_status plan_run_once(const plan_request *req, plan_strategy strat, plan_result *out,
+                               int *retry_m, sc_err *err)
 {
     const plan_profile *prof = req->profile;
     const plan_cluster *cl = req->cluster;
@@ -454,8 +458,8 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         double ms = plan_microbatch_closed_form(a, b, batch, S);
         int n =
             plan_microbatch_candidates(batch, ms, min_count(req, S), plan_microbatch_most(S), cand);
-        double best = HUGE_VAL;
-        int best_m = -1, fallback_m = -1;
+        double best = HUGE_VAL, best_other = HUGE_VAL;
+        int best_m = -1, fallback_m = -1, tried_m = -1, other_m = -1;
         double *peak = calloc((size_t)S, sizeof(double));
         if (peak == NULL) {
             rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
@@ -463,8 +467,15 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         }
         /* the candidates around m*; when none fits memory, ever smaller micro-batches (about
          * twice the count each time, divisors of the batch) until one fits or each holds one
-         * sample */
-        for (int i = 0, mc = n > 0 ? cand[0] : 0; mc > 0;) {
+         * sample. Only a count under which the runtime runs the partition's copies is chosen
+         * (the searched count m is one: with none among them m stays); the fastest other one
+         * that fits is left to plan_run to search again at. */
+        for (int i = 0, mc = n > 0 ? cand[0] : 0; mc > 0;
+             mc = ++i < n                         ? cand[i]
+                  : best_m < 0 && tried_m < batch ? plan_microbatch_smaller(batch, tried_m)
+                                                  : 0) {
+            tried_m = mc > tried_m ? mc : tried_m;
+            int runs = plan_partition_runnable(out->part, req->schedule, mc);
             plan_cost *cm = NULL;
             plan_sim_result sr;
             rc = plan_cost_new(&cm, prof, cl, (double)batch / mc, batch, err);
@@ -479,21 +490,25 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
             if (out->n_sweep < PLAN_SWEEP_MAX) {
                 out->sweep_count[out->n_sweep] = mc;
                 out->sweep_iter_s[out->n_sweep] = sr.iteration_s;
-                out->sweep_fits[out->n_sweep++] = fits;
+                out->sweep_fits[out->n_sweep] = fits;
+                out->sweep_runnable[out->n_sweep++] = runs;
             }
             /* the fastest that fits; when none fits, the smallest micro-batches */
-            if (fits && sr.iteration_s < best) {
+            if (runs && fits && sr.iteration_s < best) {
                 best = sr.iteration_s;
                 best_m = mc;
             }
-            if (mc > fallback_m)
+            if (!runs && fits && sr.iteration_s < best_other) {
+                best_other = sr.iteration_s;
+                other_m = mc;
+            }
+            if (runs && mc > fallback_m)
                 fallback_m = mc;
             plan_sim_result_free(&sr);
             plan_cost_destroy(&cm);
-            mc = ++i < n                            ? cand[i]
-                 : best_m < 0 && fallback_m < batch ? plan_microbatch_smaller(batch, fallback_m)
-                                                    : 0;
         }
+        if (other_m > 0 && best_other < best)
+            *retry_m = other_m;
         if (best_m < 0)
             best_m = fallback_m;
         free(peak);
@@ -549,6 +564,44 @@ done:
     plan_cost_destroy(&ref);
     plan_profile_destroy(&reordered);
     return rc;
+}
+
+sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+{
+    int retry_m = 0;
+    sc_status rc = plan_run_once(req, strat, out, &retry_m, err);
+    if (rc != SC_OK || retry_m == 0)
+        return rc;
+    /* --microbatches auto: the sweep's fastest count gives some replicated stage of the partition
+     * fewer micro-batches than the runtime needs for its copies. Search again at that count,
+     * where the strategy replicates only what the runtime runs, and keep the faster plan. */
+    plan_request again = *req;
+    again.microbatches = retry_m;
+    plan_result alt;
+    sc_err ignored;
+    sc_err_clear(&ignored);
+    int none = 0;
+    sc_status arc = plan_run_once(&again, strat, &alt, &none, &ignored);
+    out->search_time_s += alt.search_time_s;
+    if (arc == SC_OK && alt.ok && alt.fits_memory >= out->fits_memory &&
+        alt.iteration_time_s < out->iteration_time_s) {
+        alt.search_time_s = out->search_time_s;
+        alt.n_sweep = out->n_sweep;
+        memcpy(alt.sweep_count, out->sweep_count, sizeof alt.sweep_count);
+        memcpy(alt.sweep_iter_s, out->sweep_iter_s, sizeof alt.sweep_iter_s);
+        memcpy(alt.sweep_fits, out->sweep_fits, sizeof alt.sweep_fits);
+        memcpy(alt.sweep_runnable, out->sweep_runnable, sizeof alt.sweep_runnable);
+        size_t used = strlen(alt.note);
+        snprintf(alt.note + used, sizeof alt.note - used,
+                 "%ssearched again at %d micro-batches, which the first plan's copies cannot "
+                 "run with",
+                 used ? "; " : "", retry_m);
+        plan_result_free(out);
+        *out = alt;
+    } else {
+        plan_result_free(&alt);
+    }
+    return SC_OK;
 }
 
 /* ---------------------------------------------------------------- writers */
@@ -646,9 +699,12 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
         if (x->n_sweep > 0) {
             fprintf(f, ", \"sweep\": [");
             for (int k = 0; k < x->n_sweep; k++)
-                fprintf(f, "%s{\"count\": %d, \"iteration_time_s\": %.9g, \"fits_memory\": %s}",
+                fprintf(f,
+                        "%s{\"count\": %d, \"iteration_time_s\": %.9g, \"fits_memory\": %s, "
+                        "\"runnable\": %s}",
                         k ? ", " : "", x->sweep_count[k], x->sweep_iter_s[k],
-                        x->sweep_fits[k] ? "true" : "false");
+                        x->sweep_fits[k] ? "true" : "false",
+                        x->sweep_runnable[k] ? "true" : "false");
             fprintf(f, "]");
         }
         fprintf(f, "}");

@@ -483,6 +483,104 @@ static void test_sliced_memory_in_search(void **state)
     plan_profile_destroy(&p);
 }
 
+/* One heavy block and three light ones on 8 equal devices: replication pays, so hetero and
+ * pipedream replicate wherever the micro-batch count lets them. Block a's time per micro-batch
+ * has a fixed part (by_microbatch_size), and every minibatch of the pipedream schedule
+ * all-reduces the copies' 1e7-byte weights, so fewer micro-batches simulate faster. */
+static const char *const heavy_first =
+    "{\"format\": \"stagecraft-profile\", \"version\": 1, \"model\": \"heavy\","
+    " \"microbatch_size\": 1, \"blocks\": ["
+    "{\"name\": \"a\", \"forward_s\": 0.03, \"backward_s\": 0.06, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7, \"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 0.03,"
+    " \"backward_s\": 0.06}, {\"size\": 8, \"forward_s\": 0.06, \"backward_s\": 0.12}]},"
+    "{\"name\": \"b\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7},"
+    "{\"name\": \"c\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7},"
+    "{\"name\": \"d\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7}]}";
+
+static int most_replicas(const plan_partition *p)
+{
+    int most = 1;
+    for (int s = 0; s < p->n_stages; s++)
+        most = p->n_dev[s] > most ? p->n_dev[s] : most;
+    return most;
+}
+
+/* No strategy emits a plan the runtime refuses (docs/runtime.md, "Replicated stages"): with
+ * gpipe, 1f1b and sliced a stage has at most as many copies as micro-batches, with pipedream
+ * the count is a multiple of every stage's copies; a batch of one sample is never replicated
+ * (and then no bottleneck is below the lower bound, which assumes no copies). */
+static void test_replication_runtime_runs(void **state)
+{
+    (void)state;
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(
+        plan_profile_parse_json(&p, "heavy.json", heavy_first, strlen(heavy_first), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 8, 1e10, 0, &err), SC_OK);
+    const plan_sched_kind kinds[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_SLICED,
+                                     PLAN_SCHED_PIPEDREAM};
+    const int batches[] = {1, 8, 12};
+    int replicated = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
+            for (int m = 0; m <= batches[b]; m++) {
+                if (m > 0 && batches[b] % m != 0)
+                    continue;
+                plan_request req = {.profile = p,
+                                    .cluster = c,
+                                    .batch = batches[b],
+                                    .microbatches = m,
+                                    .schedule = kinds[k]};
+                for (int s = 0; s < PLAN_STRAT_COUNT; s++) {
+                    plan_result r;
+                    sc_err_clear(&err);
+                    assert_int_equal(plan_run(&req, (plan_strategy)s, &r, &err), SC_OK);
+                    assert_true(r.ok);
+                    if (m > 0 && s != PLAN_STRAT_UMPIPE) /* umpipe: entries of its own */
+                        assert_int_equal(r.n_micro, m);
+                    if (!plan_partition_runnable(r.part, kinds[k], r.n_micro))
+                        fail_msg("%s, schedule %s, batch %d, --microbatches %d: a stage of %d "
+                                 "copies with %d micro-batches",
+                                 plan_strategy_name((plan_strategy)s), plan_sched_name(kinds[k]),
+                                 batches[b], m, most_replicas(r.part), r.n_micro);
+                    if (batches[b] == 1) {
+                        assert_int_equal(most_replicas(r.part), 1);
+                        assert_true(r.bottleneck_s >= r.lower_bound_s * (1 - 1e-12));
+                    }
+                    replicated |= most_replicas(r.part) > 1;
+                    plan_result_free(&r);
+                }
+            }
+    assert_true(replicated); /* the rule limits replication, it does not forbid it */
+
+    /* --microbatches auto under pipedream: a partition searched at the closed form's count
+     * replicates, while one micro-batch (one optimizer step) simulates faster; searched again
+     * at one, nothing is replicated */
+    plan_cluster_destroy(&c);
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e10, 0, &err), SC_OK);
+    plan_request req = {.profile = p, .cluster = c, .batch = 4, .schedule = PLAN_SCHED_PIPEDREAM};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_PIPEDREAM, &r, &err), SC_OK);
+    assert_int_equal(r.n_micro, 1);
+    assert_int_equal(most_replicas(r.part), 1);
+    assert_non_null(strstr(r.note, "searched again at 1 micro-batches"));
+    /* the sweep was of the first partition, whose copies one micro-batch cannot run */
+    int found = 0;
+    for (int i = 0; i < r.n_sweep; i++)
+        if (r.sweep_count[i] == 1) {
+            found = 1;
+            assert_false(r.sweep_runnable[i]);
+        }
+    assert_true(found);
+    plan_result_free(&r);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -710,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_auto_microbatches_capped),
         cmocka_unit_test(test_pipedream_memory_counts_stages),
         cmocka_unit_test(test_sliced_memory_in_search),
+        cmocka_unit_test(test_replication_runtime_runs),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
