@@ -106,6 +106,43 @@ static int memory_of(const plan_request *req, const plan_cost *c, const plan_par
     return fits;
 }
 
+/* The sliced schedule's count of warm-up micro-batches run as halves, k in [0, min(S-1, m)],
+ * that fits memory and simulates fastest (the fastest of all when none fits): slicing changes
+ * each stage's stash, lowering the last stages' and possibly raising the first's, so whether
+ * a plan fits depends on k. Halving needs 2 samples a micro-batch (the runtime refuses to halve
+ * one of 1). Other schedules: k = 0. *iter_s and *fits are that k's, peak its memory per
+ * stage. */
+static sc_status pick_sliced(const plan_request *req, const plan_cost *c, const plan_partition *p,
+                             int batch, int m, double *peak, int *k_out, double *iter_s,
+                             int *fits_out, sc_err *err)
+{
+    int most = req->schedule == PLAN_SCHED_SLICED && batch / m >= 2 ? p->n_stages - 1 : 0;
+    most = most < m ? most : m;
+    double *pk = calloc((size_t)p->n_stages, sizeof(double));
+    SC_ALLOC_CHECK(pk, err);
+    *k_out = 0;
+    *iter_s = HUGE_VAL;
+    *fits_out = 0;
+    for (int k = 0; k <= most; k++) {
+        plan_sim_result sr;
+        sc_status rc = simulate(req, c, p, m, k, 0, &sr, err);
+        if (rc != SC_OK) {
+            free(pk);
+            return rc;
+        }
+        int fits = memory_of(req, c, p, &sr, pk);
+        if (k == 0 || fits > *fits_out || (fits == *fits_out && sr.iteration_s < *iter_s - 1e-12)) {
+            *iter_s = sr.iteration_s;
+            *fits_out = fits;
+            *k_out = k;
+            memcpy(peak, pk, (size_t)p->n_stages * sizeof(double));
+        }
+        plan_sim_result_free(&sr);
+    }
+    free(pk);
+    return SC_OK;
+}
+
 static int min_count(const plan_request *req, int S)
 {
     return req->schedule == PLAN_SCHED_1F1B || req->schedule == PLAN_SCHED_SLICED ? S : 1;
@@ -477,35 +514,33 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
             tried_m = mc > tried_m ? mc : tried_m;
             int runs = plan_partition_runnable(out->part, req->schedule, mc);
             plan_cost *cm = NULL;
-            plan_sim_result sr;
+            double it;
+            int k, fits;
             rc = plan_cost_new(&cm, prof, cl, (double)batch / mc, batch, err);
             if (rc == SC_OK)
-                rc = simulate(req, cm, out->part, mc, 0, 0, &sr, err);
+                rc = pick_sliced(req, cm, out->part, batch, mc, peak, &k, &it, &fits, err);
+            plan_cost_destroy(&cm);
             if (rc != SC_OK) {
-                plan_cost_destroy(&cm);
                 free(peak);
                 goto done;
             }
-            int fits = memory_of(req, cm, out->part, &sr, peak);
             if (out->n_sweep < PLAN_SWEEP_MAX) {
                 out->sweep_count[out->n_sweep] = mc;
-                out->sweep_iter_s[out->n_sweep] = sr.iteration_s;
+                out->sweep_iter_s[out->n_sweep] = it;
                 out->sweep_fits[out->n_sweep] = fits;
                 out->sweep_runnable[out->n_sweep++] = runs;
             }
             /* the fastest that fits; when none fits, the smallest micro-batches */
-            if (runs && fits && sr.iteration_s < best) {
-                best = sr.iteration_s;
+            if (runs && fits && it < best) {
+                best = it;
                 best_m = mc;
             }
-            if (!runs && fits && sr.iteration_s < best_other) {
-                best_other = sr.iteration_s;
+            if (!runs && fits && it < best_other) {
+                best_other = it;
                 other_m = mc;
             }
             if (runs && mc > fallback_m)
                 fallback_m = mc;
-            plan_sim_result_free(&sr);
-            plan_cost_destroy(&cm);
         }
         if (other_m > 0 && best_other < best)
             *retry_m = other_m;
@@ -521,24 +556,13 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
     out->n_micro = m;
     out->micro_size = (double)batch / m;
 
-    /* sliced: try every count of sliced warm-up micro-batches and keep the fastest that fits
-     * memory (slicing changes each stage's stash; the fastest of all when none fits); halving
-     * needs at least 2 samples per micro-batch (the runtime refuses to halve one of 1) */
     int sliced = 0;
-    if (req->schedule == PLAN_SCHED_SLICED && batch / m >= 2) {
-        double best = HUGE_VAL;
-        int best_fits = 0;
-        for (int k = 0; k < S && k <= m; k++) {
-            plan_sim_result sr;
-            SC_CHECK_GOTO(simulate(req, cost, out->part, m, k, 0, &sr, err), done);
-            int fits = memory_of(req, cost, out->part, &sr, out->peak_memory_bytes);
-            if (fits > best_fits || (fits == best_fits && sr.iteration_s < best - 1e-12)) {
-                best = sr.iteration_s;
-                best_fits = fits;
-                sliced = k;
-            }
-            plan_sim_result_free(&sr);
-        }
+    if (req->schedule == PLAN_SCHED_SLICED) {
+        double it;
+        int fits;
+        SC_CHECK_GOTO(pick_sliced(req, cost, out->part, batch, m, out->peak_memory_bytes, &sliced,
+                                  &it, &fits, err),
+                      done);
     }
     out->sliced = sliced;
     SC_CHECK_GOTO(simulate(req, cost, out->part, m, sliced, req->record_trace, &out->sim, err),

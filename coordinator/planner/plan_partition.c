@@ -273,6 +273,18 @@ static double search_stash(const plan_search_cfg *cfg, int n_stages, int s)
     return plan_stash_count_sliced(n_stages, s, cfg->n_micro, k);
 }
 
+/* Sliced schedule: a search tries none and then 1..this many warm-up micro-batches run as
+ * halves, each count with its own stash counts (search_stash); a partition fits when one count
+ * fits all its stages, as plan_run then keeps the fastest count that fits. 0 when the schedule
+ * is not sliced, the search was given its count (cfg->sliced), or a micro-batch holds fewer
+ * than 2 samples (the runtime halves none). `stages`: the most stages a plan may have. */
+static int sliced_tries(const plan_search_cfg *cfg, int stages)
+{
+    if (cfg->sched != PLAN_SCHED_SLICED || cfg->sliced != 0 || cfg->cost->samples < 2)
+        return 0;
+    return stages - 1 < cfg->n_micro ? stages - 1 : cfg->n_micro;
+}
+
 static int weight_versions(plan_sched_kind k, int n_stages, int s)
 {
     return k == PLAN_SCHED_PIPEDREAM ? n_stages - s - 1 : 0;
@@ -756,12 +768,15 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
  * counts it. dp_order bounds a stage's stash by the devices from its position to the end of
  * the prefix, which overcounts for a plan that leaves devices idle; when that bound ruled out
  * anything, every prefix of k = 1..D devices is solved again with k as the count (exact
- * without replicas), fewest devices first so that ties keep the fewer stages. */
+ * without replicas), fewest devices first so that ties keep the fewer stages. *mem_cut (when
+ * not NULL) is set when memory ruled anything out. */
 static double dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
-                           int max_rep, double cap, plan_partition *out)
+                           int max_rep, double cap, plan_partition *out, int *mem_cut)
 {
     int cut = 0;
     double v = dp_order(cfg, t, order, D, max_rep, cap, out, &cut);
+    if (mem_cut != NULL)
+        *mem_cut |= cut;
     if (!cut)
         return v;
     /* the last pass (k = D) repeats the first, so the answer is never worse than it */
@@ -789,17 +804,13 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
         order[d] = d;
     /* the order is a prefix: capping the devices caps the stages */
     int Dused = cfg->max_stages > 0 && cfg->max_stages < D ? cfg->max_stages : D;
-    double v = dp_order_fit(cfg, &t, order, Dused, 1, HUGE_VAL, out);
-    /* sliced: the plan may run 0 to S - 1 warm-up micro-batches as halves (plan_run keeps the
-     * fastest count that fits memory, halving needs 2 samples a micro-batch), each with its
-     * own stash counts: a partition fits when one count fits all its stages */
-    if (cfg->sched == PLAN_SCHED_SLICED && cfg->sliced == 0 && cfg->cost->samples >= 2) {
-        plan_search_cfg sc = *cfg;
-        for (sc.sliced = 1; sc.sliced < Dused && sc.sliced <= cfg->n_micro; sc.sliced++) {
-            double vk = dp_order_fit(&sc, &t, order, Dused, 1, v, out);
-            if (vk < v)
-                v = vk;
-        }
+    double v = dp_order_fit(cfg, &t, order, Dused, 1, HUGE_VAL, out, NULL);
+    /* sliced: the plan may run 0 to S - 1 warm-up micro-batches as halves */
+    plan_search_cfg sc = *cfg;
+    for (sc.sliced = 1; sc.sliced <= sliced_tries(cfg, Dused); sc.sliced++) {
+        double vk = dp_order_fit(&sc, &t, order, Dused, 1, v, out, NULL);
+        if (vk < v)
+            v = vk;
     }
     free(order);
     dp_free(&t);
@@ -821,6 +832,7 @@ typedef struct ex_state {
     int *best_cut, *best_dev;
     int best_S;
     double best;
+    int mem_cut; /* memory ruled out some stage */
 } ex_state;
 
 static void ex_rec(ex_state *e, int s, int start, double cur)
@@ -864,8 +876,10 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
             double w = plan_cost_work(c, type, start, end);
             if (w >= e->best)
                 break;
-            if (plan_cost_memory(c, start, end, inflight, wv) > dev_memory(c, d))
+            if (plan_cost_memory(c, start, end, inflight, wv) > dev_memory(c, d)) {
+                e->mem_cut = 1;
                 break;
+            }
             ex_rec(e, s + 1, end + 1, base > w ? base : w);
         }
         e->used[d] = 0;
@@ -918,6 +932,15 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
         e.S = S;
         ex_rec(&e, 0, 0, 0);
     }
+    /* sliced: where memory ruled anything out without halves, every count of halved warm-up
+     * micro-batches in turn, keeping only plans better than the best so far */
+    plan_search_cfg sc = *cfg;
+    e.cfg = &sc;
+    for (sc.sliced = 1; e.mem_cut && sc.sliced <= sliced_tries(cfg, Smax); sc.sliced++)
+        for (int S = 2; S <= Smax; S++) {
+            e.S = S;
+            ex_rec(&e, 0, 0, 0);
+        }
     if (!isfinite(e.best)) {
         rc = no_fit(cfg, "exhaustive", out, err);
         goto done;
@@ -1918,6 +1941,7 @@ typedef struct het_search {
     int D, max_rep, evals, max_evals;
     double best;
     int *best_order;
+    int mem_cut; /* memory ruled out some stage */
 } het_search;
 
 static void het_try(het_search *h, const int *order)
@@ -1925,7 +1949,8 @@ static void het_try(het_search *h, const int *order)
     if (h->evals >= h->max_evals)
         return;
     h->evals++;
-    double v = dp_order_fit(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch);
+    double v =
+        dp_order_fit(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch, &h->mem_cut);
     /* the DP sees link bandwidths pair by pair; shared links are scored on the result */
     if (h->scratch != NULL && isfinite(v))
         v = plan_partition_bottleneck(h->cfg->cost, h->scratch);
@@ -1981,11 +2006,16 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
 {
     int S = cand->n_stages, m = cfg->n_micro > 0 ? cfg->n_micro : 1;
     int units = cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * S + 4 ? 4 * S + 4 : m;
+    /* sliced: with the halves whose stash the candidate's memory was checked for */
+    int halves = cfg->sched == PLAN_SCHED_SLICED ? cfg->sliced : 0;
+    halves = halves < S - 1 ? halves : S - 1;
+    halves = halves < m ? halves : m;
+    double eff = cfg->slice_efficiency > 0 ? cfg->slice_efficiency : 0.9;
     plan_schedule *s = NULL;
     plan_sim_result r;
-    SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, 0, err));
+    SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, halves, err));
     plan_partition_sim_stages(cfg->cost, cand, st);
-    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, 1.0, 0, &r, err);
+    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, eff, 0, &r, err);
     plan_schedule_destroy(&s);
     if (rc != SC_OK)
         return rc;
@@ -2000,7 +2030,7 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
  * partitions under all three are candidates and the simulator judges. */
 static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, int D, int max_rep,
                                 int allreduce_mode, plan_partition *out, double *best_iter,
-                                sc_err *err)
+                                int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -2056,6 +2086,7 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                                 break;
                             if (dp_memory(cfg, k, n - 1, s - 1, ms) > mem) {
                                 cut |= pass == 0;
+                                *mem_cut = 1;
                                 break;
                             }
                             double prev = prev_row[k];
@@ -2121,7 +2152,7 @@ done:
  * choice among them is the simulator's. */
 static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, const int *order,
                                     int max_rep, plan_partition *out, double *best_iter,
-                                    sc_err *err)
+                                    int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     int L = c->n_blocks, W = L + 1;
@@ -2135,6 +2166,7 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
      * anything out, the row of d devices is solved again with d as the count */
     int cut = 0;
     dp_order(cfg, t, order, t->D, max_rep, HUGE_VAL, NULL, &cut);
+    *mem_cut |= cut;
     for (int d = 1; d <= t->D; d++) {
         if (cut)
             dp_order(cfg, t, order, d, max_rep, HUGE_VAL, NULL, NULL);
@@ -2163,7 +2195,7 @@ done:
  * improves and memory still fits: the DPs see one bottleneck, the simulator also sees the
  * round trip of activations and gradients through the cuts. */
 static sc_status refine_by_simulation(const plan_search_cfg *cfg, plan_partition *out,
-                                      double *best_iter, sc_err *err)
+                                      double *best_iter, int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -2192,8 +2224,10 @@ static sc_status refine_by_simulation(const plan_search_cfg *cfg, plan_partition
                         fits &= need <= cl->types[cl->devices[d].type].memory_bytes;
                     }
                 }
-                if (!fits)
+                if (!fits) {
+                    *mem_cut = 1;
                     continue;
+                }
                 double it;
                 SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
                 if (it < *best_iter * (1 - 1e-9)) {
@@ -2210,7 +2244,11 @@ done:
     return rc;
 }
 
-sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+/* hetero for one stash rule (cfg->sliced as given). *score: the simulated iteration of the
+ * plan when cfg->select_by_sim, else its bottleneck; *mem_cut is set when memory ruled out
+ * anything. */
+static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, double *score,
+                               int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -2332,20 +2370,69 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
         rc = no_fit(cfg, "hetero", out, err);
         goto done;
     }
-    double v = dp_order_fit(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);
+    double v = dp_order_fit(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out, &h.mem_cut);
     out->objective_s = plan_partition_bottleneck(c, out);
+    *score = out->objective_s;
     if (cfg->select_by_sim && isfinite(v)) {
         double best_iter = HUGE_VAL;
-        rc = pick_by_simulation(cfg, &h.t, h.best_order, h.max_rep, out, &best_iter, err);
+        int *cut = &h.mem_cut;
+        rc = pick_by_simulation(cfg, &h.t, h.best_order, h.max_rep, out, &best_iter, cut, err);
         if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
             for (int mode = 0; mode < 3 && rc == SC_OK; mode++)
-                rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, err);
+                rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, cut,
+                                    err);
         if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
-            rc = refine_by_simulation(cfg, out, &best_iter, err);
+            rc = refine_by_simulation(cfg, out, &best_iter, cut, err);
+        *score = best_iter;
     }
 done:
+    *mem_cut |= h.mem_cut;
     plan_partition_destroy(&h.scratch);
     dp_free(&h.t);
     free(order), free(tmp), free(srv), free(perm), free(h.best_order);
+    return rc;
+}
+
+sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    double score = HUGE_VAL;
+    int cut = 0;
+    sc_err first;
+    sc_err_clear(&first);
+    sc_status rc = hetero_search(cfg, out, &score, &cut, &first);
+    int tries = sliced_tries(cfg, cfg->cost->cluster->n_devices);
+    if (!cut || tries == 0 || (rc != SC_OK && !out->no_fit)) {
+        if (rc != SC_OK && err != NULL && err->code == SC_OK)
+            *err = first;
+        return rc;
+    }
+    /* sliced, and memory ruled something out without halves: search again for every count of
+     * halved warm-up micro-batches (their stash counts differ, plan_stash_count_sliced), keeping
+     * the best plan that fits under one of them, as minmax does */
+    plan_partition *cand = NULL;
+    sc_status prc = plan_partition_new(&cand, out->cap_stages, out->cap_devices, err);
+    if (prc != SC_OK)
+        return prc;
+    plan_search_cfg sc = *cfg;
+    for (sc.sliced = 1; sc.sliced <= tries; sc.sliced++) {
+        double s = HUGE_VAL;
+        int ignored = 0;
+        sc_err e;
+        sc_err_clear(&e);
+        sc_status r = hetero_search(&sc, cand, &s, &ignored, &e);
+        if (r != SC_OK && !cand->no_fit) { /* not memory: out of memory, say */
+            rc = r;
+            first = e;
+            break;
+        }
+        if (r == SC_OK && (rc != SC_OK || s < score)) {
+            plan_partition_copy(out, cand);
+            score = s;
+            rc = SC_OK;
+        }
+    }
+    plan_partition_destroy(&cand);
+    if (rc != SC_OK && err != NULL && err->code == SC_OK)
+        *err = first;
     return rc;
 }
