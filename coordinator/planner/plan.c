@@ -756,17 +756,30 @@ static void fmt_bytes(char *buf, size_t n, double b)
     snprintf(buf, n, "%.1f %s", b, u[i]);
 }
 
+/* Text from the inputs (a model's or block's name, a file name) in a table line: control
+ * characters (a newline, a terminal escape) become '?', as in error messages. */
+static void table_str(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
+}
+
 void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, int n)
 {
-    fprintf(f, "model %s: %d blocks; cluster %s: %d devices; batch %d; schedule %s\n",
-            req->profile->model, req->profile->n_blocks, req->cluster->source,
-            req->cluster->n_devices, n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
+    fprintf(f, "model ");
+    table_str(f, req->profile->model);
+    fprintf(f, ": %d blocks; cluster ", req->profile->n_blocks);
+    table_str(f, req->cluster->source);
+    fprintf(f, ": %d devices; batch %d; schedule %s\n", req->cluster->n_devices,
+            n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
     fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages", "devices",
             "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble", "peak_mem", "search_s");
     for (int i = 0; i < n; i++) {
         const plan_result *x = &r[i];
         if (!x->ok) {
-            fprintf(f, "%-15s failed: %s\n", plan_strategy_name(x->strategy), x->error);
+            fprintf(f, "%-15s failed: ", plan_strategy_name(x->strategy));
+            table_str(f, x->error);
+            fputc('\n', f);
             continue;
         }
         double peak = 0;

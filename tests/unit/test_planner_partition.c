@@ -513,6 +513,16 @@ static void test_exhaustive_refuses_large(void **state)
     assert_non_null(strstr(err.msg, "exhaustive"));
     assert_non_null(strstr(err.msg, "limit"));
     inst_free(&x);
+    /* past the largest double (sum over S of C(199, S-1) 4096! / (4096-S)! is about 2.2e720):
+     * a finite count, not "inf" */
+    assert_int_equal(plan_cluster_new_uniform(&c, 4096, 1e9, 0, &err), SC_OK);
+    inst_init(&x, random_chain(200), c);
+    sc_err_clear(&err);
+    assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_ERR_TOO_LARGE);
+    if (strstr(err.msg, "give more than 10^720 candidate plans") == NULL)
+        fail_msg("%s", err.msg);
+    assert_null(strstr(err.msg, "inf"));
+    inst_free(&x);
 }
 
 static void test_shared_links(void **state)
