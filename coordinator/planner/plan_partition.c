@@ -276,13 +276,17 @@ static double search_stash(const plan_search_cfg *cfg, int n_stages, int s)
 /* Sliced schedule: a search tries none and then 1..this many warm-up micro-batches run as
  * halves, each count with its own stash counts (search_stash); a partition fits when one count
  * fits all its stages, as plan_run then keeps the fastest count that fits. 0 when the schedule
- * is not sliced, the search was given its count (cfg->sliced), or a micro-batch holds fewer
- * than 2 samples (the runtime halves none). `stages`: the most stages a plan may have. */
+ * is not sliced, the search was given its count (cfg->sliced), a micro-batch holds fewer than 2
+ * samples (the runtime halves none), or there are at least as many micro-batches as `stages`
+ * (the most stages a plan may have, or that the search's memory bound counts): then halves
+ * never lower a stage's stash below 1F1B's (plan_stash_count_sliced; they only hold more on
+ * the first stages), so they cannot make a plan fit. */
 static int sliced_tries(const plan_search_cfg *cfg, int stages)
 {
-    if (cfg->sched != PLAN_SCHED_SLICED || cfg->sliced != 0 || cfg->cost->samples < 2)
+    if (cfg->sched != PLAN_SCHED_SLICED || cfg->sliced != 0 || cfg->cost->samples < 2 ||
+        cfg->n_micro >= stages)
         return 0;
-    return stages - 1 < cfg->n_micro ? stages - 1 : cfg->n_micro;
+    return cfg->n_micro; /* at most stages - 1 */
 }
 
 static int weight_versions(plan_sched_kind k, int n_stages, int s)
@@ -2418,6 +2422,61 @@ done:
     return rc;
 }
 
+/* A plan's simulated iteration under the sliced schedule with the fastest count of halved
+ * warm-up micro-batches, 0..tries, under which it fits memory (HUGE_VAL when none), as plan_run
+ * will run it: plans found under different counts are compared by it. */
+static sc_status sliced_score(const plan_search_cfg *cfg, const plan_partition *p, int tries,
+                              double *score, sc_err *err)
+{
+    plan_sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
+    SC_ALLOC_CHECK(st, err);
+    sc_status rc = SC_OK;
+    plan_search_cfg sc = *cfg;
+    *score = HUGE_VAL;
+    for (sc.sliced = 0; sc.sliced <= tries && rc == SC_OK; sc.sliced++) {
+        double it;
+        if (plan_partition_check_memory(&sc, p, NULL) != SC_OK)
+            continue;
+        rc = simulate_candidate(&sc, p, st, &it, err);
+        if (rc == SC_OK && it < *score)
+            *score = it;
+    }
+    free(st);
+    return rc;
+}
+
+/* hetero_search again under every count of halved warm-up micro-batches up to `tries`
+ * (plan_partition_hetero): the best plan that fits under one of them replaces *out when its
+ * score is lower, or when *out has none (*found 0). */
+static sc_status hetero_sliced(const plan_search_cfg *cfg, int tries, plan_partition *out,
+                               double *score, int *found, sc_err *err)
+{
+    plan_partition *cand = NULL;
+    SC_CHECK(plan_partition_new(&cand, out->cap_stages, out->cap_devices, err));
+    sc_status rc = SC_OK;
+    plan_search_cfg sc = *cfg;
+    for (sc.sliced = 1; sc.sliced <= tries && rc == SC_OK; sc.sliced++) {
+        double s = HUGE_VAL;
+        int ignored = 0;
+        sc_err e;
+        sc_err_clear(&e);
+        sc_status r = hetero_search(&sc, cand, &s, &ignored, &e);
+        if (r == SC_OK && cfg->select_by_sim)
+            r = sliced_score(cfg, cand, tries, &s, &e);
+        if (r != SC_OK && !cand->no_fit) { /* not memory: out of memory, say */
+            rc = r;
+            if (err != NULL && err->code == SC_OK)
+                *err = e;
+        } else if (r == SC_OK && (!*found || s < *score)) {
+            plan_partition_copy(out, cand);
+            *score = s;
+            *found = 1;
+        }
+    }
+    plan_partition_destroy(&cand);
+    return rc;
+}
+
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     double score = HUGE_VAL;
@@ -2425,39 +2484,17 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
     sc_err first;
     sc_err_clear(&first);
     sc_status rc = hetero_search(cfg, out, &score, &cut, &first);
-    int tries = sliced_tries(cfg, cfg->cost->cluster->n_devices);
-    if (!cut || tries == 0 || (rc != SC_OK && !out->no_fit)) {
-        if (rc != SC_OK && err != NULL && err->code == SC_OK)
-            *err = first;
-        return rc;
+    int tries = sliced_tries(cfg, cfg->cost->cluster->n_devices), found = rc == SC_OK;
+    /* sliced with fewer micro-batches than devices, and memory ruled something out without
+     * halves: their stash counts differ (plan_stash_count_sliced), so search again under each
+     * count of them, keeping the best plan that fits under one, as minmax does */
+    if (cut && tries > 0 && (found || out->no_fit)) {
+        if (found && cfg->select_by_sim)
+            SC_CHECK(sliced_score(cfg, out, tries, &score, err));
+        sc_status src = hetero_sliced(cfg, tries, out, &score, &found, err);
+        rc = src != SC_OK ? src : found ? SC_OK : rc;
     }
-    /* sliced, and memory ruled something out without halves: search again for every count of
-     * halved warm-up micro-batches (their stash counts differ, plan_stash_count_sliced), keeping
-     * the best plan that fits under one of them, as minmax does */
-    plan_partition *cand = NULL;
-    sc_status prc = plan_partition_new(&cand, out->cap_stages, out->cap_devices, err);
-    if (prc != SC_OK)
-        return prc;
-    plan_search_cfg sc = *cfg;
-    for (sc.sliced = 1; sc.sliced <= tries; sc.sliced++) {
-        double s = HUGE_VAL;
-        int ignored = 0;
-        sc_err e;
-        sc_err_clear(&e);
-        sc_status r = hetero_search(&sc, cand, &s, &ignored, &e);
-        if (r != SC_OK && !cand->no_fit) { /* not memory: out of memory, say */
-            rc = r;
-            first = e;
-            break;
-        }
-        if (r == SC_OK && (rc != SC_OK || s < score)) {
-            plan_partition_copy(out, cand);
-            score = s;
-            rc = SC_OK;
-        }
-    }
-    plan_partition_destroy(&cand);
-    if (rc != SC_OK && err != NULL && err->code == SC_OK)
+    if (rc != SC_OK && !found && err != NULL && err->code == SC_OK)
         *err = first;
     return rc;
 }
