@@ -20,12 +20,16 @@ void cli_print_usage(const cli_command *cmd, FILE *out)
 
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
 {
+    /* one line whatever the arguments hold: control characters become '?', as in sc_err */
+    char msg[SC_ERR_MSG_MAX];
     va_list ap;
-    fprintf(stderr, "stagecraft %s: ", cmd->name);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\n\n");
+    for (char *c = msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    fprintf(stderr, "stagecraft %s: %s\n\n", cmd->name, msg);
     cli_print_usage(cmd, stderr);
     return CLI_USAGE;
 }

@@ -27,7 +27,8 @@ extern const cli_command cli_commands[];
 
 const cli_command *cli_find(const char *name);
 
-/* Prints "stagecraft NAME: message" and the subcommand's usage to stderr; returns CLI_USAGE. */
+/* Prints "stagecraft NAME: message" and the subcommand's usage to stderr; returns CLI_USAGE.
+ * The message is one line: control characters (from a bad argument, say) become '?'. */
 int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/commands.h"
 #include "common/sc_util.h"
@@ -19,13 +20,35 @@ typedef struct plan_args {
     int schedule;
 } plan_args;
 
-static int need_value(const cli_command *self, int i, int argc, char **argv)
+/* The flags `plan` takes, and whether each takes a value (--help is handled before parsing). */
+static const struct {
+    const char *name;
+    int takes_value;
+} plan_flags[] = {{"--model", 1},    {"--cluster", 1},  {"--gpus", 1},         {"--bandwidth", 1},
+                  {"--memory", 1},   {"--batch", 1},    {"--microbatches", 1}, {"--stages", 1},
+                  {"--schedule", 1}, {"--strategy", 1}, {"--json", 0},         {"--trace", 1},
+                  {"--help", 0}};
+
+#define N_PLAN_FLAGS ((int)(sizeof plan_flags / sizeof plan_flags[0]))
+
+/* Index of flag f in plan_flags, -1 when unknown. */
+static int flag_index(const char *f)
 {
-    if (i + 1 >= argc) {
-        cli_usage_error(self, "%s needs a value", argv[i]);
-        return 0;
-    }
-    return 1;
+    for (int i = 0; i < N_PLAN_FLAGS; i++)
+        if (strcmp(f, plan_flags[i].name) == 0)
+            return i;
+    return -1;
+}
+
+static int unknown_flag(const cli_command *self, const char *f)
+{
+    char valid[256];
+    size_t at = 0;
+    valid[0] = '\0';
+    for (int i = 0; i < N_PLAN_FLAGS && at < sizeof valid; i++)
+        at += (size_t)snprintf(valid + at, sizeof valid - at, "%s%s", i ? ", " : "",
+                               plan_flags[i].name);
+    return cli_usage_error(self, "unknown flag '%s'; valid flags: %s", f, valid);
 }
 
 static int parse_args(const cli_command *self, int argc, char **argv, plan_args *a)
@@ -37,14 +60,17 @@ static int parse_args(const cli_command *self, int argc, char **argv, plan_args 
     a->schedule = PLAN_SCHED_1F1B;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
-        if (strcmp(f, "--json") == 0) {
+        if (strncmp(f, "--", 2) != 0)
+            return cli_usage_error(self, "unexpected argument '%s'", f);
+        int known = flag_index(f);
+        if (known < 0)
+            return unknown_flag(self, f);
+        if (!plan_flags[known].takes_value) { /* --json (--help never gets here) */
             a->json = 1;
             continue;
         }
-        if (strncmp(f, "--", 2) != 0)
-            return cli_usage_error(self, "unexpected argument '%s'", f);
-        if (!need_value(self, i, argc, argv))
-            return CLI_USAGE;
+        if (i + 1 >= argc)
+            return cli_usage_error(self, "%s needs a value", f);
         const char *v = argv[++i];
         sc_status rc = SC_OK;
         if (strcmp(f, "--model") == 0)
@@ -88,8 +114,7 @@ static int parse_args(const cli_command *self, int argc, char **argv, plan_args 
                                            "exhaustive or all",
                                            v);
             }
-        } else
-            return cli_usage_error(self, "unknown flag '%s'", f);
+        }
         if (rc != SC_OK)
             return cli_usage_error(self, "%s", err.msg);
     }
@@ -101,6 +126,27 @@ static int parse_args(const cli_command *self, int argc, char **argv, plan_args 
     if (a->gpus > 0 && !a->have_bw)
         return cli_usage_error(self, "--gpus needs --bandwidth BYTES_PER_S (e.g. 12.5e9)");
     return CLI_OK;
+}
+
+/* --trace: whether the file can be written, checked before any planning (a missing folder, a
+ * folder's name, no permission) rather than after the table. Opens it for appending, which
+ * creates it without truncating one that exists; one created here is removed again, so that a
+ * run that fails later leaves no empty trace. */
+static sc_status check_trace_path(const char *path, sc_err *err)
+{
+    struct stat st;
+    int existed = stat(path, &st) == 0;
+    if (existed && S_ISDIR(st.st_mode))
+        return SC_ERRF(err, SC_ERR_IO, "--trace %s: is a directory; expected a file to write",
+                       path);
+    FILE *f = fopen(path, "a");
+    if (f == NULL)
+        return SC_ERRF(err, SC_ERR_IO, "--trace %s: cannot write the file: %s", path,
+                       strerror(errno));
+    fclose(f);
+    if (!existed)
+        remove(path);
+    return SC_OK;
 }
 
 int cmd_plan(const cli_command *self, int argc, char **argv)
@@ -121,6 +167,8 @@ int cmd_plan(const cli_command *self, int argc, char **argv)
     int n = 0;
     code = CLI_OK;
     memset(res, 0, sizeof res);
+    if (a.trace != NULL && check_trace_path(a.trace, &err) != SC_OK)
+        goto report;
     if (plan_profile_load(&prof, a.model, &err) != SC_OK)
         goto report;
     if (a.cluster ? plan_cluster_load(&cl, a.cluster, &err)

@@ -266,9 +266,9 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
     char note[512];
     sc_strfmt(note, sizeof note,
               "%s's plan (predicted %.4g s per iteration) is one the runtime cannot run (it "
-              "replicates stages only with gpipe or 1f1b and at least as many micro-batches as "
-              "replicas, or pipedream and micro-batches a multiple of every stage's copies), so "
-              "this is %s's plan",
+              "replicates stages only with gpipe, 1f1b or sliced and at least as many "
+              "micro-batches as replicas, or pipedream and micro-batches a multiple of every "
+              "stage's copies), so this is %s's plan",
               spec->strategy, json_number_value(json_object_get(*plan_out, "iteration_time_s")),
               plan_strategy_name((plan_strategy)fallback));
     json_object_set_new(alt, "note", json_string(note));

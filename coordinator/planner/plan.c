@@ -106,6 +106,43 @@ static int memory_of(const plan_request *req, const plan_cost *c, const plan_par
     return fits;
 }
 
+/* The sliced schedule's count of warm-up micro-batches run as halves, k in [0, min(S-1, m)],
+ * that fits memory and simulates fastest (the fastest of all when none fits): slicing changes
+ * each stage's stash, lowering the last stages' and possibly raising the first's, so whether
+ * a plan fits depends on k. Halving needs 2 samples a micro-batch (the runtime refuses to halve
+ * one of 1). Other schedules: k = 0. *iter_s and *fits are that k's, peak its memory per
+ * stage. */
+static sc_status pick_sliced(const plan_request *req, const plan_cost *c, const plan_partition *p,
+                             int batch, int m, double *peak, int *k_out, double *iter_s,
+                             int *fits_out, sc_err *err)
+{
+    int most = req->schedule == PLAN_SCHED_SLICED && batch / m >= 2 ? p->n_stages - 1 : 0;
+    most = most < m ? most : m;
+    double *pk = calloc((size_t)p->n_stages, sizeof(double));
+    SC_ALLOC_CHECK(pk, err);
+    *k_out = 0;
+    *iter_s = HUGE_VAL;
+    *fits_out = 0;
+    for (int k = 0; k <= most; k++) {
+        plan_sim_result sr;
+        sc_status rc = simulate(req, c, p, m, k, 0, &sr, err);
+        if (rc != SC_OK) {
+            free(pk);
+            return rc;
+        }
+        int fits = memory_of(req, c, p, &sr, pk);
+        if (k == 0 || fits > *fits_out || (fits == *fits_out && sr.iteration_s < *iter_s - 1e-12)) {
+            *iter_s = sr.iteration_s;
+            *fits_out = fits;
+            *k_out = k;
+            memcpy(peak, pk, (size_t)p->n_stages * sizeof(double));
+        }
+        plan_sim_result_free(&sr);
+    }
+    free(pk);
+    return SC_OK;
+}
+
 static int min_count(const plan_request *req, int S)
 {
     return req->schedule == PLAN_SCHED_1F1B || req->schedule == PLAN_SCHED_SLICED ? S : 1;
@@ -324,7 +361,11 @@ static sc_status run_strategy(plan_strategy strat, const plan_search_cfg *cfg, p
     }
 }
 
-sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+/* plan_run without the second search: with --microbatches auto, *retry_m is set to a count
+ * that simulated faster than every count the runtime runs the partition's copies with (the
+ * partition replicates more than that count allows), else left alone. */
+static sc_status plan_run_once(const plan_request *req, plan_strategy strat, plan_result *out,
+                               int *retry_m, sc_err *err)
 {
     const plan_profile *prof = req->profile;
     const plan_cluster *cl = req->cluster;
@@ -454,8 +495,8 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         double ms = plan_microbatch_closed_form(a, b, batch, S);
         int n =
             plan_microbatch_candidates(batch, ms, min_count(req, S), plan_microbatch_most(S), cand);
-        double best = HUGE_VAL;
-        int best_m = -1, fallback_m = -1;
+        double best = HUGE_VAL, best_other = HUGE_VAL;
+        int best_m = -1, fallback_m = -1, tried_m = -1, other_m = -1;
         double *peak = calloc((size_t)S, sizeof(double));
         if (peak == NULL) {
             rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
@@ -463,37 +504,46 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         }
         /* the candidates around m*; when none fits memory, ever smaller micro-batches (about
          * twice the count each time, divisors of the batch) until one fits or each holds one
-         * sample */
-        for (int i = 0, mc = n > 0 ? cand[0] : 0; mc > 0;) {
+         * sample. Only a count under which the runtime runs the partition's copies is chosen
+         * (the searched count m is one: with none among them m stays); the fastest other one
+         * that fits is left to plan_run to search again at. */
+        for (int i = 0, mc = n > 0 ? cand[0] : 0; mc > 0;
+             mc = ++i < n                         ? cand[i]
+                  : best_m < 0 && tried_m < batch ? plan_microbatch_smaller(batch, tried_m)
+                                                  : 0) {
+            tried_m = mc > tried_m ? mc : tried_m;
+            int runs = plan_partition_runnable(out->part, req->schedule, mc);
             plan_cost *cm = NULL;
-            plan_sim_result sr;
+            double it;
+            int k, fits;
             rc = plan_cost_new(&cm, prof, cl, (double)batch / mc, batch, err);
             if (rc == SC_OK)
-                rc = simulate(req, cm, out->part, mc, 0, 0, &sr, err);
+                rc = pick_sliced(req, cm, out->part, batch, mc, peak, &k, &it, &fits, err);
+            plan_cost_destroy(&cm);
             if (rc != SC_OK) {
-                plan_cost_destroy(&cm);
                 free(peak);
                 goto done;
             }
-            int fits = memory_of(req, cm, out->part, &sr, peak);
             if (out->n_sweep < PLAN_SWEEP_MAX) {
                 out->sweep_count[out->n_sweep] = mc;
-                out->sweep_iter_s[out->n_sweep] = sr.iteration_s;
-                out->sweep_fits[out->n_sweep++] = fits;
+                out->sweep_iter_s[out->n_sweep] = it;
+                out->sweep_fits[out->n_sweep] = fits;
+                out->sweep_runnable[out->n_sweep++] = runs;
             }
             /* the fastest that fits; when none fits, the smallest micro-batches */
-            if (fits && sr.iteration_s < best) {
-                best = sr.iteration_s;
+            if (runs && fits && it < best) {
+                best = it;
                 best_m = mc;
             }
-            if (mc > fallback_m)
+            if (!runs && fits && it < best_other) {
+                best_other = it;
+                other_m = mc;
+            }
+            if (runs && mc > fallback_m)
                 fallback_m = mc;
-            plan_sim_result_free(&sr);
-            plan_cost_destroy(&cm);
-            mc = ++i < n                            ? cand[i]
-                 : best_m < 0 && fallback_m < batch ? plan_microbatch_smaller(batch, fallback_m)
-                                                    : 0;
         }
+        if (other_m > 0 && best_other < best)
+            *retry_m = other_m;
         if (best_m < 0)
             best_m = fallback_m;
         free(peak);
@@ -506,24 +556,13 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
     out->n_micro = m;
     out->micro_size = (double)batch / m;
 
-    /* sliced: try every count of sliced warm-up micro-batches and keep the fastest that fits
-     * memory (slicing changes each stage's stash; the fastest of all when none fits); halving
-     * needs at least 2 samples per micro-batch (the runtime refuses to halve one of 1) */
     int sliced = 0;
-    if (req->schedule == PLAN_SCHED_SLICED && batch / m >= 2) {
-        double best = HUGE_VAL;
-        int best_fits = 0;
-        for (int k = 0; k < S && k <= m; k++) {
-            plan_sim_result sr;
-            SC_CHECK_GOTO(simulate(req, cost, out->part, m, k, 0, &sr, err), done);
-            int fits = memory_of(req, cost, out->part, &sr, out->peak_memory_bytes);
-            if (fits > best_fits || (fits == best_fits && sr.iteration_s < best - 1e-12)) {
-                best = sr.iteration_s;
-                best_fits = fits;
-                sliced = k;
-            }
-            plan_sim_result_free(&sr);
-        }
+    if (req->schedule == PLAN_SCHED_SLICED) {
+        double it;
+        int fits;
+        SC_CHECK_GOTO(pick_sliced(req, cost, out->part, batch, m, out->peak_memory_bytes, &sliced,
+                                  &it, &fits, err),
+                      done);
     }
     out->sliced = sliced;
     SC_CHECK_GOTO(simulate(req, cost, out->part, m, sliced, req->record_trace, &out->sim, err),
@@ -549,6 +588,44 @@ done:
     plan_cost_destroy(&ref);
     plan_profile_destroy(&reordered);
     return rc;
+}
+
+sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+{
+    int retry_m = 0;
+    sc_status rc = plan_run_once(req, strat, out, &retry_m, err);
+    if (rc != SC_OK || retry_m == 0)
+        return rc;
+    /* --microbatches auto: the sweep's fastest count gives some replicated stage of the partition
+     * fewer micro-batches than the runtime needs for its copies. Search again at that count,
+     * where the strategy replicates only what the runtime runs, and keep the faster plan. */
+    plan_request again = *req;
+    again.microbatches = retry_m;
+    plan_result alt;
+    sc_err ignored;
+    sc_err_clear(&ignored);
+    int none = 0;
+    sc_status arc = plan_run_once(&again, strat, &alt, &none, &ignored);
+    out->search_time_s += alt.search_time_s;
+    if (arc == SC_OK && alt.ok && alt.fits_memory >= out->fits_memory &&
+        alt.iteration_time_s < out->iteration_time_s) {
+        alt.search_time_s = out->search_time_s;
+        alt.n_sweep = out->n_sweep;
+        memcpy(alt.sweep_count, out->sweep_count, sizeof alt.sweep_count);
+        memcpy(alt.sweep_iter_s, out->sweep_iter_s, sizeof alt.sweep_iter_s);
+        memcpy(alt.sweep_fits, out->sweep_fits, sizeof alt.sweep_fits);
+        memcpy(alt.sweep_runnable, out->sweep_runnable, sizeof alt.sweep_runnable);
+        size_t used = strlen(alt.note);
+        snprintf(alt.note + used, sizeof alt.note - used,
+                 "%ssearched again at %d micro-batches, which the first plan's copies cannot "
+                 "run with",
+                 used ? "; " : "", retry_m);
+        plan_result_free(out);
+        *out = alt;
+    } else {
+        plan_result_free(&alt);
+    }
+    return SC_OK;
 }
 
 /* ---------------------------------------------------------------- writers */
@@ -646,9 +723,12 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
         if (x->n_sweep > 0) {
             fprintf(f, ", \"sweep\": [");
             for (int k = 0; k < x->n_sweep; k++)
-                fprintf(f, "%s{\"count\": %d, \"iteration_time_s\": %.9g, \"fits_memory\": %s}",
+                fprintf(f,
+                        "%s{\"count\": %d, \"iteration_time_s\": %.9g, \"fits_memory\": %s, "
+                        "\"runnable\": %s}",
                         k ? ", " : "", x->sweep_count[k], x->sweep_iter_s[k],
-                        x->sweep_fits[k] ? "true" : "false");
+                        x->sweep_fits[k] ? "true" : "false",
+                        x->sweep_runnable[k] ? "true" : "false");
             fprintf(f, "]");
         }
         fprintf(f, "}");
@@ -676,17 +756,30 @@ static void fmt_bytes(char *buf, size_t n, double b)
     snprintf(buf, n, "%.1f %s", b, u[i]);
 }
 
+/* Text from the inputs (a model's or block's name, a file name) in a table line: control
+ * characters (a newline, a terminal escape) become '?', as in error messages. */
+static void table_str(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
+}
+
 void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, int n)
 {
-    fprintf(f, "model %s: %d blocks; cluster %s: %d devices; batch %d; schedule %s\n",
-            req->profile->model, req->profile->n_blocks, req->cluster->source,
-            req->cluster->n_devices, n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
+    fprintf(f, "model ");
+    table_str(f, req->profile->model);
+    fprintf(f, ": %d blocks; cluster ", req->profile->n_blocks);
+    table_str(f, req->cluster->source);
+    fprintf(f, ": %d devices; batch %d; schedule %s\n", req->cluster->n_devices,
+            n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
     fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages", "devices",
             "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble", "peak_mem", "search_s");
     for (int i = 0; i < n; i++) {
         const plan_result *x = &r[i];
         if (!x->ok) {
-            fprintf(f, "%-15s failed: %s\n", plan_strategy_name(x->strategy), x->error);
+            fprintf(f, "%-15s failed: ", plan_strategy_name(x->strategy));
+            table_str(f, x->error);
+            fputc('\n', f);
             continue;
         }
         double peak = 0;

@@ -93,12 +93,17 @@ typedef struct plan_result {
     int sweep_count[PLAN_SWEEP_MAX];
     double sweep_iter_s[PLAN_SWEEP_MAX];
     int sweep_fits[PLAN_SWEEP_MAX];
-    plan_sim_result sim; /* events only when record_trace */
+    int sweep_runnable[PLAN_SWEEP_MAX]; /* the runtime runs the partition's copies with it */
+    plan_sim_result sim;                /* events only when record_trace */
 } plan_result;
 
 /* Runs strategy `s`. Errors in the request (batch, micro-batch count, stage cap) return an
  * error; a strategy that finds no plan (memory, exhaustive too large) returns its status
- * with the message also copied into out->error. out must be freed with plan_result_free. */
+ * with the message also copied into out->error. out must be freed with plan_result_free.
+ * A plan's replicated stages always run under the runtime's rule for its micro-batch count
+ * (plan_replicas_runnable); with microbatches 0 (auto), when the sweep finds a count that the
+ * partition's copies cannot run with faster than every one they can, the strategy searches
+ * again at that count and the faster plan is kept (search_time_s counts both searches). */
 sc_status plan_run(const plan_request *req, plan_strategy s, plan_result *out, sc_err *err);
 void plan_result_free(plan_result *r);
 

@@ -273,6 +273,22 @@ static double search_stash(const plan_search_cfg *cfg, int n_stages, int s)
     return plan_stash_count_sliced(n_stages, s, cfg->n_micro, k);
 }
 
+/* Sliced schedule: a search tries none and then 1..this many warm-up micro-batches run as
+ * halves, each count with its own stash counts (search_stash); a partition fits when one count
+ * fits all its stages, as plan_run then keeps the fastest count that fits. 0 when the schedule
+ * is not sliced, the search was given its count (cfg->sliced), a micro-batch holds fewer than 2
+ * samples (the runtime halves none), or there are at least as many micro-batches as `stages`
+ * (the most stages a plan may have, or that the search's memory bound counts): then halves
+ * never lower a stage's stash below 1F1B's (plan_stash_count_sliced; they only hold more on
+ * the first stages), so they cannot make a plan fit. */
+static int sliced_tries(const plan_search_cfg *cfg, int stages)
+{
+    if (cfg->sched != PLAN_SCHED_SLICED || cfg->sliced != 0 || cfg->cost->samples < 2 ||
+        cfg->n_micro >= stages)
+        return 0;
+    return cfg->n_micro; /* at most stages - 1 */
+}
+
 static int weight_versions(plan_sched_kind k, int n_stages, int s)
 {
     return k == PLAN_SCHED_PIPEDREAM ? n_stages - s - 1 : 0;
@@ -329,6 +345,22 @@ double plan_lower_bound(const plan_cost *c)
     /* total work on the fastest device, spread over the summed speed in units of it */
     double spread = total * fs / speed_sum;
     return spread > biggest ? spread : biggest;
+}
+
+int plan_replicas_runnable(plan_sched_kind k, int m, int r)
+{
+    if (r <= 1)
+        return 1;
+    m = m > 1 ? m : 1;
+    return k == PLAN_SCHED_PIPEDREAM ? m % r == 0 : r <= m;
+}
+
+int plan_partition_runnable(const plan_partition *p, plan_sched_kind k, int m)
+{
+    for (int s = 0; s < p->n_stages; s++)
+        if (!plan_replicas_runnable(k, m, p->n_dev[s]))
+            return 0;
+    return 1;
 }
 
 /* The stages' processor groups: one per server that has compute_slots (a stage counts on the
@@ -660,7 +692,9 @@ static int same_run(const plan_cluster *cl, const int *order, int d, int max_rep
 
 /* Best bottleneck for the chain on devices order[0..D-1] used as a prefix (devices at the end
  * of the order may stay idle); a stage takes a run of r devices of one type on one server when
- * max_rep > 1. Values >= cap are not explored. Fills `out` when the result is < cap. */
+ * max_rep > 1 and the runtime runs r copies with the plan's micro-batches
+ * (plan_replicas_runnable). Values >= cap are not explored. Fills `out` when the result is
+ * < cap. */
 static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
                        int max_rep, double cap, plan_partition *out, int *mem_cut)
 {
@@ -680,6 +714,8 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
             double best = cap;
             int bk = -1, br = 1;
             for (int r = 1; r <= run; r++) {
+                if (!plan_replicas_runnable(cfg->sched, cfg->n_micro, r))
+                    continue;   /* copies the runtime would refuse for this micro-batch count */
                 int s0 = d - r; /* position of the stage's first device */
                 double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
                 const double *prevrow = f + (size_t)s0 * W;
@@ -736,12 +772,15 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
  * counts it. dp_order bounds a stage's stash by the devices from its position to the end of
  * the prefix, which overcounts for a plan that leaves devices idle; when that bound ruled out
  * anything, every prefix of k = 1..D devices is solved again with k as the count (exact
- * without replicas), fewest devices first so that ties keep the fewer stages. */
+ * without replicas), fewest devices first so that ties keep the fewer stages. *mem_cut (when
+ * not NULL) is set when memory ruled anything out. */
 static double dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
-                           int max_rep, double cap, plan_partition *out)
+                           int max_rep, double cap, plan_partition *out, int *mem_cut)
 {
     int cut = 0;
     double v = dp_order(cfg, t, order, D, max_rep, cap, out, &cut);
+    if (mem_cut != NULL)
+        *mem_cut |= cut;
     if (!cut)
         return v;
     /* the last pass (k = D) repeats the first, so the answer is never worse than it */
@@ -769,17 +808,13 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
         order[d] = d;
     /* the order is a prefix: capping the devices caps the stages */
     int Dused = cfg->max_stages > 0 && cfg->max_stages < D ? cfg->max_stages : D;
-    double v = dp_order_fit(cfg, &t, order, Dused, 1, HUGE_VAL, out);
-    /* sliced: the plan may run 0 to S - 1 warm-up micro-batches as halves (plan_run keeps the
-     * fastest count that fits memory, halving needs 2 samples a micro-batch), each with its
-     * own stash counts: a partition fits when one count fits all its stages */
-    if (cfg->sched == PLAN_SCHED_SLICED && cfg->sliced == 0 && cfg->cost->samples >= 2) {
-        plan_search_cfg sc = *cfg;
-        for (sc.sliced = 1; sc.sliced < Dused && sc.sliced <= cfg->n_micro; sc.sliced++) {
-            double vk = dp_order_fit(&sc, &t, order, Dused, 1, v, out);
-            if (vk < v)
-                v = vk;
-        }
+    double v = dp_order_fit(cfg, &t, order, Dused, 1, HUGE_VAL, out, NULL);
+    /* sliced: the plan may run 0 to S - 1 warm-up micro-batches as halves */
+    plan_search_cfg sc = *cfg;
+    for (sc.sliced = 1; sc.sliced <= sliced_tries(cfg, Dused); sc.sliced++) {
+        double vk = dp_order_fit(&sc, &t, order, Dused, 1, v, out, NULL);
+        if (vk < v)
+            v = vk;
     }
     free(order);
     dp_free(&t);
@@ -801,6 +836,7 @@ typedef struct ex_state {
     int *best_cut, *best_dev;
     int best_S;
     double best;
+    int mem_cut; /* memory ruled out some stage */
 } ex_state;
 
 static void ex_rec(ex_state *e, int s, int start, double cur)
@@ -844,8 +880,10 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
             double w = plan_cost_work(c, type, start, end);
             if (w >= e->best)
                 break;
-            if (plan_cost_memory(c, start, end, inflight, wv) > dev_memory(c, d))
+            if (plan_cost_memory(c, start, end, inflight, wv) > dev_memory(c, d)) {
+                e->mem_cut = 1;
                 break;
+            }
             ex_rec(e, s + 1, end + 1, base > w ? base : w);
         }
         e->used[d] = 0;
@@ -858,6 +896,25 @@ static double choose(int n, int k)
     for (int i = 1; i <= k; i++)
         r = r * (n - k + i) / i;
     return r;
+}
+
+/* log10 of the candidate plans of L blocks on D devices in 1..Smax stages, the sum over S of
+ * C(L-1, S-1) D! / (D-S)!, by its terms' logarithms: the sum itself passes the largest double
+ * (about 1.8e308) on large instances (177 blocks on 4,096 devices give 5e637). */
+static double exhaustive_log10_count(int L, int D, int Smax)
+{
+    double most = -HUGE_VAL, sum = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int S = 1; S <= Smax; S++) {
+            double t =
+                (lgamma(L) - lgamma(S) - lgamma(L - S + 1) + lgamma(D + 1) - lgamma(D - S + 1)) /
+                log(10);
+            if (pass == 0)
+                most = t > most ? t : most;
+            else
+                sum += pow(10, t - most);
+        }
+    return most + log10(sum);
 }
 
 sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
@@ -875,12 +932,18 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
             perm *= D - i;
         count += choose(L - 1, S - 1) * perm;
     }
-    if (count > (double)limit)
+    if (count > (double)limit) {
+        char n[48];
+        if (isfinite(count))
+            snprintf(n, sizeof n, "%.3g", count);
+        else
+            snprintf(n, sizeof n, "more than 10^%.0f", floor(exhaustive_log10_count(L, D, Smax)));
         return SC_ERRF(err, SC_ERR_TOO_LARGE,
-                       "exhaustive: %d blocks on %d devices give %.3g candidate plans, over the "
+                       "exhaustive: %d blocks on %d devices give %s candidate plans, over the "
                        "limit of %ld; use it on small instances (e.g. <= 12 blocks and <= 6 "
                        "devices) or pick another strategy",
-                       L, D, count, limit);
+                       L, D, n, limit);
+    }
     ex_state e = {.cfg = cfg, .L = L, .D = D, .best = HUGE_VAL};
     e.used = calloc((size_t)D, sizeof(int));
     e.cut_at = calloc((size_t)Smax, sizeof(int));
@@ -898,6 +961,15 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
         e.S = S;
         ex_rec(&e, 0, 0, 0);
     }
+    /* sliced: where memory ruled anything out without halves, every count of halved warm-up
+     * micro-batches in turn, keeping only plans better than the best so far */
+    plan_search_cfg sc = *cfg;
+    e.cfg = &sc;
+    for (sc.sliced = 1; e.mem_cut && sc.sliced <= sliced_tries(cfg, Smax); sc.sliced++)
+        for (int S = 2; S <= Smax; S++) {
+            e.S = S;
+            ex_rec(&e, 0, 0, 0);
+        }
     if (!isfinite(e.best)) {
         rc = no_fit(cfg, "exhaustive", out, err);
         goto done;
@@ -936,17 +1008,142 @@ static pd_cell *pd_at(const pd_level *lv, int i, int j, int m)
     return &lv->A[((size_t)i * (size_t)lv->n + (size_t)j) * (size_t)lv->M + (size_t)m];
 }
 
+/* The replica counts one level of the DP may use: a stage on r of the level's machines runs as
+ * r * mult copies (mult: the servers a second-level stage spans), and the runtime must run that
+ * many for the plan's micro-batch count (plan_replicas_runnable). */
+typedef struct pd_rule {
+    plan_sched_kind sched;
+    int n_micro;
+    int mult;
+} pd_rule;
+
+static int pd_allowed(const pd_rule *u, int r)
+{
+    return plan_replicas_runnable(u->sched, u->n_micro, r * u->mult);
+}
+
+/* Whether the rule forbids some replica count up to M. */
+static int pd_restricts(const pd_rule *u, int M)
+{
+    for (int r = 1; r <= M; r++)
+        if (!pd_allowed(u, r))
+            return 1;
+    return 0;
+}
+
+/* The machines (minus one) that the answer for states i..j of row i takes from a solved level:
+ * all of them, PipeDream's answer, unless the runtime's rule forbids some replica count up to
+ * the cluster's devices (`restricted`); then the count with the lowest time, the most on ties
+ * (as PipeDream, which uses every machine), so that devices stay idle only where the copies
+ * the runtime runs cannot use them well (or at all: more machines than stages and copies). */
+static int pd_machines(const pd_level *lv, int restricted, int i, int j)
+{
+    int best = lv->M - 1;
+    if (!restricted)
+        return best;
+    for (int m = lv->M - 2; m >= 0; m--)
+        if (pd_at(lv, i, j, m)->t < pd_at(lv, i, j, best)->t)
+            best = m;
+    return best;
+}
+
+/* The first level as the second sees it: one server's best time on the states of row i up to j
+ * (pd_machines of the first level's table), for a second-level stage spread over mp servers,
+ * whose copies multiply the first level's. Multipliers under which the first level may use the
+ * same replica counts share a class and one solve of it; cls[mp] = -1: the runtime would run
+ * no stage spread over mp servers. */
+typedef struct pd_servers {
+    int rows, n, n_classes;
+    int *cls;     /* (M2 + 1) class of each multiplier mp = 1..M2 */
+    int *rep;     /* (n_classes) a multiplier of each class */
+    double *t;    /* (n_classes, rows, n) */
+    int16_t *m;   /* (n_classes, rows, n) the first level's machines, minus one */
+    int fallback; /* some range leaves machines of a server idle (times not monotone) */
+} pd_servers;
+
+static void pd_servers_free(pd_servers *sv)
+{
+    free(sv->cls), free(sv->rep), free(sv->t), free(sv->m);
+    memset(sv, 0, sizeof *sv);
+}
+
+/* Classes of the multipliers 1..M2 for servers of n1 machines. -1 out of memory. */
+static int pd_servers_init(pd_servers *sv, const pd_rule *rule, int n1, int M2, int rows, int n)
+{
+    memset(sv, 0, sizeof *sv);
+    sv->rows = rows;
+    sv->n = n;
+    sv->cls = malloc((size_t)(M2 + 1) * sizeof *sv->cls);
+    sv->rep = malloc((size_t)(M2 + 1) * sizeof *sv->rep);
+    if (sv->cls == NULL || sv->rep == NULL)
+        return -1;
+    sv->cls[0] = -1;
+    for (int g = 1; g <= M2; g++) {
+        pd_rule u = *rule, v = *rule;
+        u.mult = g;
+        sv->cls[g] = -1;
+        if (!pd_allowed(&u, 1))
+            continue;
+        for (int c = 0; c < sv->n_classes && sv->cls[g] < 0; c++) {
+            int same = 1;
+            v.mult = sv->rep[c];
+            for (int r = 1; r <= n1 && same; r++)
+                same = pd_allowed(&u, r) == pd_allowed(&v, r);
+            if (same)
+                sv->cls[g] = c;
+        }
+        if (sv->cls[g] < 0) {
+            sv->rep[sv->n_classes] = g;
+            sv->cls[g] = sv->n_classes++;
+        }
+    }
+    size_t cells = (size_t)(sv->n_classes > 0 ? sv->n_classes : 1) * (size_t)rows * (size_t)n;
+    sv->t = malloc(cells * sizeof *sv->t);
+    sv->m = malloc(cells * sizeof *sv->m);
+    return sv->t != NULL && sv->m != NULL ? 0 : -1;
+}
+
+/* Keeps class c's view of the solved first level lv (pd_machines's choice with `restricted`). */
+static void pd_servers_take(pd_servers *sv, int c, const pd_level *lv, int restricted)
+{
+    size_t at = (size_t)c * (size_t)sv->rows * (size_t)sv->n;
+    for (int i = 0; i < sv->rows; i++)
+        for (int j = 0; j < sv->n; j++, at++) {
+            int m = pd_machines(lv, restricted, i, j);
+            sv->t[at] = pd_at(lv, i, j, m)->t;
+            sv->m[at] = (int16_t)m;
+            sv->fallback |= m != lv->M - 1 && isfinite(sv->t[at]);
+        }
+}
+
+static double pd_servers_t(const pd_servers *sv, int mp, int i, int j)
+{
+    int c = sv->cls[mp];
+    if (c < 0)
+        return HUGE_VAL;
+    return sv->t[((size_t)c * (size_t)sv->rows + (size_t)i) * (size_t)sv->n + (size_t)j];
+}
+
+static int pd_servers_m(const pd_servers *sv, int mp, int i, int j)
+{
+    int c = sv->cls[mp];
+    return sv->m[((size_t)c * (size_t)sv->rows + (size_t)i) * (size_t)sv->n + (size_t)j];
+}
+
 typedef struct pd_in {
     int n, b0, type;
     const plan_cost *c;
-    const pd_level *below; /* NULL at the first level: compute times come from the profile */
+    pd_rule rule;
+    const pd_servers *below; /* NULL at the first level: compute times come from the profile */
 } pd_in;
 
-static double pd_ct(const pd_in *in, int i, int j)
+/* Compute time of states i..j, on one machine (first level) or one server of a stage spread
+ * over mp servers (second level). */
+static double pd_ct(const pd_in *in, int i, int j, int mp)
 {
     if (in->below == NULL)
         return plan_cost_work(in->c, in->type, in->b0 + i, in->b0 + j);
-    return pd_at(in->below, i, j, in->below->M - 1)->t;
+    return pd_servers_t(in->below, mp, i, j);
 }
 
 static double pd_params(const pd_in *in, int i, int j)
@@ -983,11 +1180,14 @@ static void pd_take(pd_best *b, double prev, double last, double in_t, double ou
     }
 }
 
-/* PipeDream's compute_partitioning for a chain of states, activation transfers counted. */
+/* PipeDream's compute_partitioning for a chain of states, activation transfers counted, with
+ * only the replica counts the runtime runs (in->rule). */
 static void pd_solve(const pd_in *in, pd_level *lv, int within, double bw)
 {
     int n = lv->n, M = lv->M;
     const double *act = in->c->act_bytes + in->b0;
+    /* a server that leaves machines idle on a few states can be slower than on more */
+    int monotone = in->below == NULL || !in->below->fallback;
     for (int i = 0; i < lv->rows; i++)
         for (int j = 0; j < n; j++)
             for (int m = 0; m < M; m++) {
@@ -996,9 +1196,9 @@ static void pd_solve(const pd_in *in, pd_level *lv, int within, double bw)
                 a->k = -1;
                 a->mprev = -1;
                 a->mp = (int16_t)(m + 1);
-                if (j < i)
+                if (j < i || !pd_allowed(&in->rule, m + 1))
                     continue;
-                double ct = pd_ct(in, i, j);
+                double ct = pd_ct(in, i, j, m + 1);
                 if (!isfinite(ct))
                     continue;
                 a->t = pd_stage_time(ct, pd_params(in, i, j), m + 1, bw, within);
@@ -1009,17 +1209,22 @@ static void pd_solve(const pd_in *in, pd_level *lv, int within, double bw)
                 pd_cell *a = pd_at(lv, i, j, m);
                 pd_best b = {a->t, a->k, a->mprev, a->mp};
                 for (int mp = 1; mp <= m; mp++) {
+                    if (!pd_allowed(&in->rule, mp))
+                        continue;
                     double out_t = j < n - 1 ? 2.0 * act[j] / (bw * mp) : 0;
                     if (out_t >= b.t)
                         continue;
                     /* the last stage only grows as k moves left: stop once it is too slow */
                     for (int k = j - 1; k >= i; k--) {
-                        double last = pd_ct(in, k + 1, j);
+                        double last = pd_ct(in, k + 1, j, mp);
                         if (!isfinite(last))
                             continue;
                         last = pd_stage_time(last, pd_params(in, k + 1, j), mp, bw, 1);
-                        if (last >= b.t)
-                            break;
+                        if (last >= b.t) {
+                            if (monotone)
+                                break;
+                            continue;
+                        }
                         double prev = pd_at(lv, i, k, m - mp)->t;
                         if (prev >= b.t)
                             continue;
@@ -1070,8 +1275,9 @@ static int pd_walk(const pd_level *lv, int i, int j, int m, int *first, int *rep
 
 typedef struct pds_in {
     const plan_antichain *ac;
-    const pd_level *below; /* NULL at the first level */
-    const int *ks_start;   /* predecessors of each state, by decreasing work (CSR) */
+    pd_rule rule;
+    const pd_servers *below; /* NULL at the first level */
+    const int *ks_start;     /* predecessors of each state, by decreasing work (CSR) */
     const int *ks;
 } pds_in;
 
@@ -1080,10 +1286,11 @@ static int pds_valid(const plan_antichain *ac, int r, int j)
     return r == 0 || plan_antichain_precedes(ac, r - 1, j);
 }
 
-static double pds_ct(const pds_in *in, int r, int j)
+/* Compute time of the states after r - 1 up to j, as pd_ct. */
+static double pds_ct(const pds_in *in, int r, int j, int mp)
 {
     if (in->below != NULL)
-        return pd_at(in->below, r, j, in->below->M - 1)->t;
+        return pd_servers_t(in->below, mp, r, j);
     if (!pds_valid(in->ac, r, j))
         return HUGE_VAL;
     return in->ac->work_s[j] - (r > 0 ? in->ac->work_s[r - 1] : 0);
@@ -1106,7 +1313,9 @@ static void pds_solve(const pds_in *in, pd_level *lv, int within, double bw)
                 a->k = -1;
                 a->mprev = -1;
                 a->mp = (int16_t)(m + 1);
-                double ct = pds_ct(in, r, j);
+                if (!pd_allowed(&in->rule, m + 1))
+                    continue;
+                double ct = pds_ct(in, r, j, m + 1);
                 if (!isfinite(ct))
                     continue;
                 a->t = pd_stage_time(ct, pds_params(in, r, j), m + 1, bw, within);
@@ -1119,6 +1328,8 @@ static void pds_solve(const pds_in *in, pd_level *lv, int within, double bw)
                 pd_cell *a = pd_at(lv, r, j, m);
                 pd_best b = {a->t, a->k, a->mprev, a->mp};
                 for (int mp = 1; mp <= m; mp++) {
+                    if (!pd_allowed(&in->rule, mp))
+                        continue;
                     double out_t = j < n - 1 ? 2.0 * act[j] / (bw * mp) : 0;
                     if (out_t >= b.t)
                         continue;
@@ -1131,9 +1342,8 @@ static void pds_solve(const pds_in *in, pd_level *lv, int within, double bw)
                             break;
                         if (prev >= b.t)
                             continue;
-                        double last = in->below == NULL
-                                          ? in->ac->work_s[j] - in->ac->work_s[k]
-                                          : pd_at(in->below, k + 1, j, in->below->M - 1)->t;
+                        double last = in->below == NULL ? in->ac->work_s[j] - in->ac->work_s[k]
+                                                        : pd_servers_t(in->below, mp, k + 1, j);
                         if (!isfinite(last))
                             continue;
                         last = pd_stage_time(last, pds_params(in, k + 1, j), mp, bw, 1);
@@ -1252,6 +1462,19 @@ static void pd_note_types(const plan_cluster *cl, plan_partition *out)
     }
 }
 
+/* Devices left idle because the runtime runs too few copies of a stage: say so. */
+static void pd_note_idle(const plan_search_cfg *cfg, const plan_cluster *cl, plan_partition *out)
+{
+    if (out->n_devs >= cl->n_devices)
+        return;
+    size_t used = strlen(out->note);
+    snprintf(out->note + used, sizeof out->note - used,
+             "%s%d of %d devices idle: the runtime runs too few copies of a stage for them with "
+             "%d micro-batches (%s)",
+             used ? "; " : "", cl->n_devices - out->n_devs, cl->n_devices,
+             cfg->n_micro > 1 ? cfg->n_micro : 1, plan_sched_name(cfg->sched));
+}
+
 static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->ref_cost ? cfg->ref_cost : cfg->cost;
@@ -1265,6 +1488,7 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     int *devs = NULL, *ends = NULL, *order = NULL;
     char *placed = NULL;
     pds_pred *sorted = NULL;
+    pd_servers sv = {0};
     double *w = malloc((size_t)L * 3 * sizeof *w);
     if (w == NULL)
         goto nomem;
@@ -1320,7 +1544,11 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
     }
     int hier = cl->n_servers > 1 && equal && n1 > 1 &&
                (long)(n + 1) * (long)n * (long)n1 <= PLAN_PD_HIER_MAX_CELLS;
-    pds_in in1 = {.ac = ac, .ks_start = ks_start, .ks = ks};
+    pds_in in1 = {.ac = ac,
+                  .rule = {.sched = cfg->sched, .n_micro = cfg->n_micro, .mult = 1},
+                  .ks_start = ks_start,
+                  .ks = ks};
+    int restricted = pd_restricts(&in1.rule, cl->n_devices);
     int n_inp = pr->n_input_blocks, prev_last = -1, ns;
     if (!hier) {
         double bw;
@@ -1338,8 +1566,9 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
         if (lv1.A == NULL)
             goto nomem;
         pds_solve(&in1, &lv1, 1, bw);
-        out->objective_s = pd_at(&lv1, 0, n - 1, M - 1)->t;
-        ns = pds_walk(&lv1, 0, n - 1, M - 1, end, reps);
+        int top = pd_machines(&lv1, restricted, 0, n - 1);
+        out->objective_s = pd_at(&lv1, 0, n - 1, top)->t;
+        ns = pds_walk(&lv1, 0, n - 1, top, end, reps);
         int next = 0;
         for (int s = 0; s < ns; s++) {
             for (int r = 0; r < reps[s]; r++)
@@ -1355,16 +1584,32 @@ static sc_status pd_dag(const plan_search_cfg *cfg, plan_partition *out, sc_err 
         lv2.A = malloc((size_t)n * (size_t)S2 * sizeof(pd_cell));
         if (lv1.A == NULL || lv2.A == NULL)
             goto nomem;
-        pds_solve(&in1, &lv1, 1, cl->servers[0].intra_bw_bytes_per_s);
+        /* the first level once per class of the servers a second-level stage may span */
+        if (pd_servers_init(&sv, &in1.rule, n1, S2, n + 1, n) != 0)
+            goto nomem;
+        double intra = cl->servers[0].intra_bw_bytes_per_s;
+        for (int k = 0; k < sv.n_classes; k++) {
+            in1.rule.mult = sv.rep[k];
+            pds_solve(&in1, &lv1, 1, intra);
+            pd_servers_take(&sv, k, &lv1, restricted);
+        }
+        int held = sv.n_classes - 1; /* the class lv1 holds */
         pds_in in2 = in1;
-        in2.below = &lv1;
+        in2.rule.mult = 1;
+        in2.below = &sv;
         pds_solve(&in2, &lv2, n1, min_nic);
-        out->objective_s = pd_at(&lv2, 0, n - 1, S2 - 1)->t;
-        int ns2 = pds_walk(&lv2, 0, n - 1, S2 - 1, end2, reps2);
+        int top = pd_machines(&lv2, restricted, 0, n - 1);
+        out->objective_s = pd_at(&lv2, 0, n - 1, top)->t;
+        int ns2 = pds_walk(&lv2, 0, n - 1, top, end2, reps2);
         int server = 0;
         for (int s2 = 0; s2 < ns2; s2++) {
             int r = s2 == 0 ? 0 : end2[s2 - 1] + 1;
-            ns = pds_walk(&lv1, r, end2[s2], n1 - 1, end, reps);
+            if (sv.cls[reps2[s2]] != held) {
+                held = sv.cls[reps2[s2]];
+                in1.rule.mult = sv.rep[held];
+                pds_solve(&in1, &lv1, 1, intra);
+            }
+            ns = pds_walk(&lv1, r, end2[s2], pd_servers_m(&sv, reps2[s2], r, end2[s2]), end, reps);
             int local = 0;
             for (int s1 = 0; s1 < ns; s1++) {
                 int nd = 0;
@@ -1396,6 +1641,7 @@ done:
     free(w), free(lv1.A), free(lv2.A), free(ks_start), free(ks);
     free(end), free(reps), free(end2), free(reps2), free(devs), free(sorted);
     free(ends), free(order), free(placed);
+    pd_servers_free(&sv);
     return rc;
 }
 
@@ -1408,8 +1654,10 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
     plan_partition_clear(out);
     if (!pd_is_chain(c->profile)) {
         rc = pd_dag(cfg, out, err);
-        if (rc == SC_OK)
+        if (rc == SC_OK) {
             pd_note_types(cl, out);
+            pd_note_idle(cfg, cl, out);
+        }
         return rc;
     }
     /* PipeDream removes the zeroed Input sources: they join the first stage */
@@ -1431,7 +1679,13 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
     int hier = cl->n_servers > 1 && equal && n1 > 1 &&
                (long)n * (long)n * (long)n1 <= PLAN_PD_HIER_MAX_CELLS;
     pd_level lv1 = {0}, lv2 = {0};
-    pd_in in1 = {.n = n, .b0 = b0, .type = cl->devices[0].type, .c = c};
+    pd_servers sv = {0};
+    pd_in in1 = {.n = n,
+                 .b0 = b0,
+                 .type = cl->devices[0].type,
+                 .c = c,
+                 .rule = {.sched = cfg->sched, .n_micro = cfg->n_micro, .mult = 1}};
+    int restricted = pd_restricts(&in1.rule, cl->n_devices);
     int *first = malloc((size_t)n * sizeof(int)), *reps = malloc((size_t)n * sizeof(int));
     int *first2 = malloc((size_t)n * sizeof(int)), *reps2 = malloc((size_t)n * sizeof(int));
     int *devs = malloc((size_t)cl->n_devices * sizeof(int));
@@ -1455,8 +1709,9 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
         if (lv1.A == NULL)
             goto nomem;
         pd_solve(&in1, &lv1, 1, bw);
-        out->objective_s = pd_at(&lv1, 0, n - 1, M - 1)->t;
-        int ns = pd_walk(&lv1, 0, n - 1, M - 1, first, reps);
+        int top = pd_machines(&lv1, restricted, 0, n - 1);
+        out->objective_s = pd_at(&lv1, 0, n - 1, top)->t;
+        int ns = pd_walk(&lv1, 0, n - 1, top, first, reps);
         int next = 0;
         for (int s = 0; s < ns; s++) {
             for (int r = 0; r < reps[s]; r++)
@@ -1474,16 +1729,32 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
         lv2.A = malloc((size_t)n * (size_t)S2 * sizeof(pd_cell));
         if (lv1.A == NULL || lv2.A == NULL)
             goto nomem;
-        pd_solve(&in1, &lv1, 1, cl->servers[0].intra_bw_bytes_per_s);
+        /* the first level once per class of the servers a second-level stage may span */
+        if (pd_servers_init(&sv, &in1.rule, n1, S2, n, n) != 0)
+            goto nomem;
+        double intra = cl->servers[0].intra_bw_bytes_per_s;
+        for (int k = 0; k < sv.n_classes; k++) {
+            in1.rule.mult = sv.rep[k];
+            pd_solve(&in1, &lv1, 1, intra);
+            pd_servers_take(&sv, k, &lv1, restricted);
+        }
+        int held = sv.n_classes - 1; /* the class lv1 holds */
         pd_in in2 = in1;
-        in2.below = &lv1;
+        in2.rule.mult = 1;
+        in2.below = &sv;
         pd_solve(&in2, &lv2, n1, min_nic);
-        out->objective_s = pd_at(&lv2, 0, n - 1, S2 - 1)->t;
-        int ns2 = pd_walk(&lv2, 0, n - 1, S2 - 1, first2, reps2);
+        int top = pd_machines(&lv2, restricted, 0, n - 1);
+        out->objective_s = pd_at(&lv2, 0, n - 1, top)->t;
+        int ns2 = pd_walk(&lv2, 0, n - 1, top, first2, reps2);
         int server = 0;
         for (int s2 = 0; s2 < ns2; s2++) {
             int i = first2[s2], j = s2 + 1 < ns2 ? first2[s2 + 1] - 1 : n - 1;
-            int ns1 = pd_walk(&lv1, i, j, n1 - 1, first, reps);
+            if (sv.cls[reps2[s2]] != held) {
+                held = sv.cls[reps2[s2]];
+                in1.rule.mult = sv.rep[held];
+                pd_solve(&in1, &lv1, 1, intra);
+            }
+            int ns1 = pd_walk(&lv1, i, j, pd_servers_m(&sv, reps2[s2], i, j), first, reps);
             int local = 0;
             for (int s1 = 0; s1 < ns1; s1++) {
                 int nd = 0;
@@ -1499,6 +1770,7 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
         }
     }
     pd_note_types(cl, out);
+    pd_note_idle(cfg, cl, out);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "pipedream: out of memory for %d states", n);
@@ -1506,6 +1778,7 @@ done:
     free(lv1.A);
     free(lv2.A);
     free(first), free(reps), free(first2), free(reps2), free(devs);
+    pd_servers_free(&sv);
     return rc;
 }
 
@@ -1697,6 +1970,7 @@ typedef struct het_search {
     int D, max_rep, evals, max_evals;
     double best;
     int *best_order;
+    int mem_cut; /* memory ruled out some stage */
 } het_search;
 
 static void het_try(het_search *h, const int *order)
@@ -1704,7 +1978,8 @@ static void het_try(het_search *h, const int *order)
     if (h->evals >= h->max_evals)
         return;
     h->evals++;
-    double v = dp_order_fit(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch);
+    double v =
+        dp_order_fit(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch, &h->mem_cut);
     /* the DP sees link bandwidths pair by pair; shared links are scored on the result */
     if (h->scratch != NULL && isfinite(v))
         v = plan_partition_bottleneck(h->cfg->cost, h->scratch);
@@ -1760,11 +2035,16 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
 {
     int S = cand->n_stages, m = cfg->n_micro > 0 ? cfg->n_micro : 1;
     int units = cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * S + 4 ? 4 * S + 4 : m;
+    /* sliced: with the halves whose stash the candidate's memory was checked for */
+    int halves = cfg->sched == PLAN_SCHED_SLICED ? cfg->sliced : 0;
+    halves = halves < S - 1 ? halves : S - 1;
+    halves = halves < m ? halves : m;
+    double eff = cfg->slice_efficiency > 0 ? cfg->slice_efficiency : 0.9;
     plan_schedule *s = NULL;
     plan_sim_result r;
-    SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, 0, err));
+    SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, halves, err));
     plan_partition_sim_stages(cfg->cost, cand, st);
-    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, 1.0, 0, &r, err);
+    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, eff, 0, &r, err);
     plan_schedule_destroy(&s);
     if (rc != SC_OK)
         return rc;
@@ -1779,7 +2059,7 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
  * partitions under all three are candidates and the simulator judges. */
 static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, int D, int max_rep,
                                 int allreduce_mode, plan_partition *out, double *best_iter,
-                                sc_err *err)
+                                int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -1817,6 +2097,8 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                         int s0 = d - r;
                         if (s0 < s - 1)
                             break;
+                        if (!plan_replicas_runnable(cfg->sched, cfg->n_micro, r))
+                            continue;
                         double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
                         const double *prev_row = f + (size_t)(s - 1) * plane + (size_t)s0 * W;
                         for (int k = n - 1; k >= s - 1; k--) {
@@ -1833,6 +2115,7 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                                 break;
                             if (dp_memory(cfg, k, n - 1, s - 1, ms) > mem) {
                                 cut |= pass == 0;
+                                *mem_cut = 1;
                                 break;
                             }
                             double prev = prev_row[k];
@@ -1898,7 +2181,7 @@ done:
  * choice among them is the simulator's. */
 static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, const int *order,
                                     int max_rep, plan_partition *out, double *best_iter,
-                                    sc_err *err)
+                                    int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     int L = c->n_blocks, W = L + 1;
@@ -1912,6 +2195,7 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
      * anything out, the row of d devices is solved again with d as the count */
     int cut = 0;
     dp_order(cfg, t, order, t->D, max_rep, HUGE_VAL, NULL, &cut);
+    *mem_cut |= cut;
     for (int d = 1; d <= t->D; d++) {
         if (cut)
             dp_order(cfg, t, order, d, max_rep, HUGE_VAL, NULL, NULL);
@@ -1940,7 +2224,7 @@ done:
  * improves and memory still fits: the DPs see one bottleneck, the simulator also sees the
  * round trip of activations and gradients through the cuts. */
 static sc_status refine_by_simulation(const plan_search_cfg *cfg, plan_partition *out,
-                                      double *best_iter, sc_err *err)
+                                      double *best_iter, int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -1969,8 +2253,10 @@ static sc_status refine_by_simulation(const plan_search_cfg *cfg, plan_partition
                         fits &= need <= cl->types[cl->devices[d].type].memory_bytes;
                     }
                 }
-                if (!fits)
+                if (!fits) {
+                    *mem_cut = 1;
                     continue;
+                }
                 double it;
                 SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
                 if (it < *best_iter * (1 - 1e-9)) {
@@ -1987,7 +2273,11 @@ done:
     return rc;
 }
 
-sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+/* hetero for one stash rule (cfg->sliced as given). *score: the simulated iteration of the
+ * plan when cfg->select_by_sim, else its bottleneck; *mem_cut is set when memory ruled out
+ * anything. */
+static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, double *score,
+                               int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -2109,20 +2399,102 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
         rc = no_fit(cfg, "hetero", out, err);
         goto done;
     }
-    double v = dp_order_fit(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out);
+    double v = dp_order_fit(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out, &h.mem_cut);
     out->objective_s = plan_partition_bottleneck(c, out);
+    *score = out->objective_s;
     if (cfg->select_by_sim && isfinite(v)) {
         double best_iter = HUGE_VAL;
-        rc = pick_by_simulation(cfg, &h.t, h.best_order, h.max_rep, out, &best_iter, err);
+        int *cut = &h.mem_cut;
+        rc = pick_by_simulation(cfg, &h.t, h.best_order, h.max_rep, out, &best_iter, cut, err);
         if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
             for (int mode = 0; mode < 3 && rc == SC_OK; mode++)
-                rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, err);
+                rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, cut,
+                                    err);
         if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
-            rc = refine_by_simulation(cfg, out, &best_iter, err);
+            rc = refine_by_simulation(cfg, out, &best_iter, cut, err);
+        *score = best_iter;
     }
 done:
+    *mem_cut |= h.mem_cut;
     plan_partition_destroy(&h.scratch);
     dp_free(&h.t);
     free(order), free(tmp), free(srv), free(perm), free(h.best_order);
+    return rc;
+}
+
+/* A plan's simulated iteration under the sliced schedule with the fastest count of halved
+ * warm-up micro-batches, 0..tries, under which it fits memory (HUGE_VAL when none), as plan_run
+ * will run it: plans found under different counts are compared by it. */
+static sc_status sliced_score(const plan_search_cfg *cfg, const plan_partition *p, int tries,
+                              double *score, sc_err *err)
+{
+    plan_sim_stage *st = calloc((size_t)p->n_stages, sizeof *st);
+    SC_ALLOC_CHECK(st, err);
+    sc_status rc = SC_OK;
+    plan_search_cfg sc = *cfg;
+    *score = HUGE_VAL;
+    for (sc.sliced = 0; sc.sliced <= tries && rc == SC_OK; sc.sliced++) {
+        double it;
+        if (plan_partition_check_memory(&sc, p, NULL) != SC_OK)
+            continue;
+        rc = simulate_candidate(&sc, p, st, &it, err);
+        if (rc == SC_OK && it < *score)
+            *score = it;
+    }
+    free(st);
+    return rc;
+}
+
+/* hetero_search again under every count of halved warm-up micro-batches up to `tries`
+ * (plan_partition_hetero): the best plan that fits under one of them replaces *out when its
+ * score is lower, or when *out has none (*found 0). */
+static sc_status hetero_sliced(const plan_search_cfg *cfg, int tries, plan_partition *out,
+                               double *score, int *found, sc_err *err)
+{
+    plan_partition *cand = NULL;
+    SC_CHECK(plan_partition_new(&cand, out->cap_stages, out->cap_devices, err));
+    sc_status rc = SC_OK;
+    plan_search_cfg sc = *cfg;
+    for (sc.sliced = 1; sc.sliced <= tries && rc == SC_OK; sc.sliced++) {
+        double s = HUGE_VAL;
+        int ignored = 0;
+        sc_err e;
+        sc_err_clear(&e);
+        sc_status r = hetero_search(&sc, cand, &s, &ignored, &e);
+        if (r == SC_OK && cfg->select_by_sim)
+            r = sliced_score(cfg, cand, tries, &s, &e);
+        if (r != SC_OK && !cand->no_fit) { /* not memory: out of memory, say */
+            rc = r;
+            if (err != NULL && err->code == SC_OK)
+                *err = e;
+        } else if (r == SC_OK && (!*found || s < *score)) {
+            plan_partition_copy(out, cand);
+            *score = s;
+            *found = 1;
+        }
+    }
+    plan_partition_destroy(&cand);
+    return rc;
+}
+
+sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
+{
+    double score = HUGE_VAL;
+    int cut = 0;
+    sc_err first;
+    sc_err_clear(&first);
+    sc_status rc = hetero_search(cfg, out, &score, &cut, &first);
+    int tries = sliced_tries(cfg, cfg->cost->cluster->n_devices), found = rc == SC_OK;
+    /* sliced with fewer micro-batches than devices, and memory ruled something out without
+     * halves: their stash counts differ (plan_stash_count_sliced), so search again under each
+     * count of them, keeping the best plan that fits under one, as minmax does */
+    if (cut && tries > 0 && (found || out->no_fit)) {
+        if (found && cfg->select_by_sim)
+            SC_CHECK(sliced_score(cfg, out, tries, &score, err));
+        sc_status src = hetero_sliced(cfg, tries, out, &score, &found, err);
+        rc = src != SC_OK ? src : found ? SC_OK : rc;
+    }
+    if (rc != SC_OK && !found && err != NULL && err->code == SC_OK)
+        *err = first;
     return rc;
 }

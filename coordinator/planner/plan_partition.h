@@ -59,7 +59,9 @@ typedef struct plan_search_cfg {
     const plan_cost *cost;     /* block costs at the plan's micro-batch size */
     const plan_cost *ref_cost; /* at the profile's own size (pipedream's objective); may = cost */
     plan_sched_kind sched;     /* decides how many micro-batches a stage stashes */
-    int n_micro;               /* micro-batches per iteration */
+    int n_micro;               /* micro-batches per iteration; pipedream and hetero give a stage
+                                  only copies the runtime runs with them
+                                  (plan_replicas_runnable) */
     double slice_efficiency;   /* for simulating sliced schedules */
     long exhaustive_limit;     /* candidate plans exhaustive may try; 0 = default */
     int max_stages;            /* 0 = as many as devices (uniform, blockpartition, minmax,
@@ -104,9 +106,20 @@ sc_status plan_partition_check_memory(const plan_search_cfg *cfg, const plan_par
  * work is measured on the fastest device type. */
 double plan_lower_bound(const plan_cost *c);
 
+/* Whether the runtime runs a stage of r copies when an iteration has m micro-batches under
+ * schedule k (docs/runtime.md, "Replicated stages"): the synchronous schedules route
+ * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
+ * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
+ * steps, so m must be a multiple of every stage's copies, i.e. r divides m. One copy always
+ * runs; m below 1 counts as 1. */
+int plan_replicas_runnable(plan_sched_kind k, int m, int r);
+/* plan_replicas_runnable for every stage of p. */
+int plan_partition_runnable(const plan_partition *p, plan_sched_kind k, int m);
+
 /* ---- strategies ------------------------------------------------------------------------ */
 /* All fill `out` (capacity: n_blocks stages, n_devices devices). SC_ERR_TOO_LARGE when no
- * partition fits the memory of the devices. */
+ * partition fits the memory of the devices. The two that replicate stages (pipedream, hetero)
+ * replicate only as far as plan_replicas_runnable allows for cfg->sched and cfg->n_micro. */
 sc_status plan_partition_uniform(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partition *out,
                                         sc_err *err);

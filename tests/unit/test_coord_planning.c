@@ -180,11 +180,52 @@ static void test_shared_prediction(void **state)
     plan_profile_destroy(&p);
 }
 
+/* A job the runtime cannot replicate (one sample a batch: one micro-batch) gets the strategy's
+ * own plan without copies, not a replicated plan that the coordinator would have to replace. */
+static void test_no_replicas_for_one_sample(void **state)
+{
+    (void)state;
+    fleet f;
+    for (int i = 0; i < 8; i++)
+        add(&f, i, "a", "cpu", 0, 64);
+    const char *strategies[] = {"hetero", "pipedream"};
+    const char *schedules[] = {"1f1b", "gpipe", "pipedream"};
+    for (size_t k = 0; k < 2; k++)
+        for (size_t j = 0; j < 3; j++) {
+            coord_jobspec spec;
+            memset(&spec, 0, sizeof spec);
+            spec.batch_size = 1;
+            snprintf(spec.schedule, sizeof spec.schedule, "%s", schedules[j]);
+            snprintf(spec.strategy, sizeof spec.strategy, "%s", strategies[k]);
+            char *plan = NULL;
+            sc_err err;
+            sc_err_clear(&err);
+            assert_int_equal(coord_plan_job(&spec, f.w, 8, &plan, &err), SC_OK);
+            json_error_t jerr;
+            json_t *root = json_loads(plan, 0, &jerr);
+            assert_non_null(root);
+            assert_string_equal(json_string_value(json_object_get(root, "strategy")),
+                                strategies[k]);
+            const char *note = json_string_value(json_object_get(root, "note"));
+            assert_true(note == NULL || strstr(note, "cannot run") == NULL);
+            assert_int_equal(
+                json_integer_value(json_object_get(json_object_get(root, "microbatches"), "count")),
+                1);
+            size_t i;
+            json_t *st;
+            json_array_foreach(json_object_get(root, "stages"), i, st)
+                assert_int_equal(json_array_size(json_object_get(st, "devices")), 1);
+            json_decref(root);
+            free(plan);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compute_slots),
         cmocka_unit_test(test_shared_prediction),
+        cmocka_unit_test(test_no_replicas_for_one_sample),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

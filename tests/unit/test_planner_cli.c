@@ -124,12 +124,87 @@ static void test_bad_input(void **state)
     bad("--model " DATA " --gpus 2 --bandwidth 1e9", "is a directory, expected a file");
 }
 
+/* An unknown flag is named, with the valid ones, wherever it stands: given last, it used to be
+ * taken for a flag missing its value. */
+static void test_unknown_flag(void **state)
+{
+    (void)state;
+    NEED_BINARY();
+    const char *args[] = {"--model " DATA "tiny.json --gpus 2 --bandwidth 1e9 --bogus",
+                          "--model " DATA "tiny.json --bogus 3 --gpus 2 --bandwidth 1e9",
+                          "--bogus"};
+    for (size_t i = 0; i < sizeof args / sizeof *args; i++) {
+        char *out, *err;
+        assert_int_equal(run(args[i], &out, &err), 2);
+        if (strstr(err, "unknown flag '--bogus'") == NULL)
+            print_error("stderr: %s\n", err);
+        assert_non_null(strstr(err, "unknown flag '--bogus'"));
+        assert_non_null(strstr(err, "valid flags: --model, --cluster, --gpus, --bandwidth"));
+        assert_null(strstr(err, "needs a value"));
+        /* the message is the first line; the usage follows */
+        assert_true(strchr(err, '\n') > strstr(err, "--trace"));
+        assert_string_equal(out, "");
+        free(out), free(err);
+    }
+    /* a known flag without its value still says so */
+    bad("--model " DATA "tiny.json --gpus 2 --bandwidth", "--bandwidth needs a value");
+}
+
+/* A --trace that cannot be written is refused before planning: one line naming the path, exit
+ * status 2, no table and no trace. */
+static void test_trace_unwritable(void **state)
+{
+    (void)state;
+    NEED_BINARY();
+    char *out, *err;
+    assert_int_equal(run("--model " DATA "tiny.json --gpus 2 --bandwidth 1e9 --trace "
+                         "/nonexistent/dir/t.json",
+                         &out, &err),
+                     2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "--trace /nonexistent/dir/t.json: cannot write the file"));
+    assert_int_equal(strchr(err, '\n') - err, (long)strlen(err) - 1); /* one line */
+    free(out), free(err);
+    bad("--model " DATA "tiny.json --gpus 2 --bandwidth 1e9 --trace /tmp",
+        "--trace /tmp: is a directory");
+    /* a writable path still gets its trace, and a failing run leaves none behind */
+    char path[64], args[512];
+    snprintf(path, sizeof path, "/tmp/test_planner_cli_trace2.%d.json", (int)getpid());
+    unlink(path);
+    snprintf(args, sizeof args,
+             "--model " DATA "bad_field.json --gpus 2 --bandwidth 1e9 --trace %s", path);
+    assert_int_equal(run(args, &out, &err), 2);
+    assert_int_not_equal(access(path, F_OK), 0);
+    free(out), free(err);
+}
+
+/* Control characters in a profile's names (a terminal escape, a newline) never reach the table
+ * raw: they print as '?', as in error messages. */
+static void test_control_characters(void **state)
+{
+    (void)state;
+    NEED_BINARY();
+    char *out, *err;
+    /* 1 MB devices: every strategy that checks memory fails on block 0's stash, naming it */
+    assert_int_equal(run("--model " DATA "control_chars.json --gpus 2 --bandwidth 1e9 --memory 1e6 "
+                         "--batch 1 --microbatches 1",
+                         &out, &err),
+                     0);
+    for (const char *c = out; *c; c++)
+        if (*c != '\n' && ((unsigned char)*c < 0x20 || *c == 0x7f))
+            fail_msg("control character 0x%02x at offset %d of the table", (unsigned char)*c,
+                     (int)(c - out));
+    assert_non_null(strstr(out, "model evil?[2J?model: 2 blocks"));
+    assert_non_null(strstr(out, "block 0 \"a?[31m?b\""));
+    free(out), free(err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_table_and_json),
-        cmocka_unit_test(test_trace),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_table_and_json),   cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_unknown_flag),
+        cmocka_unit_test(test_trace_unwritable), cmocka_unit_test(test_control_characters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -334,6 +334,172 @@ static void test_pipedream_objective(void **state)
     inst_free(&x);
 }
 
+/* Replicas the runtime runs: a stage of r copies needs r <= m micro-batches under the
+ * synchronous schedules and m a multiple of r under pipedream (docs/runtime.md). */
+static void test_replicas_runnable(void **state)
+{
+    (void)state;
+    const plan_sched_kind sync[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_SLICED};
+    for (size_t k = 0; k < sizeof sync / sizeof *sync; k++)
+        for (int m = 0; m <= 12; m++)
+            for (int r = 1; r <= 12; r++)
+                assert_int_equal(plan_replicas_runnable(sync[k], m, r), r == 1 || r <= m);
+    for (int m = 0; m <= 12; m++)
+        for (int r = 1; r <= 12; r++)
+            assert_int_equal(plan_replicas_runnable(PLAN_SCHED_PIPEDREAM, m, r),
+                             r == 1 || (m >= 1 && m % r == 0));
+}
+
+/* Blocks of 3, 1 and 1 s with no weights and no activations: unconstrained, PipeDream and hetero
+ * run everything as one stage on all devices. With too few micro-batches for that many copies
+ * they must replicate only as far as the runtime runs; devices may stay idle. */
+static plan_profile *heavy_first(void)
+{
+    plan_profile *p = NULL;
+    sc_err err;
+    assert_int_equal(plan_profile_new(&p, 3, &err), SC_OK);
+    p->blocks[0].forward_s = 3;
+    p->blocks[1].forward_s = 1;
+    p->blocks[2].forward_s = 1;
+    return p;
+}
+
+static void expect_runnable(const plan_partition *p, plan_sched_kind k, int m)
+{
+    for (int s = 0; s < p->n_stages; s++)
+        if (!plan_replicas_runnable(k, m, p->n_dev[s]))
+            fail_msg("stage %d has %d replicas, which the runtime does not run with %d "
+                     "micro-batches (schedule %d)",
+                     s, p->n_dev[s], m, (int)k);
+    assert_true(plan_partition_runnable(p, k, m));
+}
+
+static void test_replication_within_runtime_rules(void **state)
+{
+    (void)state;
+    sc_err err;
+    /* Best bottlenecks by hand for m = 1..4, synchronous schedules then pipedream. r copies of
+     * all blocks take 5 / r; block 0 on r copies next to blocks 1-2 on r' take max(3/r, 2/r');
+     * blocks 0-1 on r next to block 2 on r' take max(4/r, 1/r'). One server of 3 devices:
+     * r <= 1: 3 (one block a stage); r <= 2: 2 ([2, 1]); r = 3: 5/3 (all on 3). Two servers of
+     * 2 devices: PipeDream's copies are r1 per server times r2 servers (1, 2 or 4): 1.5 with 2
+     * ([2, 2]), 1.25 with 4; hetero keeps a stage on one server (at most 2 copies). */
+    static const double want_pd[2][2][4] = {{{3, 2, 5.0 / 3, 5.0 / 3}, {3, 2, 5.0 / 3, 2}},
+                                            {{3, 1.5, 1.5, 1.25}, {3, 1.5, 3, 1.25}}};
+    static const double want_he[2][2][4] = {{{3, 2, 5.0 / 3, 5.0 / 3}, {3, 2, 5.0 / 3, 2}},
+                                            {{3, 1.5, 1.5, 1.5}, {3, 1.5, 3, 1.5}}};
+    for (int shape = 0; shape < 2; shape++) {
+        plan_cluster *c = NULL;
+        if (shape == 0) {
+            assert_int_equal(plan_cluster_new_uniform(&c, 3, 1e10, 0, &err), SC_OK);
+        } else {
+            int t, types[2];
+            assert_int_equal(plan_cluster_new_empty(&c, &err), SC_OK);
+            assert_int_equal(plan_cluster_add_type(c, "gpu", 1, 0, &t, &err), SC_OK);
+            types[0] = types[1] = t;
+            assert_int_equal(plan_cluster_add_server(c, "s0", 1e11, 1e10, types, 2, &err), SC_OK);
+            assert_int_equal(plan_cluster_add_server(c, "s1", 1e11, 1e10, types, 2, &err), SC_OK);
+        }
+        int D = c->n_devices;
+        inst x;
+        inst_init(&x, heavy_first(), c);
+        /* unconstrained (m = 8): PipeDream runs all 5 s of work on every device */
+        assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+        assert_float_equal(x.part->objective_s, 5.0 / D, 1e-12);
+        assert_int_equal(x.part->n_stages, 1);
+        assert_int_equal(x.part->n_dev[0], D);
+        const plan_sched_kind kinds[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_SLICED,
+                                         PLAN_SCHED_PIPEDREAM};
+        for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+            for (int m = 1; m <= 4; m++) {
+                int pd_sched = kinds[k] == PLAN_SCHED_PIPEDREAM;
+                x.cfg.sched = kinds[k];
+                x.cfg.n_micro = m;
+                sc_err_clear(&err);
+                assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+                assert_valid(&x, x.part);
+                expect_runnable(x.part, kinds[k], m);
+                double want = want_pd[shape][pd_sched][m - 1];
+                if (fabs(x.part->objective_s - want) > 1e-12)
+                    fail_msg("2 servers %d, schedule %d, m = %d: pipedream %.6g, expected %.6g",
+                             shape, (int)kinds[k], m, x.part->objective_s, want);
+                assert_int_equal(plan_partition_hetero(&x.cfg, x.part, &err), SC_OK);
+                assert_valid(&x, x.part);
+                expect_runnable(x.part, kinds[k], m);
+                want = want_he[shape][pd_sched][m - 1];
+                double he = plan_partition_bottleneck(x.cost, x.part);
+                if (fabs(he - want) > 1e-9 * want)
+                    fail_msg("2 servers %d, schedule %d, m = %d: hetero %.6g, expected %.6g", shape,
+                             (int)kinds[k], m, he, want);
+            }
+        inst_free(&x);
+    }
+}
+
+/* The same rule on a branching graph (PipeDream's antichain states), flat and on two levels:
+ * a diamond of 6 ms of work and no weights runs on every device unconstrained; with one
+ * micro-batch nothing is replicated, with two at most 2 copies a stage. */
+static void test_replication_rules_on_graph(void **state)
+{
+    (void)state;
+    const char *text = "node1 -- Input0 -- forward_compute_time=0, backward_compute_time=0, "
+                       "activation_size=0, parameter_size=0\n"
+                       "node2 -- A -- forward_compute_time=3, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=0\n"
+                       "node3 -- X -- forward_compute_time=1, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=0\n"
+                       "node4 -- Y -- forward_compute_time=1, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=0\n"
+                       "node5 -- D -- forward_compute_time=1, backward_compute_time=0, "
+                       "activation_size=1, parameter_size=0\n"
+                       "\tnode1 -- node2\n\tnode2 -- node3\n\tnode2 -- node4\n"
+                       "\tnode3 -- node5\n\tnode4 -- node5\n";
+    sc_err err;
+    for (int shape = 0; shape < 2; shape++) {
+        plan_profile *p = NULL;
+        assert_int_equal(plan_profile_parse_graph(&p, "diamond.txt", text, &err), SC_OK);
+        plan_cluster *c = NULL;
+        if (shape == 0) {
+            assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e12, 0, &err), SC_OK);
+        } else {
+            int t, types[2];
+            assert_int_equal(plan_cluster_new_empty(&c, &err), SC_OK);
+            assert_int_equal(plan_cluster_add_type(c, "gpu", 1, 0, &t, &err), SC_OK);
+            types[0] = types[1] = t;
+            assert_int_equal(plan_cluster_add_server(c, "s0", 1e12, 1e12, types, 2, &err), SC_OK);
+            assert_int_equal(plan_cluster_add_server(c, "s1", 1e12, 1e12, types, 2, &err), SC_OK);
+        }
+        inst x;
+        memset(&x, 0, sizeof x);
+        x.prof = p;
+        x.cl = c;
+        /* graph.txt times are for the whole batch: samples == batch keeps them */
+        assert_int_equal(plan_cost_new(&x.cost, p, c, 8, 8, &err), SC_OK);
+        assert_int_equal(plan_partition_new(&x.part, p->n_blocks, c->n_devices, &err), SC_OK);
+        x.cfg = (plan_search_cfg){
+            .cost = x.cost, .ref_cost = x.cost, .sched = PLAN_SCHED_1F1B, .n_micro = 8};
+        assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+        assert_int_equal(x.part->n_stages, 1);
+        assert_int_equal(x.part->n_dev[0], 4);
+        assert_float_equal(x.part->objective_s, 0.006 / 4, 1e-12);
+        const plan_sched_kind kinds[] = {PLAN_SCHED_1F1B, PLAN_SCHED_PIPEDREAM};
+        for (size_t k = 0; k < 2; k++)
+            for (int m = 1; m <= 3; m++) {
+                x.cfg.sched = kinds[k];
+                x.cfg.n_micro = m;
+                sc_err_clear(&err);
+                assert_int_equal(plan_partition_pipedream(&x.cfg, x.part, &err), SC_OK);
+                assert_valid(&x, x.part);
+                expect_runnable(x.part, kinds[k], m);
+                /* A alone is the largest stage without copies: 3 ms */
+                if (m == 1)
+                    assert_float_equal(x.part->objective_s, 0.003, 1e-12);
+                assert_true(x.part->objective_s >= 0.006 / 4 * (1 - 1e-12));
+            }
+        inst_free(&x);
+    }
+}
+
 static void test_exhaustive_refuses_large(void **state)
 {
     (void)state;
@@ -346,6 +512,16 @@ static void test_exhaustive_refuses_large(void **state)
     assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_ERR_TOO_LARGE);
     assert_non_null(strstr(err.msg, "exhaustive"));
     assert_non_null(strstr(err.msg, "limit"));
+    inst_free(&x);
+    /* past the largest double (sum over S of C(199, S-1) 4096! / (4096-S)! is about 2.2e720):
+     * a finite count, not "inf" */
+    assert_int_equal(plan_cluster_new_uniform(&c, 4096, 1e9, 0, &err), SC_OK);
+    inst_init(&x, random_chain(200), c);
+    sc_err_clear(&err);
+    assert_int_equal(plan_partition_exhaustive(&x.cfg, x.part, &err), SC_ERR_TOO_LARGE);
+    if (strstr(err.msg, "give more than 10^720 candidate plans") == NULL)
+        fail_msg("%s", err.msg);
+    assert_null(strstr(err.msg, "inf"));
     inst_free(&x);
 }
 
@@ -611,6 +787,9 @@ int main(void)
         cmocka_unit_test(test_hetero_near_exhaustive),
         cmocka_unit_test(test_memory_is_a_hard_limit),
         cmocka_unit_test(test_pipedream_objective),
+        cmocka_unit_test(test_replicas_runnable),
+        cmocka_unit_test(test_replication_within_runtime_rules),
+        cmocka_unit_test(test_replication_rules_on_graph),
         cmocka_unit_test(test_exhaustive_refuses_large),
         cmocka_unit_test(test_shared_links),
         cmocka_unit_test(test_antichain_states),

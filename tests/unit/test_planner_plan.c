@@ -483,6 +483,208 @@ static void test_sliced_memory_in_search(void **state)
     plan_profile_destroy(&p);
 }
 
+/* The same halves decide fit for every strategy that checks memory. On two devices of 6e8
+ * bytes: b0 and b1 together need 4 x 1.51e8 of weights and optimizer state (too much), b1 and
+ * b2 need 4.36e8 and b2's stash of 8 samples, 2.16e8 (too much), or half of it when the
+ * micro-batch runs as two halves; b0 alone needs 4.04e8. So the only plan is b0 | b1 b2 with
+ * one sliced micro-batch; without halves (1f1b) none fits. */
+static void test_sliced_memory_every_search(void **state)
+{
+    (void)state;
+    const char *prof = "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                       " \"microbatch_size\": 2, \"blocks\": ["
+                       "{\"name\": \"b0\", \"forward_s\": 0.0068, \"backward_s\": 0.0126,"
+                       " \"activation_bytes\": 0, \"parameter_bytes\": 101e6},"
+                       "{\"name\": \"b1\", \"forward_s\": 0, \"backward_s\": 0.0037,"
+                       " \"activation_bytes\": 0, \"parameter_bytes\": 50e6},"
+                       "{\"name\": \"b2\", \"forward_s\": 0, \"backward_s\": 0.0007,"
+                       " \"activation_bytes\": 54e6, \"parameter_bytes\": 59e6}]}";
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "sl.json", prof, strlen(prof), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e9, 6e8, &err), SC_OK);
+    const plan_strategy strats[] = {PLAN_STRAT_MINMAX, PLAN_STRAT_HETERO, PLAN_STRAT_EXHAUSTIVE};
+    for (size_t k = 0; k < sizeof strats / sizeof *strats; k++) {
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 8,
+                            .microbatches = 1,
+                            .schedule = PLAN_SCHED_SLICED};
+        plan_result r;
+        sc_err_clear(&err);
+        sc_status rc = plan_run(&req, strats[k], &r, &err);
+        if (rc != SC_OK)
+            fail_msg("%s: %s", plan_strategy_name(strats[k]), err.msg);
+        assert_true(r.fits_memory);
+        assert_int_equal(r.sliced, 1);
+        assert_int_equal(r.part->n_stages, 2);
+        assert_int_equal(r.part->last[0], 0);
+        for (int s = 0; s < 2; s++)
+            assert_true(r.peak_memory_bytes[s] <= 6e8);
+        plan_result_free(&r);
+        req.schedule = PLAN_SCHED_1F1B;
+        sc_err_clear(&err);
+        assert_int_equal(plan_run(&req, strats[k], &r, &err), SC_ERR_TOO_LARGE);
+        plan_result_free(&r);
+    }
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
+/* The --microbatches auto sweep counts the halves too. Three stages, a batch of 2 samples: one
+ * micro-batch of 2 (each block's time has a large fixed part, so it is the faster count) fits
+ * the 150-byte devices only when it runs as two halves, which leave b2's stage one sample's
+ * stash (100 bytes) instead of two; two micro-batches of one sample fit without halves but
+ * take longer. The sweep must see that one micro-batch fits. */
+static void test_sliced_memory_in_sweep(void **state)
+{
+    (void)state;
+    char prof[2048];
+    const char *block = "{\"name\": \"b%d\", \"forward_s\": 1, \"backward_s\": 1,"
+                        " \"activation_bytes\": 1, \"stash_bytes\": %d, \"by_microbatch_size\":"
+                        " [{\"size\": 1, \"forward_s\": 1, \"backward_s\": 1},"
+                        " {\"size\": 2, \"forward_s\": 1.05, \"backward_s\": 1.05}]}";
+    int at = snprintf(prof, sizeof prof,
+                      "{\"format\": \"stagecraft-profile\", \"version\": 1,"
+                      " \"microbatch_size\": 1, \"blocks\": [");
+    for (int b = 0; b < 3; b++) {
+        at += snprintf(prof + at, sizeof prof - (size_t)at, "%s", b ? ", " : "");
+        at += snprintf(prof + at, sizeof prof - (size_t)at, block, b, b == 2 ? 100 : 10);
+    }
+    snprintf(prof + at, sizeof prof - (size_t)at, "]}");
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(plan_profile_parse_json(&p, "sweep.json", prof, strlen(prof), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 3, 1e9, 150, &err), SC_OK);
+    plan_request req = {.profile = p, .cluster = c, .batch = 2, .schedule = PLAN_SCHED_SLICED};
+    const plan_strategy strats[] = {PLAN_STRAT_UNIFORM, PLAN_STRAT_MINMAX, PLAN_STRAT_EXHAUSTIVE};
+    for (size_t k = 0; k < sizeof strats / sizeof *strats; k++) {
+        plan_result r;
+        sc_err_clear(&err);
+        assert_int_equal(plan_run(&req, strats[k], &r, &err), SC_OK);
+        assert_int_equal(r.part->n_stages, 3);
+        assert_int_equal(r.n_micro, 1);
+        assert_int_equal(r.sliced, 1);
+        assert_true(r.fits_memory);
+        for (int s = 0; s < 3; s++)
+            assert_true(r.peak_memory_bytes[s] <= 150);
+        /* the sweep's entry for one micro-batch is the sliced plan's */
+        int found = 0;
+        for (int i = 0; i < r.n_sweep; i++)
+            if (r.sweep_count[i] == 1) {
+                found = 1;
+                assert_true(r.sweep_fits[i]);
+                assert_float_equal(r.sweep_iter_s[i], r.iteration_time_s, 1e-12);
+            } else {
+                assert_true(r.sweep_iter_s[i] > r.iteration_time_s);
+            }
+        assert_true(found);
+        plan_result_free(&r);
+    }
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
+/* One heavy block and three light ones on 8 equal devices: replication pays, so hetero and
+ * pipedream replicate wherever the micro-batch count lets them. Block a's time per micro-batch
+ * has a fixed part (by_microbatch_size), and every minibatch of the pipedream schedule
+ * all-reduces the copies' 1e7-byte weights, so fewer micro-batches simulate faster. */
+static const char *const heavy_first =
+    "{\"format\": \"stagecraft-profile\", \"version\": 1, \"model\": \"heavy\","
+    " \"microbatch_size\": 1, \"blocks\": ["
+    "{\"name\": \"a\", \"forward_s\": 0.03, \"backward_s\": 0.06, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7, \"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 0.03,"
+    " \"backward_s\": 0.06}, {\"size\": 8, \"forward_s\": 0.06, \"backward_s\": 0.12}]},"
+    "{\"name\": \"b\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7},"
+    "{\"name\": \"c\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7},"
+    "{\"name\": \"d\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1000,"
+    " \"parameter_bytes\": 1e7}]}";
+
+static int most_replicas(const plan_partition *p)
+{
+    int most = 1;
+    for (int s = 0; s < p->n_stages; s++)
+        most = p->n_dev[s] > most ? p->n_dev[s] : most;
+    return most;
+}
+
+/* No strategy emits a plan the runtime refuses (docs/runtime.md, "Replicated stages"): with
+ * gpipe, 1f1b and sliced a stage has at most as many copies as micro-batches, with pipedream
+ * the count is a multiple of every stage's copies; a batch of one sample is never replicated
+ * (and then no bottleneck is below the lower bound, which assumes no copies). */
+static void test_replication_runtime_runs(void **state)
+{
+    (void)state;
+    plan_profile *p;
+    plan_cluster *c;
+    sc_err err;
+    assert_int_equal(
+        plan_profile_parse_json(&p, "heavy.json", heavy_first, strlen(heavy_first), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 8, 1e10, 0, &err), SC_OK);
+    const plan_sched_kind kinds[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_SLICED,
+                                     PLAN_SCHED_PIPEDREAM};
+    const int batches[] = {1, 8, 12};
+    int replicated = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
+            for (int m = 0; m <= batches[b]; m++) {
+                if (m > 0 && batches[b] % m != 0)
+                    continue;
+                plan_request req = {.profile = p,
+                                    .cluster = c,
+                                    .batch = batches[b],
+                                    .microbatches = m,
+                                    .schedule = kinds[k]};
+                for (int s = 0; s < PLAN_STRAT_COUNT; s++) {
+                    plan_result r;
+                    sc_err_clear(&err);
+                    assert_int_equal(plan_run(&req, (plan_strategy)s, &r, &err), SC_OK);
+                    assert_true(r.ok);
+                    if (m > 0 && s != PLAN_STRAT_UMPIPE) /* umpipe: entries of its own */
+                        assert_int_equal(r.n_micro, m);
+                    if (!plan_partition_runnable(r.part, kinds[k], r.n_micro))
+                        fail_msg("%s, schedule %s, batch %d, --microbatches %d: a stage of %d "
+                                 "copies with %d micro-batches",
+                                 plan_strategy_name((plan_strategy)s), plan_sched_name(kinds[k]),
+                                 batches[b], m, most_replicas(r.part), r.n_micro);
+                    if (batches[b] == 1) {
+                        assert_int_equal(most_replicas(r.part), 1);
+                        assert_true(r.bottleneck_s >= r.lower_bound_s * (1 - 1e-12));
+                    }
+                    replicated |= most_replicas(r.part) > 1;
+                    plan_result_free(&r);
+                }
+            }
+    assert_true(replicated); /* the rule limits replication, it does not forbid it */
+
+    /* --microbatches auto under pipedream: a partition searched at the closed form's count
+     * replicates, while one micro-batch (one optimizer step) simulates faster; searched again
+     * at one, nothing is replicated */
+    plan_cluster_destroy(&c);
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e10, 0, &err), SC_OK);
+    plan_request req = {.profile = p, .cluster = c, .batch = 4, .schedule = PLAN_SCHED_PIPEDREAM};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_PIPEDREAM, &r, &err), SC_OK);
+    assert_int_equal(r.n_micro, 1);
+    assert_int_equal(most_replicas(r.part), 1);
+    assert_non_null(strstr(r.note, "searched again at 1 micro-batches"));
+    /* the sweep was of the first partition, whose copies one micro-batch cannot run */
+    int found = 0;
+    for (int i = 0; i < r.n_sweep; i++)
+        if (r.sweep_count[i] == 1) {
+            found = 1;
+            assert_false(r.sweep_runnable[i]);
+        }
+    assert_true(found);
+    plan_result_free(&r);
+    plan_profile_destroy(&p);
+    plan_cluster_destroy(&c);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -710,6 +912,9 @@ int main(void)
         cmocka_unit_test(test_auto_microbatches_capped),
         cmocka_unit_test(test_pipedream_memory_counts_stages),
         cmocka_unit_test(test_sliced_memory_in_search),
+        cmocka_unit_test(test_sliced_memory_every_search),
+        cmocka_unit_test(test_sliced_memory_in_sweep),
+        cmocka_unit_test(test_replication_runtime_runs),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
