@@ -768,12 +768,58 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
     return best;
 }
 
+/* A speed of devices of type `type` relative to type 0 that no block beats: the largest ratio
+ * of a block's work on type 0 to its work on `type` (HUGE_VAL when some block costs nothing on
+ * `type` but something on type 0). Any stage's work on `type` is at least its work on type 0
+ * divided by this. */
+static double type_speed_bound(const plan_cost *c, int type)
+{
+    int L = c->n_blocks;
+    double s = 0;
+    for (int b = 0; b < L; b++) {
+        double w0 = c->fwd_s[b] + c->bwd_s[b];
+        double w = c->fwd_s[(size_t)type * L + b] + c->bwd_s[(size_t)type * L + b];
+        if (w0 <= 0)
+            continue;
+        if (w <= 0)
+            return HUGE_VAL;
+        if (w0 / w > s)
+            s = w0 / w;
+    }
+    return s;
+}
+
+/* Lower bounds on the compute bottleneck of any plan on the first d devices of `order`, for
+ * d = 0..D (bound[0] = HUGE_VAL): stage i on r_i devices of speed bound s (type_speed_bound)
+ * takes at least its work on type 0 over s r_i, so the slowest stage takes at least the whole
+ * work on type 0 over the sum of the devices' bounds (with a margin for rounding). 0 where a
+ * device has no bound. Returns -1 when out of memory. */
+static int prefix_bounds(const plan_cost *c, const int *order, int D, double *bound)
+{
+    int T = c->cluster->n_types;
+    double *speed = malloc((size_t)(T > 0 ? T : 1) * sizeof *speed);
+    if (speed == NULL)
+        return -1;
+    for (int i = 0; i < T; i++)
+        speed[i] = type_speed_bound(c, i);
+    double work0 = plan_cost_work(c, 0, 0, c->n_blocks - 1), sum = 0;
+    bound[0] = HUGE_VAL;
+    for (int d = 1; d <= D; d++) {
+        sum += speed[dev_type(c, order[d - 1])];
+        bound[d] = isfinite(sum) && sum > 0 ? work0 / sum * (1 - 1e-9) : 0;
+    }
+    free(speed);
+    return 0;
+}
+
 /* dp_order with each plan's memory counted for its own number of stages, as the final plan
  * counts it. dp_order bounds a stage's stash by the devices from its position to the end of
  * the prefix, which overcounts for a plan that leaves devices idle; when that bound ruled out
- * anything, every prefix of k = 1..D devices is solved again with k as the count (exact
- * without replicas), fewest devices first so that ties keep the fewer stages. *mem_cut (when
- * not NULL) is set when memory ruled anything out. */
+ * anything, the prefixes of k = D-1, D-2, ... devices are solved again with k as the count
+ * (exact without replicas), each capped by the best so far. A tie goes to the fewer devices,
+ * as within one pass. Once no plan on k devices can beat the best so far (prefix_bounds), no
+ * shorter prefix can either and the search stops. *mem_cut (when not NULL) is set when memory
+ * ruled anything out. Returns HUGE_VAL when out of memory, as when nothing fits. */
 static double dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
                            int max_rep, double cap, plan_partition *out, int *mem_cut)
 {
@@ -781,15 +827,21 @@ static double dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *
     double v = dp_order(cfg, t, order, D, max_rep, cap, out, &cut);
     if (mem_cut != NULL)
         *mem_cut |= cut;
-    if (!cut)
+    if (!cut || D < 2)
         return v;
-    /* the last pass (k = D) repeats the first, so the answer is never worse than it */
-    v = HUGE_VAL;
-    for (int k = 1; k <= D; k++) {
-        double vk = dp_order(cfg, t, order, k, max_rep, v < cap ? v : cap, out, NULL);
-        if (vk < v)
+    double *bound = malloc((size_t)(D + 1) * sizeof *bound);
+    if (bound == NULL || prefix_bounds(cfg->cost, order, D, bound) != 0) {
+        free(bound);
+        return HUGE_VAL;
+    }
+    for (int k = D - 1; k >= 1 && bound[k] < (v < cap ? v : cap); k--) {
+        /* a result equal to the best so far is kept: it uses fewer devices */
+        double vk =
+            dp_order(cfg, t, order, k, max_rep, v < cap ? nextafter(v, HUGE_VAL) : cap, out, NULL);
+        if (vk <= v)
             v = vk;
     }
+    free(bound);
     return v;
 }
 
@@ -2187,36 +2239,51 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
     int L = c->n_blocks, W = L + 1;
     sc_status rc = SC_OK;
     plan_partition *cand = NULL;
-    plan_sim_stage *st = calloc((size_t)t->D, sizeof *st);
-    SC_ALLOC_CHECK(st, err);
-    SC_CHECK_GOTO(plan_partition_new(&cand, L, t->D, err), done);
-    double best = HUGE_VAL;
-    /* the table's memory bound counts every device of the order as a stage; where it ruled
-     * anything out, the row of d devices is solved again with d as the count */
-    int cut = 0;
-    dp_order(cfg, t, order, t->D, max_rep, HUGE_VAL, NULL, &cut);
-    *mem_cut |= cut;
-    for (int d = 1; d <= t->D; d++) {
-        if (cut)
-            dp_order(cfg, t, order, d, max_rep, HUGE_VAL, NULL, NULL);
-        if (!isfinite(t->f[(size_t)d * W + L]))
-            continue;
-        if (dp_extract(t, order, d, L, cand) != 0) {
-            rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
-            goto done;
-        }
-        double it;
-        SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
-        if (it < best * (1 - 1e-12)) {
-            best = it;
-            plan_partition_copy(out, cand);
-            out->objective_s = plan_partition_bottleneck(c, cand);
-        }
+    int D = t->D, cut = 0;
+    double *row = malloc((size_t)(D + 1) * sizeof *row);
+    double *bound = malloc((size_t)(D + 1) * sizeof *bound);
+    plan_sim_stage *st = calloc((size_t)D, sizeof *st);
+    if (row == NULL || bound == NULL || st == NULL || prefix_bounds(c, order, D, bound) != 0) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+        goto done;
     }
+    SC_CHECK_GOTO(plan_partition_new(&cand, L, D, err), done);
+    double best = HUGE_VAL;
+    dp_order(cfg, t, order, D, max_rep, HUGE_VAL, NULL, &cut);
+    *mem_cut |= cut;
+    for (int d = 0; d <= D; d++)
+        row[d] = t->f[(size_t)d * W + L];
+    /* pass 0 simulates the table's plans; its memory bound counts every device of the order as
+     * a stage, so where it ruled anything out, pass 1 solves the row of d devices again with d
+     * as the count, looking only for bottlenecks below the row's (the row's own plan, if any,
+     * fits under either count) and skipping rows where even the best compute bound, over the
+     * micro-batches, reaches the best iteration so far */
+    for (int pass = 0; pass < (cut ? 2 : 1); pass++)
+        for (int d = 1; d <= D; d++) {
+            if (pass == 0 && !isfinite(row[d]))
+                continue;
+            if (pass == 1) {
+                if (bound[d] * (cfg->n_micro > 0 ? cfg->n_micro : 1) >= best)
+                    continue;
+                if (!(dp_order(cfg, t, order, d, max_rep, row[d], NULL, NULL) < row[d]))
+                    continue;
+            }
+            if (dp_extract(t, order, d, L, cand) != 0) {
+                rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+                goto done;
+            }
+            double it;
+            SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+            if (it < best * (1 - 1e-12)) {
+                best = it;
+                plan_partition_copy(out, cand);
+                out->objective_s = plan_partition_bottleneck(c, cand);
+            }
+        }
     *best_iter = best;
 done:
     plan_partition_destroy(&cand);
-    free(st);
+    free(st), free(row), free(bound);
     return rc;
 }
 
