@@ -2048,11 +2048,22 @@ static double dev_speed(const plan_cost *c, int d)
     return w > 0 ? 1.0 / w : c->cluster->types[t].relative_speed;
 }
 
-static const plan_cost *sort_cost;
-static int by_speed_desc(const void *a, const void *b)
+/* Sorts devices fastest first, ties by id. An insertion sort rather than qsort: its comparison
+ * needs the cost model, and a file-scope pointer to it would race when jobs plan at once. */
+static void sort_by_speed_desc(const plan_cost *c, int *devs, int n)
 {
-    double x = dev_speed(sort_cost, *(const int *)a), y = dev_speed(sort_cost, *(const int *)b);
-    return x > y ? -1 : x < y ? 1 : *(const int *)a - *(const int *)b;
+    for (int i = 1; i < n; i++) {
+        int d = devs[i], j = i;
+        double sd = dev_speed(c, d);
+        while (j > 0) {
+            double sp = dev_speed(c, devs[j - 1]);
+            if (sp > sd || (sp == sd && devs[j - 1] < d))
+                break;
+            devs[j] = devs[j - 1];
+            j--;
+        }
+        devs[j] = d;
+    }
 }
 
 static int next_perm(int *a, int n)
@@ -2381,7 +2392,6 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
         h.max_evals = h.evals; /* done: nothing left to search */
     }
     /* 3. servers kept together, fastest servers first and last, devices fastest first */
-    sort_cost = c;
     for (int dir = 0; dir < 2; dir++) {
         for (int s = 0; s < cl->n_servers; s++)
             srv[s] = s;
@@ -2403,7 +2413,7 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
             const plan_server *sv = &cl->servers[srv[s]];
             for (int i = 0; i < sv->n_devices; i++)
                 order[n + i] = sv->first_device + i;
-            qsort(order + n, (size_t)sv->n_devices, sizeof(int), by_speed_desc);
+            sort_by_speed_desc(c, order + n, sv->n_devices);
             n += sv->n_devices;
         }
         het_try(&h, order);
