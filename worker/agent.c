@@ -119,9 +119,10 @@ static void default_name(char *out, size_t size, const char *device)
             *p = '-';
 }
 
+/* The rule a job spec's worker names follow too (coordinator/jobspec.c). */
 static bool name_is_valid(const char *name)
 {
-    if (name[0] == '\0' || name[0] == '.')
+    if (name[0] == '\0' || name[0] == '.' || strlen(name) > SC_WIRE_MAX_WORKER_NAME)
         return false;
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -155,15 +156,23 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     sc_strlcpy(a->device, device, sizeof a->device);
     sc_strlcpy(a->join_token, cfg->join_token, sizeof a->join_token);
     a->rpc_timeout_ms = cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000;
-    if (cfg->name)
-        sc_strlcpy(a->name, cfg->name, sizeof a->name);
-    else
+    _Static_assert(sizeof a->name > SC_WIRE_MAX_WORKER_NAME, "the longest name must fit");
+    /* a name too long is refused, never cut: the cut name is not the one a job spec lists */
+    const char *name = cfg->name;
+    if (name == NULL) {
         default_name(a->name, sizeof a->name, device);
-    if (!name_is_valid(a->name)) {
-        rc = SC_ERRF(err, SC_ERR_INVALID, "--name '%s': use letters, digits, '-', '_' and '.' only",
-                     a->name);
+        name = a->name;
+    }
+    if (!name_is_valid(name)) {
+        size_t len = strlen(name);
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "--name '%.40s%s' (%zu characters): use 1 to %d letters, digits, '-', '_' "
+                     "or '.', not starting with '.'",
+                     name, len > 40 ? "..." : "", len, SC_WIRE_MAX_WORKER_NAME);
         goto fail;
     }
+    if (name != a->name)
+        sc_strlcpy(a->name, name, sizeof a->name);
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
     sc_strlcpy(a->shared.state, "idle", sizeof a->shared.state);
 
