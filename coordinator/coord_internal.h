@@ -47,6 +47,8 @@ typedef struct {
     double samples_per_s;
     double predicted_iteration_s;
     uint64_t stored_step;      /* what the store has */
+    uint64_t complete_sent;    /* the last checkpoint step announced complete to the workers */
+    int checkpoint_error_stage; /* the stage whose failure the store shows, -1 when none */
     bool finished;             /* the job succeeded; figures kept for status */
 } coord_progress;
 
@@ -89,10 +91,11 @@ void *coord_driver_main(void *arg);
 /* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
 void coord_jobs_worker_died(coord *c, const coord_worker *w);
 
-/* Under c->lock: a worker's training stopped with an error (`code` an sc_status name): the job
- * is re-planned when a neighbour vanished (time-out, unavailable), else it fails. */
-void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code,
-                             const char *message);
+/* Under c->lock: a worker's training stopped with an error (e->code an sc_status name): the job
+ * is re-planned when a neighbour vanished (time-out, unavailable), resumed from an older step
+ * when the checkpoint to resume from did not load and the worker names an older one that does
+ * (e->checkpoint_step, e->intact_checkpoint_step), else it fails. */
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__Error *e);
 
 /* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
 void coord_jobs_release_workers(coord *c, const char *job_id);

@@ -137,17 +137,41 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
     }
 }
 
-void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code, const char *message)
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__Error *e)
 {
     char job_id[COORD_ID_MAX];
     sc_strlcpy(job_id, w->job_id, sizeof job_id);
-    bool transient = strcmp(code, "SC_ERR_TIMEOUT") == 0 ||
-                     strcmp(code, "SC_ERR_UNAVAILABLE") == 0 ||
-                     strcmp(code, "SC_ERR_CANCELLED") == 0;
+    bool transient = strcmp(e->code, "SC_ERR_TIMEOUT") == 0 ||
+                     strcmp(e->code, "SC_ERR_UNAVAILABLE") == 0 ||
+                     strcmp(e->code, "SC_ERR_CANCELLED") == 0;
     coord_job_state to = transient ? COORD_JOB_RECOVERING : COORD_JOB_FAILED;
     char reason[COORD_REASON_MAX];
-    sc_strfmt(reason, sizeof reason, "worker %s ('%s'): %s", w->rec.id, w->rec.name, message);
+    sc_strfmt(reason, sizeof reason, "worker %s ('%s'): %s", w->rec.id, w->rec.name, e->message);
     sc_err err;
+    sc_err_clear(&err);
+    /* The checkpoint to resume from does not load on this stage (corrupt, truncated, gone), but
+     * an older one does: resume every stage from that step. A stage that cannot load it either
+     * names an older one in turn, so the step only goes down, to the newest one every stage
+     * loads; none at all fails the job. */
+    coord_job job;
+    if (e->checkpoint_step > 0 && coord_store_job_get(c->store, job_id, &job, &err) == SC_OK) {
+        uint64_t step = job.step, intact = e->intact_checkpoint_step;
+        coord_job_clear(&job);
+        if (intact > 0 && intact < e->checkpoint_step) {
+            to = COORD_JOB_RECOVERING;
+            sc_strfmt(reason, sizeof reason,
+                      "resuming from the checkpoint of step %llu instead of step %llu, which "
+                      "does not load on worker %s ('%s'): %s",
+                      (unsigned long long)intact, (unsigned long long)e->checkpoint_step, w->rec.id,
+                      w->rec.name, e->message);
+            if (coord_store_job_set_progress(c->store, job_id, step, intact, &err) != SC_OK)
+                to = COORD_JOB_FAILED; /* resuming from the same step would fail again */
+        } else {
+            sc_strfmt(reason, sizeof reason,
+                      "no intact checkpoint to resume from: worker %s ('%s'): %s", w->rec.id,
+                      w->rec.name, e->message);
+        }
+    }
     sc_err_clear(&err);
     if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
         SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
@@ -556,13 +580,16 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
     size_t n_stages = json_array_size(json_object_get(plan, "stages"));
-    json_t *payload = json_pack("{s:O, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
+    json_t *payload = json_pack("{s:O, s:I, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
                                 (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
-                                "checkpoint_every", (json_int_t)spec->checkpoint_every);
+                                "checkpoint_every", (json_int_t)spec->checkpoint_every,
+                                "checkpoint_keep", (json_int_t)spec->checkpoint_keep);
     char *text = json_dumps(payload, JSON_COMPACT);
-    char reason[COORD_REASON_MAX];
-    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages,
-              resume_step ? " from the last checkpoint" : "");
+    char reason[COORD_REASON_MAX], from[64] = "";
+    if (resume_step > 0)
+        sc_strfmt(from, sizeof from, " from the checkpoint of step %llu",
+                  (unsigned long long)resume_step);
+    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages, from);
     pthread_mutex_lock(&c->lock);
     sc_err err;
     sc_err_clear(&err);
@@ -605,6 +632,10 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
                 p->step[s][k] = p->checkpoint[s][k] = resume_step;
         }
         p->stored_step = resume_step;
+        p->complete_sent = resume_step;
+        p->checkpoint_error_stage = -1;
+        /* a failure of an earlier run: this one reports its own */
+        coord_store_job_set_checkpoint_error(c->store, id, "", NULL);
     }
     pthread_mutex_unlock(&c->lock);
     if (ok) {
@@ -619,6 +650,37 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     free(text);
     json_decref(payload);
     json_decref(plan);
+}
+
+/* Under c->lock: keeps the store's checkpoint_error to the latest failure a stage reports (the
+ * first failing stage's, until that stage writes one again), so status says why there is no
+ * newer checkpoint instead of only the worker's log. */
+static void checkpoint_error_report(coord *c, coord_progress *p,
+                                    const Stagecraft__IterationReport *r)
+{
+    int s = (int)r->stage;
+    bool failed = r->checkpoint_error != NULL && r->checkpoint_error[0] != '\0';
+    if (!failed && p->checkpoint_error_stage != s)
+        return;
+    if (failed && p->checkpoint_error_stage >= 0 && p->checkpoint_error_stage != s)
+        return; /* another stage's failure is shown until it clears */
+    char text[COORD_REASON_MAX] = "";
+    if (failed)
+        sc_strfmt(text, sizeof text, "stage %d: %s", s, r->checkpoint_error);
+    coord_job job;
+    if (coord_store_job_get(c->store, p->job_id, &job, NULL) != SC_OK)
+        return;
+    bool same = strcmp(job.checkpoint_error, text) == 0;
+    coord_job_clear(&job);
+    p->checkpoint_error_stage = failed ? s : -1;
+    if (same)
+        return;
+    if (coord_store_job_set_checkpoint_error(c->store, p->job_id, text, NULL) == SC_OK) {
+        if (failed)
+            SC_LOG_WARN(LOG, "job %s: checkpoint failed on %s", p->job_id, text);
+        else
+            SC_LOG_INFO(LOG, "job %s: stage %d writes checkpoints again", p->job_id, s);
+    }
 }
 
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
@@ -638,6 +700,7 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         p->loss = r->loss;
         p->samples_per_s = r->samples_per_s;
     }
+    checkpoint_error_report(c, p, r);
     /* the job is as far as its slowest replica of any stage */
     uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
     for (int i = 0; i < p->n_stages; i++) {
@@ -651,6 +714,18 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     if (done > p->stored_step) {
         coord_store_job_set_progress(c->store, p->job_id, done, ckpt, &err);
         p->stored_step = done;
+    }
+    if (ckpt > p->complete_sent) {
+        /* every stage holds this step now: the workers may delete their older checkpoints
+         * beyond the job's checkpoint_keep (before a STOP below, which drops the stage) */
+        p->complete_sent = ckpt;
+        for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+            const coord_worker *w = coord_registry_at(c->registry, i);
+            if (strcmp(w->job_id, p->job_id) == 0)
+                coord_queue_command_locked(c, w->rec.id,
+                                           STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE,
+                                           p->job_id, ckpt, NULL, NULL);
+        }
     }
     if (done < p->steps)
         return;

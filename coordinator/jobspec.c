@@ -181,6 +181,9 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     spec->seed = (uint64_t)v;
     SC_CHECK(sc_json_opt_int(&root, "checkpoint_every", 0, INT64_C(1) << 40, 0, &v, err));
     spec->checkpoint_every = (uint64_t)v;
+    /* 0 keeps every checkpoint, as releases before this key did */
+    SC_CHECK(sc_json_opt_int(&root, "checkpoint_keep", 0, 1000000, 2, &v, err));
+    spec->checkpoint_keep = (uint64_t)v;
     SC_CHECK(sc_json_opt_int(&root, "stages", 0, spec->workers, 0, &v, err));
     spec->max_stages = (uint32_t)v;
 

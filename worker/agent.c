@@ -323,7 +323,8 @@ static void send_heartbeat(wk_agent *a)
 
 /* An Error envelope about a job: the coordinator decides from `code` (an sc_status name)
  * whether to re-plan or to fail the job. */
-static void send_error(wk_agent *a, const char *job_id, sc_status code, const char *msg)
+static void send_error(wk_agent *a, const char *job_id, sc_status code, const char *msg,
+                       uint64_t checkpoint_step, uint64_t intact_checkpoint_step)
 {
     Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
     Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
@@ -331,6 +332,8 @@ static void send_error(wk_agent *a, const char *job_id, sc_status code, const ch
     sc_strfmt(text, sizeof text, "job %s: %s", job_id, msg);
     e.code = (char *)sc_status_name(code);
     e.message = text;
+    e.checkpoint_step = checkpoint_step;
+    e.intact_checkpoint_step = intact_checkpoint_step;
     pthread_mutex_lock(&a->shared.lock);
     char id[COORD_WORKER_ID_MAX];
     sc_strlcpy(id, a->shared.id, sizeof id);
@@ -360,7 +363,7 @@ static void send_reports(wk_agent *a)
         if (!any)
             return;
         if (m.is_error) {
-            send_error(a, job, m.code, m.error);
+            send_error(a, job, m.code, m.error, m.checkpoint_step, m.intact_checkpoint_step);
         } else {
             Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
             m.report.job_id = job;
@@ -416,7 +419,18 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
                 sc_strlcpy(a->shared.state, "training", sizeof a->shared.state);
             pthread_mutex_unlock(&a->shared.lock);
             if (rc != SC_OK)
-                send_error(a, cmd->job_id, rc, err.msg);
+                send_error(a, cmd->job_id, rc, err.msg, 0, 0);
+        }
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE) {
+            sc_err err;
+            sc_err_clear(&err);
+            pthread_mutex_lock(&a->shared.lock);
+            sc_status rc = SC_OK;
+            if (a->shared.trainer != NULL && strcmp(a->shared.job_id, cmd->job_id) == 0)
+                rc = wk_trainer_checkpoint_complete(a->shared.trainer, cmd->step, &err);
+            pthread_mutex_unlock(&a->shared.lock);
+            if (rc != SC_OK)
+                SC_LOG_WARN(LOG, "job %s: old checkpoints not deleted: %s", cmd->job_id, err.msg);
         }
         return CTL_OK;
     }
