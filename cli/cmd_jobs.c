@@ -148,6 +148,8 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "steps", json_integer((json_int_t)j->steps));
     json_object_set_new(o, "last_checkpoint_step",
                         json_integer((json_int_t)j->last_checkpoint_step));
+    json_object_set_new(o, "checkpoint_error",
+                        json_string(j->checkpoint_error ? j->checkpoint_error : ""));
     json_object_set_new(o, "created_unix_ms", json_integer(j->created_unix_ms));
     json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
     json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
@@ -276,6 +278,8 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         printf("job:     %s (%s)\nstate:   %s: %s\nstep:    %llu of %llu (last checkpoint %llu)\n",
                j->job_id, j->name, job_state_name(j->state), j->reason, (unsigned long long)j->step,
                (unsigned long long)j->steps, (unsigned long long)j->last_checkpoint_step);
+        if (j->checkpoint_error != NULL && j->checkpoint_error[0] != '\0')
+            printf("checkpoint failed: %s\n", j->checkpoint_error);
         if (j->n_stages > 0) {
             printf("loss:    %.4f, %.1f samples/s; iteration %.4g s measured, %.4g s predicted\n",
                    j->loss, j->samples_per_s, j->measured_iteration_s, j->predicted_iteration_s);

@@ -3,10 +3,13 @@
  * and writes the stagecraft-profile JSON the planner reads. Parsing and output only; the
  * measuring is kernels/profile.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "common/sc_util.h"
@@ -52,6 +55,26 @@ static int parse_sizes(const cli_command *self, const char *s, kn_profile_cfg *c
     return CLI_OK;
 }
 
+/* Whether `path` can be written, checked before minutes of profiling rather than after: opened
+ * for writing without truncating (an existing file keeps its content), and removed again when
+ * this check created it. Returns the errno of the failure, 0 when it can be written. */
+static int out_path_error(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+        return 0;
+    }
+    if (errno != EEXIST)
+        return errno;
+    fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return errno;
+    close(fd);
+    return 0;
+}
+
 int cmd_profile(const cli_command *self, int argc, char **argv)
 {
     const char *model_path = NULL, *device = "cpu", *sizes = "1", *out_path = NULL;
@@ -93,6 +116,12 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
     }
     if (model_path == NULL)
         return cli_usage_error(self, "--model SPEC is required");
+    int out_errno = out_path != NULL ? out_path_error(out_path) : 0;
+    if (out_errno != 0) {
+        fprintf(stderr, "stagecraft profile: --out %s: cannot write the file: %s\n", out_path,
+                strerror(out_errno));
+        return CLI_USAGE;
+    }
     kn_profile_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.warmup = (int)warmup;
@@ -139,8 +168,10 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
     int status = CLI_OK;
     int flags = JSON_INDENT(1) | JSON_REAL_PRECISION(6);
     if (out_path != NULL) {
+        errno = 0;
         if (json_dump_file(doc, out_path, flags) != 0) {
-            fprintf(stderr, "stagecraft profile: --out %s: cannot write the file\n", out_path);
+            fprintf(stderr, "stagecraft profile: --out %s: cannot write the file: %s\n", out_path,
+                    errno ? strerror(errno) : "write error");
             status = CLI_USAGE;
         }
     } else {

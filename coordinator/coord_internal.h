@@ -30,6 +30,7 @@ typedef struct coord_cmd {
 #define COORD_MAX_STAGES 64
 #define COORD_MAX_REPLICAS 16
 #define COORD_MAX_RUNNING 32
+#define COORD_MAX_DRIVING 16 /* jobs driven (profiled, planned, assigned) at once */
 
 /* What the running job's stages last reported (in memory; step and checkpoint also go to the
  * store). */
@@ -47,6 +48,8 @@ typedef struct {
     double samples_per_s;
     double predicted_iteration_s;
     uint64_t stored_step;      /* what the store has */
+    uint64_t complete_sent;    /* the last checkpoint step announced complete to the workers */
+    int checkpoint_error_stage; /* the stage whose failure the store shows, -1 when none */
     bool finished;             /* the job succeeded; figures kept for status */
 } coord_progress;
 
@@ -68,6 +71,10 @@ struct coord {
     coord_cmd *cmd_head, *cmd_tail;
     coord_progress running[COORD_MAX_RUNNING];
     size_t n_running;
+    /* jobs a driver thread is taking through profiling, planning and assignment: each has a
+     * thread of its own, so a worker that does not answer holds up only its own job */
+    char driving[COORD_MAX_DRIVING][COORD_ID_MAX];
+    size_t n_driving;
     bool stopping;
 
     sc_rpc_server *rpc;     /* thread-safe; not guarded */
@@ -89,10 +96,11 @@ void *coord_driver_main(void *arg);
 /* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
 void coord_jobs_worker_died(coord *c, const coord_worker *w);
 
-/* Under c->lock: a worker's training stopped with an error (`code` an sc_status name): the job
- * is re-planned when a neighbour vanished (time-out, unavailable), else it fails. */
-void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code,
-                             const char *message);
+/* Under c->lock: a worker's training stopped with an error (e->code an sc_status name): the job
+ * is re-planned when a neighbour vanished (time-out, unavailable), resumed from an older step
+ * when the checkpoint to resume from did not load and the worker names an older one that does
+ * (e->checkpoint_step, e->intact_checkpoint_step), else it fails. */
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__Error *e);
 
 /* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
 void coord_jobs_release_workers(coord *c, const char *job_id);

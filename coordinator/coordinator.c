@@ -440,7 +440,7 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
         pthread_mutex_lock(&c->lock);
         coord_worker *w = coord_registry_find(c->registry, peer);
         if (w != NULL && w->rec.epoch == env->epoch && w->job_id[0])
-            coord_jobs_worker_error(c, w, env->error->code, env->error->message);
+            coord_jobs_worker_error(c, w, env->error);
         pthread_mutex_unlock(&c->lock);
         break;
     }

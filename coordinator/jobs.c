@@ -7,6 +7,10 @@
  * job goes back to submitted with the reason recorded and is retried with the workers then
  * alive, up to MAX_PROFILE_FAILURES failed rounds in a row; a model that does not fit fails at
  * once. Waiting jobs are retried when a worker registers or after a backoff.
+ *
+ * Each job is driven on a thread of its own (at most COORD_MAX_DRIVING at once, one per job),
+ * so that one job's silent worker does not hold up the jobs of other workers for that
+ * deadline. Jobs do not compete for workers: choose_workers reserves them under c->lock.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -38,7 +42,10 @@ typedef struct {
     unsigned profile_failures;
 } retry_entry;
 
+/* Shared by the driver threads: every retry_* function takes `lock` (a leaf lock: nothing else
+ * is taken while it is held). */
 typedef struct {
+    pthread_mutex_t lock;
     retry_entry e[MAX_RETRY_ENTRIES];
     size_t n;
 } retry_table;
@@ -53,8 +60,11 @@ static retry_entry *retry_find(retry_table *t, const char *id)
 
 static uint64_t retry_time(retry_table *t, const char *id)
 {
+    pthread_mutex_lock(&t->lock);
     const retry_entry *e = retry_find(t, id);
-    return e != NULL ? e->not_before_ns : 0;
+    uint64_t at = e != NULL ? e->not_before_ns : 0;
+    pthread_mutex_unlock(&t->lock);
+    return at;
 }
 
 /* The entry of `id`, made when missing. A full table forgets the entry due soonest among those
@@ -82,20 +92,27 @@ static retry_entry *retry_entry_of(retry_table *t, const char *id)
 
 static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
 {
+    pthread_mutex_lock(&t->lock);
     retry_entry_of(t, id)->not_before_ns = sc_clock_now_ns() + delay_ms * 1000000ull;
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* Counts a failed profiling round of `id`; returns how many failed in a row. */
 static unsigned retry_profile_failed(retry_table *t, const char *id)
 {
-    return ++retry_entry_of(t, id)->profile_failures;
+    pthread_mutex_lock(&t->lock);
+    unsigned n = ++retry_entry_of(t, id)->profile_failures;
+    pthread_mutex_unlock(&t->lock);
+    return n;
 }
 
 static void retry_profile_ok(retry_table *t, const char *id)
 {
+    pthread_mutex_lock(&t->lock);
     retry_entry *e = retry_find(t, id);
     if (e != NULL)
         e->profile_failures = 0;
+    pthread_mutex_unlock(&t->lock);
 }
 
 static void progress_drop(coord *c, const char *job_id);
@@ -137,17 +154,41 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
     }
 }
 
-void coord_jobs_worker_error(coord *c, const coord_worker *w, const char *code, const char *message)
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__Error *e)
 {
     char job_id[COORD_ID_MAX];
     sc_strlcpy(job_id, w->job_id, sizeof job_id);
-    bool transient = strcmp(code, "SC_ERR_TIMEOUT") == 0 ||
-                     strcmp(code, "SC_ERR_UNAVAILABLE") == 0 ||
-                     strcmp(code, "SC_ERR_CANCELLED") == 0;
+    bool transient = strcmp(e->code, "SC_ERR_TIMEOUT") == 0 ||
+                     strcmp(e->code, "SC_ERR_UNAVAILABLE") == 0 ||
+                     strcmp(e->code, "SC_ERR_CANCELLED") == 0;
     coord_job_state to = transient ? COORD_JOB_RECOVERING : COORD_JOB_FAILED;
     char reason[COORD_REASON_MAX];
-    sc_strfmt(reason, sizeof reason, "worker %s ('%s'): %s", w->rec.id, w->rec.name, message);
+    sc_strfmt(reason, sizeof reason, "worker %s ('%s'): %s", w->rec.id, w->rec.name, e->message);
     sc_err err;
+    sc_err_clear(&err);
+    /* The checkpoint to resume from does not load on this stage (corrupt, truncated, gone), but
+     * an older one does: resume every stage from that step. A stage that cannot load it either
+     * names an older one in turn, so the step only goes down, to the newest one every stage
+     * loads; none at all fails the job. */
+    coord_job job;
+    if (e->checkpoint_step > 0 && coord_store_job_get(c->store, job_id, &job, &err) == SC_OK) {
+        uint64_t step = job.step, intact = e->intact_checkpoint_step;
+        coord_job_clear(&job);
+        if (intact > 0 && intact < e->checkpoint_step) {
+            to = COORD_JOB_RECOVERING;
+            sc_strfmt(reason, sizeof reason,
+                      "resuming from the checkpoint of step %llu instead of step %llu, which "
+                      "does not load on worker %s ('%s'): %s",
+                      (unsigned long long)intact, (unsigned long long)e->checkpoint_step, w->rec.id,
+                      w->rec.name, e->message);
+            if (coord_store_job_set_progress(c->store, job_id, step, intact, &err) != SC_OK)
+                to = COORD_JOB_FAILED; /* resuming from the same step would fail again */
+        } else {
+            sc_strfmt(reason, sizeof reason,
+                      "no intact checkpoint to resume from: worker %s ('%s'): %s", w->rec.id,
+                      w->rec.name, e->message);
+        }
+    }
     sc_err_clear(&err);
     if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
         SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
@@ -556,13 +597,16 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
     size_t n_stages = json_array_size(json_object_get(plan, "stages"));
-    json_t *payload = json_pack("{s:O, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
+    json_t *payload = json_pack("{s:O, s:I, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
                                 (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
-                                "checkpoint_every", (json_int_t)spec->checkpoint_every);
+                                "checkpoint_every", (json_int_t)spec->checkpoint_every,
+                                "checkpoint_keep", (json_int_t)spec->checkpoint_keep);
     char *text = json_dumps(payload, JSON_COMPACT);
-    char reason[COORD_REASON_MAX];
-    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages,
-              resume_step ? " from the last checkpoint" : "");
+    char reason[COORD_REASON_MAX], from[64] = "";
+    if (resume_step > 0)
+        sc_strfmt(from, sizeof from, " from the checkpoint of step %llu",
+                  (unsigned long long)resume_step);
+    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages, from);
     pthread_mutex_lock(&c->lock);
     sc_err err;
     sc_err_clear(&err);
@@ -605,6 +649,10 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
                 p->step[s][k] = p->checkpoint[s][k] = resume_step;
         }
         p->stored_step = resume_step;
+        p->complete_sent = resume_step;
+        p->checkpoint_error_stage = -1;
+        /* a failure of an earlier run: this one reports its own */
+        coord_store_job_set_checkpoint_error(c->store, id, "", NULL);
     }
     pthread_mutex_unlock(&c->lock);
     if (ok) {
@@ -619,6 +667,37 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     free(text);
     json_decref(payload);
     json_decref(plan);
+}
+
+/* Under c->lock: keeps the store's checkpoint_error to the latest failure a stage reports (the
+ * first failing stage's, until that stage writes one again), so status says why there is no
+ * newer checkpoint instead of only the worker's log. */
+static void checkpoint_error_report(coord *c, coord_progress *p,
+                                    const Stagecraft__IterationReport *r)
+{
+    int s = (int)r->stage;
+    bool failed = r->checkpoint_error != NULL && r->checkpoint_error[0] != '\0';
+    if (!failed && p->checkpoint_error_stage != s)
+        return;
+    if (failed && p->checkpoint_error_stage >= 0 && p->checkpoint_error_stage != s)
+        return; /* another stage's failure is shown until it clears */
+    char text[COORD_REASON_MAX] = "";
+    if (failed)
+        sc_strfmt(text, sizeof text, "stage %d: %s", s, r->checkpoint_error);
+    coord_job job;
+    if (coord_store_job_get(c->store, p->job_id, &job, NULL) != SC_OK)
+        return;
+    bool same = strcmp(job.checkpoint_error, text) == 0;
+    coord_job_clear(&job);
+    p->checkpoint_error_stage = failed ? s : -1;
+    if (same)
+        return;
+    if (coord_store_job_set_checkpoint_error(c->store, p->job_id, text, NULL) == SC_OK) {
+        if (failed)
+            SC_LOG_WARN(LOG, "job %s: checkpoint failed on %s", p->job_id, text);
+        else
+            SC_LOG_INFO(LOG, "job %s: stage %d writes checkpoints again", p->job_id, s);
+    }
 }
 
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
@@ -638,6 +717,7 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         p->loss = r->loss;
         p->samples_per_s = r->samples_per_s;
     }
+    checkpoint_error_report(c, p, r);
     /* the job is as far as its slowest replica of any stage */
     uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
     for (int i = 0; i < p->n_stages; i++) {
@@ -651,6 +731,18 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     if (done > p->stored_step) {
         coord_store_job_set_progress(c->store, p->job_id, done, ckpt, &err);
         p->stored_step = done;
+    }
+    if (ckpt > p->complete_sent) {
+        /* every stage holds this step now: the workers may delete their older checkpoints
+         * beyond the job's checkpoint_keep (before a STOP below, which drops the stage) */
+        p->complete_sent = ckpt;
+        for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+            const coord_worker *w = coord_registry_at(c->registry, i);
+            if (strcmp(w->job_id, p->job_id) == 0)
+                coord_queue_command_locked(c, w->rec.id,
+                                           STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE,
+                                           p->job_id, ckpt, NULL, NULL);
+        }
     }
     if (done < p->steps)
         return;
@@ -850,7 +942,16 @@ out:
     coord_jobspec_clear(&spec);
 }
 
-/* Under c->lock: the next job that needs the driver, if any. */
+/* Under c->lock: whether a driver thread has job `id`. */
+static bool is_driving(const coord *c, const char *id)
+{
+    for (size_t i = 0; i < c->n_driving; i++)
+        if (strcmp(c->driving[i], id) == 0)
+            return true;
+    return false;
+}
+
+/* Under c->lock: the next job that needs the driver and has no driver thread yet, if any. */
 static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
 {
     coord_job *jobs;
@@ -863,7 +964,7 @@ static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING) &&
-            retry_time(retry, jobs[i].id) <= now) {
+            !is_driving(c, jobs[i].id) && retry_time(retry, jobs[i].id) <= now) {
             sc_strlcpy(id, jobs[i].id, size);
             found = true;
         }
@@ -914,17 +1015,68 @@ static void resume_jobs(coord *c)
     pthread_mutex_unlock(&c->lock);
 }
 
+typedef struct {
+    coord *c;
+    retry_table *retry;
+    char id[COORD_ID_MAX];
+} drive_arg;
+
+/* One job's driver thread (detached): drives it once, then leaves the driving set. */
+static void *drive_main(void *arg)
+{
+    drive_arg *a = arg;
+    coord *c = a->c;
+    drive_job(c, a->retry, a->id);
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->n_driving; i++) {
+        if (strcmp(c->driving[i], a->id) == 0) {
+            memcpy(c->driving[i], c->driving[--c->n_driving], COORD_ID_MAX);
+            break;
+        }
+    }
+    free(a);
+    /* wakes the loop: this job may need driving again, and a stopping loop waits for us */
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Under c->lock: starts a driver thread for job `id`. False when none could be started (the
+ * caller drives the job itself). */
+static bool drive_async(coord *c, retry_table *retry, const char *id)
+{
+    drive_arg *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return false;
+    a->c = c;
+    a->retry = retry;
+    sc_strlcpy(a->id, id, sizeof a->id);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    bool ok = pthread_create(&t, &attr, drive_main, a) == 0;
+    pthread_attr_destroy(&attr);
+    if (!ok) {
+        free(a);
+        return false;
+    }
+    sc_strlcpy(c->driving[c->n_driving++], id, COORD_ID_MAX);
+    return true;
+}
+
 void *coord_driver_main(void *arg)
 {
     coord *c = arg;
     retry_table *retry = calloc(1, sizeof *retry);
     if (retry == NULL)
         return NULL;
+    pthread_mutex_init(&retry->lock, NULL);
     resume_jobs(c);
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         char id[COORD_ID_MAX];
-        if (!next_job(c, retry, id, sizeof id)) {
+        if (c->n_driving == COORD_MAX_DRIVING || !next_job(c, retry, id, sizeof id)) {
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += 200 * 1000000L;
@@ -935,11 +1087,17 @@ void *coord_driver_main(void *arg)
             pthread_cond_timedwait(&c->wake, &c->lock, &until);
             continue;
         }
+        if (drive_async(c, retry, id))
+            continue;
         pthread_mutex_unlock(&c->lock);
         drive_job(c, retry, id);
         pthread_mutex_lock(&c->lock);
     }
+    /* the driver threads use c and the retry table until they leave the driving set */
+    while (c->n_driving > 0)
+        pthread_cond_wait(&c->wake, &c->lock);
     pthread_mutex_unlock(&c->lock);
+    pthread_mutex_destroy(&retry->lock);
     free(retry);
     return NULL;
 }

@@ -21,10 +21,12 @@ static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
 
 /* A name `stagecraft worker --name` would take (see worker/agent.c): any other one could never
  * register, and a job naming it would wait for it for good. */
+_Static_assert(SC_WIRE_MAX_WORKER_NAME < COORD_NAME_MAX, "a worker name must fit the store");
+
 static bool worker_name_is_valid(const char *name)
 {
     size_t n = strlen(name);
-    if (n == 0 || n >= COORD_NAME_MAX || name[0] == '.')
+    if (n == 0 || n > SC_WIRE_MAX_WORKER_NAME || name[0] == '.')
         return false;
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -61,7 +63,7 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
                                      "expected a worker name as `stagecraft worker --name` takes "
                                      "it: 1 to %d letters, digits, '-', '_' or '.', not starting "
                                      "with '.'",
-                                     COORD_NAME_MAX - 1);
+                                     SC_WIRE_MAX_WORKER_NAME);
             for (size_t j = 0; j < i; j++)
                 if (strcmp(spec->worker_names[j], name) == 0)
                     return sc_jnode_fail(&e, err, SC_ERR_INVALID,
@@ -179,6 +181,9 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     spec->seed = (uint64_t)v;
     SC_CHECK(sc_json_opt_int(&root, "checkpoint_every", 0, INT64_C(1) << 40, 0, &v, err));
     spec->checkpoint_every = (uint64_t)v;
+    /* 0 keeps every checkpoint, as releases before this key did */
+    SC_CHECK(sc_json_opt_int(&root, "checkpoint_keep", 0, 1000000, 2, &v, err));
+    spec->checkpoint_keep = (uint64_t)v;
     SC_CHECK(sc_json_opt_int(&root, "stages", 0, spec->workers, 0, &v, err));
     spec->max_stages = (uint32_t)v;
 

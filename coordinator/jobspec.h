@@ -43,6 +43,7 @@ typedef struct {
     double weight_decay;
     double momentum;
     uint64_t checkpoint_every; /* 0 = never */
+    uint64_t checkpoint_keep;  /* complete checkpoints each worker keeps (default 2; 0 = all) */
     uint32_t max_stages;       /* "stages": at most this many pipeline stages; 0 = any */
     char transport[8];         /* data plane: "auto" (default: nccl where every stage boundary
                                 * can take it, else zmq), "zmq" or "nccl" */

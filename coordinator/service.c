@@ -182,6 +182,7 @@ static Stagecraft__JobInfo *job_info(sc_rpc_ctx *ctx, const coord_job *j, bool f
         info->plan_json = sc_rpc_ctx_strdup(ctx, j->plan_json ? j->plan_json : "");
     }
     info->last_checkpoint_step = j->last_checkpoint_step;
+    info->checkpoint_error = sc_rpc_ctx_strdup(ctx, j->checkpoint_error);
     info->created_unix_ms = j->created_unix_ms;
     info->updated_unix_ms = j->updated_unix_ms;
     return info;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static const char schema[] =
     "  state TEXT NOT NULL, reason TEXT NOT NULL, spec_json TEXT NOT NULL, plan_json TEXT,"
     "  workers TEXT, step INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0,"
     "  last_checkpoint_step INTEGER NOT NULL DEFAULT 0,"
-    "  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+    "  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,"
+    "  checkpoint_error TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS transitions("
     "  seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, from_state TEXT NOT NULL,"
     "  to_state TEXT NOT NULL, reason TEXT NOT NULL, at_ms INTEGER NOT NULL);"
@@ -67,6 +69,21 @@ static sc_status prepare(coord_store *s, const char *sql, sqlite3_stmt **st, sc_
     if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
         return db_fail(s, err, "prepare");
     return SC_OK;
+}
+
+/* Columns added to a table after its first release, in order: a database made by an older
+ * release gets them on open (the same schema version: older releases name the columns they
+ * read, so they still open it). */
+static sc_status add_new_columns(coord_store *s, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "SELECT 1 FROM pragma_table_info('jobs') WHERE name='checkpoint_error'",
+                     &st, err));
+    bool has = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (has)
+        return SC_OK;
+    return exec(s, "ALTER TABLE jobs ADD COLUMN checkpoint_error TEXT NOT NULL DEFAULT ''", err);
 }
 
 static sc_status check_schema_version(coord_store *s, sc_err *err)
@@ -109,6 +126,7 @@ sc_status coord_store_open(coord_store **out, const char *dir, sc_err *err)
     SC_CHECK_GOTO(exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err), fail);
     SC_CHECK_GOTO(exec(s, schema, err), fail);
     SC_CHECK_GOTO(check_schema_version(s, err), fail);
+    SC_CHECK_GOTO(add_new_columns(s, err), fail);
     *out = s;
     return SC_OK;
 fail:
@@ -139,7 +157,7 @@ static void copy_text(char *dst, size_t size, sqlite3_stmt *st, int col)
 
 #define JOB_COLUMNS                                                                                \
     "id, name, state, reason, spec_json, plan_json, step, steps, last_checkpoint_step, "           \
-    "created_ms, updated_ms, workers"
+    "created_ms, updated_ms, workers, checkpoint_error"
 
 static void job_from_row(sqlite3_stmt *st, coord_job *job)
 {
@@ -157,6 +175,7 @@ static void job_from_row(sqlite3_stmt *st, coord_job *job)
     job->created_unix_ms = sqlite3_column_int64(st, 9);
     job->updated_unix_ms = sqlite3_column_int64(st, 10);
     job->worker_ids = dup_text(st, 11);
+    copy_text(job->checkpoint_error, sizeof job->checkpoint_error, st, 12);
 }
 
 sc_status coord_store_job_insert(coord_store *s, coord_job *job, sc_err *err)
@@ -337,6 +356,17 @@ sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t 
     sqlite3_bind_int64(st, 2, (sqlite3_int64)last_checkpoint_step);
     sqlite3_bind_int64(st, 3, now_unix_ms());
     sqlite3_bind_text(st, 4, id, -1, SQLITE_TRANSIENT);
+    return update_one(s, st, id, err);
+}
+
+sc_status coord_store_job_set_checkpoint_error(coord_store *s, const char *id, const char *text,
+                                               sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "UPDATE jobs SET checkpoint_error=?, updated_ms=? WHERE id=?", &st, err));
+    sqlite3_bind_text(st, 1, text ? text : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, now_unix_ms());
+    sqlite3_bind_text(st, 3, id, -1, SQLITE_TRANSIENT);
     return update_one(s, st, id, err);
 }
 

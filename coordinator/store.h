@@ -33,6 +33,7 @@ typedef struct {
     uint64_t step;
     uint64_t steps;
     uint64_t last_checkpoint_step;
+    char checkpoint_error[COORD_REASON_MAX]; /* why a stage's latest checkpoint failed, or "" */
     int64_t created_unix_ms;
     int64_t updated_unix_ms;
 } coord_job;
@@ -78,6 +79,10 @@ sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char
                                       sc_err *err);
 sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
                                        uint64_t last_checkpoint_step, sc_err *err);
+
+/* Records why a stage's latest checkpoint was not written ("" or NULL: every stage's was). */
+sc_status coord_store_job_set_checkpoint_error(coord_store *s, const char *id, const char *text,
+                                               sc_err *err);
 
 /* Fills *job (free its strings with coord_job_clear). SC_ERR_NOT_FOUND for an unknown id. */
 sc_status coord_store_job_get(coord_store *s, const char *id, coord_job *job, sc_err *err);

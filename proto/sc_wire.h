@@ -21,6 +21,11 @@
  * and profiles an open count at sizes up to this one. */
 #define SC_WIRE_MAX_MICROBATCH_SIZE 4096
 
+/* The longest worker name, in characters: `stagecraft worker --name` refuses a longer one, and
+ * so does a job spec that lists one (it could never register). Valid names are letters, digits,
+ * '-', '_' and '.', not starting with '.'. */
+#define SC_WIRE_MAX_WORKER_NAME 127
+
 /* SC_OK when `got` == SC_PROTOCOL_VERSION, else SC_ERR_VERSION with a message naming both
  * versions and `what` (e.g. "RegisterWorker request from 10.0.0.3"). A version of 0 means the
  * peer sent none. */

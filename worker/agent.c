@@ -119,9 +119,10 @@ static void default_name(char *out, size_t size, const char *device)
             *p = '-';
 }
 
+/* The rule a job spec's worker names follow too (coordinator/jobspec.c). */
 static bool name_is_valid(const char *name)
 {
-    if (name[0] == '\0' || name[0] == '.')
+    if (name[0] == '\0' || name[0] == '.' || strlen(name) > SC_WIRE_MAX_WORKER_NAME)
         return false;
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
@@ -155,15 +156,23 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     sc_strlcpy(a->device, device, sizeof a->device);
     sc_strlcpy(a->join_token, cfg->join_token, sizeof a->join_token);
     a->rpc_timeout_ms = cfg->rpc_timeout_ms ? cfg->rpc_timeout_ms : 5000;
-    if (cfg->name)
-        sc_strlcpy(a->name, cfg->name, sizeof a->name);
-    else
+    _Static_assert(sizeof a->name > SC_WIRE_MAX_WORKER_NAME, "the longest name must fit");
+    /* a name too long is refused, never cut: the cut name is not the one a job spec lists */
+    const char *name = cfg->name;
+    if (name == NULL) {
         default_name(a->name, sizeof a->name, device);
-    if (!name_is_valid(a->name)) {
-        rc = SC_ERRF(err, SC_ERR_INVALID, "--name '%s': use letters, digits, '-', '_' and '.' only",
-                     a->name);
+        name = a->name;
+    }
+    if (!name_is_valid(name)) {
+        size_t len = strlen(name);
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "--name '%.40s%s' (%zu characters): use 1 to %d letters, digits, '-', '_' "
+                     "or '.', not starting with '.'",
+                     name, len > 40 ? "..." : "", len, SC_WIRE_MAX_WORKER_NAME);
         goto fail;
     }
+    if (name != a->name)
+        sc_strlcpy(a->name, name, sizeof a->name);
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
     sc_strlcpy(a->shared.state, "idle", sizeof a->shared.state);
 
@@ -314,7 +323,8 @@ static void send_heartbeat(wk_agent *a)
 
 /* An Error envelope about a job: the coordinator decides from `code` (an sc_status name)
  * whether to re-plan or to fail the job. */
-static void send_error(wk_agent *a, const char *job_id, sc_status code, const char *msg)
+static void send_error(wk_agent *a, const char *job_id, sc_status code, const char *msg,
+                       uint64_t checkpoint_step, uint64_t intact_checkpoint_step)
 {
     Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
     Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
@@ -322,6 +332,8 @@ static void send_error(wk_agent *a, const char *job_id, sc_status code, const ch
     sc_strfmt(text, sizeof text, "job %s: %s", job_id, msg);
     e.code = (char *)sc_status_name(code);
     e.message = text;
+    e.checkpoint_step = checkpoint_step;
+    e.intact_checkpoint_step = intact_checkpoint_step;
     pthread_mutex_lock(&a->shared.lock);
     char id[COORD_WORKER_ID_MAX];
     sc_strlcpy(id, a->shared.id, sizeof id);
@@ -351,7 +363,7 @@ static void send_reports(wk_agent *a)
         if (!any)
             return;
         if (m.is_error) {
-            send_error(a, job, m.code, m.error);
+            send_error(a, job, m.code, m.error, m.checkpoint_step, m.intact_checkpoint_step);
         } else {
             Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
             m.report.job_id = job;
@@ -407,7 +419,18 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
                 sc_strlcpy(a->shared.state, "training", sizeof a->shared.state);
             pthread_mutex_unlock(&a->shared.lock);
             if (rc != SC_OK)
-                send_error(a, cmd->job_id, rc, err.msg);
+                send_error(a, cmd->job_id, rc, err.msg, 0, 0);
+        }
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE) {
+            sc_err err;
+            sc_err_clear(&err);
+            pthread_mutex_lock(&a->shared.lock);
+            sc_status rc = SC_OK;
+            if (a->shared.trainer != NULL && strcmp(a->shared.job_id, cmd->job_id) == 0)
+                rc = wk_trainer_checkpoint_complete(a->shared.trainer, cmd->step, &err);
+            pthread_mutex_unlock(&a->shared.lock);
+            if (rc != SC_OK)
+                SC_LOG_WARN(LOG, "job %s: old checkpoints not deleted: %s", cmd->job_id, err.msg);
         }
         return CTL_OK;
     }

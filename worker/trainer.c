@@ -28,6 +28,7 @@ struct wk_trainer {
     char checkpoint_dir[1100];
     json_t *endpoints; /* per stage, its replicas' data endpoints (from START) */
     uint64_t steps, resume_step, checkpoint_every;
+    uint64_t checkpoint_keep; /* complete checkpoints kept (0: all); set by START */
     pthread_t thread;
     bool started;
     atomic_bool stop;
@@ -69,6 +70,9 @@ void wk_trainer_msg_clear(wk_trainer_msg *m)
     free(m->report.grad_l1_per_block);
     m->report.grad_l1_per_block = NULL;
     m->report.n_grad_l1_per_block = 0;
+    if (m->report.checkpoint_error != protobuf_c_empty_string)
+        free(m->report.checkpoint_error);
+    m->report.checkpoint_error = NULL;
 }
 
 static const char *jstr(json_t *o, const char *key, const char *def)
@@ -279,6 +283,48 @@ static void push_error(wk_trainer *t, sc_status code, const char *fmt, const cha
     push(t, &m);
 }
 
+/* The checkpoint of the resume step did not load (`why`): finds this stage's newest older
+ * checkpoint that does, and reports both steps, so that the coordinator can resume every stage
+ * from an older step instead of failing the job. */
+static void push_resume_error(wk_trainer *t, const sc_err *why)
+{
+    uint64_t *steps = NULL, intact = 0;
+    size_t n = 0;
+    sc_err err;
+    sc_err_clear(&err);
+    rt_checkpoint_list(t->checkpoint_dir, (int)t->stage, &steps, &n, &err);
+    for (size_t i = 0; i < n && intact == 0; i++) {
+        if (steps[i] >= t->resume_step)
+            continue;
+        sc_err_clear(&err);
+        if (rt_runner_load(t->runner, t->checkpoint_dir, steps[i], &err) == SC_OK)
+            intact = steps[i];
+        else
+            SC_LOG_WARN(LOG, "older checkpoint of step %llu does not load either: %s",
+                        (unsigned long long)steps[i], err.msg);
+    }
+    free(steps);
+    wk_trainer_msg m;
+    memset(&m, 0, sizeof m);
+    m.is_error = true;
+    m.code = why->code;
+    m.checkpoint_step = t->resume_step;
+    m.intact_checkpoint_step = intact;
+    if (intact > 0)
+        sc_strfmt(m.error, sizeof m.error,
+                  "the checkpoint of step %llu does not load: %s; the newest older checkpoint of "
+                  "stage %u that loads is step %llu",
+                  (unsigned long long)t->resume_step, why->msg, t->stage,
+                  (unsigned long long)intact);
+    else
+        sc_strfmt(m.error, sizeof m.error,
+                  "the checkpoint of step %llu does not load: %s; no older checkpoint of stage %u "
+                  "loads",
+                  (unsigned long long)t->resume_step, why->msg, t->stage);
+    SC_LOG_WARN(LOG, "%s", m.error);
+    push(t, &m);
+}
+
 static sc_status make_dirs(const char *path, sc_err *err)
 {
     char tmp[1100];
@@ -337,10 +383,11 @@ static void *train_main(void *arg)
     }
     if (t->resume_step > 0 &&
         rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &err) != SC_OK) {
-        push_error(t, err.code, "resuming from the checkpoint: %s", err.msg);
+        push_resume_error(t, &err);
         return NULL;
     }
     uint64_t last_ckpt = t->resume_step;
+    char ckpt_error[400] = ""; /* why the latest checkpoint failed, "" when it was written */
     for (uint64_t step = t->resume_step + 1; step <= t->steps && !atomic_load(&t->stop); step++) {
         rt_report rep;
         sc_err_clear(&err);
@@ -365,11 +412,16 @@ static void *train_main(void *arg)
         if (save) {
             sc_err_clear(&err);
             if (make_dirs(t->checkpoint_dir, &err) != SC_OK ||
-                rt_runner_save(t->runner, t->checkpoint_dir, step, &err) != SC_OK)
+                rt_runner_save(t->runner, t->checkpoint_dir, step, &err) != SC_OK) {
                 SC_LOG_WARN(LOG, "checkpoint of step %llu not written: %s",
                             (unsigned long long)step, err.msg);
-            else
+                /* the coordinator shows it in the job's status, not only this log */
+                sc_strfmt(ckpt_error, sizeof ckpt_error, "step %llu not written: %s",
+                          (unsigned long long)step, err.msg);
+            } else {
                 last_ckpt = step;
+                ckpt_error[0] = '\0';
+            }
         }
         atomic_store(&t->step, step);
         wk_trainer_msg m;
@@ -385,6 +437,11 @@ static void *train_main(void *arg)
         m.report.backward_s = rep.backward_s;
         m.report.samples_per_s = rep.samples_per_s;
         m.report.checkpoint_step = last_ckpt;
+        if (ckpt_error[0] != '\0') {
+            char *copy = strdup(ckpt_error);
+            if (copy != NULL)
+                m.report.checkpoint_error = copy;
+        }
         if (rep.n_blocks > 0 && rep.grad_sq_norms) {
             m.report.grad_l1_per_block = malloc((size_t)rep.n_blocks * sizeof(double));
             if (m.report.grad_l1_per_block) {
@@ -429,12 +486,15 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID, "START: stage %zu has no data endpoints", i);
         }
     }
-    double steps, resume, every;
+    double steps, resume, every, keep;
     sc_status rc;
     if ((rc = jwhole(p, "steps", 0, 0, 9007199254740992.0, "START: steps", &steps, err)) != SC_OK ||
         (rc = jwhole(p, "resume_step", 0, 0, steps, "START: resume_step", &resume, err)) != SC_OK ||
         (rc = jwhole(p, "checkpoint_every", 0, 0, 9007199254740992.0, "START: checkpoint_every",
-                     &every, err)) != SC_OK) {
+                     &every, err)) != SC_OK ||
+        /* absent (an older coordinator, which never says which step is complete): keep all */
+        (rc = jwhole(p, "checkpoint_keep", 0, 0, 9007199254740992.0, "START: checkpoint_keep",
+                     &keep, err)) != SC_OK) {
         json_decref(p);
         return rc;
     }
@@ -442,6 +502,7 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     t->steps = (uint64_t)steps;
     t->resume_step = (uint64_t)resume;
     t->checkpoint_every = (uint64_t)every;
+    t->checkpoint_keep = (uint64_t)keep;
     json_decref(p);
     atomic_store(&t->step, t->resume_step);
     if (pthread_create(&t->thread, NULL, train_main, t) != 0)
@@ -451,6 +512,22 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
                 t->replica, t->job_id, (unsigned long long)t->resume_step + 1,
                 (unsigned long long)t->steps);
     return SC_OK;
+}
+
+sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *err)
+{
+    if (t->replica != 0 || t->checkpoint_keep == 0)
+        return SC_OK; /* copy 0 writes (and so deletes) the stage's checkpoints */
+    size_t deleted = 0;
+    sc_status rc = rt_checkpoint_prune(t->checkpoint_dir, (int)t->stage, step, t->checkpoint_keep,
+                                       &deleted, err);
+    if (deleted > 0)
+        SC_LOG_DEBUG(LOG,
+                     "job %s stage %u: step %llu is complete; %zu older checkpoint(s) "
+                     "deleted, keeping %llu",
+                     t->job_id, t->stage, (unsigned long long)step, deleted,
+                     (unsigned long long)t->checkpoint_keep);
+    return rc;
 }
 
 void wk_trainer_destroy(wk_trainer **tp)

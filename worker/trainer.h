@@ -33,6 +33,12 @@ const char *wk_trainer_endpoint(const wk_trainer *t);
  * checkpoint interval). A second START restarts nothing and is refused. */
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err);
 
+/* Every stage of the job holds the checkpoint of `step` (COMMAND_CHECKPOINT_COMPLETE): deletes
+ * this stage's older checkpoints beyond the job's checkpoint_keep (rt_checkpoint_prune; only
+ * on copy 0, which writes them; nothing when START gave no checkpoint_keep). Safe while the
+ * training thread saves: it only touches files at or before `step`. */
+sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *err);
+
 /* Stops the training thread (aborting a step in flight), frees everything. Accepts NULL. */
 void wk_trainer_destroy(wk_trainer **t);
 
@@ -44,9 +50,12 @@ uint64_t wk_trainer_step(const wk_trainer *t);
  * wk_trainer_msg_clear. */
 typedef struct {
     bool is_error;
-    Stagecraft__IterationReport report; /* grad_l1_per_block owned */
+    Stagecraft__IterationReport report; /* grad_l1_per_block, checkpoint_error owned */
     sc_status code;                     /* of the error */
     char error[512];
+    /* an error resuming: the checkpoint step that did not load, and this stage's newest older
+     * one that does (0: none) */
+    uint64_t checkpoint_step, intact_checkpoint_step;
 } wk_trainer_msg;
 
 bool wk_trainer_pop(wk_trainer *t, wk_trainer_msg *out);

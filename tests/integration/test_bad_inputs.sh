@@ -31,4 +31,20 @@ expect_usage "demo --data of a FIFO" "*--data $work/fifo: not a regular file*" \
     "$sc" demo --data "$work/fifo"
 expect_usage "demo --data of a missing file" "*--data $work/none: No such file*" \
     "$sc" demo --data "$work/none"
+
+# worker --name over the limit of 127 characters is refused, not cut to 127 (a job listing the
+# long name would wait for good); 127 characters serve. No coordinator: the first check happens
+# before registration, the second only needs the worker to start serving.
+export STAGECRAFT_JOIN_TOKEN=t
+n127=$(printf 'w%.0s' $(seq 127))
+expect_usage "worker --name of 128 characters" \
+    "*--name '${n127:0:40}...' (128 characters): use 1 to 127 letters, digits, '-', '_' or '.'*" \
+    "$sc" worker --coordinator 127.0.0.1:1 --name "${n127}x" --state "$work/ws"
+expect_usage "worker --name with a space" "*--name 'a b' (3 characters): use 1 to 127 letters*" \
+    "$sc" worker --coordinator 127.0.0.1:1 --name "a b" --state "$work/ws"
+"$sc" worker --coordinator 127.0.0.1:1 --name "$n127" --state "$work/ws" >"$work/w127.log" 2>&1 &
+pids+=($!)
+wait_for 20 grep -q "worker '$n127' (cpu" "$work/w127.log" &&
+    pass "worker --name of exactly 127 characters serves under its whole name" ||
+    fail "worker --name of 127 characters: $(head -1 "$work/w127.log")"
 finish

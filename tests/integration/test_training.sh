@@ -63,7 +63,7 @@ start_worker b
 wait_for 120 is_state job-2 succeeded && pass "job-2 resumed and trained to success" ||
     fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
 "$sc" status job-2 | grep -q "step:    60 of 60" || fail "job-2 step: $("$sc" status job-2 | sed -n 3p)"
-grep -q "from the last checkpoint" "$work/coord.log" || fail "job-2 did not resume from a checkpoint"
+grep -q "from the checkpoint of step" "$work/coord.log" || fail "job-2 did not resume from a checkpoint"
 
 # 3. the resumed run ends with the uninterrupted run's weights and optimizer state, bit for bit
 for s in 0 1; do

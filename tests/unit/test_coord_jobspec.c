@@ -43,6 +43,7 @@ static void test_good_spec(void **state)
     assert_string_equal(spec.optimizer, "adamw");
     assert_true(spec.lr == 3e-4);
     assert_int_equal(spec.checkpoint_every, 50);
+    assert_int_equal(spec.checkpoint_keep, 2);   /* not given: the newest 2 complete ones */
     assert_string_equal(spec.transport, "auto"); /* not given: the coordinator picks */
     coord_jobspec_clear(&spec);
 }
@@ -123,6 +124,13 @@ static void test_bad_specs(void **state)
     expect_error("\"seed\": 1,", "\"seed\": 1, \"transport\": \"infiniband\",",
                  "$.transport: expected one of \"auto\", \"zmq\", \"nccl\"");
     expect_error("\"lr\": 3e-4", "\"lr\": \"fast\"", "$.optimizer.lr: expected a number");
+    expect_error("\"checkpoint_every\": 50", "\"checkpoint_every\": 50, \"checkpoint_keep\": -1",
+                 "$.checkpoint_keep: expected an integer in [0, 1000000], got -1");
+    expect_error("\"checkpoint_every\": 50", "\"checkpoint_every\": 50, \"checkpoint_keep\": 2.5",
+                 "$.checkpoint_keep: expected an integer");
+    expect_error("\"checkpoint_every\": 50",
+                 "\"checkpoint_every\": 50, \"checkpoint_keep\": \"all\"",
+                 "$.checkpoint_keep: expected an integer");
     expect_error("\"stagecraft-job\"", "\"stagecraft-plan\"",
                  "$.format: expected \"stagecraft-job\", got \"stagecraft-plan\"");
     expect_error("\"version\": 1", "\"version\": 2", "newer than this stagecraft reads");

@@ -3,7 +3,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
+
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,12 +175,60 @@ static void test_bad_state_folder(void **state)
     assert_non_null(strstr(err.msg, "/proc/nope/state"));
 }
 
+/* A job's checkpoint failure is kept; a database from before that column gets it on open, its
+ * jobs intact. */
+static void test_checkpoint_error_column(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof path, "%s/stagecraft.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                     "INSERT INTO meta VALUES('schema_version', '1');"
+                     "CREATE TABLE jobs(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE,"
+                     " name TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL,"
+                     " spec_json TEXT NOT NULL, plan_json TEXT, workers TEXT,"
+                     " step INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0,"
+                     " last_checkpoint_step INTEGER NOT NULL DEFAULT 0,"
+                     " created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+                     "INSERT INTO jobs(id, name, state, reason, spec_json, last_checkpoint_step,"
+                     " created_ms, updated_ms) VALUES('job-1', 'old', 'running', 'r', '{}', 40,"
+                     " 1, 1);",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(db);
+
+    sc_err err;
+    sc_err_clear(&err);
+    coord_store *s = NULL;
+    assert_int_equal(coord_store_open(&s, dir, &err), SC_OK);
+    coord_job j;
+    assert_int_equal(coord_store_job_get(s, "job-1", &j, &err), SC_OK);
+    assert_string_equal(j.name, "old");
+    assert_int_equal(j.last_checkpoint_step, 40);
+    assert_string_equal(j.checkpoint_error, "");
+    coord_job_clear(&j);
+    assert_int_equal(coord_store_job_set_checkpoint_error(s, "job-1", "stage 1: disk full", &err),
+                     SC_OK);
+    coord_store_close(&s);
+    assert_int_equal(coord_store_open(&s, dir, &err), SC_OK); /* the column is not added twice */
+    assert_int_equal(coord_store_job_get(s, "job-1", &j, &err), SC_OK);
+    assert_string_equal(j.checkpoint_error, "stage 1: disk full");
+    coord_job_clear(&j);
+    assert_int_equal(coord_store_job_set_checkpoint_error(s, "job-9", "x", &err), SC_ERR_NOT_FOUND);
+    coord_store_close(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transition_table),
         cmocka_unit_test_setup_teardown(test_jobs_survive_reopen, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_workers, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_checkpoint_error_column, make_dir, remove_dir),
         cmocka_unit_test(test_bad_state_folder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -126,11 +126,47 @@ static void test_profile_bad_input(void **state)
     assert_true(stderr_has("/nonexistent/spec.json"));
 }
 
+/* An --out that cannot be written is refused before the model is even loaded (so before
+ * profiling), naming the path and the reason, and no file is left behind. */
+static void test_profile_unwritable_out(void **state)
+{
+    (void)state;
+    char args[1024], dir[] = "/tmp/kn_cli_out_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --out %s/missing/p.json",
+             SC_TEST_DATA_DIR, dir);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("/missing/p.json: cannot write the file: No such file or directory"));
+
+    /* a folder, and a path below a regular file (ENOTDIR: also refused when run as root) */
+    snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --out %s", SC_TEST_DATA_DIR, dir);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("Is a directory"));
+    snprintf(args, sizeof args, "--model %s/kernels/gpt_tiny.json --out %s/x", SC_TEST_DATA_DIR,
+             out_path);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("Not a directory"));
+
+    /* checked first: a model that does not exist is not what is reported */
+    snprintf(args, sizeof args, "--model /nonexistent/spec.json --out %s/missing/p.json", dir);
+    assert_int_equal(run_profile(args), 2);
+    assert_true(stderr_has("--out"));
+
+    /* a writable new path is checked without being left behind when the run fails later */
+    snprintf(args, sizeof args, "--model /nonexistent/spec.json --out %s/new.json", dir);
+    assert_int_equal(run_profile(args), 2);
+    char path[128];
+    snprintf(path, sizeof path, "%s/new.json", dir);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_writes_json),
         cmocka_unit_test(test_profile_bad_input),
+        cmocka_unit_test(test_profile_unwritable_out),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

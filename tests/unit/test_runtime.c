@@ -1112,6 +1112,85 @@ static void test_checkpoint_resume(void **state)
     assert_int_equal(rmdir(dir), 0); /* no temporary files left behind */
 }
 
+static void touch(const char *dir, const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fclose(f);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* Pruning keeps the newest `keep` checkpoints at or before the step every stage completed, and
+ * every newer one: when another stage's saves failed from step 50 on, this stage's 50..60 are
+ * not complete and its 45, the step a restart resumes from, must stay. */
+static void test_checkpoint_prune(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sc_test_prune_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char name[64];
+    for (int step = 5; step <= 60; step += 5) {
+        snprintf(name, sizeof name, "stage0-step%d.ckpt", step);
+        touch(dir, name);
+        snprintf(name, sizeof name, "stage1-step%d.ckpt", step);
+        touch(dir, name);
+    }
+    /* not checkpoints of stage 0: left alone */
+    touch(dir, "stage0-step3.ckpt.tmp.77");
+    touch(dir, "stage00-step4.ckpt");
+    touch(dir, "notes.txt");
+    uint64_t *steps;
+    size_t n, deleted;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_checkpoint_list(dir, 0, &steps, &n, &err), SC_OK);
+    assert_int_equal(n, 12);
+    assert_int_equal(steps[0], 60); /* newest first */
+    assert_int_equal(steps[11], 5);
+    free(steps);
+
+    assert_int_equal(rt_checkpoint_prune(dir, 0, 45, 2, &deleted, &err), SC_OK);
+    assert_int_equal(deleted, 7); /* 5..35 */
+    for (int step = 5; step <= 60; step += 5) {
+        snprintf(name, sizeof name, "stage0-step%d.ckpt", step);
+        assert_int_equal(exists(dir, name), step >= 40);
+        snprintf(name, sizeof name, "stage1-step%d.ckpt", step);
+        assert_true(exists(dir, name)); /* another stage's files */
+    }
+    assert_true(exists(dir, "stage0-step3.ckpt.tmp.77"));
+    assert_true(exists(dir, "stage00-step4.ckpt"));
+    /* the same step again, or keep 0: nothing more goes */
+    assert_int_equal(rt_checkpoint_prune(dir, 0, 45, 2, &deleted, &err), SC_OK);
+    assert_int_equal(deleted, 0);
+    assert_int_equal(rt_checkpoint_prune(dir, 0, 60, 0, &deleted, &err), SC_OK);
+    assert_int_equal(deleted, 0);
+    /* keep 1 once 60 is complete: only 60 */
+    assert_int_equal(rt_checkpoint_prune(dir, 0, 60, 1, &deleted, &err), SC_OK);
+    assert_int_equal(deleted, 4);
+    assert_int_equal(rt_checkpoint_list(dir, 0, &steps, &n, &err), SC_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(steps[0], 60);
+    free(steps);
+
+    /* a folder not made yet holds no checkpoints */
+    char missing[64];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    assert_int_equal(rt_checkpoint_list(missing, 0, &steps, &n, &err), SC_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(rt_checkpoint_prune(missing, 0, 60, 2, &deleted, &err), SC_OK);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_peer_gone(void **state)
 {
     (void)state;
@@ -2097,6 +2176,7 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence_gpt),
+        cmocka_unit_test(test_checkpoint_prune),
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),
         cmocka_unit_test(test_equivalence_unequal_sliced),

@@ -19,7 +19,9 @@
  */
 #include "worker/runtime/runner.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1660,6 +1662,84 @@ void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t ste
                                size_t size)
 {
     snprintf(buf, size, "%s/stage%d-step%llu.ckpt", dir, r->s, (unsigned long long)step);
+}
+
+static int step_newest_first(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+sc_status rt_checkpoint_list(const char *dir, int stage, uint64_t **steps, size_t *n, sc_err *err)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return errno == ENOENT ? SC_OK
+                               : SC_ERRF(err, SC_ERR_IO, "cannot list the checkpoints in %s: %s",
+                                         dir, strerror(errno));
+    size_t cap = 0;
+    sc_status rc = SC_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int s;
+        uint64_t step;
+        char again[300];
+        /* exactly the name rt_runner_save gives (not its .tmp, not "stage01-step5.ckpt") */
+        if (sscanf(e->d_name, "stage%d-step%" SCNu64 ".ckpt", &s, &step) != 2 || s != stage)
+            continue;
+        snprintf(again, sizeof again, "stage%d-step%" PRIu64 ".ckpt", s, step);
+        if (strcmp(again, e->d_name) != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t *more = realloc(*steps, cap * sizeof *more);
+            if (more == NULL) {
+                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory listing the checkpoints in %s", dir);
+                break;
+            }
+            *steps = more;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    if (rc != SC_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n > 1)
+        qsort(*steps, *n, sizeof **steps, step_newest_first);
+    return SC_OK;
+}
+
+sc_status rt_checkpoint_prune(const char *dir, int stage, uint64_t complete_step, uint64_t keep,
+                              size_t *deleted, sc_err *err)
+{
+    if (deleted != NULL)
+        *deleted = 0;
+    if (keep == 0)
+        return SC_OK;
+    uint64_t *steps;
+    size_t n;
+    SC_CHECK(rt_checkpoint_list(dir, stage, &steps, &n, err));
+    sc_status rc = SC_OK;
+    uint64_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (steps[i] > complete_step || kept++ < keep)
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/stage%d-step%" PRIu64 ".ckpt", dir, stage, steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            rc = SC_ERRF(err, SC_ERR_IO, "%s: cannot delete the old checkpoint: %s", path,
+                         strerror(errno));
+        else if (deleted != NULL)
+            (*deleted)++;
+    }
+    free(steps);
+    return rc;
 }
 
 sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err)

@@ -284,6 +284,19 @@ sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *e
 void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t step, char *buf,
                                size_t size);
 
+/* The steps of stage `stage`'s checkpoints in `dir` (files named as rt_runner_save names them;
+ * temporary and other files are skipped), newest first, into *steps (caller frees; NULL when
+ * none). A missing folder is no checkpoint: SC_OK with *n = 0. */
+sc_status rt_checkpoint_list(const char *dir, int stage, uint64_t **steps, size_t *n, sc_err *err);
+
+/* Deletes stage `stage`'s checkpoints in `dir` that are older than the `keep` newest of those
+ * at or before `complete_step`, the step every stage of the job has saved (the one a restart
+ * resumes from): that one is always kept, and so is every newer one (not complete yet).
+ * keep = 0 deletes nothing. *deleted (may be NULL) gets the count. A file that cannot be
+ * deleted is SC_ERR_IO naming it (the others are still tried). */
+sc_status rt_checkpoint_prune(const char *dir, int stage, uint64_t complete_step, uint64_t keep,
+                              size_t *deleted, sc_err *err);
+
 /* Parameters of the stage in block order (host copy), for tests and equivalence checks. */
 size_t rt_runner_param_count(const rt_runner *r);
 sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err);
