@@ -2276,7 +2276,9 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
             if (pass == 1) {
                 if (bound[d] * (cfg->n_micro > 0 ? cfg->n_micro : 1) >= best)
                     continue;
-                if (!(dp_order(cfg, t, order, d, max_rep, row[d], NULL, NULL) < row[d]))
+                /* its best may lie on a shorter row: only row d itself is this pass's */
+                dp_order(cfg, t, order, d, max_rep, row[d], NULL, NULL);
+                if (!(t->f[(size_t)d * W + L] < row[d]))
                     continue;
             }
             if (dp_extract(t, order, d, L, cand) != 0) {
