@@ -292,9 +292,11 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         int st = (int)json_integer_value(json_object_get(last, "state"));
         long long step = json_integer_value(json_object_get(last, "step"));
         double loss = json_number_value(json_object_get(last, "loss"));
-        if (st != last_state)
+        bool ended = st == 6 || st == 7 || st == 8;
+        if (st != last_state && !ended)
             printf("[%s] %s\n", state_name(st), json_string_value(json_object_get(last, "reason")));
-        /* running, or just succeeded: the last step's figures may come with the final state */
+        /* running, or just succeeded: the last step's figures may come with the final state,
+         * so they are printed before the line that ends the job */
         if ((st == 4 || st == 6) && step != last_step && step > 0) {
             printf("step %5lld/%lld  loss %.4f  %.1f samples/s\n", step, (long long)steps, loss,
                    json_number_value(json_object_get(last, "samples_per_s")));
@@ -303,10 +305,12 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
                 curve_loss[curve_n++] = loss;
             }
         }
+        if (st != last_state && ended)
+            printf("[%s] %s\n", state_name(st), json_string_value(json_object_get(last, "reason")));
         fflush(stdout);
         last_state = st;
         last_step = step;
-        if (st == 6 || st == 7 || st == 8)
+        if (ended)
             break;
         sc_clock_sleep_ms(1000);
     }
