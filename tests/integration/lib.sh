@@ -70,6 +70,10 @@ job_state() {
 
 is_state() { [ "$(job_state "$1")" = "$2" ]; }
 worker_is() { [ "$(worker_state "$1")" = "$2" ]; }
+# alive_is N: exactly N registered workers are alive.
+alive_is() { [ "$("$sc" workers --json | grep -c '"state": "alive"')" -eq "$1" ]; }
+# wait_alive SECONDS N: waits until N workers are alive.
+wait_alive() { wait_for "$1" alive_is "$2"; }
 
 finish() {
     if [ "$failures" -ne 0 ]; then

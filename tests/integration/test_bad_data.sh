@@ -12,7 +12,7 @@ state=$work/state
 start_coordinator coord "$state" --heartbeat-ms 200
 start_worker a
 start_worker b
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+wait_alive 20 2 ||
     fail "workers did not register"
 
 n=0

@@ -12,7 +12,7 @@ start_coordinator coord "$state" --heartbeat-ms 200 --dead-after 5
 start_worker a
 start_worker b
 b_pid=$worker_pid
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+wait_alive 20 2 ||
     fail "workers did not register"
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7))"; done \
     >"$work/text.txt"

@@ -13,7 +13,7 @@ state=$work/state
 start_coordinator coord "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
 for w in w1 w2 w3; do start_worker $w; done
 w2_pid=$(pgrep -f -- "--name w2 ")
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 3 ]" &&
+wait_alive 20 3 &&
     pass "three workers registered and alive" || fail "workers did not all register"
 
 cat >"$work/job.json" <<'JSON'
@@ -100,7 +100,7 @@ out=$("$sc" submit "$work/job.json" --json); kill -KILL "$coord_pid"; wait "$coo
 listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
 "$sc" status --json | grep -q '"job_id": "job-2"' && pass "accepted job kept across SIGKILL" ||
     fail "job-2 lost"
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 3 ]" &&
+wait_alive 20 3 &&
     pass "workers reconnected to the restarted coordinator" || fail "workers did not return"
 [ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "restart duplicated workers"
 

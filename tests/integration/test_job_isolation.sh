@@ -13,7 +13,7 @@ start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 300 --prof
 start_worker a
 start_worker b
 b_pid=$worker_pid
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+wait_alive 20 2 ||
     fail "workers did not register"
 
 job() {

@@ -8,7 +8,7 @@ sc=${1:?usage: test_plan_subset.sh PATH/TO/stagecraft}
 start_coordinator coord "$work/state"
 start_worker a
 start_worker b
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+wait_alive 20 2 ||
     fail "workers did not register"
 
 # one stage (minmax honours the cap and does not replicate): one of the two workers is left out

@@ -15,7 +15,7 @@ start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 300 --d
 start_worker a
 start_worker b
 b_pid=$worker_pid
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+wait_alive 20 2 ||
     fail "workers did not register"
 
 # 1. fc0 holds 2^48 parameters (the largest widths the model format takes): no host allocates

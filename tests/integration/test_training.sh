@@ -12,7 +12,7 @@ start_coordinator coord "$state" --heartbeat-ms 200 --dead-after 5
 start_worker a
 start_worker b
 b_pid=$worker_pid
-wait_for 20 sh -c "[ \$('$sc' workers --json | grep -c '\"state\": \"alive\"') -eq 2 ]" ||
+wait_alive 20 2 ||
     fail "workers did not register"
 
 # A fixed partition (uniform) and micro-batch count, so every run splits the model alike.
