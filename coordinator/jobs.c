@@ -7,10 +7,6 @@
  * job goes back to submitted with the reason recorded and is retried with the workers then
  * alive, up to MAX_PROFILE_FAILURES failed rounds in a row; a model that does not fit fails at
  * once. Waiting jobs are retried when a worker registers or after a backoff.
- *
- * Each job is driven on a thread of its own (at most COORD_MAX_DRIVING at once, one per job),
- * so that one job's silent worker does not hold up the jobs of other workers for that
- * deadline. Jobs do not compete for workers: choose_workers reserves them under c->lock.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -42,10 +38,7 @@ typedef struct {
     unsigned profile_failures;
 } retry_entry;
 
-/* Shared by the driver threads: every retry_* function takes `lock` (a leaf lock: nothing else
- * is taken while it is held). */
 typedef struct {
-    pthread_mutex_t lock;
     retry_entry e[MAX_RETRY_ENTRIES];
     size_t n;
 } retry_table;
@@ -60,11 +53,8 @@ static retry_entry *retry_find(retry_table *t, const char *id)
 
 static uint64_t retry_time(retry_table *t, const char *id)
 {
-    pthread_mutex_lock(&t->lock);
     const retry_entry *e = retry_find(t, id);
-    uint64_t at = e != NULL ? e->not_before_ns : 0;
-    pthread_mutex_unlock(&t->lock);
-    return at;
+    return e != NULL ? e->not_before_ns : 0;
 }
 
 /* The entry of `id`, made when missing. A full table forgets the entry due soonest among those
@@ -92,27 +82,20 @@ static retry_entry *retry_entry_of(retry_table *t, const char *id)
 
 static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
 {
-    pthread_mutex_lock(&t->lock);
     retry_entry_of(t, id)->not_before_ns = sc_clock_now_ns() + delay_ms * 1000000ull;
-    pthread_mutex_unlock(&t->lock);
 }
 
 /* Counts a failed profiling round of `id`; returns how many failed in a row. */
 static unsigned retry_profile_failed(retry_table *t, const char *id)
 {
-    pthread_mutex_lock(&t->lock);
-    unsigned n = ++retry_entry_of(t, id)->profile_failures;
-    pthread_mutex_unlock(&t->lock);
-    return n;
+    return ++retry_entry_of(t, id)->profile_failures;
 }
 
 static void retry_profile_ok(retry_table *t, const char *id)
 {
-    pthread_mutex_lock(&t->lock);
     retry_entry *e = retry_find(t, id);
     if (e != NULL)
         e->profile_failures = 0;
-    pthread_mutex_unlock(&t->lock);
 }
 
 static void progress_drop(coord *c, const char *job_id);
@@ -942,16 +925,7 @@ out:
     coord_jobspec_clear(&spec);
 }
 
-/* Under c->lock: whether a driver thread has job `id`. */
-static bool is_driving(const coord *c, const char *id)
-{
-    for (size_t i = 0; i < c->n_driving; i++)
-        if (strcmp(c->driving[i], id) == 0)
-            return true;
-    return false;
-}
-
-/* Under c->lock: the next job that needs the driver and has no driver thread yet, if any. */
+/* Under c->lock: the next job that needs the driver, if any. */
 static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
 {
     coord_job *jobs;
@@ -964,7 +938,7 @@ static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING) &&
-            !is_driving(c, jobs[i].id) && retry_time(retry, jobs[i].id) <= now) {
+            retry_time(retry, jobs[i].id) <= now) {
             sc_strlcpy(id, jobs[i].id, size);
             found = true;
         }
@@ -1015,68 +989,17 @@ static void resume_jobs(coord *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-typedef struct {
-    coord *c;
-    retry_table *retry;
-    char id[COORD_ID_MAX];
-} drive_arg;
-
-/* One job's driver thread (detached): drives it once, then leaves the driving set. */
-static void *drive_main(void *arg)
-{
-    drive_arg *a = arg;
-    coord *c = a->c;
-    drive_job(c, a->retry, a->id);
-    pthread_mutex_lock(&c->lock);
-    for (size_t i = 0; i < c->n_driving; i++) {
-        if (strcmp(c->driving[i], a->id) == 0) {
-            memcpy(c->driving[i], c->driving[--c->n_driving], COORD_ID_MAX);
-            break;
-        }
-    }
-    free(a);
-    /* wakes the loop: this job may need driving again, and a stopping loop waits for us */
-    pthread_cond_broadcast(&c->wake);
-    pthread_mutex_unlock(&c->lock);
-    return NULL;
-}
-
-/* Under c->lock: starts a driver thread for job `id`. False when none could be started (the
- * caller drives the job itself). */
-static bool drive_async(coord *c, retry_table *retry, const char *id)
-{
-    drive_arg *a = calloc(1, sizeof *a);
-    if (a == NULL)
-        return false;
-    a->c = c;
-    a->retry = retry;
-    sc_strlcpy(a->id, id, sizeof a->id);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    bool ok = pthread_create(&t, &attr, drive_main, a) == 0;
-    pthread_attr_destroy(&attr);
-    if (!ok) {
-        free(a);
-        return false;
-    }
-    sc_strlcpy(c->driving[c->n_driving++], id, COORD_ID_MAX);
-    return true;
-}
-
 void *coord_driver_main(void *arg)
 {
     coord *c = arg;
     retry_table *retry = calloc(1, sizeof *retry);
     if (retry == NULL)
         return NULL;
-    pthread_mutex_init(&retry->lock, NULL);
     resume_jobs(c);
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         char id[COORD_ID_MAX];
-        if (c->n_driving == COORD_MAX_DRIVING || !next_job(c, retry, id, sizeof id)) {
+        if (!next_job(c, retry, id, sizeof id)) {
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += 200 * 1000000L;
@@ -1087,17 +1010,11 @@ void *coord_driver_main(void *arg)
             pthread_cond_timedwait(&c->wake, &c->lock, &until);
             continue;
         }
-        if (drive_async(c, retry, id))
-            continue;
         pthread_mutex_unlock(&c->lock);
         drive_job(c, retry, id);
         pthread_mutex_lock(&c->lock);
     }
-    /* the driver threads use c and the retry table until they leave the driving set */
-    while (c->n_driving > 0)
-        pthread_cond_wait(&c->wake, &c->lock);
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_destroy(&retry->lock);
     free(retry);
     return NULL;
 }
