@@ -50,6 +50,8 @@ typedef struct {
     uint64_t complete_sent;    /* the last checkpoint step announced complete to the workers */
     int checkpoint_error_stage; /* the stage whose failure the store shows, -1 when none */
     bool finished;             /* the job succeeded; figures kept for status */
+    char *start_payload;       /* the START command's payload, sent again when one is lost */
+    uint64_t resume_step;      /* the START command's step */
 } coord_progress;
 
 struct coord {
@@ -105,6 +107,20 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
 
 /* Under c->lock: the progress of a running job, or NULL. */
 coord_progress *coord_jobs_progress(coord *c, const char *job_id);
+
+/* Under c->lock: forgets every job's progress (the coordinator stops). */
+void coord_jobs_progress_clear(coord *c);
+
+/* Under c->lock: worker `w` says in a heartbeat (at now_ns) that it holds a stage of `said_job`
+ * ("" none) in `said_state`. Repairs what a lost control message or a restart left behind
+ * when the disagreement with what the coordinator holds it to lasts a grace period (3
+ * heartbeat intervals, at least 1 s, so messages in flight settle first):
+ *  - its job runs, but it holds no stage of it (it restarted, or a STOP was mistaken for it):
+ *    the job recovers, as when a worker dies;
+ *  - its job runs, but its stage waits for a START that never came: START is sent again;
+ *  - it still runs a stage of a job that has ended: STOP is sent again. */
+void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, const char *said_job,
+                          uint64_t now_ns);
 
 /* coordinator.c: queues a command for the control loop (takes c->lock; payload copied). */
 sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,

@@ -293,6 +293,7 @@ void coord_destroy(coord **cp)
         free(c->cmd_head);
         c->cmd_head = next;
     }
+    coord_jobs_progress_clear(c);
     coord_registry_destroy(&c->registry);
     coord_store_close(&c->store);
     if (c->state_lock_fd >= 0)
@@ -360,12 +361,16 @@ sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__Comma
 
 /* ---- control loop -------------------------------------------------------------------------- */
 
-static void reply_error(coord *c, const char *peer, const char *code, const char *msg)
+/* An Error envelope to `peer` about its message of `epoch` (0: any): the worker tells a refusal
+ * of its current incarnation from one of an older message still in flight. */
+static void reply_error(coord *c, const char *peer, uint64_t epoch, const char *code,
+                        const char *msg)
 {
     Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
     Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
     e.code = (char *)code;
     e.message = (char *)msg;
+    env.epoch = epoch;
     env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR;
     env.error = &e;
     sc_err ignored;
@@ -380,7 +385,7 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
     if (strcmp(peer, env->worker_id) != 0) {
         SC_LOG_WARN(LOG, "heartbeat from connection '%s' claims worker id '%s'; ignored", peer,
                     env->worker_id);
-        reply_error(c, peer, "IDENTITY", "the worker id does not match the connection's id");
+        reply_error(c, peer, 0, "IDENTITY", "the worker id does not match the connection's id");
         return;
     }
     coord_worker *w;
@@ -388,14 +393,16 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
     sc_status rc = coord_registry_heartbeat(c->registry, env->worker_id, env->epoch,
                                             sc_clock_now_ns(), &w, &err);
     if (rc == SC_OK && env->heartbeat) {
-        sc_strlcpy(w->reported_state, env->heartbeat->state ? env->heartbeat->state : "",
-                   sizeof w->reported_state);
+        const char *said = env->heartbeat->state ? env->heartbeat->state : "";
+        sc_strlcpy(w->reported_state, said, sizeof w->reported_state);
         w->step = env->heartbeat->step;
+        coord_jobs_heartbeat(c, w, said, env->heartbeat->job_id ? env->heartbeat->job_id : "",
+                             sc_clock_now_ns());
     }
     pthread_mutex_unlock(&c->lock);
     if (rc == SC_ERR_PERMISSION) {
         SC_LOG_WARN(LOG, "%s", err.msg);
-        reply_error(c, peer, "FENCED", err.msg);
+        reply_error(c, peer, env->epoch, "FENCED", err.msg);
         return;
     }
     Stagecraft__ControlEnvelope ack = STAGECRAFT__CONTROL_ENVELOPE__INIT;
@@ -447,7 +454,7 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
     default:
         SC_LOG_WARN(LOG, "unexpected control message (body %d) from %s; ignored",
                     (int)env->body_case, peer);
-        reply_error(c, peer, "UNEXPECTED", "the coordinator does not accept this message");
+        reply_error(c, peer, 0, "UNEXPECTED", "the coordinator does not accept this message");
         break;
     }
 }

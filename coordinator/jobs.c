@@ -113,7 +113,9 @@ void coord_jobs_release_workers(coord *c, const char *job_id)
     }
 }
 
-void coord_jobs_worker_died(coord *c, const coord_worker *w)
+/* Under c->lock: worker `w` no longer serves its job (`why`): a job being profiled goes back to
+ * submitted, any other is re-planned (recovering). */
+static void worker_lost(coord *c, const coord_worker *w, const char *why)
 {
     if (w->job_id[0] == '\0')
         return;
@@ -128,12 +130,89 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
         job.state == COORD_JOB_PROFILING ? COORD_JOB_SUBMITTED : COORD_JOB_RECOVERING;
     coord_job_clear(&job);
     char reason[COORD_REASON_MAX];
-    sc_strfmt(reason, sizeof reason, "worker %s ('%s') died: no heartbeat for %u intervals",
-              w->rec.id, w->rec.name, coord_registry_config(c->registry)->dead_after);
+    sc_strfmt(reason, sizeof reason, "worker %s ('%s') %s", w->rec.id, w->rec.name, why);
     if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
         SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
         coord_jobs_release_workers(c, job_id);
         pthread_cond_broadcast(&c->wake);
+    }
+}
+
+void coord_jobs_worker_died(coord *c, const coord_worker *w)
+{
+    char why[96];
+    sc_strfmt(why, sizeof why, "died: no heartbeat for %u intervals",
+              coord_registry_config(c->registry)->dead_after);
+    worker_lost(c, w, why);
+}
+
+/* Under c->lock: whether job `id` has ended (succeeded, failed, cancelled or unknown). */
+static bool job_ended(coord *c, const char *id)
+{
+    coord_job job;
+    if (coord_store_job_get(c->store, id, &job, NULL) != SC_OK)
+        return true;
+    bool ended = coord_job_state_terminal(job.state);
+    coord_job_clear(&job);
+    return ended;
+}
+
+void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, const char *said_job,
+                          uint64_t now_ns)
+{
+    coord_progress *p = w->job_id[0] ? coord_jobs_progress(c, w->job_id) : NULL;
+    bool runs = p != NULL && !p->finished;
+    enum { AGREE, NO_STAGE, NOT_STARTED, ENDED_STAGE } what = AGREE;
+    if (runs && strcmp(said_job, w->job_id) != 0)
+        what = NO_STAGE;
+    else if (runs && strcmp(said_state, "assigned") == 0)
+        what = NOT_STARTED;
+    else if (said_job[0] && strcmp(said_job, w->job_id) != 0)
+        what = ENDED_STAGE; /* checked against the store below, once the grace has passed */
+    if (what == AGREE) {
+        w->disagree_since_ns = 0;
+        return;
+    }
+    uint64_t interval_ns = coord_registry_config(c->registry)->heartbeat_interval_ms * 1000000ull;
+    uint64_t grace_ns = 3 * interval_ns < 1000000000ull ? 1000000000ull : 3 * interval_ns;
+    if (w->disagree_since_ns == 0)
+        w->disagree_since_ns = now_ns;
+    if (now_ns - w->disagree_since_ns < grace_ns ||
+        (w->repaired_ns != 0 && now_ns - w->repaired_ns < grace_ns))
+        return;
+    w->repaired_ns = now_ns;
+    switch (what) {
+    case NO_STAGE: {
+        char why[COORD_REASON_MAX], holds[COORD_ID_MAX + 32] = "no stage";
+        if (said_job[0])
+            sc_strfmt(holds, sizeof holds, "a stage of job %s", said_job);
+        sc_strfmt(
+            why, sizeof why,
+            "no longer holds its stage of the job (it restarted or dropped it; it reports %s)",
+            holds);
+        worker_lost(c, w, why);
+        break;
+    }
+    case NOT_STARTED:
+        SC_LOG_WARN(LOG, "job %s: worker %s ('%s') has not started its stage; sending START again",
+                    w->job_id, w->rec.id, w->rec.name);
+        coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_START, w->job_id,
+                                   p->resume_step, p->start_payload, NULL);
+        break;
+    case ENDED_STAGE:
+        /* a job that is only re-planned gets its stages replaced by the next assignment: a STOP
+         * racing that assignment could drop the new stage, so only ended jobs are stopped */
+        if (job_ended(c, said_job)) {
+            SC_LOG_WARN(LOG,
+                        "worker %s ('%s') still runs a stage of job %s, which has ended; "
+                        "sending STOP again",
+                        w->rec.id, w->rec.name, said_job);
+            coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_STOP,
+                                       said_job, 0, NULL, NULL);
+        }
+        break;
+    case AGREE:
+        break;
     }
 }
 
@@ -490,14 +569,27 @@ out:
     return rc;
 }
 
+/* Under c->lock: forgets entry i of c->running. */
+static void progress_remove(coord *c, size_t i)
+{
+    free(c->running[i].start_payload);
+    c->running[i] = c->running[--c->n_running];
+}
+
 static void progress_drop(coord *c, const char *job_id)
 {
     for (size_t i = 0; i < c->n_running; i++) {
         if (strcmp(c->running[i].job_id, job_id) == 0) {
-            c->running[i] = c->running[--c->n_running];
+            progress_remove(c, i);
             return;
         }
     }
+}
+
+void coord_jobs_progress_clear(coord *c)
+{
+    while (c->n_running > 0)
+        progress_remove(c, c->n_running - 1);
 }
 
 coord_progress *coord_jobs_progress(coord *c, const char *job_id)
@@ -596,7 +688,7 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     if (c->n_running == COORD_MAX_RUNNING) { /* make room: forget a finished job's figures */
         for (size_t i = 0; i < c->n_running; i++) {
             if (c->running[i].finished) {
-                c->running[i] = c->running[--c->n_running];
+                progress_remove(c, i);
                 break;
             }
         }
@@ -612,7 +704,8 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
     if (!planned)
         SC_ERRF(&err, SC_ERR_PRECONDITION,
                 "the job left the planned state while its stages were assigned");
-    bool ok = planned && text != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
+    char *payload_copy = text != NULL ? strdup(text) : NULL;
+    bool ok = planned && payload_copy != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
               c->n_running < COORD_MAX_RUNNING &&
               coord_store_job_transition(c->store, id, COORD_JOB_RUNNING, reason, &err) == SC_OK;
     if (ok) {
@@ -633,11 +726,15 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
         }
         p->stored_step = resume_step;
         p->complete_sent = resume_step;
+        p->start_payload = payload_copy;
+        p->resume_step = resume_step;
+        payload_copy = NULL;
         p->checkpoint_error_stage = -1;
         /* a failure of an earlier run: this one reports its own */
         coord_store_job_set_checkpoint_error(c->store, id, "", NULL);
     }
     pthread_mutex_unlock(&c->lock);
+    free(payload_copy);
     if (ok) {
         SC_LOG_INFO(LOG, "job %s is running: %s", id, reason);
         for (size_t i = 0; i < n; i++)

@@ -188,6 +188,7 @@ sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *r
     w->state = COORD_WORKER_ALIVE;
     w->last_heartbeat_ns = now_ns;
     w->last_heartbeat_unix_ms = unix_ms();
+    w->disagree_since_ns = w->repaired_ns = 0;
     *out = w;
     return SC_OK;
 }

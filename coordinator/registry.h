@@ -46,6 +46,9 @@ typedef struct {
     uint8_t curve_key[32];      /* its ZeroMQ CURVE public key, when has_curve_key */
     bool has_curve_key;
     uint64_t step;
+    /* coord_jobs_heartbeat: since when its heartbeats disagree with job_id (0: they agree), and
+     * when a command was last sent again to settle it */
+    uint64_t disagree_since_ns, repaired_ns;
 } coord_worker;
 
 typedef struct coord_registry coord_registry;

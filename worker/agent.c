@@ -2,7 +2,9 @@
  * Worker agent (see agent.h). The control loop is a small state machine:
  *   unregistered --RegisterWorker ok--> registered (DEALER connected, heartbeating)
  *   registered --ack says unknown / no ack for dead_after intervals--> unregistered (backoff)
- *   registered --FENCED--> stop: a newer incarnation of this worker owns the id.
+ *   registered --FENCED for its current epoch--> stop: a newer incarnation owns the id.
+ * Silence is counted only while the loop runs (a stopped or starved process does not take its
+ * own pause for the coordinator's), and a FENCED about an older epoch's heartbeat is ignored.
  * Registration failures that retrying cannot fix (wrong join token, name taken) end the run.
  */
 #include "worker/agent.h"
@@ -50,6 +52,10 @@ struct wk_agent {
     uint8_t curve_public_raw[32];
     uint32_t heartbeat_ms;
     uint64_t seq;
+    /* Fault injection for tests of the coordinator's repairs: STAGECRAFT_WORKER_FAULTS lists
+     * "drop-start" and/or "drop-stop" (comma-separated): the first START / STOP command is
+     * ignored, as if the network had lost it. */
+    bool drop_start, drop_stop;
 };
 
 /* ---- id file -------------------------------------------------------------------------------- */
@@ -173,6 +179,14 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     }
     if (name != a->name)
         sc_strlcpy(a->name, name, sizeof a->name);
+    const char *faults = getenv("STAGECRAFT_WORKER_FAULTS");
+    if (faults != NULL) {
+        a->drop_start = strstr(faults, "drop-start") != NULL;
+        a->drop_stop = strstr(faults, "drop-stop") != NULL;
+        if (a->drop_start || a->drop_stop)
+            SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: the first%s%s command is ignored",
+                        faults, a->drop_start ? " START" : "", a->drop_stop ? " and STOP" : "");
+    }
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
     sc_strlcpy(a->shared.state, "idle", sizeof a->shared.state);
 
@@ -395,6 +409,15 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
         return CTL_OK;
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND: {
         Stagecraft__Command *cmd = env->command;
+        bool *drop = cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_START  ? &a->drop_start
+                     : cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_STOP ? &a->drop_stop
+                                                                           : NULL;
+        if (drop != NULL && *drop) {
+            *drop = false;
+            SC_LOG_WARN(LOG, "fault injection: command %llu for job %s ignored",
+                        (unsigned long long)cmd->command_id, cmd->job_id);
+            return CTL_OK;
+        }
         if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_SHUTDOWN) {
             SC_LOG_INFO(LOG, "the coordinator ordered a shutdown");
             return CTL_SHUTDOWN;
@@ -408,16 +431,21 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
             sc_err_clear(&err);
             pthread_mutex_lock(&a->shared.lock);
             sc_status rc = SC_OK;
+            bool again = false;
             if (a->shared.trainer == NULL || strcmp(a->shared.job_id, cmd->job_id) != 0)
                 rc = SC_ERRF(&err, SC_ERR_PRECONDITION,
                              "START for job %s, which is not assigned "
                              "here",
                              cmd->job_id);
+            else if (strcmp(a->shared.state, "training") == 0)
+                again = true; /* sent again while the first was on its way: already running */
             else
                 rc = wk_trainer_start(a->shared.trainer, cmd->payload_json, &err);
             if (rc == SC_OK)
                 sc_strlcpy(a->shared.state, "training", sizeof a->shared.state);
             pthread_mutex_unlock(&a->shared.lock);
+            if (again)
+                SC_LOG_INFO(LOG, "job %s: START again; its stage already trains", cmd->job_id);
             if (rc != SC_OK)
                 send_error(a, cmd->job_id, rc, err.msg, 0, 0);
         }
@@ -435,6 +463,16 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
         return CTL_OK;
     }
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR:
+        if (strcmp(env->error->code, "FENCED") == 0 && env->epoch != 0 &&
+            env->epoch < a->shared.epoch) {
+            /* about a heartbeat of this process's previous registration, still in flight when
+             * it registered again: the current one is not fenced */
+            SC_LOG_INFO(LOG,
+                        "a heartbeat of epoch %llu was refused after this worker registered "
+                        "again (epoch %llu); ignored",
+                        (unsigned long long)env->epoch, (unsigned long long)a->shared.epoch);
+            return CTL_OK;
+        }
         if (strcmp(env->error->code, "FENCED") == 0) {
             SC_LOG_ERROR(LOG, "fenced off: %s", env->error->message);
             return CTL_FENCED;
@@ -477,11 +515,17 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
         }
         backoff_ms = BACKOFF_MIN_MS;
 
-        uint64_t now = sc_clock_now_ns(), last_ack = now, next_hb = now;
+        uint64_t now = sc_clock_now_ns(), last_ack = now, next_hb = now, last_turn = now;
         uint64_t interval_ns = (uint64_t)a->heartbeat_ms * 1000000ull;
         ctl_outcome outcome = CTL_OK;
         while (!*stop && outcome == CTL_OK) {
             now = sc_clock_now_ns();
+            /* This loop itself did not run for a while (the process was stopped or starved of
+             * CPU): the missing acks say nothing about the coordinator, and those on their way
+             * have not been read yet. Count the silence from now. */
+            if (now - last_turn > 2 * interval_ns)
+                last_ack = now;
+            last_turn = now;
             if (now >= next_hb) {
                 send_heartbeat(a);
                 next_hb = now + interval_ns;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# What a lost control message or a quick restart leaves behind is repaired from the workers'
+# heartbeats, which say which job's stage each holds and whether it trains:
+#  - a START that never arrived is sent again, and the job trains;
+#  - a STOP that never arrived is sent again once the job has ended, and the worker is idle;
+#  - a worker killed and restarted at once (before it could be declared dead) holds no stage:
+#    its job recovers from its checkpoint instead of staying "running" for ever;
+#  - a worker stopped for a while (SIGSTOP) keeps its registration when it continues.
+# The lost messages are made with the worker's fault injection (STAGECRAFT_WORKER_FAULTS).
+# Usage: test_worker_repairs.sh PATH/TO/stagecraft
+sc=${1:?usage: test_worker_repairs.sh PATH/TO/stagecraft}
+. "$(dirname "$0")/lib.sh"
+
+# a silent worker is declared dead only after 60 s: every repair below must come from the
+# heartbeats, not from a death
+start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 300
+STAGECRAFT_WORKER_FAULTS=drop-start,drop-stop start_worker lossy
+start_worker b
+b_pid=$worker_pid
+wait_alive 20 2 || fail "workers did not register"
+
+job() { # NAME WORKER STEPS
+    cat <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "$1",
+ "model": {"kind": "mlp", "sizes": [32, 64, 64, 10]},
+ "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 2,
+ "strategy": "minmax", "workers": ["$2"], "steps": $3, "checkpoint_every": 200}
+JSON
+}
+coord_says() { grep -q "$1" "$work/coord.log"; }
+
+# 1, 2: the first START and the first STOP to worker 'lossy' are lost
+job lost lossy 20 >"$work/lost.json"
+"$sc" submit "$work/lost.json" >/dev/null || fail "submit lost"
+wait_for 60 is_state job-1 succeeded && pass "job-1 trained although its START was lost" ||
+    fail "job-1 is $(job_state job-1): $("$sc" status job-1 | sed -n 2p)"
+coord_says "w-[0-9]* ('lossy') has not started its stage; sending START again" ||
+    fail "the coordinator did not say it sent START again"
+grep -q "fault injection: command .* for job job-1 ignored" "$work/lossy.log" ||
+    fail "the worker did not lose a command"
+wait_for 30 grep -q "released job job-1: stopped by the coordinator" "$work/lossy.log" &&
+    pass "worker lossy dropped job-1's stage although the first STOP was lost" ||
+    fail "worker lossy still holds job-1's stage: $(tail -n 3 "$work/lossy.log")"
+coord_says "w-[0-9]* ('lossy') still runs a stage of job job-1, which has ended; sending STOP again" ||
+    fail "the coordinator did not say it sent STOP again"
+
+# 3: worker b is killed once it has a checkpoint, and restarted at once under its name
+job restart b 4000 >"$work/restart.json"
+"$sc" submit "$work/restart.json" >/dev/null || fail "submit restart"
+has_checkpoint() { "$sc" status job-2 | grep -q "last checkpoint [1-9]"; }
+wait_for 60 has_checkpoint || fail "job-2 wrote no checkpoint: $("$sc" status job-2 | sed -n 2,3p)"
+kill -KILL "$b_pid"
+wait "$b_pid" 2>/dev/null
+start_worker b
+b_pid=$worker_pid
+wait_for 20 coord_says "job job-2 is recovering: worker w-[0-9]* ('b') no longer holds its stage" &&
+    pass "job-2 recovers once its restarted worker reports no stage" ||
+    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
+wait_for 120 is_state job-2 succeeded && pass "job-2 trained to the end after the restart" ||
+    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
+"$sc" status job-2 | grep -q "from the checkpoint of step" ||
+    fail "job-2 did not resume from a checkpoint: $("$sc" status job-2 | sed -n 2p)"
+
+# 4: a stopped worker (ten missed heartbeats of its own) continues on its registration
+epoch=$(worker_epoch b)
+job pause b 4000 >"$work/pause.json"
+"$sc" submit "$work/pause.json" >/dev/null || fail "submit pause"
+wait_for 60 is_state job-3 running || fail "job-3 is $(job_state job-3), not running"
+kill -STOP "$b_pid"
+sleep 2
+kill -CONT "$b_pid"
+wait_for 120 is_state job-3 succeeded && pass "job-3 trained through its worker's pause" ||
+    fail "job-3 is $(job_state job-3): $("$sc" status job-3 | sed -n 2p)"
+[ "$(worker_epoch b)" = "$epoch" ] && pass "worker b kept its registration (epoch $epoch)" ||
+    fail "worker b registered again after its pause: epoch $epoch -> $(worker_epoch b)"
+finish
