@@ -299,6 +299,19 @@ static void sim_finish(const plan_schedule *s, const plan_sim_stage *stages, int
             a = 0;
             b = U - 1;
         }
+        /* copies finish their rounds together: whole rounds of every stage in the window */
+        int whole = 1;
+        for (int i = 0; i < S && whole <= U; i++) {
+            int x = whole, y = copies_of(st, i);
+            while (y != 0) {
+                int t = x % y;
+                x = y;
+                y = t;
+            }
+            whole = whole / x * copies_of(st, i);
+        }
+        if (b - a >= whole)
+            b -= (b - a) % whole;
         out->steady_s = (st->bend[b] - st->bend[a]) / (b - a);
         out->iteration_s = out->steady_s * n_micro;
         /* a copy runs 1/r of the minibatches (and of the rounds' optimizer steps) */
@@ -544,8 +557,9 @@ static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_
 
 /* `n` entries: the stages, or with copies the lanes (every copy of every stage, stage after
  * stage). */
-static sc_status share_check(const plan_sim_share *sh, int n, int *grouped, sc_err *err)
+static sc_status share_check(const plan_sim_share *sh, int n, int copies, int *grouped, sc_err *err)
 {
+    const char *what = copies ? "copy (lane)" : "stage";
     *grouped = 0;
     for (int g = 0; g < sh->n_groups; g++)
         if (sh->capacity[g] < 1)
@@ -555,12 +569,12 @@ static sc_status share_check(const plan_sim_share *sh, int n, int *grouped, sc_e
     for (int i = 0; i < n; i++) {
         if (sh->group[i] < -1 || sh->group[i] >= sh->n_groups)
             return SC_ERRF(err, SC_ERR_INVALID,
-                           "shared processors: stage %d is in group %d; valid: -1 (own device) "
+                           "shared processors: %s %d is in group %d; valid: -1 (own device) "
                            "or 0 to %d",
-                           i, sh->group[i], sh->n_groups - 1);
+                           what, i, sh->group[i], sh->n_groups - 1);
         if (sh->weight != NULL && sh->weight[i] < 1)
             return SC_ERRF(err, SC_ERR_INVALID,
-                           "shared processors: stage %d has weight %d; it must be >= 1", i,
+                           "shared processors: %s %d has weight %d; it must be >= 1", what, i,
                            sh->weight[i]);
         *grouped |= sh->group[i] >= 0;
     }
@@ -682,7 +696,7 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
         for (int i = 0; i < s->n_stages; i++)
             n += s->replicas != NULL ? s->replicas[i] : 1;
         memset(out, 0, sizeof *out);
-        SC_CHECK(share_check(share, n, &grouped, err));
+        SC_CHECK(share_check(share, n, s->replicas != NULL, &grouped, err));
     }
     if (!grouped)
         return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
@@ -880,7 +894,7 @@ sc_status plan_sim_run_sized_shared(const plan_sim_sized *in, const plan_sim_sha
     int S = in->n_stages, K = in->max_entries, grouped = 0;
     memset(out, 0, sizeof *out);
     if (share != NULL && S >= 1)
-        SC_CHECK(share_check(share, S, &grouped, err));
+        SC_CHECK(share_check(share, S, 0, &grouped, err));
     if (!grouped)
         return plan_sim_run_sized(in, record_events, out, err);
     if (K < 1 || in->batch < 1)
