@@ -350,7 +350,11 @@ static int play_send(sim_state *st, const plan_schedule *s, const plan_sim_stage
 {
     int i = st->lane_stage[l];
     int fwd = a->kind == PLAN_ACT_SEND_F, cut = fwd ? i : i - 1, u = a->unit;
-    int below = copies_of(st, cut + 1), pair = (u % copies_of(st, cut)) * below + u % below;
+    int pair = 0;
+    if (st->reps != NULL) {
+        int below = st->reps[cut + 1];
+        pair = (u % st->reps[cut]) * below + u % below;
+    }
     double *link =
         fwd ? &st->link_f[st->link_base[cut] + pair] : &st->link_b[st->link_base[cut] + pair];
     double t0 = st->clock[l] > *link ? st->clock[l] : *link;
