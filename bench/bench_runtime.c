@@ -16,7 +16,14 @@
  * step, so the timed steps are its steady state (the bubble should approach 0) and iteration_ms / m
  * is its steady-state time per minibatch; the final drain (rt_runner_flush) is not timed.
  *
- * Usage: bench_runtime [--iters N] [--forward-ms F]
+ * A third table, "replicated" (alone with --replicated): two stages, one of them run as r copies
+ * with r times the other's stand-in time (forward r F, backward 2 r F per micro-batch on a copy,
+ * F and 2 F on the other stage), every copy a thread; the slowest runner's mean iteration
+ * against the planner's simulator playing every copy's list (plan_schedule_build_replicated,
+ * plan_sim_run; no transfers, no optimizer time), and against the model it replaced (one stage
+ * at 1/r of each micro-batch's time).
+ *
+ * Usage: bench_runtime [--iters N] [--forward-ms F] [--replicated]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +31,8 @@
 #include <string.h>
 
 #include "common/sc_util.h"
+#include "coordinator/planner/plan_schedule.h"
+#include "coordinator/planner/plan_sim.h"
 #include "worker/runtime/runner.h"
 
 #define TINY_GPT                                                                                   \
@@ -116,16 +125,142 @@ static int measure(const char *model, int nblocks, const char *schedule, int p, 
     return rc;
 }
 
+/* Two stages of reps[0] and reps[1] copies (the tiny GPT's blocks 0-3 and 4-7), each copy a
+ * runner on a thread of its own over the local transport, a copy of stage s taking reps[s] f_s
+ * forward and twice that backward per micro-batch of stand-in time. Returns 0 and the slowest
+ * runner's mean iteration, or 1. */
+static int measure_replicated(const char *schedule, const int *reps, int m, double f_s, int iters,
+                              double *iter_s)
+{
+    enum { MAX_RUNNERS = 16, PER = 2 }; /* PER samples a micro-batch */
+    rt_runner *r[MAX_RUNNERS] = {0};
+    job jobs[MAX_RUNNERS];
+    pthread_t th[MAX_RUNNERS];
+    int base[2], n = 0, rc = 0;
+    sc_err err;
+    sc_err_clear(&err);
+    for (int s = 0; s < 2 && rc == 0; s++) {
+        base[s] = n;
+        for (int k = 0; k < reps[s] && rc == 0; k++, n++) {
+            rt_runner_cfg c = rt_runner_cfg_default();
+            c.model_json = TINY_GPT;
+            c.n_stages = 2;
+            c.stage = s;
+            c.first_block = s * TINY_BLOCKS / 2;
+            c.last_block = (s + 1) * TINY_BLOCKS / 2 - 1;
+            c.schedule = schedule;
+            c.batch_size = m * PER;
+            c.microbatches = m;
+            c.transport = "local";
+            c.bind_endpoint = "local://";
+            c.extra_forward_s = f_s * reps[s] / PER;
+            c.extra_backward_s = 2.0 * c.extra_forward_s;
+            c.replicas = reps[s];
+            c.replica = k;
+            c.prev_replicas = s > 0 ? reps[0] : 1;
+            c.next_replicas = s == 0 ? reps[1] : 1;
+            c.stage_replicas = reps;
+            if (rt_runner_new(&r[n], &c, &err) != SC_OK)
+                rc = 1;
+        }
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        int s = i < base[1] ? 0 : 1, k = i - base[s];
+        const char *prev[MAX_RUNNERS], *next[MAX_RUNNERS], *peers[MAX_RUNNERS];
+        int np = s > 0 ? reps[0] : 0, nn = s == 0 ? reps[1] : 0;
+        for (int j = 0; j < np; j++)
+            prev[j] = rt_runner_endpoint(r[base[0] + j]);
+        for (int j = 0; j < nn; j++)
+            next[j] = rt_runner_endpoint(r[base[1] + j]);
+        for (int j = 0; j < reps[s]; j++)
+            peers[j] = j == k ? NULL : rt_runner_endpoint(r[base[s] + j]);
+        if (rt_runner_connect_group(r[i], prev, np, next, nn, peers, reps[s], &err) != SC_OK)
+            rc = 1;
+    }
+    if (rc != 0)
+        fprintf(stderr, "bench_runtime: %s\n", err.msg);
+    for (int i = 0; i < n && rc == 0; i++) {
+        jobs[i] = (job){.r = r[i], .iters = iters};
+        pthread_create(&th[i], NULL, run_stage, &jobs[i]);
+    }
+    *iter_s = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].rc != SC_OK) {
+            fprintf(stderr, "bench_runtime: runner %d: %s\n", i, jobs[i].err.msg);
+            rc = 1;
+        }
+        if (jobs[i].iter_sum / iters > *iter_s)
+            *iter_s = jobs[i].iter_sum / iters;
+    }
+    for (int i = 0; i < n; i++)
+        rt_runner_destroy(&r[i]);
+    return rc;
+}
+
+/* The planner's prediction for measure_replicated's pipeline: every copy played (copies 1), or
+ * the replaced model, one stage at 1/r of the time on the unreplicated lists (copies 0). */
+static double predict_replicated(plan_sched_kind k, const int *reps, int m, double f_s, int copies)
+{
+    plan_schedule *s = NULL;
+    plan_sim_result res;
+    sc_err err;
+    sc_err_clear(&err);
+    plan_sim_stage st[2];
+    for (int i = 0; i < 2; i++) {
+        double scale = copies ? reps[i] : 1;
+        st[i] = (plan_sim_stage){.fwd_s = f_s * scale, .bwd_s = 2 * f_s * scale};
+    }
+    double t = -1;
+    if (plan_schedule_build_replicated(&s, k, 2, m, 0, copies ? reps : NULL, &err) == SC_OK &&
+        plan_sim_run(s, st, m, 1.0, 0, &res, &err) == SC_OK) {
+        t = res.iteration_s;
+        plan_sim_result_free(&res);
+    }
+    plan_schedule_destroy(&s);
+    return t;
+}
+
+static int replicated_table(double f_ms, int iters)
+{
+    printf("\nreplicated table: tiny GPT, 2 stages, one as r copies with r times the other's "
+           "stand-in compute (forward %.1f ms x r, backward twice that), every copy a thread\n",
+           f_ms);
+    printf("%-6s %-7s %3s %12s %12s %7s %14s\n", "sched", "copies", "m", "measured_ms",
+           "predicted_ms", "diff", "old_model_ms");
+    static const int cfg[][2] = {{2, 1}, {4, 1}, {1, 2}, {1, 4}};
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 2; k++)
+            for (int x = 1; x <= 4; x *= 4) {
+                int r = cfg[c][0] > cfg[c][1] ? cfg[c][0] : cfg[c][1], m = x * r;
+                plan_sched_kind kind = k ? PLAN_SCHED_1F1B : PLAN_SCHED_GPIPE;
+                double it;
+                if (measure_replicated(plan_sched_name(kind), cfg[c], m, f_ms / 1000.0, iters,
+                                       &it) != 0)
+                    return 1;
+                double pred = predict_replicated(kind, cfg[c], m, f_ms / 1000.0, 1);
+                double old = predict_replicated(kind, cfg[c], m, f_ms / 1000.0, 0);
+                printf("%-6s [%d, %d] %3d %12.1f %12.1f %6.1f%% %14.1f\n", plan_sched_name(kind),
+                       cfg[c][0], cfg[c][1], m, it * 1e3, pred * 1e3, 100 * (pred / it - 1),
+                       old * 1e3);
+                fflush(stdout);
+            }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int64_t iters = 5;
     double f_ms = 4.0;
+    int only_replicated = 0;
     sc_err err;
     sc_err_clear(&err);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             if (sc_parse_int64(argv[++i], 1, 1000, "--iters", &iters, &err) != SC_OK)
                 goto usage;
+        } else if (strcmp(argv[i], "--replicated") == 0) {
+            only_replicated = 1;
         } else if (strcmp(argv[i], "--forward-ms") == 0 && i + 1 < argc) {
             if (sc_parse_double(argv[++i], 1.0, 1000.0, "--forward-ms", &f_ms, &err) != SC_OK)
                 goto usage;
@@ -133,6 +268,8 @@ int main(int argc, char **argv)
             goto usage;
         }
     }
+    if (only_replicated)
+        return replicated_table(f_ms, (int)iters);
     printf("bubble = mean over stages of 1 - busy/iteration (busy = forward + backward + "
            "optimizer), %d timed iterations after 1 warm-up; stages are threads of one process "
            "over the local transport\n\n",
@@ -175,9 +312,9 @@ int main(int argc, char **argv)
             printf("%-9s %2d %2d %10.3f %13.3f %8.3f %12.1f\n", scheds[si], 2, m, bubble, theory,
                    bubble - theory, it * 1e3);
         }
-    return 0;
+    return replicated_table(f_ms, (int)iters);
 usage:
-    fprintf(stderr, "%s%susage: bench_runtime [--iters N] [--forward-ms F]\n", err.msg,
-            err.msg[0] ? "\n" : "");
+    fprintf(stderr, "%s%susage: bench_runtime [--iters N] [--forward-ms F] [--replicated]\n",
+            err.msg, err.msg[0] ? "\n" : "");
     return 2;
 }

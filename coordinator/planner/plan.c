@@ -59,11 +59,12 @@ void plan_result_free(plan_result *r)
 
 /* ---------------------------------------------------------------- simulation helpers */
 
-static int sched_units(plan_sched_kind k, int S, int m)
+static int sched_units(plan_sched_kind k, int devices, int m)
 {
-    /* PipeDream has no flush: play enough minibatches to reach the steady state */
+    /* PipeDream has no flush: play enough minibatches to reach the steady state (its warm-up
+     * grows with the copies) */
     if (k == PLAN_SCHED_PIPEDREAM)
-        return m > 4 * S + 4 ? m : 4 * S + 4;
+        return m > 4 * devices + 4 ? m : 4 * devices + 4;
     return m;
 }
 
@@ -75,9 +76,10 @@ static sc_status simulate(const plan_request *req, const plan_cost *c, const pla
     sc_status rc;
     plan_sim_stage *st = calloc((size_t)S, sizeof *st);
     SC_ALLOC_CHECK(st, err);
-    SC_CHECK_GOTO(
-        plan_schedule_build(&s, req->schedule, S, sched_units(req->schedule, S, m), sliced, err),
-        done);
+    SC_CHECK_GOTO(plan_schedule_build_replicated(&s, req->schedule, S,
+                                                 sched_units(req->schedule, p->n_devs, m), sliced,
+                                                 plan_partition_copies(p), err),
+                  done);
     SC_CHECK_GOTO(plan_schedule_validate(s, err), done);
     plan_partition_sim_stages(c, p, st);
     double eff = req->slice_efficiency > 0 ? req->slice_efficiency : 0.9;
@@ -95,7 +97,10 @@ static int memory_of(const plan_request *req, const plan_cost *c, const plan_par
     const plan_cluster *cl = req->cluster;
     int fits = 1;
     for (int s = 0; s < p->n_stages; s++) {
-        int wv = req->schedule == PLAN_SCHED_PIPEDREAM ? p->n_stages - s - 1 : 0;
+        int after = 0;
+        for (int i = s; i < p->n_stages; i++)
+            after += p->n_dev[i];
+        int wv = plan_weight_versions(req->schedule, after, p->n_dev[s]);
         peak[s] = plan_cost_memory(c, p->first[s], p->last[s], sim->peak_inflight[s], wv);
         for (int i = 0; i < p->n_dev[s]; i++) {
             int d = p->devs[p->dev_start[s] + i];

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_pipeline.h"
 #include "coordinator/planner/plan_antichain.h"
 #include "coordinator/planner/plan_sim.h"
 
@@ -231,16 +232,26 @@ double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p)
     return b;
 }
 
-double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
+double plan_stash_count_copy(plan_sched_kind k, int after, int copies, int m)
 {
     switch (k) {
     case PLAN_SCHED_GPIPE:
-        return m;
-    case PLAN_SCHED_PIPEDREAM:
-        return n_stages - s;
+        return (m + copies - 1) / copies;
+    case PLAN_SCHED_PIPEDREAM: /* the stream crosses iterations: no cap by m */
+        return sc_pipeline_copy_slots(after, copies, 0);
     default:
-        return n_stages - s < m ? n_stages - s : m;
+        return sc_pipeline_copy_slots(after, copies, m);
     }
+}
+
+double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
+{
+    return plan_stash_count_copy(k, n_stages - s, 1, m);
+}
+
+int plan_weight_versions(plan_sched_kind k, int after, int copies)
+{
+    return k == PLAN_SCHED_PIPEDREAM ? sc_pipeline_copy_slots(after, copies, 0) - 1 : 0;
 }
 
 /* Samples before unit u, in micro-batches, when the first 2 * sliced units are halves. */
@@ -262,15 +273,30 @@ double plan_stash_count_sliced(int n_stages, int s, int m, int sliced)
     return units_before(n, sliced) - units_before(n - warm - 1, sliced);
 }
 
-/* The stash count the searches assume for stage s of a plan of n_stages stages. */
-static double search_stash(const plan_search_cfg *cfg, int n_stages, int s)
+double plan_stash_count_sliced_copy(int after, int copies, int m, int sliced)
+{
+    if (copies == 1) /* need = W = after - 1 */
+        return plan_stash_count_sliced(after, 0, m, sliced);
+    /* the warm-up: the fewest units covering W micro-batches (plan_schedule_build_replicated);
+     * a stage keeps at most warm + 1 consecutive units, a copy every r-th of them, each at most
+     * one micro-batch's worth */
+    int n = m + sliced, w = sc_pipeline_warmup(after, copies);
+    int warm = w <= sliced ? 2 * w : w + sliced;
+    warm = warm < n ? warm : n;
+    int window = (warm + 1 + copies - 1) / copies, share = (n + copies - 1) / copies;
+    return window < share ? window : share;
+}
+
+/* The stash count the searches assume for a copy of a stage of `copies` copies in a plan of
+ * n_stages stages, the stages from it on having `after` copies in all (at most). */
+static double search_stash(const plan_search_cfg *cfg, int n_stages, int after, int copies)
 {
     int k = cfg->sliced;
     if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
-        return plan_stash_count(cfg->sched, n_stages, s, cfg->n_micro);
+        return plan_stash_count_copy(cfg->sched, after, copies, cfg->n_micro);
     k = k < n_stages - 1 ? k : n_stages - 1;
     k = k < cfg->n_micro ? k : cfg->n_micro;
-    return plan_stash_count_sliced(n_stages, s, cfg->n_micro, k);
+    return plan_stash_count_sliced_copy(after, copies, cfg->n_micro, k);
 }
 
 /* Sliced schedule: a search tries none and then 1..this many warm-up micro-batches run as
@@ -289,16 +315,14 @@ static int sliced_tries(const plan_search_cfg *cfg, int stages)
     return cfg->n_micro; /* at most stages - 1 */
 }
 
-static int weight_versions(plan_sched_kind k, int n_stages, int s)
-{
-    return k == PLAN_SCHED_PIPEDREAM ? n_stages - s - 1 : 0;
-}
-
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s)
 {
-    double inflight = search_stash(cfg, p->n_stages, s);
+    int after = 0;
+    for (int i = s; i < p->n_stages; i++)
+        after += p->n_dev[i];
+    double inflight = search_stash(cfg, p->n_stages, after, p->n_dev[s]);
     return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
-                            weight_versions(cfg->sched, p->n_stages, s));
+                            plan_weight_versions(cfg->sched, after, p->n_dev[s]));
 }
 
 sc_status plan_partition_check_memory(const plan_search_cfg *cfg, const plan_partition *p,
@@ -363,43 +387,51 @@ int plan_partition_runnable(const plan_partition *p, plan_sched_kind k, int m)
     return 1;
 }
 
-/* The stages' processor groups: one per server that has compute_slots (a stage counts on the
- * server of its first device); `share` points into `buf`, 3 * n_stages ints. Returns 0 when no
- * server shares its processors (then share is unused), -1 out of memory. */
+/* The processor groups of the simulator's lanes, each copy of a stage a lane on its own device
+ * (a stage without copies: one lane): one group per server that has compute_slots; `share`
+ * points into `buf`. Returns 0 when no server shares its processors (then share is unused), -1
+ * out of memory. */
 static int partition_share(const plan_cost *c, const plan_partition *p, plan_sim_share *share,
                            int **buf)
 {
     const plan_cluster *cl = c->cluster;
-    int S = p->n_stages, shared = 0;
+    int S = p->n_stages, shared = 0, N = 0;
     *buf = NULL;
     for (int v = 0; v < cl->n_servers; v++)
         shared |= cl->servers[v].compute_slots > 0;
     if (!shared)
         return 0;
-    int *b = malloc(((size_t)3 * S + (size_t)cl->n_servers) * sizeof *b);
+    for (int i = 0; i < S; i++)
+        N += p->n_dev[i];
+    int *b = malloc(((size_t)3 * N + (size_t)cl->n_servers) * sizeof *b);
     if (b == NULL)
         return -1;
-    int *group = b, *cap = b + S, *weight = b + 2 * S, *group_of_server = b + 3 * S;
+    int *group = b, *cap = b + N, *weight = b + 2 * N, *group_of_server = b + 3 * N;
     *share = (plan_sim_share){.n_groups = 0, .group = group, .capacity = cap, .weight = weight};
     for (int v = 0; v < cl->n_servers; v++)
         group_of_server[v] = -1;
-    for (int i = 0; i < S; i++) {
-        int v = cl->devices[p->devs[p->dev_start[i]]].server;
-        group[i] = -1;
-        /* a replicated stage's copies on this server compute at once, each on a processor */
-        weight[i] = 0;
-        for (int k = 0; k < p->n_dev[i]; k++)
-            weight[i] += cl->devices[p->devs[p->dev_start[i] + k]].server == v;
+    for (int l = 0; l < N; l++) {
+        int v = cl->devices[p->devs[l]].server;
+        group[l] = -1;
+        weight[l] = 1;
         if (cl->servers[v].compute_slots <= 0)
             continue;
         if (group_of_server[v] < 0) {
             group_of_server[v] = share->n_groups;
             cap[share->n_groups++] = cl->servers[v].compute_slots;
         }
-        group[i] = group_of_server[v];
+        group[l] = group_of_server[v];
     }
     *buf = b;
     return 1;
+}
+
+int *plan_partition_copies(const plan_partition *p)
+{
+    int any = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        any |= p->n_dev[s] > 1;
+    return any ? p->n_dev : NULL;
 }
 
 sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
@@ -407,6 +439,13 @@ sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
                                   double slice_efficiency, int record_events, plan_sim_result *out,
                                   sc_err *err)
 {
+    for (int i = 0; i < p->n_stages; i++)
+        if (s->n_stages != p->n_stages || (s->replicas != NULL ? s->replicas[i] : 1) != p->n_dev[i])
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "simulate: stage %d of the partition has %d copies, the schedule was "
+                           "built for %d (of %d stages); build it with the partition's copies "
+                           "(plan_schedule_build_replicated)",
+                           i, p->n_dev[i], s->replicas != NULL ? s->replicas[i] : 1, s->n_stages);
     plan_sim_share share;
     int *buf;
     int shared = partition_share(c, p, &share, &buf);
@@ -454,8 +493,9 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan
                 b = bi;
         }
         memset(&st[s], 0, sizeof st[s]);
-        st[s].fwd_s = f / n;
-        st[s].bwd_s = b / n;
+        /* each copy runs its micro-batches whole (plan_sim plays the copies) */
+        st[s].fwd_s = f;
+        st[s].bwd_s = b;
         /* every replica steps the optimizer over the stage's parameters once per iteration;
          * the slowest one sets the pace */
         double opt = 0;
@@ -486,13 +526,16 @@ static double dev_memory(const plan_cost *c, int d)
     return c->cluster->types[dev_type(c, d)].memory_bytes;
 }
 
-/* Memory bound used inside the DPs, where the final stage count is not known yet: a stage at
- * position s of an order of D devices has at most D - s stages after it (inclusive), so this
- * never under-estimates the final plan's need. */
-static double dp_memory(const plan_search_cfg *cfg, int first, int last, int s, int D)
+/* Memory bound used inside the DPs, where the later stages are not known yet: a stage of
+ * `copies` copies in a plan of at most n_stages stages, with at most `after` copies from it on
+ * (itself included): every count grows with `after`, so this never under-estimates the final
+ * plan's need. */
+static double dp_memory(const plan_search_cfg *cfg, int first, int last, int n_stages, int after,
+                        int copies)
 {
-    double inflight = search_stash(cfg, D, s);
-    return plan_cost_memory(cfg->cost, first, last, inflight, weight_versions(cfg->sched, D, s));
+    double inflight = search_stash(cfg, n_stages, after, copies);
+    return plan_cost_memory(cfg->cost, first, last, inflight,
+                            plan_weight_versions(cfg->sched, after, copies));
 }
 
 /* Marks out->no_fit and says which block is the largest. */
@@ -726,7 +769,8 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
                                       : work;
                     if (ts >= best)
                         break;
-                    if (dp_memory(cfg, k, n - 1, s0, D) > mem) {
+                    /* the stages from this one on take the devices s0..D-1 at most */
+                    if (dp_memory(cfg, k, n - 1, D, D - s0, r) > mem) {
                         if (mem_cut != NULL)
                             *mem_cut = 1;
                         break;
@@ -912,8 +956,8 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
         return;
     }
     int max_end = e->L - (e->S - s); /* leave one block per remaining stage */
-    double inflight = search_stash(e->cfg, e->S, s);
-    int wv = weight_versions(e->cfg->sched, e->S, s);
+    double inflight = search_stash(e->cfg, e->S, e->S - s, 1);
+    int wv = plan_weight_versions(e->cfg->sched, e->S - s, 1);
     for (int d = 0; d < e->D; d++) {
         if (e->used[d])
             continue;
@@ -2097,7 +2141,8 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
                                     plan_sim_stage *st, double *iter_s, sc_err *err)
 {
     int S = cand->n_stages, m = cfg->n_micro > 0 ? cfg->n_micro : 1;
-    int units = cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * S + 4 ? 4 * S + 4 : m;
+    int units =
+        cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * cand->n_devs + 4 ? 4 * cand->n_devs + 4 : m;
     /* sliced: with the halves whose stash the candidate's memory was checked for */
     int halves = cfg->sched == PLAN_SCHED_SLICED ? cfg->sliced : 0;
     halves = halves < S - 1 ? halves : S - 1;
@@ -2105,7 +2150,8 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
     double eff = cfg->slice_efficiency > 0 ? cfg->slice_efficiency : 0.9;
     plan_schedule *s = NULL;
     plan_sim_result r;
-    SC_CHECK(plan_schedule_build(&s, cfg->sched, S, units, halves, err));
+    SC_CHECK(plan_schedule_build_replicated(&s, cfg->sched, S, units, halves,
+                                            plan_partition_copies(cand), err));
     plan_partition_sim_stages(cfg->cost, cand, st);
     sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, eff, 0, &r, err);
     plan_schedule_destroy(&s);
@@ -2176,7 +2222,10 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                             }
                             if (ts >= best)
                                 break;
-                            if (dp_memory(cfg, k, n - 1, s - 1, ms) > mem) {
+                            /* the ms - s stages after this one: each one device (max_rep 1)
+                             * or up to max_rep copies, within the D - d devices left */
+                            int later = (ms - s) * max_rep < D - d ? (ms - s) * max_rep : D - d;
+                            if (dp_memory(cfg, k, n - 1, ms, r + later, r) > mem) {
                                 cut |= pass == 0;
                                 *mem_cut = 1;
                                 break;

@@ -91,12 +91,27 @@ double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int 
 double plan_partition_contention(const plan_cost *c, const plan_partition *p);
 /* max over stage times, cut times and the contention time. */
 double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p);
-/* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches. */
+/* Micro-batches one copy of a stage of `copies` copies keeps stashed under schedule `k` with m
+ * micro-batches, the stages from it to the last having `after` copies in all (its own
+ * included): the runtime's rule (sc_pipeline.h, rt_schedule_slots_bound): gpipe ceil(m / r),
+ * 1f1b (and sliced without halves) min(W / r + 1, ceil(m / r)) with the 1F1B-RR warm-up
+ * W = r floor((after - 1) / r), pipedream W / r + 1 (its stream crosses iterations).
+ * Unreplicated: m, min(p-s, m) and p-s. */
+double plan_stash_count_copy(plan_sched_kind k, int after, int copies, int m);
+/* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches, no stage
+ * replicated: plan_stash_count_copy(k, n_stages - s, 1, m). */
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m);
+/* Extra weight versions one copy keeps: pipedream's W / r (p-s-1 unreplicated), 0 for the
+ * synchronous schedules. */
+int plan_weight_versions(plan_sched_kind k, int after, int copies);
 /* Micro-batches' worth of samples stage s keeps stashed under the sliced schedule when the
  * first `sliced` of m micro-batches run as two halves (plan_schedule_build); sliced 0 gives
  * the 1F1B count. Slicing can raise a stage's count as well as lower it. */
 double plan_stash_count_sliced(int n_stages, int s, int m, int sliced);
+/* The same for one copy, as plan_stash_count_copy: with one copy exactly
+ * plan_stash_count_sliced with W = after - 1 for p-s-1; with more, a bound (the halves counted
+ * whole): the copy's share of the warm-up's units plus one, at most its share of the units. */
+double plan_stash_count_sliced_copy(int after, int copies, int m, int sliced);
 /* Memory of stage s on each of its devices (bytes). */
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s);
 /* SC_OK when every stage fits its devices' memory; else SC_ERR_TOO_LARGE naming the stage. */
@@ -133,12 +148,18 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
 sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 
-/* Stage costs for the simulator: per-stage forward/backward (/ replicas) and cut transfers. */
+/* Stage costs for the simulator: per-stage forward/backward of one micro-batch on one copy
+ * (the slowest), the optimizer step with the copies' all-reduce, and cut transfers. A
+ * replicated stage's copies are simulated each on its own (plan_schedule_build_replicated). */
 struct plan_sim_stage;
 void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
                                struct plan_sim_stage *stages);
+/* p->n_dev when some stage of p has copies, else NULL: what plan_schedule_build_replicated
+ * takes for p. */
+int *plan_partition_copies(const plan_partition *p);
 
-/* Plays schedule `s` (n_micro micro-batches) over the partition's stage costs `stages`, with
+/* Plays schedule `s` (n_micro micro-batches; built for p's copies, SC_ERR_INVALID otherwise)
+ * over the partition's stage costs `stages`, with
  * the stages on a server that has compute_slots sharing them (a stage counts on the server of
  * its first device; one group per such server), else each on its own device: the one simulation
  * the driver and the strategies that select by simulation share. Errors as plan_sim_run. */

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_pipeline.h"
+
 static const char *const sched_names[PLAN_SCHED_COUNT] = {"gpipe", "1f1b", "pipedream", "sliced"};
 
 const char *plan_sched_name(plan_sched_kind k)
@@ -37,6 +39,7 @@ void plan_schedule_destroy(plan_schedule **sp)
     free(s->actions);
     free(s->n_actions);
     free(s->frac);
+    free(s->replicas);
     free(s);
     *sp = NULL;
 }
@@ -59,9 +62,10 @@ sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_e
         plan_schedule_destroy(&s);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
     }
-    /* each stage holds at most 6 actions per unit + OPT: allocate once */
+    /* each stage holds at most 6 actions per unit and an OPT per unit (pipedream's copies, one
+     * per round) or one at the end: allocate once */
     for (int i = 0; i < n_stages; i++) {
-        s->actions[i] = malloc(((size_t)n_units * 6 + 1) * sizeof(plan_action));
+        s->actions[i] = malloc(((size_t)n_units * 7 + 1) * sizeof(plan_action));
         if (s->actions[i] == NULL) {
             plan_schedule_destroy(&s);
             return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
@@ -75,7 +79,7 @@ sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_e
 
 sc_status plan_schedule_push(plan_schedule *s, int stage, plan_act_kind kind, int unit, sc_err *err)
 {
-    if (stage < 0 || stage >= s->n_stages || s->n_actions[stage] >= s->n_units * 6 + 1)
+    if (stage < 0 || stage >= s->n_stages || s->n_actions[stage] >= s->n_units * 7 + 1)
         return SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d out of range or full", stage);
     plan_action *a = &s->actions[stage][s->n_actions[stage]++];
     a->kind = (uint8_t)kind;
@@ -102,8 +106,16 @@ static void push_b(plan_schedule *s, int st, int u)
         plan_schedule_push(s, st, PLAN_ACT_SEND_B, u, NULL);
 }
 
+/* A backward, and with `round` > 0 an OPT after every round-th one (pipedream's copies). */
+static void push_b_round(plan_schedule *s, int st, int u, int round)
+{
+    push_b(s, st, u);
+    if (round > 0 && u % round == round - 1)
+        plan_schedule_push(s, st, PLAN_ACT_OPT, -1, NULL);
+}
+
 /* 1F1B over units: `warm` forwards, then one forward / one backward, then the drain. */
-static void one_f_one_b(plan_schedule *s, int st, int warm)
+static void one_f_one_b(plan_schedule *s, int st, int warm, int round)
 {
     int n = s->n_units;
     if (warm > n)
@@ -112,17 +124,32 @@ static void one_f_one_b(plan_schedule *s, int st, int warm)
         push_f(s, st, u);
     for (int i = 0; i < n - warm; i++) {
         push_f(s, st, warm + i);
-        push_b(s, st, i);
+        push_b_round(s, st, i, round);
     }
     for (int u = n - warm; u < n; u++)
         if (u >= 0)
-            push_b(s, st, u);
+            push_b_round(s, st, u, round);
 }
 
 sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
                               int sliced, sc_err *err)
 {
+    return plan_schedule_build_replicated(out, kind, n_stages, n_micro, sliced, NULL, err);
+}
+
+sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind kind, int n_stages,
+                                         int n_micro, int sliced, const int *replicas, sc_err *err)
+{
     *out = NULL;
+    int copies = 0; /* R_i, summed from the last stage back; 0: every stage one copy */
+    for (int st = 0; replicas != NULL && st < n_stages; st++) {
+        if (replicas[st] < 1)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "schedule: stage %d has %d copies; valid: 1 or more", st, replicas[st]);
+        copies |= replicas[st] > 1;
+    }
+    if (!copies)
+        replicas = NULL;
     if (n_micro < 1)
         return SC_ERRF(err, SC_ERR_INVALID, "a schedule needs at least one micro-batch, got %d",
                        n_micro);
@@ -137,7 +164,20 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
     for (int u = 0; u < 2 * sliced; u++)
         s->frac[u] = 0.5;
     int p = n_stages;
-    for (int st = 0; st < p; st++) {
+    if (replicas != NULL) {
+        s->replicas = malloc((size_t)p * sizeof *s->replicas);
+        if (s->replicas == NULL) {
+            plan_schedule_destroy(&s);
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
+        }
+        memcpy(s->replicas, replicas, (size_t)p * sizeof *replicas);
+    }
+    int after = 0;
+    for (int st = p - 1; st >= 0; st--) {
+        int r = replicas != NULL ? replicas[st] : 1;
+        after += r;
+        /* 1F1B-RR: p-st-1 unreplicated */
+        int warm_rr = replicas != NULL ? sc_pipeline_warmup(after, r) : p - st - 1;
         switch (kind) {
         case PLAN_SCHED_GPIPE:
             for (int u = 0; u < s->n_units; u++)
@@ -146,16 +186,19 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
                 push_b(s, st, u);
             break;
         case PLAN_SCHED_1F1B:
+            one_f_one_b(s, st, warm_rr, 0);
+            break;
         case PLAN_SCHED_PIPEDREAM:
-            one_f_one_b(s, st, p - st - 1);
+            one_f_one_b(s, st, warm_rr, r > 1 ? r : 0);
             break;
         case PLAN_SCHED_SLICED: {
-            /* warm-up covers p-st-1 micro-batches' worth of samples, halves counted as halves */
-            double need = p - st - 1, have = 0;
+            /* warm-up covers p-st-1 (W_st) micro-batches' worth of samples, halves counted as
+             * halves */
+            double need = warm_rr, have = 0;
             int warm = 0;
             while (warm < s->n_units && have + 1e-9 < need)
                 have += s->frac[warm++];
-            one_f_one_b(s, st, warm);
+            one_f_one_b(s, st, warm, 0);
             break;
         }
         default:
@@ -165,8 +208,11 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
         if (kind != PLAN_SCHED_PIPEDREAM)
             plan_schedule_push(s, st, PLAN_ACT_OPT, -1, NULL);
     }
-    /* PipeDream keeps one weight version per in-flight minibatch of the first stage */
-    s->weight_versions = kind == PLAN_SCHED_PIPEDREAM ? p - 1 : 0;
+    /* PipeDream keeps one weight version per in-flight minibatch of the first stage (of one of
+     * its copies: W_0 / r_0) */
+    s->weight_versions = kind != PLAN_SCHED_PIPEDREAM ? 0
+                         : replicas != NULL ? sc_pipeline_copy_slots(after, replicas[0], 0) - 1
+                                            : p - 1;
     *out = s;
     return SC_OK;
 }

@@ -53,6 +53,8 @@ typedef struct plan_schedule {
     int *n_actions;        /* (n_stages) */
     plan_action **actions; /* (n_stages)[n_actions[s]] */
     int weight_versions;   /* extra weight copies a stage keeps (PipeDream stashing) */
+    int *replicas;         /* (n_stages) copies of each stage (plan_schedule_build_replicated);
+                            * NULL: one each */
 } plan_schedule;
 
 /* Builds a schedule of kind `kind` over n_stages stages and n_micro micro-batches.
@@ -61,6 +63,21 @@ typedef struct plan_schedule {
  * Errors: n_stages < 1, n_micro < 1 (SC_ERR_INVALID). */
 sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
                               int sliced, sc_err *err);
+
+/* The same with replicated stages, replicas[i] copies of stage i (NULL, or every count 1: exactly
+ * plan_schedule_build). Unit u runs on copy u % r of every stage (the runtime's routing); the
+ * lists are the whole stages', each copy running its own units in their order, and the copies
+ * of a stage meet at OPT (their all-reduce). The warm-ups are the runtime's 1F1B-RR rule
+ * (sc_pipeline_warmup): stage i taken as a whole runs W_i = r_i floor((R_i - 1) / r_i) forwards
+ * before its first backward (R_i: the copies of stages i..p-1), for 1f1b and pipedream in units;
+ * sliced keeps its own rule with W_i for p-i-1 (the warm-up covers W_i micro-batches' worth of
+ * samples, halves counted as halves). pipedream: a stage of r > 1 copies gets an OPT (the
+ * copies' all-reduce and update) after every r-th backward, as the runtime runs its rounds; an
+ * unreplicated one steps after every backward inside B, as before. The vector is kept in
+ * s->replicas when some count exceeds 1 (plan_sim then plays every copy), NULL otherwise.
+ * Errors: those of plan_schedule_build, a count below 1 (SC_ERR_INVALID naming the stage). */
+sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind kind, int n_stages,
+                                         int n_micro, int sliced, const int *replicas, sc_err *err);
 
 /* An empty schedule (no actions) to fill by hand with plan_schedule_push. */
 sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_err *err);

@@ -41,19 +41,41 @@ typedef struct sim_unit_times {
 
 typedef struct sim_state {
     int S, U;
+    /* Lanes: the copies of every stage, stage after stage; without copies lane i is stage i. A
+     * lane runs its stage's list restricted to its units (u % r == its copy). */
+    int N;
+    const int *reps;          /* (S) copies of each stage; NULL: one each */
+    int *lane_stage;          /* (N) */
+    int *lane0;               /* (S) each stage's first lane */
+    const plan_action **acts; /* (N) each lane's list */
+    int *n_acts;              /* (N) */
+    plan_action *own;         /* the copies' restricted lists, one allocation; NULL unreplicated */
     const sim_unit_times *ut; /* NULL: stage costs x unit fractions */
     double *arr_f, *arr_b;    /* (S, U) arrival of the send from stage s; NAN until played */
     double *bend;             /* (S, U) backward end */
+    int *link_base;           /* (S) first link of each cut; a cut has one per pair of copies */
     double *link_f, *link_b;
-    double *clock, *inflight;
-    int *cursor;
-    int remaining; /* actions not yet played, over every stage */
+    double *clock, *inflight, *busy, *peak; /* (N) */
+    int *cursor;                            /* (N) */
+    /* the copies' OPT barrier (their all-reduce): opt_n, the OPTs a lane has arrived at, opt_t
+     * when it arrived at the last, opt_at while it waits there; rel_n / rel_t (S): the last OPT
+     * every copy of the stage reached, and when the last of them did */
+    int *opt_n, *rel_n;
+    double *opt_t, *rel_t;
+    char *opt_at;
+    int remaining; /* actions not yet played, over every lane */
     double eff;    /* slice efficiency, in (0, 1] */
     plan_sim_result *r;
     int cap_events;
 } sim_state;
 
-static int add_event(sim_state *st, int lane, int kind, int unit, double start, double dur)
+static int copies_of(const sim_state *st, int stage)
+{
+    return st->reps != NULL ? st->reps[stage] : 1;
+}
+
+static int add_event_copy(sim_state *st, int lane, int copy, int kind, int unit, double start,
+                          double dur)
 {
     plan_sim_result *r = st->r;
     if (r->n_events == st->cap_events) {
@@ -70,39 +92,140 @@ static int add_event(sim_state *st, int lane, int kind, int unit, double start, 
     e->unit = unit;
     e->start_s = start;
     e->dur_s = dur;
+    e->copy = copy;
     return 0;
 }
 
-/* A schedule that ends with a flush: the iteration ends with the last action, each stage idles
- * for the rest of it (busy_s already summed). */
-static void finish_flushed(plan_sim_result *out, double end)
+static int add_event(sim_state *st, int lane, int kind, int unit, double start, double dur)
+{
+    return add_event_copy(st, lane, 0, kind, unit, start, dur);
+}
+
+/* A compute event of lane l: its stage's trace lane, its copy. */
+static int add_lane_event(sim_state *st, int l, int kind, int unit, double start, double dur)
+{
+    int i = st->lane_stage[l];
+    return add_event_copy(st, i, l - st->lane0[i], kind, unit, start, dur);
+}
+
+/* The per-lane figures summed into the result's per-stage ones (busy: the mean over the copies,
+ * peak: the most any copy held), then, for a schedule that ends with a flush, the iteration:
+ * it ends with the last action, each stage idles for the rest of it. The bubble is over every
+ * device (lane). */
+static void sum_lanes(const sim_state *st, plan_sim_result *out)
+{
+    for (int i = 0; i < st->S; i++) {
+        int r = copies_of(st, i);
+        double busy = 0, peak = 0;
+        for (int l = st->lane0[i]; l < st->lane0[i] + r; l++) {
+            busy += st->busy[l];
+            peak = st->peak[l] > peak ? st->peak[l] : peak;
+        }
+        out->busy_s[i] = busy / r;
+        out->peak_inflight[i] = peak;
+    }
+}
+
+static void finish_flushed(plan_sim_result *out, const double *dev_busy, int n_dev, double end)
 {
     int S = out->n_stages;
     out->iteration_s = end;
     double busy = 0;
-    for (int i = 0; i < S; i++) {
-        busy += out->busy_s[i];
+    for (int l = 0; l < n_dev; l++)
+        busy += dev_busy[l];
+    for (int i = 0; i < S; i++)
         out->idle_s[i] = end - out->busy_s[i];
-    }
-    out->bubble_fraction = end > 0 ? 1 - busy / (S * end) : 0;
+    out->bubble_fraction = end > 0 ? 1 - busy / (n_dev * end) : 0;
     if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
         out->bubble_fraction = 0;
 }
 
 static void sim_state_free(sim_state *st)
 {
+    free(st->lane_stage);
+    free(st->lane0);
+    free(st->acts);
+    free(st->n_acts);
+    free(st->own);
     free(st->arr_f);
     free(st->arr_b);
     free(st->bend);
+    free(st->link_base);
     free(st->link_f);
     free(st->link_b);
     free(st->clock);
     free(st->inflight);
+    free(st->busy);
+    free(st->peak);
     free(st->cursor);
+    free(st->opt_n);
+    free(st->rel_n);
+    free(st->opt_t);
+    free(st->rel_t);
+    free(st->opt_at);
     memset(st, 0, sizeof *st);
 }
 
-/* Allocates the per-stage and per-unit state of playing `s` and the result's arrays; arrivals
+/* The lanes of `s`: one per stage, or, when s->replicas has copies, one per copy with its stage's
+ * list restricted to its units (OPTs kept), and the links of every pair of copies across a cut.
+ * Returns -1 out of memory. */
+static int sim_lanes(sim_state *st, const plan_schedule *s)
+{
+    int S = s->n_stages;
+    st->reps = s->replicas;
+    st->N = 0;
+    for (int i = 0; i < S; i++)
+        st->N += copies_of(st, i);
+    int N = st->N, links = 0;
+    st->lane_stage = malloc((size_t)N * sizeof *st->lane_stage);
+    st->lane0 = malloc((size_t)S * sizeof *st->lane0);
+    st->acts = malloc((size_t)N * sizeof *st->acts);
+    st->n_acts = calloc((size_t)N, sizeof *st->n_acts);
+    st->link_base = malloc((size_t)S * sizeof *st->link_base);
+    if (!st->lane_stage || !st->lane0 || !st->acts || !st->n_acts || !st->link_base)
+        return -1;
+    size_t total = 0;
+    for (int i = 0, l = 0; i < S; i++) {
+        st->lane0[i] = l;
+        st->link_base[i] = links;
+        links += i + 1 < S ? copies_of(st, i) * copies_of(st, i + 1) : 0;
+        for (int k = 0; k < copies_of(st, i); k++, l++)
+            st->lane_stage[l] = i;
+        if (st->reps != NULL)
+            total += (size_t)s->n_actions[i];
+    }
+    if (st->reps == NULL) {
+        for (int i = 0; i < S; i++) {
+            st->acts[i] = s->actions[i];
+            st->n_acts[i] = s->n_actions[i];
+        }
+    } else {
+        /* each action goes to one copy, an OPT to all of them */
+        size_t opts = 0;
+        for (int i = 0; i < S; i++)
+            for (int a = 0; a < s->n_actions[i]; a++)
+                opts += s->actions[i][a].kind == PLAN_ACT_OPT ? (size_t)copies_of(st, i) : 0;
+        st->own = malloc((total + opts + 1) * sizeof *st->own);
+        if (st->own == NULL)
+            return -1;
+        plan_action *at = st->own;
+        for (int l = 0; l < N; l++) {
+            int i = st->lane_stage[l], r = copies_of(st, i), k = l - st->lane0[i];
+            st->acts[l] = at;
+            for (int a = 0; a < s->n_actions[i]; a++) {
+                const plan_action *x = &s->actions[i][a];
+                if (x->kind == PLAN_ACT_OPT || x->unit % r == k)
+                    *at++ = *x;
+            }
+            st->n_acts[l] = (int)(at - st->acts[l]);
+        }
+    }
+    st->link_f = calloc((size_t)links + 1, sizeof(double));
+    st->link_b = calloc((size_t)links + 1, sizeof(double));
+    return st->link_f && st->link_b ? 0 : -1;
+}
+
+/* Allocates the per-lane and per-unit state of playing `s` and the result's arrays; arrivals
  * start as NAN (not sent yet). On error everything allocated is freed by the caller's
  * sim_state_free and plan_sim_result_free. */
 static sc_status sim_state_init(sim_state *st, const plan_schedule *s, double slice_efficiency,
@@ -115,23 +238,32 @@ static sc_status sim_state_init(sim_state *st, const plan_schedule *s, double sl
     st->U = U;
     st->r = out;
     st->eff = slice_efficiency > 0 && slice_efficiency <= 1 ? slice_efficiency : 1;
-    for (int i = 0; i < S; i++)
-        st->remaining += s->n_actions[i];
+    if (sim_lanes(st, s) != 0)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d units", S, U);
+    int N = st->N;
+    for (int l = 0; l < N; l++)
+        st->remaining += st->n_acts[l];
     size_t su = (size_t)S * (size_t)U;
     st->arr_f = malloc(su * sizeof(double));
     st->arr_b = malloc(su * sizeof(double));
     st->bend = calloc(su, sizeof(double));
-    st->link_f = calloc((size_t)S, sizeof(double));
-    st->link_b = calloc((size_t)S, sizeof(double));
-    st->clock = calloc((size_t)S, sizeof(double));
-    st->inflight = calloc((size_t)S, sizeof(double));
-    st->cursor = calloc((size_t)S, sizeof(int));
+    st->clock = calloc((size_t)N, sizeof(double));
+    st->inflight = calloc((size_t)N, sizeof(double));
+    st->busy = calloc((size_t)N, sizeof(double));
+    st->peak = calloc((size_t)N, sizeof(double));
+    st->cursor = calloc((size_t)N, sizeof(int));
+    st->opt_n = calloc((size_t)N, sizeof(int));
+    st->opt_t = calloc((size_t)N, sizeof(double));
+    st->opt_at = calloc((size_t)N, 1);
+    st->rel_n = calloc((size_t)S, sizeof(int));
+    st->rel_t = calloc((size_t)S, sizeof(double));
     out->n_stages = S;
     out->busy_s = calloc((size_t)S, sizeof(double));
     out->idle_s = calloc((size_t)S, sizeof(double));
     out->peak_inflight = calloc((size_t)S, sizeof(double));
-    if (!st->arr_f || !st->arr_b || !st->bend || !st->link_f || !st->link_b || !st->clock ||
-        !st->inflight || !st->cursor || !out->busy_s || !out->idle_s || !out->peak_inflight)
+    if (!st->arr_f || !st->arr_b || !st->bend || !st->clock || !st->inflight || !st->busy ||
+        !st->peak || !st->cursor || !st->opt_n || !st->opt_t || !st->opt_at || !st->rel_n ||
+        !st->rel_t || !out->busy_s || !out->idle_s || !out->peak_inflight)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages x %d units", S, U);
     for (size_t i = 0; i < su; i++)
         st->arr_f[i] = st->arr_b[i] = NAN;
@@ -155,59 +287,83 @@ static void sim_finish(const plan_schedule *s, const plan_sim_stage *stages, int
 {
     int S = s->n_stages, U = s->n_units;
     double end = 0;
-    for (int i = 0; i < S; i++)
-        if (st->clock[i] > end)
-            end = st->clock[i];
+    for (int l = 0; l < st->N; l++)
+        if (st->clock[l] > end)
+            end = st->clock[l];
+    sum_lanes(st, out);
     if (s->kind == PLAN_SCHED_PIPEDREAM && U >= 2) {
-        /* measure between the fill and the drain, where one minibatch leaves per period */
-        int a = U / 4, b = U - S - 1;
+        /* measure between the fill and the drain, where one minibatch leaves per period (the
+         * drain of W_0 < all copies minibatches left out) */
+        int a = U / 4, b = U - st->N - 1;
         if (b <= a) {
             a = 0;
             b = U - 1;
         }
+        /* copies finish their rounds together: whole rounds of every stage in the window */
+        int whole = 1;
+        for (int i = 0; i < S && whole <= U; i++) {
+            int x = whole, y = copies_of(st, i);
+            while (y != 0) {
+                int t = x % y;
+                x = y;
+                y = t;
+            }
+            whole = whole / x * copies_of(st, i);
+        }
+        if (b - a >= whole)
+            b -= (b - a) % whole;
         out->steady_s = (st->bend[b] - st->bend[a]) / (b - a);
         out->iteration_s = out->steady_s * n_micro;
+        /* a copy runs 1/r of the minibatches (and of the rounds' optimizer steps) */
         double busy = 0;
         for (int i = 0; i < S; i++)
             busy += stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s +
                     (stretch_s ? window_mean(stretch_s + (size_t)i * U, a, b) : 0);
-        out->bubble_fraction = out->steady_s > 0 ? 1 - busy / (S * out->steady_s) : 0;
+        out->bubble_fraction = out->steady_s > 0 ? 1 - busy / (st->N * out->steady_s) : 0;
         for (int i = 0; i < S; i++) {
             double bs = (stages[i].fwd_s + stages[i].bwd_s + stages[i].opt_s +
-                         (stretch_s ? window_mean(stretch_s + (size_t)i * U, a, b) : 0)) *
-                        n_micro;
+                         (stretch_s ? window_mean(stretch_s + (size_t)i * U, a, b) : 0)) /
+                        copies_of(st, i) * n_micro;
             out->busy_s[i] = bs;
             out->idle_s[i] = out->iteration_s - bs;
         }
         if (out->bubble_fraction < 0 && out->bubble_fraction > -1e-12)
             out->bubble_fraction = 0;
     } else {
-        finish_flushed(out, end);
+        finish_flushed(out, st->busy, st->N, end);
     }
 }
 
 /* The rules both players share. A receive: the arrival of its send, NAN while that send has not
- * been played; the stage's clock moves to it. */
-static double recv_arrival(const sim_state *st, int i, const plan_action *a)
+ * been played; the lane's clock moves to it. Unit u comes from copy u % r of the neighbour. */
+static double recv_arrival(const sim_state *st, int l, const plan_action *a)
 {
+    int i = st->lane_stage[l];
     return a->kind == PLAN_ACT_RECV_F ? st->arr_f[(size_t)(i - 1) * st->U + a->unit]
                                       : st->arr_b[(size_t)(i + 1) * st->U + a->unit];
 }
 
-/* A send at the stage's clock queues on the link of its cut and direction (one transfer at a
- * time) and sets its arrival. Returns -1 when the event cannot be recorded. */
-static int play_send(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages, int i,
+/* A send at the lane's clock queues on the link of its cut, direction and pair of copies (one
+ * transfer at a time) and sets its arrival. Returns -1 when the event cannot be recorded. */
+static int play_send(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages, int l,
                      const plan_action *a, int record)
 {
+    int i = st->lane_stage[l];
     int fwd = a->kind == PLAN_ACT_SEND_F, cut = fwd ? i : i - 1, u = a->unit;
-    double *link = fwd ? &st->link_f[cut] : &st->link_b[cut];
-    double t0 = st->clock[i] > *link ? st->clock[i] : *link;
+    int pair = 0;
+    if (st->reps != NULL) {
+        int below = st->reps[cut + 1];
+        pair = (u % st->reps[cut]) * below + u % below;
+    }
+    double *link =
+        fwd ? &st->link_f[st->link_base[cut] + pair] : &st->link_b[st->link_base[cut] + pair];
+    double t0 = st->clock[l] > *link ? st->clock[l] : *link;
     double d = st->ut != NULL
                    ? (fwd ? st->ut->send_f : st->ut->send_b)[(size_t)i * st->U + u]
                    : (fwd ? stages[i].send_fwd_s : stages[i - 1].send_bwd_s) * s->frac[u];
     *link = t0 + d;
     (fwd ? st->arr_f : st->arr_b)[(size_t)i * st->U + u] = t0 + d;
-    if (record && d > 0 && add_event(st, st->S + 2 * cut + !fwd, a->kind, u, t0, d) != 0)
+    if (record && d > 0 && add_event_copy(st, st->S + 2 * cut + !fwd, pair, a->kind, u, t0, d) != 0)
         return -1;
     return 0;
 }
@@ -217,24 +373,58 @@ static int is_compute(int kind)
     return kind == PLAN_ACT_F || kind == PLAN_ACT_B || kind == PLAN_ACT_OPT;
 }
 
-/* A compute's own duration, and its effect on the stage's stash count (F holds its share of a
- * micro-batch until its B). PipeDream updates weights after every minibatch's backward. */
-static double start_compute(sim_state *st, const plan_schedule *s, const plan_sim_stage *c, int i,
+/* The copies' barrier at an OPT (their all-reduce): lane l, whose next action is an OPT, may
+ * start it once every copy of its stage has reached that OPT, at the latest of their arrivals
+ * (its clock moves there). Returns 1 when it may, 0 while it waits (its arrival is recorded
+ * once; *arrived is set when this call recorded it). A lone copy passes at once. */
+static int opt_pass(sim_state *st, int l, int *arrived)
+{
+    int i = st->lane_stage[l], r = copies_of(st, i);
+    if (r == 1)
+        return 1;
+    if (!st->opt_at[l]) {
+        st->opt_at[l] = 1;
+        st->opt_n[l]++;
+        st->opt_t[l] = st->clock[l];
+        *arrived = 1;
+    }
+    int n = st->opt_n[l];
+    if (st->rel_n[i] < n) {
+        double t = 0;
+        for (int j = st->lane0[i]; j < st->lane0[i] + r; j++) {
+            if (st->opt_n[j] < n)
+                return 0;
+            t = st->opt_t[j] > t ? st->opt_t[j] : t;
+        }
+        st->rel_n[i] = n;
+        st->rel_t[i] = t;
+    }
+    st->opt_at[l] = 0;
+    if (st->rel_t[i] > st->clock[l])
+        st->clock[l] = st->rel_t[i];
+    return 1;
+}
+
+/* A compute's own duration, and its effect on the lane's stash count (F holds its share of a
+ * micro-batch until its B). PipeDream updates an unreplicated stage's weights after every
+ * minibatch's backward; a replicated one's copies at their OPTs, one per round. */
+static double start_compute(sim_state *st, const plan_schedule *s, const plan_sim_stage *c, int l,
                             const plan_action *a)
 {
-    int u = a->unit;
+    int u = a->unit, i = st->lane_stage[l];
     double k = u >= 0 ? unit_scale(s->frac[u], st->eff) : 1;
     if (a->kind == PLAN_ACT_F) {
-        st->inflight[i] += s->frac[u];
-        if (st->inflight[i] > st->r->peak_inflight[i])
-            st->r->peak_inflight[i] = st->inflight[i];
+        st->inflight[l] += s->frac[u];
+        if (st->inflight[l] > st->peak[l])
+            st->peak[l] = st->inflight[l];
         return st->ut != NULL ? st->ut->fwd[(size_t)i * st->U + u] : c->fwd_s * k;
     }
     if (a->kind == PLAN_ACT_B) {
-        st->inflight[i] -= s->frac[u];
+        st->inflight[l] -= s->frac[u];
         if (st->ut != NULL)
             return st->ut->bwd[(size_t)i * st->U + u];
-        return c->bwd_s * k + (s->kind == PLAN_SCHED_PIPEDREAM ? c->opt_s : 0);
+        return c->bwd_s * k +
+               (s->kind == PLAN_SCHED_PIPEDREAM && copies_of(st, i) == 1 ? c->opt_s : 0);
     }
     return c->opt_s;
 }
@@ -243,37 +433,40 @@ sc_status plan_sim_run(const plan_schedule *s, const plan_sim_stage *stages, int
                        double slice_efficiency, int record_events, plan_sim_result *out,
                        sc_err *err)
 {
-    int S = s->n_stages, U = s->n_units;
+    int U = s->n_units;
     sim_state st;
     sc_status rc = sim_state_init(&st, s, slice_efficiency, out, err);
     if (rc != SC_OK)
         goto done;
     while (st.remaining > 0) {
         int progress = 0;
-        for (int i = 0; i < S; i++) {
-            while (st.cursor[i] < s->n_actions[i]) {
-                const plan_action *a = &s->actions[i][st.cursor[i]];
+        for (int l = 0; l < st.N; l++) {
+            int i = st.lane_stage[l];
+            while (st.cursor[l] < st.n_acts[l]) {
+                const plan_action *a = &st.acts[l][st.cursor[l]];
                 int u = a->unit;
                 if (a->kind == PLAN_ACT_RECV_F || a->kind == PLAN_ACT_RECV_B) {
-                    double t = recv_arrival(&st, i, a);
+                    double t = recv_arrival(&st, l, a);
                     if (isnan(t))
                         goto blocked;
-                    if (t > st.clock[i])
-                        st.clock[i] = t;
+                    if (t > st.clock[l])
+                        st.clock[l] = t;
                 } else if (a->kind == PLAN_ACT_SEND_F || a->kind == PLAN_ACT_SEND_B) {
-                    if (play_send(&st, s, stages, i, a, record_events) != 0)
+                    if (play_send(&st, s, stages, l, a, record_events) != 0)
                         goto nomem;
                 } else if (is_compute(a->kind)) {
-                    double start = st.clock[i];
-                    double dur = start_compute(&st, s, &stages[i], i, a);
-                    st.clock[i] = start + dur;
-                    out->busy_s[i] += dur;
+                    if (a->kind == PLAN_ACT_OPT && !opt_pass(&st, l, &progress))
+                        goto blocked;
+                    double start = st.clock[l];
+                    double dur = start_compute(&st, s, &stages[i], l, a);
+                    st.clock[l] = start + dur;
+                    st.busy[l] += dur;
                     if (a->kind == PLAN_ACT_B)
-                        st.bend[(size_t)i * U + u] = st.clock[i];
-                    if (record_events && add_event(&st, i, a->kind, u, start, dur) != 0)
+                        st.bend[(size_t)i * U + u] = st.clock[l];
+                    if (record_events && add_lane_event(&st, l, a->kind, u, start, dur) != 0)
                         goto nomem;
                 }
-                st.cursor[i]++;
+                st.cursor[l]++;
                 st.remaining--;
                 progress = 1;
             }
@@ -313,73 +506,79 @@ static double shared_end(const shared_run *r)
     return r->anchor_s + r->rem_s / r->rate;
 }
 
-/* Plays stage i's actions at simulated time t until it starts a compute, reaches a compute that
- * may start only later (a receive moved its clock past t), meets a receive whose send has not
- * been played, or runs out. Receives, sends and links follow the sweep's rules. Returns 1 when
- * it played or started anything, 0 when not, -1 out of memory. */
+/* Plays lane l's actions at simulated time t until it starts a compute, reaches a compute that
+ * may start only later (a receive or the copies' barrier moved its clock past t), meets a
+ * receive whose send has not been played or a barrier its copies have not all reached, or runs
+ * out. Receives, sends, links and barriers follow the sweep's rules. Returns 1 when it played,
+ * started or arrived at anything, 0 when not, -1 out of memory. */
 static int shared_advance(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages,
-                          int record, int i, double t, shared_run *run)
+                          int record, int l, double t, shared_run *run)
 {
-    int U = st->U, played = 0;
-    while (!run[i].active && st->cursor[i] < s->n_actions[i]) {
-        const plan_action *a = &s->actions[i][st->cursor[i]];
+    int U = st->U, played = 0, i = st->lane_stage[l];
+    while (!run[l].active && st->cursor[l] < st->n_acts[l]) {
+        const plan_action *a = &st->acts[l][st->cursor[l]];
         int u = a->unit;
         if (a->kind == PLAN_ACT_RECV_F || a->kind == PLAN_ACT_RECV_B) {
-            double at = recv_arrival(st, i, a);
+            double at = recv_arrival(st, l, a);
             if (isnan(at))
                 return played;
-            if (at > st->clock[i])
-                st->clock[i] = at;
+            if (at > st->clock[l])
+                st->clock[l] = at;
         } else if (a->kind == PLAN_ACT_SEND_F || a->kind == PLAN_ACT_SEND_B) {
-            if (play_send(st, s, stages, i, a, record) != 0)
+            if (play_send(st, s, stages, l, a, record) != 0)
                 return -1;
         } else if (is_compute(a->kind)) {
+            if (a->kind == PLAN_ACT_OPT && !opt_pass(st, l, &played))
+                return played;
             /* how many of a group compute at once decides their rates, so a compute joins only
              * when the loop's clock reaches its start */
-            if (st->clock[i] > t)
+            if (st->clock[l] > t)
                 return played;
-            double dur = start_compute(st, s, &stages[i], i, a);
+            double dur = start_compute(st, s, &stages[i], l, a);
             if (dur > 0) {
-                run[i] = (shared_run){.active = 1,
+                run[l] = (shared_run){.active = 1,
                                       .kind = a->kind,
                                       .unit = u,
-                                      .start_s = st->clock[i],
+                                      .start_s = st->clock[l],
                                       .dur_s = dur,
-                                      .anchor_s = st->clock[i],
+                                      .anchor_s = st->clock[l],
                                       .rem_s = dur,
                                       .rate = 1};
                 return 1;
             }
             /* nothing to share: done at once, as the sweep records it */
             if (a->kind == PLAN_ACT_B)
-                st->bend[(size_t)i * U + u] = st->clock[i];
-            if (record && add_event(st, i, a->kind, u, st->clock[i], 0) != 0)
+                st->bend[(size_t)i * U + u] = st->clock[l];
+            if (record && add_lane_event(st, l, a->kind, u, st->clock[l], 0) != 0)
                 return -1;
         }
-        st->cursor[i]++;
+        st->cursor[l]++;
         st->remaining--;
         played = 1;
     }
     return played;
 }
 
-static sc_status share_check(const plan_sim_share *sh, int S, int *grouped, sc_err *err)
+/* `n` entries: the stages, or with copies the lanes (every copy of every stage, stage after
+ * stage). */
+static sc_status share_check(const plan_sim_share *sh, int n, int copies, int *grouped, sc_err *err)
 {
+    const char *what = copies ? "copy (lane)" : "stage";
     *grouped = 0;
     for (int g = 0; g < sh->n_groups; g++)
         if (sh->capacity[g] < 1)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "shared processors: group %d has capacity %d; it must be >= 1", g,
                            sh->capacity[g]);
-    for (int i = 0; i < S; i++) {
+    for (int i = 0; i < n; i++) {
         if (sh->group[i] < -1 || sh->group[i] >= sh->n_groups)
             return SC_ERRF(err, SC_ERR_INVALID,
-                           "shared processors: stage %d is in group %d; valid: -1 (own device) "
+                           "shared processors: %s %d is in group %d; valid: -1 (own device) "
                            "or 0 to %d",
-                           i, sh->group[i], sh->n_groups - 1);
+                           what, i, sh->group[i], sh->n_groups - 1);
         if (sh->weight != NULL && sh->weight[i] < 1)
             return SC_ERRF(err, SC_ERR_INVALID,
-                           "shared processors: stage %d has weight %d; it must be >= 1", i,
+                           "shared processors: %s %d has weight %d; it must be >= 1", what, i,
                            sh->weight[i]);
         *grouped |= sh->group[i] >= 0;
     }
@@ -395,26 +594,28 @@ static sc_status shared_play(const plan_schedule *s, const plan_sim_stage *stage
 {
     int S = s->n_stages;
     sim_state st;
-    shared_run *run = calloc((size_t)S, sizeof *run);
+    shared_run *run = NULL;
     double *stretch = calloc((size_t)S * (size_t)s->n_units, sizeof *stretch);
     int *busy_n = calloc((size_t)share->n_groups, sizeof *busy_n);
     sc_status rc = sim_state_init(&st, s, slice_efficiency, out, err);
     st.ut = ut;
     if (rc != SC_OK)
         goto done;
+    int N = st.N;
+    run = calloc((size_t)N, sizeof *run);
     if (!run || !stretch || !busy_n) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d shared stages", S);
         goto done;
     }
     double t = 0;
     for (;;) {
-        /* everything that can happen at t: a send may unblock a receive on a stage already
+        /* everything that can happen at t: a send may unblock a receive on a lane already
          * visited, hence the repeat */
         int progress;
         do {
             progress = 0;
-            for (int i = 0; i < S; i++) {
-                int p = shared_advance(&st, s, stages, record_events, i, t, run);
+            for (int l = 0; l < N; l++) {
+                int p = shared_advance(&st, s, stages, record_events, l, t, run);
                 if (p < 0)
                     goto nomem;
                 progress |= p;
@@ -423,14 +624,14 @@ static sc_status shared_play(const plan_schedule *s, const plan_sim_stage *stage
         if (st.remaining == 0)
             break;
         memset(busy_n, 0, (size_t)share->n_groups * sizeof *busy_n);
-        for (int i = 0; i < S; i++)
-            if (run[i].active && share->group[i] >= 0)
-                busy_n[share->group[i]] += share->weight != NULL ? share->weight[i] : 1;
+        for (int l = 0; l < N; l++)
+            if (run[l].active && share->group[l] >= 0)
+                busy_n[share->group[l]] += share->weight != NULL ? share->weight[l] : 1;
         double next = INFINITY;
-        for (int i = 0; i < S; i++) {
-            shared_run *r = &run[i];
+        for (int l = 0; l < N; l++) {
+            shared_run *r = &run[l];
             if (r->active) {
-                int g = share->group[i];
+                int g = share->group[l];
                 double rate = g >= 0 && busy_n[g] > share->capacity[g]
                                   ? (double)share->capacity[g] / busy_n[g]
                                   : 1.0;
@@ -444,9 +645,9 @@ static sc_status shared_play(const plan_schedule *s, const plan_sim_stage *stage
                 }
                 double e = shared_end(r);
                 next = e < next ? e : next;
-            } else if (st.cursor[i] < s->n_actions[i] &&
-                       is_compute(s->actions[i][st.cursor[i]].kind) && st.clock[i] > t) {
-                next = st.clock[i] < next ? st.clock[i] : next;
+            } else if (st.cursor[l] < st.n_acts[l] && is_compute(st.acts[l][st.cursor[l]].kind) &&
+                       st.clock[l] > t) {
+                next = st.clock[l] < next ? st.clock[l] : next;
             }
         }
         if (next == INFINITY) {
@@ -455,22 +656,23 @@ static sc_status shared_play(const plan_schedule *s, const plan_sim_stage *stage
             goto done;
         }
         t = next;
-        for (int i = 0; i < S; i++) {
-            shared_run *r = &run[i];
+        for (int l = 0; l < N; l++) {
+            shared_run *r = &run[l];
             if (!r->active || shared_end(r) > t)
                 continue;
+            int i = st.lane_stage[l];
             /* unstretched: its own duration, bit for bit the sweep's */
             double dur = r->stretched ? t - r->start_s : r->dur_s;
-            st.clock[i] = r->stretched ? t : r->start_s + r->dur_s;
-            out->busy_s[i] += dur;
+            st.clock[l] = r->stretched ? t : r->start_s + r->dur_s;
+            st.busy[l] += dur;
             if (r->unit >= 0)
                 stretch[(size_t)i * st.U + r->unit] += dur - r->dur_s;
             if (r->kind == PLAN_ACT_B)
-                st.bend[(size_t)i * st.U + r->unit] = st.clock[i];
-            if (record_events && add_event(&st, i, r->kind, r->unit, r->start_s, dur) != 0)
+                st.bend[(size_t)i * st.U + r->unit] = st.clock[l];
+            if (record_events && add_lane_event(&st, l, r->kind, r->unit, r->start_s, dur) != 0)
                 goto nomem;
             r->active = 0;
-            st.cursor[i]++;
+            st.cursor[l]++;
             st.remaining--;
         }
     }
@@ -494,8 +696,11 @@ sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stag
 {
     int grouped = 0;
     if (share != NULL) {
+        int n = 0;
+        for (int i = 0; i < s->n_stages; i++)
+            n += s->replicas != NULL ? s->replicas[i] : 1;
         memset(out, 0, sizeof *out);
-        SC_CHECK(share_check(share, s->n_stages, &grouped, err));
+        SC_CHECK(share_check(share, n, s->replicas != NULL, &grouped, err));
     }
     if (!grouped)
         return plan_sim_run(s, stages, n_micro, slice_efficiency, record_events, out, err);
@@ -657,7 +862,7 @@ sc_status plan_sim_run_sized(const plan_sim_sized *in, int record_events, plan_s
         clock += opt;
         end = clock > end ? clock : end;
     }
-    finish_flushed(out, end);
+    finish_flushed(out, out->busy_s, S, end);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory recording simulation events");
@@ -693,7 +898,7 @@ sc_status plan_sim_run_sized_shared(const plan_sim_sized *in, const plan_sim_sha
     int S = in->n_stages, K = in->max_entries, grouped = 0;
     memset(out, 0, sizeof *out);
     if (share != NULL && S >= 1)
-        SC_CHECK(share_check(share, S, &grouped, err));
+        SC_CHECK(share_check(share, S, 0, &grouped, err));
     if (!grouped)
         return plan_sim_run_sized(in, record_events, out, err);
     if (K < 1 || in->batch < 1)
@@ -791,15 +996,51 @@ sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *co
                 "\"args\": {\"name\": \"link %d->%d\"}},\n",
                 S + 2 * i + 1, i + 1, i);
     }
+    /* copies past the first (of a stage, or pairs of copies on a link) get lanes of their own
+     * after the links, named the first time they appear */
+    int *seen = NULL, n_seen = 0, cap_seen = 0;
     for (int e = 0; e < r->n_events; e++) {
         const plan_sim_event *ev = &r->events[e];
+        int tid = ev->lane;
+        if (ev->copy > 0) {
+            tid = 3 * S + ev->lane * 4096 + ev->copy;
+            int known = 0;
+            for (int j = 0; j < n_seen && !known; j++)
+                known = seen[j] == tid;
+            if (!known) {
+                if (n_seen == cap_seen) {
+                    int cap = cap_seen ? 2 * cap_seen : 16;
+                    int *ns = realloc(seen, (size_t)cap * sizeof *ns);
+                    if (ns == NULL) {
+                        free(seen);
+                        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the trace");
+                    }
+                    seen = ns;
+                    cap_seen = cap;
+                }
+                seen[n_seen++] = tid;
+                if (ev->lane < S)
+                    fprintf(f,
+                            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                            "\"args\": {\"name\": \"stage %d%s%s copy %d\"}},\n",
+                            tid, ev->lane, names ? " " : "", names ? names[ev->lane] : "",
+                            ev->copy);
+                else
+                    fprintf(f,
+                            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                            "\"args\": {\"name\": \"link %d->%d pair %d\"}},\n",
+                            tid, (ev->lane - S) / 2 + (ev->lane - S) % 2,
+                            (ev->lane - S) / 2 + 1 - (ev->lane - S) % 2, ev->copy);
+            }
+        }
         const char *k = ev->kind >= 0 && ev->kind <= PLAN_ACT_OPT ? kinds[ev->kind] : "?";
         fprintf(f,
                 "{\"name\": \"%s%s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, "
                 "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"unit\": %d}},\n",
-                k, ev->unit >= 0 ? " " : "", ev->unit >= 0 ? ev->unit : 0, k, ev->lane,
+                k, ev->unit >= 0 ? " " : "", ev->unit >= 0 ? ev->unit : 0, k, tid,
                 ev->start_s * 1e6, ev->dur_s * 1e6, ev->unit);
     }
+    free(seen);
     fprintf(f,
             "{\"name\": \"iteration\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
             "\"ts\": %.3f}\n]}\n",

@@ -11,6 +11,13 @@
  * is asynchronous and queues on the link of its cut and direction, which carries one transfer
  * at a time (first come, first served). A unit carrying frac f of a micro-batch takes f times
  * the micro-batch's compute and transfer time, divided by `slice_efficiency` when f < 1.
+ * Replicated stages (a schedule from plan_schedule_build_replicated, s->replicas set): every
+ * copy of a stage is a lane of its own that runs its stage's list restricted to its units
+ * (u % r == its copy, order kept), each with the whole micro-batch's time, as the runtime's
+ * copies do; unit u's activation goes from copy u % r_s to copy u % r_{s+1} over the link of
+ * that pair of copies (each pair of a cut its own link), its gradient back the same way; and
+ * the copies of a stage meet at every OPT (their all-reduce: it starts when the last of them
+ * arrives; opt_s includes the all-reduce). Without copies the lanes are the stages.
  * Invariant: the schedule was validated (plan_schedule_validate) before it is played.
  */
 #ifndef PLAN_SIM_H
@@ -22,9 +29,11 @@
 #include "coordinator/planner/plan_schedule.h"
 
 typedef struct plan_sim_stage {
-    double fwd_s; /* one micro-batch forward on this stage (already / replicas) */
+    double fwd_s; /* one micro-batch forward on this stage (on one copy when replicated) */
     double bwd_s;
-    double opt_s;      /* optimizer step at the flush (or per minibatch for pipedream) */
+    double opt_s;      /* optimizer step at the flush (or per minibatch for pipedream; per
+                        * round of its copies' minibatches for a replicated stage), with the
+                        * copies' all-reduce */
     double send_fwd_s; /* activation of one micro-batch to the next stage */
     double send_bwd_s; /* gradient of one micro-batch to the previous stage */
 } plan_sim_stage;
@@ -35,16 +44,18 @@ typedef struct plan_sim_event {
     int unit;
     double start_s;
     double dur_s;
+    int copy; /* a stage's copy; on a link the pair of copies, (sender-side copy of the upper
+               * stage) * r_{cut+1} + copy of the lower one; 0 without copies */
 } plan_sim_event;
 
 typedef struct plan_sim_result {
     int n_stages;
     double iteration_s;     /* flush schedules: last action end; pipedream: steady_s * m */
     double steady_s;        /* pipedream: time per minibatch in steady state, else 0 */
-    double bubble_fraction; /* 1 - busy / (stages * time) */
-    double *busy_s;         /* (n_stages) */
+    double bubble_fraction; /* 1 - busy / (devices * time), a copy being a device */
+    double *busy_s;         /* (n_stages) per copy, the mean over a stage's copies */
     double *idle_s;         /* (n_stages) */
-    double *peak_inflight;  /* (n_stages) micro-batches stashed at once, at most */
+    double *peak_inflight;  /* (n_stages) micro-batches stashed at once on one copy, at most */
     int n_events;
     plan_sim_event *events; /* when record_events */
 } plan_sim_result;
@@ -65,11 +76,11 @@ void plan_sim_result_free(plan_sim_result *r);
  * Transfers are not shared. */
 typedef struct plan_sim_share {
     int n_groups;
-    const int *group;    /* (n_stages) group of each stage, -1: own device */
+    const int *group;    /* (n_stages) group of each stage, -1: own device; with copies
+                          * (s->replicas) one entry per copy, the copies of stage 0 first */
     const int *capacity; /* (n_groups) processors of each group, >= 1 */
-    const int *weight;   /* (n_stages) processors a computing stage takes (its replicas in the
-                          * group, whose copies compute at once), >= 1; NULL: 1 each. n above
-                          * counts these. */
+    const int *weight;   /* (as group) processors a computing stage takes, >= 1; NULL: 1 each.
+                          * n above counts these. */
 } plan_sim_share;
 
 /* plan_sim_run with stages grouped onto shared processors. `share` NULL (or no stage in a group)

@@ -17,6 +17,7 @@
 
 #include "coordinator/planner/plan_antichain.h"
 #include "coordinator/planner/plan_partition.h"
+#include "coordinator/planner/plan_sim.h"
 
 static uint64_t rng = 88172645463325252ull;
 static double urand(void)
@@ -778,6 +779,76 @@ static void test_sliced_stash_count(void **state)
     assert_true(fabs(plan_stash_count_sliced(3, 1, 4, 2) - 2.5) < 1e-12);
 }
 
+/* A copy's stash and weight versions under replicated stages, by hand (two stages, the first as
+ * 4 copies, m = 8: W_0 = 4, a copy keeps 2) and against the simulator's most in flight on a
+ * copy when it plays the lists with every copy (1 to 3 stages of 1 to 3 copies): equal for
+ * gpipe, 1f1b and pipedream, and a bound for sliced (equal for an unreplicated stage). */
+static void test_copy_stash_count(void **state)
+{
+    (void)state;
+    assert_true(plan_stash_count_copy(PLAN_SCHED_1F1B, 5, 4, 8) == 2);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_1F1B, 1, 1, 8) == 1);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_1F1B, 5, 1, 8) == 5);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_1F1B, 5, 1, 3) == 3);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_1F1B, 5, 4, 4) == 1);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_GPIPE, 5, 4, 8) == 2);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_GPIPE, 5, 4, 9) == 3);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_PIPEDREAM, 5, 4, 2) == 2);
+    assert_true(plan_stash_count_copy(PLAN_SCHED_PIPEDREAM, 7, 1, 2) == 7);
+    assert_int_equal(plan_weight_versions(PLAN_SCHED_PIPEDREAM, 5, 4), 1);
+    assert_int_equal(plan_weight_versions(PLAN_SCHED_PIPEDREAM, 4, 1), 3);
+    assert_int_equal(plan_weight_versions(PLAN_SCHED_1F1B, 5, 4), 0);
+    sc_err err;
+    sc_err_clear(&err);
+    for (int p = 1; p <= 3; p++) {
+        int reps[3];
+        int combos = p == 1 ? 3 : p == 2 ? 9 : 27; /* every vector of 1 to 3 copies */
+        for (int c = 0; c < combos; c++) {
+            int most = 1, x = c;
+            for (int s = 0; s < 3; s++, x /= 3) {
+                reps[s] = 1 + x % 3;
+                most = s < p && reps[s] > most ? reps[s] : most;
+            }
+            plan_sim_stage st[3];
+            for (int s = 0; s < p; s++)
+                st[s] = (plan_sim_stage){.fwd_s = 0.1 * (s + 1), .bwd_s = 0.2, .opt_s = 0.01};
+            for (int k = 0; k < 4; k++) {
+                plan_sched_kind kind = (plan_sched_kind)k;
+                for (int m = most; m <= 3 * most; m++) {
+                    int sliced = kind == PLAN_SCHED_SLICED ? (m < p - 1 ? m : p - 1) : 0;
+                    int units = kind == PLAN_SCHED_PIPEDREAM ? 8 * (m + 9) : m;
+                    plan_schedule *sch = NULL;
+                    plan_sim_result r;
+                    assert_int_equal(
+                        plan_schedule_build_replicated(&sch, kind, p, units, sliced, reps, &err),
+                        SC_OK);
+                    assert_int_equal(plan_sim_run(sch, st, m, 0.9, 0, &r, &err), SC_OK);
+                    for (int s = 0; s < p; s++) {
+                        int after = 0;
+                        for (int j = s; j < p; j++)
+                            after += reps[j];
+                        if (kind == PLAN_SCHED_SLICED) {
+                            double bound = plan_stash_count_sliced_copy(after, reps[s], m, sliced);
+                            assert_true(r.peak_inflight[s] <= bound + 1e-12);
+                            if (reps[s] == 1 || sliced == 0)
+                                assert_true(fabs(r.peak_inflight[s] - bound) < 1e-12);
+                        } else {
+                            double want = plan_stash_count_copy(kind, after, reps[s], m);
+                            if (fabs(r.peak_inflight[s] - want) > 1e-12)
+                                print_error("%s p %d reps %d %d %d m %d stage %d: %g vs %g\n",
+                                            plan_sched_name(kind), p, reps[0], reps[1], reps[2], m,
+                                            s, r.peak_inflight[s], want);
+                            assert_true(fabs(r.peak_inflight[s] - want) < 1e-12);
+                        }
+                    }
+                    plan_sim_result_free(&r);
+                    plan_schedule_destroy(&sch);
+                }
+            }
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -788,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_memory_is_a_hard_limit),
         cmocka_unit_test(test_pipedream_objective),
         cmocka_unit_test(test_replicas_runnable),
+        cmocka_unit_test(test_copy_stash_count),
         cmocka_unit_test(test_replication_within_runtime_rules),
         cmocka_unit_test(test_replication_rules_on_graph),
         cmocka_unit_test(test_exhaustive_refuses_large),

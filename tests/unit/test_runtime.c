@@ -1644,7 +1644,8 @@ static void check_replicated(const run_spec *rs, const int *reps)
 static void test_replicated_equivalence(void **state)
 {
     (void)state;
-    static const int first2[] = {2, 1}, middle2[] = {1, 2, 1}, last2[] = {1, 2};
+    static const int first2[] = {2, 1}, middle2[] = {1, 2, 1}, last2[] = {1, 2}, end2[] = {1, 1, 2},
+                     four1[] = {4, 1};
     static const struct {
         run_spec rs;
         const int *reps;
@@ -1659,6 +1660,10 @@ static void test_replicated_equivalence(void **state)
         {{MLP_JSON, "1f1b", 3, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, middle2},
         /* the last stage replicated (below: a lone stage as 3 replicas, m = 4, unequal sizes) */
         {{GPT_JSON, "1f1b", 2, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 0}, last2},
+        /* a copy two stages on: stage 0's warm-up counts it (W_0 = 3, not 2) */
+        {{MLP_JSON, "1f1b", 3, 8, 4, 2, "sgd", "zmq", NULL, NULL, NULL, 0}, end2},
+        /* four copies before one, eight micro-batches (W_0 = 4: each copy holds two) */
+        {{GPT_JSON, "1f1b", 2, 8, 8, 2, "adamw", "local", NULL, NULL, NULL, 0}, four1},
         /* sliced: the halves of the warm-up micro-batches are routed like micro-batches */
         {{GPT_JSON, "sliced", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 1}, first2},
         {{MLP_JSON, "sliced", 3, 8, 4, 3, "sgd", "local", NULL, NULL, NULL, 2}, middle2},
@@ -1738,6 +1743,19 @@ static void test_replicated_bad_config(void **state)
     c.next_sizes = next_cut;
     c.n_next_sizes = 2;
     expect_bad(c, SC_ERR_UNSUPPORTED, "with replicated stages (replicas 2");
+    /* 1f1b's warm-up counts the copies of every later stage: beyond the next one it needs the
+     * plan's vector */
+    const run_spec rs3 = {GPT_JSON, "1f1b", 3, 8, 4, 1, "adamw", "local", NULL, NULL, NULL, 0};
+    static const int r211[] = {2, 1, 1};
+    c = spec_cfg(&rs3, 0, 4);
+    c.replicas = 2;
+    expect_bad(c, SC_ERR_INVALID, "needs stage_replicas, the copies of every stage");
+    c.stage_replicas = r211;
+    rt_runner *ok = NULL;
+    sc_err e3;
+    sc_err_clear(&e3);
+    assert_int_equal(rt_runner_new(&ok, &c, &e3), SC_OK);
+    rt_runner_destroy(&ok);
 
     /* connecting: the plain call is refused, and so are wrong endpoint counts */
     sc_err err;

@@ -9,6 +9,7 @@
 /* cmocka needs the four headers above first */
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,7 @@ static void test_generated_schedules(void **state)
                     assert_int_equal(count_kind(s, st, RT_ACT_SEND_B), st > 0 ? m : 0);
                     assert_int_equal(count_kind(s, st, RT_ACT_SEND_F), st < p - 1 ? m : 0);
                     assert_int_equal(s->actions[st][s->count[st] - 1].kind, RT_ACT_OPT);
-                    int bound = rt_schedule_slots_bound((rt_schedule_kind)kind, p, st, m);
+                    int bound = rt_schedule_slots_bound((rt_schedule_kind)kind, p, NULL, st, m);
                     /* the generated lists use exactly the textbook slot count */
                     assert_int_equal(s->slots[st], bound);
                 }
@@ -404,12 +405,261 @@ static void test_pipedream_lists_rejects(void **state)
     rt_schedule_destroy(&s);
 }
 
+/* Copy-aware 1f1b (1F1B-RR warm-up): every copy count vector up to 3 per stage over 1..4
+ * stages and 3..9 micro-batches: stage s warms up with min(W_s, m) forwards, the lists validate
+ * and dry-run over every copy, and each copy holds at most rt_schedule_slots_bound, copy 0
+ * exactly that. Unreplicated (NULL or all ones) the lists are rt_schedule_new's, action for
+ * action. */
+static void test_1f1b_replicated_lists(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    for (int p = 1; p <= 4; p++) {
+        for (int m = 3; m <= 9; m++) {
+            int reps[4];
+            for (int c = 0; replica_combo(c, p, reps); c++) {
+                rt_schedule *s = NULL;
+                if (rt_schedule_new_replicated(&s, RT_SCHED_1F1B, p, m, reps, &err) != SC_OK)
+                    print_error("p %d m %d combo %d: %s\n", p, m, c, err.msg);
+                assert_non_null(s);
+                if (rt_schedule_validate_replicas(s, reps, &err) != SC_OK)
+                    print_error("p %d m %d combo %d: %s\n", p, m, c, err.msg);
+                assert_int_equal(rt_schedule_validate_replicas(s, reps, &err), SC_OK);
+                for (int st = 0; st < p; st++) {
+                    int w = warmup_of(reps, p, st), r = reps[st];
+                    w = w < m ? w : m;
+                    /* warm-up: the first backward comes after the forward of W_s (m: all) */
+                    if (w < m)
+                        assert_true(find(s, st, RT_ACT_B, 0) > find(s, st, RT_ACT_F, w));
+                    else
+                        assert_true(find(s, st, RT_ACT_B, 0) > find(s, st, RT_ACT_F, m - 1));
+                    if (w > 0)
+                        assert_true(find(s, st, RT_ACT_B, 0) > find(s, st, RT_ACT_F, w - 1));
+                    int bound = rt_schedule_slots_bound(RT_SCHED_1F1B, p, reps, st, m);
+                    int own0 = (m + r - 1) / r;
+                    assert_int_equal(bound, warmup_of(reps, p, st) / r + 1 < own0
+                                                ? warmup_of(reps, p, st) / r + 1
+                                                : own0);
+                    for (int k = 0; k < r; k++) {
+                        rt_action *a = NULL;
+                        int n = 0, slots = 0;
+                        assert_int_equal(rt_schedule_restrict(s, st, r, k, &a, &n, &slots, &err),
+                                         SC_OK);
+                        assert_true(slots >= 1 && slots <= bound);
+                        if (k == 0)
+                            assert_int_equal(slots, bound);
+                        free(a);
+                    }
+                }
+                rt_schedule_destroy(&s);
+            }
+        }
+    }
+    static const int ones[6] = {1, 1, 1, 1, 1, 1};
+    for (int kind = 0; kind < 2; kind++)
+        for (int p = 1; p <= 6; p++)
+            for (int m = 1; m <= 9; m++) {
+                rt_schedule *a = NULL, *b = NULL, *c = NULL;
+                assert_int_equal(rt_schedule_new(&a, (rt_schedule_kind)kind, p, m, &err), SC_OK);
+                assert_int_equal(
+                    rt_schedule_new_replicated(&b, (rt_schedule_kind)kind, p, m, ones, &err),
+                    SC_OK);
+                assert_int_equal(
+                    rt_schedule_new_replicated(&c, (rt_schedule_kind)kind, p, m, NULL, &err),
+                    SC_OK);
+                for (int st = 0; st < p; st++) {
+                    assert_int_equal(a->count[st], b->count[st]);
+                    assert_int_equal(a->count[st], c->count[st]);
+                    assert_memory_equal(a->actions[st], b->actions[st],
+                                        (size_t)a->count[st] * sizeof *a->actions[st]);
+                    assert_memory_equal(a->actions[st], c->actions[st],
+                                        (size_t)a->count[st] * sizeof *a->actions[st]);
+                    assert_int_equal(a->slots[st], b->slots[st]);
+                    assert_int_equal(
+                        rt_schedule_slots_bound((rt_schedule_kind)kind, p, ones, st, m),
+                        rt_schedule_slots_bound((rt_schedule_kind)kind, p, NULL, st, m));
+                }
+                rt_schedule_destroy(&a);
+                rt_schedule_destroy(&b);
+                rt_schedule_destroy(&c);
+            }
+    /* a copy count outside 1..m */
+    const int five[] = {5, 1};
+    sc_err_clear(&err);
+    rt_schedule *s = NULL;
+    assert_int_equal(rt_schedule_new_replicated(&s, RT_SCHED_1F1B, 2, 4, five, &err),
+                     SC_ERR_INVALID);
+    assert_null(s);
+    assert_non_null(strstr(err.msg, "stage 0 has 5 copies; valid: 1..microbatches (4)"));
+}
+
+/* The copies' restricted lists played in lock step: each copy one action per round when it can
+ * (a receive waits for a send of an earlier round, the copies of a stage meet at OPT), a forward
+ * or backward of stage st keeping its copy for work[st] rounds. Returns the most copies of stage
+ * `watch` at work at once (computing, or holding a micro-batch between its F and its B), and in
+ * *inflight the most micro-batches stage `watch` held at once over all its copies. */
+static int lockstep_busy(const rt_schedule *s, const int *reps, const int *work, int watch,
+                         int *inflight)
+{
+    int p = s->stages, m = s->microbatches, n = 0, base[8];
+    rt_action *acts[32];
+    int count[32], pc[32], st_of[32], held[32], wait[32];
+    sc_err err;
+    for (int st = 0; st < p; st++) {
+        base[st] = n;
+        for (int k = 0; k < reps[st]; k++, n++) {
+            int slots = 0;
+            assert_true(n < 32);
+            assert_int_equal(
+                rt_schedule_restrict(s, st, reps[st], k, &acts[n], &count[n], &slots, &err), SC_OK);
+            pc[n] = 0;
+            st_of[n] = st;
+            held[n] = 0;
+            wait[n] = 0;
+        }
+    }
+    char sent_f[8][64] = {{0}}, sent_b[8][64] = {{0}}, now_f[8][64], now_b[8][64];
+    assert_true(p <= 8 && m <= 64);
+    int most_busy = 0, most_held = 0;
+    for (int round = 0; round < 100 * m; round++) {
+        memcpy(now_f, sent_f, sizeof now_f);
+        memcpy(now_b, sent_b, sizeof now_b);
+        bool left = false;
+        for (int i = 0; i < n; i++) {
+            if (pc[i] >= count[i])
+                continue;
+            left = true;
+            if (wait[i] > 0) {
+                wait[i]--;
+                continue;
+            }
+            const rt_action *a = &acts[i][pc[i]];
+            int st = st_of[i];
+            if (a->kind == RT_ACT_RECV_F && !now_f[st - 1][a->mb])
+                continue;
+            if (a->kind == RT_ACT_RECV_B && !now_b[st + 1][a->mb])
+                continue;
+            if (a->kind == RT_ACT_OPT) { /* every copy of the stage at its OPT (the last) */
+                bool all = true;
+                for (int k = 0; k < reps[st]; k++) {
+                    int j = base[st] + k;
+                    all = all && pc[j] >= count[j] - 1;
+                }
+                if (!all)
+                    continue;
+            }
+            if (a->kind == RT_ACT_SEND_F)
+                sent_f[st][a->mb] = 1;
+            if (a->kind == RT_ACT_SEND_B)
+                sent_b[st][a->mb] = 1;
+            held[i] += a->kind == RT_ACT_F ? 1 : a->kind == RT_ACT_B ? -1 : 0;
+            if (a->kind == RT_ACT_F || a->kind == RT_ACT_B)
+                wait[i] = work[st] - 1;
+            pc[i]++;
+        }
+        int busy = 0, total = 0;
+        for (int k = 0; k < reps[watch]; k++) {
+            busy += held[base[watch] + k] > 0 || wait[base[watch] + k] > 0;
+            total += held[base[watch] + k];
+        }
+        most_busy = busy > most_busy ? busy : most_busy;
+        most_held = total > most_held ? total : most_held;
+        if (!left)
+            break;
+    }
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(pc[i], count[i]); /* everyone finished */
+        free(acts[i]);
+    }
+    *inflight = most_held;
+    return most_busy;
+}
+
+/* Two stages, m = 8, worked out by hand. Stage 0 as 4 copies before one: R_0 = 5, so W_0 = 4
+ * (the textbook warm-up counts 1) and W_1 = 0; stage 0 runs F0..F3, then F4 B0 ... F7 B3, then
+ * B4..B7; copy k runs F(k) F(k+4) B(k) B(k+4) and holds 2. One stage before 4 copies: W_0 = 4
+ * again, stage 0 holds 5, each copy of stage 1 one; with the textbook warm-up stage 0 would hold
+ * 2 and at most 2 copies of stage 1 would ever have work. */
+static void test_1f1b_replicated_by_hand(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    static const int four_one[] = {4, 1}, one_four[] = {1, 4};
+    rt_schedule *s = NULL;
+    assert_int_equal(rt_schedule_new_replicated(&s, RT_SCHED_1F1B, 2, 8, four_one, &err), SC_OK);
+    static const rt_action_kind F = RT_ACT_F, B = RT_ACT_B;
+    static const struct {
+        rt_action_kind kind;
+        int mb;
+    } want0[] = {{F, 0}, {F, 1}, {F, 2}, {F, 3}, {F, 4}, {B, 0}, {F, 5}, {B, 1},
+                 {F, 6}, {B, 2}, {F, 7}, {B, 3}, {B, 4}, {B, 5}, {B, 6}, {B, 7}};
+    for (int i = 0, j = 0; i < s->count[0]; i++) {
+        const rt_action *a = &s->actions[0][i];
+        if (a->kind != F && a->kind != B)
+            continue;
+        assert_true(j < 16);
+        assert_int_equal(a->kind, want0[j].kind);
+        assert_int_equal(a->mb, want0[j].mb);
+        j++;
+    }
+    assert_int_equal(s->slots[0], 5); /* the whole stage: W_0 + 1 */
+    assert_int_equal(s->slots[1], 1);
+    assert_int_equal(rt_schedule_slots_bound(RT_SCHED_1F1B, 2, four_one, 0, 8), 2);
+    assert_int_equal(rt_schedule_slots_bound(RT_SCHED_1F1B, 2, four_one, 1, 8), 1);
+    assert_int_equal(rt_schedule_slots_bound(RT_SCHED_GPIPE, 2, four_one, 0, 8), 2);
+    assert_int_equal(rt_schedule_validate_replicas(s, four_one, &err), SC_OK);
+    for (int k = 0; k < 4; k++) {
+        rt_action *a = NULL;
+        int n = 0, slots = 0;
+        assert_int_equal(rt_schedule_restrict(s, 0, 4, k, &a, &n, &slots, &err), SC_OK);
+        assert_int_equal(slots, 2);
+        /* F(k) SEND_F F(k+4) SEND_F RECV_B B(k) RECV_B B(k+4) OPT */
+        assert_int_equal(n, 9);
+        assert_int_equal(a[0].kind, F);
+        assert_int_equal(a[0].mb, k);
+        assert_int_equal(a[2].kind, F);
+        assert_int_equal(a[2].mb, k + 4);
+        assert_int_equal(a[5].kind, B);
+        assert_int_equal(a[5].mb, k);
+        free(a);
+    }
+    int held = 0;
+    static const int w41[] = {4, 1}, w14[] = {1, 4}; /* a copy has 4 times the other's work */
+    assert_int_equal(lockstep_busy(s, four_one, w41, 0, &held), 4);
+    assert_int_equal(held, 8); /* every copy holds its two at once */
+    rt_schedule_destroy(&s);
+
+    assert_int_equal(rt_schedule_new_replicated(&s, RT_SCHED_1F1B, 2, 8, one_four, &err), SC_OK);
+    assert_int_equal(s->slots[0], 5);
+    assert_int_equal(rt_schedule_slots_bound(RT_SCHED_1F1B, 2, one_four, 0, 8), 5);
+    assert_int_equal(rt_schedule_slots_bound(RT_SCHED_1F1B, 2, one_four, 1, 8), 1);
+    assert_int_equal(rt_schedule_validate_replicas(s, one_four, &err), SC_OK);
+    assert_int_equal(lockstep_busy(s, one_four, w14, 1, &held), 4); /* all four copies at work */
+    assert_int_equal(lockstep_busy(s, one_four, w14, 0, &held), 1);
+    assert_int_equal(held, 5);
+    rt_schedule_destroy(&s);
+    /* the textbook lists restricted the same way keep half of the copies idle */
+    assert_int_equal(rt_schedule_new(&s, RT_SCHED_1F1B, 2, 8, &err), SC_OK);
+    assert_int_equal(rt_schedule_validate_replicas(s, one_four, &err), SC_OK);
+    assert_int_equal(lockstep_busy(s, one_four, w14, 1, &held), 2);
+    assert_int_equal(rt_schedule_validate_replicas(s, four_one, &err), SC_OK);
+    lockstep_busy(s, four_one, w41, 0, &held);
+    assert_int_equal(held, 4); /* one micro-batch per copy of stage 0 at a time */
+    rt_schedule_destroy(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_generated_schedules),     cmocka_unit_test(test_validation_rejects),
-        cmocka_unit_test(test_replicated_restrict),     cmocka_unit_test(test_pipedream_lists),
+        cmocka_unit_test(test_generated_schedules),
+        cmocka_unit_test(test_validation_rejects),
+        cmocka_unit_test(test_replicated_restrict),
+        cmocka_unit_test(test_pipedream_lists),
         cmocka_unit_test(test_pipedream_lists_rejects),
+        cmocka_unit_test(test_1f1b_replicated_lists),
+        cmocka_unit_test(test_1f1b_replicated_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -387,11 +387,14 @@ static sc_status plan_pipedream(rt_runner *r, sc_err *err)
     return rc;
 }
 
-/* Replicated stages: the restricted action list and its checks. The runner knows the replica
- * counts of its own stage and its two neighbours, and of the others when given stage_replicas
- * (else it takes them as unreplicated; the plan's whole vector can be checked with
- * rt_schedule_validate_replicas). */
-static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
+/* The schedule and, for replicated stages, the restricted action list and its checks. The runner
+ * knows the replica counts of its own stage and its two neighbours, and of the others when given
+ * stage_replicas (else it takes them as unreplicated; the plan's whole vector can be checked with
+ * rt_schedule_validate_replicas). 1f1b's warm-up counts the copies of every later stage
+ * (rt_schedule_new_replicated), so a replicated 1f1b or sliced stage with stages beyond its next
+ * one needs the vector. */
+static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_schedule_kind skind,
+                               sc_err *err)
 {
     r->nrep = c->replicas;
     r->rep = c->replica;
@@ -399,9 +402,22 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, sc_err *err
     r->nrep_next = r->last ? 1 : c->next_replicas;
     r->group = r->nrep > 1 || r->nrep_prev > 1 || r->nrep_next > 1;
     SC_CHECK(plan_stage_replicas(r, c, err));
-    if (r->pipedream)
+    if (r->pipedream) {
+        SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
         return plan_pipedream(r, err);
+    }
+    if (r->group && skind == RT_SCHED_1F1B && c->stage_replicas == NULL && r->s + 2 < r->p)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d of %d: schedule \"%s\" with replicated stages (replicas "
+                       "%d, prev_replicas %d, next_replicas %d) needs stage_replicas, the copies "
+                       "of every stage: its warm-up counts the copies of stages %d..%d; valid: "
+                       "the plan's [n_stages] vector, the same for every runner",
+                       r->s, r->p, c->schedule != NULL ? c->schedule : "1f1b", r->nrep,
+                       r->nrep_prev, r->nrep_next, r->s, r->p - 1);
     if (!r->group) {
+        /* the copies of stages further on still set the warm-up (1, 1, 4: stage 0 warms up
+         * with 5 forwards) */
+        SC_CHECK(rt_schedule_new_replicated(&r->sched, skind, r->p, r->m, r->stage_reps, err));
         r->own_mbs = r->m;
         r->own_samples = r->batch;
         r->slots = r->sched->slots[r->s];
@@ -417,6 +433,7 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, sc_err *err
                        "next_replicas %d) but only %d micro-batches; every replica needs one: "
                        "microbatches >= replicas",
                        most, r->s, r->nrep, r->nrep_prev, r->nrep_next, r->m);
+    SC_CHECK(rt_schedule_new_replicated(&r->sched, skind, r->p, r->m, r->stage_reps, err));
     SC_CHECK(rt_schedule_validate_replicas(r->sched, r->stage_reps, err));
     SC_CHECK(
         rt_schedule_restrict(r->sched, r->s, r->nrep, r->rep, &r->acts, &r->nacts, &r->slots, err));
@@ -821,14 +838,13 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     r->extra_f_s = c->extra_forward_s;
     r->extra_b_s = c->extra_backward_s;
 
-    SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
-    SC_CHECK(plan_replicas(r, c, err));
+    SC_CHECK(plan_replicas(r, c, skind, err));
     if (r->bsplit)
         SC_CHECK(plan_backward_actions(r, err));
-    int bound = rt_schedule_slots_bound(skind, r->p, r->s, r->m);
-    if (r->pipedream) /* the stream crosses steps: W_s / r_s + 1 (p-s unreplicated) whatever m;
-                       * plan_pipedream's dry runs checked a copy never holds more */
-        bound = rt_schedule_pipedream_slots(r->p, r->stage_reps, r->s);
+    /* pipedream: the stream crosses steps: W_s / r_s + 1 (p-s unreplicated) whatever m;
+     * plan_pipedream's dry runs checked a copy never holds more */
+    int bound = rt_schedule_slots_bound(r->pipedream ? RT_SCHED_PIPEDREAM : skind, r->p,
+                                        r->stage_reps, r->s, r->m);
     if (r->slots > bound)
         return SC_ERRF(err, SC_ERR_INTERNAL,
                        "schedule %s needs %d activation slots on stage %d, "

@@ -51,24 +51,27 @@
  * activation goes from copy j % r_prev of the previous stage to copy j % r of this one and its
  * gradient back the same way; each copy runs its stage's action list restricted to its own
  * micro-batches (checked deadlock-free by a dry run over the stage, its neighbours and their
- * copies). At OPT the copies all-reduce their host gradients over the transport (every copy sends
- * its own to all others and adds all r in copy order, so the sums are bit-identical), then each
- * steps its own parameters: the copies stay bit-identical, and the result equals unreplicated
- * training. The last stage's copies also sum their losses, so each reports the batch loss.
- * With replicas: gpipe, 1f1b and sliced (whose halves count as micro-batches here) need m >= the
- * largest of the three replica counts (m need not be a multiple of r: copies j < m % r run one
- * micro-batch more); copy 0 writes checkpoints, every copy loads the same file.
- * pipedream with replicas (PipeDream's 1F1B-RR): minibatch g of the stream runs on copy g % r
- * of every stage (activation from copy g % r_prev, gradient back the same way), its backward on
- * that copy with the version stashed at its forward. Stage s as a whole runs F(g), then
- * B(g - W_s) with W_s = r_s * floor((R_s - 1) / r_s), R_s the copies of stages s..p-1 (p-s-1
- * unreplicated), so each copy alternates its own F and B after W_s / r_s warm-up forwards and
- * keeps W_s / r_s + 1 slots and versions (stage 0: PipeDream's NOAM, ceil(all copies / r_0)).
- * The backwards go in rounds of r_s consecutive minibatches, one per copy; after the round's last
- * backward every copy all-reduces (as above) and applies the MEAN of the round's r_s gradients,
- * so the copies update together and stay bit-identical, and a version counts rounds. The mean
- * keeps the step size of unreplicated pipedream: with r copies of every stage this is
- * unreplicated pipedream over minibatches of r times the samples (a round's union, m/r per
+ * copies). 1f1b and sliced warm up for the copies (1F1B-RR, rt_schedule_new_replicated): stage s
+ * as a whole runs min(W_s, m) forwards before its first backward, W_s as for pipedream below,
+ * so each copy runs W_s / r_s of its own and then alternates; with replicated stages beyond the
+ * next one such a runner needs stage_replicas (SC_ERR_INVALID otherwise). At OPT the copies
+ * all-reduce their host gradients over the transport (every copy sends its own to all others and
+ * adds all r in copy order, so the sums are bit-identical), then each steps its own parameters: the
+ * copies stay bit-identical, and the result equals unreplicated training. The last stage's copies
+ * also sum their losses, so each reports the batch loss. With replicas: gpipe, 1f1b and sliced
+ * (whose halves count as micro-batches here) need m >= the largest of the three replica counts (m
+ * need not be a multiple of r: copies j < m % r run one micro-batch more); copy 0 writes
+ * checkpoints, every copy loads the same file. pipedream with replicas (PipeDream's 1F1B-RR):
+ * minibatch g of the stream runs on copy g % r of every stage (activation from copy g % r_prev,
+ * gradient back the same way), its backward on that copy with the version stashed at its forward.
+ * Stage s as a whole runs F(g), then B(g - W_s) with W_s = r_s * floor((R_s - 1) / r_s), R_s the
+ * copies of stages s..p-1 (p-s-1 unreplicated), so each copy alternates its own F and B after W_s /
+ * r_s warm-up forwards and keeps W_s / r_s + 1 slots and versions (stage 0: PipeDream's NOAM,
+ * ceil(all copies / r_0)). The backwards go in rounds of r_s consecutive minibatches, one per copy;
+ * after the round's last backward every copy all-reduces (as above) and applies the MEAN of the
+ * round's r_s gradients, so the copies update together and stay bit-identical, and a version counts
+ * rounds. The mean keeps the step size of unreplicated pipedream: with r copies of every stage this
+ * is unreplicated pipedream over minibatches of r times the samples (a round's union, m/r per
  * step), up to float rounding; mixed counts have no unreplicated equivalent (a replicated stage
  * updates once per round, an unreplicated one per minibatch). m must be a multiple of every stage's
  * copies (rounds never straddle steps, so the last stage's copies each report the step's loss and a
@@ -82,8 +85,9 @@
  * With the nccl transport the activations and gradients still pass through the runner's host
  * buffers (the stage's kernels hand out host copies only); the transport moves them between
  * GPUs with NCCL.
- * Invariant: no more than the schedule's activation slots (gpipe m, 1f1b min(p-s, m), pipedream
- * W_s / r_s + 1, i.e. p-s unreplicated) are ever in flight; each iteration checks it and fails
+ * Invariant: no more than the schedule's activation slots (per copy: gpipe ceil(m / r_s), 1f1b
+ * min(W_s / r_s + 1, ceil(m / r_s)), pipedream W_s / r_s + 1; min(p-s, m) and p-s unreplicated:
+ * rt_schedule_slots_bound) are ever in flight; each iteration checks it and fails
  * with SC_ERR_INTERNAL otherwise.
  * (A backward cut's gather slot holds no forward of its own and is not counted there; the
  * report's `slots` includes it.)
@@ -169,10 +173,10 @@ typedef struct {
     int prev_replicas, next_replicas;
     /* Copies of every stage: [n_stages] values >= 1, borrowed during rt_runner_new only; entries
      * stage-1, stage and stage+1 must equal prev_replicas, replicas and next_replicas. NULL (the
-     * default): those three, 1 for every other stage. pipedream needs the true vector whenever a
-     * stage is replicated (the warm-up of a stage depends on the copies of all stages after it;
-     * stages told different vectors may deadlock until the timeout), so a job with replicated
-     * stages gives it to every stage; the synchronous schedules use it for a fuller dry run. */
+     * default): those three, 1 for every other stage. pipedream, 1f1b and sliced need the true
+     * vector whenever a stage is replicated (the warm-up of a stage depends on the copies of all
+     * stages after it; stages told different vectors may deadlock until the timeout), so a job
+     * with replicated stages gives it to every stage; gpipe uses it for a fuller dry run. */
     const int *stage_replicas;
 } rt_runner_cfg;
 

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_pipeline.h"
+
 static const char *const action_names[] = {"RECV_F", "F", "SEND_F", "RECV_B", "B", "SEND_B", "OPT"};
 
 const char *rt_action_name(rt_action_kind kind)
@@ -42,12 +44,25 @@ sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_ki
                    what, s != NULL ? s : "(null)");
 }
 
-int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, int stage, int microbatches)
+/* R_s: the copies of stages stage..stages-1 (NULL replicas: one each). */
+static int copies_after(int stages, const int *replicas, int stage)
 {
+    if (replicas == NULL)
+        return stages - stage;
+    int after = 0;
+    for (int st = stage; st < stages; st++)
+        after += replicas[st];
+    return after;
+}
+
+int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, const int *replicas, int stage,
+                            int microbatches)
+{
+    int r = replicas != NULL ? replicas[stage] : 1;
     if (kind == RT_SCHED_GPIPE)
-        return microbatches;
-    int k = stages - stage;
-    return k < microbatches ? k : microbatches;
+        return (microbatches + r - 1) / r;
+    int after = copies_after(stages, replicas, stage);
+    return sc_pipeline_copy_slots(after, r, kind == RT_SCHED_PIPEDREAM ? 0 : microbatches);
 }
 
 void rt_schedule_destroy(rt_schedule **sp)
@@ -116,6 +131,12 @@ static rt_schedule *schedule_alloc(rt_schedule_kind kind, int stages, int microb
 sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
                           sc_err *err)
 {
+    return rt_schedule_new_replicated(out, kind, stages, microbatches, NULL, err);
+}
+
+sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
+                                     int microbatches, const int *replicas, sc_err *err)
+{
     *out = NULL;
     if (kind != RT_SCHED_GPIPE && kind != RT_SCHED_1F1B)
         return SC_ERRF(err, SC_ERR_INVALID,
@@ -126,6 +147,12 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
         return SC_ERRF(err, SC_ERR_INVALID,
                        "schedule: %d stages and %d micro-batches; both must be >= 1", stages,
                        microbatches);
+    for (int st = 0; replicas != NULL && st < stages; st++)
+        if (replicas[st] < 1 || replicas[st] > microbatches)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "schedule: stage %d has %d copies; valid: 1..microbatches (%d), so "
+                           "that every copy runs a micro-batch",
+                           st, replicas[st], microbatches);
     rt_schedule *s = schedule_alloc(kind, stages, microbatches, (size_t)microbatches * 6 + 1);
     if (s == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory building a schedule");
@@ -136,7 +163,9 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
             for (int mb = 0; mb < microbatches; mb++)
                 push_backward(s, st, mb);
         } else {
-            int warm = stages - st - 1;
+            /* 1F1B-RR's warm-up: p-st-1 unreplicated, enough to busy every copy downstream */
+            int warm = sc_pipeline_warmup(copies_after(stages, replicas, st),
+                                          replicas != NULL ? replicas[st] : 1);
             if (warm > microbatches)
                 warm = microbatches;
             int f = 0, b = 0;
@@ -162,11 +191,7 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
 
 int rt_schedule_pipedream_warmup(int stages, const int *replicas, int stage)
 {
-    int after = 0; /* R_s: copies of stages s..p-1 */
-    for (int st = stage; st < stages; st++)
-        after += replicas[st];
-    int r = replicas[stage];
-    return r * ((after - 1) / r);
+    return sc_pipeline_warmup(copies_after(stages, replicas, stage), replicas[stage]);
 }
 
 int rt_schedule_pipedream_slots(int stages, const int *replicas, int stage)

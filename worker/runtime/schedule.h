@@ -2,7 +2,8 @@
  * rt schedule: a pipeline schedule as data. For each stage, an ordered list of actions
  * (RECV_F, F, SEND_F, RECV_B, B, SEND_B, OPT) over micro-batches 0..m-1, generated for gpipe
  * (all forwards, then all backwards, then the flush) or 1f1b with flush (p-s-1 warm-up forwards,
- * then one forward / one backward, then the drain).
+ * then one forward / one backward, then the drain; with replicated stages the warm-up of
+ * 1F1B-RR, below).
  *
  * Validation checks what the executor relies on: each stage runs every micro-batch's F once and
  * its B once, F before B; every send has its matching receive on the neighbour; one OPT at the
@@ -12,6 +13,17 @@
  * stage, and each replica runs its stage's list restricted to its own micro-batches (the order is
  * kept). rt_schedule_validate_replicas() dry-runs those restricted lists over all stages and
  * replicas, the replicas of a stage meeting at OPT (their gradient all-reduce).
+ * 1f1b with replicated stages (rt_schedule_new_replicated): stage s taken as a whole warms up
+ * with min(W_s, m) forwards, W_s = r_s * floor((R_s - 1) / r_s) as for pipedream below
+ * (sc_pipeline_warmup; p-s-1 unreplicated, so unreplicated lists are the textbook ones), and
+ * each copy, after W_s / r_s warm-up forwards of its own, alternates its own F and B. The
+ * textbook p-s-1 counts stages, not copies: with two stages at most two micro-batches would be
+ * in flight, one copy busy per stage. A copy holds min(W_s / r_s + 1, ceil(m / r_s))
+ * micro-batches (rt_schedule_slots_bound). Deadlock-free by pipedream's argument: the flushed
+ * list is the pipedream stream of more minibatches (a multiple of every r) with every action of
+ * the minibatches from m on removed and the OPTs but a last one dropped; in a dry run removing
+ * actions and barriers only removes waits, and the last OPT waits for copies that have run
+ * everything else. rt_schedule_validate_replicas checks it all the same.
  * Asynchronous pipedream with replicated stages (1F1B-RR): rt_schedule_new_pipedream() writes a
  * finite stream of minibatches as one list per stage, with an OPT (the copies' all-reduce and
  * update) after every round of r_s consecutive backwards; each copy runs its restriction, so the
@@ -65,6 +77,14 @@ const char *rt_schedule_kind_name(rt_schedule_kind kind);
  * 1f1b; RT_SCHED_PIPEDREAM is SC_ERR_INVALID here: use rt_schedule_new_pipedream). */
 sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
                           sc_err *err);
+/* The same for stages of replicas[st] copies (NULL: one each): 1f1b warms up stage s with
+ * min(W_s, m) forwards (1F1B-RR, above), gpipe is unchanged. The lists are the whole stages';
+ * a copy runs rt_schedule_restrict's, and rt_schedule_validate_replicas(s, replicas) dry-runs
+ * them (s->slots counts a whole stage). A count outside 1..microbatches is SC_ERR_INVALID.
+ * Every copy of every stage must be given the same vector: a stage's warm-up depends on the
+ * copies of all stages after it, and lists built for different vectors may deadlock. */
+sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
+                                     int microbatches, const int *replicas, sc_err *err);
 void rt_schedule_destroy(rt_schedule **s);
 
 /* Validates any schedule (also hand-made ones, for tests); fills s->slots. A synchronous list has
@@ -72,9 +92,13 @@ void rt_schedule_destroy(rt_schedule **s);
  * backward after the last). */
 sc_status rt_schedule_validate(rt_schedule *s, sc_err *err);
 
-/* Activation slots stage `stage` needs by the textbook formula: m for gpipe, min(p-s, m) for
- * 1f1b. rt_schedule_validate checks the generated lists never exceed it. */
-int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, int stage, int microbatches);
+/* Activation slots one copy of stage `stage` needs, replicas[st] copies of stage st (NULL: one
+ * each): ceil(m / r_s) for gpipe, min(W_s / r_s + 1, ceil(m / r_s)) for 1f1b
+ * (sc_pipeline_copy_slots; min(p-s, m) unreplicated), W_s / r_s + 1 for pipedream, whose stream
+ * crosses steps (p-s unreplicated). The copy that runs the most micro-batches (copy 0) needs
+ * exactly that many, the others at most that (tested against rt_schedule_restrict). */
+int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, const int *replicas, int stage,
+                            int microbatches);
 
 const char *rt_action_name(rt_action_kind kind);
 
