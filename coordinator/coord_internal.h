@@ -30,6 +30,7 @@ typedef struct coord_cmd {
 #define COORD_MAX_STAGES 64
 #define COORD_MAX_REPLICAS 16
 #define COORD_MAX_RUNNING 32
+#define COORD_MAX_DRIVING 16 /* jobs driven (profiled, planned, assigned) at once */
 
 /* What the running job's stages last reported (in memory; step and checkpoint also go to the
  * store). */
@@ -72,6 +73,10 @@ struct coord {
     coord_cmd *cmd_head, *cmd_tail;
     coord_progress running[COORD_MAX_RUNNING];
     size_t n_running;
+    /* jobs a driver thread is taking through profiling, planning and assignment: each has a
+     * thread of its own, so a worker that does not answer holds up only its own job */
+    char driving[COORD_MAX_DRIVING][COORD_ID_MAX];
+    size_t n_driving;
     bool stopping;
 
     sc_rpc_server *rpc;     /* thread-safe; not guarded */

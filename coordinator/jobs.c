@@ -1,12 +1,19 @@
 /*
- * The job driver: one thread that takes each job from submitted (or recovering) through
- * profiling to planned, and assigns the planned stages to the workers.
+ * The job driver: takes each job from submitted (or recovering) through profiling to planned,
+ * and assigns the planned stages to the workers.
  *
  * It holds c->lock only to read and write the registry and the store, never during a network
  * call: a worker that stops answering mid-profile costs one call's deadline, after which the
  * job goes back to submitted with the reason recorded and is retried with the workers then
  * alive, up to MAX_PROFILE_FAILURES failed rounds in a row; a model that does not fit fails at
  * once. Waiting jobs are retried when a worker registers or after a backoff.
+ *
+ * Each job is driven on a thread of its own (at most COORD_MAX_DRIVING at once, one per job),
+ * so that one job's silent worker does not hold up the jobs of other workers for that
+ * deadline. Jobs do not compete for workers: choose_workers reserves them under c->lock, and in
+ * submission order: a job leaves alone the workers that an older job waiting for workers would
+ * take now (an older job that the free workers cannot satisfy holds up no one), so which job
+ * gets contended workers does not depend on which thread comes first.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -38,7 +45,10 @@ typedef struct {
     unsigned profile_failures;
 } retry_entry;
 
+/* Shared by the driver threads: every retry_* function takes `lock` (a leaf lock: nothing else
+ * is taken while it is held). */
 typedef struct {
+    pthread_mutex_t lock;
     retry_entry e[MAX_RETRY_ENTRIES];
     size_t n;
 } retry_table;
@@ -53,8 +63,11 @@ static retry_entry *retry_find(retry_table *t, const char *id)
 
 static uint64_t retry_time(retry_table *t, const char *id)
 {
+    pthread_mutex_lock(&t->lock);
     const retry_entry *e = retry_find(t, id);
-    return e != NULL ? e->not_before_ns : 0;
+    uint64_t at = e != NULL ? e->not_before_ns : 0;
+    pthread_mutex_unlock(&t->lock);
+    return at;
 }
 
 /* The entry of `id`, made when missing. A full table forgets the entry due soonest among those
@@ -82,20 +95,27 @@ static retry_entry *retry_entry_of(retry_table *t, const char *id)
 
 static void retry_later(retry_table *t, const char *id, uint64_t delay_ms)
 {
+    pthread_mutex_lock(&t->lock);
     retry_entry_of(t, id)->not_before_ns = sc_clock_now_ns() + delay_ms * 1000000ull;
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* Counts a failed profiling round of `id`; returns how many failed in a row. */
 static unsigned retry_profile_failed(retry_table *t, const char *id)
 {
-    return ++retry_entry_of(t, id)->profile_failures;
+    pthread_mutex_lock(&t->lock);
+    unsigned n = ++retry_entry_of(t, id)->profile_failures;
+    pthread_mutex_unlock(&t->lock);
+    return n;
 }
 
 static void retry_profile_ok(retry_table *t, const char *id)
 {
+    pthread_mutex_lock(&t->lock);
     retry_entry *e = retry_find(t, id);
     if (e != NULL)
         e->profile_failures = 0;
+    pthread_mutex_unlock(&t->lock);
 }
 
 static void progress_drop(coord *c, const char *job_id);
@@ -288,38 +308,139 @@ static bool wanted(const coord_jobspec *spec, const coord_worker *w)
     return false;
 }
 
-/* Under c->lock: picks spec->workers alive, free workers, marks them as the job's. */
+/* Under c->lock: whether registry worker `w` could serve a job wanting `spec`: alive, wanted
+ * (by name, when the job names its workers), with a hardware report that has devices. Who
+ * holds it is the caller's check. */
+static bool usable(const coord_jobspec *spec, const coord_worker *w)
+{
+    if (w->state != COORD_WORKER_ALIVE || !wanted(spec, w) || w->rec.hardware_len == 0)
+        return false;
+    Stagecraft__HardwareReport *hw =
+        stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+    bool ok = hw != NULL && hw->n_devices > 0;
+    if (hw)
+        stagecraft__hardware_report__free_unpacked(hw, NULL);
+    return ok;
+}
+
+/* Under c->lock: the registry indices (into idx, at most spec->workers) of the first workers
+ * job `job_id` could take: usable, free or already its own, and not `taken` (NULL: none is).
+ * Returns how many. */
+static size_t pick_workers(coord *c, const char *job_id, const coord_jobspec *spec,
+                           const bool *taken, size_t *idx)
+{
+    size_t have = 0, total = coord_registry_count(c->registry);
+    for (size_t i = 0; i < total && have < spec->workers; i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if ((taken == NULL || !taken[i]) && (!w->job_id[0] || strcmp(w->job_id, job_id) == 0) &&
+            usable(spec, w))
+            idx[have++] = i;
+    }
+    return have;
+}
+
+/* Under c->lock: whether job `job_id` holds any worker. */
+static bool holds_workers(coord *c, const char *job_id)
+{
+    size_t total = coord_registry_count(c->registry);
+    for (size_t i = 0; i < total; i++)
+        if (strcmp(coord_registry_at(c->registry, i)->job_id, job_id) == 0)
+            return true;
+    return false;
+}
+
+/* Under c->lock: jobs take workers in submission order. Goes through the jobs submitted before
+ * `job_id` that wait for workers (submitted or recovering, holding none) and marks in `taken`
+ * (one per registry worker) those that each would take, in that order, when the workers free
+ * now and not taken by an earlier one satisfy it; a job they do not satisfy takes nothing, so
+ * it holds up no later job. `first` gets the first such job that takes a worker `spec` could
+ * use ("" when none). */
+static void taken_by_older(coord *c, const char *job_id, const coord_jobspec *spec, bool *taken,
+                           char *first, size_t first_size)
+{
+    first[0] = '\0';
+    coord_job *jobs;
+    size_t n;
+    if (coord_store_job_list(c->store, &jobs, &n, NULL) != SC_OK)
+        return;
+    size_t *idx = NULL, idx_cap = 0;
+    for (size_t j = 0; j < n && strcmp(jobs[j].id, job_id) != 0; j++) {
+        if ((jobs[j].state != COORD_JOB_SUBMITTED && jobs[j].state != COORD_JOB_RECOVERING) ||
+            jobs[j].spec_json == NULL || holds_workers(c, jobs[j].id))
+            continue;
+        coord_jobspec older;
+        if (coord_jobspec_parse(jobs[j].id, jobs[j].spec_json, strlen(jobs[j].spec_json), &older,
+                                NULL) != SC_OK)
+            continue; /* its driver fails it */
+        if (older.workers > idx_cap) {
+            size_t *grown = realloc(idx, older.workers * sizeof *idx);
+            if (grown == NULL) {
+                coord_jobspec_clear(&older);
+                continue;
+            }
+            idx = grown;
+            idx_cap = older.workers;
+        }
+        if (older.workers > 0 && pick_workers(c, jobs[j].id, &older, taken, idx) == older.workers) {
+            for (size_t k = 0; k < older.workers; k++) {
+                taken[idx[k]] = true;
+                if (!first[0] && usable(spec, coord_registry_at(c->registry, idx[k])))
+                    sc_strlcpy(first, jobs[j].id, first_size);
+            }
+        }
+        coord_jobspec_clear(&older);
+    }
+    free(idx);
+    coord_job_list_free(&jobs, n);
+}
+
+/* Under c->lock: picks spec->workers alive, free workers, marks them as the job's. Workers that
+ * an older job waiting for them would take now are left to it (taken_by_older): the job then
+ * waits as it does for workers that are not there. */
 static sc_status choose_workers(coord *c, const char *job_id, const coord_jobspec *spec,
                                 chosen_worker **out, sc_err *err)
 {
-    size_t want = spec->workers, have = 0, total = coord_registry_count(c->registry);
+    size_t want = spec->workers, total = coord_registry_count(c->registry);
     chosen_worker *list = calloc(want, sizeof *list);
-    SC_ALLOC_CHECK(list, err);
-    for (size_t i = 0; i < total && have < want; i++) {
-        coord_worker *w = coord_registry_at(c->registry, i);
-        if (w->state != COORD_WORKER_ALIVE || (w->job_id[0] && strcmp(w->job_id, job_id)) ||
-            !wanted(spec, w) || w->rec.hardware_len == 0)
-            continue;
-        chosen_worker *cw = &list[have];
+    size_t *idx = calloc(want, sizeof *idx);
+    bool *taken = calloc(total + 1, sizeof *taken);
+    if (list == NULL || idx == NULL || taken == NULL) {
+        free(list);
+        free(idx);
+        free(taken);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing workers");
+    }
+    char older[COORD_ID_MAX];
+    taken_by_older(c, job_id, spec, taken, older, sizeof older);
+    size_t have = pick_workers(c, job_id, spec, taken, idx);
+    free(taken);
+    if (have < want) {
+        size_t free_now = pick_workers(c, job_id, spec, NULL, idx);
+        free(idx);
+        free(list);
+        if (free_now >= want && older[0])
+            return SC_ERRF(err, SC_ERR_UNAVAILABLE,
+                           "waiting: %s, submitted earlier, takes these workers first", older);
+        return SC_ERRF(err, SC_ERR_UNAVAILABLE, "waiting for %zu %sworker(s): %zu alive and free",
+                       want, spec->worker_names ? "named " : "", free_now);
+    }
+    for (size_t i = 0; i < have; i++) {
+        coord_worker *w = coord_registry_at(c->registry, idx[i]);
+        chosen_worker *cw = &list[i];
         cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
-        if (cw->hw == NULL || cw->hw->n_devices == 0) {
-            if (cw->hw)
-                stagecraft__hardware_report__free_unpacked(cw->hw, NULL);
-            cw->hw = NULL;
-            continue;
+        if (cw->hw == NULL) {
+            chosen_free(list, i);
+            free(idx);
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading worker %s's hardware",
+                           w->rec.id);
         }
         sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
         sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
         sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
-        have++;
-    }
-    if (have < want) {
-        chosen_free(list, have);
-        return SC_ERRF(err, SC_ERR_UNAVAILABLE, "waiting for %zu %sworker(s): %zu alive and free",
-                       want, spec->worker_names ? "named " : "", have);
     }
     for (size_t i = 0; i < have; i++)
-        sc_strlcpy(coord_registry_find(c->registry, list[i].id)->job_id, job_id, COORD_ID_MAX);
+        sc_strlcpy(coord_registry_at(c->registry, idx[i])->job_id, job_id, COORD_ID_MAX);
+    free(idx);
     *out = list;
     return SC_OK;
 }
@@ -890,10 +1011,10 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     /* Why the job waits keeps why it got here ("worker w-2 died; waiting for ..."). */
     char cause[COORD_REASON_MAX];
     sc_strlcpy(cause, job.reason, sizeof cause);
-    char *waiting = strstr(cause, "; waiting for");
+    char *waiting = strstr(cause, "; waiting");
     if (waiting)
         *waiting = '\0';
-    else if (strncmp(cause, "waiting for", 11) == 0 || job.state == COORD_JOB_SUBMITTED)
+    else if (strncmp(cause, "waiting", 7) == 0 || job.state == COORD_JOB_SUBMITTED)
         cause[0] = '\0';
     coord_job_clear(&job);
     if (rc != SC_OK) {
@@ -1022,7 +1143,16 @@ out:
     coord_jobspec_clear(&spec);
 }
 
-/* Under c->lock: the next job that needs the driver, if any. */
+/* Under c->lock: whether a driver thread has job `id`. */
+static bool is_driving(const coord *c, const char *id)
+{
+    for (size_t i = 0; i < c->n_driving; i++)
+        if (strcmp(c->driving[i], id) == 0)
+            return true;
+    return false;
+}
+
+/* Under c->lock: the next job that needs the driver and has no driver thread yet, if any. */
 static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
 {
     coord_job *jobs;
@@ -1035,7 +1165,7 @@ static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING) &&
-            retry_time(retry, jobs[i].id) <= now) {
+            !is_driving(c, jobs[i].id) && retry_time(retry, jobs[i].id) <= now) {
             sc_strlcpy(id, jobs[i].id, size);
             found = true;
         }
@@ -1086,17 +1216,68 @@ static void resume_jobs(coord *c)
     pthread_mutex_unlock(&c->lock);
 }
 
+typedef struct {
+    coord *c;
+    retry_table *retry;
+    char id[COORD_ID_MAX];
+} drive_arg;
+
+/* One job's driver thread (detached): drives it once, then leaves the driving set. */
+static void *drive_main(void *arg)
+{
+    drive_arg *a = arg;
+    coord *c = a->c;
+    drive_job(c, a->retry, a->id);
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->n_driving; i++) {
+        if (strcmp(c->driving[i], a->id) == 0) {
+            memcpy(c->driving[i], c->driving[--c->n_driving], COORD_ID_MAX);
+            break;
+        }
+    }
+    free(a);
+    /* wakes the loop: this job may need driving again, and a stopping loop waits for us */
+    pthread_cond_broadcast(&c->wake);
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Under c->lock: starts a driver thread for job `id`. False when none could be started (the
+ * caller drives the job itself). */
+static bool drive_async(coord *c, retry_table *retry, const char *id)
+{
+    drive_arg *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return false;
+    a->c = c;
+    a->retry = retry;
+    sc_strlcpy(a->id, id, sizeof a->id);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    bool ok = pthread_create(&t, &attr, drive_main, a) == 0;
+    pthread_attr_destroy(&attr);
+    if (!ok) {
+        free(a);
+        return false;
+    }
+    sc_strlcpy(c->driving[c->n_driving++], id, COORD_ID_MAX);
+    return true;
+}
+
 void *coord_driver_main(void *arg)
 {
     coord *c = arg;
     retry_table *retry = calloc(1, sizeof *retry);
     if (retry == NULL)
         return NULL;
+    pthread_mutex_init(&retry->lock, NULL);
     resume_jobs(c);
     pthread_mutex_lock(&c->lock);
     while (!c->stopping) {
         char id[COORD_ID_MAX];
-        if (!next_job(c, retry, id, sizeof id)) {
+        if (c->n_driving == COORD_MAX_DRIVING || !next_job(c, retry, id, sizeof id)) {
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += 200 * 1000000L;
@@ -1107,11 +1288,17 @@ void *coord_driver_main(void *arg)
             pthread_cond_timedwait(&c->wake, &c->lock, &until);
             continue;
         }
+        if (drive_async(c, retry, id))
+            continue;
         pthread_mutex_unlock(&c->lock);
         drive_job(c, retry, id);
         pthread_mutex_lock(&c->lock);
     }
+    /* the driver threads use c and the retry table until they leave the driving set */
+    while (c->n_driving > 0)
+        pthread_cond_wait(&c->wake, &c->lock);
     pthread_mutex_unlock(&c->lock);
+    pthread_mutex_destroy(&retry->lock);
     free(retry);
     return NULL;
 }
