@@ -44,7 +44,8 @@ done_all() { for j in 3 4 5 6; do is_state job-$j succeeded || return 1; done; }
 wait_for 90 done_all && pass "job-3..6 trained while job-2 (3 workers) waits" ||
     fail "job-3..6 are $(for j in 3 4 5 6; do job_state job-$j; done | tr '\n' ' ')"
 is_state job-2 submitted || fail "job-2 is $(job_state job-2), not submitted"
-"$sc" status job-2 | grep -q "waiting for 3 worker(s): 2 alive and free" ||
+# (how many were free at job-2's last try depends on when younger jobs were between runs)
+"$sc" status job-2 | grep -Eq "waiting for 3 worker\(s\): [0-2] alive and free" ||
     fail "job-2's reason: $("$sc" status job-2 | sed -n 2p)"
 
 # at_ms JOB STATE: when JOB first went to STATE
