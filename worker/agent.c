@@ -31,6 +31,7 @@
 #define DEAD_AFTER_INTERVALS 5
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
+#define REPORT_EVERY_MS 50
 
 struct wk_agent {
     char coordinator[256];
@@ -54,8 +55,21 @@ struct wk_agent {
     uint64_t seq;
     /* Fault injection for tests of the coordinator's repairs: STAGECRAFT_WORKER_FAULTS lists
      * "drop-start" and/or "drop-stop" (comma-separated): the first START / STOP command is
-     * ignored, as if the network had lost it. */
-    bool drop_start, drop_stop;
+     * ignored, as if the network had lost it; "drop-reports": iteration reports go out only
+     * as the repeats that follow heartbeats (repeat_last_report). */
+    bool drop_start, drop_stop, drop_reports;
+    /* The last iteration report sent, of trainer generation last_gen (wk_state.trainer_gen):
+     * sent again with a heartbeat when no newer one went out since the previous heartbeat,
+     * while that trainer is still the worker's. A lost last report (the stage's final step)
+     * would otherwise leave its job running for ever. */
+    Stagecraft__IterationReport *last;
+    uint64_t last_gen;
+    bool sent_since_heartbeat;
+    /* Reports are coalesced: the latest goes out at most every REPORT_EVERY_MS (a small model
+     * steps thousands of times a second, and a report each would bury the heartbeats in the
+     * coordinator's queue); last_pending: a->last has not gone out yet. */
+    bool last_pending;
+    uint64_t last_sent_ns;
 };
 
 /* ---- id file -------------------------------------------------------------------------------- */
@@ -183,9 +197,8 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     if (faults != NULL) {
         a->drop_start = strstr(faults, "drop-start") != NULL;
         a->drop_stop = strstr(faults, "drop-stop") != NULL;
-        if (a->drop_start || a->drop_stop)
-            SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: the first%s%s command is ignored",
-                        faults, a->drop_start ? " START" : "", a->drop_stop ? " and STOP" : "");
+        a->drop_reports = strstr(faults, "drop-reports") != NULL;
+        SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: messages are lost on purpose", faults);
     }
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
     sc_strlcpy(a->shared.state, "idle", sizeof a->shared.state);
@@ -241,6 +254,8 @@ void wk_agent_destroy(wk_agent **ap)
     sc_rpc_server_destroy(&a->rpc);
     sc_rpc_client_destroy(&a->coord);
     sc_ctl_destroy(&a->ctl);
+    if (a->last)
+        stagecraft__iteration_report__free_unpacked(a->last, NULL);
     wk_hardware_free(&a->shared.hardware);
     wk_state_release(&a->shared, NULL, "worker stopping");
     pthread_mutex_destroy(&a->shared.lock);
@@ -362,35 +377,103 @@ static void send_error(wk_agent *a, const char *job_id, sc_status code, const ch
         SC_LOG_WARN(LOG, "error report not sent: %s", err.msg);
 }
 
-/* Sends what the trainer queued: iteration reports and the error that stopped it. */
+static void send_report(wk_agent *a, const char *id, uint64_t epoch, Stagecraft__IterationReport *r)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    env.worker_id = (char *)id;
+    env.epoch = epoch;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT;
+    env.iteration_report = r;
+    sc_err err;
+    sc_err_clear(&err);
+    if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
+        SC_LOG_DEBUG(LOG, "report not sent: %s", err.msg);
+}
+
+/* Keeps a copy of report `r` of trainer generation `gen` as a->last. */
+static void keep_last(wk_agent *a, const Stagecraft__IterationReport *r, uint64_t gen)
+{
+    size_t len = stagecraft__iteration_report__get_packed_size(r);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return;
+    stagecraft__iteration_report__pack(r, buf);
+    Stagecraft__IterationReport *copy = stagecraft__iteration_report__unpack(NULL, len, buf);
+    free(buf);
+    if (copy == NULL)
+        return;
+    if (a->last)
+        stagecraft__iteration_report__free_unpacked(a->last, NULL);
+    a->last = copy;
+    a->last_gen = gen;
+}
+
+/* Sends a->last when it has not gone out yet. */
+static void flush_last(wk_agent *a, const char *id, uint64_t epoch)
+{
+    if (!a->last_pending)
+        return;
+    a->last_pending = false;
+    if (a->drop_reports)
+        return;
+    send_report(a, id, epoch, a->last);
+    a->sent_since_heartbeat = true;
+    a->last_sent_ns = sc_clock_now_ns();
+}
+
+/* Sends what the trainer queued: the latest iteration report (at most every REPORT_EVERY_MS;
+ * the coordinator keeps only the newest figures) and, at once, the error that stopped it. */
 static void send_reports(wk_agent *a)
 {
+    char id[COORD_WORKER_ID_MAX];
+    uint64_t epoch = 0;
     for (;;) {
         wk_trainer_msg m;
         pthread_mutex_lock(&a->shared.lock);
         bool any = a->shared.trainer && wk_trainer_pop(a->shared.trainer, &m);
-        char job[COORD_WORKER_ID_MAX], id[COORD_WORKER_ID_MAX];
+        char job[COORD_WORKER_ID_MAX];
         sc_strlcpy(job, a->shared.job_id, sizeof job);
         sc_strlcpy(id, a->shared.id, sizeof id);
-        uint64_t epoch = a->shared.epoch;
+        epoch = a->shared.epoch;
+        uint64_t gen = a->shared.trainer_gen;
         pthread_mutex_unlock(&a->shared.lock);
         if (!any)
-            return;
+            break;
         if (m.is_error) {
+            flush_last(a, id, epoch); /* the steps it reached, before why it stopped */
             send_error(a, job, m.code, m.error, m.checkpoint_step, m.intact_checkpoint_step);
         } else {
-            Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
             m.report.job_id = job;
-            env.worker_id = id;
-            env.epoch = epoch;
-            env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT;
-            env.iteration_report = &m.report;
-            sc_err err;
-            sc_err_clear(&err);
-            if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
-                SC_LOG_DEBUG(LOG, "report not sent: %s", err.msg);
+            keep_last(a, &m.report, gen);
+            a->last_pending = a->last != NULL;
         }
         wk_trainer_msg_clear(&m);
+    }
+    if (a->last_pending && sc_clock_now_ns() - a->last_sent_ns >= REPORT_EVERY_MS * 1000000ull)
+        flush_last(a, id, epoch);
+}
+
+/* With a heartbeat: the last report again when none went out since the previous heartbeat
+ * and its trainer is still this worker's (the coordinator keeps the highest step it heard,
+ * so a repeat changes nothing but a lost last report). */
+static void repeat_last_report(wk_agent *a)
+{
+    bool fresh = a->sent_since_heartbeat || a->last_pending;
+    a->sent_since_heartbeat = false;
+    if (a->last == NULL || fresh)
+        return;
+    pthread_mutex_lock(&a->shared.lock);
+    bool current = a->shared.trainer != NULL && a->shared.trainer_gen == a->last_gen &&
+                   strcmp(a->shared.job_id, a->last->job_id) == 0;
+    char id[COORD_WORKER_ID_MAX];
+    sc_strlcpy(id, a->shared.id, sizeof id);
+    uint64_t epoch = a->shared.epoch;
+    pthread_mutex_unlock(&a->shared.lock);
+    if (current) {
+        send_report(a, id, epoch, a->last);
+    } else {
+        stagecraft__iteration_report__free_unpacked(a->last, NULL);
+        a->last = NULL;
     }
 }
 
@@ -528,6 +611,7 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             last_turn = now;
             if (now >= next_hb) {
                 send_heartbeat(a);
+                repeat_last_report(a);
                 next_hb = now + interval_ns;
             }
             if (now - last_ack > interval_ns * DEAD_AFTER_INTERVALS) {

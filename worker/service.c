@@ -118,6 +118,7 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     pthread_mutex_lock(&st->lock);
     old = st->trainer; /* a concurrent AssignStage: the last one wins */
     st->trainer = fresh;
+    st->trainer_gen++;
     char endpoint[RT_ENDPOINT_MAX];
     sc_strlcpy(endpoint, wk_trainer_endpoint(st->trainer), sizeof endpoint);
     sc_strlcpy(st->job_id, req->job_id, sizeof st->job_id);

@@ -32,6 +32,7 @@ typedef struct {
     char *model_json; /* owned */
     uint64_t step;
     struct wk_trainer *trainer; /* the assigned stage's trainer, or NULL */
+    uint64_t trainer_gen;       /* counts the trainers set: tells a new one from an old */
     char bind_host[256];        /* immutable: host the data-plane inbox binds */
     char checkpoint_dir[1100];  /* immutable: where stage checkpoints go */
 } wk_state;

@@ -5,6 +5,7 @@
 #  - a STOP that never arrived is sent again once the job has ended, and the worker is idle;
 #  - a worker killed and restarted at once (before it could be declared dead) holds no stage:
 #    its job recovers from its checkpoint instead of staying "running" for ever;
+#  - a lost iteration report is made up for by the repeat of the last one with a heartbeat;
 #  - a worker stopped for a while (SIGSTOP) keeps its registration when it continues.
 # The lost messages are made with the worker's fault injection (STAGECRAFT_WORKER_FAULTS).
 # Usage: test_worker_repairs.sh PATH/TO/stagecraft
@@ -17,7 +18,8 @@ start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 300
 STAGECRAFT_WORKER_FAULTS=drop-start,drop-stop start_worker lossy
 start_worker b
 b_pid=$worker_pid
-wait_alive 20 2 || fail "workers did not register"
+STAGECRAFT_WORKER_FAULTS=drop-reports start_worker quiet
+wait_alive 20 3 || fail "workers did not register"
 
 job() { # NAME WORKER STEPS
     cat <<JSON
@@ -44,33 +46,42 @@ wait_for 30 grep -q "released job job-1: stopped by the coordinator" "$work/loss
 coord_says "w-[0-9]* ('lossy') still runs a stage of job job-1, which has ended; sending STOP again" ||
     fail "the coordinator did not say it sent STOP again"
 
+# worker 'quiet' loses every iteration report as it is made: the coordinator hears only the
+# repeats of the last one that follow its heartbeats, and still sees the job to its end
+job quiet quiet 300 >"$work/quiet.json"
+"$sc" submit "$work/quiet.json" >/dev/null || fail "submit quiet"
+wait_for 60 is_state job-2 succeeded && pass "job-2 ended although its reports were lost" ||
+    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2,3p)"
+"$sc" status job-2 | grep -q "trained 300 steps" ||
+    fail "job-2's reason does not say it trained 300 steps: $("$sc" status job-2 | sed -n 2p)"
+
 # 3: worker b is killed once it has a checkpoint, and restarted at once under its name
 job restart b 4000 >"$work/restart.json"
 "$sc" submit "$work/restart.json" >/dev/null || fail "submit restart"
-has_checkpoint() { "$sc" status job-2 | grep -q "last checkpoint [1-9]"; }
-wait_for 60 has_checkpoint || fail "job-2 wrote no checkpoint: $("$sc" status job-2 | sed -n 2,3p)"
+has_checkpoint() { "$sc" status job-3 | grep -q "last checkpoint [1-9]"; }
+wait_for 60 has_checkpoint || fail "job-3 wrote no checkpoint: $("$sc" status job-3 | sed -n 2,3p)"
 kill -KILL "$b_pid"
 wait "$b_pid" 2>/dev/null
 start_worker b
 b_pid=$worker_pid
-wait_for 20 coord_says "job job-2 is recovering: worker w-[0-9]* ('b') no longer holds its stage" &&
-    pass "job-2 recovers once its restarted worker reports no stage" ||
-    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
-wait_for 120 is_state job-2 succeeded && pass "job-2 trained to the end after the restart" ||
-    fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
-"$sc" status job-2 | grep -q "from the checkpoint of step" ||
-    fail "job-2 did not resume from a checkpoint: $("$sc" status job-2 | sed -n 2p)"
+wait_for 20 coord_says "job job-3 is recovering: worker w-[0-9]* ('b') no longer holds its stage" &&
+    pass "job-3 recovers once its restarted worker reports no stage" ||
+    fail "job-3 is $(job_state job-3): $("$sc" status job-3 | sed -n 2p)"
+wait_for 120 is_state job-3 succeeded && pass "job-3 trained to the end after the restart" ||
+    fail "job-3 is $(job_state job-3): $("$sc" status job-3 | sed -n 2p)"
+"$sc" status job-3 | grep -q "from the checkpoint of step" ||
+    fail "job-3 did not resume from a checkpoint: $("$sc" status job-3 | sed -n 2p)"
 
 # 4: a stopped worker (ten missed heartbeats of its own) continues on its registration
 epoch=$(worker_epoch b)
 job pause b 4000 >"$work/pause.json"
 "$sc" submit "$work/pause.json" >/dev/null || fail "submit pause"
-wait_for 60 is_state job-3 running || fail "job-3 is $(job_state job-3), not running"
+wait_for 60 is_state job-4 running || fail "job-4 is $(job_state job-4), not running"
 kill -STOP "$b_pid"
 sleep 2
 kill -CONT "$b_pid"
-wait_for 120 is_state job-3 succeeded && pass "job-3 trained through its worker's pause" ||
-    fail "job-3 is $(job_state job-3): $("$sc" status job-3 | sed -n 2p)"
+wait_for 120 is_state job-4 succeeded && pass "job-4 trained through its worker's pause" ||
+    fail "job-4 is $(job_state job-4): $("$sc" status job-4 | sed -n 2p)"
 [ "$(worker_epoch b)" = "$epoch" ] && pass "worker b kept its registration (epoch $epoch)" ||
     fail "worker b registered again after its pause: epoch $epoch -> $(worker_epoch b)"
 finish
