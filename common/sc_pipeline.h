@@ -37,4 +37,25 @@ static inline int sc_pipeline_copy_slots(int after, int copies, int microbatches
     return slots;
 }
 
+/* The sliced schedule (1F1B with the first k micro-batches cut in halves, each half a unit of
+ * its own): the warm-up forwards, in units, of a stage whose 1F1B warm-up is `warm`
+ * micro-batches (sc_pipeline_warmup): as many units as cover `warm` micro-batches' worth of
+ * samples, halves counted as halves, at most `units` (the 2k halves plus the m - k whole
+ * micro-batches). The halves let the next stage start sooner; they do not shorten the warm-up
+ * (counted as whole micro-batches, they would leave the first stage idle, waiting for its first
+ * backward). A stage then holds at most warm + 1 consecutive units, a copy every r-th of them:
+ * sc_pipeline_sliced_copy_slots. */
+static inline int sc_pipeline_sliced_warmup(int warm, int k, int units)
+{
+    int n = warm <= k ? 2 * warm : warm + k;
+    return n < units ? n : units;
+}
+
+static inline int sc_pipeline_sliced_copy_slots(int after, int copies, int k, int units)
+{
+    int warm = sc_pipeline_sliced_warmup(sc_pipeline_warmup(after, copies), k, units);
+    int window = (warm + copies) / copies, share = (units + copies - 1) / copies;
+    return window < share ? window : share;
+}
+
 #endif /* SC_PIPELINE_H */

@@ -193,12 +193,8 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
             break;
         case PLAN_SCHED_SLICED: {
             /* warm-up covers p-st-1 (W_st) micro-batches' worth of samples, halves counted as
-             * halves */
-            double need = warm_rr, have = 0;
-            int warm = 0;
-            while (warm < s->n_units && have + 1e-9 < need)
-                have += s->frac[warm++];
-            one_f_one_b(s, st, warm, 0);
+             * halves: the runtime's rule */
+            one_f_one_b(s, st, sc_pipeline_sliced_warmup(warm_rr, sliced, s->n_units), 0);
             break;
         }
         default:

@@ -581,6 +581,46 @@ static int lockstep_busy(const rt_schedule *s, const int *reps, const int *work,
  * B4..B7; copy k runs F(k) F(k+4) B(k) B(k+4) and holds 2. One stage before 4 copies: W_0 = 4
  * again, stage 0 holds 5, each copy of stage 1 one; with the textbook warm-up stage 0 would hold
  * 2 and at most 2 copies of stage 1 would ever have work. */
+/* Sliced, 4 stages, m = 4 with the first 3 cut in halves: 7 units (0-5 halves, 6 whole). Stage
+ * s warms up with the units covering p-s-1 micro-batches' worth: 6, 4, 2, 0 units. */
+static void test_sliced_by_hand(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    rt_schedule *s = NULL;
+    assert_int_equal(rt_schedule_new_sliced(&s, 4, 7, 3, NULL, &err), SC_OK);
+    static const int warm[] = {6, 4, 2, 0}, slots[] = {7, 5, 3, 1};
+    for (int st = 0; st < 4; st++) {
+        int f = 0, first_b = -1;
+        for (int i = 0; i < s->count[st] && first_b < 0; i++) {
+            if (s->actions[st][i].kind == RT_ACT_B)
+                first_b = f;
+            else if (s->actions[st][i].kind == RT_ACT_F)
+                f++;
+        }
+        /* forwards before the first backward: the warm-up and the one that pairs with it */
+        assert_int_equal(first_b, warm[st] + 1 < 7 ? warm[st] + 1 : 7);
+        assert_int_equal(s->slots[st], slots[st]);
+        assert_int_equal(rt_schedule_sliced_slots_bound(4, NULL, st, 7, 3), slots[st]);
+    }
+    assert_int_equal(rt_schedule_validate_replicas(s, NULL, &err), SC_OK);
+    rt_schedule_destroy(&s);
+    /* no halves: the 1f1b lists */
+    rt_schedule *plain = NULL;
+    assert_int_equal(rt_schedule_new_sliced(&s, 4, 4, 0, NULL, &err), SC_OK);
+    assert_int_equal(rt_schedule_new(&plain, RT_SCHED_1F1B, 4, 4, &err), SC_OK);
+    for (int st = 0; st < 4; st++) {
+        assert_int_equal(s->count[st], plain->count[st]);
+        assert_memory_equal(s->actions[st], plain->actions[st],
+                            (size_t)s->count[st] * sizeof *s->actions[st]);
+    }
+    rt_schedule_destroy(&s);
+    rt_schedule_destroy(&plain);
+    assert_int_equal(rt_schedule_new_sliced(&s, 4, 7, 4, NULL, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "valid: 0 to 3"));
+}
+
 static void test_1f1b_replicated_by_hand(void **state)
 {
     (void)state;
@@ -660,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_pipedream_lists_rejects),
         cmocka_unit_test(test_1f1b_replicated_lists),
         cmocka_unit_test(test_1f1b_replicated_by_hand),
+        cmocka_unit_test(test_sliced_by_hand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

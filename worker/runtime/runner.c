@@ -102,6 +102,7 @@ struct rt_runner {
     bool group;      /* some replica count around this stage is > 1: the routed transports */
     rt_action *acts; /* [nacts] */
     int nacts;
+    int halved;                /* sliced: the first `halved` micro-batches run as 2 halves each */
     int own_mbs;               /* micro-batches this replica runs */
     int own_samples;           /* their samples */
     rt_transport_cfg link_cfg; /* for the send-only links below */
@@ -393,6 +394,14 @@ static sc_status plan_pipedream(rt_runner *r, sc_err *err)
  * rt_schedule_validate_replicas). 1f1b's warm-up counts the copies of every later stage
  * (rt_schedule_new_replicated), so a replicated 1f1b or sliced stage with stages beyond its next
  * one needs the vector. */
+/* The synchronous lists: gpipe or 1f1b over r->m micro-batches, or sliced (r->halved > 0). */
+static sc_status new_schedule(rt_runner *r, rt_schedule_kind skind, sc_err *err)
+{
+    if (r->halved > 0)
+        return rt_schedule_new_sliced(&r->sched, r->p, r->m, r->halved, r->stage_reps, err);
+    return rt_schedule_new_replicated(&r->sched, skind, r->p, r->m, r->stage_reps, err);
+}
+
 static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_schedule_kind skind,
                                sc_err *err)
 {
@@ -417,7 +426,7 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_schedule
     if (!r->group) {
         /* the copies of stages further on still set the warm-up (1, 1, 4: stage 0 warms up
          * with 5 forwards) */
-        SC_CHECK(rt_schedule_new_replicated(&r->sched, skind, r->p, r->m, r->stage_reps, err));
+        SC_CHECK(new_schedule(r, skind, err));
         r->own_mbs = r->m;
         r->own_samples = r->batch;
         r->slots = r->sched->slots[r->s];
@@ -433,7 +442,7 @@ static sc_status plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_schedule
                        "next_replicas %d) but only %d micro-batches; every replica needs one: "
                        "microbatches >= replicas",
                        most, r->s, r->nrep, r->nrep_prev, r->nrep_next, r->m);
-    SC_CHECK(rt_schedule_new_replicated(&r->sched, skind, r->p, r->m, r->stage_reps, err));
+    SC_CHECK(new_schedule(r, skind, err));
     SC_CHECK(rt_schedule_validate_replicas(r->sched, r->stage_reps, err));
     SC_CHECK(
         rt_schedule_restrict(r->sched, r->s, r->nrep, r->rep, &r->acts, &r->nacts, &r->slots, err));
@@ -485,6 +494,7 @@ static sc_status plan_microbatches(rt_runner *r, const rt_runner_cfg *c, bool sl
             k = m;
     }
     r->m = m + k;
+    r->halved = k;
     r->mb_size = calloc((size_t)r->m, sizeof *r->mb_size);
     r->mb_off = calloc((size_t)r->m, sizeof *r->mb_off);
     if (r->mb_size == NULL || r->mb_off == NULL)
@@ -843,8 +853,10 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         SC_CHECK(plan_backward_actions(r, err));
     /* pipedream: the stream crosses steps: W_s / r_s + 1 (p-s unreplicated) whatever m;
      * plan_pipedream's dry runs checked a copy never holds more */
-    int bound = rt_schedule_slots_bound(r->pipedream ? RT_SCHED_PIPEDREAM : skind, r->p,
-                                        r->stage_reps, r->s, r->m);
+    int bound = r->halved > 0
+                    ? rt_schedule_sliced_slots_bound(r->p, r->stage_reps, r->s, r->m, r->halved)
+                    : rt_schedule_slots_bound(r->pipedream ? RT_SCHED_PIPEDREAM : skind, r->p,
+                                              r->stage_reps, r->s, r->m);
     if (r->slots > bound)
         return SC_ERRF(err, SC_ERR_INTERNAL,
                        "schedule %s needs %d activation slots on stage %d, "

@@ -65,6 +65,13 @@ int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, const int *replic
     return sc_pipeline_copy_slots(after, r, kind == RT_SCHED_PIPEDREAM ? 0 : microbatches);
 }
 
+int rt_schedule_sliced_slots_bound(int stages, const int *replicas, int stage, int units,
+                                   int sliced)
+{
+    int r = replicas != NULL ? replicas[stage] : 1;
+    return sc_pipeline_sliced_copy_slots(copies_after(stages, replicas, stage), r, sliced, units);
+}
+
 void rt_schedule_destroy(rt_schedule **sp)
 {
     if (sp == NULL || *sp == NULL)
@@ -134,8 +141,9 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
     return rt_schedule_new_replicated(out, kind, stages, microbatches, NULL, err);
 }
 
-sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
-                                     int microbatches, const int *replicas, sc_err *err)
+/* rt_schedule_new_replicated, and with sliced > 0 rt_schedule_new_sliced's lists (1f1b only). */
+static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int stages,
+                                int microbatches, int sliced, const int *replicas, sc_err *err)
 {
     *out = NULL;
     if (kind != RT_SCHED_GPIPE && kind != RT_SCHED_1F1B)
@@ -166,6 +174,8 @@ sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, i
             /* 1F1B-RR's warm-up: p-st-1 unreplicated, enough to busy every copy downstream */
             int warm = sc_pipeline_warmup(copies_after(stages, replicas, st),
                                           replicas != NULL ? replicas[st] : 1);
+            if (sliced > 0) /* the same micro-batches' worth, halves counted as halves */
+                warm = sc_pipeline_sliced_warmup(warm, sliced, microbatches);
             if (warm > microbatches)
                 warm = microbatches;
             int f = 0, b = 0;
@@ -187,6 +197,24 @@ sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, i
     }
     *out = s;
     return SC_OK;
+}
+
+sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
+                                     int microbatches, const int *replicas, sc_err *err)
+{
+    return schedule_build(out, kind, stages, microbatches, 0, replicas, err);
+}
+
+sc_status rt_schedule_new_sliced(rt_schedule **out, int stages, int units, int sliced,
+                                 const int *replicas, sc_err *err)
+{
+    *out = NULL;
+    if (sliced < 0 || 2 * sliced > units)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "sliced schedule: %d halved micro-batches in %d units; valid: 0 to %d (two "
+                       "units each)",
+                       sliced, units, units / 2);
+    return schedule_build(out, RT_SCHED_1F1B, stages, units, sliced, replicas, err);
 }
 
 int rt_schedule_pipedream_warmup(int stages, const int *replicas, int stage)

@@ -85,6 +85,15 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
  * copies of all stages after it, and lists built for different vectors may deadlock. */
 sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
                                      int microbatches, const int *replicas, sc_err *err);
+/* The sliced schedule: 1f1b over `units` units, of which the first 2 * `sliced` are the halves
+ * of the first `sliced` micro-batches (units = m + sliced). Stage s warms up with as many units
+ * as cover its 1f1b warm-up in micro-batches' worth, halves counted as halves
+ * (sc_pipeline_sliced_warmup, the rule the planner simulates), not with W_s units. */
+sc_status rt_schedule_new_sliced(rt_schedule **out, int stages, int units, int sliced,
+                                 const int *replicas, sc_err *err);
+/* The activation slots one copy of `stage` needs under it (sc_pipeline_sliced_copy_slots). */
+int rt_schedule_sliced_slots_bound(int stages, const int *replicas, int stage, int units,
+                                   int sliced);
 void rt_schedule_destroy(rt_schedule **s);
 
 /* Validates any schedule (also hand-made ones, for tests); fills s->slots. A synchronous list has

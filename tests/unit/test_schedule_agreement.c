@@ -1,0 +1,117 @@
+/*
+ * The planner simulates the schedules the runtime runs: for every synchronous schedule (gpipe,
+ * 1f1b, sliced), with and without replicated stages, the planner's per-stage order of forwards
+ * and backwards (coordinator/planner/plan_schedule) equals the runtime's action lists
+ * (worker/runtime/schedule), unit for unit.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+
+#include "coordinator/planner/plan_schedule.h"
+#include "worker/runtime/schedule.h"
+
+/* The forwards and backwards of stage st, in order, as +1+unit (F) and -1-unit (B). */
+static int runtime_order(const rt_schedule *s, int st, int *out)
+{
+    int n = 0;
+    for (int i = 0; i < s->count[st]; i++) {
+        const rt_action *a = &s->actions[st][i];
+        if (a->kind == RT_ACT_F)
+            out[n++] = 1 + a->mb;
+        else if (a->kind == RT_ACT_B)
+            out[n++] = -1 - a->mb;
+    }
+    return n;
+}
+
+static int planner_order(const plan_schedule *s, int st, int *out)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_actions[st]; i++) {
+        const plan_action *a = &s->actions[st][i];
+        if (a->kind == PLAN_ACT_F)
+            out[n++] = 1 + a->unit;
+        else if (a->kind == PLAN_ACT_B)
+            out[n++] = -1 - a->unit;
+    }
+    return n;
+}
+
+/* kind: 0 gpipe, 1 1f1b, 2 sliced with k halved micro-batches. */
+static void check(int kind, int p, int m, int k, const int *replicas)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    rt_schedule *rs = NULL;
+    plan_schedule *ps = NULL;
+    plan_sched_kind pk = kind == 0   ? PLAN_SCHED_GPIPE
+                         : kind == 1 ? PLAN_SCHED_1F1B
+                                     : PLAN_SCHED_SLICED;
+    sc_status rc = kind == 2
+                       ? rt_schedule_new_sliced(&rs, p, m + k, k, replicas, &err)
+                       : rt_schedule_new_replicated(&rs, kind == 0 ? RT_SCHED_GPIPE : RT_SCHED_1F1B,
+                                                    p, m, replicas, &err);
+    if (rc != SC_OK)
+        fail_msg("runtime p=%d m=%d k=%d kind %d: %s", p, m, k, kind, err.msg);
+    if (plan_schedule_build_replicated(&ps, pk, p, m, kind == 2 ? k : 0, replicas, &err) != SC_OK)
+        fail_msg("planner p=%d m=%d k=%d kind %d: %s", p, m, k, kind, err.msg);
+    int a[64], b[64];
+    for (int st = 0; st < p; st++) {
+        int na = runtime_order(rs, st, a), nb = planner_order(ps, st, b);
+        if (na != nb)
+            fail_msg("p=%d m=%d k=%d kind %d stage %d: runtime %d actions, planner %d", p, m, k,
+                     kind, st, na, nb);
+        for (int i = 0; i < na; i++)
+            if (a[i] != b[i])
+                fail_msg("p=%d m=%d k=%d kind %d stage %d action %d: runtime %d, planner %d", p, m,
+                         k, kind, st, i, a[i], b[i]);
+    }
+    rt_schedule_destroy(&rs);
+    plan_schedule_destroy(&ps);
+}
+
+static void test_unreplicated(void **state)
+{
+    (void)state;
+    for (int p = 1; p <= 6; p++)
+        for (int m = 1; m <= 10; m++) {
+            check(0, p, m, 0, NULL);
+            check(1, p, m, 0, NULL);
+            for (int k = 0; k <= m && m + k <= 20; k++)
+                check(2, p, m, k, NULL);
+        }
+}
+
+static void test_replicated(void **state)
+{
+    (void)state;
+    static const int vecs[][4] = {{2, 1, 1, 1}, {1, 2, 1, 1}, {1, 1, 4, 1}, {2, 2, 1, 1},
+                                  {3, 1, 2, 1}, {1, 1, 1, 3}, {4, 2, 1, 1}};
+    for (size_t v = 0; v < sizeof vecs / sizeof vecs[0]; v++)
+        for (int p = 2; p <= 4; p++)
+            for (int m = 4; m <= 12; m++) {
+                int most = 1;
+                for (int st = 0; st < p; st++)
+                    most = vecs[v][st] > most ? vecs[v][st] : most;
+                if (m < most)
+                    continue;
+                check(0, p, m, 0, vecs[v]);
+                check(1, p, m, 0, vecs[v]);
+                for (int k = 1; k <= p - 1 && k <= m; k++)
+                    check(2, p, m, k, vecs[v]);
+            }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unreplicated),
+        cmocka_unit_test(test_replicated),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
