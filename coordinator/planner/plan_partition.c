@@ -721,6 +721,9 @@ static int dp_extract(const dp_tables *t, const int *order, int d, int L, plan_p
     return 0;
 }
 
+/* The most copies of one stage any DP gives (hetero's max_rep). */
+#define DP_MAX_COPIES 8
+
 /* The longest run (at most max_rep) of same-type, same-server devices ending at position d-1
  * of `order`: the devices one replicated stage may take there. */
 static int same_run(const plan_cluster *cl, const int *order, int d, int max_rep)
@@ -753,6 +756,17 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
         int type = dev_type(c, order[d - 1]);
         double mem = dev_memory(c, order[d - 1]);
         double intra = cl->servers[cl->devices[order[d - 1]].server].intra_bw_bytes_per_s;
+        /* what depends on the row and the copies alone, out of the loops over blocks: the
+         * stages from this one on take the devices s0..D-1 at most */
+        double inflight[DP_MAX_COPIES + 1], bw_in[DP_MAX_COPIES + 1];
+        int versions[DP_MAX_COPIES + 1];
+        assert(run <= DP_MAX_COPIES);
+        for (int r = 1; r <= run; r++) {
+            int s0 = d - r; /* position of the stage's first device */
+            inflight[r] = search_stash(cfg, D, D - s0, r);
+            versions[r] = plan_weight_versions(cfg->sched, D - s0, r);
+            bw_in[r] = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
+        }
         for (int n = 1; n <= L; n++) {
             double best = cap;
             int bk = -1, br = 1;
@@ -760,7 +774,6 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
                 if (!plan_replicas_runnable(cfg->sched, cfg->n_micro, r))
                     continue;   /* copies the runtime would refuse for this micro-batch count */
                 int s0 = d - r; /* position of the stage's first device */
-                double bw_in = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
                 const double *prevrow = f + (size_t)s0 * W;
                 for (int k = n - 1; k >= 0; k--) {
                     double work = plan_cost_work(c, type, k, n - 1);
@@ -769,8 +782,8 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
                                       : work;
                     if (ts >= best)
                         break;
-                    /* the stages from this one on take the devices s0..D-1 at most */
-                    if (dp_memory(cfg, k, n - 1, D, D - s0, r) > mem) {
+                    /* dp_memory, its counts computed above */
+                    if (plan_cost_memory(c, k, n - 1, inflight[r], versions[r]) > mem) {
                         if (mem_cut != NULL)
                             *mem_cut = 1;
                         break;
@@ -779,8 +792,8 @@ static double dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *orde
                     if (prev >= best)
                         continue;
                     double v = prev > ts ? prev : ts;
-                    if (s0 > 0) {
-                        double cut = 2.0 * c->act_bytes[k - 1] / bw_in;
+                    if (s0 > 0 && v < best) {
+                        double cut = 2.0 * c->act_bytes[k - 1] / bw_in[r];
                         if (cut > v)
                             v = cut;
                     }
@@ -2430,7 +2443,7 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
             double w = plan_cost_work(c, dev_type(c, d), l, l);
             biggest = w > biggest ? w : biggest;
         }
-    h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb ? 8 : 1;
+    h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb ? DP_MAX_COPIES : 1;
 
     /* 1. the cluster's own order */
     for (int d = 0; d < D; d++)
