@@ -472,14 +472,6 @@ sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_clust
     return SC_OK;
 }
 
-double plan_cost_memory(const plan_cost *c, int first, int last, double inflight,
-                        int weight_versions)
-{
-    double params = plan_cost_params(c, first, last);
-    return params * (PLAN_PARAM_COPIES + weight_versions) +
-           plan_cost_stash(c, first, last) * inflight;
-}
-
 double plan_cost_cut_one_way(const plan_cost *c, int last, int a, int b)
 {
     if (a == b)

@@ -160,9 +160,14 @@ static inline double plan_cost_stash(const plan_cost *c, int first, int last)
 #define PLAN_PARAM_COPIES 4.0
 
 /* Memory of a stage holding blocks first..last with `inflight` micro-batches stashed and
- * `weight_versions` extra weight copies (PipeDream's stashing; 0 otherwise). */
-double plan_cost_memory(const plan_cost *c, int first, int last, double inflight,
-                        int weight_versions);
+ * `weight_versions` extra weight copies (PipeDream's stashing; 0 otherwise). Inline: the
+ * searches call it in their innermost loops. */
+static inline double plan_cost_memory(const plan_cost *c, int first, int last, double inflight,
+                                      int weight_versions)
+{
+    return plan_cost_params(c, first, last) * (PLAN_PARAM_COPIES + weight_versions) +
+           plan_cost_stash(c, first, last) * inflight;
+}
 
 /* Time to move one micro-batch's activation (and, backward, its gradient) across the cut
  * after block `last` between devices a and b: act / bw each way; 0 when a == b. */

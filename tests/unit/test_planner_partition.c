@@ -1,5 +1,6 @@
 /* coordinator/planner/plan_partition: every strategy against brute force or hand-computed
- * optima: minmax == brute force on random chains, exhaustive == minmax on one server, hetero
+ * optima: minmax == brute force on random chains (and, with memory limits that bind, on
+ * unequal devices under every schedule), exhaustive == minmax on one server, hetero
  * within 1% of exhaustive on random heterogeneous clusters, PipeDream's objective on a small
  * chain and on hand-made branching graphs (antichain states), memory as a hard limit, and the
  * lower bound below every plan. */
@@ -159,6 +160,112 @@ static void test_minmax_matches_brute_force(void **state)
         assert_true(plan_lower_bound(x.cost) <= want * (1 + 1e-12));
         inst_free(&x);
     }
+}
+
+/* The least bottleneck over every composition into d <= max_d stages on devices 0..d-1 in
+ * order that fits memory with its own stage count (plan_partition_check_memory); *fewest: the
+ * fewest stages that reach it. HUGE_VAL when none fits. */
+static double brute_in_order_fit(const inst *x, int max_d, int *fewest)
+{
+    int L = x->prof->n_blocks;
+    double best = HUGE_VAL;
+    plan_partition *p = NULL;
+    sc_err err;
+    assert_int_equal(plan_partition_new(&p, L, x->cl->n_devices, &err), SC_OK);
+    *fewest = 0;
+    for (unsigned mask = 0; mask < (1u << (L - 1)); mask++) {
+        int d = __builtin_popcount(mask) + 1;
+        if (d > max_d)
+            continue;
+        plan_partition_clear(p);
+        int first = 0, s = 0;
+        for (int l = 0; l < L; l++)
+            if (l == L - 1 || (mask >> l & 1)) {
+                plan_partition_push(p, first, l, &s, 1);
+                s++;
+                first = l + 1;
+            }
+        if (plan_partition_check_memory(&x->cfg, p, &err) != SC_OK)
+            continue;
+        double v = plan_partition_bottleneck(x->cost, p);
+        if (v < best || (v == best && d < *fewest)) {
+            best = v;
+            *fewest = d;
+        }
+    }
+    plan_partition_destroy(&p);
+    return best;
+}
+
+/* minmax on unequal devices whose memory binds: every stage count, schedule and stage cap,
+ * and block times drawn from few values so that plans tie; the fewest devices win a tie. */
+static void test_minmax_memory_matches_brute_force(void **state)
+{
+    (void)state;
+    sc_err err;
+    const plan_sched_kind kinds[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_PIPEDREAM,
+                                     PLAN_SCHED_SLICED};
+    int solved = 0, bound_by_memory = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        int L = 1 + (int)(urand() * 10), D = 1 + (int)(urand() * 6), coarse = trial % 3 == 0;
+        plan_profile *p = random_chain(L);
+        double need = 0;
+        for (int l = 0; l < L; l++) {
+            if (coarse) {
+                p->blocks[l].forward_s = 1 + (int)(urand() * 3);
+                p->blocks[l].backward_s = 2 * p->blocks[l].forward_s;
+                p->blocks[l].activation_bytes = 1e6 * (1 + (int)(urand() * 2));
+                p->blocks[l].stash_bytes = p->blocks[l].activation_bytes;
+            }
+            need += PLAN_PARAM_COPIES * p->blocks[l].parameter_bytes + p->blocks[l].stash_bytes;
+        }
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_new_empty(&c, &err), SC_OK);
+        int types[8], n_types = 1 + (int)(urand() * 3);
+        const char *names[] = {"a", "b", "c"};
+        for (int t = 0; t < n_types; t++) {
+            /* one to nine fair shares of the model with one micro-batch stashed */
+            double mem = urand() < 0.1 ? 0 : need / D * (1 + 8 * urand());
+            assert_int_equal(
+                plan_cluster_add_type(c, names[t], coarse ? 1 : 0.3 + 2 * urand(), mem, NULL, &err),
+                SC_OK);
+        }
+        for (int i = 0; i < D; i++)
+            types[i] = (int)(urand() * n_types);
+        int n0 = (int)(urand() * D);
+        if (n0 > 0)
+            assert_int_equal(plan_cluster_add_server(c, "s0", 1e10, 1e9, types, n0, &err), SC_OK);
+        assert_int_equal(plan_cluster_add_server(c, "s1", 5e9, 2e9, types + n0, D - n0, &err),
+                         SC_OK);
+        inst x;
+        inst_init(&x, p, c);
+        x.cfg.sched = kinds[trial % 4];
+        x.cfg.n_micro = 1 + (int)(urand() * 8);
+        x.cfg.max_stages = urand() < 0.25 ? 1 + (int)(urand() * D) : 0;
+        int max_d = x.cfg.max_stages > 0 ? x.cfg.max_stages : D, fewest;
+        double want = brute_in_order_fit(&x, max_d, &fewest);
+        /* the same instance without memory limits, to count the trials where memory binds */
+        double free_best = brute_in_order(&x);
+        sc_err_clear(&err);
+        sc_status rc = plan_partition_minmax(&x.cfg, x.part, &err);
+        if (!isfinite(want)) {
+            assert_int_equal(rc, SC_ERR_TOO_LARGE);
+            assert_true(x.part->no_fit);
+        } else {
+            assert_int_equal(rc, SC_OK);
+            assert_valid(&x, x.part);
+            assert_int_equal(plan_partition_check_memory(&x.cfg, x.part, &err), SC_OK);
+            assert_true(x.part->objective_s == want);
+            assert_true(plan_partition_bottleneck(x.cost, x.part) == want);
+            assert_int_equal(x.part->n_stages, fewest);
+            solved++;
+            bound_by_memory += max_d == D && want > free_best;
+        }
+        inst_free(&x);
+    }
+    /* the instances exercise what they are for */
+    assert_true(solved >= 350);
+    assert_true(bound_by_memory >= 40);
 }
 
 static void test_exhaustive_and_baselines(void **state)
@@ -853,6 +960,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minmax_matches_brute_force),
+        cmocka_unit_test(test_minmax_memory_matches_brute_force),
         cmocka_unit_test(test_exhaustive_and_baselines),
         cmocka_unit_test(test_blockpartition_identical_blocks),
         cmocka_unit_test(test_hetero_near_exhaustive),
