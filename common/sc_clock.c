@@ -16,6 +16,13 @@ double sc_clock_now_s(void)
     return (double)sc_clock_now_ns() * 1e-9;
 }
 
+int64_t sc_clock_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void sc_clock_sleep_ms(uint64_t ms)
 {
     struct timespec req = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};

@@ -1,6 +1,7 @@
 /*
  * Monotonic clock. Never goes backwards, unaffected by wall-clock changes; use it for
- * timeouts, deadlines and measured durations. Wall-clock time is only for logs.
+ * timeouts, deadlines and measured durations. Wall-clock time (sc_clock_unix_ms) is only for
+ * logs, records and ids that must differ across restarts.
  */
 #ifndef SC_CLOCK_H
 #define SC_CLOCK_H
@@ -12,6 +13,9 @@ uint64_t sc_clock_now_ns(void);
 
 /* Same clock, in seconds. */
 double sc_clock_now_s(void);
+
+/* Wall-clock milliseconds since 1970 (CLOCK_REALTIME). */
+int64_t sc_clock_unix_ms(void);
 
 /* Sleeps for `ms` milliseconds, resuming after signals. */
 void sc_clock_sleep_ms(uint64_t ms);

@@ -53,6 +53,7 @@ typedef struct {
     bool finished;             /* the job succeeded; figures kept for status */
     char *start_payload;       /* the START command's payload, sent again when one is lost */
     uint64_t resume_step;      /* the START command's step */
+    uint64_t run;              /* this start's id (START payload "run"; stamped on reports) */
 } coord_progress;
 
 struct coord {
@@ -73,6 +74,7 @@ struct coord {
     coord_cmd *cmd_head, *cmd_tail;
     coord_progress running[COORD_MAX_RUNNING];
     size_t n_running;
+    uint64_t last_run; /* the id of the latest start (coord_progress.run) */
     /* jobs a driver thread is taking through profiling, planning and assignment: each has a
      * thread of its own, so a worker that does not answer holds up only its own job */
     char driving[COORD_MAX_DRIVING][COORD_ID_MAX];
@@ -112,6 +114,10 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
 
 /* Under c->lock: the progress of a running job, or NULL. */
 coord_progress *coord_jobs_progress(coord *c, const char *job_id);
+
+/* Under c->lock: whether an error of `run` (0: of no particular run, e.g. a START refused)
+ * concerns job `job_id` as it is now: a run's error counts only while that run trains. */
+bool coord_jobs_run_is_current(coord *c, const char *job_id, uint64_t run);
 
 /* Under c->lock: forgets every job's progress (the coordinator stops). */
 void coord_jobs_progress_clear(coord *c);

@@ -713,6 +713,14 @@ void coord_jobs_progress_clear(coord *c)
         progress_remove(c, c->n_running - 1);
 }
 
+bool coord_jobs_run_is_current(coord *c, const char *job_id, uint64_t run)
+{
+    if (run == 0)
+        return true;
+    const coord_progress *p = coord_jobs_progress(c, job_id);
+    return p != NULL && !p->finished && p->run == run;
+}
+
 coord_progress *coord_jobs_progress(coord *c, const char *job_id)
 {
     for (size_t i = 0; i < c->n_running; i++)
@@ -793,10 +801,18 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
     size_t n_stages = json_array_size(json_object_get(plan, "stages"));
-    json_t *payload = json_pack("{s:O, s:I, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
-                                (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
-                                "checkpoint_every", (json_int_t)spec->checkpoint_every,
-                                "checkpoint_keep", (json_int_t)spec->checkpoint_keep);
+    /* this start's id: distinct from every earlier one, also across coordinator restarts
+     * (milliseconds since the epoch, times 1000), and below 2^53 so that JSON keeps it exact */
+    pthread_mutex_lock(&c->lock);
+    uint64_t run = (uint64_t)sc_clock_unix_ms() * 1000u;
+    run = run > c->last_run ? run : c->last_run + 1;
+    c->last_run = run;
+    pthread_mutex_unlock(&c->lock);
+    json_t *payload =
+        json_pack("{s:O, s:I, s:I, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
+                  (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
+                  "checkpoint_every", (json_int_t)spec->checkpoint_every, "checkpoint_keep",
+                  (json_int_t)spec->checkpoint_keep, "run", (json_int_t)run);
     char *text = json_dumps(payload, JSON_COMPACT);
     char reason[COORD_REASON_MAX], from[64] = "";
     if (resume_step > 0)
@@ -849,6 +865,7 @@ static void start_training(coord *c, const char *id, const coord_jobspec *spec,
         p->complete_sent = resume_step;
         p->start_payload = payload_copy;
         p->resume_step = resume_step;
+        p->run = run;
         payload_copy = NULL;
         p->checkpoint_error_stage = -1;
         /* a failure of an earlier run: this one reports its own */
@@ -904,8 +921,9 @@ static void checkpoint_error_report(coord *c, coord_progress *p,
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
 {
     coord_progress *p = coord_jobs_progress(c, r->job_id);
-    if (p == NULL || p->finished || (int)r->stage >= p->n_stages ||
-        (int)r->replica >= p->replicas[r->stage])
+    /* a report of an earlier run of the job (before a re-plan), still on its way, is stale */
+    if (p == NULL || p->finished || (r->run != 0 && r->run != p->run) ||
+        (int)r->stage >= p->n_stages || (int)r->replica >= p->replicas[r->stage])
         return;
     int s = (int)r->stage, k = (int)r->replica;
     if (r->step > p->step[s][k])

@@ -6,6 +6,8 @@
  */
 #include "coordinator/registry.h"
 
+#include "common/sc_clock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,13 +101,6 @@ coord_worker *coord_registry_at(coord_registry *reg, size_t i)
     return i < reg->n ? &reg->workers[i] : NULL;
 }
 
-static int64_t unix_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static sc_status set_hardware(coord_worker *w, const coord_worker_rec *req, sc_err *err)
 {
     uint8_t *hw = NULL;
@@ -176,7 +171,7 @@ sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *r
         sc_strfmt(w->rec.id, sizeof w->rec.id, "w-%llu", (unsigned long long)reg->next_id++);
         sc_strlcpy(w->rec.name, req->name, sizeof w->rec.name);
         w->rec.epoch = 1;
-        w->rec.registered_unix_ms = unix_ms();
+        w->rec.registered_unix_ms = sc_clock_unix_ms();
         sc_status rc = set_hardware(w, req, err);
         if (rc != SC_OK) {
             reg->n--;
@@ -187,7 +182,7 @@ sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *r
     sc_strlcpy(w->rec.endpoint, req->endpoint, sizeof w->rec.endpoint);
     w->state = COORD_WORKER_ALIVE;
     w->last_heartbeat_ns = now_ns;
-    w->last_heartbeat_unix_ms = unix_ms();
+    w->last_heartbeat_unix_ms = sc_clock_unix_ms();
     w->disagree_since_ns = w->repaired_ns = 0;
     *out = w;
     return SC_OK;
@@ -231,7 +226,7 @@ sc_status coord_registry_heartbeat(coord_registry *reg, const char *id, uint64_t
                        "worker %s was declared dead; it must register again", id);
     w->state = COORD_WORKER_ALIVE;
     w->last_heartbeat_ns = now_ns;
-    w->last_heartbeat_unix_ms = unix_ms();
+    w->last_heartbeat_unix_ms = sc_clock_unix_ms();
     *out = w;
     return SC_OK;
 }

@@ -56,8 +56,9 @@ struct wk_agent {
     /* Fault injection for tests of the coordinator's repairs: STAGECRAFT_WORKER_FAULTS lists
      * "drop-start" and/or "drop-stop" (comma-separated): the first START / STOP command is
      * ignored, as if the network had lost it; "drop-reports": iteration reports go out only
-     * as the repeats that follow heartbeats (repeat_last_report). */
-    bool drop_start, drop_stop, drop_reports;
+     * as the repeats that follow heartbeats (repeat_last_report); "drop-errors": the first
+     * error of a trainer is lost, and only its repeats go out. */
+    bool drop_start, drop_stop, drop_reports, drop_errors;
     /* The last iteration report sent, of trainer generation last_gen (wk_state.trainer_gen):
      * sent again with a heartbeat when no newer one went out since the previous heartbeat,
      * while that trainer is still the worker's. A lost last report (the stage's final step)
@@ -70,6 +71,12 @@ struct wk_agent {
      * coordinator's queue); last_pending: a->last has not gone out yet. */
     bool last_pending;
     uint64_t last_sent_ns;
+    /* The error that stopped the trainer of generation failed_gen: repeated with every
+     * heartbeat while the worker holds that trainer (the coordinator acts on it once, for the
+     * run it names), so a lost error cannot leave its job running. */
+    wk_trainer_msg failed;
+    uint64_t failed_gen;
+    bool has_failed;
 };
 
 /* ---- id file -------------------------------------------------------------------------------- */
@@ -198,6 +205,7 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         a->drop_start = strstr(faults, "drop-start") != NULL;
         a->drop_stop = strstr(faults, "drop-stop") != NULL;
         a->drop_reports = strstr(faults, "drop-reports") != NULL;
+        a->drop_errors = strstr(faults, "drop-errors") != NULL;
         SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: messages are lost on purpose", faults);
     }
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
@@ -353,7 +361,7 @@ static void send_heartbeat(wk_agent *a)
 /* An Error envelope about a job: the coordinator decides from `code` (an sc_status name)
  * whether to re-plan or to fail the job. */
 static void send_error(wk_agent *a, const char *job_id, sc_status code, const char *msg,
-                       uint64_t checkpoint_step, uint64_t intact_checkpoint_step)
+                       uint64_t checkpoint_step, uint64_t intact_checkpoint_step, uint64_t run)
 {
     Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
     Stagecraft__Error e = STAGECRAFT__ERROR__INIT;
@@ -363,6 +371,7 @@ static void send_error(wk_agent *a, const char *job_id, sc_status code, const ch
     e.message = text;
     e.checkpoint_step = checkpoint_step;
     e.intact_checkpoint_step = intact_checkpoint_step;
+    e.run = run;
     pthread_mutex_lock(&a->shared.lock);
     char id[COORD_WORKER_ID_MAX];
     sc_strlcpy(id, a->shared.id, sizeof id);
@@ -441,7 +450,18 @@ static void send_reports(wk_agent *a)
             break;
         if (m.is_error) {
             flush_last(a, id, epoch); /* the steps it reached, before why it stopped */
-            send_error(a, job, m.code, m.error, m.checkpoint_step, m.intact_checkpoint_step);
+            if (a->drop_errors) {     /* fault injection: lost; the repeats bring it */
+                a->drop_errors = false;
+                SC_LOG_WARN(LOG, "fault injection: error of job %s not sent: %s", job, m.error);
+            } else
+                send_error(a, job, m.code, m.error, m.checkpoint_step, m.intact_checkpoint_step,
+                           m.run);
+            a->failed = m;
+            a->failed.report.grad_l1_per_block = NULL; /* owned by m, cleared below */
+            a->failed.report.n_grad_l1_per_block = 0;
+            a->failed.report.checkpoint_error = NULL;
+            a->failed_gen = gen;
+            a->has_failed = true;
         } else {
             m.report.job_id = job;
             keep_last(a, &m.report, gen);
@@ -456,6 +476,23 @@ static void send_reports(wk_agent *a)
 /* With a heartbeat: the last report again when none went out since the previous heartbeat
  * and its trainer is still this worker's (the coordinator keeps the highest step it heard,
  * so a repeat changes nothing but a lost last report). */
+static void repeat_error(wk_agent *a)
+{
+    if (!a->has_failed)
+        return;
+    pthread_mutex_lock(&a->shared.lock);
+    bool current = a->shared.trainer != NULL && a->shared.trainer_gen == a->failed_gen;
+    char job[COORD_WORKER_ID_MAX];
+    sc_strlcpy(job, a->shared.job_id, sizeof job);
+    pthread_mutex_unlock(&a->shared.lock);
+    if (!current) {
+        a->has_failed = false;
+        return;
+    }
+    const wk_trainer_msg *m = &a->failed;
+    send_error(a, job, m->code, m->error, m->checkpoint_step, m->intact_checkpoint_step, m->run);
+}
+
 static void repeat_last_report(wk_agent *a)
 {
     bool fresh = a->sent_since_heartbeat || a->last_pending;
@@ -530,7 +567,7 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
             if (again)
                 SC_LOG_INFO(LOG, "job %s: START again; its stage already trains", cmd->job_id);
             if (rc != SC_OK)
-                send_error(a, cmd->job_id, rc, err.msg, 0, 0);
+                send_error(a, cmd->job_id, rc, err.msg, 0, 0, 0);
         }
         if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE) {
             sc_err err;
@@ -612,6 +649,7 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             if (now >= next_hb) {
                 send_heartbeat(a);
                 repeat_last_report(a);
+                repeat_error(a);
                 next_hb = now + interval_ns;
             }
             if (now - last_ack > interval_ns * DEAD_AFTER_INTERVALS) {

@@ -28,6 +28,7 @@ struct wk_trainer {
     char checkpoint_dir[1100];
     json_t *endpoints; /* per stage, its replicas' data endpoints (from START) */
     uint64_t steps, resume_step, checkpoint_every;
+    uint64_t run;             /* the START payload's "run": stamped on every report and error */
     uint64_t checkpoint_keep; /* complete checkpoints kept (0: all); set by START */
     pthread_t thread;
     bool started;
@@ -47,6 +48,8 @@ static void push(wk_trainer *t, wk_trainer_msg *m)
         t->head = (t->head + 1) % QUEUE_MAX;
         t->count--;
     }
+    m->run = t->run;
+    m->report.run = t->run;
     t->queue[(t->head + t->count) % QUEUE_MAX] = *m;
     t->count++;
     pthread_mutex_unlock(&t->lock);
@@ -486,7 +489,7 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID, "START: stage %zu has no data endpoints", i);
         }
     }
-    double steps, resume, every, keep;
+    double steps, resume, every, keep, run;
     sc_status rc;
     if ((rc = jwhole(p, "steps", 0, 0, 9007199254740992.0, "START: steps", &steps, err)) != SC_OK ||
         (rc = jwhole(p, "resume_step", 0, 0, steps, "START: resume_step", &resume, err)) != SC_OK ||
@@ -494,7 +497,8 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
                      &every, err)) != SC_OK ||
         /* absent (an older coordinator, which never says which step is complete): keep all */
         (rc = jwhole(p, "checkpoint_keep", 0, 0, 9007199254740992.0, "START: checkpoint_keep",
-                     &keep, err)) != SC_OK) {
+                     &keep, err)) != SC_OK ||
+        (rc = jwhole(p, "run", 0, 0, 9007199254740992.0, "START: run", &run, err)) != SC_OK) {
         json_decref(p);
         return rc;
     }
@@ -503,6 +507,7 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     t->resume_step = (uint64_t)resume;
     t->checkpoint_every = (uint64_t)every;
     t->checkpoint_keep = (uint64_t)keep;
+    t->run = (uint64_t)run;
     json_decref(p);
     atomic_store(&t->step, t->resume_step);
     if (pthread_create(&t->thread, NULL, train_main, t) != 0)

@@ -56,6 +56,7 @@ typedef struct {
     /* an error resuming: the checkpoint step that did not load, and this stage's newest older
      * one that does (0: none) */
     uint64_t checkpoint_step, intact_checkpoint_step;
+    uint64_t run; /* the START payload's "run" (also in report.run) */
 } wk_trainer_msg;
 
 bool wk_trainer_pop(wk_trainer *t, wk_trainer_msg *out);

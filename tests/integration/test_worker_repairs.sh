@@ -6,6 +6,7 @@
 #  - a worker killed and restarted at once (before it could be declared dead) holds no stage:
 #    its job recovers from its checkpoint instead of staying "running" for ever;
 #  - a lost iteration report is made up for by the repeat of the last one with a heartbeat;
+#  - a lost error (a stage's neighbour vanished) is made up for by its repeats: the job recovers;
 #  - a worker stopped for a while (SIGSTOP) keeps its registration when it continues.
 # The lost messages are made with the worker's fault injection (STAGECRAFT_WORKER_FAULTS).
 # Usage: test_worker_repairs.sh PATH/TO/stagecraft
@@ -84,4 +85,27 @@ wait_for 120 is_state job-4 succeeded && pass "job-4 trained through its worker'
     fail "job-4 is $(job_state job-4): $("$sc" status job-4 | sed -n 2p)"
 [ "$(worker_epoch b)" = "$epoch" ] && pass "worker b kept its registration (epoch $epoch)" ||
     fail "worker b registered again after its pause: epoch $epoch -> $(worker_epoch b)"
+
+# 5: two stages on e0 and e1, which lose the first error their training stops with. e1 is
+# killed (and stays dead: its death would be noticed only after 60 s); e0's stage then times out
+# waiting for it, and the error that says so reaches the coordinator only as a repeat
+STAGECRAFT_WORKER_FAULTS=drop-errors start_worker e0
+STAGECRAFT_WORKER_FAULTS=drop-errors start_worker e1
+e1_pid=$worker_pid
+wait_alive 20 5 || fail "e0 and e1 did not register"
+cat >"$work/two.json" <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "two",
+ "model": {"kind": "mlp", "sizes": [32, 64, 64, 10]},
+ "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 2,
+ "strategy": "uniform", "workers": ["e0", "e1"], "steps": 1000000}
+JSON
+"$sc" submit "$work/two.json" >/dev/null || fail "submit two"
+wait_for 60 is_state job-5 running || fail "job-5 is $(job_state job-5), not running"
+"$sc" status job-5 | grep -q "on 2 stage" || fail "job-5 is not on 2 stages: $("$sc" status job-5 | sed -n 2p)"
+kill -KILL "$e1_pid"
+wait_for 40 coord_says "job job-5 is recovering: worker w-[0-9]* ('e0')" &&
+    pass "job-5 recovers from e0's error although its first sending was lost" ||
+    fail "job-5 is $(job_state job-5): $("$sc" status job-5 | sed -n 2p)"
+grep -q "fault injection: error of job job-5 not sent" "$work/e0.log" ||
+    fail "e0 did not lose its error"
 finish
