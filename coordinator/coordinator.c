@@ -447,14 +447,14 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
         coord_worker *w = coord_registry_find(c->registry, peer);
         bool current = w != NULL && w->rec.epoch == env->epoch && w->job_id[0] &&
                        coord_jobs_run_is_current(c, w->job_id, env->error->run);
-        if (current)
+        if (current) {
             SC_LOG_WARN(LOG, "worker %s reports %s: %s", peer, env->error->code,
                         env->error->message);
-        else
+            coord_jobs_worker_error(c, w, env->error);
+        } else {
             SC_LOG_DEBUG(LOG, "worker %s repeats %s of an earlier run: %s", peer, env->error->code,
                          env->error->message);
-        if (current)
-            coord_jobs_worker_error(c, w, env->error);
+        }
         pthread_mutex_unlock(&c->lock);
         break;
     }

@@ -33,6 +33,33 @@
 #define BACKOFF_MAX_MS 5000
 #define REPORT_EVERY_MS 50
 
+/* A trainer message kept by the agent (owned), with the trainer generation
+ * (wk_state.trainer_gen) and job it came from. */
+typedef struct {
+    bool has;
+    wk_trainer_msg m;
+    uint64_t gen;
+    char job[COORD_WORKER_ID_MAX];
+} kept_msg;
+
+static void kept_set(kept_msg *k, wk_trainer_msg *m, uint64_t gen, const char *job)
+{
+    if (k->has)
+        wk_trainer_msg_clear(&k->m);
+    k->m = *m; /* takes what m owns */
+    memset(m, 0, sizeof *m);
+    k->gen = gen;
+    sc_strlcpy(k->job, job, sizeof k->job);
+    k->has = true;
+}
+
+static void kept_clear(kept_msg *k)
+{
+    if (k->has)
+        wk_trainer_msg_clear(&k->m);
+    k->has = false;
+}
+
 struct wk_agent {
     char coordinator[256];
     char name[128];
@@ -59,24 +86,16 @@ struct wk_agent {
      * as the repeats that follow heartbeats (repeat_last_report); "drop-errors": the first
      * error of a trainer is lost, and only its repeats go out. */
     bool drop_start, drop_stop, drop_reports, drop_errors;
-    /* The last iteration report sent, of trainer generation last_gen (wk_state.trainer_gen):
-     * sent again with a heartbeat when no newer one went out since the previous heartbeat,
-     * while that trainer is still the worker's. A lost last report (the stage's final step)
-     * would otherwise leave its job running for ever. */
-    Stagecraft__IterationReport *last;
-    uint64_t last_gen;
-    bool sent_since_heartbeat;
-    /* Reports are coalesced: the latest goes out at most every REPORT_EVERY_MS (a small model
-     * steps thousands of times a second, and a report each would bury the heartbeats in the
-     * coordinator's queue); last_pending: a->last has not gone out yet. */
-    bool last_pending;
+    /* What the trainer last said, kept to be said again: its newest iteration report (sent at
+     * most every REPORT_EVERY_MS, since a small model steps thousands of times a second and a
+     * report each buried the heartbeats in the coordinator's queue; repeated with a heartbeat
+     * after which no newer one went out, so a lost final report cannot leave its job running)
+     * and the error that stopped it (repeated with every heartbeat; the coordinator acts on it
+     * once, for the run it names). Both only while the worker holds that trainer. */
+    kept_msg last, failed;
+    bool last_pending;         /* `last` has not gone out yet */
+    bool sent_since_heartbeat; /* a report went out since the previous heartbeat */
     uint64_t last_sent_ns;
-    /* The error that stopped the trainer of generation failed_gen: repeated with every
-     * heartbeat while the worker holds that trainer (the coordinator acts on it once, for the
-     * run it names), so a lost error cannot leave its job running. */
-    wk_trainer_msg failed;
-    uint64_t failed_gen;
-    bool has_failed;
 };
 
 /* ---- id file -------------------------------------------------------------------------------- */
@@ -262,8 +281,8 @@ void wk_agent_destroy(wk_agent **ap)
     sc_rpc_server_destroy(&a->rpc);
     sc_rpc_client_destroy(&a->coord);
     sc_ctl_destroy(&a->ctl);
-    if (a->last)
-        stagecraft__iteration_report__free_unpacked(a->last, NULL);
+    kept_clear(&a->last);
+    kept_clear(&a->failed);
     wk_hardware_free(&a->shared.hardware);
     wk_state_release(&a->shared, NULL, "worker stopping");
     pthread_mutex_destroy(&a->shared.lock);
@@ -386,51 +405,54 @@ static void send_error(wk_agent *a, const char *job_id, sc_status code, const ch
         SC_LOG_WARN(LOG, "error report not sent: %s", err.msg);
 }
 
-static void send_report(wk_agent *a, const char *id, uint64_t epoch, Stagecraft__IterationReport *r)
+/* Whether the worker still holds the trainer `k` came from (its generation and job); fills the
+ * worker's id and epoch for sending. Takes the shared lock. */
+static bool still_holds(wk_agent *a, const kept_msg *k, char *id, uint64_t *epoch)
+{
+    pthread_mutex_lock(&a->shared.lock);
+    bool holds = a->shared.trainer != NULL && a->shared.trainer_gen == k->gen &&
+                 strcmp(a->shared.job_id, k->job) == 0;
+    sc_strlcpy(id, a->shared.id, COORD_WORKER_ID_MAX);
+    *epoch = a->shared.epoch;
+    pthread_mutex_unlock(&a->shared.lock);
+    return holds;
+}
+
+static void send_report(wk_agent *a, const char *id, uint64_t epoch)
 {
     Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
     env.worker_id = (char *)id;
     env.epoch = epoch;
     env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT;
-    env.iteration_report = r;
+    env.iteration_report = &a->last.m.report;
+    a->last.m.report.job_id = a->last.job;
     sc_err err;
     sc_err_clear(&err);
     if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
         SC_LOG_DEBUG(LOG, "report not sent: %s", err.msg);
 }
 
-/* Keeps a copy of report `r` of trainer generation `gen` as a->last. */
-static void keep_last(wk_agent *a, const Stagecraft__IterationReport *r, uint64_t gen)
+static void send_failed(wk_agent *a)
 {
-    size_t len = stagecraft__iteration_report__get_packed_size(r);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (buf == NULL)
-        return;
-    stagecraft__iteration_report__pack(r, buf);
-    Stagecraft__IterationReport *copy = stagecraft__iteration_report__unpack(NULL, len, buf);
-    free(buf);
-    if (copy == NULL)
-        return;
-    if (a->last)
-        stagecraft__iteration_report__free_unpacked(a->last, NULL);
-    a->last = copy;
-    a->last_gen = gen;
+    const wk_trainer_msg *m = &a->failed.m;
+    send_error(a, a->failed.job, m->code, m->error, m->checkpoint_step, m->intact_checkpoint_step,
+               m->run);
 }
 
-/* Sends a->last when it has not gone out yet. */
+/* Sends `last` when it has not gone out yet. */
 static void flush_last(wk_agent *a, const char *id, uint64_t epoch)
 {
     if (!a->last_pending)
         return;
     a->last_pending = false;
-    if (a->drop_reports)
-        return;
-    send_report(a, id, epoch, a->last);
-    a->sent_since_heartbeat = true;
     a->last_sent_ns = sc_clock_now_ns();
+    if (a->drop_reports)
+        return; /* fault injection: lost */
+    send_report(a, id, epoch);
+    a->sent_since_heartbeat = true;
 }
 
-/* Sends what the trainer queued: the latest iteration report (at most every REPORT_EVERY_MS;
+/* Sends what the trainer queued: the newest iteration report (at most every REPORT_EVERY_MS;
  * the coordinator keeps only the newest figures) and, at once, the error that stopped it. */
 static void send_reports(wk_agent *a)
 {
@@ -450,67 +472,44 @@ static void send_reports(wk_agent *a)
             break;
         if (m.is_error) {
             flush_last(a, id, epoch); /* the steps it reached, before why it stopped */
-            if (a->drop_errors) {     /* fault injection: lost; the repeats bring it */
+            kept_set(&a->failed, &m, gen, job);
+            if (a->drop_errors) { /* fault injection: lost; the repeats bring it */
                 a->drop_errors = false;
-                SC_LOG_WARN(LOG, "fault injection: error of job %s not sent: %s", job, m.error);
-            } else
-                send_error(a, job, m.code, m.error, m.checkpoint_step, m.intact_checkpoint_step,
-                           m.run);
-            a->failed = m;
-            a->failed.report.grad_l1_per_block = NULL; /* owned by m, cleared below */
-            a->failed.report.n_grad_l1_per_block = 0;
-            a->failed.report.checkpoint_error = NULL;
-            a->failed_gen = gen;
-            a->has_failed = true;
+                SC_LOG_WARN(LOG, "fault injection: error of job %s not sent: %s", job,
+                            a->failed.m.error);
+            } else {
+                send_failed(a);
+            }
         } else {
-            m.report.job_id = job;
-            keep_last(a, &m.report, gen);
-            a->last_pending = a->last != NULL;
+            kept_set(&a->last, &m, gen, job);
+            a->last_pending = true;
         }
-        wk_trainer_msg_clear(&m);
     }
     if (a->last_pending && sc_clock_now_ns() - a->last_sent_ns >= REPORT_EVERY_MS * 1000000ull)
         flush_last(a, id, epoch);
 }
 
 /* With a heartbeat: the last report again when none went out since the previous heartbeat
- * and its trainer is still this worker's (the coordinator keeps the highest step it heard,
- * so a repeat changes nothing but a lost last report). */
-static void repeat_error(wk_agent *a)
+ * (the coordinator keeps the highest step it heard, so a repeat changes nothing but a lost
+ * last report), and the error that stopped the trainer; each while its trainer is still the
+ * worker's. */
+static void repeat_kept(wk_agent *a)
 {
-    if (!a->has_failed)
-        return;
-    pthread_mutex_lock(&a->shared.lock);
-    bool current = a->shared.trainer != NULL && a->shared.trainer_gen == a->failed_gen;
-    char job[COORD_WORKER_ID_MAX];
-    sc_strlcpy(job, a->shared.job_id, sizeof job);
-    pthread_mutex_unlock(&a->shared.lock);
-    if (!current) {
-        a->has_failed = false;
-        return;
-    }
-    const wk_trainer_msg *m = &a->failed;
-    send_error(a, job, m->code, m->error, m->checkpoint_step, m->intact_checkpoint_step, m->run);
-}
-
-static void repeat_last_report(wk_agent *a)
-{
+    char id[COORD_WORKER_ID_MAX];
+    uint64_t epoch;
     bool fresh = a->sent_since_heartbeat || a->last_pending;
     a->sent_since_heartbeat = false;
-    if (a->last == NULL || fresh)
-        return;
-    pthread_mutex_lock(&a->shared.lock);
-    bool current = a->shared.trainer != NULL && a->shared.trainer_gen == a->last_gen &&
-                   strcmp(a->shared.job_id, a->last->job_id) == 0;
-    char id[COORD_WORKER_ID_MAX];
-    sc_strlcpy(id, a->shared.id, sizeof id);
-    uint64_t epoch = a->shared.epoch;
-    pthread_mutex_unlock(&a->shared.lock);
-    if (current) {
-        send_report(a, id, epoch, a->last);
-    } else {
-        stagecraft__iteration_report__free_unpacked(a->last, NULL);
-        a->last = NULL;
+    if (a->last.has && !fresh) {
+        if (still_holds(a, &a->last, id, &epoch))
+            send_report(a, id, epoch);
+        else
+            kept_clear(&a->last);
+    }
+    if (a->failed.has) {
+        if (still_holds(a, &a->failed, id, &epoch))
+            send_failed(a);
+        else
+            kept_clear(&a->failed);
     }
 }
 
@@ -648,8 +647,7 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             last_turn = now;
             if (now >= next_hb) {
                 send_heartbeat(a);
-                repeat_last_report(a);
-                repeat_error(a);
+                repeat_kept(a);
                 next_hb = now + interval_ns;
             }
             if (now - last_ack > interval_ns * DEAD_AFTER_INTERVALS) {

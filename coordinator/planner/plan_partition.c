@@ -263,9 +263,9 @@ static double units_before(int u, int sliced)
 double plan_stash_count_sliced(int n_stages, int s, int m, int sliced)
 {
     assert(sliced >= 0 && sliced <= m);
-    int n = m + sliced, need = n_stages - s - 1;
-    /* warm-up: the fewest units that make up `need` micro-batches */
-    int warm = need <= sliced ? 2 * need : need + sliced;
+    int n = m + sliced;
+    /* warm-up: the fewest units that make up p-s-1 micro-batches */
+    int warm = sc_pipeline_sliced_warmup(n_stages - s - 1, sliced, n);
     if (warm >= n)
         return m;
     /* then one forward, one backward: warm + 1 units in flight, the most in the last such
@@ -277,14 +277,9 @@ double plan_stash_count_sliced_copy(int after, int copies, int m, int sliced)
 {
     if (copies == 1) /* need = W = after - 1 */
         return plan_stash_count_sliced(after, 0, m, sliced);
-    /* the warm-up: the fewest units covering W micro-batches (plan_schedule_build_replicated);
-     * a stage keeps at most warm + 1 consecutive units, a copy every r-th of them, each at most
-     * one micro-batch's worth */
-    int n = m + sliced, w = sc_pipeline_warmup(after, copies);
-    int warm = w <= sliced ? 2 * w : w + sliced;
-    warm = warm < n ? warm : n;
-    int window = (warm + 1 + copies - 1) / copies, share = (n + copies - 1) / copies;
-    return window < share ? window : share;
+    /* a copy holds every r-th of the warm-up + 1 consecutive units, each at most one
+     * micro-batch's worth */
+    return sc_pipeline_sliced_copy_slots(after, copies, sliced, m + sliced);
 }
 
 /* The stash count the searches assume for a copy of a stage of `copies` copies in a plan of
