@@ -165,6 +165,27 @@ static void default_name(char *out, size_t size, const char *device)
             *p = '-';
 }
 
+/* STAGECRAFT_WORKER_FAULTS: a comma-separated list of the faults to inject (struct wk_agent). */
+static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
+{
+    static const char *const names[] = {"drop-start", "drop-stop", "drop-reports", "drop-errors"};
+    bool *flags[] = {&a->drop_start, &a->drop_stop, &a->drop_reports, &a->drop_errors};
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        size_t i = 0;
+        while (i < 4 && !(strlen(names[i]) == len && strncmp(p, names[i], len) == 0))
+            i++;
+        if (i == 4)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "STAGECRAFT_WORKER_FAULTS: unknown fault '%.*s'; valid: drop-start, "
+                           "drop-stop, drop-reports, drop-errors, separated by commas",
+                           (int)(len > 40 ? 40 : len), p);
+        *flags[i] = true;
+        p += len + (p[len] == ',');
+    }
+    return SC_OK;
+}
+
 /* The rule a job spec's worker names follow too (coordinator/jobspec.c). */
 static bool name_is_valid(const char *name)
 {
@@ -220,11 +241,9 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     if (name != a->name)
         sc_strlcpy(a->name, name, sizeof a->name);
     const char *faults = getenv("STAGECRAFT_WORKER_FAULTS");
-    if (faults != NULL) {
-        a->drop_start = strstr(faults, "drop-start") != NULL;
-        a->drop_stop = strstr(faults, "drop-stop") != NULL;
-        a->drop_reports = strstr(faults, "drop-reports") != NULL;
-        a->drop_errors = strstr(faults, "drop-errors") != NULL;
+    if (faults != NULL && faults[0] != '\0') {
+        if ((rc = parse_faults(a, faults, err)) != SC_OK)
+            goto fail;
         SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: messages are lost on purpose", faults);
     }
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);

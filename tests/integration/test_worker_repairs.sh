@@ -16,6 +16,12 @@ sc=${1:?usage: test_worker_repairs.sh PATH/TO/stagecraft}
 # a silent worker is declared dead only after 60 s: every repair below must come from the
 # heartbeats, not from a death
 start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 300
+# a misspelt fault is refused, naming the valid ones, rather than silently injecting nothing
+out=$(STAGECRAFT_WORKER_FAULTS=drop-start,drop-strat "$sc" worker --name typo --state "$work/wstate" 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "unknown fault 'drop-strat'; valid: drop-start, drop-stop" &&
+    pass "a misspelt STAGECRAFT_WORKER_FAULTS is refused" ||
+    fail "STAGECRAFT_WORKER_FAULTS=drop-start,drop-strat: exit $rc, $out"
 STAGECRAFT_WORKER_FAULTS=drop-start,drop-stop start_worker lossy
 start_worker b
 b_pid=$worker_pid
