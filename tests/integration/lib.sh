@@ -75,6 +75,28 @@ alive_is() { [ "$("$sc" workers --json | grep -c '"state": "alive"')" -eq "$1" ]
 # wait_alive SECONDS N: waits until N workers are alive.
 wait_alive() { wait_for "$1" alive_is "$2"; }
 
+# has_checkpoint DIR STAGE STEP: DIR holds a checkpoint of STAGE at STEP or later.
+has_checkpoint() {
+    local f n
+    for f in "$1"/stage"$2"-step*.ckpt; do
+        n=${f##*step}; n=${n%.ckpt}
+        [ "$n" -ge "$3" ] 2>/dev/null && return 0
+    done
+    return 1
+}
+
+# freeze_at_checkpoint SECONDS DIR STAGE STEP PID...: watches DIR without a poll interval (a
+# small job steps hundreds of times a second, so it could end between two polls) and stops
+# (SIGSTOP) the PIDs as soon as STAGE has a checkpoint of STEP or later; false if none comes
+# within SECONDS (the PIDs are stopped anyway).
+freeze_at_checkpoint() {
+    local deadline=$((SECONDS + $1)) dir=$2 stage=$3 step=$4
+    shift 4
+    until has_checkpoint "$dir" "$stage" "$step" || [ $SECONDS -ge $deadline ]; do :; done
+    kill -STOP "$@"
+    has_checkpoint "$dir" "$stage" "$step"
+}
+
 finish() {
     if [ "$failures" -ne 0 ]; then
         echo "$(basename "$0"): $failures failure(s)"

@@ -10,6 +10,7 @@ sc=${1:?usage: test_checkpoints.sh PATH/TO/stagecraft}
 state=$work/state
 start_coordinator coord "$state" --heartbeat-ms 200 --dead-after 5
 start_worker a
+a_pid=$worker_pid
 start_worker b
 b_pid=$worker_pid
 wait_alive 20 2 ||
@@ -58,9 +59,13 @@ err=$("$sc" submit "$work/bad.json" 2>&1 >/dev/null); rc=$?
 #    with the weights of an uninterrupted run
 job corrupt 40 ', "checkpoint_every": 2, "checkpoint_keep": 3' >"$work/corrupt.json"
 id=$(submit "$work/corrupt.json")
-wait_for 60 sh -c "[ \"\$('$sc' status $id --json | sed -n 's/^  \"last_checkpoint_step\": \([0-9]*\),/\1/p')\" -ge 10 ]" ||
+# the 40 steps take well under a second: freeze both workers once stage 1 has step 10, so the
+# job cannot end before b is killed
+freeze_at_checkpoint 60 "$work/wstate/checkpoints/$id" 1 10 "$a_pid" "$b_pid" ||
     fail "$id did not checkpoint step 10: $("$sc" status "$id" | sed -n 2,3p)"
+is_state "$id" running || fail "$id is $(job_state "$id") before its worker was killed"
 kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
+kill -CONT "$a_pid"
 wait_for 10 is_state "$id" recovering || fail "$id is $(job_state "$id") after its worker was killed"
 last=$(field "$id" last_checkpoint_step)
 f=$work/wstate/checkpoints/$id/stage1-step$last.ckpt

@@ -10,6 +10,7 @@ sc=${1:?usage: test_training.sh PATH/TO/stagecraft}
 state=$work/state
 start_coordinator coord "$state" --heartbeat-ms 200 --dead-after 5
 start_worker a
+a_pid=$worker_pid
 start_worker b
 b_pid=$worker_pid
 wait_alive 20 2 ||
@@ -51,10 +52,14 @@ trs=$(echo "$plan1" | sed -n 's/.*"transports":\[\([^]]*\)\].*/\1/p')
 # 2. the same job, with a worker killed mid-training and started again
 job killed 60 >"$work/killed.json"
 "$sc" submit "$work/killed.json" >/dev/null || fail "submit killed"
-step_of() { "$sc" status job-2 --json | sed -n 's/^  "step": \([0-9]*\),/\1/p'; }
-wait_for 60 sh -c "[ \"\$(\"$sc\" status job-2 --json | sed -n 's/^  \"step\": \([0-9]*\),/\1/p')\" -ge 12 ]" ||
-    fail "job-2 did not reach step 12: $("$sc" status job-2 | sed -n 2,3p)"
+# the 60 steps take about a second: freeze both workers once stage 1 has checkpointed step 20,
+# so the job cannot end before b is killed (and the reports of step 10's checkpoint, sent within
+# 50 ms, have reached the coordinator: the job resumes from it)
+freeze_at_checkpoint 60 "$work/wstate/checkpoints/job-2" 1 20 "$a_pid" "$b_pid" ||
+    fail "job-2 did not checkpoint step 20: $("$sc" status job-2 | sed -n 2,3p)"
+is_state job-2 running || fail "job-2 is $(job_state job-2) before its worker was killed"
 kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
+kill -CONT "$a_pid"
 t0=$SECONDS
 wait_for 6 is_state job-2 recovering &&
     pass "killed worker: job recovering after $((SECONDS - t0)) s (heartbeat timeout 1 s)" ||
