@@ -470,6 +470,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
             out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
         out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
         out->lower_bound_s = plan_lower_bound(cost);
+        out->lower_bound_replicated_s = plan_lower_bound_replicated(cost);
         out->throughput_samples_per_s =
             out->iteration_time_s > 0 ? batch / out->iteration_time_s : 0;
         out->ok = 1;
@@ -580,6 +581,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
         out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
     out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
     out->lower_bound_s = plan_lower_bound(cost);
+    out->lower_bound_replicated_s = plan_lower_bound_replicated(cost);
     out->ok = 1;
     goto done;
 
@@ -678,11 +680,12 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
                 ", \"schedule\": \"%s\", \"batch\": %d, \"objective_s\": %.9g, "
                 "\"bottleneck_s\": %.9g, \"iteration_time_s\": %.9g, "
                 "\"throughput_samples_per_s\": %.9g, \"bubble_fraction\": %.6f, "
-                "\"lower_bound_s\": %.9g, \"search_time_s\": %.9g, \"fits_memory\": %s",
+                "\"lower_bound_s\": %.9g, \"lower_bound_replicated_s\": %.9g, "
+                "\"search_time_s\": %.9g, \"fits_memory\": %s",
                 x->strategy == PLAN_STRAT_UMPIPE ? "unequal" : plan_sched_name(x->schedule),
                 x->batch, x->objective_s, x->bottleneck_s, x->iteration_time_s,
-                x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s, x->search_time_s,
-                x->fits_memory ? "true" : "false");
+                x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s,
+                x->lower_bound_replicated_s, x->search_time_s, x->fits_memory ? "true" : "false");
         if (x->note[0]) {
             fprintf(f, ", \"note\": ");
             json_str(f, x->note);
@@ -798,8 +801,18 @@ void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, in
                 100 * x->bubble_fraction, pm, x->search_time_s,
                 x->fits_memory ? "" : "  (exceeds memory)");
     }
-    if (n > 0 && r[0].ok)
-        fprintf(f, "lower bound on the bottleneck: %.6g s\n", r[0].lower_bound_s);
+    /* The bounds are per micro-batch, as the bottleneck is: one line per micro-batch size */
+    for (int i = 0; i < n; i++) {
+        int seen = !r[i].ok;
+        for (int j = 0; j < i && !seen; j++)
+            seen = r[j].ok && r[j].micro_size == r[i].micro_size;
+        if (seen)
+            continue;
+        fprintf(f,
+                "lower bound on the bottleneck at %.6g samples per micro-batch: %.6g s with a "
+                "device per stage, %.6g s with replicated stages\n",
+                r[i].micro_size, r[i].lower_bound_s, r[i].lower_bound_replicated_s);
+    }
 }
 
 sc_status plan_write_trace(const plan_result *r, const char *path, sc_err *err)

@@ -73,7 +73,8 @@ typedef struct plan_result {
     double iteration_time_s;
     double throughput_samples_per_s;
     double bubble_fraction;
-    double lower_bound_s;
+    double lower_bound_s;            /* plan_lower_bound: stages of one device each */
+    double lower_bound_replicated_s; /* plan_lower_bound_replicated: copies allowed */
     double search_time_s;
     int fits_memory;
     char note[160];

@@ -340,29 +340,43 @@ sc_status plan_partition_check_memory(const plan_search_cfg *cfg, const plan_par
     return SC_OK;
 }
 
-double plan_lower_bound(const plan_cost *c)
+/* The fastest device type (the one with the least total work: measured times may differ) and
+ * the sum of every device's speed. */
+static int fastest_type(const plan_cost *c, double *speed_sum)
 {
     const plan_cluster *cl = c->cluster;
     int fastest = 0;
-    double speed_sum = 0;
+    *speed_sum = 0;
     for (int d = 0; d < cl->n_devices; d++) {
         int t = cl->devices[d].type;
-        speed_sum += cl->types[t].relative_speed;
-        /* the fastest type is the one with the least total work (measured times may differ) */
+        *speed_sum += cl->types[t].relative_speed;
         if (plan_cost_work(c, t, 0, c->n_blocks - 1) <
             plan_cost_work(c, fastest, 0, c->n_blocks - 1))
             fastest = t;
     }
-    double total = plan_cost_work(c, fastest, 0, c->n_blocks - 1);
-    double fs = cl->types[fastest].relative_speed;
+    return fastest;
+}
+
+double plan_lower_bound_replicated(const plan_cost *c)
+{
+    double speed_sum;
+    int fastest = fastest_type(c, &speed_sum);
+    /* total work on the fastest device, spread over the summed speed in units of it */
+    return plan_cost_work(c, fastest, 0, c->n_blocks - 1) *
+           c->cluster->types[fastest].relative_speed / speed_sum;
+}
+
+double plan_lower_bound(const plan_cost *c)
+{
+    double speed_sum;
+    int fastest = fastest_type(c, &speed_sum);
     double biggest = 0;
     for (int l = 0; l < c->n_blocks; l++) {
         double w = plan_cost_work(c, fastest, l, l);
         if (w > biggest)
             biggest = w;
     }
-    /* total work on the fastest device, spread over the summed speed in units of it */
-    double spread = total * fs / speed_sum;
+    double spread = plan_lower_bound_replicated(c);
     return spread > biggest ? spread : biggest;
 }
 

@@ -118,8 +118,13 @@ double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partit
 sc_status plan_partition_check_memory(const plan_search_cfg *cfg, const plan_partition *p,
                                       sc_err *err);
 /* max(total work / total device speed, the largest block on the fastest device), where the
- * work is measured on the fastest device type. */
+ * work is measured on the fastest device type: no plan whose stages each run on one device has
+ * a smaller bottleneck. */
 double plan_lower_bound(const plan_cost *c);
+/* total work / total device speed alone: the bound that also holds for plans with replicated
+ * stages, whose copies split a block's micro-batches (a stage of r copies takes its work / r
+ * per micro-batch in the bottleneck). */
+double plan_lower_bound_replicated(const plan_cost *c);
 
 /* Whether the runtime runs a stage of r copies when an iteration has m micro-batches under
  * schedule k (docs/runtime.md, "Replicated stages"): the synchronous schedules route

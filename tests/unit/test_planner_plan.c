@@ -69,6 +69,7 @@ static void test_all_strategies_json(void **state)
                           "throughput_samples_per_s",
                           "bubble_fraction",
                           "lower_bound_s",
+                          "lower_bound_replicated_s",
                           "search_time_s",
                           "stages",
                           "microbatches",
@@ -628,7 +629,7 @@ static void test_replication_runtime_runs(void **state)
     const plan_sched_kind kinds[] = {PLAN_SCHED_GPIPE, PLAN_SCHED_1F1B, PLAN_SCHED_SLICED,
                                      PLAN_SCHED_PIPEDREAM};
     const int batches[] = {1, 8, 12};
-    int replicated = 0;
+    int replicated = 0, below = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
         for (size_t b = 0; b < sizeof batches / sizeof *batches; b++)
             for (int m = 0; m <= batches[b]; m++) {
@@ -651,15 +652,22 @@ static void test_replication_runtime_runs(void **state)
                                  "copies with %d micro-batches",
                                  plan_strategy_name((plan_strategy)s), plan_sched_name(kinds[k]),
                                  batches[b], m, most_replicas(r.part), r.n_micro);
-                    if (batches[b] == 1) {
+                    if (batches[b] == 1)
                         assert_int_equal(most_replicas(r.part), 1);
+                    /* each bound holds for the plans it is for: a device per stage, or any */
+                    assert_true(r.lower_bound_replicated_s <= r.lower_bound_s);
+                    assert_true(r.bottleneck_s >= r.lower_bound_replicated_s * (1 - 1e-12));
+                    if (most_replicas(r.part) == 1)
                         assert_true(r.bottleneck_s >= r.lower_bound_s * (1 - 1e-12));
-                    }
+                    else
+                        below |= r.bottleneck_s < r.lower_bound_s;
                     replicated |= most_replicas(r.part) > 1;
                     plan_result_free(&r);
                 }
             }
     assert_true(replicated); /* the rule limits replication, it does not forbid it */
+    /* copies of the heavy first block take it below the bound of a device per stage */
+    assert_true(below);
 
     /* --microbatches auto under pipedream: a partition searched at the closed form's count
      * replicates, while one micro-batch (one optimizer step) simulates faster; searched again
