@@ -155,6 +155,41 @@ static int min_count(const plan_request *req, int S)
 
 /* ---------------------------------------------------------------- umpipe */
 
+/* The largest entry (samples) whose per-sample bytes fit in `room`, at most B. */
+static int entry_cap(double room, double per_sample, int B)
+{
+    if (room < 0)
+        return 0;
+    if (per_sample <= 0 || room / per_sample >= B)
+        return B;
+    return (int)(room / per_sample);
+}
+
+/* Whether every stage of sizes (x, y) fits: its largest entry's activations (2 x samples) and,
+ * with `gather`, its gather slot's stash (plan_ga_gather_size) within the memory left (rem).
+ * *bad (when not NULL): the first stage that does not, -1 when all do. */
+static int umpipe_fits(const plan_ga_problem *prob, const int *x, const int *y, const double *rem,
+                       const double *act_ps, const double *stash_ps, int gather_slot, int *bad)
+{
+    int K = prob->max_entries;
+    for (int i = 0; i < prob->n_stages; i++) {
+        int big = 0;
+        for (int j = 0; j < K; j++) {
+            big = x[i * K + j] > big ? x[i * K + j] : big;
+            big = y[i * K + j] > big ? y[i * K + j] : big;
+        }
+        int gather = gather_slot ? plan_ga_gather_size(x + i * K, y + i * K, K) : 0;
+        if (2 * act_ps[i] * big + stash_ps[i] * gather > rem[i]) {
+            if (bad != NULL)
+                *bad = i;
+            return 0;
+        }
+    }
+    if (bad != NULL)
+        *bad = -1;
+    return 1;
+}
+
 static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_result *r,
                             sc_err *err)
 {
@@ -173,9 +208,11 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
     sc_status rc = SC_OK;
     double *fw = calloc((size_t)S * W, sizeof(double)), *bw = calloc((size_t)S * W, sizeof(double));
     double *cm = calloc((size_t)S * W, sizeof(double));
-    int *cap = calloc((size_t)S, sizeof(int));
-    plan_ga_result g = {0};
-    if (!fw || !bw || !cm || !cap) {
+    int *cap = calloc((size_t)S, sizeof(int)), *capg = calloc((size_t)S, sizeof(int));
+    double *rem = calloc((size_t)S, sizeof(double)), *act_ps = calloc((size_t)S, sizeof(double));
+    double *stash_ps = calloc((size_t)S, sizeof(double));
+    plan_ga_result g = {0}, g2 = {0};
+    if (!fw || !bw || !cm || !cap || !capg || !rem || !act_ps || !stash_ps) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory");
         goto done;
     }
@@ -203,16 +240,15 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
                     c->act_bytes[p->last[i]] * x / M / plan_cluster_bw(cl, d, d2);
             }
         }
-        double mem = cl->types[t].memory_bytes;
-        double rem = mem - PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) -
-                     plan_cost_stash(c, p->first[i], p->last[i]) / M * B;
-        double act_ps = c->act_bytes[p->last[i]] / M;
-        if (rem < 0)
-            cap[i] = 0;
-        else if (act_ps <= 0 || rem / (2 * act_ps) >= B)
-            cap[i] = B;
-        else
-            cap[i] = (int)(rem / (2 * act_ps));
+        /* memory left once the parameters and the whole batch's stash (fill-drain) are in */
+        stash_ps[i] = plan_cost_stash(c, p->first[i], p->last[i]) / M;
+        act_ps[i] = c->act_bytes[p->last[i]] / M;
+        rem[i] = cl->types[t].memory_bytes -
+                 PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) - stash_ps[i] * B;
+        /* an entry of x samples holds 2 x activations; capg also leaves room for a gather
+         * slot of as many samples (a gather slot is never larger than the largest entry) */
+        cap[i] = entry_cap(rem[i], 2 * act_ps[i], B);
+        capg[i] = entry_cap(rem[i], 2 * act_ps[i] + stash_ps[i], B);
     }
     plan_ga_problem prob = {.n_stages = S,
                             .batch = B,
@@ -224,6 +260,36 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
                             .opt_s = 0};
     plan_ga_cfg gcfg = {.population = 64, .generations = 120, .seed = 1};
     SC_CHECK_GOTO(plan_ga_run(&prob, &gcfg, &g, err), done);
+    int bad;
+    if (umpipe_fits(&prob, g.x, g.y, rem, act_ps, stash_ps, 0, NULL) &&
+        !umpipe_fits(&prob, g.x, g.y, rem, act_ps, stash_ps, 1, &bad)) {
+        /* The search's caps bound each entry, not the gather slot that a backward entry
+         * unlike every forward one runs on. Search again with room for a slot as large as the
+         * largest entry, and keep the faster of that result and the best equal split (whose
+         * entries coincide: no slot), whichever fit. */
+        prob.max_size = capg;
+        SC_CHECK_GOTO(plan_ga_run(&prob, &gcfg, &g2, err), done);
+        prob.max_size = cap;
+        int eq_fits = g.best_equal_m > 0;
+        for (int i = 0; i < S && eq_fits; i++)
+            eq_fits = (B + g.best_equal_m - 1) / g.best_equal_m <= cap[i];
+        int g2_fits = umpipe_fits(&prob, g2.x, g2.y, rem, act_ps, stash_ps, 1, NULL);
+        if (eq_fits && (!g2_fits || g.best_equal_s <= g2.time_s)) {
+            for (int i = 0; i < S; i++)
+                plan_ga_equal_split(&prob, g.best_equal_m, g.x + (size_t)i * K);
+            memcpy(g.y, g.x, (size_t)S * K * sizeof(int));
+            g.time_s = g.best_equal_s;
+        } else {
+            int *tx = g.x, *ty = g.y;
+            g.x = g2.x, g.y = g2.y, g.time_s = g2.time_s;
+            g2.x = tx, g2.y = ty;
+        }
+        size_t used = strlen(r->note);
+        snprintf(r->note + used, sizeof r->note - used,
+                 "%ssearched again: the first result's gather slot on stage %d did not fit "
+                 "memory",
+                 used ? "; " : "", bad);
+    }
     r->ga_k = K;
     r->fwd_sizes = g.x;
     r->bwd_sizes = g.y;
@@ -244,8 +310,6 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
             big = y > big ? y : big;
         }
         most = n > most ? n : most;
-        if (big > cap[i])
-            r->fits_memory = 0;
         /* a backward entry that is not exactly one forward entry runs on a gather slot holding
          * its samples' stash (the runtime's kn_stage_gather): room for the largest such entry */
         int gather = plan_ga_gather_size(r->fwd_sizes + i * K, r->bwd_sizes + i * K, K);
@@ -254,6 +318,7 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
                                   2 * c->act_bytes[p->last[i]] / M * big;
     }
     r->n_micro = most;
+    r->fits_memory = umpipe_fits(&prob, r->fwd_sizes, r->bwd_sizes, rem, act_ps, stash_ps, 1, NULL);
     /* The search's objective leaves the optimizer out; the plan's figures (and its trace) come
      * from the event simulator playing the chosen sizes with each stage's optimizer step, as
      * every other strategy's do. Without steps the two times are equal (the simulator plays
@@ -285,7 +350,8 @@ static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_re
     r->bubble_fraction = r->sim.bubble_fraction;
 done:
     plan_ga_result_free(&g);
-    free(fw), free(bw), free(cm), free(cap);
+    plan_ga_result_free(&g2);
+    free(fw), free(bw), free(cm), free(cap), free(capg), free(rem), free(act_ps), free(stash_ps);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "coordinator/planner/plan.h"
+#include "coordinator/planner/plan_ga.h"
 
 #define DATA SC_TEST_DATA_DIR "/planner/"
 
@@ -239,6 +240,63 @@ static void test_umpipe_simulated(void **state)
     plan_result_free(&r);
     plan_profile_destroy(&p);
     plan_cluster_destroy(&c);
+}
+
+/* umpipe's memory: a backward entry unlike every forward one runs on a gather slot that holds
+ * its samples' stash. Forward times linear in the size and backward ones nearly flat make the
+ * search take one-sample forward entries and one whole-batch backward entry; with memory for
+ * the batch's stash but not for that slot too, the plan searched again fits, and says so. */
+static void test_umpipe_gather_slot_memory(void **state)
+{
+    (void)state;
+    const char *json =
+        "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 1, "
+        "\"blocks\": [{\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 2, "
+        "\"activation_bytes\": 1, \"stash_bytes\": 1000, \"by_microbatch_size\": [{\"size\": 1, "
+        "\"forward_s\": 1, \"backward_s\": 2}, {\"size\": 8, \"forward_s\": 8, \"backward_s\": "
+        "2.5}]}, "
+        "{\"name\": \"b\", \"forward_s\": 1, \"backward_s\": 2, \"activation_bytes\": 1, "
+        "\"stash_bytes\": 1000, \"by_microbatch_size\": [{\"size\": 1, \"forward_s\": 1, "
+        "\"backward_s\": 2}, {\"size\": 8, \"forward_s\": 8, \"backward_s\": 2.5}]}]}";
+    sc_err err;
+    sc_err_clear(&err);
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_parse_json(&p, "gather.json", json, strlen(json), &err), SC_OK);
+    const double mems[] = {0 /* unlimited */, 14000, 12000, 9000};
+    for (size_t k = 0; k < sizeof mems / sizeof *mems; k++) {
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e9, mems[k], &err), SC_OK);
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 8,
+                            .microbatches = 8,
+                            .schedule = PLAN_SCHED_GPIPE};
+        plan_result r;
+        assert_int_equal(plan_run(&req, PLAN_STRAT_UMPIPE, &r, &err), SC_OK);
+        assert_int_equal(r.part->n_stages, 2);
+        int K = r.ga_k, slot = 0;
+        for (int s = 0; s < 2; s++) {
+            int g = plan_ga_gather_size(r.fwd_sizes + s * K, r.bwd_sizes + s * K, K);
+            slot = g > slot ? g : slot;
+            /* parameters none; the batch's stash, the slot's stash, 2 x the largest entry */
+            if (mems[k] > 0)
+                assert_true(r.peak_memory_bytes[s] <= mems[k]);
+        }
+        assert_true(r.fits_memory);
+        if (mems[k] == 0) {
+            /* unlimited: the whole batch backward in one entry, on a slot of 8 samples */
+            assert_int_equal(slot, 8);
+            assert_float_equal(r.peak_memory_bytes[0], 8000 + 8000 + 2 * 8, 1e-6);
+            assert_string_equal(r.note, "");
+        } else {
+            assert_non_null(strstr(r.note, "searched again"));
+            /* never worse than the best equal split, which needs no slot */
+            assert_true(r.objective_s <= r.ga_best_equal_s * (1 + 1e-9));
+        }
+        plan_result_free(&r);
+        plan_cluster_destroy(&c);
+    }
+    plan_profile_destroy(&p);
 }
 
 /* The profile's optimizer_s is one step per iteration after each stage's last backward: on equal
@@ -915,6 +973,7 @@ int main(void)
         cmocka_unit_test(test_all_strategies_json),
         cmocka_unit_test(test_bubble_through_driver),
         cmocka_unit_test(test_umpipe_simulated),
+        cmocka_unit_test(test_umpipe_gather_slot_memory),
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_auto_microbatches_capped),
