@@ -84,8 +84,11 @@ struct wk_agent {
      * "drop-start" and/or "drop-stop" (comma-separated): the first START / STOP command is
      * ignored, as if the network had lost it; "drop-reports": iteration reports go out only
      * as the repeats that follow heartbeats (repeat_last_report); "drop-errors": the first
-     * error of a trainer is lost, and only its repeats go out. */
-    bool drop_start, drop_stop, drop_reports, drop_errors;
+     * error of a trainer is lost, and only its repeats go out; "stale-heartbeat": the first
+     * heartbeat after a registration of epoch 2 or more carries the epoch before, as one sent
+     * just before the worker registered again would, so the coordinator refuses it (FENCED
+     * about that older epoch). */
+    bool drop_start, drop_stop, drop_reports, drop_errors, stale_heartbeat;
     /* What the trainer last said, kept to be said again: its newest iteration report (sent at
      * most every REPORT_EVERY_MS, since a small model steps thousands of times a second and a
      * report each buried the heartbeats in the coordinator's queue; repeated with a heartbeat
@@ -168,17 +171,21 @@ static void default_name(char *out, size_t size, const char *device)
 /* STAGECRAFT_WORKER_FAULTS: a comma-separated list of the faults to inject (struct wk_agent). */
 static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
 {
-    static const char *const names[] = {"drop-start", "drop-stop", "drop-reports", "drop-errors"};
-    bool *flags[] = {&a->drop_start, &a->drop_stop, &a->drop_reports, &a->drop_errors};
+    static const char *const names[] = {"drop-start", "drop-stop", "drop-reports", "drop-errors",
+                                        "stale-heartbeat"};
+    bool *flags[] = {&a->drop_start, &a->drop_stop, &a->drop_reports, &a->drop_errors,
+                     &a->stale_heartbeat};
+    enum { N_FAULTS = sizeof names / sizeof names[0] };
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
         size_t i = 0;
-        while (i < 4 && !(strlen(names[i]) == len && strncmp(p, names[i], len) == 0))
+        while (i < N_FAULTS && !(strlen(names[i]) == len && strncmp(p, names[i], len) == 0))
             i++;
-        if (i == 4)
+        if (i == N_FAULTS)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "STAGECRAFT_WORKER_FAULTS: unknown fault '%.*s'; valid: drop-start, "
-                           "drop-stop, drop-reports, drop-errors, separated by commas",
+                           "drop-stop, drop-reports, drop-errors, stale-heartbeat, separated by "
+                           "commas",
                            (int)(len > 40 ? 40 : len), p);
         *flags[i] = true;
         p += len + (p[len] == ',');
@@ -384,6 +391,12 @@ static void send_heartbeat(wk_agent *a)
     env.epoch = a->shared.epoch;
     hb.step = a->shared.trainer ? wk_trainer_step(a->shared.trainer) : a->shared.step;
     pthread_mutex_unlock(&a->shared.lock);
+    if (a->stale_heartbeat && env.epoch > 1) {
+        a->stale_heartbeat = false;
+        env.epoch--;
+        SC_LOG_WARN(LOG, "fault injection: heartbeat sent with the earlier epoch %llu",
+                    (unsigned long long)env.epoch);
+    }
     hb.state = state;
     hb.job_id = job;
     env.worker_id = id;

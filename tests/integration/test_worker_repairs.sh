@@ -7,7 +7,8 @@
 #    its job recovers from its checkpoint instead of staying "running" for ever;
 #  - a lost iteration report is made up for by the repeat of the last one with a heartbeat;
 #  - a lost error (a stage's neighbour vanished) is made up for by its repeats: the job recovers;
-#  - a worker stopped for a while (SIGSTOP) keeps its registration when it continues.
+#  - a worker stopped for a while (SIGSTOP) keeps its registration when it continues;
+#  - a refused heartbeat of a worker's earlier registration does not stop the worker.
 # The lost messages are made with the worker's fault injection (STAGECRAFT_WORKER_FAULTS).
 # Usage: test_worker_repairs.sh PATH/TO/stagecraft
 sc=${1:?usage: test_worker_repairs.sh PATH/TO/stagecraft}
@@ -114,4 +115,24 @@ wait_for 40 coord_says "job job-5 is recovering: worker w-[0-9]* ('e0')" &&
     fail "job-5 is $(job_state job-5): $("$sc" status job-5 | sed -n 2p)"
 grep -q "fault injection: error of job job-5 not sent" "$work/e0.log" ||
     fail "e0 did not lose its error"
+
+# 6: a heartbeat of a worker's earlier registration, still on its way when it registered again,
+# is refused (FENCED about that epoch); the worker, registered under the newer one, carries on.
+# The fault stamps the first heartbeat after a registration of epoch 2 or more with the epoch
+# before.
+STAGECRAFT_WORKER_FAULTS=stale-heartbeat start_worker stale
+stale_pid=$worker_pid
+wait_for 20 grep -q "registered as .* (epoch 1)" "$work/stale.log" || fail "stale did not register"
+kill -KILL "$stale_pid"
+wait "$stale_pid" 2>/dev/null
+STAGECRAFT_WORKER_FAULTS=stale-heartbeat start_worker stale
+stale_pid=$worker_pid
+wait_for 20 grep -q "a heartbeat of epoch 1 was refused after this worker registered again (epoch 2); ignored" "$work/stale.log" ||
+    fail "stale did not hear of its stale heartbeat: $(tail -n 3 "$work/stale.log")"
+coord_says "heartbeat from worker w-[0-9]* with epoch 1 refused" ||
+    fail "the coordinator did not refuse the stale heartbeat"
+sleep 1 # five heartbeats more
+kill -0 "$stale_pid" 2>/dev/null && [ "$(worker_state stale)" = alive ] &&
+    [ "$(worker_epoch stale)" = 2 ] && pass "a refused heartbeat of an earlier epoch leaves the worker registered" ||
+    fail "worker stale: $(tail -n 2 "$work/stale.log"); state $(worker_state stale), epoch $(worker_epoch stale)"
 finish
