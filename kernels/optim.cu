@@ -49,3 +49,32 @@ extern "C" int kn_adamw_step_cuda(kn_ctx *ctx, float *p, const float *g, float *
     KN_LAUNCH_CHECK();
     return 0;
 }
+
+/* per thread a double partial sum over a grid-stride range, a warp reduction, one atomic add
+ * per warp (double atomicAdd: compute capability 6.0 and up) */
+__global__ static void sq_sum_kernel(const float *x, size_t n, double *out)
+{
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double v = x[i];
+        s += v * v;
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0)
+        atomicAdd(out, s);
+}
+
+extern "C" int kn_sq_sum_add_cuda(kn_ctx *ctx, const float *x, size_t n, double *out)
+{
+    if (n == 0)
+        return 0;
+    /* a few waves of blocks: enough to fill the device, few atomics */
+    unsigned blocks = kn_blocks(n, 256);
+    if (blocks > 1024)
+        blocks = 1024;
+    sq_sum_kernel<<<blocks, 256, 0, kn_stream(ctx)>>>(x, n, out);
+    KN_LAUNCH_CHECK();
+    return 0;
+}

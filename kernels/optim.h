@@ -39,7 +39,14 @@ void kn_sgd_step_cpu(float *p, const float *g, float *v, size_t n, float lr, flo
 void kn_adamw_step_cpu(float *p, const float *g, float *m, float *v, size_t n, float lr,
                        float beta1, float beta2, float eps, float wd, int t);
 
+/* sum of x[i]^2 over n floats, each squared and added in double (the per-layer gradient
+ * statistic the freezing policy reads) */
+double kn_sq_sum_cpu(const float *x, size_t n);
+
 #ifdef SC_HAVE_CUDA
+/* adds kn_sq_sum_cpu(x, n) (in another order of additions) into *out, a double in device
+ * memory */
+int kn_sq_sum_add_cuda(kn_ctx *ctx, const float *x, size_t n, double *out);
 int kn_sgd_step_cuda(kn_ctx *ctx, float *p, const float *g, float *v, size_t n, float lr,
                      float momentum, float wd);
 int kn_adamw_step_cuda(kn_ctx *ctx, float *p, const float *g, float *m, float *v, size_t n,

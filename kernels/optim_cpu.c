@@ -43,3 +43,13 @@ void kn_adamw_step_cpu(float *p, const float *g, float *m, float *v, size_t n, f
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
     }
 }
+
+double kn_sq_sum_cpu(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        s += v * v;
+    }
+    return s;
+}

@@ -92,35 +92,22 @@ static sc_status profile_block(const kn_model *m, int bi, const kn_profile_cfg *
         pb->points[s].forward_s = median(fw, cfg->repeats);
         pb->points[s].backward_s = median(bw, cfg->repeats);
     }
-    /* The optimizer step of the block's parameters as the stage runtime takes it: gradients
-     * copied out, the update, parameters copied back in (its cost does not depend on the
+    /* The optimizer step of the block's parameters as the stage runtime takes it: the gradient
+     * norms, then the update, both on the stage's device (its cost does not depend on the
      * micro-batch size). */
-    float *host_p = malloc((b->params ? b->params : 1) * sizeof(float));
-    float *host_g = malloc((b->params ? b->params : 1) * sizeof(float));
-    if (host_p == NULL || host_g == NULL) {
-        free(host_p);
-        free(host_g);
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling %s", b->name);
-        goto out;
-    }
+    double norm;
     for (int it = 0; it < cfg->warmup + cfg->repeats && rc == SC_OK; it++) {
         double to;
         rc = kn_ctx_time_begin(ctx, err);
         if (rc == SC_OK)
-            rc = kn_stage_grads_to_host(st, host_g, err);
+            rc = kn_stage_grad_sq_norms(st, &norm, err);
         if (rc == SC_OK)
             rc = kn_stage_step(st, err);
-        if (rc == SC_OK)
-            rc = kn_stage_params_to_host(st, host_p, err);
-        if (rc == SC_OK)
-            rc = kn_stage_params_from_host(st, host_p, err);
         if (rc == SC_OK)
             rc = kn_ctx_time_end(ctx, &to, err);
         if (rc == SC_OK && it >= cfg->warmup)
             fw[it - cfg->warmup] = to;
     }
-    free(host_p);
-    free(host_g);
     if (rc != SC_OK)
         goto out;
     pb->optimizer_s = median(fw, cfg->repeats);

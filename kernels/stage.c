@@ -28,6 +28,7 @@ struct kn_stage {
     size_t *poff; /* parameter offset of each block in the stage's range */
     size_t nparams;
     float *params, *grads, *opt;
+    double *norms; /* CUDA: nb doubles on the device for kn_stage_grad_sq_norms */
     char *arena;
     size_t slot_bytes; /* a regular slot; the gather slot (if any) comes after the last one */
     int nslots;        /* cfg.slots, plus one with a gather slot */
@@ -165,6 +166,11 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
     SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[0], err), fail);
     SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[1], err), fail);
     SC_CHECK_GOTO(alloc_floats(st, st->ws_floats, &st->ws, err), fail);
+    if (gpu) {
+        void *norms;
+        SC_CHECK_GOTO(kn_ctx_alloc(st->ctx, (size_t)st->nb * sizeof(double), &norms, err), fail);
+        st->norms = norms;
+    }
     void *arena;
     size_t arena_bytes = st->slot_bytes * cfg->slots + gather_bytes;
     SC_CHECK_GOTO(kn_ctx_alloc(st->ctx, arena_bytes, &arena, err), fail);
@@ -209,6 +215,7 @@ void kn_stage_destroy(kn_stage **p)
         kn_ctx_free(st->ctx, st->gbuf[0]);
         kn_ctx_free(st->ctx, st->gbuf[1]);
         kn_ctx_free(st->ctx, st->ws);
+        kn_ctx_free(st->ctx, st->norms);
         kn_ctx_free(st->ctx, st->arena);
         kn_ctx_destroy(&st->ctx);
     }
@@ -657,6 +664,42 @@ sc_status kn_stage_grads_to_host(kn_stage *st, float *host, sc_err *err)
     return kn_ctx_download(st->ctx, host, st->grads, st->nparams * sizeof(float), err);
 }
 
+sc_status kn_stage_grads_from_host(kn_stage *st, const float *host, sc_err *err)
+{
+    return kn_ctx_upload(st->ctx, st->grads, host, st->nparams * sizeof(float), err);
+}
+
+static size_t opt_floats(const kn_stage *st);
+
+sc_status kn_stage_opt_state_to_host(kn_stage *st, float *host, sc_err *err)
+{
+    return kn_ctx_download(st->ctx, host, st->opt, opt_floats(st) * sizeof(float), err);
+}
+
+sc_status kn_stage_opt_state_from_host(kn_stage *st, const float *host, sc_err *err)
+{
+    return kn_ctx_upload(st->ctx, st->opt, host, opt_floats(st) * sizeof(float), err);
+}
+
+size_t kn_stage_opt_state_count(const kn_stage *st)
+{
+    return opt_floats(st);
+}
+
+uint64_t kn_stage_step_count(const kn_stage *st)
+{
+    return (uint64_t)st->t;
+}
+
+sc_status kn_stage_set_step_count(kn_stage *st, uint64_t steps, sc_err *err)
+{
+    if (steps > (uint64_t)INT32_MAX)
+        return SC_ERRF(err, SC_ERR_INVALID, "optimizer step count %llu too large (at most %d)",
+                       (unsigned long long)steps, INT32_MAX);
+    st->t = (int)steps;
+    return SC_OK;
+}
+
 float *kn_stage_params_device(kn_stage *st)
 {
     return st->params;
@@ -669,19 +712,24 @@ float *kn_stage_grads_device(kn_stage *st)
 
 sc_status kn_stage_grad_sq_norms(kn_stage *st, double *per_block, sc_err *err)
 {
-    float *g = malloc(st->nparams * sizeof *g + 1);
-    SC_ALLOC_CHECK(g, err);
-    sc_status rc = kn_stage_grads_to_host(st, g, err);
-    for (int i = 0; rc == SC_OK && i < st->nb; i++) {
-        double s = 0.0;
-        for (size_t j = 0; j < st->blocks[i]->params; j++) {
-            double v = g[st->poff[i] + j];
-            s += v * v;
+#ifdef SC_HAVE_CUDA
+    if (st->cfg.device.kind == KN_DEV_CUDA) {
+        /* on the device: nb doubles come back, not the gradients */
+        SC_CHECK(kn_ctx_zero(st->ctx, st->norms, (size_t)st->nb * sizeof(double), err));
+        for (int i = 0; i < st->nb; i++) {
+            int rc = kn_sq_sum_add_cuda(st->ctx, st->grads + st->poff[i], st->blocks[i]->params,
+                                        st->norms + i);
+            if (rc != 0)
+                return SC_ERRF(err, SC_ERR_CUDA, "gradient norms (%s): %s", st->blocks[i]->name,
+                               kn_cuda_error_string(rc));
         }
-        per_block[i] = s;
+        return kn_ctx_download(st->ctx, per_block, st->norms, (size_t)st->nb * sizeof(double), err);
     }
-    free(g);
-    return rc;
+#endif
+    (void)err;
+    for (int i = 0; i < st->nb; i++)
+        per_block[i] = kn_sq_sum_cpu(st->grads + st->poff[i], st->blocks[i]->params);
+    return SC_OK;
 }
 
 #define PARAM_MAGIC "SCKNPRM1"

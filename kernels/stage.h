@@ -143,6 +143,16 @@ int kn_stage_frozen_blocks(const kn_stage *st);
 sc_status kn_stage_params_to_host(kn_stage *st, float *host, sc_err *err);
 sc_status kn_stage_params_from_host(kn_stage *st, const float *host, sc_err *err);
 sc_status kn_stage_grads_to_host(kn_stage *st, float *host, sc_err *err);
+/* Replaces the gradients (an all-reduce's result, say). */
+sc_status kn_stage_grads_from_host(kn_stage *st, const float *host, sc_err *err);
+/* The optimizer state (kn_stage_opt_state_count floats: AdamW's m then v, each in parameter
+ * order; SGD's velocity) and the count of steps taken (AdamW's bias correction), for
+ * checkpoints kept by the caller. */
+size_t kn_stage_opt_state_count(const kn_stage *st);
+sc_status kn_stage_opt_state_to_host(kn_stage *st, float *host, sc_err *err);
+sc_status kn_stage_opt_state_from_host(kn_stage *st, const float *host, sc_err *err);
+uint64_t kn_stage_step_count(const kn_stage *st);
+sc_status kn_stage_set_step_count(kn_stage *st, uint64_t steps, sc_err *err);
 
 /* The one contiguous parameter and gradient allocations (device, kn_stage_param_count floats,
  * block order), for transports: all-reduce of the gradients of a replicated stage, broadcast or
@@ -151,8 +161,8 @@ float *kn_stage_params_device(kn_stage *st);
 float *kn_stage_grads_device(kn_stage *st);
 
 /* Squared L2 norm of each block's gradient (kn_stage_last_block - kn_stage_first_block + 1
- * values, in double), the per-layer statistic the freezing policy reads. Copies the gradients
- * to the host, so on a GPU call it every few steps rather than every step. */
+ * values, each square added in double: kn_sq_sum_cpu), the per-layer statistic the freezing
+ * policy reads. On a GPU the sums run on the device and only the values come back. */
 sc_status kn_stage_grad_sq_norms(kn_stage *st, double *per_block, sc_err *err);
 
 /* Parameter file: a small header (magic, block range, count, optimizer kind and step) then the

@@ -378,6 +378,27 @@ static void test_optim_gpu(void **state)
         assert_int_equal(kn_sgd_step_cuda(ctx, p_, g_, m_, n, 0.05f, 0.9f, 1e-3f), 0);
     }
     expect_close("sgd p", p_, p, n);
+    /* gradient sums of squares: added into a device double, in another order than the CPU */
+    sc_err err;
+    sc_err_clear(&err);
+    void *sum_;
+    assert_int_equal(kn_ctx_alloc(ctx, sizeof(double), &sum_, &err), SC_OK);
+    const size_t sizes[] = {1, 31, 777, 1000003};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t ns = sizes[k];
+        float *x = hrand(ns, 1), *x_ = DF(x, ns);
+        double got = -1, want = kn_sq_sum_cpu(x, ns);
+        assert_int_equal(kn_ctx_zero(ctx, sum_, sizeof(double), &err), SC_OK);
+        assert_int_equal(kn_sq_sum_add_cuda(ctx, x_, ns, (double *)sum_), 0);
+        assert_int_equal(kn_sq_sum_add_cuda(ctx, x_, 0, (double *)sum_), 0); /* adds nothing */
+        assert_int_equal(kn_ctx_download(ctx, &got, sum_, sizeof got, &err), SC_OK);
+        if (!(fabs(got - want) <= 1e-12 * want))
+            fail_msg("sum of squares of %zu floats: %.17g on the GPU, %.17g on the CPU", ns, got,
+                     want);
+        dfree(x_);
+        free(x);
+    }
+    kn_ctx_free(ctx, sum_);
     dfree(p_), dfree(g_), dfree(m_), dfree(v_);
     free(p), free(g), free(m), free(v);
 }
@@ -458,6 +479,20 @@ static void model_case(const char *text, int n, int strict)
         assert_int_equal(kn_stage_grads_to_host(sg, gg, &err), SC_OK);
         /* whole-model gradients chain a dozen ops: a looser absolute floor than one op */
         expect_grads_close(gc, gg, np, strict);
+        /* the GPU's per-block norms (summed on the device) are those of its own gradients */
+        int nb = kn_stage_last_block(sg) - kn_stage_first_block(sg) + 1;
+        double norms[64];
+        assert_true(nb <= 64);
+        assert_int_equal(kn_stage_grad_sq_norms(sg, norms, &err), SC_OK);
+        size_t off = 0;
+        for (int i = 0; i < nb; i++) {
+            size_t bp = kn_model_block(m, kn_stage_first_block(sg) + i)->params;
+            double want = kn_sq_sum_cpu(gg + off, bp);
+            if (!(fabs(norms[i] - want) <= 1e-12 * want))
+                fail_msg("block %d: gradient norm %.17g on the GPU, %.17g from its gradients", i,
+                         norms[i], want);
+            off += bp;
+        }
         assert_int_equal(kn_stage_step(sc, &err), SC_OK);
         assert_int_equal(kn_stage_step(sg, &err), SC_OK);
     }

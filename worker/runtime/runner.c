@@ -72,8 +72,12 @@ struct rt_runner {
     float *gin_buf;   /* M * in_elems: gradient of the input */
     int gin_mb;       /* micro-batch whose input gradient gin_buf holds, -1 for none */
     size_t np, nstate;
-    float *params, *grads, *state; /* host: the authoritative parameters and optimizer state */
-    uint64_t opt_t;                /* optimizer steps taken (AdamW bias correction) */
+    /* The parameters, gradients and optimizer state live on the stage's device, where the
+     * optimizer steps (kn_stage_step). Host copies: params, the newest weights under pipedream
+     * (each forward stashes them) and for checkpoints; grads, for the copies' all-reduce; state,
+     * for checkpoints. */
+    float *params, *grads, *state;
+    uint64_t opt_t; /* optimizer steps taken (AdamW bias correction), kn_stage_step_count's */
     size_t *block_off;             /* [nb] parameter offset of each block */
     double *norms;                 /* [nb] */
     bool broken;                   /* a step failed half-way */
@@ -91,6 +95,7 @@ struct rt_runner {
     uint64_t pd_base, pd_fwd, pd_bwd, pd_own_f, pd_own_b;
     int pd_warm;
     double pd_loss_own;  /* last stage with copies: own loss (x samples) of the open round */
+    bool pd_stash_loaded; /* the device holds a stash (an own backward's), not the newest */
     uint64_t *stash_g;   /* [slots] minibatch held by each slot */
     rt_pd_event *events; /* [2m + slots + p] this call's forwards and backwards */
     int n_events;
@@ -1104,34 +1109,17 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mea
     return SC_OK;
 }
 
-/* Runs the optimizer on the host copies, exactly as kn_stage_step does on the device, with the
- * gradients already in r->grads. */
+/* The optimizer step on the stage's own device (kn_stage_step), after the per-block gradient
+ * norms the reports carry. Under pipedream the host copy of the newest weights, which each
+ * forward stashes, is brought up to date. */
 static sc_status optimizer_apply(rt_runner *r, sc_err *err)
 {
-    const kn_optim_cfg *o = &r->optim;
+    SC_CHECK(kn_stage_grad_sq_norms(r->st, r->norms, err));
+    SC_CHECK(kn_stage_step(r->st, err));
     r->opt_t++;
-    for (int i = 0; i < r->nb; i++) {
-        const kn_block *b = kn_model_block(r->model, r->first_block + i);
-        double sq = 0.0;
-        for (size_t j = 0; j < b->params; j++) {
-            double g = r->grads[r->block_off[i] + j];
-            sq += g * g;
-        }
-        r->norms[i] = sq;
-        for (int k = 0; k < b->ntensors; k++) {
-            const kn_tensor *tn = &b->tensors[k];
-            size_t off = r->block_off[i] + tn->offset;
-            float wd = tn->decay ? o->weight_decay : 0.0f;
-            if (o->kind == KN_OPT_ADAMW)
-                kn_adamw_step_cpu(r->params + off, r->grads + off, r->state + off,
-                                  r->state + r->np + off, tn->count, o->lr, o->beta1, o->beta2,
-                                  o->eps, wd, (int)r->opt_t);
-            else
-                kn_sgd_step_cpu(r->params + off, r->grads + off, r->state + off, tn->count, o->lr,
-                                o->momentum, wd);
-        }
-    }
-    return kn_stage_params_from_host(r->st, r->params, err);
+    if (r->pipedream)
+        SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
+    return SC_OK;
 }
 
 /* Sizes per stage: takes the neighbour's messages, in its micro-batch order, into the gather
@@ -1309,9 +1297,10 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                              M * r->in_elems * sizeof(float), err));
         break;
     case RT_ACT_OPT:
-        SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
-        if (r->nrep > 1) {
+        if (r->nrep > 1) { /* the copies' mean gradient, through host memory */
+            SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
             SC_CHECK(allreduce_grads(r, step, -1, false, loss_sum, err));
+            SC_CHECK(kn_stage_grads_from_host(r->st, r->grads, err));
             rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
             t0 = sc_clock_now_s();
         }
@@ -1429,10 +1418,11 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
         if (r->slot_mb[slot] != mb || r->stash_g[slot] != k)
             return slot_error(r, "backward", mb, err);
         SC_CHECK(kn_stage_zero_grads(r->st, err));
-        if (r->stash_ver[slot] != r->opt_t) /* newer weights since: back to the stashed ones */
+        if (r->stash_ver[slot] != r->opt_t) { /* newer weights since: back to the stashed ones */
             SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
+            r->pd_stash_loaded = true;
+        }
         SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
-        SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
         r->slot_mb[slot] = -1;
         r->pd_own_b++;
         if (!r->first)
@@ -1454,13 +1444,19 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
     if (r->nrep > 1) {
         /* m is a multiple of nrep, so the round's minibatches are micro-batches
          * mb - nrep + 1 .. mb of one step */
+        SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
         SC_CHECK(allreduce_grads(r, step, -1 - (mb - r->nrep + 1), true, &r->pd_loss_own, err));
+        SC_CHECK(kn_stage_grads_from_host(r->st, r->grads, err));
         *loss_sum += r->pd_loss_own;
         r->pd_loss_own = 0.0;
         rep->wait_s += sc_clock_now_s() - t2; /* counted as waiting, not as the optimizer */
         t2 = sc_clock_now_s();
     }
-    /* updates the newest weights (not the stash) and uploads them */
+    /* the update is of the newest weights, not of the stash the backward ran on */
+    if (r->pd_stash_loaded) {
+        SC_CHECK(kn_stage_params_from_host(r->st, r->params, err));
+        r->pd_stash_loaded = false;
+    }
     SC_CHECK(optimizer_apply(r, err));
     rep->optimizer_s += sc_clock_now_s() - t2;
     return SC_OK;
@@ -1519,6 +1515,7 @@ static void pd_reset(rt_runner *r)
 {
     r->pd_base = r->pd_fwd = r->pd_bwd = r->pd_own_f = r->pd_own_b = 0;
     r->pd_loss_own = 0.0;
+    r->pd_stash_loaded = false;
 }
 
 sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err)
@@ -1647,11 +1644,21 @@ size_t rt_runner_param_count(const rt_runner *r)
     return r->np;
 }
 
+/* The newest weights: pipedream keeps them on the host too (the device may hold a stash for a
+ * backward); the synchronous schedules have them on the device only. */
+static sc_status newest_params(rt_runner *r, float *host, sc_err *err)
+{
+    if (r->pipedream) {
+        if (host != r->params)
+            memcpy(host, r->params, r->np * sizeof *host);
+        return SC_OK;
+    }
+    return kn_stage_params_to_host(r->st, host, err);
+}
+
 sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err)
 {
-    (void)err;
-    memcpy(host, r->params, r->np * sizeof *host);
-    return SC_OK;
+    return newest_params(r, host, err);
 }
 
 /* ---- checkpoints ---- */
@@ -1794,6 +1801,8 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
     h.opt_t = r->opt_t;
     h.nparams = r->np;
     h.nstate = r->nstate;
+    SC_CHECK(newest_params(r, r->params, err));
+    SC_CHECK(kn_stage_opt_state_to_host(r->st, r->state, err));
     h.checksum = payload_checksum(r->params, r->np, r->state, r->nstate);
     FILE *f = fopen(tmp, "wb");
     if (f == NULL)
@@ -1859,6 +1868,10 @@ sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *e
         goto out;
     }
     rc = kn_stage_params_from_host(r->st, params, err);
+    if (rc == SC_OK)
+        rc = kn_stage_opt_state_from_host(r->st, state, err);
+    if (rc == SC_OK)
+        rc = kn_stage_set_step_count(r->st, h.opt_t, err);
     if (rc == SC_OK) {
         memcpy(r->params, params, r->np * sizeof *params);
         memcpy(r->state, state, r->nstate * sizeof *state);
