@@ -2,8 +2,10 @@
  * GPU tests of the data plane: the nccl transport (one GPU: a peer that never joins times out,
  * an abort cancels the wait; two GPUs: messages both ways with sends in flight while receiving,
  * host and device buffers, an out-of-order request refused, a peer that goes away) and GPU
- * stages against the CPU (a 2-stage pipeline on cuda:0 over the local transport; on two GPUs
- * over nccl). Every test skips without the devices it needs.
+ * stages against the CPU (2- and 3-stage pipelines on cuda:0 over the local transport, whose
+ * messages then travel in device memory, and a GPU stage beside a CPU one; on two GPUs over
+ * nccl). The local transport's device payloads on their own: device and host memory both ways,
+ * out of order, to a transport without them. Every test skips without the devices it needs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -386,6 +388,103 @@ static void test_two_gpus_peer_gone(void **state)
 
 #endif /* SC_HAVE_NCCL */
 
+/* ---- the local transport with device payloads (one GPU) ---- */
+
+static rt_transport *local_new(const char *ep, bool device_payloads)
+{
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.kind = RT_TRANSPORT_LOCAL;
+    c.bind_endpoint = ep;
+    c.device = 0;
+    c.device_payloads = device_payloads;
+    c.timeout_ms = 5000;
+    rt_transport *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    if (rt_transport_new(&t, &c, &err) != SC_OK)
+        fail_msg("%s: %s", ep, err.msg);
+    return t;
+}
+
+/* Messages from and into device and host memory between two GPU stages' transports, asked
+ * for out of order, and from a GPU stage's transport to a plain one (host memory only). */
+static void test_local_device_payloads(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    sc_err err;
+    sc_err_clear(&err);
+    kn_device dev;
+    assert_int_equal(kn_device_parse("cuda:0", "device", &dev, &err), SC_OK);
+    kn_ctx *ctx = NULL;
+    assert_int_equal(kn_ctx_new(&ctx, dev, false, &err), SC_OK);
+    rt_transport *a = local_new("local://dev-a", true), *b = local_new("local://dev-b", true);
+    rt_transport *h = local_new("local://host-c", false);
+    assert_true(rt_transport_on_device(a));
+    assert_false(rt_transport_on_device(h));
+    assert_int_equal(rt_transport_connect(a, NULL, "local://dev-b", &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, "local://dev-a", "local://host-c", &err), SC_OK);
+    assert_int_equal(rt_transport_connect(h, "local://dev-b", NULL, &err), SC_OK);
+    enum { N = 3, MAXF = 4096 };
+    const size_t nf[N] = {MAXF, 10, 0};
+    float *host = malloc(MAXF * sizeof(float)), *back = malloc(MAXF * sizeof(float));
+    void *d_src, *d_dst;
+    assert_int_equal(kn_ctx_alloc(ctx, MAXF * sizeof(float), &d_src, &err), SC_OK);
+    assert_int_equal(kn_ctx_alloc(ctx, MAXF * sizeof(float), &d_dst, &err), SC_OK);
+    /* a -> b: activations of micro-batches 0..2 sent from device memory, each its own values */
+    for (int k = 0; k < N; k++) {
+        for (size_t i = 0; i < MAXF; i++)
+            host[i] = (float)(k * 100000 + (int)i);
+        assert_int_equal(kn_ctx_upload(ctx, d_src, host, MAXF * sizeof(float), &err), SC_OK);
+        assert_int_equal(
+            rt_transport_send(a, RT_MSG_ACTIVATION, 1, k, d_src, nf[k] * sizeof(float), &err),
+            SC_OK);
+    }
+    /* asked for last first; into device memory, then one into host memory */
+    for (int k = N - 1; k >= 0; k--) {
+        bool to_host = k == 0;
+        memset(back, 0, MAXF * sizeof(float));
+        assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 1, k, to_host ? back : d_dst,
+                                           nf[k] * sizeof(float), &err),
+                         SC_OK);
+        if (!to_host && nf[k] > 0)
+            assert_int_equal(kn_ctx_download(ctx, back, d_dst, nf[k] * sizeof(float), &err), SC_OK);
+        for (size_t i = 0; i < nf[k]; i++)
+            if (back[i] != (float)(k * 100000 + (int)i))
+                fail_msg("micro-batch %d, value %zu: %g", k, i, back[i]);
+    }
+    assert_int_equal(rt_transport_pending(b), 0);
+    /* b -> a: a gradient from host memory into a's device memory */
+    for (size_t i = 0; i < 10; i++)
+        host[i] = -(float)i;
+    assert_int_equal(rt_transport_send(b, RT_MSG_GRADIENT, 2, 0, host, 10 * sizeof(float), &err),
+                     SC_OK);
+    assert_int_equal(rt_transport_recv(a, RT_MSG_GRADIENT, 2, 0, d_dst, 10 * sizeof(float), &err),
+                     SC_OK);
+    assert_int_equal(kn_ctx_download(ctx, back, d_dst, 10 * sizeof(float), &err), SC_OK);
+    assert_memory_equal(back, host, 10 * sizeof(float));
+    /* b -> h (host memory only): b's device payload lands in h's host buffer */
+    for (size_t i = 0; i < MAXF; i++)
+        host[i] = (float)i * 0.5f;
+    assert_int_equal(kn_ctx_upload(ctx, d_src, host, MAXF * sizeof(float), &err), SC_OK);
+    assert_int_equal(
+        rt_transport_send(b, RT_MSG_ACTIVATION, 3, 0, d_src, MAXF * sizeof(float), &err), SC_OK);
+    memset(back, 0, MAXF * sizeof(float));
+    assert_int_equal(
+        rt_transport_recv(h, RT_MSG_ACTIVATION, 3, 0, back, MAXF * sizeof(float), &err), SC_OK);
+    assert_memory_equal(back, host, MAXF * sizeof(float));
+    /* a message still queued when every transport is gone is freed with its buffer */
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 4, 0, d_src, 64, &err), SC_OK);
+    rt_transport_destroy(&h);
+    rt_transport_destroy(&b);
+    rt_transport_destroy(&a);
+    kn_ctx_free(ctx, d_src);
+    kn_ctx_free(ctx, d_dst);
+    kn_ctx_destroy(&ctx);
+    free(host);
+    free(back);
+}
+
 /* ---- GPU stages against the CPU ---- */
 
 typedef struct {
@@ -506,6 +605,26 @@ static void test_gpu_stages_nccl(void **state)
 #endif
 }
 
+/* Three stages on one GPU over the local transport (the middle one receives and sends both
+ * ways in device memory), and a GPU stage beside a CPU stage in one process. */
+static void test_gpu_stages_local_three_and_mixed(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    enum { STEPS = 3 };
+    double cpu[STEPS], gpu[STEPS];
+    const char *on_cpu[3] = {"cpu", "cpu", "cpu"}, *on_gpu[3] = {"cuda:0", "cuda:0", "cuda:0"};
+    const char *local[3] = {"local", "local", "local"};
+    run_stages(3, on_cpu, local, NULL, STEPS, cpu);
+    run_stages(3, on_gpu, local, NULL, STEPS, gpu);
+    assert_losses_close(gpu, cpu, STEPS);
+    double cpu2[STEPS], mixed[STEPS];
+    const char *two_cpu[2] = {"cpu", "cpu"}, *gpu_cpu[2] = {"cuda:0", "cpu"};
+    run_pipeline(two_cpu, "local", STEPS, cpu2);
+    run_pipeline(gpu_cpu, "local", STEPS, mixed);
+    assert_losses_close(mixed, cpu2, STEPS);
+}
+
 /* Two GPU stages over nccl and a CPU stage over zmq in one job: the middle stage holds one
  * transport per direction. */
 static void test_gpu_cpu_mixed(void **state)
@@ -530,11 +649,16 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
 #ifdef SC_HAVE_NCCL
-        cmocka_unit_test(test_peer_never_joins),   cmocka_unit_test(test_abort_cancels),
-        cmocka_unit_test(test_two_gpus_flow),      cmocka_unit_test(test_two_gpus_out_of_order),
+        cmocka_unit_test(test_peer_never_joins),
+        cmocka_unit_test(test_abort_cancels),
+        cmocka_unit_test(test_two_gpus_flow),
+        cmocka_unit_test(test_two_gpus_out_of_order),
         cmocka_unit_test(test_two_gpus_peer_gone),
 #endif
-        cmocka_unit_test(test_gpu_stages_local),   cmocka_unit_test(test_gpu_stages_nccl),
+        cmocka_unit_test(test_local_device_payloads),
+        cmocka_unit_test(test_gpu_stages_local),
+        cmocka_unit_test(test_gpu_stages_nccl),
+        cmocka_unit_test(test_gpu_stages_local_three_and_mixed),
         cmocka_unit_test(test_gpu_cpu_mixed),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/sc_clock.h"
+#include "kernels/device.h"
 #include "worker/transport/transport.h"
 
 static rt_transport *open_one(rt_transport_kind kind, const char *ep, int timeout_ms)
@@ -297,6 +298,47 @@ static void test_bad_config(void **state)
     assert_non_null(strstr(err.msg, "\"zmq\", \"local\""));
 }
 
+/* Device payloads: for the local kind only; a build without CUDA, or a device that is not
+ * there, refuses them with a message, and a plain local transport takes host memory only. */
+static void test_device_payloads_config(void **state)
+{
+    (void)state;
+    rt_transport_cfg c = rt_transport_cfg_default();
+    rt_transport *t = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    c.device_payloads = true;
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_ERR_INVALID); /* zmq */
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "device_payloads is for the local kind"));
+    c.kind = RT_TRANSPORT_LOCAL;
+    c.bind_endpoint = "local://devp";
+    c.device = 99; /* no machine has it */
+    sc_err_clear(&err);
+    sc_status rc = rt_transport_new(&t, &c, &err);
+    assert_null(t);
+#ifdef SC_HAVE_CUDA
+    assert_int_equal(rc, SC_ERR_CUDA);
+    assert_non_null(strstr(err.msg, "local transport on cuda:99"));
+    if (kn_cuda_device_count() > 0) {
+        c.device = 0;
+        sc_err_clear(&err);
+        assert_int_equal(rt_transport_new(&t, &c, &err), SC_OK);
+        assert_true(rt_transport_on_device(t));
+        rt_transport_destroy(&t);
+    }
+#else
+    assert_int_equal(rc, SC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "need a build with CUDA"));
+#endif
+    /* the endpoint is free again after the refusals: nothing was left bound */
+    c.device_payloads = false;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_OK);
+    assert_false(rt_transport_on_device(t));
+    rt_transport_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_tag_filters_stray_messages),
         cmocka_unit_test(test_zmq_message_limit),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_device_payloads_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,15 @@ struct rt_runner {
     float *gout_buf;  /* M * out_elems: gradient of the output */
     float *gin_buf;   /* M * in_elems: gradient of the input */
     int gin_mb;       /* micro-batch whose input gradient gin_buf holds, -1 for none */
+    /* A GPU stage whose transport takes device memory (nccl; local with device payloads), on
+     * the synchronous schedules without copies or sizes per stage: activations and gradients
+     * cross that boundary from and into device buffers (in_dev, gout_dev, gin_dev, the slot's
+     * own output), never through host memory. */
+    bool dev_prev, dev_next; /* the boundary to the previous / next stage does */
+    void *in_dev;            /* M * in_elems: a received input (dev_prev) */
+    int32_t *tgt_dev;        /* M * tps: the last stage's targets (dev_prev) */
+    float *gin_dev;          /* MB * in_elems: the input gradient to send (dev_prev) */
+    float *gout_dev;         /* MB * out_elems: a received output gradient (dev_next) */
     size_t np, nstate;
     /* The parameters, gradients and optimizer state live on the stage's device, where the
      * optimizer steps (kn_stage_step). Host copies: params, the newest weights under pipedream
@@ -195,6 +204,13 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->red_sum);
     rt_data_destroy(&r->data);
     rt_schedule_destroy(&r->sched);
+    if (r->st != NULL) {
+        kn_ctx *ctx = kn_stage_ctx(r->st);
+        kn_ctx_free(ctx, r->in_dev);
+        kn_ctx_free(ctx, r->tgt_dev);
+        kn_ctx_free(ctx, r->gin_dev);
+        kn_ctx_free(ctx, r->gout_dev);
+    }
     kn_stage_destroy(&r->st);
     kn_model_destroy(&r->model);
     free(r->slot_mb);
@@ -780,6 +796,10 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
     tc.timeout_ms = c->timeout_ms;
     tc.tag = c->tag;
     tc.max_message_bytes = message_bound(r); /* nccl_side puts its own */
+    /* a GPU stage's local transport carries device memory where the runner passes it */
+    bool dev_payloads = dev.kind == KN_DEV_CUDA && !r->group && !r->pipedream && !r->resliced;
+    tc.device = dev.index;
+    tc.device_payloads = dev_payloads && tc.kind == RT_TRANSPORT_LOCAL;
     if (next_kind == tc.kind) {
         if (c->bind_endpoint != NULL)
             tc.bind_endpoint = c->bind_endpoint;
@@ -795,6 +815,7 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
         r->link_cfg = tc;
         r->link_cfg.bind_endpoint =
             tc.kind == RT_TRANSPORT_LOCAL ? "local://" : "tcp://127.0.0.1:0";
+        r->link_cfg.device_payloads = false; /* replicas exchange host gradients */
         return SC_OK;
     }
     if (r->group)
@@ -804,6 +825,7 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
                        r->s, c->transport, c->transport_next);
     rt_transport_cfg tn = tc;
     tn.kind = next_kind;
+    tn.device_payloads = dev_payloads && tn.kind == RT_TRANSPORT_LOCAL;
     tc.bind_endpoint = split_bind(tc.kind, c->bind_endpoint, false);
     tn.bind_endpoint = split_bind(tn.kind, c->bind_endpoint, true);
     if (tc.kind == RT_TRANSPORT_NCCL)
@@ -822,6 +844,34 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
     memcpy(r->endpoint, a, la);
     r->endpoint[la] = RT_ENDPOINT_SEP;
     memcpy(r->endpoint + la + 1, b, strlen(b) + 1);
+    return SC_OK;
+}
+
+/* Which boundaries a GPU stage crosses in device memory (rt_runner.dev_prev, dev_next) and its
+ * device buffers for them. */
+static sc_status device_boundaries(rt_runner *r, kn_device dev, sc_err *err)
+{
+    if (dev.kind != KN_DEV_CUDA || r->group || r->pipedream || r->resliced)
+        return SC_OK;
+    r->dev_prev = !r->first && rt_transport_on_device(r->tr);
+    r->dev_next = !r->last && rt_transport_on_device(r->tr_next != NULL ? r->tr_next : r->tr);
+    kn_ctx *ctx = kn_stage_ctx(r->st);
+    size_t M = (size_t)r->Mcap, MB = (size_t)(r->Bcap > r->Mcap ? r->Bcap : r->Mcap);
+    void *p;
+    if (r->dev_prev) {
+        SC_CHECK(kn_ctx_alloc(ctx, M * r->in_elems * 4 + 4, &p, err));
+        r->in_dev = p;
+        SC_CHECK(kn_ctx_alloc(ctx, MB * r->in_elems * sizeof(float) + 4, &p, err));
+        r->gin_dev = p;
+        if (r->last) {
+            SC_CHECK(kn_ctx_alloc(ctx, M * (size_t)r->tps * sizeof(int32_t) + 4, &p, err));
+            r->tgt_dev = p;
+        }
+    }
+    if (r->dev_next) {
+        SC_CHECK(kn_ctx_alloc(ctx, MB * r->out_elems * sizeof(float) + 4, &p, err));
+        r->gout_dev = p;
+    }
     return SC_OK;
 }
 
@@ -915,8 +965,10 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         if (!r->red_in || !r->red_sum || !r->link_prev || !r->link_next || !r->link_peer)
             return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating replica buffers");
     }
-    if (r->p > 1 || r->nrep > 1)
+    if (r->p > 1 || r->nrep > 1) {
         SC_CHECK(open_transports(r, c, dev, err));
+        SC_CHECK(device_boundaries(r, dev, err));
+    }
     return SC_OK;
 }
 
@@ -1170,6 +1222,32 @@ static sc_status slot_error(const rt_runner *r, const char *what, int mb, sc_err
                    r->s, r->rep, what, mb, slot_of(r, mb), r->slot_mb[slot_of(r, mb)], r->slots);
 }
 
+/* The forward of the synchronous schedules: the input from the data (first stage), the host
+ * buffer or, crossing its boundary in device memory, in_dev; the last stage's targets from the
+ * data. */
+static sc_status stage_forward(rt_runner *r, int slot, int n, sc_err *err)
+{
+    const int32_t *tgt = r->last ? r->tgt_buf : NULL;
+    if (!r->dev_prev)
+        return kn_stage_forward_host(r->st, slot, r->in_buf, tgt, n, err);
+    if (r->last) {
+        SC_CHECK(kn_ctx_upload(kn_stage_ctx(r->st), r->tgt_dev, r->tgt_buf,
+                               (size_t)n * (size_t)r->tps * sizeof(int32_t), err));
+        tgt = r->tgt_dev;
+    }
+    return kn_stage_forward(r->st, slot, r->in_dev, tgt, n, err);
+}
+
+/* The backward of `slot` with the received output gradient (host or, dev_next, gout_dev). */
+static sc_status stage_backward(rt_runner *r, int slot, sc_err *err)
+{
+    if (r->last)
+        return kn_stage_backward_host(r->st, slot, NULL, err);
+    if (r->dev_next)
+        return kn_stage_backward(r->st, slot, r->gout_dev, err);
+    return kn_stage_backward_host(r->st, slot, r->gout_buf, err);
+}
+
 /* Backward cut: entry j over samples [a, b), its output gradient in gout_buf. An entry that is
  * exactly forward micro-batch k runs on k's slot; any other first has its samples' activations
  * gathered from the slots of the forwards it overlaps into the gather slot. Afterwards every
@@ -1195,7 +1273,7 @@ static sc_status backward_entry(rt_runner *r, int j, int *inflight, sc_err *err)
         slot = r->slots; /* the stage's gather slot */
         SC_CHECK(kn_stage_gather(r->st, slot, r->ranges, n, err));
     }
-    SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+    SC_CHECK(stage_backward(r, slot, err));
     for (int f = 0; f < r->m; f++) {
         if (r->slot_mb[slot_of(r, f)] == f && r->mb_off[f] + r->mb_size[f] <= b) {
             r->slot_mb[slot_of(r, f)] = -1;
@@ -1229,8 +1307,10 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                             r->in_elems * 4, off, off + (int)M, r->in_buf, &rep->wait_s, err));
             break;
         }
-        SC_CHECK(rt_transport_recv(tr_dir(r, false), RT_MSG_ACTIVATION, step, mb, r->in_buf,
-                                   in_bytes, err));
+        if (r->dev_prev) /* the previous forward's copy out of in_dev has run */
+            SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err));
+        SC_CHECK(rt_transport_recv(tr_dir(r, false), RT_MSG_ACTIVATION, step, mb,
+                                   r->dev_prev ? r->in_dev : r->in_buf, in_bytes, err));
         rep->wait_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_F:
@@ -1239,8 +1319,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         if (r->first || r->last)
             SC_CHECK(rt_data_batch(r->data, step, r->mb_off[mb], (int)M,
                                    r->first ? r->in_buf : NULL, r->last ? r->tgt_buf : NULL, err));
-        SC_CHECK(kn_stage_forward_host(r->st, slot, r->in_buf, r->last ? r->tgt_buf : NULL, (int)M,
-                                       err));
+        SC_CHECK(stage_forward(r, slot, (int)M, err));
         r->slot_mb[slot] = mb;
         if (++*inflight > rep->max_inflight)
             rep->max_inflight = *inflight;
@@ -1255,6 +1334,12 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     case RT_ACT_SEND_F:
         if (r->slot_mb[slot] != mb)
             return slot_error(r, "send of the output", mb, err);
+        if (r->dev_next) { /* straight from the slot, once the forward has written it */
+            SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err));
+            SC_CHECK(send_routed(r, RT_MSG_ACTIVATION, step, mb, kn_stage_output(r->st, slot),
+                                 out_bytes, err));
+            break;
+        }
         SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
         SC_CHECK(send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf, out_bytes, err));
         break;
@@ -1265,8 +1350,11 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                             off + (int)M, r->gout_buf, &rep->wait_s, err));
             break;
         }
-        SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
-                                   out_bytes, err));
+        if (r->dev_next) /* the previous backward has read gout_dev */
+            SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err));
+        SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb,
+                                   r->dev_next ? (void *)r->gout_dev : r->gout_buf, out_bytes,
+                                   err));
         rep->wait_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_B:
@@ -1275,13 +1363,17 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         } else {
             if (r->slot_mb[slot] != mb)
                 return slot_error(r, "backward", mb, err);
-            SC_CHECK(kn_stage_backward_host(r->st, slot, r->last ? NULL : r->gout_buf, err));
+            SC_CHECK(stage_backward(r, slot, err));
             r->slot_mb[slot] = -1;
             --*inflight;
         }
         if (!r->first) {
             /* The stage keeps only the latest input gradient: take it now. */
-            SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
+            if (r->dev_prev)
+                SC_CHECK(kn_ctx_copy(kn_stage_ctx(r->st), r->gin_dev, kn_stage_grad_input(r->st),
+                                     M * r->in_elems * sizeof(float), err));
+            else
+                SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
             r->gin_mb = mb;
         }
         extra_compute(r->extra_b_s * (double)M);
@@ -1293,7 +1385,10 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                            "runner stage %d: SEND_B of micro-batch %d "
                            "after the backward of %d",
                            r->s, mb, r->gin_mb);
-        SC_CHECK(send_routed(r, RT_MSG_GRADIENT, step, mb, r->gin_buf,
+        if (r->dev_prev) /* the copy into gin_dev has run */
+            SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err));
+        SC_CHECK(send_routed(r, RT_MSG_GRADIENT, step, mb,
+                             r->dev_prev ? (const void *)r->gin_dev : r->gin_buf,
                              M * r->in_elems * sizeof(float), err));
         break;
     case RT_ACT_OPT:

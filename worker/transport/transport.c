@@ -26,6 +26,14 @@ rt_msg *rt_msg_new(size_t bytes)
     return m;
 }
 
+void rt_msg_free(rt_msg *m)
+{
+    if (m == NULL)
+        return;
+    rt_dev_release(m->dev);
+    free(m);
+}
+
 rt_transport_cfg rt_transport_cfg_default(void)
 {
     rt_transport_cfg c;
@@ -99,6 +107,17 @@ sc_status rt_transport_new(rt_transport **out, const rt_transport_cfg *cfg, sc_e
         free(t);
         return SC_ERRF(err, SC_ERR_INVALID, "transport: unknown kind %d", (int)cfg->kind);
     }
+    if (cfg->device_payloads) {
+        sc_status rc = cfg->kind != RT_TRANSPORT_LOCAL
+                           ? SC_ERRF(err, SC_ERR_INVALID,
+                                     "transport: device_payloads is for the local kind (nccl "
+                                     "always takes device memory, zmq never)")
+                           : rt_dev_open(cfg->device, &t->dev_stream, err);
+        if (rc != SC_OK) {
+            free(t);
+            return rc;
+        }
+    }
     sc_status rc = t->ops->bind(t, cfg->bind_endpoint, err);
     if (rc != SC_OK) {
         rt_transport_destroy(&t);
@@ -118,8 +137,9 @@ void rt_transport_destroy(rt_transport **tp)
     while (t->pending != NULL) {
         rt_msg *m = t->pending;
         t->pending = m->next;
-        free(m);
+        rt_msg_free(m);
     }
+    rt_dev_close(t->dev_stream);
     free(t);
     *tp = NULL;
 }
@@ -136,7 +156,7 @@ const char *rt_transport_label(const rt_transport *t)
 
 bool rt_transport_on_device(const rt_transport *t)
 {
-    return t->ops->on_device;
+    return t->ops->on_device || t->dev_stream != NULL;
 }
 
 static const char *nonempty(const char *s)
@@ -166,14 +186,27 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
         return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to send %s to",
                        rt_transport_label(t), to_next ? "next" : "previous",
                        to_next ? "activations" : "gradients");
-    rt_msg *m = rt_msg_new(bytes);
+    /* with device payloads, the payload goes to a device buffer (from host or device memory) */
+    bool dev = t->dev_stream != NULL && bytes > 0;
+    rt_msg *m = rt_msg_new(dev ? 0 : bytes);
     SC_ALLOC_CHECK(m, err);
     m->tag = t->cfg.tag;
     m->step = step;
     m->kind = (int32_t)kind;
     m->microbatch = microbatch;
-    if (bytes > 0)
+    if (dev) {
+        m->bytes = bytes;
+        m->dev_device = t->cfg.device;
+        sc_status rc = rt_dev_alloc(t->cfg.device, bytes, &m->dev, err);
+        if (rc == SC_OK)
+            rc = rt_dev_copy(t->cfg.device, t->dev_stream, m->dev, data, bytes, err);
+        if (rc != SC_OK) {
+            rt_msg_free(m);
+            return rc;
+        }
+    } else if (bytes > 0) {
         memcpy(m->data, data, bytes);
+    }
     return t->ops->send(t, m, to_next, err);
 }
 
@@ -243,7 +276,7 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
         if (got == NULL)
             continue;
         if (got->tag != t->cfg.tag) {
-            free(got); /* a stray message of another job or run */
+            rt_msg_free(got); /* a stray message of another job or run */
             continue;
         }
         if (msg_matches(got, kind, step, microbatch))
@@ -258,9 +291,14 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
                      "(do the stages agree on the model and micro-batch size?)",
                      t->endpoint, kind_name(kind), (unsigned long long)step, microbatch, m->bytes,
                      bytes);
+    else if (m->dev != NULL) /* a device payload, to host or device memory (any device) */
+        rc = rt_dev_copy(t->dev_stream != NULL ? t->cfg.device : m->dev_device, t->dev_stream, data,
+                         m->dev, bytes, err);
+    else if (bytes > 0 && t->dev_stream != NULL) /* host payload, maybe to device memory */
+        rc = rt_dev_copy(t->cfg.device, t->dev_stream, data, m->data, bytes, err);
     else if (bytes > 0)
         memcpy(data, m->data, bytes);
-    free(m);
+    rt_msg_free(m);
     return rc;
 }
 

@@ -62,6 +62,11 @@ typedef struct {
      * since device and pinned allocations while NCCL kernels run may wait for them. Larger
      * messages still work there (their staging is made when first needed). local: unused. */
     size_t max_message_bytes;
+    /* local only (CUDA builds): the stage runs on cuda:`device`, and send / recv may be given
+     * its device memory as well as host memory (rt_transport_on_device); a message then travels
+     * device to device through a buffer of a pool instead of through host memory. A neighbour
+     * without it still exchanges messages with this one (copies then cross PCIe). */
+    bool device_payloads;
 } rt_transport_cfg;
 
 typedef struct rt_transport rt_transport;
@@ -107,8 +112,9 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
 sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
                             void *data, size_t bytes, sc_err *err);
 
-/* True when send / recv may be given device pointers (the nccl backend: any pointer CUDA can
- * address, host or device memory of cfg->device); false for zmq and local (host memory only).
+/* True when send / recv may be given device pointers (the nccl backend, and local with
+ * device_payloads: any pointer CUDA can address, host or device memory of cfg->device); false
+ * for zmq and plain local (host memory only).
  * The transport orders nothing against the caller's streams: device memory given to send must
  * be fully written, and device memory given to recv no longer read, by the caller's own work
  * (kn_ctx_sync first); recv returns once the message is in place. */

@@ -16,11 +16,27 @@ typedef struct rt_msg {
     uint64_t tag, step;
     int32_t kind, microbatch;
     size_t bytes;
-    unsigned char data[]; /* bytes */
+    void *dev; /* local with device payloads: the payload, a pool buffer on dev_device;
+                * NULL: the payload is `data` */
+    int dev_device;
+    unsigned char data[]; /* bytes, unless dev */
 } rt_msg;
 
 /* Allocates a message with room for `bytes` payload bytes (NULL when out of memory). */
 rt_msg *rt_msg_new(size_t bytes);
+/* Frees a message and gives its device payload back to the pool. Accepts NULL. */
+void rt_msg_free(rt_msg *m);
+
+/* Device payloads (transport_devmem.c; CUDA builds, else SC_ERR_UNSUPPORTED): a stream of
+ * `device` per transport; pool buffers (released buffers are reused; all are freed once no
+ * transport holds a stream); a copy between any host and device pointers, done on return
+ * (stream NULL: the default stream). */
+sc_status rt_dev_open(int device, void **stream, sc_err *err);
+void rt_dev_close(void *stream);
+sc_status rt_dev_alloc(int device, size_t bytes, void **out, sc_err *err);
+void rt_dev_release(void *p);
+sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size_t bytes,
+                      sc_err *err);
 
 typedef struct {
     sc_status (*bind)(rt_transport *t, const char *endpoint, sc_err *err);
@@ -51,6 +67,7 @@ struct rt_transport {
     bool has_prev, has_next;
     rt_msg *pending; /* received, not yet asked for; owned by the user thread */
     atomic_bool aborted;
+    void *dev_stream; /* cfg.device_payloads: the copies' stream (rt_dev_open) */
 };
 
 extern const rt_transport_ops rt_transport_zmq_ops;

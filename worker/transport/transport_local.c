@@ -3,7 +3,8 @@
  * messages with a condition variable) registered by name in a process-wide registry; connecting
  * looks the neighbours' inboxes up and keeps a reference to them; a send copies the payload into
  * the neighbour's queue.
- * Does not copy device memory (callers stage through host buffers, as with zmq).
+ * With device_payloads (transport.c, transport_devmem.c) a message's payload is a device
+ * buffer: stages on GPUs exchange activations device to device.
  * Invariant: an inbox is freed only when its owner and every connected neighbour have dropped it
  * (reference count under `g_lock`), so a send to a destroyed peer fails cleanly with
  * SC_ERR_UNAVAILABLE instead of touching freed memory.
@@ -59,7 +60,7 @@ static void inbox_unref(inbox *b)
     while (b->head != NULL) {
         rt_msg *m = b->head;
         b->head = m->next;
-        free(m);
+        rt_msg_free(m);
     }
     pthread_cond_destroy(&b->cond);
     free(b);
@@ -132,7 +133,7 @@ static sc_status lt_send(rt_transport *t, rt_msg *m, bool to_next, sc_err *err)
     pthread_mutex_lock(&g_lock);
     if (b->closed) {
         pthread_mutex_unlock(&g_lock);
-        free(m);
+        rt_msg_free(m);
         return SC_ERRF(err, SC_ERR_UNAVAILABLE, "transport %s: the %s stage (%s) is gone",
                        t->endpoint, to_next ? "next" : "previous", b->name);
     }
