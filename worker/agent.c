@@ -597,8 +597,8 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
             pthread_mutex_unlock(&a->shared.lock);
             if (again)
                 SC_LOG_INFO(LOG, "job %s: START again; its stage already trains", cmd->job_id);
-            if (rc != SC_OK)
-                send_error(a, cmd->job_id, rc, err.msg, 0, 0, 0);
+            if (rc != SC_OK) /* for the run it refused: an older run's refusal is ignored */
+                send_error(a, cmd->job_id, rc, err.msg, 0, 0, wk_start_run(cmd->payload_json));
         }
         if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE) {
             sc_err err;

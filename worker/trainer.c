@@ -519,6 +519,19 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     return SC_OK;
 }
 
+uint64_t wk_start_run(const char *payload_json)
+{
+    json_t *p = payload_json != NULL ? json_loads(payload_json, 0, NULL) : NULL;
+    double run = 0;
+    sc_err ignored;
+    sc_err_clear(&ignored);
+    if (!json_is_object(p) ||
+        jwhole(p, "run", 0, 0, 9007199254740992.0, "START: run", &run, &ignored) != SC_OK)
+        run = 0;
+    json_decref(p);
+    return (uint64_t)run;
+}
+
 sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *err)
 {
     if (t->replica != 0 || t->checkpoint_keep == 0)

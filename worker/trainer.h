@@ -32,6 +32,9 @@ const char *wk_trainer_endpoint(const wk_trainer *t);
 /* Starts training from a START command's payload (stage endpoints, steps, resume step,
  * checkpoint interval). A second START restarts nothing and is refused. */
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err);
+/* The "run" of a START payload, to stamp on the error that refuses it (0 when the payload has
+ * none or cannot be read). */
+uint64_t wk_start_run(const char *payload_json);
 
 /* Every stage of the job holds the checkpoint of `step` (COMMAND_CHECKPOINT_COMPLETE): deletes
  * this stage's older checkpoints beyond the job's checkpoint_keep (rt_checkpoint_prune; only

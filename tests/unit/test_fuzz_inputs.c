@@ -650,6 +650,34 @@ static void expect_assign_refused(const char *plan, const char *job, const char 
         fail_msg("refusal \"%s\" lacks \"%s\"", err.msg, needle);
 }
 
+static void target_start_run(const char *text, size_t len)
+{
+    (void)len;
+    uint64_t run = wk_start_run(text); /* never crashes; any value is a whole number */
+    n_accepted += run != 0;
+    if (run > 9007199254740992ull) {
+        report_input();
+        fail_msg("run %llu past 2^53", (unsigned long long)run);
+    }
+}
+
+/* The run a START payload names, stamped on the error that refuses it; 0 for none. */
+static void test_start_run(void **state)
+{
+    (void)state;
+    assert_int_equal(wk_start_run("{\"steps\": 10, \"run\": 1763971200000123}"),
+                     1763971200000123ull);
+    assert_int_equal(wk_start_run("{\"steps\": 10}"), 0);
+    assert_int_equal(wk_start_run("{\"run\": -3}"), 0);
+    assert_int_equal(wk_start_run("{\"run\": 2.5}"), 0);
+    assert_int_equal(wk_start_run("{\"run\": \"7\"}"), 0);
+    assert_int_equal(wk_start_run("[7]"), 0);
+    assert_int_equal(wk_start_run("{\"run\": 7"), 0);
+    assert_int_equal(wk_start_run(NULL), 0);
+    run_fuzz("{\"stage_endpoints\": [\"tcp://127.0.0.1:1\"], \"steps\": 10, \"run\": 42}",
+             target_start_run);
+}
+
 static void test_assignment(void **state)
 {
     (void)state;
@@ -756,7 +784,7 @@ int main(void)
         cmocka_unit_test(test_profile_json), cmocka_unit_test(test_profile_graph),
         cmocka_unit_test(test_cluster),      cmocka_unit_test(test_job),
         cmocka_unit_test(test_models),       cmocka_unit_test(test_topology),
-        cmocka_unit_test(test_assignment),
+        cmocka_unit_test(test_assignment),   cmocka_unit_test(test_start_run),
     };
     const char *only = getenv("STAGECRAFT_FUZZ_ONLY");
     if (only != NULL && *only != '\0')
