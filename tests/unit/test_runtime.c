@@ -49,6 +49,9 @@ typedef struct {
     int slice_k;      /* schedule "sliced": warm-up micro-batches cut in halves */
 } run_spec;
 
+/* Runners take the device-memory data path (rt_runner_cfg.stage_memory_path). */
+static bool g_stage_memory_path;
+
 /* Micro-batches the runner runs: m, plus one per sliced warm-up micro-batch. */
 static int effective_microbatches(const run_spec *rs)
 {
@@ -112,6 +115,7 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.timeout_ms = 20000;
     c.microbatch_sizes = rs->sizes;
     c.sliced_warmup = rs->slice_k;
+    c.stage_memory_path = g_stage_memory_path;
     if (g_per_stage != NULL) {
         c.microbatch_sizes = g_per_stage->sizes[stage];
         c.microbatches = g_per_stage->counts[stage];
@@ -378,6 +382,38 @@ static void test_equivalence_gpt(void **state)
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_equivalence(&specs[i]);
+}
+
+/* The data path a GPU stage takes when its transport carries device memory (its slot's output
+ * sent directly, receive buffers the forward and backward read, a copy of the input gradient,
+ * the last stage's targets uploaded), run on CPU stages, whose "device" memory is host memory:
+ * the same parameters as the host-buffer path, bit for bit. */
+static void test_stage_memory_path(void **state)
+{
+    (void)state;
+    static const int sizes[] = {3, 1, 2, 2};
+    const run_spec specs[] = {
+        {GPT_JSON, "gpipe", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "1f1b", 3, 8, 4, 3, "sgd", "local", NULL, NULL, sizes, 0},
+        {GPT_JSON, "sliced", 4, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 3},
+        {VGG_JSON, "1f1b", 2, 4, 2, 2, "sgd", "local", NULL, NULL, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        size_t n_host = 0, n_dev = 0;
+        rt_report reports[8];
+        float *host = train_pipeline(&specs[i], &n_host, reports);
+        g_stage_memory_path = true;
+        float *dev = train_pipeline(&specs[i], &n_dev, reports);
+        g_stage_memory_path = false;
+        assert_int_equal(n_host, n_dev);
+        assert_memory_equal(host, dev, n_host * sizeof(float));
+        free(host);
+        free(dev);
+    }
+    /* and still the single-process result */
+    g_stage_memory_path = true;
+    check_equivalence(&specs[1]);
+    g_stage_memory_path = false;
 }
 
 static void test_equivalence_unequal_sliced(void **state)
@@ -2204,6 +2240,7 @@ int main(void)
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),
         cmocka_unit_test(test_equivalence_unequal_sliced),
+        cmocka_unit_test(test_stage_memory_path),
         cmocka_unit_test(test_equivalence_per_stage_sizes),
         cmocka_unit_test(test_per_stage_bad_config),
         cmocka_unit_test(test_equivalence_backward_sizes),

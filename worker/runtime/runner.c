@@ -849,12 +849,14 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
 
 /* Which boundaries a GPU stage crosses in device memory (rt_runner.dev_prev, dev_next) and its
  * device buffers for them. */
-static sc_status device_boundaries(rt_runner *r, kn_device dev, sc_err *err)
+static sc_status device_boundaries(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err)
 {
-    if (dev.kind != KN_DEV_CUDA || r->group || r->pipedream || r->resliced)
+    bool forced = c->stage_memory_path;
+    if ((dev.kind != KN_DEV_CUDA && !forced) || r->group || r->pipedream || r->resliced)
         return SC_OK;
-    r->dev_prev = !r->first && rt_transport_on_device(r->tr);
-    r->dev_next = !r->last && rt_transport_on_device(r->tr_next != NULL ? r->tr_next : r->tr);
+    r->dev_prev = !r->first && (forced || rt_transport_on_device(r->tr));
+    r->dev_next =
+        !r->last && (forced || rt_transport_on_device(r->tr_next != NULL ? r->tr_next : r->tr));
     kn_ctx *ctx = kn_stage_ctx(r->st);
     size_t M = (size_t)r->Mcap, MB = (size_t)(r->Bcap > r->Mcap ? r->Bcap : r->Mcap);
     void *p;
@@ -967,7 +969,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     }
     if (r->p > 1 || r->nrep > 1) {
         SC_CHECK(open_transports(r, c, dev, err));
-        SC_CHECK(device_boundaries(r, dev, err));
+        SC_CHECK(device_boundaries(r, c, dev, err));
     }
     return SC_OK;
 }

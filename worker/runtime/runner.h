@@ -134,6 +134,10 @@ typedef struct {
      * backward, to measure a schedule's bubble independently of how many cores the host has.
      * 0 in real jobs. */
     double extra_forward_s, extra_backward_s;
+    /* Tests only: take the device-memory data path (a GPU stage's, with a transport that takes
+     * device memory) on any device. On a CPU stage that memory is host memory, so the path's
+     * buffers and order run, and are checked, without a GPU. false in real jobs. */
+    bool stage_memory_path;
     /* Optional micro-batch sizes of this stage: [microbatches] values >= 1 that sum to
      * batch_size (borrowed during rt_runner_new only). NULL: batch_size / microbatches each, which
      * must then divide. The neighbours cut the batch the same way unless told otherwise below. */
