@@ -81,7 +81,10 @@ typedef struct {
     int iters, warmup, profile_repeats;
     const char *transport;
     double bw_bytes_per_s; /* 0: measure */
+    int rounds;            /* --paired R: rounds of (fresh profile, real run); 0: none */
 } bench_opts;
+
+#define MAX_ROUNDS 15
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -215,6 +218,9 @@ typedef struct {
     double replay_s;   /* the simulator fed the real run's own stage times */
     double opt_s;      /* the slowest stage's optimizer step in the real run */
     double inflation;  /* most a stage's real forward + backward exceeds its profile */
+    /* --paired: the median over the rounds of each round's error, the prediction (a device per
+     * stage, and sharing the cores) from a profile taken just before that round's run */
+    double pair_err, pair_sh_err;
 } row;
 
 static double rel_err(double pred, double meas)
@@ -285,6 +291,47 @@ done:
     return rc;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --paired: rounds of a fresh profile of the model and, at once, a real run of the same plan;
+ * each round's prediction comes from its own profile, so a host whose speed drifts (a shared
+ * virtual machine) is measured at about the same speed on both sides. */
+static sc_status paired_rounds(const model_case *mc, const plan_cluster *cl,
+                               const plan_partition *part, plan_sched_kind kind, const char *sched,
+                               int m, int cores, const bench_opts *o, row *out, sc_err *err)
+{
+    double e[MAX_ROUNDS], esh[MAX_ROUNDS];
+    for (int k = 0; k < o->rounds; k++) {
+        plan_profile *pr = NULL;
+        double pred, shared;
+        bench_pipe_result real;
+        SC_CHECK(profile_model(mc->real_json, mc->micro_size, o->profile_repeats, &pr, err));
+        sc_status rc =
+            predict_shared(pr, cl, part, kind, mc->micro_size, m, MAX_STAGES, &pred, err);
+        if (rc == SC_OK)
+            rc = predict_shared(pr, cl, part, kind, mc->micro_size, m, cores, &shared, err);
+        plan_profile_destroy(&pr);
+        SC_CHECK(rc);
+        SC_CHECK(run_pipeline(mc->real_json, part, sched, mc->micro_size * m, m, NULL, NULL, o,
+                              &real, err));
+        e[k] = rel_err(pred, real.iter_s);
+        esh[k] = rel_err(shared, real.iter_s);
+    }
+    out->pair_err = median(e, o->rounds);
+    out->pair_sh_err = median(esh, o->rounds);
+    return SC_OK;
+}
+
 static sc_status run_config(const model_case *mc, const plan_profile *prof, double bw, int p,
                             const char *sched, int m, const bench_opts *o, row *out, sc_err *err)
 {
@@ -351,6 +398,11 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
     SC_CHECK_GOTO(run_pipeline(mc->tiny_json, part, sched, req.batch, m, ef, eb, o, &sleep, err),
                   done);
     out->sleep_s = sleep.iter_s;
+    if (o->rounds > 0)
+        SC_CHECK_GOTO(paired_rounds(mc, cl, part, req.schedule, sched, m,
+                                    cores >= 1 && cores < MAX_STAGES ? (int)cores : MAX_STAGES, o,
+                                    out, err),
+                      done);
 done:
     plan_result_free(&res);
     plan_cluster_destroy(&cl);
@@ -401,6 +453,9 @@ static sc_status parse_args(int argc, char **argv, bench_opts *o, sc_err *err)
             if (strcmp(val, "local") != 0 && strcmp(val, "zmq") != 0)
                 return SC_ERRF(err, SC_ERR_INVALID, "--transport '%s': expected local or zmq", val);
             o->transport = val;
+        } else if (strcmp(a, "--paired") == 0) {
+            SC_CHECK(sc_parse_int64(val, 1, MAX_ROUNDS, "--paired", &v, err));
+            o->rounds = (int)v;
         } else if (strcmp(a, "--bandwidth") == 0) {
             SC_CHECK(sc_parse_double(val, 1e3, 1e15, "--bandwidth", &o->bw_bytes_per_s, err));
         } else {
@@ -415,9 +470,9 @@ int main(int argc, char **argv)
     bench_opts o = {.iters = 5, .warmup = 1, .profile_repeats = 9, .transport = "local"};
     static const char usage[] = "usage: bench_predict [--iters N] [--warmup N] "
                                 "[--profile-repeats N] [--transport local|zmq] "
-                                "[--bandwidth BYTES_PER_S]\n"
+                                "[--bandwidth BYTES_PER_S] [--paired R]\n"
                                 "defaults: 5 timed iterations, 1 warm-up, 9 profile repeats, "
-                                "local transport, bandwidth measured\n";
+                                "local transport, bandwidth measured, no paired rounds\n";
     sc_err err;
     sc_err_clear(&err);
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -448,7 +503,7 @@ int main(int argc, char **argv)
     row rows[MAX_ROWS];
     int nrows = 0;
     err_stats sleep_all = {0}, real_fit = {0}, real_over = {0}, replay_all = {0}, opt_fit = {0},
-              shared_over = {0};
+              shared_over = {0}, pair_fit = {0}, pair_over = {0};
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     for (int mi = 0; mi < N_MODELS; mi++) {
         const model_case *mc = &models[mi];
@@ -516,6 +571,13 @@ int main(int argc, char **argv)
                     if (r->stages <= cores)
                         stats_add(&opt_fit, eo);
                     stats_add(&replay_all, erp);
+                    if (o.rounds > 0) {
+                        printf("       paired over %d rounds (median): err %+6.1f%%, sh_err "
+                               "%+6.1f%%\n",
+                               o.rounds, 100 * r->pair_err, 100 * r->pair_sh_err);
+                        stats_add(r->stages <= cores ? &pair_fit : &pair_over,
+                                  r->stages <= cores ? r->pair_err : r->pair_sh_err);
+                    }
                     nrows++;
                 }
         plan_profile_destroy(&prof);
@@ -543,5 +605,14 @@ int main(int argc, char **argv)
     snprintf(what, sizeof what, "  same, prediction sharing %ld cores (sh_err)", cores);
     stats_print(what, &shared_over);
     stats_print("replay (schedule model alone), all", &replay_all);
+    if (o.rounds > 0) {
+        printf("paired rounds (each run predicted from a profile taken just before it; median "
+               "of %d rounds per configuration):\n",
+               o.rounds);
+        snprintf(what, sizeof what, "real kernels, stages <= %ld cores (err)", cores);
+        stats_print(what, &pair_fit);
+        snprintf(what, sizeof what, "real kernels, stages > %ld cores (sh_err)", cores);
+        stats_print(what, &pair_over);
+    }
     return 0;
 }
