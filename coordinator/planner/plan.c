@@ -483,9 +483,11 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
     SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
     SC_CHECK_GOTO(plan_cost_new(&ref, prof, cl, ref_samples(prof, batch), batch, err), done);
     SC_CHECK_GOTO(plan_partition_new(&out->part, L, D, err), done);
+    /* umpipe's plans run fill-drain (the whole batch's stash at once): its partition is
+     * searched under that memory, whatever schedule the request names */
     plan_search_cfg cfg = {.cost = cost,
                            .ref_cost = ref,
-                           .sched = req->schedule,
+                           .sched = strat == PLAN_STRAT_UMPIPE ? PLAN_SCHED_GPIPE : req->schedule,
                            .n_micro = m,
                            .slice_efficiency = req->slice_efficiency,
                            .exhaustive_limit = req->exhaustive_limit,
@@ -653,6 +655,15 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
 
 strategy_failed:
     out->search_time_s = sc_clock_now_s() - t0;
+    if (strat == PLAN_STRAT_UMPIPE && out->part != NULL && out->part->no_fit) {
+        /* its partition was searched under fill-drain memory: say so */
+        static const char pre[] = "umpipe runs fill-drain, every stage holding the whole "
+                                  "batch's stash until its backward: ";
+        char msg[SC_ERR_MSG_MAX];
+        sc_strlcpy(msg, pre, sizeof msg);
+        sc_strlcpy(msg + strlen(pre), serr.msg, sizeof msg - strlen(pre));
+        sc_strlcpy(serr.msg, msg, sizeof serr.msg);
+    }
     sc_strlcpy(out->error, serr.msg, sizeof out->error);
     if (err != NULL && err->code == SC_OK)
         *err = serr;

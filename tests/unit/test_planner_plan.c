@@ -299,6 +299,60 @@ static void test_umpipe_gather_slot_memory(void **state)
     plan_profile_destroy(&p);
 }
 
+/* umpipe's plans run fill-drain, so its partition is searched under that memory: four blocks
+ * whose 1F1B stashes fit two devices of 1000 bytes, but whose whole-batch stashes (8 samples x
+ * 100 bytes a block) need a device per block. Capped at two stages it refuses, saying why; on
+ * four its plan fits. */
+static void test_umpipe_fill_drain_memory(void **state)
+{
+    (void)state;
+    const char *json = "{\"format\": \"stagecraft-profile\", \"version\": 1, "
+                       "\"microbatch_size\": 1, \"blocks\": ["
+                       "{\"name\": \"a\", \"forward_s\": 1, \"backward_s\": 2, "
+                       "\"activation_bytes\": 10, \"stash_bytes\": 100},"
+                       "{\"name\": \"b\", \"forward_s\": 1, \"backward_s\": 2, "
+                       "\"activation_bytes\": 10, \"stash_bytes\": 100},"
+                       "{\"name\": \"c\", \"forward_s\": 1, \"backward_s\": 2, "
+                       "\"activation_bytes\": 10, \"stash_bytes\": 100},"
+                       "{\"name\": \"d\", \"forward_s\": 1, \"backward_s\": 2, "
+                       "\"activation_bytes\": 10, \"stash_bytes\": 100}]}";
+    sc_err err;
+    sc_err_clear(&err);
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_profile_parse_json(&p, "fd.json", json, strlen(json), &err), SC_OK);
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e9, 1000, &err), SC_OK);
+    plan_request req = {.profile = p,
+                        .cluster = c,
+                        .batch = 8,
+                        .microbatches = 8,
+                        .max_stages = 2,
+                        .schedule = PLAN_SCHED_1F1B};
+    plan_result r;
+    /* 1F1B on two stages fits */
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_true(r.ok && r.fits_memory);
+    assert_int_equal(r.part->n_stages, 2);
+    plan_result_free(&r);
+    /* fill-drain on two does not: refused, naming the reason */
+    sc_err_clear(&err);
+    assert_int_not_equal(plan_run(&req, PLAN_STRAT_UMPIPE, &r, &err), SC_OK);
+    assert_false(r.ok);
+    assert_non_null(strstr(r.error, "umpipe runs fill-drain"));
+    plan_result_free(&r);
+    /* on four stages it fits, every stage within its device's memory */
+    req.max_stages = 0;
+    sc_err_clear(&err);
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UMPIPE, &r, &err), SC_OK);
+    assert_true(r.ok && r.fits_memory);
+    assert_int_equal(r.part->n_stages, 4);
+    for (int s = 0; s < 4; s++)
+        assert_true(r.peak_memory_bytes[s] <= 1000);
+    plan_result_free(&r);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
 /* The profile's optimizer_s is one step per iteration after each stage's last backward: on equal
  * stages the first stage finishes last, so the iteration grows by its step alone. */
 static void test_optimizer_step_counted(void **state)
@@ -974,6 +1028,7 @@ int main(void)
         cmocka_unit_test(test_bubble_through_driver),
         cmocka_unit_test(test_umpipe_simulated),
         cmocka_unit_test(test_umpipe_gather_slot_memory),
+        cmocka_unit_test(test_umpipe_fill_drain_memory),
         cmocka_unit_test(test_optimizer_step_counted),
         cmocka_unit_test(test_auto_microbatches_and_trace),
         cmocka_unit_test(test_auto_microbatches_capped),
