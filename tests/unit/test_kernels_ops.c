@@ -215,6 +215,69 @@ static double act_obj(void *p)
     return dot(o->out, o->r, o->n);
 }
 
+/* The matmuls' order of additions, written as plainly as possible: the blocked, vectorised
+ * kernels must give exactly these bits whatever the shape (blocks of four inputs, rows of four
+ * terms, eight-float chunks and the tails of each). */
+static float spec_dot(const float *a, const float *b, int n)
+{
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    float t = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++)
+        t += a[i] * b[i];
+    return t;
+}
+
+static void test_linear_order(void **state)
+{
+    (void)state;
+    const int shapes[][3] = {{1, 1, 1}, {3, 7, 5}, {4, 8, 4}, {5, 13, 9}, {9, 33, 6}, {16, 40, 12}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int N = shapes[k][0], IC = shapes[k][1], OC = shapes[k][2];
+        float *x = rnd((size_t)N * IC, 1), *w = rnd((size_t)OC * IC, 1), *b = rnd((size_t)OC, 1);
+        float *d = rnd((size_t)N * OC, 1), *dw0 = rnd((size_t)OC * IC, 1);
+        float *out = zeros((size_t)N * OC), *want = zeros((size_t)N * OC);
+        float *dx = zeros((size_t)N * IC), *dxw = zeros((size_t)N * IC);
+        float *dw = zeros((size_t)OC * IC), *dww = zeros((size_t)OC * IC);
+        float *db = zeros((size_t)OC), *dbw = zeros((size_t)OC);
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < OC; j++)
+                want[n * OC + j] = spec_dot(x + n * IC, w + j * IC, IC) + b[j];
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < IC; i++) {
+                float t = 0.0f;
+                for (int o = 0; o < OC; o++)
+                    t += d[n * OC + o] * w[o * IC + i];
+                dxw[n * IC + i] = t;
+            }
+        for (int o = 0; o < OC; o++) {
+            for (int i = 0; i < IC; i++) {
+                float t = dw0[o * IC + i];
+                for (int n = 0; n < N; n++)
+                    t += d[n * OC + o] * x[n * IC + i];
+                dww[o * IC + i] = t;
+            }
+            float sb = 0.0f;
+            for (int n = 0; n < N; n++)
+                sb += d[n * OC + o];
+            dbw[o] = sb;
+        }
+        kn_linear_forward_cpu(out, x, w, b, N, IC, OC);
+        kn_linear_backward_input_cpu(dx, d, w, N, IC, OC);
+        memcpy(dw, dw0, (size_t)OC * IC * sizeof *dw);
+        kn_linear_backward_weight_cpu(dw, db, d, x, N, IC, OC);
+        assert_memory_equal(out, want, (size_t)N * OC * sizeof *out);
+        assert_memory_equal(dx, dxw, (size_t)N * IC * sizeof *dx);
+        assert_memory_equal(dw, dww, (size_t)OC * IC * sizeof *dw);
+        assert_memory_equal(db, dbw, (size_t)OC * sizeof *db);
+        free(x), free(w), free(b), free(d), free(dw0), free(out), free(want);
+        free(dx), free(dxw), free(dw), free(dww), free(db), free(dbw);
+    }
+}
+
 static void test_gelu(void **state)
 {
     (void)state;
@@ -477,12 +540,13 @@ static void test_adamw(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding), cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_linear),    cmocka_unit_test(test_gelu),
-        cmocka_unit_test(test_relu),      cmocka_unit_test(test_residual),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_crossentropy),
-        cmocka_unit_test(test_conv2d),    cmocka_unit_test(test_maxpool2d),
-        cmocka_unit_test(test_sgd),       cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_embedding),    cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_linear),       cmocka_unit_test(test_linear_order),
+        cmocka_unit_test(test_gelu),         cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_residual),     cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_crossentropy), cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_maxpool2d),    cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_adamw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
