@@ -47,7 +47,6 @@ for spec in k2 k3; do
         pass "$spec: only the newest complete checkpoints are kept ($want)" ||
         fail "$spec: stage 0 keeps '$(ckpts "$id" 0)', stage 1 '$(ckpts "$id" 1)'; wanted '$want'"
 done
-ref=$id # job-2 (keep-3): its final checkpoints are the reference for 2 below
 
 # checkpoint_keep is validated at submit
 job bad 10 ', "checkpoint_keep": -1' >"$work/bad.json"
@@ -56,13 +55,20 @@ err=$("$sc" submit "$work/bad.json" 2>&1 >/dev/null); rc=$?
     pass "checkpoint_keep -1 refused at submit: $err" || fail "checkpoint_keep -1: exit $rc: $err"
 
 # 2. a corrupt newest checkpoint: the job recovers from the step before it, says so, and ends
-#    with the weights of an uninterrupted run
-job corrupt 40 ', "checkpoint_every": 2, "checkpoint_keep": 3' >"$work/corrupt.json"
+#    with the weights of an uninterrupted run (the same spec run first, to its end)
+job corrupt 200 ', "checkpoint_every": 2, "checkpoint_keep": 3' >"$work/corrupt.json"
+ref=$(submit "$work/corrupt.json")
+wait_for 120 is_state "$ref" succeeded || fail "reference job $ref is $(job_state "$ref")"
 id=$(submit "$work/corrupt.json")
-# the 40 steps take well under a second: freeze both workers once stage 1 has step 10, so the
-# job cannot end before b is killed
-freeze_at_checkpoint 60 "$work/wstate/checkpoints/$id" 1 10 "$a_pid" "$b_pid" ||
-    fail "$id did not checkpoint step 10: $("$sc" status "$id" | sed -n 2,3p)"
+# The coordinator resumes from the last step it knows every stage saved, from reports that go
+# out at most every 50 ms, while the steps take a few ms: freeze both workers as soon as it
+# knows a step with an older one before it (>= 4), so the job cannot end before b is killed
+# and the step it will resume from has a predecessor to fall back to.
+knows() { [ "$(field "$id" last_checkpoint_step)" -ge 4 ] 2>/dev/null; }
+deadline=$((SECONDS + 60))
+until knows || [ $SECONDS -ge $deadline ]; do :; done
+kill -STOP "$a_pid" "$b_pid"
+knows || fail "$id did not checkpoint step 4: $("$sc" status "$id" | sed -n 2,3p)"
 is_state "$id" running || fail "$id is $(job_state "$id") before its worker was killed"
 kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
 kill -CONT "$a_pid"
@@ -87,8 +93,8 @@ prev=$((last - 2))
 grep -q "resuming from the checkpoint of step $prev instead of step $last" "$work/coord.log" ||
     fail "the coordinator's log lacks the fallback"
 for s in 0 1; do
-    cmp -s "$work/wstate/checkpoints/$ref/stage$s-step40.ckpt" \
-        "$work/wstate/checkpoints/$id/stage$s-step40.ckpt" &&
+    cmp -s "$work/wstate/checkpoints/$ref/stage$s-step200.ckpt" \
+        "$work/wstate/checkpoints/$id/stage$s-step200.ckpt" &&
         pass "stage $s: resumed from step $prev == uninterrupted run" ||
         fail "stage $s: the run resumed from step $prev differs from the uninterrupted one"
 done
