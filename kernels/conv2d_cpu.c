@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/vec_cpu.h"
+
 int kn_conv2d_out_h(const kn_conv2d_shape *s)
 {
     return (s->h + 2 * s->pad - s->k) / s->stride + 1;
@@ -23,24 +25,33 @@ size_t kn_conv2d_col_floats(const kn_conv2d_shape *s)
     return (size_t)s->cin * s->k * s->k * kn_conv2d_out_h(s) * kn_conv2d_out_w(s);
 }
 
-static void im2col(float *col, const float *x, const kn_conv2d_shape *s, int ho, int wo)
+/* The column entry (r, p) goes to col[r * rs + p * ps]: (P, 1) is the layout above, (1, R) its
+ * transpose. */
+static void im2col_strided(float *col, const float *x, const kn_conv2d_shape *s, int ho, int wo,
+                           size_t rs, size_t ps)
 {
     int K = s->k;
     for (int c = 0; c < s->cin; c++) {
         for (int ky = 0; ky < K; ky++) {
             for (int kx = 0; kx < K; kx++) {
-                float *row = col + (((size_t)c * K + ky) * K + kx) * ho * wo;
+                float *row = col + (((size_t)c * K + ky) * K + kx) * rs;
                 for (int oy = 0; oy < ho; oy++) {
                     int iy = oy * s->stride - s->pad + ky;
                     for (int ox = 0; ox < wo; ox++) {
                         int ix = ox * s->stride - s->pad + kx;
                         int inside = iy >= 0 && iy < s->h && ix >= 0 && ix < s->w;
-                        row[oy * wo + ox] = inside ? x[((size_t)c * s->h + iy) * s->w + ix] : 0.0f;
+                        row[(size_t)(oy * wo + ox) * ps] =
+                            inside ? x[((size_t)c * s->h + iy) * s->w + ix] : 0.0f;
                     }
                 }
             }
         }
     }
+}
+
+static void im2col(float *col, const float *x, const kn_conv2d_shape *s, int ho, int wo)
+{
+    im2col_strided(col, x, s, ho, wo, (size_t)ho * wo, 1);
 }
 
 /* dx (cin,h,w) = sum of the column entries that read each input pixel */
@@ -67,6 +78,9 @@ static void col2im(float *dx, const float *col, const kn_conv2d_shape *s, int ho
     }
 }
 
+/* Each output element: its bias, then w[co][r] col[r][p] added for r = 0, 1, ... in order
+ * (blocked two output rows and four r at a time, the order kept: vec_cpu.h). */
+KN_VECTOR_CLONES
 void kn_conv2d_forward_cpu(float *out, float *col, const float *inp, const float *w, const float *b,
                            int B, const kn_conv2d_shape *s)
 {
@@ -75,21 +89,30 @@ void kn_conv2d_forward_cpu(float *out, float *col, const float *inp, const float
     for (int n = 0; n < B; n++) {
         im2col(col, inp + (size_t)n * s->cin * s->h * s->w, s, ho, wo);
         float *o = out + (size_t)n * s->cout * P;
-        for (int co = 0; co < s->cout; co++) {
-            float *orow = o + co * P;
+        for (int co = 0; co < s->cout; co++)
             for (size_t p = 0; p < P; p++)
-                orow[p] = b[co];
-            const float *wr = w + co * R;
-            for (size_t r = 0; r < R; r++) {
-                float wv = wr[r];
-                const float *crow = col + r * P;
-                for (size_t p = 0; p < P; p++)
-                    orow[p] += wv * crow[p];
+                o[co * P + p] = b[co];
+        int co = 0;
+        for (; co + 2 <= s->cout; co += 2) {
+            float *o0 = o + co * P, *o1 = o0 + P;
+            const float *w0 = w + co * R, *w1 = w0 + R;
+            size_t r = 0;
+            for (; r + 4 <= R; r += 4) {
+                const float *c0 = col + r * P;
+                add4x2(o0, o1, c0, c0 + P, c0 + 2 * P, c0 + 3 * P, w0 + r, w1 + r, (int)P);
+            }
+            for (; r < R; r++) {
+                add1(o0, col + r * P, w0[r], (int)P);
+                add1(o1, col + r * P, w1[r], (int)P);
             }
         }
+        for (; co < s->cout; co++)
+            for (size_t r = 0; r < R; r++)
+                add1(o + co * P, col + r * P, w[co * R + r], (int)P);
     }
 }
 
+KN_VECTOR_CLONES
 void kn_conv2d_backward_input_cpu(float *dinp, float *col, const float *dout, const float *w, int B,
                                   const kn_conv2d_shape *s)
 {
@@ -97,45 +120,90 @@ void kn_conv2d_backward_input_cpu(float *dinp, float *col, const float *dout, co
     size_t P = (size_t)ho * wo, R = (size_t)s->cin * s->k * s->k;
     for (int n = 0; n < B; n++) {
         const float *d = dout + (size_t)n * s->cout * P;
-        /* dcol (R,P) = w^T (R,cout) @ dout (cout,P) */
+        /* dcol (R,P) = w^T (R,cout) @ dout (cout,P): each element adds w[co][r] d[co][p] for
+         * co = 0, 1, ... in order (blocked four co and two rows r at a time, the order kept) */
         memset(col, 0, R * P * sizeof *col);
-        for (int co = 0; co < s->cout; co++) {
-            const float *drow = d + co * P;
-            const float *wr = w + co * R;
-            for (size_t r = 0; r < R; r++) {
-                float wv = wr[r];
-                float *crow = col + r * P;
-                for (size_t p = 0; p < P; p++)
-                    crow[p] += wv * drow[p];
+        int co = 0;
+        for (; co + 4 <= s->cout; co += 4) {
+            const float *d0 = d + co * P;
+            size_t r = 0;
+            for (; r + 2 <= R; r += 2) {
+                float a[4], bb[4];
+                for (int q = 0; q < 4; q++) {
+                    a[q] = w[(co + q) * R + r];
+                    bb[q] = w[(co + q) * R + r + 1];
+                }
+                add4x2(col + r * P, col + (r + 1) * P, d0, d0 + P, d0 + 2 * P, d0 + 3 * P, a, bb,
+                       (int)P);
             }
+            for (; r < R; r++)
+                for (int q = 0; q < 4; q++)
+                    add1(col + r * P, d0 + q * P, w[(co + q) * R + r], (int)P);
         }
+        for (; co < s->cout; co++)
+            for (size_t r = 0; r < R; r++)
+                add1(col + r * P, d + co * P, w[co * R + r], (int)P);
         col2im(dinp + (size_t)n * s->cin * s->h * s->w, col, s, ho, wo);
     }
 }
 
+/* dw[co][r] += sum over p = 0, 1, ... of d[co][p] col[r][p], added in that order from 0, then
+ * to dw; db[co] += the sum of d[co][p] in order. The column is built transposed (p, r), so that
+ * eight consecutive r are one vector: lane k is the sum of entry r + k, each in the order above,
+ * four output channels at a time. */
+KN_VECTOR_CLONES
 void kn_conv2d_backward_weight_cpu(float *dw, float *db, float *col, const float *dout,
                                    const float *inp, int B, const kn_conv2d_shape *s)
 {
     int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
     size_t P = (size_t)ho * wo, R = (size_t)s->cin * s->k * s->k;
     for (int n = 0; n < B; n++) {
-        im2col(col, inp + (size_t)n * s->cin * s->h * s->w, s, ho, wo);
+        im2col_strided(col, inp + (size_t)n * s->cin * s->h * s->w, s, ho, wo, 1, R);
         const float *d = dout + (size_t)n * s->cout * P;
         for (int co = 0; co < s->cout; co++) {
-            const float *drow = d + co * P;
             float sb = 0.0f;
             for (size_t p = 0; p < P; p++)
-                sb += drow[p];
+                sb += d[co * P + p];
             db[co] += sb;
-            float *dwr = dw + co * R;
+        }
+        int co = 0;
+        for (; co + 4 <= s->cout; co += 4) {
+            const float *d0 = d + co * P, *d1 = d0 + P, *d2 = d1 + P, *d3 = d2 + P;
+            size_t r = 0;
+            for (; r + 8 <= R; r += 8) {
+                kn_v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                for (size_t p = 0; p < P; p++) {
+                    kn_v8 cv;
+                    V8_LOAD(cv, col + p * R + r);
+                    a0 += cv * d0[p];
+                    a1 += cv * d1[p];
+                    a2 += cv * d2[p];
+                    a3 += cv * d3[p];
+                }
+                float f[4][8];
+                memcpy(f[0], &a0, sizeof f[0]);
+                memcpy(f[1], &a1, sizeof f[1]);
+                memcpy(f[2], &a2, sizeof f[2]);
+                memcpy(f[3], &a3, sizeof f[3]);
+                for (int q = 0; q < 4; q++)
+                    for (int k = 0; k < 8; k++)
+                        dw[(co + q) * R + r + k] += f[q][k];
+            }
+            for (; r < R; r++)
+                for (int q = 0; q < 4; q++) {
+                    float acc = 0.0f;
+                    for (size_t p = 0; p < P; p++)
+                        acc += d[(co + q) * P + p] * col[p * R + r];
+                    dw[(co + q) * R + r] += acc;
+                }
+        }
+        for (; co < s->cout; co++)
             for (size_t r = 0; r < R; r++) {
-                const float *crow = col + r * P;
                 float acc = 0.0f;
                 for (size_t p = 0; p < P; p++)
-                    acc += drow[p] * crow[p];
-                dwr[r] += acc;
+                    acc += d[co * P + p] * col[p * R + r];
+                dw[co * R + r] += acc;
             }
-        }
     }
 }
 

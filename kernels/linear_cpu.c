@@ -21,21 +21,7 @@
 
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define KN_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef KN_VECTOR_CLONES
-#define KN_VECTOR_CLONES
-#endif
-
-/* Eight floats, one per partial sum (a GCC vector type: elementwise operations, exactly those of
- * the scalar code lane by lane; the compiler picks the instructions, e.g. two SSE halves).
- * Loaded by a macro, never passed to or returned from a function: the default and AVX2 builds
- * of a function pass such vectors differently. */
-typedef float kn_v8 __attribute__((vector_size(32)));
-#define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
+#include "kernels/vec_cpu.h"
 
 /* The end of a dot8: its eight partial sums, added pairwise, then the tail from i. */
 static inline float dot8_finish(const float s[8], const float *a, const float *b, int i, int n)
@@ -80,51 +66,6 @@ static inline void add4(float *restrict y, const float *restrict x0, const float
         t += a3 * x3[i];
         y[i] = t;
     }
-}
-
-/* add4 into two rows at once, sharing the loads of x0..x3: y0 with a[0..3], y1 with b[0..3] */
-static inline void add4x2(float *restrict y0, float *restrict y1, const float *restrict x0,
-                          const float *restrict x1, const float *restrict x2,
-                          const float *restrict x3, const float a[4], const float b[4], int n)
-{
-    float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            float v0 = x0[i + k], v1 = x1[i + k], v2 = x2[i + k], v3 = x3[i + k];
-            float t = y0[i + k], u = y1[i + k];
-            t += a0 * v0;
-            t += a1 * v1;
-            t += a2 * v2;
-            t += a3 * v3;
-            u += b0 * v0;
-            u += b1 * v1;
-            u += b2 * v2;
-            u += b3 * v3;
-            y0[i + k] = t;
-            y1[i + k] = u;
-        }
-    for (; i < n; i++) {
-        float v0 = x0[i], v1 = x1[i], v2 = x2[i], v3 = x3[i];
-        float t = y0[i], u = y1[i];
-        t += a0 * v0;
-        t += a1 * v1;
-        t += a2 * v2;
-        t += a3 * v3;
-        u += b0 * v0;
-        u += b1 * v1;
-        u += b2 * v2;
-        u += b3 * v3;
-        y0[i] = t;
-        y1[i] = u;
-    }
-}
-
-/* y[i] += a x[i] */
-static inline void add1(float *restrict y, const float *restrict x, float a, int n)
-{
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
 }
 
 KN_VECTOR_CLONES

@@ -1,0 +1,75 @@
+/*
+ * Helpers of the CPU references' inner loops (internal to kernels/): row updates written eight
+ * elements a step, the shape the compiler turns into vector instructions, each keeping one
+ * fixed order of additions per element; and KN_VECTOR_CLONES, which also builds a function for
+ * AVX2, chosen at load time (x86-64, GCC). A lane does exactly the scalar code's operations
+ * and C11 fuses no multiply-add, so every build gives the same bits.
+ */
+#ifndef KN_VEC_CPU_H
+#define KN_VEC_CPU_H
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define KN_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef KN_VECTOR_CLONES
+#define KN_VECTOR_CLONES
+#endif
+
+#include <string.h>
+
+/* Eight floats (a GCC vector type: elementwise operations, exactly those of the scalar code
+ * lane by lane; the compiler picks the instructions, e.g. two SSE halves). Loaded by a macro,
+ * never passed to or returned from a function: the default and AVX2 builds of a function pass
+ * such vectors differently. */
+typedef float kn_v8 __attribute__((vector_size(32)));
+#define V8_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
+
+/* Two rows at once, sharing the loads of x0..x3:
+ *   y0[i] = (((y0[i] + a[0] x0[i]) + a[1] x1[i]) + a[2] x2[i]) + a[3] x3[i], y1 likewise with b */
+static inline void add4x2(float *restrict y0, float *restrict y1, const float *restrict x0,
+                          const float *restrict x1, const float *restrict x2,
+                          const float *restrict x3, const float a[4], const float b[4], int n)
+{
+    float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) {
+            float v0 = x0[i + k], v1 = x1[i + k], v2 = x2[i + k], v3 = x3[i + k];
+            float t = y0[i + k], u = y1[i + k];
+            t += a0 * v0;
+            t += a1 * v1;
+            t += a2 * v2;
+            t += a3 * v3;
+            u += b0 * v0;
+            u += b1 * v1;
+            u += b2 * v2;
+            u += b3 * v3;
+            y0[i + k] = t;
+            y1[i + k] = u;
+        }
+    for (; i < n; i++) {
+        float v0 = x0[i], v1 = x1[i], v2 = x2[i], v3 = x3[i];
+        float t = y0[i], u = y1[i];
+        t += a0 * v0;
+        t += a1 * v1;
+        t += a2 * v2;
+        t += a3 * v3;
+        u += b0 * v0;
+        u += b1 * v1;
+        u += b2 * v2;
+        u += b3 * v3;
+        y0[i] = t;
+        y1[i] = u;
+    }
+}
+
+/* y[i] += a x[i] */
+static inline void add1(float *restrict y, const float *restrict x, float a, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+#endif /* KN_VEC_CPU_H */
