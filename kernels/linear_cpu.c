@@ -43,31 +43,6 @@ static inline float dot8(const float *a, const float *b, int n)
     return dot8_finish(s, a, b, i, n);
 }
 
-/* y[i] = (((y[i] + a0 x0[i]) + a1 x1[i]) + a2 x2[i]) + a3 x3[i] */
-static inline void add4(float *restrict y, const float *restrict x0, const float *restrict x1,
-                        const float *restrict x2, const float *restrict x3, float a0, float a1,
-                        float a2, float a3, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            float t = y[i + k];
-            t += a0 * x0[i + k];
-            t += a1 * x1[i + k];
-            t += a2 * x2[i + k];
-            t += a3 * x3[i + k];
-            y[i + k] = t;
-        }
-    for (; i < n; i++) {
-        float t = y[i];
-        t += a0 * x0[i];
-        t += a1 * x1[i];
-        t += a2 * x2[i];
-        t += a3 * x3[i];
-        y[i] = t;
-    }
-}
-
 KN_VECTOR_CLONES
 void kn_linear_forward_cpu(float *out, const float *inp, const float *w, const float *b, int N,
                            int IC, int OC)
@@ -137,13 +112,7 @@ void kn_linear_backward_input_cpu(float *dinp, const float *dout, const float *w
         float *dx = dinp + (size_t)n * IC;
         const float *d = dout + (size_t)n * OC;
         memset(dx, 0, (size_t)IC * sizeof *dx);
-        int o = 0;
-        for (; o + 4 <= OC; o += 4) {
-            const float *w0 = w + (size_t)o * IC;
-            add4(dx, w0, w0 + IC, w0 + 2 * (size_t)IC, w0 + 3 * (size_t)IC, d[o], d[o + 1],
-                 d[o + 2], d[o + 3], IC);
-        }
-        for (; o < OC; o++)
+        for (int o = 0; o < OC; o++) /* the odd row: one term per pass, the same order */
             add1(dx, w + (size_t)o * IC, d[o], IC);
     }
 }
@@ -183,18 +152,7 @@ void kn_linear_backward_weight_cpu(float *dw, float *db, const float *dout, cons
     for (; o < OC; o++) {
         float *dwr = dw + (size_t)o * IC;
         float sb = 0.0f;
-        int n = 0;
-        for (; n + 4 <= N; n += 4) {
-            float g0 = dout[(size_t)n * OC + o], g1 = dout[(size_t)(n + 1) * OC + o];
-            float g2 = dout[(size_t)(n + 2) * OC + o], g3 = dout[(size_t)(n + 3) * OC + o];
-            const float *x0 = inp + (size_t)n * IC;
-            sb += g0;
-            sb += g1;
-            sb += g2;
-            sb += g3;
-            add4(dwr, x0, x0 + IC, x0 + 2 * (size_t)IC, x0 + 3 * (size_t)IC, g0, g1, g2, g3, IC);
-        }
-        for (; n < N; n++) {
+        for (int n = 0; n < N; n++) { /* the odd row: one term per pass, the same order */
             float g = dout[(size_t)n * OC + o];
             sb += g;
             add1(dwr, inp + (size_t)n * IC, g, IC);

@@ -33,36 +33,28 @@ static inline void add4x2(float *restrict y0, float *restrict y1, const float *r
                           const float *restrict x3, const float a[4], const float b[4], int n)
 {
     float a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
+/* element j of both rows (a macro, so that the eight-step loop stays one vectorisable body) */
+#define ADD4X2_AT(j)                                                                               \
+    do {                                                                                           \
+        float v0 = x0[j], v1 = x1[j], v2 = x2[j], v3 = x3[j], t = y0[j], u = y1[j];                \
+        t += a0 * v0;                                                                              \
+        t += a1 * v1;                                                                              \
+        t += a2 * v2;                                                                              \
+        t += a3 * v3;                                                                              \
+        u += b0 * v0;                                                                              \
+        u += b1 * v1;                                                                              \
+        u += b2 * v2;                                                                              \
+        u += b3 * v3;                                                                              \
+        y0[j] = t;                                                                                 \
+        y1[j] = u;                                                                                 \
+    } while (0)
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) {
-            float v0 = x0[i + k], v1 = x1[i + k], v2 = x2[i + k], v3 = x3[i + k];
-            float t = y0[i + k], u = y1[i + k];
-            t += a0 * v0;
-            t += a1 * v1;
-            t += a2 * v2;
-            t += a3 * v3;
-            u += b0 * v0;
-            u += b1 * v1;
-            u += b2 * v2;
-            u += b3 * v3;
-            y0[i + k] = t;
-            y1[i + k] = u;
-        }
-    for (; i < n; i++) {
-        float v0 = x0[i], v1 = x1[i], v2 = x2[i], v3 = x3[i];
-        float t = y0[i], u = y1[i];
-        t += a0 * v0;
-        t += a1 * v1;
-        t += a2 * v2;
-        t += a3 * v3;
-        u += b0 * v0;
-        u += b1 * v1;
-        u += b2 * v2;
-        u += b3 * v3;
-        y0[i] = t;
-        y1[i] = u;
-    }
+        for (int k = 0; k < 8; k++)
+            ADD4X2_AT(i + k);
+    for (; i < n; i++)
+        ADD4X2_AT(i);
+#undef ADD4X2_AT
 }
 
 /* y[i] += a x[i] */
