@@ -781,6 +781,13 @@ static size_t message_bound(const rt_runner *r)
  * transport_next names another kind than transport, r->tr for the previous boundary and
  * r->tr_next for the next one; the published endpoint then joins both ("A|B", see
  * rt_runner_endpoint). */
+/* Whether the schedule's data path may hand the transports device memory (the synchronous
+ * schedules without copies or sizes per stage: the other paths stage through host buffers). */
+static bool plain_data_path(const rt_runner *r)
+{
+    return !r->group && !r->pipedream && !r->resliced;
+}
+
 static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err)
 {
     rt_transport_cfg tc = rt_transport_cfg_default();
@@ -797,7 +804,7 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
     tc.tag = c->tag;
     tc.max_message_bytes = message_bound(r); /* nccl_side puts its own */
     /* a GPU stage's local transport carries device memory where the runner passes it */
-    bool dev_payloads = dev.kind == KN_DEV_CUDA && !r->group && !r->pipedream && !r->resliced;
+    bool dev_payloads = dev.kind == KN_DEV_CUDA && plain_data_path(r);
     tc.device = dev.index;
     tc.device_payloads = dev_payloads && tc.kind == RT_TRANSPORT_LOCAL;
     if (next_kind == tc.kind) {
@@ -852,7 +859,7 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
 static sc_status device_boundaries(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err)
 {
     bool forced = c->stage_memory_path;
-    if ((dev.kind != KN_DEV_CUDA && !forced) || r->group || r->pipedream || r->resliced)
+    if ((dev.kind != KN_DEV_CUDA && !forced) || !plain_data_path(r))
         return SC_OK;
     r->dev_prev = !r->first && (forced || rt_transport_on_device(r->tr));
     r->dev_next =

@@ -137,11 +137,16 @@ sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size
 
 #else /* no CUDA: no device payloads (rt_transport_new refuses them first) */
 
+static sc_status no_cuda(int device, sc_err *err)
+{
+    return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                   "local transport: device payloads (cuda:%d) need a build with CUDA", device);
+}
+
 sc_status rt_dev_open(int device, void **stream, sc_err *err)
 {
     *stream = NULL;
-    return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                   "local transport: device payloads (cuda:%d) need a build with CUDA", device);
+    return no_cuda(device, err);
 }
 
 void rt_dev_close(void *stream)
@@ -153,7 +158,7 @@ sc_status rt_dev_alloc(int device, size_t bytes, void **out, sc_err *err)
 {
     (void)bytes;
     *out = NULL;
-    return rt_dev_open(device, out, err);
+    return no_cuda(device, err);
 }
 
 void rt_dev_release(void *p)
@@ -165,7 +170,7 @@ sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size
                       sc_err *err)
 {
     (void)stream, (void)dst, (void)src, (void)bytes;
-    return rt_dev_open(device, &stream, err);
+    return no_cuda(device, err);
 }
 
 #endif
