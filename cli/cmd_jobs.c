@@ -196,6 +196,19 @@ static void print_plan(json_t *plan)
                    b + 1 < json_array_size(tr) ? "," : "");
         printf("\n");
     }
+    /* replicated stages: how their copies all-reduce ("none" for single copies is left out) */
+    json_t *red = json_object_get(plan, "replica_reduce");
+    bool any = false;
+    for (size_t s = 0; s < json_array_size(red); s++) {
+        const char *how = json_string_value(json_array_get(red, s));
+        if (how == NULL || strcmp(how, "none") == 0)
+            continue;
+        printf("%s stage %zu %s", any ? "," : "  gradient all-reduce:", s,
+               strcmp(how, "nccl") == 0 ? "nccl (on the GPUs)" : "host memory");
+        any = true;
+    }
+    if (any)
+        printf("\n");
     printf("  %-6s %-12s %-16s %-12s %s\n", "stage", "blocks", "workers", "compute_s",
            "peak_memory");
     size_t i;

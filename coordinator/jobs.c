@@ -533,6 +533,22 @@ static sc_status profile_all(coord *c, const coord_jobspec *spec, const char *jo
     return SC_OK;
 }
 
+/* Where device `d` of the plan runs, from its worker's hardware report (none: a CPU site). */
+static coord_stage_site site_of(const chosen_worker *ws, size_t n, json_int_t d, int replicas)
+{
+    coord_stage_site site = {.host = "", .pci_bus_id = "", .replicas = replicas};
+    if (d < 0 || (size_t)d >= n || ws[d].hw == NULL || ws[d].hw->n_devices == 0)
+        return site;
+    const Stagecraft__HardwareReport *hw = ws[d].hw;
+    const Stagecraft__Device *dev = hw->devices[0];
+    site.host = hw->hostname != NULL ? hw->hostname : "";
+    site.cuda = dev->kind != NULL && strcmp(dev->kind, "cuda") == 0;
+    site.device = (int)dev->index;
+    site.pci_bus_id = dev->pci_bus_id != NULL ? dev->pci_bus_id : "";
+    site.nccl = hw->nccl;
+    return site;
+}
+
 /* The transport of each stage boundary (transport_pick.h) from the spec and the hardware of
  * the workers on each stage (a replicated stage's first copy stands for it: replicas keep zmq
  * anyway). kinds: [stages - 1]. */
@@ -544,19 +560,8 @@ static sc_status pick_transports(const coord_jobspec *spec, json_t *stages, cons
     SC_ALLOC_CHECK(sites, err);
     for (size_t s = 0; s < ns; s++) {
         json_t *devs = json_object_get(json_array_get(stages, s), "devices");
-        json_int_t d = json_integer_value(json_array_get(devs, 0));
-        sites[s].replicas = (int)json_array_size(devs);
-        sites[s].host = "";
-        sites[s].pci_bus_id = "";
-        if (d < 0 || (size_t)d >= n || ws[d].hw == NULL || ws[d].hw->n_devices == 0)
-            continue; /* no report: a CPU site, zmq */
-        const Stagecraft__HardwareReport *hw = ws[d].hw;
-        const Stagecraft__Device *dev = hw->devices[0];
-        sites[s].host = hw->hostname != NULL ? hw->hostname : "";
-        sites[s].cuda = dev->kind != NULL && strcmp(dev->kind, "cuda") == 0;
-        sites[s].device = (int)dev->index;
-        sites[s].pci_bus_id = dev->pci_bus_id != NULL ? dev->pci_bus_id : "";
-        sites[s].nccl = hw->nccl;
+        sites[s] =
+            site_of(ws, n, json_integer_value(json_array_get(devs, 0)), (int)json_array_size(devs));
     }
     const char *pref = spec->transport[0] ? spec->transport : "auto";
     sc_status rc = coord_transport_pick(pref, sites, ns, kinds, err);
@@ -570,6 +575,39 @@ static sc_status pick_transports(const coord_jobspec *spec, json_t *stages, cons
                     list, pref);
     }
     return rc;
+}
+
+/* Records in the plan its "replica_reduce": per stage, how its copies all-reduce their
+ * gradients, "nccl" (coord_replicas_nccl_ok, unless the spec's transport is "zmq"), "host", or
+ * "none" for a stage of one copy. */
+static sc_status add_replica_reduce(const coord_jobspec *spec, json_t *stages,
+                                    const chosen_worker *ws, size_t n, json_t *plan, sc_err *err)
+{
+    bool never = strcmp(spec->transport, "zmq") == 0;
+    json_t *arr = json_array();
+    SC_ALLOC_CHECK(arr, err);
+    size_t si;
+    json_t *stage;
+    json_array_foreach(stages, si, stage)
+    {
+        json_t *devs = json_object_get(stage, "devices");
+        size_t r = json_array_size(devs);
+        const char *how = r < 2 ? "none" : "host";
+        coord_stage_site copies[64];
+        if (r >= 2 && r <= sizeof copies / sizeof copies[0] && !never) {
+            for (size_t k = 0; k < r; k++)
+                copies[k] = site_of(ws, n, json_integer_value(json_array_get(devs, k)), (int)r);
+            char why[128];
+            if (coord_replicas_nccl_ok(copies, r, why, sizeof why))
+                how = "nccl";
+            else
+                SC_LOG_INFO(LOG, "stage %zu: its %zu copies all-reduce in host memory (%s)", si, r,
+                            why);
+        }
+        json_array_append_new(arr, json_string(how));
+    }
+    json_object_set_new(plan, "replica_reduce", arr);
+    return SC_OK;
 }
 
 /* Records in the plan (its "transports": one kind per stage boundary, "zmq" or "nccl") which
@@ -588,6 +626,8 @@ static sc_status add_transports(const coord_jobspec *spec, const chosen_worker *
     const char **kinds = calloc(ns ? ns : 1, sizeof *kinds);
     sc_status rc = kinds == NULL ? SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing transports")
                                  : pick_transports(spec, stages, ws, n, kinds, err);
+    if (rc == SC_OK)
+        rc = add_replica_reduce(spec, stages, ws, n, plan, err);
     if (rc == SC_OK) {
         json_t *arr = json_array();
         for (size_t b = 0; b + 1 < ns; b++)
@@ -664,6 +704,9 @@ static sc_status assign_all(const coord *c, const coord_jobspec *spec, const cha
             coord_transport_of_stage(kinds, n_stages, si, &tr, &tr_next);
             req.transport = (char *)tr;
             req.transport_next = (char *)tr_next;
+            const char *red =
+                json_string_value(json_array_get(json_object_get(plan, "replica_reduce"), si));
+            req.replica_reduce = red != NULL && strcmp(red, "nccl") == 0 ? "nccl" : "host";
             req.world_size = (uint32_t)n;
             req.rank = (uint32_t)d;
             req.job_json = (char *)spec_json;

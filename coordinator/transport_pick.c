@@ -52,6 +52,32 @@ bool coord_boundary_nccl_ok(const coord_stage_site *a, const coord_stage_site *b
     return true;
 }
 
+bool coord_replicas_nccl_ok(const coord_stage_site *copies, size_t n, char *why, size_t why_size)
+{
+    if (n < 2) {
+        say(why, why_size, "the stage has a single copy (nothing to all-reduce)");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!copies[i].cuda) {
+            say(why, why_size, "a copy runs on a CPU");
+            return false;
+        }
+        if (!copies[i].nccl) {
+            say(why, why_size,
+                "a copy's worker has no NCCL (its hardware report does not offer it)");
+            return false;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (same_gpu(&copies[i], &copies[j])) {
+                say(why, why_size, "two copies are on the same GPU (NCCL needs distinct devices)");
+                return false;
+            }
+    }
+    say(why, why_size, "");
+    return true;
+}
+
 /* Stage s takes part in a routed group (it or a neighbour is replicated): zmq on both sides. */
 static bool routed(const coord_stage_site *sites, size_t n, size_t s)
 {

@@ -9,7 +9,9 @@
  * requires every boundary to take it, else it is an error naming the first that cannot. A
  * stage whose boundaries differ holds one transport per direction (the runner's
  * transport_next). Replicated stages route their messages over zmq, so a boundary next to a
- * replicated stage (its own two stages or their other neighbours) stays zmq.
+ * replicated stage (its own two stages or their other neighbours) stays zmq; the copies of such
+ * a stage all-reduce their gradients over NCCL when all are on distinct GPUs of NCCL workers
+ * (and the spec does not say "zmq"), else in host memory.
  * Pure functions (no registry, no I/O), so the rules are unit-tested.
  */
 #ifndef COORD_TRANSPORT_PICK_H
@@ -34,6 +36,12 @@ typedef struct {
  * (why_size bytes, may be NULL) says which condition fails. */
 bool coord_boundary_nccl_ok(const coord_stage_site *a, const coord_stage_site *b, char *why,
                             size_t why_size);
+
+/* Whether the n copies of a replicated stage (each copy's site; their `replicas` is not read)
+ * can all-reduce their gradients over NCCL on their GPUs: n >= 2, every copy on a CUDA device
+ * of a worker that offers nccl, no two on the same GPU. When not, `why` (why_size bytes, may be
+ * NULL) says which condition fails; they then all-reduce in host memory. */
+bool coord_replicas_nccl_ok(const coord_stage_site *copies, size_t n, char *why, size_t why_size);
 
 /* The transport of each of the n-1 boundaries of `n` stages into kinds[] ("zmq" or "nccl",
  * static strings; kinds[b] is between stages b and b+1) by `pref` ("auto", "zmq", "nccl"; NULL

@@ -58,24 +58,12 @@ static sc_status describe(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protobuf
     return SC_OK;
 }
 
-static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
-                              ProtobufCMessage **out, void *user, sc_err *err)
+/* The coordinator picks nccl (between stages, or for the copies' all-reduce) only for workers
+ * whose hardware report offers it; a worker of another build (or an older coordinator's choice)
+ * is refused here with what would work. */
+sc_status wk_assign_kinds_check(const Stagecraft__AssignStageRequest *req, bool nccl_here,
+                                sc_err *err)
 {
-    wk_state *st = user;
-    const Stagecraft__AssignStageRequest *req = (const void *)msg;
-    if (req->job_id == NULL || req->job_id[0] == '\0' ||
-        strlen(req->job_id) >= COORD_WORKER_ID_MAX)
-        return SC_ERRF(err, SC_ERR_INVALID, "AssignStage needs a job_id");
-    if (req->first_block > req->last_block)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "AssignStage: first_block %u is after last_block %u", req->first_block,
-                       req->last_block);
-    /* The coordinator picks nccl only for workers whose hardware report offers it; a worker of
-     * another build (or an older coordinator's choice) is refused here with what would work. */
-    bool nccl_here = false;
-#ifdef SC_HAVE_NCCL
-    nccl_here = strncmp(st->device, "cuda:", 5) == 0;
-#endif
     const char *kinds[2] = {req->transport, req->transport_next};
     for (int i = 0; i < 2; i++) {
         const char *k = kinds[i];
@@ -85,11 +73,35 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         if (!known)
             return SC_ERRF(
                 err, k != NULL && strcmp(k, "nccl") == 0 ? SC_ERR_UNSUPPORTED : SC_ERR_INVALID,
-                "AssignStage: %s '%s' is not supported by this worker (%s)",
+                "AssignStage: %s '%.40s' is not supported by this worker (%s)",
                 i == 0 ? "transport" : "transport_next", k != NULL ? k : "",
                 nccl_here ? "zmq, nccl"
                           : "zmq; nccl needs a CUDA + NCCL build and a cuda:N device");
     }
+    const char *red = req->replica_reduce != NULL ? req->replica_reduce : "";
+    if (!(red[0] == '\0' || strcmp(red, "host") == 0 || (nccl_here && strcmp(red, "nccl") == 0)))
+        return SC_ERRF(
+            err, strcmp(red, "nccl") == 0 ? SC_ERR_UNSUPPORTED : SC_ERR_INVALID,
+            "AssignStage: replica_reduce '%.40s' is not supported by this worker (%s)", red,
+            nccl_here ? "host, nccl" : "host; nccl needs a CUDA + NCCL build and a cuda:N device");
+    return SC_OK;
+}
+
+static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                              void *user, sc_err *err)
+{
+    wk_state *st = user;
+    const Stagecraft__AssignStageRequest *req = (const void *)msg;
+    if (req->job_id == NULL || req->job_id[0] == '\0' || strlen(req->job_id) >= COORD_WORKER_ID_MAX)
+        return SC_ERRF(err, SC_ERR_INVALID, "AssignStage needs a job_id");
+    if (req->first_block > req->last_block)
+        return SC_ERRF(err, SC_ERR_INVALID, "AssignStage: first_block %u is after last_block %u",
+                       req->first_block, req->last_block);
+    bool nccl_here = false;
+#ifdef SC_HAVE_NCCL
+    nccl_here = strncmp(st->device, "cuda:", 5) == 0;
+#endif
+    SC_CHECK(wk_assign_kinds_check(req, nccl_here, err));
     char *plan = strdup(req->plan_json ? req->plan_json : "");
     char *model = strdup(req->model_json ? req->model_json : "");
     if (plan == NULL || model == NULL) {

@@ -6,6 +6,7 @@
 #define WK_SERVICE_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,13 @@ typedef struct {
 
 /* Fills `out` with the Worker service's methods bound to `st`; returns how many. */
 size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max);
+
+/* The data-plane kinds of an assignment this worker can run: transport and transport_next
+ * "zmq", or "nccl" when `nccl_here` (a CUDA + NCCL build driving a cuda:N device); replica_reduce
+ * empty, "host", or "nccl" when `nccl_here`. SC_ERR_UNSUPPORTED for nccl that this worker lacks,
+ * SC_ERR_INVALID for an unknown kind, each naming the field and what would be valid. */
+sc_status wk_assign_kinds_check(const Stagecraft__AssignStageRequest *req, bool nccl_here,
+                                sc_err *err);
 
 /* Drops the assignment of `job_id` (any job when NULL) and returns to idle. Takes st->lock. */
 void wk_state_release(wk_state *st, const char *job_id, const char *why);

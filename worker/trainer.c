@@ -232,6 +232,9 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
         (req->transport != NULL && strcmp(req->transport, "nccl") == 0) ? "nccl" : "zmq";
     if (req->transport_next != NULL && req->transport_next[0] != '\0')
         cfg.transport_next = strcmp(req->transport_next, "nccl") == 0 ? "nccl" : "zmq";
+    /* the copies' all-reduce, as the coordinator chose (the service checked it) */
+    cfg.replica_reduce =
+        req->replica_reduce != NULL && strcmp(req->replica_reduce, "nccl") == 0 ? "nccl" : "host";
     char bind[300];
     snprintf(bind, sizeof bind, "tcp://%s:0", bind_host);
     cfg.bind_endpoint = bind;

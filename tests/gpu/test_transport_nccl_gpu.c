@@ -5,7 +5,10 @@
  * stages against the CPU (2- and 3-stage pipelines on cuda:0 over the local transport, whose
  * messages then travel in device memory, and a GPU stage beside a CPU one; on two GPUs over
  * nccl). The local transport's device payloads on their own: device and host memory both ways,
- * out of order, to a transport without them. Every test skips without the devices it needs.
+ * out of order, to a transport without them. The replicas' device all-reduce (one GPU: a copy
+ * that never joins times out, an abort cancels; two GPUs: sums and means exact, and a replicated
+ * GPT stage on two GPUs against the same job on CPUs). Every test skips without the devices it
+ * needs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +32,7 @@
 #include "kernels/device.h"
 #include "kernels/model.h"
 #include "worker/runtime/runner.h"
+#include "worker/transport/allreduce.h"
 #include "worker/transport/transport.h"
 
 #define GPT_JSON                                                                                   \
@@ -88,8 +92,10 @@ static rt_transport *nccl_new(int device, bool has_next, int timeout_ms)
     return t;
 }
 
+/* Aborts a transport or an all-reduce (whichever is set) from another thread after a delay. */
 typedef struct {
     rt_transport *t;
+    rt_allreduce *a;
     int delay_ms;
 } abort_job;
 
@@ -98,7 +104,10 @@ static void *abort_later(void *arg)
     abort_job *j = arg;
     struct timespec ts = {j->delay_ms / 1000, (long)(j->delay_ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-    rt_transport_abort(j->t);
+    if (j->t != NULL)
+        rt_transport_abort(j->t);
+    if (j->a != NULL)
+        rt_allreduce_abort(j->a);
     return NULL;
 }
 
@@ -133,7 +142,7 @@ static void test_abort_cancels(void **state)
     NEED_GPUS(1);
     rt_transport *first = nccl_new(0, true, 20000);
     rt_transport *second = nccl_new(0, false, 20000);
-    abort_job j = {second, 300};
+    abort_job j = {.t = second, .delay_ms = 300};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, abort_later, &j), 0);
     sc_err err;
@@ -509,6 +518,31 @@ static void *stage_thread(void *arg)
     return NULL;
 }
 
+/* A runner of a job with copies: connects its group, then trains. */
+typedef struct {
+    rt_runner *r;
+    const char *prev[2], *next[2], *peers[2];
+    int n_prev, n_next, n_peers;
+    int steps;
+    sc_status rc;
+    sc_err err;
+    double loss[8];
+} group_job;
+
+static void *group_thread(void *arg)
+{
+    group_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = rt_runner_connect_group(j->r, j->prev, j->n_prev, j->next, j->n_next, j->peers,
+                                    j->n_peers, &j->err);
+    for (int s = 0; s < j->steps && j->rc == SC_OK; s++) {
+        rt_report rep;
+        j->rc = rt_runner_step(j->r, (uint64_t)s + 1, &rep, &j->err);
+        j->loss[s] = rep.has_loss ? rep.loss : NAN;
+    }
+    return NULL;
+}
+
 /* An n-stage GPT pipeline (n = 2 or 3; 1f1b, 4 micro-batches): stage s on devices[s], over
  * transports[s] towards its previous boundary and transports_next[s] (NULL: the same) towards
  * its next; the last stage's loss of each step into loss[steps]. Connects and trains in one
@@ -645,6 +679,201 @@ static void test_gpu_cpu_mixed(void **state)
 #endif
 }
 
+/* ---- the replicas' device all-reduce ---- */
+
+#ifdef SC_HAVE_NCCL
+static rt_allreduce *reduce_new(int device, int ranks, int rank, int timeout_ms)
+{
+    rt_allreduce_cfg c = {.device = device, .ranks = ranks, .rank = rank, .timeout_ms = timeout_ms};
+    rt_allreduce *a = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    if (rt_allreduce_new(&a, &c, &err) != SC_OK)
+        fail_msg("all-reduce copy %d of %d on cuda:%d: %s", rank, ranks, device, err.msg);
+    return a;
+}
+
+/* One GPU: copy 1 joins a communicator whose copy 0 never connects: a timeout, not a hang; and
+ * rt_allreduce_abort from another thread (as rt_runner_abort calls it) ends the wait at once. */
+static void test_reduce_copy_never_joins(void **state)
+{
+    (void)state;
+    NEED_GPUS(1);
+    for (int aborted = 0; aborted < 2; aborted++) {
+        rt_allreduce *a0 = reduce_new(0, 2, 0, 400);
+        rt_allreduce *a1 = reduce_new(0, 2, 1, aborted ? 60000 : 400);
+        abort_job job = {.a = a1, .delay_ms = 300};
+        pthread_t th;
+        if (aborted)
+            assert_int_equal(pthread_create(&th, NULL, abort_later, &job), 0);
+        sc_err err;
+        sc_err_clear(&err);
+        uint64_t t0 = sc_clock_now_ns();
+        sc_status rc = rt_allreduce_connect(a1, rt_allreduce_endpoint(a0), &err);
+        double waited = (double)(sc_clock_now_ns() - t0) / 1e9;
+        if (aborted)
+            pthread_join(th, NULL);
+        assert_int_equal(rc, aborted ? SC_ERR_CANCELLED : SC_ERR_TIMEOUT);
+        assert_true(waited < 10.0);
+        /* broken from then on: it says so instead of waiting again */
+        double x = 0.0;
+        sc_err_clear(&err);
+        assert_int_not_equal(rt_allreduce_run(a1, NULL, 0, false, &x, &err), SC_OK);
+        rt_allreduce_destroy(&a1);
+        rt_allreduce_destroy(&a0);
+    }
+}
+
+typedef struct {
+    rt_allreduce *a;
+    const char *ep0;
+    float *dev;
+    size_t n;
+    bool mean;
+    double scalar;
+    sc_status rc;
+    sc_err err;
+} reduce_job;
+
+static void *reduce_thread(void *arg)
+{
+    reduce_job *j = arg;
+    sc_err_clear(&j->err);
+    j->rc = rt_allreduce_connect(j->a, j->ep0, &j->err);
+    for (int k = 0; k < 2 && j->rc == SC_OK; k++) /* a sum, then the mean of that sum */
+        j->rc = rt_allreduce_run(j->a, j->dev, j->n, k == 1, &j->scalar, &j->err);
+    return NULL;
+}
+
+/* Two GPUs: each copy's vector becomes the sum of both, then the mean of the sums (the same
+ * vector); the scalars are summed twice. Small integers: every result is exact. */
+static void test_reduce_two_gpus(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    enum { N = 1000 };
+    kn_ctx *ctx[2] = {NULL, NULL};
+    reduce_job jobs[2];
+    float *host = malloc(N * sizeof *host);
+    assert_non_null(host);
+    sc_err err;
+    sc_err_clear(&err);
+    rt_allreduce *a[2] = {reduce_new(0, 2, 0, 30000), reduce_new(1, 2, 1, 30000)};
+    for (int k = 0; k < 2; k++) {
+        kn_device d = {.kind = KN_DEV_CUDA, .index = k};
+        assert_int_equal(kn_ctx_new(&ctx[k], d, false, &err), SC_OK);
+        float *dev = NULL;
+        assert_int_equal(kn_ctx_alloc(ctx[k], N * sizeof(float), (void **)&dev, &err), SC_OK);
+        for (int i = 0; i < N; i++)
+            host[i] = (float)(k == 0 ? i : 3 * i + 1);
+        assert_int_equal(kn_ctx_upload(ctx[k], dev, host, N * sizeof(float), &err), SC_OK);
+        assert_int_equal(kn_ctx_sync(ctx[k], &err), SC_OK);
+        jobs[k] = (reduce_job){.a = a[k],
+                               .ep0 = rt_allreduce_endpoint(a[0]),
+                               .dev = dev,
+                               .n = N,
+                               .scalar = k == 0 ? 1.5 : 2.25};
+    }
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&th[k], NULL, reduce_thread, &jobs[k]), 0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(th[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        if (jobs[k].rc != SC_OK)
+            fail_msg("copy %d: %s", k, jobs[k].err.msg);
+        assert_int_equal(kn_ctx_download(ctx[k], host, jobs[k].dev, N * sizeof(float), &err),
+                         SC_OK);
+        for (int i = 0; i < N; i++) /* sum 4i + 1, then the mean of (4i + 1, 4i + 1) */
+            if (host[i] != (float)(4 * i + 1))
+                fail_msg("copy %d, value %d: %g, expected %d", k, i, host[i], 4 * i + 1);
+        assert_true(jobs[k].scalar == 2.0 * (1.5 + 2.25)); /* summed twice */
+        kn_ctx_free(ctx[k], jobs[k].dev);
+        rt_allreduce_destroy(&a[k]);
+        kn_ctx_destroy(&ctx[k]);
+    }
+    free(host);
+}
+
+/* Two GPUs: a replicated GPT stage whose copies (cuda:0, cuda:1) all-reduce over NCCL, against
+ * the same job on CPUs (host all-reduce): the losses agree. Stage 0 runs as two copies, stage 1
+ * once on cuda:0; the data plane is the local transport (routed, host memory). */
+static void test_gpu_replicas_nccl(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    enum { STEPS = 4, RUNNERS = 3 };
+    static const int reps[2] = {2, 1};
+    double loss[2][STEPS];
+    for (int gpu = 0; gpu < 2; gpu++) {
+        static const char *devs[2][RUNNERS] = {{"cpu", "cpu", "cpu"},
+                                               {"cuda:0", "cuda:1", "cuda:0"}};
+        rt_runner *rn[RUNNERS] = {NULL, NULL, NULL};
+        sc_err err;
+        sc_err_clear(&err);
+        for (int i = 0; i < RUNNERS; i++) {
+            int s = i < 2 ? 0 : 1;
+            rt_runner_cfg c = rt_runner_cfg_default();
+            c.model_json = GPT_JSON;
+            c.n_stages = 2;
+            c.stage = s;
+            c.first_block = s == 0 ? 0 : g_gpt_blocks / 2;
+            c.last_block = s == 0 ? g_gpt_blocks / 2 - 1 : g_gpt_blocks - 1;
+            c.schedule = "1f1b";
+            c.batch_size = 8;
+            c.microbatches = 4;
+            c.seed = 5;
+            c.optimizer = "adamw";
+            c.lr = 0.01;
+            c.device = devs[gpu][i];
+            c.transport = "local";
+            c.bind_endpoint = "local://";
+            c.timeout_ms = 30000;
+            c.replicas = reps[s];
+            c.replica = i < 2 ? i : 0;
+            c.prev_replicas = s == 1 ? 2 : 1;
+            c.next_replicas = s == 0 ? 1 : 1;
+            c.stage_replicas = reps;
+            c.replica_reduce = gpu && s == 0 ? "nccl" : "host";
+            if (rt_runner_new(&rn[i], &c, &err) != SC_OK)
+                fail_msg("runner %d on %s: %s", i, c.device, err.msg);
+        }
+        const char *ep[RUNNERS];
+        for (int i = 0; i < RUNNERS; i++)
+            ep[i] = rt_runner_endpoint(rn[i]);
+        if (gpu) /* copy 0 publishes the communicator's id beside its data endpoint */
+            assert_non_null(strstr(ep[0], "|" RT_REDUCE_SCHEME "v1/"));
+        group_job jobs[RUNNERS];
+        pthread_t th[RUNNERS];
+        for (int i = 0; i < RUNNERS; i++) {
+            jobs[i] = (group_job){.r = rn[i], .steps = STEPS};
+            if (i < 2) { /* a copy of stage 0: its peers and the next stage */
+                jobs[i].peers[0] = ep[0];
+                jobs[i].peers[1] = ep[1];
+                jobs[i].n_peers = 2;
+                jobs[i].next[0] = ep[2];
+                jobs[i].n_next = 1;
+            } else {
+                jobs[i].prev[0] = ep[0];
+                jobs[i].prev[1] = ep[1];
+                jobs[i].n_prev = 2;
+            }
+            assert_int_equal(pthread_create(&th[i], NULL, group_thread, &jobs[i]), 0);
+        }
+        for (int i = 0; i < RUNNERS; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < RUNNERS; i++)
+            if (jobs[i].rc != SC_OK)
+                fail_msg("%s, runner %d: %s", gpu ? "GPUs" : "CPUs", i, jobs[i].err.msg);
+        for (int k = 0; k < STEPS; k++)
+            loss[gpu][k] = jobs[2].loss[k];
+        for (int i = RUNNERS - 1; i >= 0; i--)
+            rt_runner_destroy(&rn[i]);
+    }
+    assert_losses_close(loss[1], loss[0], STEPS);
+}
+#endif /* SC_HAVE_NCCL */
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -660,6 +889,11 @@ int main(void)
         cmocka_unit_test(test_gpu_stages_nccl),
         cmocka_unit_test(test_gpu_stages_local_three_and_mixed),
         cmocka_unit_test(test_gpu_cpu_mixed),
+#ifdef SC_HAVE_NCCL
+        cmocka_unit_test(test_reduce_copy_never_joins),
+        cmocka_unit_test(test_reduce_two_gpus),
+        cmocka_unit_test(test_gpu_replicas_nccl),
+#endif
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

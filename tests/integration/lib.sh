@@ -69,32 +69,27 @@ job_state() {
 }
 
 is_state() { [ "$(job_state "$1")" = "$2" ]; }
+# field JOB KEY: a top-level value of `status JOB --json`, unquoted
+field() { "$sc" status "$1" --json | sed -n "s/^  \"$2\": //p" | sed 's/,$//; s/^"//; s/"$//'; }
 worker_is() { [ "$(worker_state "$1")" = "$2" ]; }
 # alive_is N: exactly N registered workers are alive.
 alive_is() { [ "$("$sc" workers --json | grep -c '"state": "alive"')" -eq "$1" ]; }
 # wait_alive SECONDS N: waits until N workers are alive.
 wait_alive() { wait_for "$1" alive_is "$2"; }
 
-# has_checkpoint DIR STAGE STEP: DIR holds a checkpoint of STAGE at STEP or later.
-has_checkpoint() {
-    local f n
-    for f in "$1"/stage"$2"-step*.ckpt; do
-        n=${f##*step}; n=${n%.ckpt}
-        [ "$n" -ge "$3" ] 2>/dev/null && return 0
-    done
-    return 1
-}
-
-# freeze_at_checkpoint SECONDS DIR STAGE STEP PID...: watches DIR without a poll interval (a
-# small job steps hundreds of times a second, so it could end between two polls) and stops
-# (SIGSTOP) the PIDs as soon as STAGE has a checkpoint of STEP or later; false if none comes
-# within SECONDS (the PIDs are stopped anyway).
-freeze_at_checkpoint() {
-    local deadline=$((SECONDS + $1)) dir=$2 stage=$3 step=$4
-    shift 4
-    until has_checkpoint "$dir" "$stage" "$step" || [ $SECONDS -ge $deadline ]; do :; done
+# freeze_when_known SECONDS JOB STEP PID...: stops (SIGSTOP) the PIDs as soon as the coordinator
+# knows a checkpoint of STEP or later for JOB (its last_checkpoint_step, from the workers'
+# reports, which go out at most every 50 ms while a small job steps hundreds of times a second:
+# polled without an interval, so that the job cannot end between two polls); false if it does
+# not within SECONDS (the PIDs are stopped anyway). The job then resumes from that step or a
+# later one.
+freeze_when_known() {
+    local deadline=$((SECONDS + $1)) id=$2 step=$3
+    shift 3
+    knows() { [ "$(field "$id" last_checkpoint_step)" -ge "$step" ] 2>/dev/null; }
+    until knows || [ $SECONDS -ge $deadline ]; do :; done
     kill -STOP "$@"
-    has_checkpoint "$dir" "$stage" "$step"
+    knows
 }
 
 finish() {

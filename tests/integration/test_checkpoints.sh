@@ -30,7 +30,6 @@ JSON
 }
 submit() { "$sc" submit "$1" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p'; }
 ckpts() { (cd "$work/wstate/checkpoints/$1" 2>/dev/null && ls stage$2-step*.ckpt 2>/dev/null | sort -V | tr '\n' ' '); }
-field() { "$sc" status "$1" --json | sed -n "s/^  \"$2\": //p" | sed 's/,$//; s/^"//; s/"$//'; }
 
 # 1. pruning: checkpoint_every 2 over 40 steps wrote 20 files per stage; the default keeps the
 #    newest 2, checkpoint_keep 3 the newest 3
@@ -64,11 +63,8 @@ id=$(submit "$work/corrupt.json")
 # out at most every 50 ms, while the steps take a few ms: freeze both workers as soon as it
 # knows a step with an older one before it (>= 4), so the job cannot end before b is killed
 # and the step it will resume from has a predecessor to fall back to.
-knows() { [ "$(field "$id" last_checkpoint_step)" -ge 4 ] 2>/dev/null; }
-deadline=$((SECONDS + 60))
-until knows || [ $SECONDS -ge $deadline ]; do :; done
-kill -STOP "$a_pid" "$b_pid"
-knows || fail "$id did not checkpoint step 4: $("$sc" status "$id" | sed -n 2,3p)"
+freeze_when_known 60 "$id" 4 "$a_pid" "$b_pid" ||
+    fail "$id did not checkpoint step 4: $("$sc" status "$id" | sed -n 2,3p)"
 is_state "$id" running || fail "$id is $(job_state "$id") before its worker was killed"
 kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
 kill -CONT "$a_pid"

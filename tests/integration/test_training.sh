@@ -32,7 +32,7 @@ for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $
 loss_of() { "$sc" status "$1" --json | sed -n 's/^  "reason": "trained [0-9]* steps; final loss \([0-9.]*\)".*/\1/p'; }
 
 # 1. an uninterrupted run
-job plain 60 >"$work/plain.json"
+job plain 200 >"$work/plain.json"
 "$sc" submit "$work/plain.json" >/dev/null || fail "submit plain"
 wait_for 120 is_state job-1 succeeded && pass "job-1 trained to success" ||
     fail "job-1 is $(job_state job-1): $("$sc" status job-1 | sed -n 2p)"
@@ -48,15 +48,21 @@ trs=$(echo "$plan1" | sed -n 's/.*"transports":\[\([^]]*\)\].*/\1/p')
     "$sc" status job-1 | grep -q "data plane: 0-1 zmq" &&
     pass "the plan records zmq for each of its $((cuts - 1)) stage boundaries" ||
     fail "plan transports '[$trs]' for $cuts stages (status: $("$sc" status job-1 | grep 'data plane'))"
+# and how each stage's copies all-reduce: one copy each here, so "none" for every stage
+reds=$(echo "$plan1" | sed -n 's/.*"replica_reduce":\[\([^]]*\)\].*/\1/p')
+[ "$(echo "$reds" | tr ',' '\n' | grep -c '"none"')" -eq "$cuts" ] &&
+    [ "$(echo "$reds" | tr ',' '\n' | grep -vc '"none"')" -eq 0 ] &&
+    pass "the plan records no all-reduce for its $cuts single-copy stages" ||
+    fail "plan replica_reduce '[$reds]' for $cuts single-copy stages"
 
 # 2. the same job, with a worker killed mid-training and started again
-job killed 60 >"$work/killed.json"
+job killed 200 >"$work/killed.json"
 "$sc" submit "$work/killed.json" >/dev/null || fail "submit killed"
-# the 60 steps take about a second: freeze both workers once stage 1 has checkpointed step 20,
-# so the job cannot end before b is killed (and the reports of step 10's checkpoint, sent within
-# 50 ms, have reached the coordinator: the job resumes from it)
-freeze_at_checkpoint 60 "$work/wstate/checkpoints/job-2" 1 20 "$a_pid" "$b_pid" ||
-    fail "job-2 did not checkpoint step 20: $("$sc" status job-2 | sed -n 2,3p)"
+# The coordinator resumes from the last step it knows every stage saved, from reports that go
+# out at most every 50 ms while a step takes a few ms: freeze both workers as soon as it knows
+# one (>= 10), so the job cannot end before b is killed and it has a checkpoint to resume from.
+freeze_when_known 60 job-2 10 "$a_pid" "$b_pid" ||
+    fail "job-2 did not checkpoint step 10: $("$sc" status job-2 | sed -n 2,3p)"
 is_state job-2 running || fail "job-2 is $(job_state job-2) before its worker was killed"
 kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
 kill -CONT "$a_pid"
@@ -67,13 +73,13 @@ wait_for 6 is_state job-2 recovering &&
 start_worker b
 wait_for 120 is_state job-2 succeeded && pass "job-2 resumed and trained to success" ||
     fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
-"$sc" status job-2 | grep -q "step:    60 of 60" || fail "job-2 step: $("$sc" status job-2 | sed -n 3p)"
+"$sc" status job-2 | grep -q "step:    200 of 200" || fail "job-2 step: $("$sc" status job-2 | sed -n 3p)"
 grep -q "from the checkpoint of step" "$work/coord.log" || fail "job-2 did not resume from a checkpoint"
 
 # 3. the resumed run ends with the uninterrupted run's weights and optimizer state, bit for bit
 for s in 0 1; do
-    f1=$(ls "$work"/wstate/checkpoints/job-1/stage$s-step60.ckpt 2>/dev/null | head -1)
-    f2=$(ls "$work"/wstate/checkpoints/job-2/stage$s-step60.ckpt 2>/dev/null | head -1)
+    f1=$(ls "$work"/wstate/checkpoints/job-1/stage$s-step200.ckpt 2>/dev/null | head -1)
+    f2=$(ls "$work"/wstate/checkpoints/job-2/stage$s-step200.ckpt 2>/dev/null | head -1)
     if [ -z "$f1" ] || [ -z "$f2" ]; then
         fail "stage $s: missing final checkpoints ('$f1', '$f2')"
     elif cmp -s "$f1" "$f2"; then
@@ -188,6 +194,10 @@ for try in 1 2 3; do
         fail "job $id: final loss '$final' did not fall below ln(10) = 2.303"
     if echo "$plan" | grep -q '"replicas":[2-9]'; then
         replicated=$(echo "$plan" | grep -o '"stages":\[{"first_block":[0-9]*,"last_block":[0-9]*,"devices":\[[0-9,]*\]')
+        # CPU copies all-reduce in host memory, and status says so
+        echo "$plan" | grep -q '"replica_reduce":\[[^]]*"host"' &&
+            "$sc" status "$id" | grep -q "gradient all-reduce: stage [0-9]* host memory" ||
+            fail "job $id: its CPU copies' all-reduce is not recorded as host memory: $(echo "$plan" | grep -o '"replica_reduce":\[[^]]*\]')"
         break
     fi
 done

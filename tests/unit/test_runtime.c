@@ -1555,6 +1555,19 @@ typedef struct {
     rt_runner *r[MAX_AGENTS];
 } repl_pipe;
 
+/* When set, repl_open hands out every copy 0's endpoint joined to this one, as a copy 0 with a
+ * device all-reduce publishes it ("DATA|nccl-reduce://..."): the readers must take their part. */
+static const char *g_joined_to_copy0;
+
+static const char *repl_endpoint(const repl_pipe *rp, int i, char *buf, size_t size)
+{
+    const char *ep = rt_runner_endpoint(rp->r[i]);
+    if (g_joined_to_copy0 == NULL || rp->replica_of[i] != 0)
+        return ep;
+    snprintf(buf, size, "%s%c%s", ep, RT_ENDPOINT_SEP, g_joined_to_copy0);
+    return buf;
+}
+
 static void repl_open(repl_pipe *rp, const run_spec *rs, const int *reps)
 {
     memset(rp, 0, sizeof *rp);
@@ -1585,13 +1598,16 @@ static void repl_open(repl_pipe *rp, const run_spec *rs, const int *reps)
     for (int i = 0; i < rp->n; i++) {
         int s = rp->stage_of[i];
         const char *prev[MAX_AGENTS], *next[MAX_AGENTS], *peers[MAX_AGENTS];
+        static char buf[3][MAX_AGENTS][2 * RT_ENDPOINT_MAX];
         int np = s > 0 ? reps[s - 1] : 0, nn = s < rs->stages - 1 ? reps[s + 1] : 0;
         for (int k = 0; k < np; k++)
-            prev[k] = rt_runner_endpoint(rp->r[rp->base[s - 1] + k]);
+            prev[k] = repl_endpoint(rp, rp->base[s - 1] + k, buf[0][k], sizeof buf[0][k]);
         for (int k = 0; k < nn; k++)
-            next[k] = rt_runner_endpoint(rp->r[rp->base[s + 1] + k]);
+            next[k] = repl_endpoint(rp, rp->base[s + 1] + k, buf[1][k], sizeof buf[1][k]);
         for (int k = 0; k < reps[s]; k++)
-            peers[k] = k == rp->replica_of[i] ? NULL : rt_runner_endpoint(rp->r[rp->base[s] + k]);
+            peers[k] = k == rp->replica_of[i]
+                           ? NULL
+                           : repl_endpoint(rp, rp->base[s] + k, buf[2][k], sizeof buf[2][k]);
         sc_status rc = rt_runner_connect_group(rp->r[i], prev, np, next, nn, peers, reps[s], &err);
         if (rc != SC_OK)
             print_error("connect %d: %s\n", i, err.msg);
@@ -1717,6 +1733,30 @@ static void test_replicated_equivalence(void **state)
     static const int sizes[] = {1, 2, 3, 2};
     const run_spec lone = {MLP_JSON, "gpipe", 1, 8, 4, 3, "adamw", "local", NULL, NULL, sizes, 0};
     check_replicated(&lone, three);
+}
+
+/* Copies whose copy 0 publishes a device all-reduce's id beside its data endpoint (as a GPU
+ * stage with replica_reduce "nccl" does): the neighbours and the other copies connect to the
+ * data part, and training is unchanged. */
+static void test_replicated_joined_endpoints(void **state)
+{
+    (void)state;
+    static const int middle2[] = {1, 2, 1};
+    static const run_spec cases[] = {
+        {GPT_JSON, "1f1b", 3, 8, 4, 2, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {MLP_JSON, "gpipe", 3, 8, 4, 2, "sgd", "local", NULL, NULL, NULL, 0},
+    };
+    g_joined_to_copy0 = "nccl-reduce://v1/00";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_replicated(&cases[i], middle2);
+}
+
+/* Also after a failure, so that the tests after it are not affected. */
+static int unjoin(void **state)
+{
+    (void)state;
+    g_joined_to_copy0 = NULL;
+    return 0;
 }
 
 /* Replica 0 writes the stage's checkpoint, the others skip; every replica loads the same file
@@ -2257,6 +2297,7 @@ int main(void)
         cmocka_unit_test(test_loss_decreases),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_replicated_equivalence),
+        cmocka_unit_test_teardown(test_replicated_joined_endpoints, unjoin),
         cmocka_unit_test(test_replicated_checkpoint),
         cmocka_unit_test(test_replicated_bad_config),
         cmocka_unit_test(test_pipedream_replicated_reference),

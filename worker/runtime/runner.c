@@ -38,6 +38,7 @@
 #include "kernels/stage.h"
 #include "worker/data/data.h"
 #include "worker/runtime/schedule.h"
+#include "worker/transport/allreduce.h"
 #include "worker/transport/transport.h"
 
 #define CKPT_MAGIC "SCRTCKPT"
@@ -125,6 +126,7 @@ struct rt_runner {
     rt_transport **link_prev; /* [nrep_prev]: replica k of the previous stage */
     rt_transport **link_next; /* [nrep_next] */
     rt_transport **link_peer; /* [nrep]: the other replicas of this stage */
+    rt_allreduce *ar;         /* replica_reduce "nccl": the copies' device all-reduce, else NULL */
     unsigned char *red_in;    /* a peer's gradients and loss during the all-reduce */
     float *red_sum;           /* [np] the sum in replica order */
     /* Sizes per stage: the neighbours' cuts as prefix offsets (prev_off[k] = first sample of the
@@ -180,6 +182,7 @@ void rt_runner_destroy(rt_runner **rp)
     if (rp == NULL || *rp == NULL)
         return;
     rt_runner *r = *rp;
+    rt_allreduce_destroy(&r->ar);
     rt_transport_destroy(&r->tr);
     rt_transport_destroy(&r->tr_next);
     for (int k = 0; r->link_prev != NULL && k < r->nrep_prev; k++)
@@ -854,6 +857,46 @@ static sc_status open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device
     return SC_OK;
 }
 
+/* replica_reduce "nccl": the copies' device all-reduce. Copy 0 publishes its id joined to its
+ * data endpoint, which every copy of the stage receives as peer endpoint 0. */
+static sc_status open_reduce(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err)
+{
+    const char *how =
+        c->replica_reduce != NULL && c->replica_reduce[0] != '\0' ? c->replica_reduce : "host";
+    if (strcmp(how, "host") == 0)
+        return SC_OK;
+    if (strcmp(how, "nccl") != 0)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: replica_reduce \"%s\"; valid: \"host\" (the default), "
+                       "\"nccl\"",
+                       r->s, how);
+    if (r->nrep < 2)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: replica_reduce \"nccl\" needs a replicated stage "
+                       "(replicas >= 2, got %d)",
+                       r->s, r->nrep);
+    if (dev.kind != KN_DEV_CUDA)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: replica_reduce \"nccl\" needs a cuda:N device, got "
+                       "\"%s\"; copies on CPUs use \"host\"",
+                       r->s, c->device != NULL ? c->device : "cpu");
+    rt_allreduce_cfg ac = {
+        .device = dev.index, .ranks = r->nrep, .rank = r->rep, .timeout_ms = c->timeout_ms};
+    SC_CHECK(rt_allreduce_new(&r->ar, &ac, err));
+    if (r->rep != 0)
+        return SC_OK;
+    const char *id = rt_allreduce_endpoint(r->ar);
+    size_t la = strlen(r->endpoint), lb = strlen(id);
+    if (la + 1 + lb >= sizeof r->endpoint)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "runner stage %d: its data and all-reduce endpoints do not fit in %d "
+                       "characters",
+                       r->s, RT_ENDPOINT_MAX);
+    r->endpoint[la] = RT_ENDPOINT_SEP;
+    memcpy(r->endpoint + la + 1, id, lb + 1);
+    return SC_OK;
+}
+
 /* Which boundaries a GPU stage crosses in device memory (rt_runner.dev_prev, dev_next) and its
  * device buffers for them. */
 static sc_status device_boundaries(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err)
@@ -978,7 +1021,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         SC_CHECK(open_transports(r, c, dev, err));
         SC_CHECK(device_boundaries(r, c, dev, err));
     }
-    return SC_OK;
+    return open_reduce(r, c, dev, err);
 }
 
 sc_status rt_runner_new(rt_runner **out, const rt_runner_cfg *cfg, sc_err *err)
@@ -1024,9 +1067,11 @@ static bool endpoint_given(const char *ep)
  * sent on it both land in that inbox. */
 static sc_status link_open(rt_runner *r, const char *endpoint, rt_transport **out, sc_err *err)
 {
+    char ep[RT_ENDPOINT_MAX]; /* a copy 0 with a device all-reduce joins its id to it */
+    SC_CHECK(rt_endpoint_pick(endpoint, r->link_cfg.kind, ep, sizeof ep, err));
     rt_transport_destroy(out);
     SC_CHECK(rt_transport_new(out, &r->link_cfg, err));
-    return rt_transport_connect(*out, endpoint, endpoint, err);
+    return rt_transport_connect(*out, ep, ep, err);
 }
 
 static sc_status check_eps(const rt_runner *r, const char *what, const char *const *eps, int n,
@@ -1075,11 +1120,26 @@ sc_status rt_runner_connect_group(rt_runner *r, const char *const *prev_eps, int
      * inbox, told apart by (kind, step, micro-batch). Both directions of the inbox's transport
      * point at the inbox itself so it may receive either kind (the all-reduce uses gradients)
      * whatever the stage's position. */
-    SC_CHECK(rt_transport_connect(r->tr, r->endpoint, r->endpoint, err));
+    char own[RT_ENDPOINT_MAX];
+    SC_CHECK(rt_endpoint_pick(r->endpoint, rt_transport_kind_of(r->tr), own, sizeof own, err));
+    SC_CHECK(rt_transport_connect(r->tr, own, own, err));
     for (int k = 0; k < n_prev; k++)
         SC_CHECK(link_open(r, prev_eps[k], &r->link_prev[k], err));
     for (int k = 0; k < n_next; k++)
         SC_CHECK(link_open(r, next_eps[k], &r->link_next[k], err));
+    if (r->ar != NULL) { /* the copies reduce on their GPUs: no host links between them */
+        char id[RT_ENDPOINT_MAX];
+        bool found = false;
+        SC_CHECK(rt_endpoint_part(r->rep == 0 ? r->endpoint : peer_eps[0], RT_REDUCE_SCHEME, id,
+                                  sizeof id, &found, err));
+        if (!found)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner stage %d replica %d: copy 0's endpoint \"%.80s\" carries no "
+                           "%s part, which replica_reduce \"nccl\" needs (is copy 0 configured "
+                           "with replica_reduce \"host\"?)",
+                           r->s, r->rep, peer_eps[0], RT_REDUCE_SCHEME);
+        return rt_allreduce_connect(r->ar, id, err);
+    }
     for (int k = 0; k < n_peers && r->nrep > 1; k++)
         if (k != r->rep)
             SC_CHECK(link_open(r, peer_eps[k], &r->link_peer[k], err));
@@ -1168,6 +1228,20 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mea
     memcpy(r->grads, r->red_sum, gbytes);
     *loss_sum = loss;
     return SC_OK;
+}
+
+/* The copies' all-reduce of the stage's gradients and of *loss_sum: on their GPUs with
+ * replica_reduce "nccl", else through host memory (allreduce_grads). */
+static sc_status reduce_copies(rt_runner *r, uint64_t step, int tag0, bool mean, double *loss_sum,
+                               sc_err *err)
+{
+    if (r->ar != NULL) {
+        SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err)); /* the gradients are complete */
+        return rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), r->np, mean, loss_sum, err);
+    }
+    SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+    SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, err));
+    return kn_stage_grads_from_host(r->st, r->grads, err);
 }
 
 /* The optimizer step on the stage's own device (kn_stage_step), after the per-block gradient
@@ -1401,10 +1475,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                              M * r->in_elems * sizeof(float), err));
         break;
     case RT_ACT_OPT:
-        if (r->nrep > 1) { /* the copies' mean gradient, through host memory */
-            SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
-            SC_CHECK(allreduce_grads(r, step, -1, false, loss_sum, err));
-            SC_CHECK(kn_stage_grads_from_host(r->st, r->grads, err));
+        if (r->nrep > 1) { /* the copies' summed gradient */
+            SC_CHECK(reduce_copies(r, step, -1, false, loss_sum, err));
             rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
             t0 = sc_clock_now_s();
         }
@@ -1548,9 +1620,7 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
     if (r->nrep > 1) {
         /* m is a multiple of nrep, so the round's minibatches are micro-batches
          * mb - nrep + 1 .. mb of one step */
-        SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
-        SC_CHECK(allreduce_grads(r, step, -1 - (mb - r->nrep + 1), true, &r->pd_loss_own, err));
-        SC_CHECK(kn_stage_grads_from_host(r->st, r->grads, err));
+        SC_CHECK(reduce_copies(r, step, -1 - (mb - r->nrep + 1), true, &r->pd_loss_own, err));
         *loss_sum += r->pd_loss_own;
         r->pd_loss_own = 0.0;
         rep->wait_s += sc_clock_now_s() - t2; /* counted as waiting, not as the optimizer */
@@ -1728,6 +1798,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
 
 void rt_runner_abort(rt_runner *r)
 {
+    rt_allreduce_abort(r->ar);
     if (r->tr != NULL)
         rt_transport_abort(r->tr);
     if (r->tr_next != NULL)

@@ -10,9 +10,9 @@
  * batch), so one iteration equals one step on the batch mean: a p-stage pipeline reaches the same
  * parameters as single-stage training with gradient accumulation.
  *
- * The optimizer runs on host copies of the parameters and of its state (AdamW moments or SGD
- * velocity), so checkpoints hold both; on a GPU this costs one download of the gradients and one
- * upload of the parameters per iteration.
+ * The optimizer steps on the stage's own device (kn_stage_step); host copies of the parameters
+ * and of its state (AdamW moments or SGD velocity) are made only for checkpoints, pipedream's
+ * weight stashes and a host all-reduce of replicated stages.
  *
  * Micro-batches may differ in size, and the "sliced" schedule cuts the first warm-up micro-batches
  * in halves; both keep the equivalence above.
@@ -79,12 +79,14 @@
  * runner dry-runs the job's copies over streams of some steps and their drains
  * (rt_schedule_new_pipedream, rt_schedule_validate_replicas: OPTs are barriers of a stage's
  * copies) before it runs.
- * Not here: sizes per stage (forward or backward) with another schedule
- * than gpipe or with replicas,
- * device-side (NCCL) all-reduce, the nccl transport with replicas (SC_ERR_UNSUPPORTED).
- * With the nccl transport the activations and gradients still pass through the runner's host
- * buffers (the stage's kernels hand out host copies only); the transport moves them between
- * GPUs with NCCL.
+ * Copies on GPUs of their own may all-reduce on the devices instead (cfg replica_reduce "nccl",
+ * rt allreduce: ncclAllReduce of the device gradients, the same bits on every copy but not the
+ * host path's bits).
+ * Not here: sizes per stage (forward or backward) with another schedule than gpipe or with
+ * replicas, the nccl transport between stages with replicas (SC_ERR_UNSUPPORTED).
+ * A GPU stage on the synchronous schedules without replicas or sizes per stage hands the nccl
+ * transport (and local with device payloads) device memory; the other paths pass activations
+ * and gradients through the runner's host buffers.
  * Invariant: no more than the schedule's activation slots (per copy: gpipe ceil(m / r_s), 1f1b
  * min(W_s / r_s + 1, ceil(m / r_s)), pipedream W_s / r_s + 1; min(p-s, m) and p-s unreplicated:
  * rt_schedule_slots_bound) are ever in flight; each iteration checks it and fails
@@ -170,7 +172,7 @@ typedef struct {
      * being copy `replica` (0..replicas-1); the neighbouring stages have prev_replicas and
      * next_replicas copies (>= 1; ignored for the first / last stage). Micro-batch j runs on copy
      * j % r of every stage; before the optimizer step the copies of a stage all-reduce their
-     * gradients in host memory over the transport. Needs replicas <= the micro-batches run and the
+     * gradients (replica_reduce below). Needs replicas <= the micro-batches run and the
      * "gpipe", "1f1b" or "pipedream" schedule when any of the three is > 1 (pipedream: see the
      * top of this file). Defaults 1, 0, 1, 1. */
     int replicas, replica;
@@ -182,6 +184,12 @@ typedef struct {
      * stages after it; stages told different vectors may deadlock until the timeout), so a job
      * with replicated stages gives it to every stage; gpipe uses it for a fuller dry run. */
     const int *stage_replicas;
+    /* How the copies of a replicated stage all-reduce their gradients: "host" (NULL or "", the
+     * default: in host memory over the transport, bit-identical sums in copy order, any device)
+     * or "nccl" (every copy on a GPU of its own, replicas >= 2, CUDA + NCCL builds: ncclAllReduce
+     * of the device gradients, rt allreduce; copy 0 joins the communicator's id to its
+     * endpoint, so every copy must get copy 0's endpoint as peer endpoint 0). */
+    const char *replica_reduce;
 } rt_runner_cfg;
 
 /* pipedream: one forward or backward run by rt_runner_step / rt_runner_flush, in order. */

@@ -329,34 +329,52 @@ static const char *scheme_of(rt_transport_kind kind)
                                         : "tcp://";
 }
 
-sc_status rt_endpoint_pick(const char *ep, rt_transport_kind kind, char *out, size_t size,
+sc_status rt_endpoint_part(const char *ep, const char *scheme, char *out, size_t size, bool *found,
                            sc_err *err)
 {
-    if (ep == NULL)
-        ep = "";
-    const char *at = ep, *end = NULL;
-    if (strchr(ep, RT_ENDPOINT_SEP) != NULL) {
-        const char *scheme = scheme_of(kind);
-        at = NULL;
-        for (const char *p = ep; p != NULL; p = end != NULL ? end + 1 : NULL) {
-            end = strchr(p, RT_ENDPOINT_SEP);
-            if (strncmp(p, scheme, strlen(scheme)) == 0) {
-                at = p;
-                break;
-            }
+    *found = false;
+    if (size > 0)
+        out[0] = '\0';
+    const char *at = NULL, *end = NULL;
+    for (const char *p = ep != NULL ? ep : ""; p != NULL; p = end != NULL ? end + 1 : NULL) {
+        end = strchr(p, RT_ENDPOINT_SEP);
+        if (strncmp(p, scheme, strlen(scheme)) == 0) {
+            at = p;
+            break;
         }
-        if (at == NULL)
-            return SC_ERRF(err, SC_ERR_INVALID,
-                           "endpoint \"%.120s\" offers no %s... part for this boundary's "
-                           "transport (the neighbours disagree on the transport)",
-                           ep, scheme);
     }
+    if (at == NULL)
+        return SC_OK;
     size_t len = end != NULL ? (size_t)(end - at) : strlen(at);
     if (len >= size)
         return SC_ERRF(err, SC_ERR_INVALID, "endpoint \"%.60s...\" is longer than %zu characters",
                        at, size - 1);
     memcpy(out, at, len);
     out[len] = '\0';
+    *found = true;
+    return SC_OK;
+}
+
+sc_status rt_endpoint_pick(const char *ep, rt_transport_kind kind, char *out, size_t size,
+                           sc_err *err)
+{
+    if (ep == NULL)
+        ep = "";
+    if (strchr(ep, RT_ENDPOINT_SEP) == NULL) { /* a single endpoint: the backend checks it */
+        size_t len = strlen(ep);
+        if (len >= size)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "endpoint \"%.60s...\" is longer than %zu characters", ep, size - 1);
+        memcpy(out, ep, len + 1);
+        return SC_OK;
+    }
+    bool found = false;
+    SC_CHECK(rt_endpoint_part(ep, scheme_of(kind), out, size, &found, err));
+    if (!found)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "endpoint \"%.120s\" offers no %s... part for this boundary's "
+                       "transport (the neighbours disagree on the transport)",
+                       ep, scheme_of(kind));
     return SC_OK;
 }
 
@@ -371,7 +389,7 @@ bool rt_endpoint_is_nccl(const char *ep)
     return ep != NULL && strncmp(ep, NCCL_EP_PREFIX, strlen(NCCL_EP_PREFIX)) == 0;
 }
 
-static void hex_put(const unsigned char *id, char *out)
+void rt_hex_put(const unsigned char *id, char *out)
 {
     static const char digits[] = "0123456789abcdef";
     for (int i = 0; i < RT_NCCL_ID_BYTES; i++) {
@@ -391,8 +409,7 @@ static int hex_val(char c)
     return -1;
 }
 
-/* Decodes exactly 2 * RT_NCCL_ID_BYTES hex digits at s; -1 when one is not a hex digit, else 0. */
-static int hex_get(const char *s, unsigned char *id, size_t *bad_at)
+int rt_hex_get(const char *s, unsigned char *id, size_t *bad_at)
 {
     for (size_t i = 0; i < RT_NCCL_ID_BYTES; i++) {
         int hi = hex_val(s[2 * i]), lo = hex_val(s[2 * i + 1]);
@@ -422,10 +439,10 @@ sc_status rt_nccl_endpoint_format(const unsigned char *a, const unsigned char *g
         return SC_OK;
     }
     char *p = buf + plen;
-    hex_put(a, p);
+    rt_hex_put(a, p);
     p += 2 * RT_NCCL_ID_BYTES;
     *p++ = '/';
-    hex_put(g, p);
+    rt_hex_put(g, p);
     p += 2 * RT_NCCL_ID_BYTES;
     *p = '\0';
     return SC_OK;
@@ -455,11 +472,11 @@ sc_status rt_nccl_endpoint_parse(const char *ep, bool *has_ids, unsigned char *a
                        ep, len, NCCL_EP_V1, 2 * hex + 1, hex);
     unsigned char ia[RT_NCCL_ID_BYTES], ig[RT_NCCL_ID_BYTES];
     size_t bad = 0;
-    if (hex_get(p, ia, &bad) != 0)
+    if (rt_hex_get(p, ia, &bad) != 0)
         return SC_ERRF(err, SC_ERR_INVALID,
                        "nccl endpoint: character %zu of the first id is '%c', not a hex digit", bad,
                        p[bad]);
-    if (hex_get(p + hex + 1, ig, &bad) != 0)
+    if (rt_hex_get(p + hex + 1, ig, &bad) != 0)
         return SC_ERRF(err, SC_ERR_INVALID,
                        "nccl endpoint: character %zu of the second id is '%c', not a hex digit",
                        bad, p[hex + 1 + bad]);

@@ -12,7 +12,7 @@
  * zmq and local match messages by tag, so a receiver may ask in any order; nccl messages arrive
  * in the order they were sent (per direction), and asking for another one than the next is
  * SC_ERR_INVALID (a header sent with each payload is checked), never silent corruption.
- * Not here: replica all-reduce.
+ * Not here: the replicas' all-reduce on their GPUs (allreduce.h).
  *
  * Invariant: no call blocks forever. A receive waits at most `timeout_ms`, then returns
  * SC_ERR_TIMEOUT (SC_ERR_UNAVAILABLE when the local peer is known to be gone); rt_transport_abort()
@@ -138,6 +138,12 @@ rt_transport_kind rt_transport_kind_of(const rt_transport *t);
  * ("tcp://" zmq, "local://" local, "nccl://" nccl). A joined endpoint without such a part, or
  * one that does not fit, is SC_ERR_INVALID. */
 sc_status rt_endpoint_pick(const char *ep, rt_transport_kind kind, char *out, size_t size,
+                           sc_err *err);
+
+/* The part of `ep` (one endpoint, or several joined by RT_ENDPOINT_SEP) that starts with
+ * `scheme` ("tcp://", RT_REDUCE_SCHEME, ...) into out[size]; *found is false and out "" when
+ * no part does. A part that does not fit is SC_ERR_INVALID. */
+sc_status rt_endpoint_part(const char *ep, const char *scheme, char *out, size_t size, bool *found,
                            sc_err *err);
 
 /* ---- nccl endpoints (usable in every build, for the coordinator and tests) ----

@@ -80,4 +80,10 @@ extern const rt_transport_ops rt_transport_nccl_ops;
  * endpoint is some 500 characters of hex). */
 const char *rt_transport_label(const rt_transport *t);
 
+/* Hex of an NCCL unique id (RT_NCCL_ID_BYTES bytes, 2 * RT_NCCL_ID_BYTES lower-case digits, no
+ * terminator) and back: rt_hex_get decodes exactly that many digits at s, -1 (with the offset
+ * of the first bad character in *bad_at) when one is not a hex digit, else 0. */
+void rt_hex_put(const unsigned char *id, char *out);
+int rt_hex_get(const char *s, unsigned char *id, size_t *bad_at);
+
 #endif /* RT_TRANSPORT_IMPL_H */

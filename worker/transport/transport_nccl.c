@@ -60,6 +60,7 @@
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
+#include "worker/transport/nccl_wait.h"
 #include "worker/transport/transport_impl.h"
 
 #define WIRE_MAGIC 0x5343524eu /* "SCRN" */
@@ -172,22 +173,6 @@ static sc_status check_usable(rt_transport *t, nccl_impl *n, sc_err *err)
     return SC_OK;
 }
 
-/* Poll pause: short first (a message usually arrives within microseconds of being asked for),
- * growing to 1 ms so a long wait costs no core. */
-static void backoff(int *us)
-{
-    struct timespec ts = {0, (long)*us * 1000L};
-    nanosleep(&ts, NULL);
-    if (*us < 1000)
-        *us *= 2;
-}
-
-static const char *nccl_msg(ncclResult_t r)
-{
-    const char *last = ncclGetLastError(NULL);
-    return (last != NULL && last[0] != '\0') ? last : ncclGetErrorString(r);
-}
-
 /* Any live communicator in error (its peer's connection broke, or NCCL failed): SC_ERR_UNAVAILABLE
  * after aborting everything. */
 static sc_status check_async(nccl_impl *n, sc_err *err)
@@ -204,7 +189,7 @@ static sc_status check_async(nccl_impl *n, sc_err *err)
             SC_ERRF(err, SC_ERR_UNAVAILABLE,
                     "nccl transport: the %s communicator failed (%s: %s); is the peer stage "
                     "gone?",
-                    c->name, ncclGetErrorString(a), nccl_msg(a));
+                    c->name, ncclGetErrorString(a), rt_nccl_msg(a));
             return fail(n, SC_ERR_UNAVAILABLE, err);
         }
     }
@@ -243,7 +228,7 @@ static sc_status wait_event(rt_transport *t, nccl_impl *n, cudaEvent_t ev, uint6
             return fail(n, SC_ERR_CUDA, err);
         }
         SC_CHECK(wait_checks(t, n, deadline_ns, what, err));
-        backoff(&us);
+        rt_nccl_backoff(&us);
     }
 }
 
@@ -255,21 +240,16 @@ static sc_status settle(rt_transport *t, nccl_impl *n, chan *c, ncclResult_t r,
     int us = 10;
     while (r == ncclInProgress) {
         SC_CHECK(wait_checks(t, n, deadline_ns, what, err));
-        backoff(&us);
+        rt_nccl_backoff(&us);
         if (ncclCommGetAsyncError(c->comm, &r) != ncclSuccess)
             r = ncclInternalError;
     }
     if (r != ncclSuccess) {
         SC_ERRF(err, SC_ERR_NCCL, "nccl transport: %s: %s (%s)", what, ncclGetErrorString(r),
-                nccl_msg(r));
+                rt_nccl_msg(r));
         return fail(n, SC_ERR_NCCL, err);
     }
     return SC_OK;
-}
-
-static uint64_t deadline_after(int ms)
-{
-    return sc_clock_now_ns() + (uint64_t)ms * 1000000ull;
 }
 
 /* ---- bind / connect ---- */
@@ -319,7 +299,7 @@ static sc_status nt_bind(rt_transport *t, const char *endpoint, sc_err *err)
             r = ncclGetUniqueId(&n->id_g);
         if (r != ncclSuccess)
             return SC_ERRF(err, SC_ERR_NCCL, "nccl transport: ncclGetUniqueId: %s (%s)",
-                           ncclGetErrorString(r), nccl_msg(r));
+                           ncclGetErrorString(r), rt_nccl_msg(r));
         n->has_ids = true;
     }
     _Static_assert(sizeof(ncclUniqueId) == RT_NCCL_ID_BYTES, "NCCL unique id size changed");
@@ -338,7 +318,7 @@ static sc_status chan_open(nccl_impl *n, chan *c, const ncclUniqueId *id, int ra
     ncclResult_t r = ncclCommInitRankConfig(&c->comm, 2, *id, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
         SC_ERRF(err, SC_ERR_NCCL, "nccl transport: creating the %s communicator: %s (%s)", c->name,
-                ncclGetErrorString(r), nccl_msg(r));
+                ncclGetErrorString(r), rt_nccl_msg(r));
         if (c->comm != NULL)
             ncclCommAbort(c->comm);
         c->comm = NULL;
@@ -368,7 +348,7 @@ static sc_status open_chans(rt_transport *t, nccl_impl *n, bool next, const nccl
         SC_CHECK(chan_open(n, &n->fwd_in, pa, 1, err));
         SC_CHECK(chan_open(n, &n->bwd_out, pg, 1, err));
     }
-    uint64_t deadline = deadline_after(t->cfg.timeout_ms);
+    uint64_t deadline = rt_nccl_deadline_after(t->cfg.timeout_ms);
     for (int i = 0; i < 4; i++) {
         chan *c = all_chans(n, i);
         if (!c->live)
@@ -535,7 +515,7 @@ static sc_status nt_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
                        "nccl transport: not connected to the %s stage (call rt_transport_connect)",
                        kind == RT_MSG_ACTIVATION ? "next" : "previous");
     CUDA_TRY(err, cudaSetDevice(n->dev), "cudaSetDevice");
-    uint64_t deadline = deadline_after(t->cfg.timeout_ms);
+    uint64_t deadline = rt_nccl_deadline_after(t->cfg.timeout_ms);
     SC_CHECK(reap(n, err));
     if (n->n_inflight >= MAX_INFLIGHT) { /* bound the staging memory: wait for the oldest */
         SC_CHECK(wait_event(t, n, n->inflight_head->done, deadline,
@@ -665,7 +645,7 @@ static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
                        from_next ? "next" : "previous");
     CUDA_TRY(err, cudaSetDevice(n->dev), "cudaSetDevice");
     SC_CHECK(reap(n, err));
-    uint64_t deadline = deadline_after(t->cfg.timeout_ms);
+    uint64_t deadline = rt_nccl_deadline_after(t->cfg.timeout_ms);
     char what[160];
     snprintf(what, sizeof what, "the %s (step %llu, micro-batch %d) from the %s stage",
              kind_name((int32_t)kind), (unsigned long long)step, microbatch,
@@ -743,7 +723,7 @@ static void nt_destroy(rt_transport *t)
     /* Sends still in flight get a bounded time to leave (a stage that exits right after its last
      * send still delivers it); a peer that never receives them costs that much, no more. */
     int flush_ms = t->cfg.timeout_ms < FLUSH_MAX_MS ? t->cfg.timeout_ms : FLUSH_MAX_MS;
-    uint64_t deadline = deadline_after(clean ? flush_ms : 0);
+    uint64_t deadline = rt_nccl_deadline_after(clean ? flush_ms : 0);
     int us = 10;
     while (clean && n->inflight_head != NULL) {
         sc_err ignore;
@@ -753,14 +733,14 @@ static void nt_destroy(rt_transport *t)
         else if (n->inflight_head != NULL && sc_clock_now_ns() >= deadline)
             clean = false;
         else if (n->inflight_head != NULL)
-            backoff(&us);
+            rt_nccl_backoff(&us);
     }
     for (int i = 0; i < 4; i++) {
         chan *c = all_chans(n, i);
         if (c->live && clean) {
             ncclResult_t r = ncclCommFinalize(c->comm);
             while (r == ncclInProgress && sc_clock_now_ns() < deadline) {
-                backoff(&us);
+                rt_nccl_backoff(&us);
                 if (ncclCommGetAsyncError(c->comm, &r) != ncclSuccess)
                     r = ncclInternalError;
             }
