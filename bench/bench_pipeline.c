@@ -150,6 +150,7 @@ sc_status bench_pipe_run(const bench_pipe_spec *sp, bench_pipe_result *res, sc_e
         c.timeout_ms = 60000;
         c.extra_forward_s = sp->extra_f_s ? sp->extra_f_s[s] : 0.0;
         c.extra_backward_s = sp->extra_b_s ? sp->extra_b_s[s] : 0.0;
+        c.extra_optimizer_s = sp->extra_o_s ? sp->extra_o_s[s] : 0.0;
         SC_CHECK_GOTO(rt_runner_new(&x->r[s], &c, err), done);
         made++;
     }

@@ -26,9 +26,9 @@ typedef struct {
     const char *device;    /* every stage's: "cpu" or "cuda:N" (NULL: cpu) */
     const char *transport; /* "local" or "zmq" (unused for one stage) */
     int warmup, iters;     /* iters <= BENCH_PIPE_MAX_ITERS */
-    /* per stage, seconds per sample slept as stand-in compute (rt_runner_cfg extra_*); NULL:
-     * none */
-    const double *extra_f_s, *extra_b_s;
+    /* per stage, seconds per sample slept as stand-in compute (rt_runner_cfg extra_*), and
+     * seconds slept per optimizer step; NULL: none */
+    const double *extra_f_s, *extra_b_s, *extra_o_s;
 } bench_pipe_spec;
 
 typedef struct {

@@ -16,8 +16,9 @@
  *            in one group of as many processors as the host has cores (plan_sim_run_shared),
  *            printed beside the planner's own prediction.
  *   "sleep": a tiny model with the same block structure (its own compute is negligible) and
- *            every forward / backward given the profiled time of its stage as slept stand-in
- *            compute (rt_runner_cfg extra_forward_s / extra_backward_s). This measures the
+ *            every forward / backward and optimizer step given the profiled time of its stage
+ *            as slept stand-in compute (rt_runner_cfg extra_forward_s / extra_backward_s /
+ *            extra_optimizer_s). This measures the
  *            schedule, transport and runtime overhead apart from how many cores the host has.
  * A barrier starts every iteration on all stages at once, as the simulator starts from an empty
  * pipeline; an iteration's time is the longest stage's rt_runner_step wall time; the figure is
@@ -187,8 +188,8 @@ done:
 /* Runs the partition with the schedule on CPU stages over the chosen transport. */
 static sc_status run_pipeline(const char *model_json, const plan_partition *part,
                               const char *schedule, int batch, int m, const double *extra_f_s,
-                              const double *extra_b_s, const bench_opts *o, bench_pipe_result *res,
-                              sc_err *err)
+                              const double *extra_b_s, const double *extra_o_s, const bench_opts *o,
+                              bench_pipe_result *res, sc_err *err)
 {
     bench_pipe_spec sp = {.model_json = model_json,
                           .n_stages = part->n_stages,
@@ -202,7 +203,8 @@ static sc_status run_pipeline(const char *model_json, const plan_partition *part
                           .warmup = o->warmup,
                           .iters = o->iters,
                           .extra_f_s = extra_f_s,
-                          .extra_b_s = extra_b_s};
+                          .extra_b_s = extra_b_s,
+                          .extra_o_s = extra_o_s};
     return bench_pipe_run(&sp, res, err);
 }
 
@@ -261,6 +263,22 @@ done:
     plan_schedule_destroy(&sched);
     plan_cost_destroy(&c);
     return rc;
+}
+
+/* Each stage's optimizer step as the planner's cost model counts it (the profile's
+ * optimizer_s of its blocks) into opt_s[n_stages]. */
+static sc_status profiled_optimizer(const plan_profile *prof, const plan_cluster *cl,
+                                    const plan_partition *part, int micro, int m, double *opt_s,
+                                    sc_err *err)
+{
+    plan_cost *c = NULL;
+    plan_sim_stage st[MAX_STAGES];
+    SC_CHECK(plan_cost_new(&c, prof, cl, micro, micro * m, err));
+    plan_partition_sim_stages(c, part, st);
+    for (int s = 0; s < part->n_stages; s++)
+        opt_s[s] = st[s].opt_s;
+    plan_cost_destroy(&c);
+    return SC_OK;
 }
 
 /* The plan's schedule played with the profiled stage times, as the planner predicts it, but with
@@ -322,8 +340,8 @@ static sc_status paired_rounds(const model_case *mc, const plan_cluster *cl,
             rc = predict_shared(pr, cl, part, kind, mc->micro_size, m, cores, &shared, err);
         plan_profile_destroy(&pr);
         SC_CHECK(rc);
-        SC_CHECK(run_pipeline(mc->real_json, part, sched, mc->micro_size * m, m, NULL, NULL, o,
-                              &real, err));
+        SC_CHECK(run_pipeline(mc->real_json, part, sched, mc->micro_size * m, m, NULL, NULL, NULL,
+                              o, &real, err));
         e[k] = rel_err(pred, real.iter_s);
         esh[k] = rel_err(shared, real.iter_s);
     }
@@ -371,8 +389,9 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
                                  &out->shared_s, err),
                   done);
     bench_pipe_result real, sleep;
-    SC_CHECK_GOTO(run_pipeline(mc->real_json, part, sched, req.batch, m, NULL, NULL, o, &real, err),
-                  done);
+    SC_CHECK_GOTO(
+        run_pipeline(mc->real_json, part, sched, req.batch, m, NULL, NULL, NULL, o, &real, err),
+        done);
     out->real_s = real.iter_s;
     SC_CHECK_GOTO(
         replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 0, &out->with_opt_s, err),
@@ -381,8 +400,10 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
         replay(prof, cl, part, req.schedule, mc->micro_size, m, &real, 1, &out->replay_s, err),
         done);
 
-    /* the stand-in compute of each stage: its blocks' profiled times, per sample */
-    double ef[MAX_STAGES], eb[MAX_STAGES];
+    /* the stand-in compute of each stage: its blocks' profiled times, per sample, and its
+     * profiled optimizer step, as the prediction counts them */
+    double ef[MAX_STAGES], eb[MAX_STAGES], eo[MAX_STAGES];
+    SC_CHECK_GOTO(profiled_optimizer(prof, cl, part, mc->micro_size, m, eo, err), done);
     for (int s = 0; s < part->n_stages; s++) {
         double f = 0, b = 0;
         for (int l = part->first[s]; l <= part->last[s]; l++) {
@@ -395,8 +416,8 @@ static sc_status run_config(const model_case *mc, const plan_profile *prof, doub
         if (f + b > 0)
             out->inflation = fmax(out->inflation, (real.fwd_s[s] + real.bwd_s[s]) / (m * (f + b)));
     }
-    SC_CHECK_GOTO(run_pipeline(mc->tiny_json, part, sched, req.batch, m, ef, eb, o, &sleep, err),
-                  done);
+    SC_CHECK_GOTO(
+        run_pipeline(mc->tiny_json, part, sched, req.batch, m, ef, eb, eo, o, &sleep, err), done);
     out->sleep_s = sleep.iter_s;
     if (o->rounds > 0)
         SC_CHECK_GOTO(paired_rounds(mc, cl, part, req.schedule, sched, m,

@@ -32,10 +32,10 @@ kn_optim_cfg kn_optim_sgd_default(void);
 /* State floats per parameter: 2 for AdamW (m, v), 1 for SGD (velocity). */
 int kn_optim_state_per_param(kn_optim_kind kind);
 
-/* v = momentum*v + (g + wd*p); p -= lr*v */
+/* v = momentum*v + (g + wd*p); p -= lr*v. The arrays must not overlap (they are restrict). */
 void kn_sgd_step_cpu(float *p, const float *g, float *v, size_t n, float lr, float momentum,
                      float wd);
-/* m,v moments; t >= 1 */
+/* m,v moments; t >= 1. The arrays must not overlap (they are restrict). */
 void kn_adamw_step_cpu(float *p, const float *g, float *m, float *v, size_t n, float lr,
                        float beta1, float beta2, float eps, float wd, int t);
 

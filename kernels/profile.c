@@ -1,6 +1,7 @@
 /*
  * kn profile: one single-block stage per block, sized for the largest micro-batch, timed with
- * the context's timers (events on a GPU, so the times are device times, not launch times).
+ * the context's timers (events on a GPU, so the times are device times, not launch times), the
+ * blocks of a chain run one after the other as a stage runs them.
  */
 #include "kernels/profile.h"
 
@@ -29,30 +30,60 @@ static uint32_t lcg(uint64_t *s)
     return (uint32_t)(*s >> 33);
 }
 
-static sc_status profile_block(const kn_model *m, int bi, const kn_profile_cfg *cfg, int cap,
-                               kn_profile_block *pb, sc_err *err)
+/* The blocks a chain may hold at once: the parameters, gradients and optimizer state of its
+ * one-block stages and their activations at the largest size. */
+#define CHAIN_BYTES ((size_t)2 << 30)
+
+static size_t block_bytes(const kn_block *b, int cap)
 {
-    const kn_block *b = kn_model_block(m, bi);
-    kn_stage_cfg scfg = kn_stage_cfg_default(bi, bi, cfg->device, cap);
-    scfg.allow_tf32 = cfg->allow_tf32;
-    kn_stage *st = NULL;
-    SC_CHECK(kn_stage_new_cfg(&st, m, &scfg, err));
-    kn_ctx *ctx = kn_stage_ctx(st);
-    sc_status rc = SC_OK;
-    size_t in_n = b->in_floats * cap, tgt_n = (size_t)kn_model_targets_per_sample(m) * cap;
-    size_t out_n = b->out_floats * cap;
+    return (size_t)b->params * 4 * sizeof(float) +
+           (size_t)cap * (b->in_floats + b->stash_floats + 2 * b->out_floats) * sizeof(float);
+}
+
+/* One chain's buffers: a stage per block, the first block's input, the targets, the gradient
+ * into the last block's output, and the timings of one size. */
+typedef struct {
+    int a, n;        /* blocks a .. a+n-1 */
+    kn_stage **st;   /* [n] */
+    double *fw, *bw; /* [n][repeats] */
+    void *dev_in, *dev_tgt, *dev_dout;
+    kn_ctx *ctx0; /* the first stage's: where the chain's inputs live */
+} chain;
+
+static void chain_free(chain *c)
+{
+    if (c->st != NULL) {
+        if (c->ctx0 != NULL) {
+            kn_ctx_free(c->ctx0, c->dev_in);
+            kn_ctx_free(c->ctx0, c->dev_tgt);
+            kn_ctx_free(c->ctx0, c->dev_dout);
+        }
+        for (int i = 0; i < c->n; i++)
+            kn_stage_destroy(&c->st[i]);
+    }
+    free(c->st);
+    free(c->fw);
+    free(c->bw);
+}
+
+/* Random inputs of the chain's first block, targets, and a random gradient into its last
+ * block's output, uploaded to the first stage's device (every stage of a chain is on it). */
+static sc_status chain_inputs(const kn_model *m, chain *c, int cap, sc_err *err)
+{
+    const kn_block *first = kn_model_block(m, c->a), *last = kn_model_block(m, c->a + c->n - 1);
+    size_t in_n = first->in_floats * cap, tgt_n = (size_t)kn_model_targets_per_sample(m) * cap;
+    size_t out_n = last->out_floats * cap;
     float *host_in = malloc(in_n * 4 + 4), *host_dout = malloc(out_n * 4 + 4);
     int32_t *host_tgt = malloc(tgt_n * 4 + 4);
-    void *dev_in = NULL, *dev_tgt = NULL, *dev_dout = NULL;
-    double *fw = calloc(cfg->repeats, sizeof *fw), *bw = calloc(cfg->repeats, sizeof *bw);
-    if (!host_in || !host_dout || !host_tgt || !fw || !bw) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling %s", b->name);
+    sc_status rc = SC_OK;
+    if (!host_in || !host_dout || !host_tgt) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling %s", first->name);
         goto out;
     }
-    uint64_t seed = 12345 + (uint64_t)bi;
+    uint64_t seed = 12345 + (uint64_t)c->a;
     for (size_t i = 0; i < in_n; i++) {
-        if (b->in_tokens)
-            ((int32_t *)host_in)[i] = (int32_t)(lcg(&seed) % (uint32_t)b->V);
+        if (first->in_tokens)
+            ((int32_t *)host_in)[i] = (int32_t)(lcg(&seed) % (uint32_t)first->V);
         else
             host_in[i] = (float)lcg(&seed) / 4294967296.0f - 0.5f;
     }
@@ -60,69 +91,115 @@ static sc_status profile_block(const kn_model *m, int bi, const kn_profile_cfg *
         host_tgt[i] = (int32_t)(lcg(&seed) % (uint32_t)kn_model_classes(m));
     for (size_t i = 0; i < out_n; i++)
         host_dout[i] = ((float)lcg(&seed) / 4294967296.0f - 0.5f) * 1e-3f;
-    SC_CHECK_GOTO(kn_ctx_alloc(ctx, in_n * 4, &dev_in, err), out);
-    SC_CHECK_GOTO(kn_ctx_alloc(ctx, tgt_n * 4, &dev_tgt, err), out);
-    SC_CHECK_GOTO(kn_ctx_alloc(ctx, out_n * 4, &dev_dout, err), out);
-    SC_CHECK_GOTO(kn_ctx_upload(ctx, dev_in, host_in, in_n * 4, err), out);
-    SC_CHECK_GOTO(kn_ctx_upload(ctx, dev_tgt, host_tgt, tgt_n * 4, err), out);
-    SC_CHECK_GOTO(kn_ctx_upload(ctx, dev_dout, host_dout, out_n * 4, err), out);
-
-    sc_strlcpy(pb->name, b->name, sizeof pb->name);
-    pb->parameter_bytes = b->params * sizeof(float);
-    pb->activation_bytes_per_sample = b->out_floats * sizeof(float);
-    pb->stash_bytes_per_sample = (b->in_floats + b->stash_floats) * sizeof(float);
-    pb->npoints = cfg->nsizes;
-    for (int s = 0; s < cfg->nsizes; s++) {
-        int n = cfg->sizes[s];
-        for (int it = 0; it < cfg->warmup + cfg->repeats; it++) {
-            double tf, tb;
-            SC_CHECK_GOTO(kn_ctx_time_begin(ctx, err), out);
-            SC_CHECK_GOTO(kn_stage_forward(st, 0, dev_in, dev_tgt, n, err), out);
-            SC_CHECK_GOTO(kn_ctx_time_end(ctx, &tf, err), out);
-            SC_CHECK_GOTO(kn_ctx_time_begin(ctx, err), out);
-            SC_CHECK_GOTO(kn_stage_backward(st, 0, dev_dout, err), out);
-            SC_CHECK_GOTO(kn_ctx_time_end(ctx, &tb, err), out);
-            SC_CHECK_GOTO(kn_stage_zero_grads(st, err), out);
-            if (it >= cfg->warmup) {
-                fw[it - cfg->warmup] = tf;
-                bw[it - cfg->warmup] = tb;
-            }
-        }
-        pb->points[s].size = n;
-        pb->points[s].forward_s = median(fw, cfg->repeats);
-        pb->points[s].backward_s = median(bw, cfg->repeats);
-    }
-    /* The optimizer step of the block's parameters as the stage runtime takes it: the gradient
-     * norms, then the update, both on the stage's device (its cost does not depend on the
-     * micro-batch size). */
-    double norm;
-    for (int it = 0; it < cfg->warmup + cfg->repeats && rc == SC_OK; it++) {
-        double to;
-        rc = kn_ctx_time_begin(ctx, err);
-        if (rc == SC_OK)
-            rc = kn_stage_grad_sq_norms(st, &norm, err);
-        if (rc == SC_OK)
-            rc = kn_stage_step(st, err);
-        if (rc == SC_OK)
-            rc = kn_ctx_time_end(ctx, &to, err);
-        if (rc == SC_OK && it >= cfg->warmup)
-            fw[it - cfg->warmup] = to;
-    }
-    if (rc != SC_OK)
-        goto out;
-    pb->optimizer_s = median(fw, cfg->repeats);
+    kn_ctx *ctx = c->ctx0;
+    SC_CHECK_GOTO(kn_ctx_alloc(ctx, in_n * 4, &c->dev_in, err), out);
+    SC_CHECK_GOTO(kn_ctx_alloc(ctx, tgt_n * 4, &c->dev_tgt, err), out);
+    SC_CHECK_GOTO(kn_ctx_alloc(ctx, out_n * 4, &c->dev_dout, err), out);
+    SC_CHECK_GOTO(kn_ctx_upload(ctx, c->dev_in, host_in, in_n * 4, err), out);
+    SC_CHECK_GOTO(kn_ctx_upload(ctx, c->dev_tgt, host_tgt, tgt_n * 4, err), out);
+    SC_CHECK_GOTO(kn_ctx_upload(ctx, c->dev_dout, host_dout, out_n * 4, err), out);
+    SC_CHECK_GOTO(kn_ctx_sync(ctx, err), out);
 out:
-    if (st != NULL) {
-        kn_ctx_free(ctx, dev_in);
-        kn_ctx_free(ctx, dev_tgt);
-        kn_ctx_free(ctx, dev_dout);
-    }
     free(host_in);
     free(host_dout);
     free(host_tgt);
-    free(fw);
-    free(bw);
-    kn_stage_destroy(&st);
+    return rc;
+}
+
+/* One pass of the chain at `n` samples, as a stage runs its blocks: the forwards in order, each
+ * on its predecessor's output, then the backwards in reverse, each on its successor's input
+ * gradient, each timed on its own (kn_ctx_time_end waits for the work, so the next block reads
+ * a complete input); `it` < 0: untimed. */
+static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
+{
+    const void *in = c->dev_in;
+    for (int i = 0; i < c->n; i++) {
+        kn_ctx *ctx = kn_stage_ctx(c->st[i]);
+        double t;
+        SC_CHECK(kn_ctx_time_begin(ctx, err));
+        SC_CHECK(kn_stage_forward(c->st[i], 0, in, c->dev_tgt, n, err));
+        SC_CHECK(kn_ctx_time_end(ctx, &t, err));
+        if (it >= 0)
+            c->fw[(size_t)i * repeats + it] = t;
+        in = kn_stage_output(c->st[i], 0);
+    }
+    for (int i = c->n - 1; i >= 0; i--) {
+        kn_ctx *ctx = kn_stage_ctx(c->st[i]);
+        const float *dout = i == c->n - 1 ? c->dev_dout : kn_stage_grad_input(c->st[i + 1]);
+        double t;
+        SC_CHECK(kn_ctx_time_begin(ctx, err));
+        SC_CHECK(kn_stage_backward(c->st[i], 0, dout, err));
+        SC_CHECK(kn_ctx_time_end(ctx, &t, err));
+        if (it >= 0)
+            c->bw[(size_t)i * repeats + it] = t;
+    }
+    for (int i = 0; i < c->n; i++)
+        SC_CHECK(kn_stage_zero_grads(c->st[i], err));
+    return SC_OK;
+}
+
+/* Measures blocks a .. a+n-1 as one chain into out[a ..]. */
+static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile_cfg *cfg, int cap,
+                               kn_profile_block *out, sc_err *err)
+{
+    int R = cfg->repeats;
+    chain c = {.a = a, .n = n};
+    c.st = calloc((size_t)n, sizeof *c.st);
+    c.fw = calloc((size_t)n * R, sizeof *c.fw);
+    c.bw = calloc((size_t)n * R, sizeof *c.bw);
+    sc_status rc = SC_OK;
+    if (c.st == NULL || c.fw == NULL || c.bw == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        kn_stage_cfg scfg = kn_stage_cfg_default(a + i, a + i, cfg->device, cap);
+        scfg.allow_tf32 = cfg->allow_tf32;
+        rc = kn_stage_new_cfg(&c.st[i], m, &scfg, err);
+        if (rc != SC_OK) {
+            sc_err_prefix(err, "block %d (%s)", a + i, kn_model_block(m, a + i)->name);
+            goto out;
+        }
+    }
+    c.ctx0 = kn_stage_ctx(c.st[0]);
+    SC_CHECK_GOTO(chain_inputs(m, &c, cap, err), out);
+    for (int i = 0; i < n; i++) {
+        const kn_block *b = kn_model_block(m, a + i);
+        kn_profile_block *pb = &out[a + i];
+        sc_strlcpy(pb->name, b->name, sizeof pb->name);
+        pb->parameter_bytes = b->params * sizeof(float);
+        pb->activation_bytes_per_sample = b->out_floats * sizeof(float);
+        pb->stash_bytes_per_sample = (b->in_floats + b->stash_floats) * sizeof(float);
+        pb->npoints = cfg->nsizes;
+    }
+    for (int s = 0; s < cfg->nsizes; s++) {
+        for (int it = 0; it < cfg->warmup + R; it++)
+            SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, it - cfg->warmup, err), out);
+        for (int i = 0; i < n; i++) {
+            kn_profile_point *pt = &out[a + i].points[s];
+            pt->size = cfg->sizes[s];
+            pt->forward_s = median(c.fw + (size_t)i * R, R);
+            pt->backward_s = median(c.bw + (size_t)i * R, R);
+        }
+    }
+    /* The optimizer step of each block's parameters as the stage runtime takes it: the gradient
+     * norms, then the update, both on the stage's device, block after block (its cost does not
+     * depend on the micro-batch size). */
+    for (int it = 0; it < cfg->warmup + R; it++)
+        for (int i = 0; i < n; i++) {
+            kn_ctx *ctx = kn_stage_ctx(c.st[i]);
+            double norm, t;
+            SC_CHECK_GOTO(kn_ctx_time_begin(ctx, err), out);
+            SC_CHECK_GOTO(kn_stage_grad_sq_norms(c.st[i], &norm, err), out);
+            SC_CHECK_GOTO(kn_stage_step(c.st[i], err), out);
+            SC_CHECK_GOTO(kn_ctx_time_end(ctx, &t, err), out);
+            if (it >= cfg->warmup)
+                c.fw[(size_t)i * R + it - cfg->warmup] = t;
+        }
+    for (int i = 0; i < n; i++)
+        out[a + i].optimizer_s = median(c.fw + (size_t)i * R, R);
+out:
+    chain_free(&c);
     return rc;
 }
 
@@ -141,12 +218,19 @@ sc_status kn_profile_run(const kn_model *m, const kn_profile_cfg *cfg, kn_profil
         if (cfg->sizes[s] > cap)
             cap = cfg->sizes[s];
     }
-    for (int i = 0; i < kn_model_block_count(m); i++) {
-        sc_status rc = profile_block(m, i, cfg, cap, &out[i], err);
+    /* consecutive blocks up to CHAIN_BYTES at once (at least one) */
+    int nb = kn_model_block_count(m);
+    for (int a = 0; a < nb;) {
+        size_t bytes = block_bytes(kn_model_block(m, a), cap);
+        int n = 1;
+        while (a + n < nb && bytes + block_bytes(kn_model_block(m, a + n), cap) <= CHAIN_BYTES)
+            bytes += block_bytes(kn_model_block(m, a + n++), cap);
+        sc_status rc = profile_chain(m, a, n, cfg, cap, out, err);
         if (rc != SC_OK) {
-            sc_err_prefix(err, "profiling block %d (%s)", i, kn_model_block(m, i)->name);
+            sc_err_prefix(err, "profiling blocks %d..%d", a, a + n - 1);
             return rc;
         }
+        a += n;
     }
     return SC_OK;
 }

@@ -64,10 +64,13 @@ wait_for 60 is_state job-2 succeeded && pass "job-2 ended although its reports w
     fail "job-2's reason does not say it trained 300 steps: $("$sc" status job-2 | sed -n 2p)"
 
 # 3: worker b is killed once it has a checkpoint, and restarted at once under its name
-job restart b 4000 >"$work/restart.json"
+#    (a step of this job takes some 100 us: b is frozen the moment the coordinator knows a
+#    checkpoint, so the job cannot end before the kill)
+job restart b 40000 >"$work/restart.json"
 "$sc" submit "$work/restart.json" >/dev/null || fail "submit restart"
-has_checkpoint() { "$sc" status job-3 | grep -q "last checkpoint [1-9]"; }
-wait_for 60 has_checkpoint || fail "job-3 wrote no checkpoint: $("$sc" status job-3 | sed -n 2,3p)"
+freeze_when_known 60 job-3 200 "$b_pid" ||
+    fail "job-3 wrote no checkpoint: $("$sc" status job-3 | sed -n 2,3p)"
+is_state job-3 running || fail "job-3 is $(job_state job-3) before its worker was killed"
 kill -KILL "$b_pid"
 wait "$b_pid" 2>/dev/null
 start_worker b
@@ -82,10 +85,11 @@ wait_for 120 is_state job-3 succeeded && pass "job-3 trained to the end after th
 
 # 4: a stopped worker (ten missed heartbeats of its own) continues on its registration
 epoch=$(worker_epoch b)
-job pause b 4000 >"$work/pause.json"
+job pause b 40000 >"$work/pause.json"
 "$sc" submit "$work/pause.json" >/dev/null || fail "submit pause"
 wait_for 60 is_state job-4 running || fail "job-4 is $(job_state job-4), not running"
 kill -STOP "$b_pid"
+is_state job-4 running || fail "job-4 is $(job_state job-4) when its worker was paused"
 sleep 2
 kill -CONT "$b_pid"
 wait_for 120 is_state job-4 succeeded && pass "job-4 trained through its worker's pause" ||

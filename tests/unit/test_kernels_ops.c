@@ -604,16 +604,73 @@ static void test_adamw(void **state)
     assert_int_equal(kn_optim_state_per_param(KN_OPT_SGD), 1);
 }
 
+/* The optimizers run their loops eight elements at a time in vectors: every element must still
+ * get exactly the formula's operations in its order, as written plainly here (the tail after
+ * the last eight, zero gradients and large ones included), over several steps. */
+static void test_optimizer_order(void **state)
+{
+    (void)state;
+    enum { N = 1003, STEPS = 6 };
+    float *p = malloc(4 * N * sizeof(float)), *q = malloc(4 * N * sizeof(float));
+    float *g = malloc(N * sizeof(float));
+    assert_non_null(p);
+    assert_non_null(q);
+    assert_non_null(g);
+    for (int i = 0; i < N; i++)
+        p[i] = frand();
+    memset(p + N, 0, 3 * N * sizeof(float));
+    memcpy(q, p, 4 * N * sizeof(float));
+    float *pm = p + N, *pv = p + 2 * N, *qm = q + N, *qv = q + 2 * N;
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.1f;
+    for (int t = 1; t <= STEPS; t++) {
+        for (int i = 0; i < N; i++)
+            g[i] = i % 97 == 0 ? 0.0f : frand() * (t % 2 ? 1e-3f : 30.0f);
+        kn_adamw_step_cpu(p, g, pm, pv, N, lr, b1, b2, eps, wd, t);
+        float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+        for (int i = 0; i < N; i++) {
+            qm[i] = b1 * qm[i] + (1.0f - b1) * g[i];
+            qv[i] = b2 * qv[i] + (1.0f - b2) * g[i] * g[i];
+            float mhat = qm[i] / c1, vhat = qv[i] / c2;
+            q[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * q[i]);
+        }
+        assert_memory_equal(p, q, 3 * N * sizeof(float));
+    }
+    /* SGD with momentum on the same parameters, velocity in the fourth block */
+    float *sv = p + 3 * N, *tv = q + 3 * N;
+    for (int t = 1; t <= STEPS; t++) {
+        for (int i = 0; i < N; i++)
+            g[i] = frand();
+        kn_sgd_step_cpu(p, g, sv, N, 0.05f, 0.9f, 1e-3f);
+        for (int i = 0; i < N; i++) {
+            float grad = g[i] + 1e-3f * q[i];
+            tv[i] = 0.9f * tv[i] + grad;
+            q[i] -= 0.05f * tv[i];
+        }
+        assert_memory_equal(p, q, 4 * N * sizeof(float));
+    }
+    free(p);
+    free(q);
+    free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding),    cmocka_unit_test(test_layernorm),
-        cmocka_unit_test(test_linear),       cmocka_unit_test(test_linear_order),
-        cmocka_unit_test(test_gelu),         cmocka_unit_test(test_relu),
-        cmocka_unit_test(test_residual),     cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_crossentropy), cmocka_unit_test(test_conv2d),
-        cmocka_unit_test(test_conv2d_order), cmocka_unit_test(test_maxpool2d),
-        cmocka_unit_test(test_sgd),          cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_order),
+        cmocka_unit_test(test_optimizer_order),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_relu),
+        cmocka_unit_test(test_residual),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_conv2d_order),
+        cmocka_unit_test(test_maxpool2d),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_adamw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,7 @@ struct rt_runner {
     int *mb_size; /* [m] samples of each micro-batch */
     int *mb_off;  /* [m] first sample of each micro-batch in the batch */
     bool first, last;
-    double extra_f_s, extra_b_s;
+    double extra_f_s, extra_b_s, extra_o_s;
     kn_model *model;
     kn_stage *st;
     rt_schedule *sched;
@@ -954,6 +954,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     SC_CHECK(plan_reslice(r, c, unequal, err));
     r->extra_f_s = c->extra_forward_s;
     r->extra_b_s = c->extra_backward_s;
+    r->extra_o_s = c->extra_optimizer_s;
 
     SC_CHECK(plan_replicas(r, c, skind, err));
     if (r->bsplit)
@@ -1249,6 +1250,7 @@ static sc_status reduce_copies(rt_runner *r, uint64_t step, int tag0, bool mean,
  * forward stashes, is brought up to date. */
 static sc_status optimizer_apply(rt_runner *r, sc_err *err)
 {
+    extra_compute(r->extra_o_s);
     SC_CHECK(kn_stage_grad_sq_norms(r->st, r->norms, err));
     SC_CHECK(kn_stage_step(r->st, err));
     r->opt_t++;

@@ -133,9 +133,9 @@ typedef struct {
     int timeout_ms;                    /* longest wait for a neighbour's message */
     uint64_t tag;                      /* data-plane tag shared by the job's stages (0 is fine) */
     /* Benchmarks only: seconds per sample added (slept, counted as busy) to every forward /
-     * backward, to measure a schedule's bubble independently of how many cores the host has.
-     * 0 in real jobs. */
-    double extra_forward_s, extra_backward_s;
+     * backward, and seconds added to every optimizer step, to measure a schedule's bubble
+     * independently of how many cores the host has. 0 in real jobs. */
+    double extra_forward_s, extra_backward_s, extra_optimizer_s;
     /* Tests only: take the device-memory data path (a GPU stage's, with a transport that takes
      * device memory) on any device. On a CPU stage that memory is host memory, so the path's
      * buffers and order run, and are checked, without a GPU. false in real jobs. */
