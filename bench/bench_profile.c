@@ -58,13 +58,19 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void *filled(size_t n, int tokens, int vocab)
+static void *xmalloc(size_t bytes)
 {
-    float *p = malloc(n * sizeof(float) + 4);
+    void *p = malloc(bytes + 4);
     if (p == NULL) {
         fprintf(stderr, "bench_profile: out of memory\n");
         exit(1);
     }
+    return p;
+}
+
+static void *filled(size_t n, int tokens, int vocab)
+{
+    float *p = xmalloc(n * sizeof(float));
     uint64_t s = 7;
     for (size_t i = 0; i < n; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -109,7 +115,7 @@ static void run_model(const model_case *mc, int rounds)
     const void *in = input;
     for (int i = 0; i < nb; i++) {
         size_t n = kn_model_block(m, i)->in_floats * (size_t)M;
-        ins[i] = malloc(n * sizeof(float) + 4);
+        ins[i] = xmalloc(n * sizeof(float));
         memcpy(ins[i], in, n * sizeof(float));
         if (kn_stage_forward(one[i], 0, in, targets, M, &err) != SC_OK)
             die("a forward", &err);
@@ -117,15 +123,15 @@ static void run_model(const model_case *mc, int rounds)
     }
     for (int i = nb - 1; i >= 0; i--) {
         size_t n = kn_model_block(m, i)->out_floats * (size_t)M;
-        douts[i] = malloc(n * sizeof(float) + 4);
+        douts[i] = xmalloc(n * sizeof(float));
         memcpy(douts[i], i == nb - 1 ? dout_last : kn_stage_grad_input(one[i + 1]),
                n * sizeof(float));
         if (kn_stage_backward(one[i], 0, douts[i], &err) != SC_OK)
             die("a backward", &err);
     }
-    double *alone = malloc(rounds * sizeof(double)), *chain = malloc(rounds * sizeof(double));
-    double *stage = malloc(rounds * sizeof(double)), *ra = malloc(rounds * sizeof(double));
-    double *rc = malloc(rounds * sizeof(double));
+    size_t nr = (size_t)rounds * sizeof(double);
+    double *alone = xmalloc(nr), *chain = xmalloc(nr), *stage = xmalloc(nr), *ra = xmalloc(nr);
+    double *rc = xmalloc(nr);
     for (int r = 0; r < rounds; r++) {
         double a = 0, c = 0;
         for (int i = 0; i < nb; i++) {
