@@ -87,8 +87,6 @@ struct rt_runner {
      * (each forward stashes them) and for checkpoints; grads, for the copies' all-reduce; state,
      * for checkpoints. */
     float *params, *grads, *state;
-    uint64_t opt_t; /* optimizer steps taken (AdamW bias correction), kn_stage_step_count's */
-    size_t *block_off;             /* [nb] parameter offset of each block */
     double *norms;                 /* [nb] */
     bool broken;                   /* a step failed half-way */
     /* pipedream: an optimizer step after every minibatch's backward, which runs with the
@@ -227,7 +225,6 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->params);
     free(r->grads);
     free(r->state);
-    free(r->block_off);
     free(r->norms);
     for (int i = 0; r->stash != NULL && i < r->slots; i++)
         free(r->stash[i]);
@@ -490,19 +487,13 @@ static sc_status alloc_buffers(rt_runner *r, sc_err *err)
     r->params = calloc(r->np + 1, sizeof *r->params);
     r->grads = calloc(r->np + 1, sizeof *r->grads);
     r->state = calloc(r->nstate + 1, sizeof *r->state);
-    r->block_off = calloc((size_t)r->nb, sizeof *r->block_off);
     r->norms = calloc((size_t)r->nb, sizeof *r->norms);
     if (!r->slot_mb || !r->in_buf || !r->tgt_buf || !r->out_buf || !r->gout_buf || !r->gin_buf ||
-        !r->params || !r->grads || !r->state || !r->block_off || !r->norms)
+        !r->params || !r->grads || !r->state || !r->norms)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating the runner's host buffers");
     for (int i = 0; i < r->slots; i++)
         r->slot_mb[i] = -1;
     r->gin_mb = -1;
-    size_t off = 0;
-    for (int i = 0; i < r->nb; i++) {
-        r->block_off[i] = off;
-        off += kn_model_block(r->model, r->first_block + i)->params;
-    }
     return SC_OK;
 }
 
@@ -1253,7 +1244,6 @@ static sc_status optimizer_apply(rt_runner *r, sc_err *err)
     extra_compute(r->extra_o_s);
     SC_CHECK(kn_stage_grad_sq_norms(r->st, r->norms, err));
     SC_CHECK(kn_stage_step(r->st, err));
-    r->opt_t++;
     if (r->pipedream)
         SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
     return SC_OK;
@@ -1549,8 +1539,8 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
     r->stash_g[slot] = g;
     /* the weights this forward used, for its backward */
     memcpy(r->stash[slot], r->params, r->np * sizeof *r->params);
-    r->stash_ver[slot] = r->opt_t;
-    r->ver_fwd[mb] = r->opt_t;
+    r->stash_ver[slot] = kn_stage_step_count(r->st);
+    r->ver_fwd[mb] = kn_stage_step_count(r->st);
     r->pd_fwd++;
     r->pd_own_f++;
     if (pd_inflight(r) > rep->max_inflight)
@@ -1566,7 +1556,7 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
     }
     extra_compute(r->extra_f_s * (double)M);
     rep->forward_s += sc_clock_now_s() - t1;
-    pd_event(r, false, g, r->opt_t);
+    pd_event(r, false, g, kn_stage_step_count(r->st));
     if (!r->last) {
         SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
         SC_CHECK(send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf,
@@ -1596,7 +1586,8 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
         if (r->slot_mb[slot] != mb || r->stash_g[slot] != k)
             return slot_error(r, "backward", mb, err);
         SC_CHECK(kn_stage_zero_grads(r->st, err));
-        if (r->stash_ver[slot] != r->opt_t) { /* newer weights since: back to the stashed ones */
+        if (r->stash_ver[slot] !=
+            kn_stage_step_count(r->st)) { /* newer weights since: back to the stashed ones */
             SC_CHECK(kn_stage_params_from_host(r->st, r->stash[slot], err));
             r->pd_stash_loaded = true;
         }
@@ -1975,7 +1966,7 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
     h.last_block = (uint32_t)r->last_block;
     h.optim_kind = (uint32_t)r->optim.kind;
     h.step = step;
-    h.opt_t = r->opt_t;
+    h.opt_t = kn_stage_step_count(r->st);
     h.nparams = r->np;
     h.nstate = r->nstate;
     SC_CHECK(newest_params(r, r->params, err));
@@ -2051,8 +2042,6 @@ sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *e
         rc = kn_stage_set_step_count(r->st, h.opt_t, err);
     if (rc == SC_OK) {
         memcpy(r->params, params, r->np * sizeof *params);
-        memcpy(r->state, state, r->nstate * sizeof *state);
-        r->opt_t = h.opt_t;
         r->broken = false;
         pd_reset(r);
         for (int i = 0; i < r->slots; i++)
