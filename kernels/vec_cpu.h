@@ -19,6 +19,19 @@
 
 #include <string.h>
 
+/* AT(i) for every i in [0, n), an elementwise body that reads and writes element i only: in
+ * blocks of a fixed eight, which the compiler turns into vector instructions at -O2 too, then
+ * the tail one by one. */
+#define KN_EACH_ELEMENT(n, AT)                                                                     \
+    do {                                                                                           \
+        size_t each_i_ = 0;                                                                        \
+        for (; each_i_ + 8 <= (n); each_i_ += 8)                                                   \
+            for (int each_j_ = 0; each_j_ < 8; each_j_++)                                          \
+                AT(each_i_ + (size_t)each_j_);                                                     \
+        for (; each_i_ < (n); each_i_++)                                                           \
+            AT(each_i_);                                                                           \
+    } while (0)
+
 /* Eight floats (a GCC vector type: elementwise operations, exactly those of the scalar code
  * lane by lane; the compiler picks the instructions, e.g. two SSE halves). Loaded by a macro,
  * never passed to or returned from a function: the default and AVX2 builds of a function pass

@@ -496,9 +496,13 @@ static void test_local_device_payloads(void **state)
 
 /* ---- GPU stages against the CPU ---- */
 
+/* One runner of a job in a thread of its own: connects (with the endpoints of its neighbours'
+ * copies and of its own stage's, rt_runner_connect_group; an unreplicated stage has one or none
+ * on each side and no peers), then trains `steps` steps, keeping the loss of each. */
 typedef struct {
     rt_runner *r;
-    const char *prev, *next;
+    const char *prev[2], *next[2], *peers[2];
+    int n_prev, n_next, n_peers;
     int steps;
     sc_status rc;
     sc_err err;
@@ -508,30 +512,6 @@ typedef struct {
 static void *stage_thread(void *arg)
 {
     stage_job *j = arg;
-    sc_err_clear(&j->err);
-    j->rc = rt_runner_connect(j->r, j->prev, j->next, &j->err);
-    for (int s = 0; s < j->steps && j->rc == SC_OK; s++) {
-        rt_report rep;
-        j->rc = rt_runner_step(j->r, (uint64_t)s + 1, &rep, &j->err);
-        j->loss[s] = rep.has_loss ? rep.loss : NAN;
-    }
-    return NULL;
-}
-
-/* A runner of a job with copies: connects its group, then trains. */
-typedef struct {
-    rt_runner *r;
-    const char *prev[2], *next[2], *peers[2];
-    int n_prev, n_next, n_peers;
-    int steps;
-    sc_status rc;
-    sc_err err;
-    double loss[8];
-} group_job;
-
-static void *group_thread(void *arg)
-{
-    group_job *j = arg;
     sc_err_clear(&j->err);
     j->rc = rt_runner_connect_group(j->r, j->prev, j->n_prev, j->next, j->n_next, j->peers,
                                     j->n_peers, &j->err);
@@ -578,9 +558,9 @@ static void run_stages(int n, const char *const *devices, const char *const *tra
     stage_job jobs[3];
     pthread_t th[3];
     for (int s = 0; s < n; s++) {
-        jobs[s] = (stage_job){.r = rn[s], .steps = steps};
-        jobs[s].prev = s > 0 ? rt_runner_endpoint(rn[s - 1]) : NULL;
-        jobs[s].next = s < n - 1 ? rt_runner_endpoint(rn[s + 1]) : NULL;
+        jobs[s] = (stage_job){.r = rn[s], .steps = steps, .n_prev = s > 0, .n_next = s < n - 1};
+        jobs[s].prev[0] = s > 0 ? rt_runner_endpoint(rn[s - 1]) : NULL;
+        jobs[s].next[0] = s < n - 1 ? rt_runner_endpoint(rn[s + 1]) : NULL;
         assert_int_equal(pthread_create(&th[s], NULL, stage_thread, &jobs[s]), 0);
     }
     for (int s = 0; s < n; s++)
@@ -843,10 +823,10 @@ static void test_gpu_replicas_nccl(void **state)
             ep[i] = rt_runner_endpoint(rn[i]);
         if (gpu) /* copy 0 publishes the communicator's id beside its data endpoint */
             assert_non_null(strstr(ep[0], "|" RT_REDUCE_SCHEME "v1/"));
-        group_job jobs[RUNNERS];
+        stage_job jobs[RUNNERS];
         pthread_t th[RUNNERS];
         for (int i = 0; i < RUNNERS; i++) {
-            jobs[i] = (group_job){.r = rn[i], .steps = STEPS};
+            jobs[i] = (stage_job){.r = rn[i], .steps = STEPS};
             if (i < 2) { /* a copy of stage 0: its peers and the next stage */
                 jobs[i].peers[0] = ep[0];
                 jobs[i].peers[1] = ep[1];
@@ -858,7 +838,7 @@ static void test_gpu_replicas_nccl(void **state)
                 jobs[i].prev[1] = ep[1];
                 jobs[i].n_prev = 2;
             }
-            assert_int_equal(pthread_create(&th[i], NULL, group_thread, &jobs[i]), 0);
+            assert_int_equal(pthread_create(&th[i], NULL, stage_thread, &jobs[i]), 0);
         }
         for (int i = 0; i < RUNNERS; i++)
             pthread_join(th[i], NULL);
