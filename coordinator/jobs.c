@@ -593,8 +593,12 @@ static sc_status add_replica_reduce(const coord_jobspec *spec, json_t *stages,
         json_t *devs = json_object_get(stage, "devices");
         size_t r = json_array_size(devs);
         const char *how = r < 2 ? "none" : "host";
-        coord_stage_site copies[64];
-        if (r >= 2 && r <= sizeof copies / sizeof copies[0] && !never) {
+        if (r >= 2 && !never) {
+            coord_stage_site *copies = calloc(r, sizeof *copies);
+            if (copies == NULL) {
+                json_decref(arr);
+                return SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing the all-reduce");
+            }
             for (size_t k = 0; k < r; k++)
                 copies[k] = site_of(ws, n, json_integer_value(json_array_get(devs, k)), (int)r);
             char why[128];
@@ -603,6 +607,7 @@ static sc_status add_replica_reduce(const coord_jobspec *spec, json_t *stages,
             else
                 SC_LOG_INFO(LOG, "stage %zu: its %zu copies all-reduce in host memory (%s)", si, r,
                             why);
+            free(copies);
         }
         json_array_append_new(arr, json_string(how));
     }
