@@ -4,8 +4,9 @@
  * alike, it times the forward and backward of one micro-batch:
  *   alone:  each block in its own one-block stage, run twice in a row, the second timed (a block
  *           timed alone and repeated, the profiler's conditions before its chains);
- *   chain:  the blocks' one-block stages one after the other as a stage runs them, each on its
- *           predecessor's output and its successor's gradient (kn_profile's conditions);
+ *   chain:  the profiler itself as a worker runs it (kn_profile_run: one warm-up pass, three
+ *           timed, the median), which runs the blocks one after the other as a stage runs
+ *           them: the sum of its block times;
  *   stage:  one stage over all the blocks (what the runtime runs).
  * and prints the medians over the rounds and the median of each round's ratio stage / alone and
  * stage / chain: 1.00 means the profile adds up to the stage exactly.
@@ -19,6 +20,7 @@
 
 #include "common/sc_clock.h"
 #include "kernels/model.h"
+#include "kernels/profile.h"
 #include "kernels/stage.h"
 
 #define MAX_BLOCKS 32
@@ -129,6 +131,8 @@ static void run_model(const model_case *mc, int rounds)
         if (kn_stage_backward(one[i], 0, douts[i], &err) != SC_OK)
             die("a backward", &err);
     }
+    kn_profile_cfg pc = {.device = cpu, .sizes = {M}, .nsizes = 1, .warmup = 1, .repeats = 3};
+    kn_profile_block *prof = xmalloc((size_t)nb * sizeof *prof);
     size_t nr = (size_t)rounds * sizeof(double);
     double *alone = xmalloc(nr), *chain = xmalloc(nr), *stage = xmalloc(nr), *ra = xmalloc(nr);
     double *rc = xmalloc(nr);
@@ -144,21 +148,11 @@ static void run_model(const model_case *mc, int rounds)
             }
             kn_stage_zero_grads(one[i], &err);
         }
-        in = input;
-        for (int i = 0; i < nb; i++) {
-            double t0 = sc_clock_now_s();
-            kn_stage_forward(one[i], 0, in, targets, M, &err);
-            c += sc_clock_now_s() - t0;
-            in = kn_stage_output(one[i], 0);
-        }
-        for (int i = nb - 1; i >= 0; i--) {
-            const float *d = i == nb - 1 ? dout_last : kn_stage_grad_input(one[i + 1]);
-            double t0 = sc_clock_now_s();
-            kn_stage_backward(one[i], 0, d, &err);
-            c += sc_clock_now_s() - t0;
-        }
+        /* the profiler itself: one warm-up pass, three timed, the median, as a worker profiles */
+        if (kn_profile_run(m, &pc, prof, &err) != SC_OK)
+            die("the profiler", &err);
         for (int i = 0; i < nb; i++)
-            kn_stage_zero_grads(one[i], &err);
+            c += prof[i].points[0].forward_s + prof[i].points[0].backward_s;
         double t0 = sc_clock_now_s();
         kn_stage_forward(whole, 0, input, targets, M, &err);
         kn_stage_backward(whole, 0, NULL, &err);
@@ -183,6 +177,7 @@ static void run_model(const model_case *mc, int rounds)
     free(input);
     free(targets);
     free(dout_last);
+    free(prof);
     free(alone);
     free(chain);
     free(stage);

@@ -10,8 +10,9 @@
  * stage runs them, the forwards in order, each on its predecessor's output (the first on random
  * inputs), then the backwards in reverse, each on its successor's input gradient, every block
  * timed on its own; a repeat is one such pass. A block timed alone and repeated keeps its
- * weights and activations in the caches that the other blocks of a stage evict: on a CPU it ran
- * about 10% faster than inside a stage, which made every prediction of the planner too short.
+ * weights and activations in the caches that the other blocks of a stage evict: on a CPU a
+ * stage ran 6-33% longer than the sum of its blocks timed so (4-17% with this profile), which
+ * made every prediction of the planner too short (bench/bench_profile).
  * Does not measure links; topology does. Times are wall-clock
  * measurements and vary run to run; nothing here asserts on them.
  */
