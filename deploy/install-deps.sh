@@ -19,6 +19,7 @@ packages=(
     libcmocka-dev
     libjansson-dev
     libsqlite3-dev
+    iproute2 jq
 )
 
 missing=()
