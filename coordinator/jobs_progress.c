@@ -2,8 +2,9 @@
  * The running jobs' progress (c->running, under c->lock): what each stage replica last
  * reported, kept in memory for status and, for the step and checkpoint, in the store. An
  * iteration report moves the job's stored step to its slowest replica's, announces checkpoints
- * that every stage holds, and ends the job when every stage is done. A job that stops any other
- * way loses its figures and its reserved workers (coord_jobs_release_workers).
+ * that every stage holds, and ends the job when every stage is done. A job that ends or is
+ * re-planned gives back its reserved workers and, unless it succeeded, its figures
+ * (coord_jobs_release_workers).
  *
  * It does not start jobs (jobs_dispatch.c creates the entry) or handle failures
  * (jobs_recovery.c).

@@ -6,7 +6,8 @@
  * gets contended workers does not depend on which driver thread comes first. Once the job is
  * planned, the chosen workers its plan does not use go back to the pool.
  *
- * It makes no network call and does not change a job's state: the driver does both.
+ * It makes no network call (jobs_dispatch.c does) and does not change a job's state (the
+ * driver does).
  */
 #include <jansson.h>
 #include <stdio.h>
