@@ -1,17 +1,12 @@
-/* Shared helpers of the subcommands: lookup, usage and error reporting. */
+/*
+ * Shared helpers of the subcommands: usage, flags and error reporting (see cli.h). Nothing here
+ * looks at the subcommand table; a helper only knows the subcommand it is given.
+ */
 #include "cli/cli.h"
 
 #include <getopt.h>
 #include <stdarg.h>
 #include <string.h>
-
-const cli_command *cli_find(const char *name)
-{
-    for (const cli_command *c = cli_commands; c->name != NULL; c++)
-        if (strcmp(c->name, name) == 0)
-            return c;
-    return NULL;
-}
 
 void cli_print_usage(const cli_command *cmd, FILE *out)
 {

@@ -1,6 +1,7 @@
 /*
- * The `stagecraft` command: subcommand table and the helpers every subcommand shares for
- * usage errors and help.
+ * What every `stagecraft` subcommand shares: the subcommand descriptor, exit codes, and the
+ * helpers for flags, usage errors and help. It does not know which subcommands exist: the table
+ * and the lookup by name are in commands.h, above every subcommand.
  *
  * Conventions (docs/cli.md): exit 0 on success, 1 on a runtime failure, 2 on bad usage or bad
  * input, with a one-line message on stderr that names the flag, file or JSON path and what would
@@ -21,11 +22,6 @@ typedef struct cli_command {
     const char *usage;   /* full help text, shown by `stagecraft NAME --help` */
     int (*run)(const struct cli_command *self, int argc, char **argv);
 } cli_command;
-
-/* The subcommand table, terminated by an entry with name == NULL (commands.c). */
-extern const cli_command cli_commands[];
-
-const cli_command *cli_find(const char *name);
 
 /* Prints "stagecraft NAME: message" and the subcommand's usage to stderr; returns CLI_USAGE.
  * The message is one line: control characters (from a bad argument, say) become '?'. */

@@ -1,4 +1,4 @@
-/* `stagecraft version` and `stagecraft help`: the two subcommands that need no other module. */
+/* `stagecraft version`: the version, the wire protocol and the build kind. Needs no other module. */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,23 +21,5 @@ int cmd_version(const cli_command *self, int argc, char **argv)
     else
         printf("stagecraft %s\nprotocol %d\nbuild %s\n", SC_VERSION_STRING, SC_PROTOCOL_VERSION,
                SC_BUILD_KIND);
-    return CLI_OK;
-}
-
-int cmd_help(const cli_command *self, int argc, char **argv)
-{
-    if (argc > 2)
-        return cli_usage_error(self, "expected at most one subcommand name");
-    if (argc == 2) {
-        const cli_command *c = cli_find(argv[1]);
-        if (c == NULL)
-            return cli_usage_error(self, "unknown subcommand '%s'", argv[1]);
-        cli_print_usage(c, stdout);
-        return CLI_OK;
-    }
-    printf("subcommands:\n");
-    for (const cli_command *c = cli_commands; c->name != NULL; c++)
-        printf("  %-12s %s\n", c->name, c->summary);
-    printf("\n`stagecraft SUBCOMMAND --help` shows the flags of one.\n");
     return CLI_OK;
 }

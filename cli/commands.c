@@ -1,6 +1,14 @@
-/* The subcommand table. Each subcommand lives in cmd_<name>.c and is listed here once. */
-#include "cli/cli.h"
+/*
+ * The subcommand table, the lookup by name and `stagecraft help`, which lists the table. Each
+ * other subcommand lives in cmd_<name>.c and is listed here once; no subcommand refers back to
+ * the table, so this file and main.c sit above all of them.
+ */
 #include "cli/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
 
 const cli_command cli_commands[] = {
     {"version", "print the version and build kind", CMD_VERSION_USAGE, cmd_version},
@@ -20,3 +28,29 @@ const cli_command cli_commands[] = {
     {"demo", "train a small GPT on a local cluster of workers", CMD_DEMO_USAGE, cmd_demo},
     {NULL, NULL, NULL, NULL},
 };
+
+const cli_command *cli_find(const char *name)
+{
+    for (const cli_command *c = cli_commands; c->name != NULL; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+int cmd_help(const cli_command *self, int argc, char **argv)
+{
+    if (argc > 2)
+        return cli_usage_error(self, "expected at most one subcommand name");
+    if (argc == 2) {
+        const cli_command *c = cli_find(argv[1]);
+        if (c == NULL)
+            return cli_usage_error(self, "unknown subcommand '%s'", argv[1]);
+        cli_print_usage(c, stdout);
+        return CLI_OK;
+    }
+    printf("subcommands:\n");
+    for (const cli_command *c = cli_commands; c->name != NULL; c++)
+        printf("  %-12s %s\n", c->name, c->summary);
+    printf("\n`stagecraft SUBCOMMAND --help` shows the flags of one.\n");
+    return CLI_OK;
+}

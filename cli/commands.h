@@ -1,8 +1,17 @@
-/* Entry points and usage texts of the subcommands, one pair per cmd_<name>.c. */
+/*
+ * The subcommands: their table and lookup by name (commands.c), and the entry point and usage
+ * text of each, one pair per cmd_<name>.c (`help` lives beside the table it lists).
+ */
 #ifndef SC_CLI_COMMANDS_H
 #define SC_CLI_COMMANDS_H
 
 #include "cli/cli.h"
+
+/* The subcommand table, terminated by an entry with name == NULL. */
+extern const cli_command cli_commands[];
+
+/* The subcommand called `name`, or NULL. */
+const cli_command *cli_find(const char *name);
 
 #define CMD_VERSION_USAGE                                                                          \
     "usage: stagecraft version [--json]\n\n"                                                       \

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "common/sc_log.h"
 #include "sc_version.h"
 

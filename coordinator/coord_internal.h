@@ -1,6 +1,8 @@
 /*
- * Internals shared by the coordinator's own files (coordinator.c, service.c, jobs.c); not part
- * of its interface.
+ * The coordinator's shared state (struct coord and the running jobs' progress), read and written
+ * by its own files (coordinator.c, service.c, command_queue.c, jobs_*.c) under c->lock; not part
+ * of its interface. It holds data only: each file's functions are declared in that file's
+ * header (command_queue.h, tokens.h, service.h, jobs.h).
  */
 #ifndef COORD_INTERNAL_H
 #define COORD_INTERNAL_H
@@ -8,24 +10,14 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "coordinator/command_queue.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/registry.h"
 #include "coordinator/store.h"
+#include "coordinator/tokens.h"
 #include "proto/control.pb-c.h"
 #include "proto/sc_control.h"
 #include "proto/sc_rpc.h"
-
-#define COORD_TOKEN_MAX 128
-
-/* A control command waiting for the control loop to send it. */
-typedef struct coord_cmd {
-    struct coord_cmd *next;
-    char worker_id[COORD_ID_MAX];
-    Stagecraft__CommandKind kind;
-    char job_id[COORD_ID_MAX];
-    uint64_t step;
-    char *payload_json; /* owned, may be NULL */
-} coord_cmd;
 
 #define COORD_MAX_STAGES 64
 #define COORD_MAX_REPLICAS 16
@@ -90,60 +82,5 @@ struct coord {
     pthread_t driver;
     bool driver_started;
 };
-
-/* service.c: the Coordinator gRPC method table. */
-extern const sc_rpc_method coord_service_methods[];
-extern const size_t coord_service_n_methods;
-
-/* jobs.c: the job-driver thread. */
-void *coord_driver_main(void *arg);
-/* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
-void coord_jobs_worker_died(coord *c, const coord_worker *w);
-
-/* Under c->lock: a worker's training stopped with an error (e->code an sc_status name): the job
- * is re-planned when a neighbour vanished (time-out, unavailable), resumed from an older step
- * when the checkpoint to resume from did not load and the worker names an older one that does
- * (e->checkpoint_step, e->intact_checkpoint_step), else it fails. */
-void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__Error *e);
-
-/* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
-void coord_jobs_release_workers(coord *c, const char *job_id);
-
-/* Under c->lock: records a stage's iteration report; ends the job when every stage is done. */
-void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r);
-
-/* Under c->lock: the progress of a running job, or NULL. */
-coord_progress *coord_jobs_progress(coord *c, const char *job_id);
-
-/* Under c->lock: whether an error of `run` (0: of no particular run, e.g. a START refused)
- * concerns job `job_id` as it is now: a run's error counts only while that run trains. */
-bool coord_jobs_run_is_current(coord *c, const char *job_id, uint64_t run);
-
-/* Under c->lock: forgets every job's progress (the coordinator stops). */
-void coord_jobs_progress_clear(coord *c);
-
-/* Under c->lock: worker `w` says in a heartbeat (at now_ns) that it holds a stage of `said_job`
- * ("" none) in `said_state`. Repairs what a lost control message or a restart left behind
- * when the disagreement with what the coordinator holds it to lasts a grace period (3
- * heartbeat intervals, at least 1 s, so messages in flight settle first):
- *  - its job runs, but it holds no stage of it (it restarted, or a STOP was mistaken for it):
- *    the job recovers, as when a worker dies;
- *  - its job runs, but its stage waits for a START that never came: START is sent again;
- *  - it still runs a stage of a job that has ended: STOP is sent again. */
-void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, const char *said_job,
-                          uint64_t now_ns);
-
-/* coordinator.c: queues a command for the control loop (takes c->lock; payload copied). */
-sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
-                              const char *job_id, uint64_t step, const char *payload_json,
-                              sc_err *err);
-
-/* The same, with c->lock already held. */
-sc_status coord_queue_command_locked(coord *c, const char *worker_id,
-                                     Stagecraft__CommandKind kind, const char *job_id,
-                                     uint64_t step, const char *payload_json, sc_err *err);
-
-/* Constant-time comparison of a presented token with the expected one. */
-bool coord_token_equal(const char *presented, const char *expected);
 
 #endif /* COORD_INTERNAL_H */

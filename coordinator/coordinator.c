@@ -19,61 +19,15 @@
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
+#include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/jobs.h"
+#include "coordinator/service.h"
+#include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
 
 #define LOG "coordinator"
 #define TICK_MS 50
-
-bool coord_token_equal(const char *presented, const char *expected)
-{
-    size_t a = strlen(presented), b = strlen(expected);
-    unsigned char diff = (unsigned char)(a != b);
-    for (size_t i = 0; i < b; i++)
-        diff |= (unsigned char)(expected[i] ^ (i < a ? presented[i] : 0));
-    return diff == 0 && b > 0;
-}
-
-/* Reads a token file, or creates one with 32 random hex characters (mode 0600). */
-static sc_status load_or_make_token(const char *path, char *out, size_t size, bool *made,
-                                    sc_err *err)
-{
-    char *text = NULL;
-    size_t len = 0;
-    *made = false;
-    if (access(path, F_OK) == 0) {
-        SC_CHECK(sc_file_read(path, COORD_TOKEN_MAX, &text, &len, err));
-        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-            text[--len] = '\0';
-        if (len == 0) {
-            free(text);
-            return SC_ERRF(err, SC_ERR_INVALID, "token file %s is empty", path);
-        }
-        sc_strlcpy(out, text, size);
-        free(text);
-        return SC_OK;
-    }
-    unsigned char raw[16];
-    int fd = open("/dev/urandom", O_RDONLY);
-    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
-        if (fd >= 0)
-            close(fd);
-        return SC_ERRF(err, SC_ERR_IO, "cannot read /dev/urandom to make a token");
-    }
-    close(fd);
-    for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(out + 2 * i, size - 2 * i, "%02x", raw[i]);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-        return SC_ERRF(err, SC_ERR_IO, "cannot create token file %s: %s", path, strerror(errno));
-    size_t n = strlen(out);
-    bool ok = write(fd, out, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
-    close(fd);
-    if (!ok)
-        return SC_ERRF(err, SC_ERR_IO, "cannot write token file %s", path);
-    *made = true;
-    return SC_OK;
-}
 
 /* Takes STATE/coordinator.lock (creating the folder when missing), held until coord_destroy:
  * one coordinator per state folder (sc_lock_file). */
@@ -108,8 +62,8 @@ static sc_status setup_tokens(coord *c, sc_err *err)
         sc_strlcpy(c->join_token, c->cfg.join_token, sizeof c->join_token);
         c->join_token_path[0] = '\0';
     } else {
-        SC_CHECK(load_or_make_token(c->join_token_path, c->join_token, sizeof c->join_token, &made,
-                                    err));
+        SC_CHECK(coord_token_load_or_make(c->join_token_path, c->join_token, sizeof c->join_token,
+                                          &made, err));
         if (made)
             SC_LOG_INFO(LOG, "generated a join token for workers in %s", c->join_token_path);
     }
@@ -117,8 +71,8 @@ static sc_status setup_tokens(coord *c, sc_err *err)
         sc_strlcpy(c->client_token, c->cfg.client_token, sizeof c->client_token);
         c->client_token_path[0] = '\0';
     } else {
-        SC_CHECK(load_or_make_token(c->client_token_path, c->client_token, sizeof c->client_token,
-                                    &made, err));
+        SC_CHECK(coord_token_load_or_make(c->client_token_path, c->client_token,
+                                          sizeof c->client_token, &made, err));
         if (made)
             SC_LOG_INFO(LOG, "generated a client token for submit/cancel in %s",
                         c->client_token_path);
@@ -287,12 +241,7 @@ void coord_destroy(coord **cp)
     sc_ctl_zap_stop(&c->zap);
     if (c->zctx)
         zmq_ctx_term(c->zctx);
-    while (c->cmd_head) {
-        coord_cmd *next = c->cmd_head->next;
-        free(c->cmd_head->payload_json);
-        free(c->cmd_head);
-        c->cmd_head = next;
-    }
+    coord_queue_clear(c);
     coord_jobs_progress_clear(c);
     coord_registry_destroy(&c->registry);
     coord_store_close(&c->store);
@@ -322,41 +271,6 @@ const char *coord_join_token_path(const coord *c)
 const char *coord_client_token_path(const coord *c)
 {
     return c->client_token_path;
-}
-
-sc_status coord_queue_command_locked(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
-                                     const char *job_id, uint64_t step, const char *payload_json,
-                                     sc_err *err)
-{
-    coord_cmd *cmd = calloc(1, sizeof *cmd);
-    SC_ALLOC_CHECK(cmd, err);
-    if (payload_json) {
-        cmd->payload_json = strdup(payload_json);
-        if (cmd->payload_json == NULL) {
-            free(cmd);
-            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory queueing a command");
-        }
-    }
-    sc_strlcpy(cmd->worker_id, worker_id, sizeof cmd->worker_id);
-    sc_strlcpy(cmd->job_id, job_id ? job_id : "", sizeof cmd->job_id);
-    cmd->kind = kind;
-    cmd->step = step;
-    if (c->cmd_tail)
-        c->cmd_tail->next = cmd;
-    else
-        c->cmd_head = cmd;
-    c->cmd_tail = cmd;
-    return SC_OK;
-}
-
-sc_status coord_queue_command(coord *c, const char *worker_id, Stagecraft__CommandKind kind,
-                              const char *job_id, uint64_t step, const char *payload_json,
-                              sc_err *err)
-{
-    pthread_mutex_lock(&c->lock);
-    sc_status rc = coord_queue_command_locked(c, worker_id, kind, job_id, step, payload_json, err);
-    pthread_mutex_unlock(&c->lock);
-    return rc;
 }
 
 /* ---- control loop -------------------------------------------------------------------------- */
@@ -478,10 +392,7 @@ static void on_worker_change(void *user, const coord_worker *w, coord_worker_sta
 
 static void send_queued(coord *c)
 {
-    pthread_mutex_lock(&c->lock);
-    coord_cmd *list = c->cmd_head;
-    c->cmd_head = c->cmd_tail = NULL;
-    pthread_mutex_unlock(&c->lock);
+    coord_cmd *list = coord_queue_take(c);
     static uint64_t next_id = 1;
     while (list) {
         coord_cmd *cmd = list;

@@ -4,6 +4,8 @@
  * store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing they
  * return points into shared state.
  */
+#include "coordinator/service.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +14,11 @@
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
+#include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/jobs.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
 
 #define LOG "coordinator"

@@ -1,6 +1,7 @@
 /*
  * coord transport pick: the rules of transport_pick.h.
- * Not here: reading the registry or the plan (jobs.c builds the sites), telling the workers.
+ * Not here: reading the registry or the plan (jobs_transports.c builds the sites), telling the
+ * workers.
  */
 #include "coordinator/transport_pick.h"
 

@@ -1,0 +1,67 @@
+/*
+ * The coordinator's jobs: the driver that takes each job from submitted (or recovering) through
+ * profiling and planning to running, and what the control loop and the gRPC service tell it
+ * while a job runs (iteration reports, heartbeats, errors, dead workers, cancels).
+ *
+ * The files: jobs_driver.c (the driver threads), jobs_workers.c (which workers a job takes),
+ * jobs_dispatch.c (profiling, assignment and start), jobs_transports.c (the data plane recorded
+ * in the plan), jobs_progress.c (running jobs' progress and reports), jobs_recovery.c (lost
+ * workers, worker errors, heartbeat repair).
+ *
+ * Everything here but coord_driver_main runs under c->lock and never waits on the network.
+ */
+#ifndef COORD_JOBS_H
+#define COORD_JOBS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coordinator/coord_internal.h"
+
+/* ---- jobs_driver.c ---- */
+
+/* The job-driver thread (coord_new starts it with the coordinator as `arg`): returns once
+ * c->stopping is set and the per-job driver threads it started have left. */
+void *coord_driver_main(void *arg);
+
+/* ---- jobs_progress.c ---- */
+
+/* Under c->lock: the progress of a running job, or NULL. */
+coord_progress *coord_jobs_progress(coord *c, const char *job_id);
+
+/* Under c->lock: records a stage's iteration report; ends the job when every stage is done. */
+void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r);
+
+/* Under c->lock: whether an error of `run` (0: of no particular run, e.g. a START refused)
+ * concerns job `job_id` as it is now: a run's error counts only while that run trains. */
+bool coord_jobs_run_is_current(coord *c, const char *job_id, uint64_t run);
+
+/* Under c->lock: frees the workers reserved for a job (it ended or is re-planned). */
+void coord_jobs_release_workers(coord *c, const char *job_id);
+
+/* Under c->lock: forgets every job's progress (the coordinator stops). */
+void coord_jobs_progress_clear(coord *c);
+
+/* ---- jobs_recovery.c ---- */
+
+/* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
+void coord_jobs_worker_died(coord *c, const coord_worker *w);
+
+/* Under c->lock: a worker's training stopped with an error (e->code an sc_status name): the job
+ * is re-planned when a neighbour vanished (time-out, unavailable), resumed from an older step
+ * when the checkpoint to resume from did not load and the worker names an older one that does
+ * (e->checkpoint_step, e->intact_checkpoint_step), else it fails. */
+void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__Error *e);
+
+/* Under c->lock: worker `w` says in a heartbeat (at now_ns) that it holds a stage of `said_job`
+ * ("" none) in `said_state`. Repairs what a lost control message or a restart left behind
+ * when the disagreement with what the coordinator holds it to lasts a grace period (3
+ * heartbeat intervals, at least 1 s, so messages in flight settle first):
+ *  - its job runs, but it holds no stage of it (it restarted, or a STOP was mistaken for it):
+ *    the job recovers, as when a worker dies;
+ *  - its job runs, but its stage waits for a START that never came: START is sent again;
+ *  - it still runs a stage of a job that has ended: STOP is sent again. */
+void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, const char *said_job,
+                          uint64_t now_ns);
+
+#endif /* COORD_JOBS_H */

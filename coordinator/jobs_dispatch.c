@@ -1,0 +1,273 @@
+/*
+ * The calls that take a chosen, planned job to its workers: Worker.Profile (once per device
+ * type), Worker.AssignStage (one stage replica per worker) and the START command that begins
+ * training and creates the job's progress entry.
+ *
+ * The RPCs run without c->lock (a worker that stops answering costs one call's deadline, and
+ * holds up only its own job); state changes take the lock for their in-memory and store work.
+ * What to do when a call fails is the driver's choice, not this file's.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "coordinator/command_queue.h"
+#include "coordinator/coord_internal.h"
+#include "coordinator/jobs_internal.h"
+#include "coordinator/transport_pick.h"
+#include "proto/sc_wire.h"
+
+#define LOG "jobs"
+#define ASSIGN_TIMEOUT_MS 10000
+
+/* Micro-batch sizes to profile: the planned size when the count is fixed (the spec keeps it
+ * within SC_WIRE_MAX_MICROBATCH_SIZE), else powers of two up to the batch and that limit (at
+ * most 4, the largest; the planner extends the times past the largest). */
+static size_t profile_sizes(const coord_jobspec *spec, uint32_t *sizes)
+{
+    if (spec->microbatches > 0) {
+        sizes[0] = spec->batch_size / spec->microbatches;
+        return 1;
+    }
+    uint32_t all[32];
+    size_t n = 0;
+    for (uint32_t s = 1; s <= spec->batch_size && s <= SC_WIRE_MAX_MICROBATCH_SIZE && n < 32;
+         s *= 2)
+        all[n++] = s;
+    size_t first = n > 4 ? n - 4 : 0;
+    for (size_t i = first; i < n; i++)
+        sizes[i - first] = all[i];
+    return n - first;
+}
+
+/* One call to a worker's service, with the coordinator's TLS settings (its certificate is
+ * presented to workers that require one; its CA verifies them). */
+static sc_status call_worker(const coord *c, coord_chosen_worker *w, const char *method,
+                             const ProtobufCMessage *req,
+                             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                             int64_t timeout_ms, sc_err *err)
+{
+    sc_rpc_client *cli = NULL;
+    sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
+    SC_CHECK(sc_rpc_client_new(&cli, w->endpoint, &cfg, err));
+    sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, timeout_ms, err);
+    sc_rpc_client_destroy(&cli);
+    return rc;
+}
+
+sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
+                                 coord_chosen_worker *ws, size_t n, sc_err *err)
+{
+    uint32_t sizes[4];
+    Stagecraft__ProfileRequest req = STAGECRAFT__PROFILE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.model_json = spec->model_json;
+    req.microbatch_sizes = sizes;
+    req.n_microbatch_sizes = profile_sizes(spec, sizes);
+    /* Workers with the same device type measure the same thing: profile each type once. */
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(ws[i].hw->devices[0]->name, ws[j].hw->devices[0]->name) == 0 &&
+                ws[j].profile_json) {
+                ws[i].profile_json = strdup(ws[j].profile_json);
+                SC_ALLOC_CHECK(ws[i].profile_json, err);
+                break;
+            }
+        }
+        if (ws[i].profile_json)
+            continue;
+        ProtobufCMessage *m = NULL;
+        sc_status rc = call_worker(c, &ws[i], "/stagecraft.Worker/Profile", &req.base,
+                                   &stagecraft__profile_response__descriptor, &m,
+                                   c->cfg.profile_timeout_ms, err);
+        if (rc != SC_OK) {
+            sc_err_prefix(err, "worker %s ('%s') did not profile", ws[i].id, ws[i].name);
+            return rc;
+        }
+        ws[i].profile_json = strdup(((Stagecraft__ProfileResponse *)m)->profile_json);
+        protobuf_c_message_free_unpacked(m, NULL);
+        SC_ALLOC_CHECK(ws[i].profile_json, err);
+    }
+    return SC_OK;
+}
+
+sc_status coord_jobs_assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json,
+                                const char *job_id, const char *plan_json, uint64_t resume_step,
+                                coord_chosen_worker *ws, size_t n, json_t *endpoints, sc_err *err)
+{
+    json_error_t jerr;
+    json_t *plan = json_loads(plan_json, 0, &jerr);
+    json_t *stages = plan ? json_object_get(plan, "stages") : NULL;
+    if (!json_is_array(stages)) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_INTERNAL, "the plan has no stages array");
+    }
+    sc_status rc = SC_OK;
+    size_t n_stages = json_array_size(stages);
+    const char **kinds = calloc(n_stages ? n_stages : 1, sizeof *kinds);
+    if (kinds == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory choosing the transports");
+        goto out;
+    }
+    /* the kinds the driver recorded in the plan when it was made (coord_jobs_add_transports) */
+    json_t *recorded = json_object_get(plan, "transports");
+    if (n_stages > 1 && json_array_size(recorded) + 1 != n_stages) {
+        rc = SC_ERRF(err, SC_ERR_INTERNAL, "the plan records %zu transports for %zu stages",
+                     json_array_size(recorded), n_stages);
+        goto out;
+    }
+    for (size_t b = 0; b + 1 < n_stages; b++) {
+        const char *k = json_string_value(json_array_get(recorded, b));
+        kinds[b] = k != NULL && strcmp(k, "nccl") == 0 ? "nccl" : "zmq";
+    }
+    size_t si;
+    json_t *stage;
+    json_array_foreach(stages, si, stage)
+    {
+        json_t *devs = json_object_get(stage, "devices");
+        size_t di;
+        json_t *dev;
+        json_array_foreach(devs, di, dev)
+        {
+            json_int_t d = json_integer_value(dev);
+            if (d < 0 || (size_t)d >= n) {
+                rc = SC_ERRF(err, SC_ERR_INTERNAL, "the plan names device %lld of %zu",
+                             (long long)d, n);
+                goto out;
+            }
+            Stagecraft__AssignStageRequest req = STAGECRAFT__ASSIGN_STAGE_REQUEST__INIT;
+            req.job_id = (char *)job_id;
+            req.stage = (uint32_t)si;
+            req.replica = (uint32_t)di;
+            req.first_block = (uint32_t)json_integer_value(json_object_get(stage, "first_block"));
+            req.last_block = (uint32_t)json_integer_value(json_object_get(stage, "last_block"));
+            req.model_json = spec->model_json;
+            req.plan_json = (char *)plan_json;
+            const char *tr = "zmq", *tr_next = "";
+            coord_transport_of_stage(kinds, n_stages, si, &tr, &tr_next);
+            req.transport = (char *)tr;
+            req.transport_next = (char *)tr_next;
+            const char *red =
+                json_string_value(json_array_get(json_object_get(plan, "replica_reduce"), si));
+            req.replica_reduce = red != NULL && strcmp(red, "nccl") == 0 ? "nccl" : "host";
+            req.world_size = (uint32_t)n;
+            req.rank = (uint32_t)d;
+            req.job_json = (char *)spec_json;
+            req.n_stages = (uint32_t)json_array_size(stages);
+            req.resume_step = resume_step;
+            ProtobufCMessage *m = NULL;
+            rc = call_worker(c, &ws[d], "/stagecraft.Worker/AssignStage", &req.base,
+                             &stagecraft__assign_stage_response__descriptor, &m, ASSIGN_TIMEOUT_MS,
+                             err);
+            if (rc != SC_OK) {
+                sc_err_prefix(err, "assigning stage %zu to worker %s", si, ws[d].id);
+                goto out;
+            }
+            if (di == 0)
+                json_array_append_new(endpoints, json_array());
+            const char *ep = ((Stagecraft__AssignStageResponse *)m)->data_endpoint;
+            json_array_append_new(json_array_get(endpoints, si), json_string(ep ? ep : ""));
+            protobuf_c_message_free_unpacked(m, NULL);
+        }
+    }
+out:
+    free(kinds);
+    json_decref(plan);
+    return rc;
+}
+
+void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *spec,
+                               const char *plan_json, json_t *endpoints, uint64_t resume_step,
+                               coord_chosen_worker *ws, size_t n, const bool *used)
+{
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    size_t n_stages = json_array_size(json_object_get(plan, "stages"));
+    /* this start's id: distinct from every earlier one, also across coordinator restarts
+     * (milliseconds since the epoch, times 1000), and below 2^53 so that JSON keeps it exact */
+    pthread_mutex_lock(&c->lock);
+    uint64_t run = (uint64_t)sc_clock_unix_ms() * 1000u;
+    run = run > c->last_run ? run : c->last_run + 1;
+    c->last_run = run;
+    pthread_mutex_unlock(&c->lock);
+    json_t *payload =
+        json_pack("{s:O, s:I, s:I, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
+                  (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
+                  "checkpoint_every", (json_int_t)spec->checkpoint_every, "checkpoint_keep",
+                  (json_int_t)spec->checkpoint_keep, "run", (json_int_t)run);
+    char *text = json_dumps(payload, JSON_COMPACT);
+    char reason[COORD_REASON_MAX], from[64] = "";
+    if (resume_step > 0)
+        sc_strfmt(from, sizeof from, " from the checkpoint of step %llu",
+                  (unsigned long long)resume_step);
+    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages, from);
+    pthread_mutex_lock(&c->lock);
+    sc_err err;
+    sc_err_clear(&err);
+    if (c->n_running == COORD_MAX_RUNNING) { /* make room: forget a finished job's figures */
+        for (size_t i = 0; i < c->n_running; i++) {
+            if (c->running[i].finished) {
+                coord_jobs_progress_remove(c, i);
+                break;
+            }
+        }
+    }
+    /* Only a job still planned starts: if a worker died or the job was cancelled while its
+     * stages were being assigned, it has moved on and will be driven again. */
+    coord_job now;
+    bool planned = false;
+    if (coord_store_job_get(c->store, id, &now, &err) == SC_OK) {
+        planned = now.state == COORD_JOB_PLANNED;
+        coord_job_clear(&now);
+    }
+    if (!planned)
+        SC_ERRF(&err, SC_ERR_PRECONDITION,
+                "the job left the planned state while its stages were assigned");
+    char *payload_copy = text != NULL ? strdup(text) : NULL;
+    bool ok = planned && payload_copy != NULL && n_stages > 0 && n_stages <= COORD_MAX_STAGES &&
+              c->n_running < COORD_MAX_RUNNING &&
+              coord_store_job_transition(c->store, id, COORD_JOB_RUNNING, reason, &err) == SC_OK;
+    if (ok) {
+        coord_jobs_progress_drop(c, id);
+        coord_progress *p = &c->running[c->n_running++];
+        memset(p, 0, sizeof *p);
+        sc_strlcpy(p->job_id, id, sizeof p->job_id);
+        p->n_stages = (int)n_stages;
+        p->steps = spec->steps;
+        p->predicted_iteration_s = json_number_value(json_object_get(plan, "iteration_time_s"));
+        for (int s = 0; s < p->n_stages; s++) {
+            json_t *devs =
+                json_object_get(json_array_get(json_object_get(plan, "stages"), s), "devices");
+            size_t r = json_array_size(devs);
+            p->replicas[s] = r < 1 ? 1 : r > COORD_MAX_REPLICAS ? COORD_MAX_REPLICAS : (int)r;
+            for (int k = 0; k < p->replicas[s]; k++)
+                p->step[s][k] = p->checkpoint[s][k] = resume_step;
+        }
+        p->stored_step = resume_step;
+        p->complete_sent = resume_step;
+        p->start_payload = payload_copy;
+        p->resume_step = resume_step;
+        p->run = run;
+        payload_copy = NULL;
+        p->checkpoint_error_stage = -1;
+        /* a failure of an earlier run: this one reports its own */
+        coord_store_job_set_checkpoint_error(c->store, id, "", NULL);
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(payload_copy);
+    if (ok) {
+        SC_LOG_INFO(LOG, "job %s is running: %s", id, reason);
+        for (size_t i = 0; i < n; i++)
+            if (used[i])
+                coord_queue_command(c, ws[i].id, STAGECRAFT__COMMAND_KIND__COMMAND_START, id,
+                                    resume_step, text, NULL);
+    } else {
+        SC_LOG_WARN(LOG, "job %s could not start: %s", id, err.msg[0] ? err.msg : "too many jobs");
+    }
+    free(text);
+    json_decref(payload);
+    json_decref(plan);
+}

@@ -1,0 +1,89 @@
+/*
+ * What the files of the job driver (jobs_*.c) share with one another; not part of its
+ * interface (jobs.h). Functions marked "under c->lock" expect the caller to hold it; the others
+ * take it themselves where they touch shared state.
+ */
+#ifndef COORD_JOBS_INTERNAL_H
+#define COORD_JOBS_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sc_status.h"
+#include "coordinator/jobs.h"
+#include "coordinator/jobspec.h"
+
+/* A worker chosen for a job, copied out of the registry so the lock can be dropped. */
+typedef struct {
+    char id[COORD_ID_MAX];
+    char name[COORD_NAME_MAX];
+    char endpoint[COORD_NAME_MAX];
+    Stagecraft__HardwareReport *hw;
+    char *profile_json;
+} coord_chosen_worker;
+
+/* ---- jobs_workers.c: which workers a job takes, and giving back those its plan leaves out -- */
+
+/* Frees `n` chosen workers (their hardware reports and profiles) and the array. */
+void coord_jobs_chosen_free(coord_chosen_worker *w, size_t n);
+
+/* Under c->lock: picks spec->workers alive, free workers, marks them as the job's. Workers that
+ * an older job waiting for them would take now are left to it (taken_by_older): the job then
+ * waits as it does for workers that are not there. */
+sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jobspec *spec,
+                                    coord_chosen_worker **out, sc_err *err);
+
+/* Reorders workers so those of one host are adjacent (first-appearance order), as the cluster
+ * format numbers devices server by server. */
+void coord_jobs_group_by_host(coord_chosen_worker *ws, size_t n);
+
+/* Marks in used[n] the chosen workers that the plan's stages run on (device ids index ws[]).
+ * A strategy may leave some out (a stage cap, or a faster plan on fewer devices). */
+sc_status coord_jobs_plan_workers_used(const char *plan_json, size_t n, bool *used, sc_err *err);
+
+/* Gives the chosen workers that the plan leaves out back to the pool: their registry entries
+ * lose the job (under c->lock) and the job's stored worker list names only the planned ones, so
+ * that cancel, recovery and a restart deal with those alone. Wakes the driver for jobs waiting
+ * for workers. */
+void coord_jobs_release_unplanned(coord *c, const char *id, const coord_chosen_worker *ws, size_t n,
+                                  const bool *used);
+
+/* ---- jobs_transports.c: the data plane recorded in the plan ---------------------------------- */
+
+/* Records in the plan (its "transports": one kind per stage boundary, "zmq" or "nccl") which
+ * data plane each boundary uses, chosen from the spec and the workers' hardware, so that status
+ * shows it and every worker is assigned by the same choice. Replaces *plan_json. */
+sc_status coord_jobs_add_transports(const coord_jobspec *spec, const coord_chosen_worker *ws,
+                                    size_t n, char **plan_json, sc_err *err);
+
+/* ---- jobs_dispatch.c: the calls and commands that profile, assign and start a job --------- */
+
+/* Profiles the model on the chosen workers (each device type once), filling ws[i].profile_json.
+ * Network calls: the caller does not hold c->lock. */
+sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
+                                 coord_chosen_worker *ws, size_t n, sc_err *err);
+
+/* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets, per stage,
+ * the array of its replicas' data endpoints in replica order. */
+sc_status coord_jobs_assign_all(const coord *c, const coord_jobspec *spec, const char *spec_json,
+                                const char *job_id, const char *plan_json, uint64_t resume_step,
+                                coord_chosen_worker *ws, size_t n, json_t *endpoints, sc_err *err);
+
+/* Tells every worker of the plan (used[i]) where its neighbours receive and to start training;
+ * the job is running from then on. */
+void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *spec,
+                               const char *plan_json, json_t *endpoints, uint64_t resume_step,
+                               coord_chosen_worker *ws, size_t n, const bool *used);
+
+/* ---- jobs_progress.c: the running jobs' progress table ----------------------------------------
+ */
+
+/* Under c->lock: forgets entry i of c->running. */
+void coord_jobs_progress_remove(coord *c, size_t i);
+
+/* Under c->lock: forgets the progress of job `job_id`, if it has any. */
+void coord_jobs_progress_drop(coord *c, const char *job_id);
+
+#endif /* COORD_JOBS_INTERNAL_H */

@@ -1,0 +1,168 @@
+/*
+ * The running jobs' progress (c->running, under c->lock): what each stage replica last
+ * reported, kept in memory for status and, for the step and checkpoint, in the store. An
+ * iteration report moves the job's stored step to its slowest replica's, announces checkpoints
+ * that every stage holds, and ends the job when every stage is done. A job that ends or is
+ * re-planned gives back its reserved workers and, unless it succeeded, its figures
+ * (coord_jobs_release_workers).
+ *
+ * It does not start jobs (jobs_dispatch.c creates the entry) or handle failures
+ * (jobs_recovery.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "coordinator/command_queue.h"
+#include "coordinator/coord_internal.h"
+#include "coordinator/jobs_internal.h"
+
+#define LOG "jobs"
+
+void coord_jobs_progress_remove(coord *c, size_t i)
+{
+    free(c->running[i].start_payload);
+    c->running[i] = c->running[--c->n_running];
+}
+
+void coord_jobs_progress_drop(coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < c->n_running; i++) {
+        if (strcmp(c->running[i].job_id, job_id) == 0) {
+            coord_jobs_progress_remove(c, i);
+            return;
+        }
+    }
+}
+
+void coord_jobs_progress_clear(coord *c)
+{
+    while (c->n_running > 0)
+        coord_jobs_progress_remove(c, c->n_running - 1);
+}
+
+bool coord_jobs_run_is_current(coord *c, const char *job_id, uint64_t run)
+{
+    if (run == 0)
+        return true;
+    const coord_progress *p = coord_jobs_progress(c, job_id);
+    return p != NULL && !p->finished && p->run == run;
+}
+
+coord_progress *coord_jobs_progress(coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < c->n_running; i++)
+        if (strcmp(c->running[i].job_id, job_id) == 0)
+            return &c->running[i];
+    return NULL;
+}
+
+void coord_jobs_release_workers(coord *c, const char *job_id)
+{
+    /* A job that ended well keeps its last figures for `status`; any other stop drops them. */
+    coord_progress *p = coord_jobs_progress(c, job_id);
+    if (p != NULL && !p->finished)
+        coord_jobs_progress_drop(c, job_id);
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        coord_worker *w = coord_registry_at(c->registry, i);
+        if (strcmp(w->job_id, job_id) == 0)
+            w->job_id[0] = '\0';
+    }
+}
+
+/* Under c->lock: keeps the store's checkpoint_error to the latest failure a stage reports (the
+ * first failing stage's, until that stage writes one again), so status says why there is no
+ * newer checkpoint instead of only the worker's log. */
+static void checkpoint_error_report(coord *c, coord_progress *p,
+                                    const Stagecraft__IterationReport *r)
+{
+    int s = (int)r->stage;
+    bool failed = r->checkpoint_error != NULL && r->checkpoint_error[0] != '\0';
+    if (!failed && p->checkpoint_error_stage != s)
+        return;
+    if (failed && p->checkpoint_error_stage >= 0 && p->checkpoint_error_stage != s)
+        return; /* another stage's failure is shown until it clears */
+    char text[COORD_REASON_MAX] = "";
+    if (failed)
+        sc_strfmt(text, sizeof text, "stage %d: %s", s, r->checkpoint_error);
+    coord_job job;
+    if (coord_store_job_get(c->store, p->job_id, &job, NULL) != SC_OK)
+        return;
+    bool same = strcmp(job.checkpoint_error, text) == 0;
+    coord_job_clear(&job);
+    p->checkpoint_error_stage = failed ? s : -1;
+    if (same)
+        return;
+    if (coord_store_job_set_checkpoint_error(c->store, p->job_id, text, NULL) == SC_OK) {
+        if (failed)
+            SC_LOG_WARN(LOG, "job %s: checkpoint failed on %s", p->job_id, text);
+        else
+            SC_LOG_INFO(LOG, "job %s: stage %d writes checkpoints again", p->job_id, s);
+    }
+}
+
+void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
+{
+    coord_progress *p = coord_jobs_progress(c, r->job_id);
+    /* a report of an earlier run of the job (before a re-plan), still on its way, is stale */
+    if (p == NULL || p->finished || (r->run != 0 && r->run != p->run) ||
+        (int)r->stage >= p->n_stages || (int)r->replica >= p->replicas[r->stage])
+        return;
+    int s = (int)r->stage, k = (int)r->replica;
+    if (r->step > p->step[s][k])
+        p->step[s][k] = r->step;
+    if (r->checkpoint_step > p->checkpoint[s][k])
+        p->checkpoint[s][k] = r->checkpoint_step;
+    p->iteration_s[s] = r->iteration_s;
+    p->busy_s[s] = r->busy_s;
+    if (s == p->n_stages - 1) {
+        p->loss = r->loss;
+        p->samples_per_s = r->samples_per_s;
+    }
+    checkpoint_error_report(c, p, r);
+    /* the job is as far as its slowest replica of any stage */
+    uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
+    for (int i = 0; i < p->n_stages; i++) {
+        for (int j = 0; j < p->replicas[i]; j++) {
+            done = p->step[i][j] < done ? p->step[i][j] : done;
+            ckpt = p->checkpoint[i][j] < ckpt ? p->checkpoint[i][j] : ckpt;
+        }
+    }
+    sc_err err;
+    sc_err_clear(&err);
+    if (done > p->stored_step) {
+        coord_store_job_set_progress(c->store, p->job_id, done, ckpt, &err);
+        p->stored_step = done;
+    }
+    if (ckpt > p->complete_sent) {
+        /* every stage holds this step now: the workers may delete their older checkpoints
+         * beyond the job's checkpoint_keep (before a STOP below, which drops the stage) */
+        p->complete_sent = ckpt;
+        for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+            const coord_worker *w = coord_registry_at(c->registry, i);
+            if (strcmp(w->job_id, p->job_id) == 0)
+                coord_queue_command_locked(c, w->rec.id,
+                                           STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE,
+                                           p->job_id, ckpt, NULL, NULL);
+        }
+    }
+    if (done < p->steps)
+        return;
+    char id[COORD_ID_MAX], reason[COORD_REASON_MAX];
+    sc_strlcpy(id, p->job_id, sizeof id);
+    sc_strfmt(reason, sizeof reason, "trained %llu steps; final loss %.4f",
+              (unsigned long long)done, p->loss);
+    p->finished = true;
+    if (coord_store_job_transition(c->store, id, COORD_JOB_SUCCEEDED, reason, &err) == SC_OK)
+        SC_LOG_INFO(LOG, "job %s succeeded: %s (last report from %s)", id, reason, worker_id);
+    /* the workers drop the finished stage and are free for the next job */
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (strcmp(w->job_id, id) == 0)
+            coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id,
+                                       done, NULL, NULL);
+    }
+    coord_jobs_release_workers(c, id);
+}
