@@ -61,6 +61,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "worker/transport/nccl_wait.h"
+#include "worker/transport/nccl_endpoint.h"
 #include "worker/transport/transport_impl.h"
 
 #define WIRE_MAGIC 0x5343524eu /* "SCRN" */
