@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "common/sc_status.h"
+#include "kernels/device.h"
 #include "kernels/model.h"
 #include "kernels/optim.h"
 #include "kernels/stage.h"
