@@ -6,6 +6,7 @@
 
 #include <string.h>
 
+#include "worker/transport/nccl_endpoint.h"
 #include "worker/transport/transport_impl.h"
 
 #define REDUCE_EP_V1 RT_REDUCE_SCHEME "v1/"

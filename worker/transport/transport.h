@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "common/sc_status.h"
+#include "worker/transport/nccl_endpoint.h" /* nccl endpoints, RT_NCCL_ID_BYTES */
 
 typedef enum {
     RT_TRANSPORT_ZMQ = 0,
@@ -145,24 +146,5 @@ sc_status rt_endpoint_pick(const char *ep, rt_transport_kind kind, char *out, si
  * no part does. A part that does not fit is SC_ERR_INVALID. */
 sc_status rt_endpoint_part(const char *ep, const char *scheme, char *out, size_t size, bool *found,
                            sc_err *err);
-
-/* ---- nccl endpoints (usable in every build, for the coordinator and tests) ----
- * A bound nccl endpoint is "nccl://v1/<A>/<G>" where A and G are the NCCL unique ids (256 lower
- * hex digits each) of the two communicators between this stage and the next one (A carries
- * activations forward, G gradients back; this stage is rank 0 of both, the next stage rank 1),
- * or "nccl://v1/-" for a stage with no next stage. "v1" versions the format. */
-#define RT_NCCL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
-
-/* True when `ep` starts with "nccl://". */
-bool rt_endpoint_is_nccl(const char *ep);
-/* Writes the endpoint of ids (a, g), or of no ids when both are NULL, into buf[size]
- * (>= RT_ENDPOINT_MAX is always enough). SC_ERR_INVALID when it does not fit. */
-sc_status rt_nccl_endpoint_format(const unsigned char *a, const unsigned char *g, char *buf,
-                                  size_t size, sc_err *err);
-/* Parses an endpoint written by rt_nccl_endpoint_format. *has_ids false for "nccl://v1/-" (a and
- * g untouched). Anything else (another version, a wrong length, a non-hex digit) is
- * SC_ERR_INVALID naming what was wrong and the expected form. */
-sc_status rt_nccl_endpoint_parse(const char *ep, bool *has_ids, unsigned char *a, unsigned char *g,
-                                 sc_err *err);
 
 #endif /* RT_TRANSPORT_H */

@@ -1,6 +1,6 @@
 /*
- * Internals shared by transport.c and its backends (not part of the contract): the message
- * record, the backend operations and the transport object. transport.c owns the pending list and
+ * Internals shared by transport.c and its backends (not part of the contract): the backend
+ * operations and the transport object. transport.c owns the pending list and
  * the wait loop; a backend only moves whole messages in and out of its inbox.
  */
 #ifndef RT_TRANSPORT_IMPL_H
@@ -10,22 +10,7 @@
 #include <stdbool.h>
 
 #include "worker/transport/transport.h"
-
-typedef struct rt_msg {
-    struct rt_msg *next;
-    uint64_t tag, step;
-    int32_t kind, microbatch;
-    size_t bytes;
-    void *dev; /* local with device payloads: the payload, a pool buffer on dev_device;
-                * NULL: the payload is `data` */
-    int dev_device;
-    unsigned char data[]; /* bytes, unless dev */
-} rt_msg;
-
-/* Allocates a message with room for `bytes` payload bytes (NULL when out of memory). */
-rt_msg *rt_msg_new(size_t bytes);
-/* Frees a message and gives its device payload back to the pool. Accepts NULL. */
-void rt_msg_free(rt_msg *m);
+#include "worker/transport/transport_msg.h"
 
 /* Device payloads (transport_devmem.c; CUDA builds, else SC_ERR_UNSUPPORTED): a stream of
  * `device` per transport; pool buffers (released buffers are reused; all are freed once no
@@ -79,11 +64,5 @@ extern const rt_transport_ops rt_transport_nccl_ops;
 /* A short name of the transport for messages: its endpoint, or "nccl stage transport" (an nccl
  * endpoint is some 500 characters of hex). */
 const char *rt_transport_label(const rt_transport *t);
-
-/* Hex of an NCCL unique id (RT_NCCL_ID_BYTES bytes, 2 * RT_NCCL_ID_BYTES lower-case digits, no
- * terminator) and back: rt_hex_get decodes exactly that many digits at s, -1 (with the offset
- * of the first bad character in *bad_at) when one is not a hex digit, else 0. */
-void rt_hex_put(const unsigned char *id, char *out);
-int rt_hex_get(const char *s, unsigned char *id, size_t *bad_at);
 
 #endif /* RT_TRANSPORT_IMPL_H */

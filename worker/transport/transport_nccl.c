@@ -4,7 +4,7 @@
  * Communicators: one two-rank communicator per stage boundary and direction. A stage with a next
  * stage creates, when it binds, the NCCL unique ids of the two communicators towards it (A:
  * activations forward, G: gradients back; it is rank 0 of both) and publishes them in its
- * endpoint ("nccl://v1/<A>/<G>", see transport.h); the next stage receives that endpoint as its
+ * endpoint ("nccl://v1/<A>/<G>", see nccl_endpoint.h); the next stage receives that endpoint as its
  * previous one in the job's START, exactly as zmq endpoints travel, and joins both as rank 1. So
  * a stage holds up to four communicators, each used in one direction only, each with its own
  * CUDA stream:
@@ -61,6 +61,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "worker/transport/nccl_wait.h"
+#include "worker/transport/nccl_endpoint.h"
 #include "worker/transport/transport_impl.h"
 
 #define WIRE_MAGIC 0x5343524eu /* "SCRN" */

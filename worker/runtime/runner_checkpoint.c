@@ -1,0 +1,267 @@
+/*
+ * rt runner, the stage's state: checkpoint files (rt_runner_save / rt_runner_load, their names,
+ * listing and pruning) and the host copy of the newest parameters (rt_runner_params_to_host).
+ * Not here: deciding when to save or which step to resume (the worker agent and coordinator).
+ * Invariant: a checkpoint is written under a temporary name and renamed, so a file under its
+ * final name is always complete; a file is only loaded whole, after its header matches this
+ * stage and its checksum matches its payload.
+ */
+#include "worker/runtime/runner_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/stage.h"
+
+#define CKPT_MAGIC "SCRTCKPT"
+#define CKPT_VERSION 1u
+
+size_t rt_runner_param_count(const rt_runner *r)
+{
+    return r->np;
+}
+
+/* The newest weights: pipedream keeps them on the host too (the device may hold a stash for a
+ * backward); the synchronous schedules have them on the device only. */
+static sc_status newest_params(rt_runner *r, float *host, sc_err *err)
+{
+    if (r->pipedream) {
+        if (host != r->params)
+            memcpy(host, r->params, r->np * sizeof *host);
+        return SC_OK;
+    }
+    return kn_stage_params_to_host(r->st, host, err);
+}
+
+sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err)
+{
+    return newest_params(r, host, err);
+}
+
+typedef struct {
+    char magic[8];
+    uint32_t version;
+    uint32_t stage;
+    uint32_t first_block, last_block;
+    uint32_t optim_kind;
+    uint32_t reserved;
+    uint64_t step;
+    uint64_t opt_t;
+    uint64_t nparams, nstate;
+    uint64_t checksum; /* FNV-1a 64 over the parameter then the state bytes */
+} ckpt_header;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static uint64_t payload_checksum(const float *params, size_t np, const float *state, size_t ns)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a(h, params, np * sizeof *params);
+    return fnv1a(h, state, ns * sizeof *state);
+}
+
+void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t step, char *buf,
+                               size_t size)
+{
+    snprintf(buf, size, "%s/stage%d-step%llu.ckpt", dir, r->s, (unsigned long long)step);
+}
+
+static int step_newest_first(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+sc_status rt_checkpoint_list(const char *dir, int stage, uint64_t **steps, size_t *n, sc_err *err)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return errno == ENOENT ? SC_OK
+                               : SC_ERRF(err, SC_ERR_IO, "cannot list the checkpoints in %s: %s",
+                                         dir, strerror(errno));
+    size_t cap = 0;
+    sc_status rc = SC_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int s;
+        uint64_t step;
+        char again[300];
+        /* exactly the name rt_runner_save gives (not its .tmp, not "stage01-step5.ckpt") */
+        if (sscanf(e->d_name, "stage%d-step%" SCNu64 ".ckpt", &s, &step) != 2 || s != stage)
+            continue;
+        snprintf(again, sizeof again, "stage%d-step%" PRIu64 ".ckpt", s, step);
+        if (strcmp(again, e->d_name) != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            uint64_t *more = realloc(*steps, cap * sizeof *more);
+            if (more == NULL) {
+                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory listing the checkpoints in %s", dir);
+                break;
+            }
+            *steps = more;
+        }
+        (*steps)[(*n)++] = step;
+    }
+    closedir(d);
+    if (rc != SC_OK) {
+        free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n > 1)
+        qsort(*steps, *n, sizeof **steps, step_newest_first);
+    return SC_OK;
+}
+
+sc_status rt_checkpoint_prune(const char *dir, int stage, uint64_t complete_step, uint64_t keep,
+                              size_t *deleted, sc_err *err)
+{
+    if (deleted != NULL)
+        *deleted = 0;
+    if (keep == 0)
+        return SC_OK;
+    uint64_t *steps;
+    size_t n;
+    SC_CHECK(rt_checkpoint_list(dir, stage, &steps, &n, err));
+    sc_status rc = SC_OK;
+    uint64_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (steps[i] > complete_step || kept++ < keep)
+            continue;
+        char path[1200];
+        snprintf(path, sizeof path, "%s/stage%d-step%" PRIu64 ".ckpt", dir, stage, steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            rc = SC_ERRF(err, SC_ERR_IO, "%s: cannot delete the old checkpoint: %s", path,
+                         strerror(errno));
+        else if (deleted != NULL)
+            (*deleted)++;
+    }
+    free(steps);
+    return rc;
+}
+
+sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
+{
+    if (r->pipedream && r->pd_fwd != r->pd_bwd)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "runner stage %d: pipedream has %d minibatches in flight; call "
+                       "rt_runner_flush before rt_runner_save",
+                       r->s, pd_inflight(r));
+    if (r->rep > 0)
+        return SC_OK; /* the replicas are bit-identical: replica 0 writes for all */
+    char path[1200], tmp[1300];
+    rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    ckpt_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, CKPT_MAGIC, 8);
+    h.version = CKPT_VERSION;
+    h.stage = (uint32_t)r->s;
+    h.first_block = (uint32_t)r->first_block;
+    h.last_block = (uint32_t)r->last_block;
+    h.optim_kind = (uint32_t)r->optim.kind;
+    h.step = step;
+    h.opt_t = kn_stage_step_count(r->st);
+    h.nparams = r->np;
+    h.nstate = r->nstate;
+    SC_CHECK(newest_params(r, r->params, err));
+    SC_CHECK(kn_stage_opt_state_to_host(r->st, r->state, err));
+    h.checksum = payload_checksum(r->params, r->np, r->state, r->nstate);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL)
+        return SC_ERRF(err, SC_ERR_IO, "%s: cannot create the checkpoint: %s", tmp,
+                       strerror(errno));
+    bool ok = fwrite(&h, sizeof h, 1, f) == 1;
+    ok = ok && fwrite(r->params, sizeof(float), r->np, f) == r->np;
+    ok = ok && fwrite(r->state, sizeof(float), r->nstate, f) == r->nstate;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return SC_ERRF(err, SC_ERR_IO, "%s: writing the checkpoint failed: %s", path, strerror(e));
+    }
+    return SC_OK;
+}
+
+sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
+{
+    char path[1200];
+    rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return SC_ERRF(err, errno == ENOENT ? SC_ERR_NOT_FOUND : SC_ERR_IO,
+                       "%s: cannot open the checkpoint: %s", path, strerror(errno));
+    ckpt_header h;
+    sc_status rc = SC_OK;
+    float *params = NULL, *state = NULL;
+    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: not a stagecraft checkpoint (bad magic)", path);
+        goto out;
+    }
+    if (h.version > CKPT_VERSION) {
+        rc = SC_ERRF(err, SC_ERR_VERSION, "%s: checkpoint version %u, this build reads up to %u",
+                     path, h.version, CKPT_VERSION);
+        goto out;
+    }
+    if ((int)h.first_block != r->first_block || (int)h.last_block != r->last_block ||
+        h.nparams != r->np || h.nstate != r->nstate || h.optim_kind != (uint32_t)r->optim.kind ||
+        h.step != step) {
+        rc = SC_ERRF(err, SC_ERR_INVALID,
+                     "%s: holds step %llu of blocks [%u, %u] (%llu parameters, optimizer %u); "
+                     "this stage has blocks [%d, %d] (%zu parameters, optimizer %d)",
+                     path, (unsigned long long)h.step, h.first_block, h.last_block,
+                     (unsigned long long)h.nparams, h.optim_kind, r->first_block, r->last_block,
+                     r->np, (int)r->optim.kind);
+        goto out;
+    }
+    params = malloc(r->np * sizeof *params + 1);
+    state = malloc(r->nstate * sizeof *state + 1);
+    if (params == NULL || state == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory loading %s", path);
+        goto out;
+    }
+    if (fread(params, sizeof *params, r->np, f) != r->np ||
+        fread(state, sizeof *state, r->nstate, f) != r->nstate || fgetc(f) != EOF) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated or oversized checkpoint", path);
+        goto out;
+    }
+    if (payload_checksum(params, r->np, state, r->nstate) != h.checksum) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: checksum mismatch (the file is corrupt)", path);
+        goto out;
+    }
+    rc = kn_stage_params_from_host(r->st, params, err);
+    if (rc == SC_OK)
+        rc = kn_stage_opt_state_from_host(r->st, state, err);
+    if (rc == SC_OK)
+        rc = kn_stage_set_step_count(r->st, h.opt_t, err);
+    if (rc == SC_OK) {
+        memcpy(r->params, params, r->np * sizeof *params);
+        r->broken = false;
+        rt_runner_pd_reset(r);
+        for (int i = 0; i < r->slots; i++)
+            r->slot_mb[i] = -1;
+    }
+out:
+    free(params);
+    free(state);
+    fclose(f);
+    return rc;
+}

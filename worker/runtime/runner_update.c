@@ -1,0 +1,104 @@
+/*
+ * rt runner, the update at OPT, shared by both executors: the copies' all-reduce of the stage's
+ * gradients (and of the last stage's loss sum), on the GPUs (replica_reduce "nccl") or through
+ * host memory over the transports; the optimizer step with the per-block gradient norms the
+ * reports carry; and the benchmarks' stand-in compute time that forwards, backwards and updates
+ * add.
+ * Not here: when the OPT runs (runner_exec.c, runner_pipedream.c), opening the copies' links
+ * (runner_connect.c).
+ * Invariant: every copy adds the r gradients in copy order 0..r-1, so all copies get
+ * bit-identical sums and, stepping the same weights, stay bit-identical.
+ */
+#include "worker/runtime/runner_internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/stage.h"
+#include "worker/transport/allreduce.h"
+#include "worker/transport/transport.h"
+
+/* Benchmarks: stand-in compute time. Sleeping rather than spinning keeps the measurement of a
+ * schedule's structure valid on hosts with fewer cores than stages. */
+void rt_runner_extra_compute(double seconds)
+{
+    if (seconds <= 0.0)
+        return;
+    struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
+/* The replicas' all-reduce of the host gradients (and of the last stage's loss sum): each sends
+ * its own to every peer, then every replica adds all of them in replica order 0..r-1, so all get
+ * bit-identical sums (`mean`: then divided by r, identically everywhere). Replica k's message is
+ * the gradient of micro-batch tag0 - k of `step` (tag0 < 0), which no real micro-batch uses:
+ * tag0 = -1 per synchronous iteration, -1 - (the round's first micro-batch) per pipedream round,
+ * so every round's messages differ. */
+static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mean, double *loss_sum,
+                                 sc_err *err)
+{
+    size_t gbytes = r->np * sizeof(float), bytes = gbytes + sizeof(double);
+    memcpy(r->red_in, r->grads, gbytes);
+    memcpy(r->red_in + gbytes, loss_sum, sizeof(double));
+    for (int k = 0; k < r->nrep; k++) {
+        if (k == r->rep)
+            continue;
+        if (r->link_peer[k] == NULL)
+            return SC_ERRF(err, SC_ERR_PRECONDITION,
+                           "runner stage %d replica %d: no link to replica %d (call "
+                           "rt_runner_connect_group)",
+                           r->s, r->rep, k);
+        SC_CHECK(rt_transport_send(r->link_peer[k], RT_MSG_GRADIENT, step, tag0 - r->rep, r->red_in,
+                                   bytes, err));
+    }
+    memset(r->red_sum, 0, gbytes);
+    double loss = 0.0, own_loss = *loss_sum;
+    for (int k = 0; k < r->nrep; k++) {
+        const float *g = r->grads;
+        double l = own_loss;
+        if (k != r->rep) {
+            SC_CHECK(
+                rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, tag0 - k, r->red_in, bytes, err));
+            g = (const float *)r->red_in;
+            memcpy(&l, r->red_in + gbytes, sizeof l);
+        }
+        for (size_t i = 0; i < r->np; i++)
+            r->red_sum[i] += g[i];
+        loss += l;
+    }
+    if (mean)
+        for (size_t i = 0; i < r->np; i++)
+            r->red_sum[i] /= (float)r->nrep;
+    memcpy(r->grads, r->red_sum, gbytes);
+    *loss_sum = loss;
+    return SC_OK;
+}
+
+/* The copies' all-reduce of the stage's gradients and of *loss_sum: on their GPUs with
+ * replica_reduce "nccl", else through host memory (allreduce_grads). */
+sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool mean,
+                                  double *loss_sum, sc_err *err)
+{
+    if (r->ar != NULL) {
+        SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err)); /* the gradients are complete */
+        return rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), r->np, mean, loss_sum, err);
+    }
+    SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
+    SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, err));
+    return kn_stage_grads_from_host(r->st, r->grads, err);
+}
+
+/* The optimizer step on the stage's own device (kn_stage_step), after the per-block gradient
+ * norms the reports carry. Under pipedream the host copy of the newest weights, which each
+ * forward stashes, is brought up to date. */
+sc_status rt_runner_optimizer_apply(rt_runner *r, sc_err *err)
+{
+    rt_runner_extra_compute(r->extra_o_s);
+    SC_CHECK(kn_stage_grad_sq_norms(r->st, r->norms, err));
+    SC_CHECK(kn_stage_step(r->st, err));
+    if (r->pipedream)
+        SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
+    return SC_OK;
+}

@@ -1,0 +1,30 @@
+/*
+ * rt transport messages: the record of one tagged message as the zmq and local backends deliver
+ * it and transport.c keeps it in its pending list (internal to the transport folder).
+ * Not here: matching or waiting (transport.c), moving messages (the backends).
+ * Invariant: the payload is `data` (`bytes` of it) unless `dev` holds it; rt_msg_free releases
+ * either.
+ */
+#ifndef RT_TRANSPORT_MSG_H
+#define RT_TRANSPORT_MSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rt_msg {
+    struct rt_msg *next;
+    uint64_t tag, step;
+    int32_t kind, microbatch;
+    size_t bytes;
+    void *dev; /* local with device payloads: the payload, a pool buffer on dev_device;
+                * NULL: the payload is `data` */
+    int dev_device;
+    unsigned char data[]; /* bytes, unless dev */
+} rt_msg;
+
+/* Allocates a message with room for `bytes` payload bytes (NULL when out of memory). */
+rt_msg *rt_msg_new(size_t bytes);
+/* Frees a message and gives its device payload back to the pool. Accepts NULL. */
+void rt_msg_free(rt_msg *m);
+
+#endif /* RT_TRANSPORT_MSG_H */
