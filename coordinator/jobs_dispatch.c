@@ -68,16 +68,10 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
     req.model_json = spec->model_json;
     req.microbatch_sizes = sizes;
     req.n_microbatch_sizes = profile_sizes(spec, sizes);
-    /* Workers with the same device type measure the same thing: profile each type once. */
+    /* Every worker measures its own device: two of one name may differ (a CPU share, a GPU's
+     * clock or power cap), and the cluster model groups them only when their profiles agree.
+     * One at a time, so that workers sharing a host's processors do not slow each other's. */
     for (size_t i = 0; i < n; i++) {
-        for (size_t j = 0; j < i; j++) {
-            if (strcmp(ws[i].hw->devices[0]->name, ws[j].hw->devices[0]->name) == 0 &&
-                ws[j].profile_json) {
-                ws[i].profile_json = strdup(ws[j].profile_json);
-                SC_ALLOC_CHECK(ws[i].profile_json, err);
-                break;
-            }
-        }
         if (ws[i].profile_json)
             continue;
         ProtobufCMessage *m = NULL;

@@ -1,8 +1,11 @@
 /*
- * Cluster model and plan for a job (see planning.h). Each worker drives one device; devices of
- * the same name share a device type whose speed comes from its own profile: the type carries
- * the measured per-block times (`block_times`) and a relative speed = reference total time /
- * its total time, the reference being workers[0]'s device.
+ * Cluster model and plan for a job (see planning.h). Each worker drives one device and is
+ * planned with its own measured speed: a device type is only a cache of workers whose devices
+ * have the same name and whose profiles agree (total time within SPEED_TOLERANCE). A type
+ * carries the measured per-block times (`block_times`) of the first worker that made it and a
+ * relative speed = reference total time / its total time, the reference being workers[0]'s
+ * device. Two CPU workers with different CPU shares, or two GPUs of one model with different
+ * clocks or power caps, are different types.
  */
 #include "coordinator/planning.h"
 
@@ -17,6 +20,10 @@
 
 #define DEFAULT_INTRA_BW 10e9 /* bytes/s between devices of one server when unreported */
 #define DEFAULT_NIC_BW 1.25e9 /* bytes/s: 10 Gb Ethernet */
+/* Two workers share a device type when their profiles' total times differ by at most this
+ * fraction of the smaller: repeated profiles of one device on a quiet host agree within a few
+ * per cent, while a CPU share of 0.45 against 0.25 (or a GPU's power cap) differs by tens. */
+#define SPEED_TOLERANCE 0.05
 
 /* Sum of forward + backward times of a profile, and its blocks as a block_times object. */
 static sc_status profile_times(const char *profile_json, const char *who, double *total,
@@ -92,6 +99,32 @@ static void set_compute_slots(const coord_plan_worker *workers, size_t n, json_t
     }
 }
 
+/* The device type of a worker whose device is named `device` and whose profile totals `total`
+ * seconds: an existing type of that device name whose speed agrees within SPEED_TOLERANCE, else
+ * a new one, named after the device for the first of its name and `device@worker` after. */
+static void type_for(json_t *types, const char *device, const char *worker, double total,
+                     double ref_total, char *out, size_t cap)
+{
+    size_t len = strlen(device);
+    const char *key;
+    json_t *t;
+    json_object_foreach(types, key, t)
+    {
+        if (strncmp(key, device, len) != 0 || (key[len] != '\0' && key[len] != '@'))
+            continue;
+        double theirs = ref_total / json_number_value(json_object_get(t, "relative_speed"));
+        double lo = theirs < total ? theirs : total, hi = theirs < total ? total : theirs;
+        if (hi - lo <= SPEED_TOLERANCE * lo) {
+            sc_strlcpy(out, key, cap);
+            return;
+        }
+    }
+    if (json_object_get(types, device) == NULL)
+        sc_strlcpy(out, device, cap);
+    else
+        snprintf(out, cap, "%s@%s", device, worker);
+}
+
 sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err)
 {
     json_t *types = json_object(), *servers = json_array();
@@ -101,15 +134,17 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
     double ref_total = 0;
     for (size_t i = 0; i < n && rc == SC_OK; i++) {
         const Stagecraft__Device *d = workers[i].hw->devices[0];
-        double total;
-        json_t *bt;
+        double total = 0;
+        json_t *bt = NULL;
         rc = profile_times(workers[i].profile_json, workers[i].id, &total, &bt, err);
         if (rc != SC_OK)
             break;
         if (i == 0)
             ref_total = total;
-        if (json_object_get(types, d->name) == NULL)
-            json_object_set_new(types, d->name,
+        char type[160];
+        type_for(types, d->name, workers[i].id, total, ref_total, type, sizeof type);
+        if (json_object_get(types, type) == NULL)
+            json_object_set_new(types, type,
                                 json_pack("{s:f, s:f, s:o}", "relative_speed", ref_total / total,
                                           "memory_bytes", (double)d->memory_bytes, "block_times",
                                           bt));
@@ -128,7 +163,7 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
                             "nic_bandwidth_bytes_per_s", nic > 0 ? nic : DEFAULT_NIC_BW);
             json_array_append_new(servers, srv);
         }
-        json_array_append_new(json_object_get(srv, "devices"), json_string(d->name));
+        json_array_append_new(json_object_get(srv, "devices"), json_string(type));
     }
     if (rc == SC_OK)
         set_compute_slots(workers, n, servers);

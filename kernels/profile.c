@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "kernels/stage.h"
 
@@ -45,7 +46,8 @@ static size_t block_bytes(const kn_block *b, int cap)
 typedef struct {
     int a, n;        /* blocks a .. a+n-1 */
     kn_stage **st;   /* [n] */
-    double *fw, *bw; /* [n][repeats] */
+    double *fw, *bw;         /* [n][repeats]: pass k's times in slot k % repeats */
+    double *fw_sum, *bw_sum; /* [n]: every timed pass's times added */
     void *dev_in, *dev_tgt, *dev_dout;
     kn_ctx *ctx0; /* the first stage's: where the chain's inputs live */
 } chain;
@@ -64,6 +66,8 @@ static void chain_free(chain *c)
     free(c->st);
     free(c->fw);
     free(c->bw);
+    free(c->fw_sum);
+    free(c->bw_sum);
 }
 
 /* Random inputs of the chain's first block, targets, and a random gradient into its last
@@ -119,8 +123,10 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_forward(c->st[i], 0, in, c->dev_tgt, n, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
-        if (it >= 0)
-            c->fw[(size_t)i * repeats + it] = t;
+        if (it >= 0) {
+            c->fw[(size_t)i * repeats + it % repeats] = t;
+            c->fw_sum[i] += t;
+        }
         in = kn_stage_output(c->st[i], 0);
     }
     for (int i = c->n - 1; i >= 0; i--) {
@@ -130,12 +136,43 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_backward(c->st[i], 0, dout, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
-        if (it >= 0)
-            c->bw[(size_t)i * repeats + it] = t;
+        if (it >= 0) {
+            c->bw[(size_t)i * repeats + it % repeats] = t;
+            c->bw_sum[i] += t;
+        }
     }
     for (int i = 0; i < c->n; i++)
         SC_CHECK(kn_stage_zero_grads(c->st[i], err));
     return SC_OK;
+}
+
+/* One optimizer step of every block of the chain, each timed on its own into the forward
+ * slots (which the sizes' passes no longer need); `it` < 0: untimed. */
+static sc_status optimizer_pass(chain *c, int repeats, int it, sc_err *err)
+{
+    for (int i = 0; i < c->n; i++) {
+        kn_ctx *ctx = kn_stage_ctx(c->st[i]);
+        double norm, t;
+        SC_CHECK(kn_ctx_time_begin(ctx, err));
+        SC_CHECK(kn_stage_grad_sq_norms(c->st[i], &norm, err));
+        SC_CHECK(kn_stage_step(c->st[i], err));
+        SC_CHECK(kn_ctx_time_end(ctx, &t, err));
+        if (it >= 0) {
+            c->fw[(size_t)i * repeats + it % repeats] = t;
+            c->fw_sum[i] += t;
+        }
+    }
+    return SC_OK;
+}
+
+/* Whether a size needs another timed pass after `k`, the first of which began at `start_s`:
+ * `repeats` of them, and when sustained as many more as make min_time_s. */
+static bool more_passes(const kn_profile_cfg *cfg, int k, double start_s)
+{
+    if (k < cfg->repeats)
+        return true;
+    return cfg->min_time_s > 0 && k < KN_PROFILE_PASSES_MAX &&
+           sc_clock_now_s() - start_s < cfg->min_time_s;
 }
 
 /* Measures blocks a .. a+n-1 as one chain into out[a ..]. */
@@ -147,8 +184,10 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
     c.st = calloc((size_t)n, sizeof *c.st);
     c.fw = calloc((size_t)n * R, sizeof *c.fw);
     c.bw = calloc((size_t)n * R, sizeof *c.bw);
+    c.fw_sum = calloc((size_t)n, sizeof *c.fw_sum);
+    c.bw_sum = calloc((size_t)n, sizeof *c.bw_sum);
     sc_status rc = SC_OK;
-    if (c.st == NULL || c.fw == NULL || c.bw == NULL) {
+    if (c.st == NULL || c.fw == NULL || c.bw == NULL || c.fw_sum == NULL || c.bw_sum == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling");
         goto out;
     }
@@ -172,32 +211,35 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
         pb->stash_bytes_per_sample = (b->in_floats + b->stash_floats) * sizeof(float);
         pb->npoints = cfg->nsizes;
     }
+    bool sustained = cfg->min_time_s > 0;
     for (int s = 0; s < cfg->nsizes; s++) {
-        for (int it = 0; it < cfg->warmup + R; it++)
-            SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, it - cfg->warmup, err), out);
+        for (int it = 0; it < cfg->warmup; it++)
+            SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, -1, err), out);
+        memset(c.fw_sum, 0, (size_t)n * sizeof *c.fw_sum);
+        memset(c.bw_sum, 0, (size_t)n * sizeof *c.bw_sum);
+        double start = sc_clock_now_s();
+        int k = 0;
+        while (more_passes(cfg, k, start))
+            SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, k++, err), out);
         for (int i = 0; i < n; i++) {
             kn_profile_point *pt = &out[a + i].points[s];
             pt->size = cfg->sizes[s];
-            pt->forward_s = median(c.fw + (size_t)i * R, R);
-            pt->backward_s = median(c.bw + (size_t)i * R, R);
+            pt->forward_s = sustained ? c.fw_sum[i] / k : median(c.fw + (size_t)i * R, R);
+            pt->backward_s = sustained ? c.bw_sum[i] / k : median(c.bw + (size_t)i * R, R);
         }
     }
     /* The optimizer step of each block's parameters as the stage runtime takes it: the gradient
      * norms, then the update, both on the stage's device, block after block (its cost does not
      * depend on the micro-batch size). */
-    for (int it = 0; it < cfg->warmup + R; it++)
-        for (int i = 0; i < n; i++) {
-            kn_ctx *ctx = kn_stage_ctx(c.st[i]);
-            double norm, t;
-            SC_CHECK_GOTO(kn_ctx_time_begin(ctx, err), out);
-            SC_CHECK_GOTO(kn_stage_grad_sq_norms(c.st[i], &norm, err), out);
-            SC_CHECK_GOTO(kn_stage_step(c.st[i], err), out);
-            SC_CHECK_GOTO(kn_ctx_time_end(ctx, &t, err), out);
-            if (it >= cfg->warmup)
-                c.fw[(size_t)i * R + it - cfg->warmup] = t;
-        }
+    for (int it = 0; it < cfg->warmup; it++)
+        SC_CHECK_GOTO(optimizer_pass(&c, R, -1, err), out);
+    memset(c.fw_sum, 0, (size_t)n * sizeof *c.fw_sum);
+    double start = sc_clock_now_s();
+    int k = 0;
+    while (more_passes(cfg, k, start))
+        SC_CHECK_GOTO(optimizer_pass(&c, R, k++, err), out);
     for (int i = 0; i < n; i++)
-        out[a + i].optimizer_s = median(c.fw + (size_t)i * R, R);
+        out[a + i].optimizer_s = sustained ? c.fw_sum[i] / k : median(c.fw + (size_t)i * R, R);
 out:
     chain_free(&c);
     return rc;

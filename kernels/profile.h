@@ -36,11 +36,19 @@ typedef struct {
     int warmup;  /* untimed iterations per size (>= 0) */
     int repeats; /* timed iterations per size (>= 1) */
     bool allow_tf32;
+    /* > 0: sustained speed. Each size (and the optimizer step) runs timed passes until at
+     * least `repeats` of them have taken min_time_s together (at most KN_PROFILE_PASSES_MAX),
+     * and a block's time is the mean over them: a device whose CPU quota, clock or power cap
+     * throttles it only after a burst shows its long-run time, which the median of short
+     * passes hides. 0: the median of `repeats` passes. */
+    double min_time_s;
 } kn_profile_cfg;
+
+#define KN_PROFILE_PASSES_MAX 100000
 
 typedef struct {
     int size;
-    double forward_s, backward_s; /* medians */
+    double forward_s, backward_s; /* medians, or means when sustained (min_time_s > 0) */
 } kn_profile_point;
 
 typedef struct {

@@ -117,6 +117,74 @@ static void test_compute_slots(void **state)
     assert_int_equal(slots[1], 0);
 }
 
+/* A profile of four blocks whose forward and backward take `scale` and 2 * `scale` seconds. */
+static char *profile_scaled(double scale)
+{
+    json_t *blocks = json_array();
+    for (int b = 0; b < 4; b++)
+        json_array_append_new(blocks,
+                              json_pack("{s:s#, s:f, s:f, s:i, s:i}", "name", "b0b1b2b3" + 2 * b,
+                                        (int)2, "forward_s", scale, "backward_s", 2 * scale,
+                                        "activation_bytes", 0, "parameter_bytes", 4));
+    json_t *doc = json_pack("{s:s, s:i, s:s, s:i, s:o}", "format", "stagecraft-profile", "version",
+                            1, "model", "m", "microbatch_size", 1, "blocks", blocks);
+    char *s = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    return s;
+}
+
+/* Workers of one device name are one type only when their measured speeds agree (within 5%):
+ * a slow CPU worker registered first does not make the fast ones look slow, and each type
+ * carries its own speed and block times. */
+static void test_types_by_measured_speed(void **state)
+{
+    (void)state;
+    fleet f;
+    static const double scale[] = {3.0, 1.0, 1.03, 2.95, 1.5};
+    char *profiles[5];
+    for (int i = 0; i < 5; i++) {
+        add(&f, i, i < 2 ? "a" : "b", "cpu", 0, 8);
+        profiles[i] = profile_scaled(scale[i]);
+        f.w[i].profile_json = profiles[i];
+    }
+    char *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_cluster_json(f.w, 5, &doc, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_loads(doc, 0, &jerr);
+    assert_non_null(root);
+    json_t *types = json_object_get(root, "device_types");
+    assert_int_equal(json_object_size(types), 3);
+    /* w0 (the reference) and w3 agree; w1 and w2 agree; w4 is a type of its own */
+    static const char *const want[] = {"cpu", "cpu@w1", "cpu@w1", "cpu", "cpu@w4"};
+    json_t *servers = json_object_get(root, "servers");
+    for (int i = 0; i < 5; i++) {
+        json_t *devs = json_object_get(json_array_get(servers, i < 2 ? 0 : 1), "devices");
+        assert_string_equal(json_string_value(json_array_get(devs, i < 2 ? i : i - 2)), want[i]);
+    }
+    assert_float_equal(
+        json_number_value(json_object_get(json_object_get(types, "cpu"), "relative_speed")), 1.0,
+        1e-12);
+    assert_float_equal(
+        json_number_value(json_object_get(json_object_get(types, "cpu@w1"), "relative_speed")), 3.0,
+        1e-12);
+    assert_float_equal(
+        json_number_value(json_object_get(json_object_get(types, "cpu@w4"), "relative_speed")), 2.0,
+        1e-12);
+    json_t *bt =
+        json_object_get(json_object_get(json_object_get(types, "cpu@w4"), "block_times"), "b2");
+    assert_float_equal(json_number_value(json_object_get(bt, "backward_s")), 3.0, 1e-12);
+    /* the planner reads the types and gives the fast device its block times */
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_parse(&c, "cluster", doc, strlen(doc), &err), SC_OK);
+    plan_cluster_destroy(&c);
+    json_decref(root);
+    free(doc);
+    for (int i = 0; i < 5; i++)
+        free(profiles[i]);
+}
+
 /* The planner's prediction for 4 stages that share 2 processors is slower than with a device
  * each, and no faster than the work spread over the 2 processors. */
 static void test_shared_prediction(void **state)
@@ -224,6 +292,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compute_slots),
+        cmocka_unit_test(test_types_by_measured_speed),
         cmocka_unit_test(test_shared_prediction),
         cmocka_unit_test(test_no_replicas_for_one_sample),
     };

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "kernels/model.h"
+#include "common/sc_clock.h"
 #include "kernels/profile.h"
 #include "kernels/stage.h"
 
@@ -876,6 +877,16 @@ static void test_profile_json(void **state)
     assert_int_equal(json_array_size(by), 2);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(by, 0), "size")), 1);
     json_decref(root);
+    /* sustained: each size and the optimizer step are measured over at least min_time_s of
+     * passes (two sizes + the optimizer: three spans), and give positive mean times */
+    cfg.min_time_s = 0.02;
+    double t0 = sc_clock_now_s();
+    assert_int_equal(kn_profile_run(m, &cfg, blocks, &err), SC_OK);
+    assert_true(sc_clock_now_s() - t0 >= 3 * cfg.min_time_s);
+    for (int i = 0; i < 3; i++) {
+        assert_true(blocks[i].points[1].forward_s > 0 && blocks[i].points[1].backward_s > 0);
+        assert_true(blocks[i].optimizer_s > 0);
+    }
     cfg.repeats = 0;
     assert_int_equal(kn_profile_run(m, &cfg, blocks, &err), SC_ERR_INVALID);
     kn_model_destroy(&m);
