@@ -8,7 +8,8 @@
  * processors the sizes become fill-drain action lists played by plan_sim_shared_play with each
  * entry's own times. Does not search for sizes (plan_ga) and does not validate schedules.
  * Invariant: every row is checked (entries in 1..batch summing to the batch) before it is
- * played, and the iteration time is exactly the UMPIPE recurrence's.
+ * played; on private devices the iteration time is exactly the UMPIPE recurrence's
+ * (plan_ga_eval_one's without its memory penalty).
  */
 #include "coordinator/planner/plan_sim.h"
 
