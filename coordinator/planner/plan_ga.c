@@ -5,7 +5,7 @@
  * best individual (elitism) and breeds the rest by tournament selection, crossover of whole
  * stage rows and mutation that moves, splits or merges entries. Does not compute times
  * itself: individuals are evaluated by the batched pass (plan_ga_batch.c) or one by one
- * (plan_ga_eval.c). Also here: the row helpers the planner uses on its results
+ * (plan_ga_eval.c). Also here: the row functions the planner uses on its results
  * (plan_ga_equal_split, plan_ga_gather_size).
  * Invariant: every row of every individual sums to the batch, and the population lives in
  * the batches the evaluator reads, so children are bred where they are evaluated.

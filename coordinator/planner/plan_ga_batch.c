@@ -6,7 +6,7 @@
  * structure-of-arrays form); both give plan_ga_eval_one's times bit for bit, and hand an
  * individual they cannot represent (int16 prefix sums that saturate) to plan_ga_eval_one.
  * Does not search (plan_ga.c) and does not define the recurrence (plan_ga_eval.c is its
- * specification). The hot loops and their helpers are static in this file so that they inline.
+ * specification). The hot loops and what they call are static in this file so that they inline.
  * Invariant: every floating-point operation of an individual is plan_ga_eval_one's, in the
  * same order.
  */
