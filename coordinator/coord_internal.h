@@ -37,7 +37,13 @@ typedef struct {
     double iteration_s[COORD_MAX_STAGES];
     double busy_s[COORD_MAX_STAGES];
     double loss;               /* from the last stage */
+    /* the job's throughput over wall-clock time: samples of the steps done (every stage's
+     * every copy) since the window's start, over the time since; the window restarts from its
+     * middle once it spans RATE_WINDOW_S, so it follows a job that slows down or speeds up */
     double samples_per_s;
+    uint32_t batch_size;
+    double rate_t0_s, rate_t1_s; /* sc_clock_now_s() of the window's start and middle */
+    uint64_t rate_step0, rate_step1;
     double predicted_iteration_s;
     uint64_t stored_step;      /* what the store has */
     uint64_t complete_sent;    /* the last checkpoint step announced complete to the workers */

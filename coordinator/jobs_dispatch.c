@@ -231,6 +231,7 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
         sc_strlcpy(p->job_id, id, sizeof p->job_id);
         p->n_stages = (int)n_stages;
         p->steps = spec->steps;
+        p->batch_size = spec->batch_size;
         p->predicted_iteration_s = json_number_value(json_object_get(plan, "iteration_time_s"));
         for (int s = 0; s < p->n_stages; s++) {
             json_t *devs =

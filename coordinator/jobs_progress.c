@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
@@ -20,6 +21,7 @@
 #include "coordinator/jobs_internal.h"
 
 #define LOG "jobs"
+#define RATE_WINDOW_S 5.0 /* the throughput window spans 5-10 s once the job has run that long */
 
 void coord_jobs_progress_remove(coord *c, size_t i)
 {
@@ -103,6 +105,27 @@ static void checkpoint_error_report(coord *c, coord_progress *p,
     }
 }
 
+/* Moves the throughput window to `done` steps at `now_s`. The window opens at the first step
+ * this run completes (not at its start: profiling, planning and connecting are not training)
+ * and measures whole steps of the whole job, so a stage's copies are not counted apart and a
+ * stall shows. */
+static void throughput_update(coord_progress *p, uint64_t done, double now_s)
+{
+    if (done == 0 || done == UINT64_MAX)
+        return;
+    if (p->rate_t0_s == 0) {
+        p->rate_t0_s = p->rate_t1_s = now_s;
+        p->rate_step0 = p->rate_step1 = done;
+        return;
+    }
+    if (now_s - p->rate_t1_s >= RATE_WINDOW_S) {
+        p->rate_t0_s = p->rate_t1_s, p->rate_step0 = p->rate_step1;
+        p->rate_t1_s = now_s, p->rate_step1 = done;
+    }
+    if (done > p->rate_step0 && now_s > p->rate_t0_s)
+        p->samples_per_s = (double)(done - p->rate_step0) * p->batch_size / (now_s - p->rate_t0_s);
+}
+
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
 {
     coord_progress *p = coord_jobs_progress(c, r->job_id);
@@ -117,10 +140,8 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         p->checkpoint[s][k] = r->checkpoint_step;
     p->iteration_s[s] = r->iteration_s;
     p->busy_s[s] = r->busy_s;
-    if (s == p->n_stages - 1) {
+    if (s == p->n_stages - 1)
         p->loss = r->loss;
-        p->samples_per_s = r->samples_per_s;
-    }
     checkpoint_error_report(c, p, r);
     /* the job is as far as its slowest replica of any stage */
     uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
@@ -130,6 +151,7 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
             ckpt = p->checkpoint[i][j] < ckpt ? p->checkpoint[i][j] : ckpt;
         }
     }
+    throughput_update(p, done, sc_clock_now_s());
     sc_err err;
     sc_err_clear(&err);
     if (done > p->stored_step) {
