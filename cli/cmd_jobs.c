@@ -8,16 +8,21 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/follow.h"
 #include "common/sc_util.h"
 #include "coordinator/jobspec.h"
 
-enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON };
+/* how often a followed job prints progress when stdout is not a terminal */
+#define FOLLOW_PROGRESS_S 5.0
+
+enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON, O_FOLLOW };
 
 static const struct option client_opts[] = {
     {"coordinator", required_argument, NULL, O_COORD},
     {"json", no_argument, NULL, O_JSON},
     {"token-file", required_argument, NULL, O_TOKEN},
     {"reason", required_argument, NULL, O_REASON},
+    {"follow", no_argument, NULL, O_FOLLOW},
     {NULL, 0, NULL, 0},
 };
 
@@ -26,6 +31,7 @@ typedef struct {
     const char *token_file;
     const char *reason;
     int json;
+    int follow; /* submit and status JOB: follow the job to its end */
     const char *arg; /* the one positional argument, or NULL */
 } client_args;
 
@@ -51,6 +57,11 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
         case O_REASON:
             a->reason = optarg;
             break;
+        case O_FOLLOW:
+            if (self->run != cmd_submit && self->run != cmd_status)
+                return cli_usage_error(self, "unknown flag '--follow'");
+            a->follow = 1;
+            break;
         }
     }
     int rest = argc - optind;
@@ -64,6 +75,17 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
     if (cli_coordinator_addr(a->coordinator, &a->coordinator, &err) != SC_OK)
         return cli_report(self, &err);
     return CLI_OK;
+}
+
+/* --follow: the job's states and progress until it ends; 0 only when it succeeded. */
+static int follow(const cli_command *self, const client_args *a, const char *job_id)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    int rc = cli_follow_job(a->coordinator, job_id, a->json, FOLLOW_PROGRESS_S, &err);
+    if (rc == 0)
+        return CLI_OK;
+    return err.code != SC_OK ? cli_report(self, &err) : CLI_FAILURE;
 }
 
 int cmd_submit(const cli_command *self, int argc, char **argv)
@@ -106,8 +128,11 @@ int cmd_submit(const cli_command *self, int argc, char **argv)
         printf("{\"job_id\": \"%s\"}\n", resp->job_id);
     else
         printf("submitted %s\n", resp->job_id);
+    fflush(stdout);
+    if (a.follow)
+        rc = follow(self, &a, resp->job_id);
     protobuf_c_message_free_unpacked(m, NULL);
-    return CLI_OK;
+    return rc;
 }
 
 static const char *job_state_name(Stagecraft__JobState s)
@@ -249,6 +274,8 @@ int cmd_status(const cli_command *self, int argc, char **argv)
     sc_err err;
     sc_err_clear(&err);
     ProtobufCMessage *m = NULL;
+    if (a.arg == NULL && a.follow)
+        return cli_usage_error(self, "--follow needs a JOB to follow");
     if (a.arg == NULL) {
         Stagecraft__ListJobsRequest req = STAGECRAFT__LIST_JOBS_REQUEST__INIT;
         if (cli_call(a.coordinator, "/stagecraft.Coordinator/ListJobs", &req.base,
@@ -277,6 +304,8 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         protobuf_c_message_free_unpacked(m, NULL);
         return CLI_OK;
     }
+    if (a.follow)
+        return follow(self, &a, a.arg);
     Stagecraft__GetJobRequest req = STAGECRAFT__GET_JOB_REQUEST__INIT;
     req.job_id = (char *)a.arg;
     if (cli_call(a.coordinator, "/stagecraft.Coordinator/GetJob", &req.base,

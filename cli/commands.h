@@ -78,16 +78,23 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv);
 int cmd_worker(const cli_command *self, int argc, char **argv);
 
 #define CMD_SUBMIT_USAGE                                                                           \
-    "usage: stagecraft submit JOB.json [--coordinator HOST:PORT] [--token-file FILE] [--json]\n\n"\
+    "usage: stagecraft submit JOB.json [--follow] [--coordinator HOST:PORT] [--token-file FILE]\n"\
+    "                        [--json]\n\n"                                                         \
     "Validates a job spec (format stagecraft-job) and submits it. Prints the job id\n"            \
     "({\"job_id\": ...} with --json). The client token comes from --token-file or\n"              \
-    "STAGECRAFT_TOKEN.\n"
+    "STAGECRAFT_TOKEN.\n"                                                                          \
+    "  --follow   then follow the job as status JOB --follow does; the exit status is 0 only\n"  \
+    "             when the job succeeded\n"
 int cmd_submit(const cli_command *self, int argc, char **argv);
 
 #define CMD_STATUS_USAGE                                                                           \
-    "usage: stagecraft status [JOB] [--coordinator HOST:PORT] [--json]\n\n"                        \
+    "usage: stagecraft status [JOB [--follow]] [--coordinator HOST:PORT] [--json]\n\n"             \
     "Without JOB: every job with its state. With JOB: its state and why, progress and plan.\n"   \
-    "--json prints the job(s) with job_id, state, step and plan.\n"
+    "--json prints the job(s) with job_id, state, step and plan.\n"                              \
+    "  --follow   print JOB's state changes as they happen and a live progress line (step\n"     \
+    "             bar, loss, samples/s, ETA) until it ends; exit status 0 only when it\n"       \
+    "             succeeded, 1 when it failed or was cancelled (--json: one JSON object\n"     \
+    "             a line per change or progress update)\n"
 int cmd_status(const cli_command *self, int argc, char **argv);
 
 #define CMD_CANCEL_USAGE                                                                           \
