@@ -22,9 +22,9 @@ static volatile sig_atomic_t stop_flag;
 typedef struct {
     bool json, tty;
     double progress_every_s, last_progress_s;
-    size_t n_printed;  /* transitions printed */
-    bool line_open;    /* a progress line is on the terminal, not yet ended */
-    double rate_t0_s;  /* when the rate's first step was seen (0: not running) */
+    size_t n_printed; /* transitions printed */
+    bool line_open;   /* a progress line is on the terminal, not yet ended */
+    double rate_t0_s; /* when the rate's first step was seen (0: not running) */
     uint64_t rate_step0;
 } follower;
 
@@ -52,8 +52,8 @@ static void print_transitions(follower *f, const Stagecraft__JobInfo *j)
         const Stagecraft__JobTransition *t = j->transitions[i];
         double at = (double)(t->at_unix_ms - t0) / 1000.0;
         if (f->json) {
-            json_t *o = json_pack("{s:s, s:s, s:s, s:f}", "job_id", j->job_id, "state",
-                                  t->to_state, "reason", t->reason, "at_s", at);
+            json_t *o = json_pack("{s:s, s:s, s:s, s:f}", "job_id", j->job_id, "state", t->to_state,
+                                  "reason", t->reason, "at_s", at);
             char *s = json_dumps(o, JSON_COMPACT);
             printf("%s\n", s ? s : "{}");
             free(s);
@@ -98,9 +98,8 @@ static void print_progress(follower *f, const Stagecraft__JobInfo *j, double now
     f->last_progress_s = now_s;
     if (f->json) {
         json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:f, s:f, s:f}", "job_id", j->job_id, "state",
-                              "running", "step", (json_int_t)j->step, "steps",
-                              (json_int_t)j->steps, "loss", j->loss, "samples_per_s",
-                              j->samples_per_s, "eta_s", eta_s);
+                              "running", "step", (json_int_t)j->step, "steps", (json_int_t)j->steps,
+                              "loss", j->loss, "samples_per_s", j->samples_per_s, "eta_s", eta_s);
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s ? s : "{}");
         free(s);
@@ -115,8 +114,8 @@ static void print_progress(follower *f, const Stagecraft__JobInfo *j, double now
     if (eta_s >= 0)
         format_eta(eta_s, eta, sizeof eta);
     printf("%sstep %llu/%llu [%s] %3.0f%%  loss %.4f  %.1f samples/s  ETA %s%s",
-           f->tty ? "\r\033[K" : "", (unsigned long long)j->step, (unsigned long long)j->steps,
-           bar, 100.0 * (double)j->step / (double)j->steps, j->loss, j->samples_per_s, eta,
+           f->tty ? "\r\033[K" : "", (unsigned long long)j->step, (unsigned long long)j->steps, bar,
+           100.0 * (double)j->step / (double)j->steps, j->loss, j->samples_per_s, eta,
            f->tty ? "" : "\n");
     f->line_open = f->tty;
 }
@@ -124,8 +123,10 @@ static void print_progress(follower *f, const Stagecraft__JobInfo *j, double now
 int cli_follow_job(const char *addr, const char *job_id, bool json, double progress_every_s,
                    sc_err *err)
 {
-    follower f = {.json = json, .tty = !json && isatty(STDOUT_FILENO) == 1,
-                  .progress_every_s = progress_every_s, .last_progress_s = -1e9};
+    follower f = {.json = json,
+                  .tty = !json && isatty(STDOUT_FILENO) == 1,
+                  .progress_every_s = progress_every_s,
+                  .last_progress_s = -1e9};
     stop_flag = 0;
     cli_on_stop_signals(&stop_flag);
     double unreachable_since = 0;
@@ -142,8 +143,9 @@ int cli_follow_job(const char *addr, const char *job_id, bool json, double progr
             if (unreachable_since == 0) {
                 unreachable_since = now;
                 close_line(&f);
-                fprintf(stderr, "stagecraft: the coordinator is unreachable (%s); retrying for "
-                                "%.0f s\n",
+                fprintf(stderr,
+                        "stagecraft: the coordinator is unreachable (%s); retrying for "
+                        "%.0f s\n",
                         call_err.msg, UNREACHABLE_S);
             } else if (now - unreachable_since > UNREACHABLE_S) {
                 close_line(&f);
