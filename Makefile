@@ -1,6 +1,7 @@
 # Thin wrapper over CMake: the build itself is described in CMakeLists.txt.
 #   make          configure build/ and build everything
 #   make demo     install missing Debian packages, build, run `stagecraft demo`
+#   make lab-demo the same on an uneven lab of namespaces, tc links and CPU cgroups (root)
 #   make test     install missing Debian packages, build, run every test (ctest)
 #   make test-sanitize  the same in build-sanitize/ with AddressSanitizer + UBSan (CPU parts)
 #   make clean    remove the build folders (build, build-sanitize, build-release)
@@ -12,7 +13,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 SANITIZE ?= address,undefined
 
-.PHONY: all deps build demo test test-sanitize clean
+.PHONY: all deps build demo lab-demo test test-sanitize clean
 
 all: build
 
@@ -29,6 +30,11 @@ demo: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 	cmake --build build -j $(JOBS)
 	./build/cli/stagecraft demo $(DEMO_FLAGS)
+
+lab-demo: deps
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+	cmake --build build -j $(JOBS)
+	bash deploy/lab/demo.sh build/cli/stagecraft
 
 test: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
