@@ -9,6 +9,10 @@
  * for --microbatches auto, re-fit the closed form on the bottleneck stage and simulate the
  * candidate counts on the partition found, keeping the fastest that fits memory. The final
  * numbers come from one more simulation at the chosen count.
+ *
+ * Does not search partitions itself (run_strategy hands that to plan_partition_<strategy>)
+ * and does not write results. Invariant: every plan's figures come from simulating its own
+ * partition at the count chosen (umpipe's, with its unequal sizes, from plan_umpipe).
  */
 #include "coordinator/planner/plan.h"
 

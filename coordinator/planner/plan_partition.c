@@ -216,26 +216,9 @@ double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p)
 
 /* ================================================================ stash and memory */
 
-double plan_stash_count_copy(plan_sched_kind k, int after, int copies, int m)
-{
-    switch (k) {
-    case PLAN_SCHED_GPIPE:
-        return (m + copies - 1) / copies;
-    case PLAN_SCHED_PIPEDREAM: /* the stream crosses iterations: no cap by m */
-        return sc_pipeline_copy_slots(after, copies, 0);
-    default:
-        return sc_pipeline_copy_slots(after, copies, m);
-    }
-}
-
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
 {
     return plan_stash_count_copy(k, n_stages - s, 1, m);
-}
-
-int plan_weight_versions(plan_sched_kind k, int after, int copies)
-{
-    return k == PLAN_SCHED_PIPEDREAM ? sc_pipeline_copy_slots(after, copies, 0) - 1 : 0;
 }
 
 /* Samples before unit u, in micro-batches, when the first 2 * sliced units are halves. */
@@ -266,16 +249,6 @@ double plan_stash_count_sliced_copy(int after, int copies, int m, int sliced)
     return sc_pipeline_sliced_copy_slots(after, copies, sliced, m + sliced);
 }
 
-double plan_search_stash(const plan_search_cfg *cfg, int n_stages, int after, int copies)
-{
-    int k = cfg->sliced;
-    if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
-        return plan_stash_count_copy(cfg->sched, after, copies, cfg->n_micro);
-    k = k < n_stages - 1 ? k : n_stages - 1;
-    k = k < cfg->n_micro ? k : cfg->n_micro;
-    return plan_stash_count_sliced_copy(after, copies, cfg->n_micro, k);
-}
-
 int plan_search_sliced_tries(const plan_search_cfg *cfg, int stages)
 {
     if (cfg->sched != PLAN_SCHED_SLICED || cfg->sliced != 0 || cfg->cost->samples < 2 ||
@@ -289,7 +262,7 @@ double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partit
     int after = 0;
     for (int i = s; i < p->n_stages; i++)
         after += p->n_dev[i];
-    double inflight = plan_search_stash(cfg, p->n_stages, after, p->n_dev[s]);
+    double inflight = search_stash(cfg, p->n_stages, after, p->n_dev[s]);
     return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
                             plan_weight_versions(cfg->sched, after, p->n_dev[s]));
 }
@@ -375,14 +348,6 @@ double plan_lower_bound(const plan_cost *c)
     }
     double spread = plan_lower_bound_replicated(c);
     return spread > biggest ? spread : biggest;
-}
-
-int plan_replicas_runnable(plan_sched_kind k, int m, int r)
-{
-    if (r <= 1)
-        return 1;
-    m = m > 1 ? m : 1;
-    return k == PLAN_SCHED_PIPEDREAM ? m % r == 0 : r <= m;
 }
 
 int plan_partition_runnable(const plan_partition *p, plan_sched_kind k, int m)

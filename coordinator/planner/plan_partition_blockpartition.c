@@ -1,7 +1,7 @@
 /*
  * plan_partition_blockpartition: torchgpipe's balance by time, the baseline: Barany and
- * Grinberg's block partition heuristic, starting from equal block counts and moving blocks from
- * the heaviest stage towards the nearest lightest one while that lowers the heaviest.
+ * Grinberg's block partition heuristic: from equal block counts, shift blocks from the heaviest
+ * stage towards the nearest lightest one while the heaviest stage gets lighter.
  *
  * Balances device 0's work alone, in costs normalised to [0, 1]; ignores bandwidths and memory,
  * as torchgpipe does (the objective, computed afterwards, counts the cuts). Invariant: stage s

@@ -97,7 +97,7 @@ double plan_dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order,
         assert(run <= DP_MAX_COPIES);
         for (int r = 1; r <= run; r++) {
             int s0 = d - r; /* position of the stage's first device */
-            inflight[r] = plan_search_stash(cfg, D, D - s0, r);
+            inflight[r] = search_stash(cfg, D, D - s0, r);
             versions[r] = plan_weight_versions(cfg->sched, D - s0, r);
             bw_in[r] = s0 > 0 ? plan_cluster_bw(cl, order[s0 - 1], order[s0]) : 0;
         }
@@ -116,7 +116,7 @@ double plan_dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order,
                                       : work;
                     if (ts >= best)
                         break;
-                    /* plan_dp_memory, its counts computed above */
+                    /* dp_memory (plan_partition_hetero.c), its counts computed above */
                     if (plan_cost_memory(c, k, n - 1, inflight[r], versions[r]) > mem) {
                         if (mem_cut != NULL)
                             *mem_cut = 1;
@@ -221,12 +221,4 @@ double plan_dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *or
     }
     free(bound);
     return v;
-}
-
-double plan_dp_memory(const plan_search_cfg *cfg, int first, int last, int n_stages, int after,
-                      int copies)
-{
-    double inflight = plan_search_stash(cfg, n_stages, after, copies);
-    return plan_cost_memory(cfg->cost, first, last, inflight,
-                            plan_weight_versions(cfg->sched, after, copies));
 }

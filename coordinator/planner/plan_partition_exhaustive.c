@@ -50,7 +50,7 @@ static void ex_rec(ex_state *e, int s, int start, double cur)
         return;
     }
     int max_end = e->L - (e->S - s); /* leave one block per remaining stage */
-    double inflight = plan_search_stash(e->cfg, e->S, e->S - s, 1);
+    double inflight = search_stash(e->cfg, e->S, e->S - s, 1);
     int wv = plan_weight_versions(e->cfg->sched, e->S - s, 1);
     for (int d = 0; d < e->D; d++) {
         if (e->used[d])

@@ -123,6 +123,18 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
     return SC_OK;
 }
 
+/* Memory bound used inside the DPs, where the later stages are not known yet: a stage of
+ * `copies` copies in a plan of at most n_stages stages, with at most `after` copies from it on
+ * (itself included): every count grows with `after`, so this never under-estimates the final
+ * plan's need. */
+static double dp_memory(const plan_search_cfg *cfg, int first, int last, int n_stages, int after,
+                        int copies)
+{
+    double inflight = search_stash(cfg, n_stages, after, copies);
+    return plan_cost_memory(cfg->cost, first, last, inflight,
+                            plan_weight_versions(cfg->sched, after, copies));
+}
+
 /* allreduce_mode: how a replicated stage's weight all-reduce counts in the DP: 0 its share of
  * the iteration (as in the objective), 1 all of it per micro-batch, 2 not at all. It really
  * runs as a tail after the flush, which no per-micro-batch charge captures, so the best
@@ -186,7 +198,7 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                             /* the ms - s stages after this one: each one device (max_rep 1)
                              * or up to max_rep copies, within the D - d devices left */
                             int later = (ms - s) * max_rep < D - d ? (ms - s) * max_rep : D - d;
-                            if (plan_dp_memory(cfg, k, n - 1, ms, r + later, r) > mem) {
+                            if (dp_memory(cfg, k, n - 1, ms, r + later, r) > mem) {
                                 cut |= pass == 0;
                                 *mem_cut = 1;
                                 break;

@@ -44,10 +44,18 @@ double plan_group_min_bw(const plan_cluster *cl, const int *a, int na, const int
 
 /* The stash count the searches assume for a copy of a stage of `copies` copies in a plan of
  * n_stages stages, the stages from it on having `after` copies in all (at most). */
-double plan_search_stash(const plan_search_cfg *cfg, int n_stages, int after, int copies);
+static inline double search_stash(const plan_search_cfg *cfg, int n_stages, int after, int copies)
+{
+    int k = cfg->sliced;
+    if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
+        return plan_stash_count_copy(cfg->sched, after, copies, cfg->n_micro);
+    k = k < n_stages - 1 ? k : n_stages - 1;
+    k = k < cfg->n_micro ? k : cfg->n_micro;
+    return plan_stash_count_sliced_copy(after, copies, cfg->n_micro, k);
+}
 
 /* Sliced schedule: a search tries none and then 1..this many warm-up micro-batches run as
- * halves, each count with its own stash counts (plan_search_stash); a partition fits when one count
+ * halves, each count with its own stash counts (search_stash); a partition fits when one count
  * fits all its stages, as plan_run then keeps the fastest count that fits. 0 when the schedule
  * is not sliced, the search was given its count (cfg->sliced), a micro-batch holds fewer than 2
  * samples (the runtime halves none), or there are at least as many micro-batches as `stages`
@@ -112,12 +120,5 @@ int plan_dp_prefix_bounds(const plan_cost *c, const int *order, int D, double *b
  * ruled anything out. Returns HUGE_VAL when out of memory, as when nothing fits. */
 double plan_dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
                          int max_rep, double cap, plan_partition *out, int *mem_cut);
-
-/* Memory bound used inside the DPs, where the later stages are not known yet: a stage of
- * `copies` copies in a plan of at most n_stages stages, with at most `after` copies from it on
- * (itself included): every count grows with `after`, so this never under-estimates the final
- * plan's need. */
-double plan_dp_memory(const plan_search_cfg *cfg, int first, int last, int n_stages, int after,
-                      int copies);
 
 #endif /* PLAN_PARTITION_INTERNAL_H */

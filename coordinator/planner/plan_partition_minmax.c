@@ -5,8 +5,9 @@
  *
  * Does not reorder devices or replicate stages (hetero does both). Solved by bisection on a
  * reachability test and a table over the few cells the answer can pass, instead of
- * plan_partition_dp's full table per prefix of the order; the sliced schedule with a given
- * count of halves, whose stash counts do not grow with the devices counted, uses that table.
+ * plan_partition_dp's full table per prefix of the order, which it still uses under the sliced
+ * schedule with halved warm-up micro-batches (their stash counts do not grow with the devices
+ * counted, as the bisection needs).
  * Invariant: the value and the partition are plan_dp_order_fit's on the cluster's order with
  * one copy a stage, ties broken the same way.
  */
@@ -95,7 +96,7 @@ static void mm_memory(mm_ctx *m, int k)
     int L = m->L;
     m->k = k;
     for (int s0 = 0; s0 < k; s0++) {
-        double inflight = plan_search_stash(cfg, k, k - s0, 1), mem = dev_memory(c, m->order[s0]);
+        double inflight = search_stash(cfg, k, k - s0, 1), mem = dev_memory(c, m->order[s0]);
         int versions = plan_weight_versions(cfg->sched, k - s0, 1), e = 0;
         int *end = m->memend + (size_t)s0 * L;
         for (int l = 0; l < L; l++) {

@@ -6,8 +6,9 @@
  *
  * Does not model unequal devices (every device counts as device 0, and the plan's note says so)
  * or memory: PipeDream's own objective, at the profile's own micro-batch size (ref_cost).
- * Invariant: devices are taken server by server, a stage's copies next to each other; the
- * zeroed Input sources join the first stage.
+ * Invariant: devices are handed out in the cluster's order, a stage's copies on consecutive
+ * devices of each server it spans; on a chain, the zeroed Input sources at its front join the
+ * first stage.
  */
 #include "coordinator/planner/plan_partition.h"
 

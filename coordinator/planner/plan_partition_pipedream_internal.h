@@ -78,8 +78,8 @@ void plan_pd_servers_free(pd_servers *sv);
 /* Classes of the multipliers 1..M2 for servers of n1 machines. -1 out of memory. */
 int plan_pd_servers_init(pd_servers *sv, const pd_rule *rule, int n1, int M2, int rows, int n);
 
-/* Keeps class c's view of the solved first level lv (plan_pd_machines's choice with `restricted`).
- */
+/* Keeps class c's view of the solved first level lv (plan_pd_machines's choice with
+ * `restricted`). */
 void plan_pd_servers_take(pd_servers *sv, int c, const pd_level *lv, int restricted);
 
 static inline double pd_servers_t(const pd_servers *sv, int mp, int i, int j)
