@@ -357,3 +357,12 @@ int plan_partition_runnable(const plan_partition *p, plan_sched_kind k, int m)
             return 0;
     return 1;
 }
+
+int plan_search_max_stages(const plan_search_cfg *cfg)
+{
+    int L = cfg->cost->n_blocks, D = cfg->cost->cluster->n_devices;
+    int S = D < L ? D : L;
+    if (cfg->max_stages > 0 && cfg->max_stages < S)
+        S = cfg->max_stages;
+    return S;
+}

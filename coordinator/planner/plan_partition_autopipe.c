@@ -124,10 +124,7 @@ static int critical_stage(const plan_sim_result *r, int S, const plan_cost *c,
 sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
-    int L = c->n_blocks, D = c->cluster->n_devices;
-    int S = D < L ? D : L;
-    if (cfg->max_stages > 0 && cfg->max_stages < S)
-        S = cfg->max_stages;
+    int L = c->n_blocks, S = plan_search_max_stages(cfg);
     int m = 2 * S;
     int max_eval = L > 500 ? 48 : 160;
     sc_status rc = SC_OK;

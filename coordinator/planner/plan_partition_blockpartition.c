@@ -20,10 +20,7 @@ sc_status plan_partition_blockpartition(const plan_search_cfg *cfg, plan_partiti
                                         sc_err *err)
 {
     const plan_cost *c = cfg->cost;
-    int L = c->n_blocks, D = c->cluster->n_devices;
-    int S = D < L ? D : L, t0 = dev_type(c, 0);
-    if (cfg->max_stages > 0 && cfg->max_stages < S)
-        S = cfg->max_stages;
+    int L = c->n_blocks, S = plan_search_max_stages(cfg), t0 = dev_type(c, 0);
     double *w = malloc((size_t)L * sizeof *w);
     int *split = malloc((size_t)S * sizeof *split), *saved = malloc((size_t)S * sizeof *saved);
     double *size = malloc((size_t)S * sizeof *size);

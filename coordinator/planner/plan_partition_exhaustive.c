@@ -111,9 +111,7 @@ sc_status plan_partition_exhaustive(const plan_search_cfg *cfg, plan_partition *
 {
     const plan_cost *c = cfg->cost;
     int L = c->n_blocks, D = c->cluster->n_devices;
-    int Smax = D < L ? D : L;
-    if (cfg->max_stages > 0 && cfg->max_stages < Smax)
-        Smax = cfg->max_stages;
+    int Smax = plan_search_max_stages(cfg);
     long limit = cfg->exhaustive_limit > 0 ? cfg->exhaustive_limit : PLAN_EXHAUSTIVE_DEFAULT_LIMIT;
     double count = 0;
     for (int S = 1; S <= Smax; S++) {

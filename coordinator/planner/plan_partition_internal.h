@@ -64,6 +64,10 @@ static inline double search_stash(const plan_search_cfg *cfg, int n_stages, int 
  * the first stages), so they cannot make a plan fit. */
 int plan_search_sliced_tries(const plan_search_cfg *cfg, int stages);
 
+/* The most stages a plan may have: a device and a block each at least, and at most
+ * cfg->max_stages when that is set (uniform, blockpartition, exhaustive and autopipe). */
+int plan_search_max_stages(const plan_search_cfg *cfg);
+
 /* The error of a strategy that found no partition fitting the devices' memory: marks
  * out->no_fit and returns SC_ERR_TOO_LARGE, naming `who`, the largest device and the largest
  * block. */

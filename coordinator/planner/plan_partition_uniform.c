@@ -7,13 +7,12 @@
  */
 #include "coordinator/planner/plan_partition.h"
 
+#include "coordinator/planner/plan_partition_internal.h"
+
 sc_status plan_partition_uniform(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
-    int L = c->n_blocks, D = c->cluster->n_devices;
-    int S = D < L ? D : L;
-    if (cfg->max_stages > 0 && cfg->max_stages < S)
-        S = cfg->max_stages;
+    int L = c->n_blocks, S = plan_search_max_stages(cfg);
     plan_partition_clear(out);
     for (int s = 0; s < S; s++) {
         int first = (int)((long)L * s / S), last = (int)((long)L * (s + 1) / S) - 1;
