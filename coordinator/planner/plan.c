@@ -1,11 +1,18 @@
 /*
- * plan: strategy driver, micro-batch sweep, result writers.
+ * plan: the table of strategies and the driver that runs one of them on a profile and a
+ * cluster: strategy names, the request's checks, the micro-batch sweep and the final
+ * simulation. Results are written by plan_write.c; umpipe's per-stage sizes come from
+ * plan_umpipe.c.
  *
  * Order of work for one strategy: pick a first micro-batch count (given, or the closed form
  * for the whole model), build the cost tables at that size, run the strategy (timed), then,
  * for --microbatches auto, re-fit the closed form on the bottleneck stage and simulate the
  * candidate counts on the partition found, keeping the fastest that fits memory. The final
  * numbers come from one more simulation at the chosen count.
+ *
+ * Does not search partitions itself (run_strategy hands that to plan_partition_<strategy>)
+ * and does not write results. Invariant: every plan's figures come from simulating its own
+ * partition at the count chosen (umpipe's, with its unequal sizes, from plan_umpipe).
  */
 #include "coordinator/planner/plan.h"
 
@@ -15,9 +22,9 @@
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
-#include "coordinator/planner/plan_ga.h"
 #include "coordinator/planner/plan_microbatch.h"
 #include "coordinator/planner/plan_schedule.h"
+#include "coordinator/planner/plan_umpipe.h"
 
 static const char *const strat_names[PLAN_STRAT_COUNT] = {"uniform",   "blockpartition", "minmax",
                                                           "pipedream", "autopipe",       "hetero",
@@ -151,208 +158,6 @@ static sc_status pick_sliced(const plan_request *req, const plan_cost *c, const 
 static int min_count(const plan_request *req, int S)
 {
     return req->schedule == PLAN_SCHED_1F1B || req->schedule == PLAN_SCHED_SLICED ? S : 1;
-}
-
-/* ---------------------------------------------------------------- umpipe */
-
-/* The largest entry (samples) whose per-sample bytes fit in `room`, at most B. */
-static int entry_cap(double room, double per_sample, int B)
-{
-    if (room < 0)
-        return 0;
-    if (per_sample <= 0 || room / per_sample >= B)
-        return B;
-    return (int)(room / per_sample);
-}
-
-/* Whether every stage of sizes (x, y) fits: its largest entry's activations (2 x samples) and,
- * with `gather`, its gather slot's stash (plan_ga_gather_size) within the memory left (rem).
- * *bad (when not NULL): the first stage that does not, -1 when all do. */
-static int umpipe_fits(const plan_ga_problem *prob, const int *x, const int *y, const double *rem,
-                       const double *act_ps, const double *stash_ps, int gather_slot, int *bad)
-{
-    int K = prob->max_entries;
-    for (int i = 0; i < prob->n_stages; i++) {
-        int big = 0;
-        for (int j = 0; j < K; j++) {
-            big = x[i * K + j] > big ? x[i * K + j] : big;
-            big = y[i * K + j] > big ? y[i * K + j] : big;
-        }
-        int gather = gather_slot ? plan_ga_gather_size(x + i * K, y + i * K, K) : 0;
-        if (2 * act_ps[i] * big + stash_ps[i] * gather > rem[i]) {
-            if (bad != NULL)
-                *bad = i;
-            return 0;
-        }
-    }
-    if (bad != NULL)
-        *bad = -1;
-    return 1;
-}
-
-static sc_status run_umpipe(const plan_request *req, const plan_cost *c, plan_result *r,
-                            sc_err *err)
-{
-    const plan_partition *p = r->part;
-    const plan_profile *prof = req->profile;
-    const plan_cluster *cl = req->cluster;
-    int S = p->n_stages, B = r->batch, W = B + 1;
-    /* up to 64 entries a stage, and as many as the batch has samples below that: every equal
-     * split GPipe could use is then among the search's starting points */
-    int K = B < 64 ? B : 64;
-    if (B > 16384)
-        return SC_ERRF(err, SC_ERR_TOO_LARGE,
-                       "umpipe: a batch of %d samples is too large for per-sample sizes (at most "
-                       "16384)",
-                       B);
-    sc_status rc = SC_OK;
-    double *fw = calloc((size_t)S * W, sizeof(double)), *bw = calloc((size_t)S * W, sizeof(double));
-    double *cm = calloc((size_t)S * W, sizeof(double));
-    int *cap = calloc((size_t)S, sizeof(int)), *capg = calloc((size_t)S, sizeof(int));
-    double *rem = calloc((size_t)S, sizeof(double)), *act_ps = calloc((size_t)S, sizeof(double));
-    double *stash_ps = calloc((size_t)S, sizeof(double));
-    plan_ga_result g = {0}, g2 = {0};
-    if (!fw || !bw || !cm || !cap || !capg || !rem || !act_ps || !stash_ps) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory");
-        goto done;
-    }
-    double M = c->samples;
-    size_t L = (size_t)c->n_blocks;
-    for (int i = 0; i < S; i++) {
-        int d = p->devs[p->dev_start[i]], t = cl->devices[d].type, r_ = p->n_dev[i];
-        for (int x = 1; x <= B; x++) {
-            double f = 0, b = 0;
-            for (int l = p->first[i]; l <= p->last[i]; l++) {
-                double f0, b0, fx, bx;
-                plan_profile_block_time(prof, l, M, B, &f0, &b0);
-                plan_profile_block_time(prof, l, x, B, &fx, &bx);
-                /* scale the stage's own (possibly measured) time by the profile's size curve */
-                if (f0 > 0)
-                    f += c->fwd_s[(size_t)t * L + (size_t)l] * fx / f0;
-                if (b0 > 0)
-                    b += c->bwd_s[(size_t)t * L + (size_t)l] * bx / b0;
-            }
-            fw[(size_t)i * W + x] = f / r_;
-            bw[(size_t)i * W + x] = b / r_;
-            if (i + 1 < S) {
-                int d2 = p->devs[p->dev_start[i + 1]];
-                cm[(size_t)i * W + x] =
-                    c->act_bytes[p->last[i]] * x / M / plan_cluster_bw(cl, d, d2);
-            }
-        }
-        /* memory left once the parameters and the whole batch's stash (fill-drain) are in */
-        stash_ps[i] = plan_cost_stash(c, p->first[i], p->last[i]) / M;
-        act_ps[i] = c->act_bytes[p->last[i]] / M;
-        rem[i] = cl->types[t].memory_bytes -
-                 PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) - stash_ps[i] * B;
-        /* an entry of x samples holds 2 x activations; capg also leaves room for a gather
-         * slot of as many samples (a gather slot is never larger than the largest entry) */
-        cap[i] = entry_cap(rem[i], 2 * act_ps[i], B);
-        capg[i] = entry_cap(rem[i], 2 * act_ps[i] + stash_ps[i], B);
-    }
-    plan_ga_problem prob = {.n_stages = S,
-                            .batch = B,
-                            .max_entries = K,
-                            .fwd_s = fw,
-                            .bwd_s = bw,
-                            .comm_s = cm,
-                            .max_size = cap,
-                            .opt_s = 0};
-    plan_ga_cfg gcfg = {.population = 64, .generations = 120, .seed = 1};
-    SC_CHECK_GOTO(plan_ga_run(&prob, &gcfg, &g, err), done);
-    int bad;
-    if (umpipe_fits(&prob, g.x, g.y, rem, act_ps, stash_ps, 0, NULL) &&
-        !umpipe_fits(&prob, g.x, g.y, rem, act_ps, stash_ps, 1, &bad)) {
-        /* The search's caps bound each entry, not the gather slot that a backward entry
-         * unlike every forward one runs on. Search again with room for a slot as large as the
-         * largest entry, and keep the faster of that result and the best equal split (whose
-         * entries coincide: no slot), whichever fit. */
-        prob.max_size = capg;
-        SC_CHECK_GOTO(plan_ga_run(&prob, &gcfg, &g2, err), done);
-        prob.max_size = cap;
-        int eq_fits = g.best_equal_m > 0;
-        for (int i = 0; i < S && eq_fits; i++)
-            eq_fits = (B + g.best_equal_m - 1) / g.best_equal_m <= cap[i];
-        int g2_fits = umpipe_fits(&prob, g2.x, g2.y, rem, act_ps, stash_ps, 1, NULL);
-        if (eq_fits && (!g2_fits || g.best_equal_s <= g2.time_s)) {
-            for (int i = 0; i < S; i++)
-                plan_ga_equal_split(&prob, g.best_equal_m, g.x + (size_t)i * K);
-            memcpy(g.y, g.x, (size_t)S * K * sizeof(int));
-            g.time_s = g.best_equal_s;
-        } else {
-            int *tx = g.x, *ty = g.y;
-            g.x = g2.x, g.y = g2.y, g.time_s = g2.time_s;
-            g2.x = tx, g2.y = ty;
-        }
-        size_t used = strlen(r->note);
-        snprintf(r->note + used, sizeof r->note - used,
-                 "%ssearched again: the first result's gather slot on stage %d did not fit "
-                 "memory",
-                 used ? "; " : "", bad);
-    }
-    r->ga_k = K;
-    r->fwd_sizes = g.x;
-    r->bwd_sizes = g.y;
-    g.x = g.y = NULL;
-    r->objective_s = g.time_s;
-    r->iteration_time_s = g.time_s;
-    r->ga_best_equal_s = g.best_equal_s;
-    r->ga_greedy_s = g.greedy_s;
-    r->ga_uniform_s = g.uniform_s;
-    int most = 0;
-    r->fits_memory = 1;
-    for (int i = 0; i < S; i++) {
-        int n = 0, big = 0;
-        for (int j = 0; j < K; j++) {
-            int x = r->fwd_sizes[i * K + j], y = r->bwd_sizes[i * K + j];
-            n += x > 0;
-            big = x > big ? x : big;
-            big = y > big ? y : big;
-        }
-        most = n > most ? n : most;
-        /* a backward entry that is not exactly one forward entry runs on a gather slot holding
-         * its samples' stash (the runtime's kn_stage_gather): room for the largest such entry */
-        int gather = plan_ga_gather_size(r->fwd_sizes + i * K, r->bwd_sizes + i * K, K);
-        r->peak_memory_bytes[i] = PLAN_PARAM_COPIES * plan_cost_params(c, p->first[i], p->last[i]) +
-                                  plan_cost_stash(c, p->first[i], p->last[i]) / M * (B + gather) +
-                                  2 * c->act_bytes[p->last[i]] / M * big;
-    }
-    r->n_micro = most;
-    r->fits_memory = umpipe_fits(&prob, r->fwd_sizes, r->bwd_sizes, rem, act_ps, stash_ps, 1, NULL);
-    /* The search's objective leaves the optimizer out; the plan's figures (and its trace) come
-     * from the event simulator playing the chosen sizes with each stage's optimizer step, as
-     * every other strategy's do. Without steps the two times are equal (the simulator plays
-     * the same recurrence). */
-    plan_sim_stage *st = calloc((size_t)S, sizeof *st);
-    double *opt = calloc((size_t)S, sizeof(double));
-    if (st == NULL || opt == NULL) {
-        free(st), free(opt);
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "umpipe: out of memory");
-        goto done;
-    }
-    plan_partition_sim_stages(c, p, st);
-    for (int i = 0; i < S; i++)
-        opt[i] = st[i].opt_s;
-    plan_sim_sized in = {.n_stages = S,
-                         .batch = B,
-                         .max_entries = K,
-                         .fwd_sizes = r->fwd_sizes,
-                         .bwd_sizes = r->bwd_sizes,
-                         .fwd_s = fw,
-                         .bwd_s = bw,
-                         .comm_s = cm,
-                         .opt_s = opt};
-    rc = plan_partition_simulate_sized(c, p, &in, req->record_trace, &r->sim, err);
-    free(st), free(opt);
-    if (rc != SC_OK)
-        goto done;
-    r->iteration_time_s = r->sim.iteration_s;
-    r->bubble_fraction = r->sim.bubble_fraction;
-done:
-    plan_ga_result_free(&g);
-    plan_ga_result_free(&g2);
-    free(fw), free(bw), free(cm), free(cap), free(capg), free(rem), free(act_ps), free(stash_ps);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- driver */
@@ -525,7 +330,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
     if (strat == PLAN_STRAT_UMPIPE) {
         /* on the minmax partition, which keeps the profile's order (no part->order) */
         out->micro_size = cost->samples;
-        rc = run_umpipe(req, cost, out, &serr);
+        rc = plan_umpipe_run(req, cost, out, &serr);
         out->search_time_s = sc_clock_now_s() - t0;
         if (rc != SC_OK)
             goto strategy_failed;
@@ -710,195 +515,4 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         plan_result_free(&alt);
     }
     return SC_OK;
-}
-
-/* ---------------------------------------------------------------- writers */
-
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static void json_sizes(FILE *f, const int *row, int K)
-{
-    fputc('[', f);
-    for (int j = 0; j < K && row[j] > 0; j++)
-        fprintf(f, "%s%d", j ? ", " : "", row[j]);
-    fputc(']', f);
-}
-
-sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r, int n,
-                          sc_err *err)
-{
-    fprintf(f, "{\"model\": ");
-    json_str(f, req->profile->model);
-    fprintf(f, ", \"blocks\": %d, \"devices\": %d, \"plans\": [", req->profile->n_blocks,
-            req->cluster->n_devices);
-    for (int i = 0; i < n; i++) {
-        const plan_result *x = &r[i];
-        fprintf(f, "%s\n  {\"strategy\": \"%s\"", i ? "," : "", plan_strategy_name(x->strategy));
-        if (!x->ok) {
-            fprintf(f, ", \"error\": ");
-            json_str(f, x->error);
-            fprintf(f, ", \"search_time_s\": %.9g}", x->search_time_s);
-            continue;
-        }
-        fprintf(f,
-                ", \"schedule\": \"%s\", \"batch\": %d, \"objective_s\": %.9g, "
-                "\"bottleneck_s\": %.9g, \"iteration_time_s\": %.9g, "
-                "\"throughput_samples_per_s\": %.9g, \"bubble_fraction\": %.6f, "
-                "\"lower_bound_s\": %.9g, \"lower_bound_replicated_s\": %.9g, "
-                "\"search_time_s\": %.9g, \"fits_memory\": %s",
-                x->strategy == PLAN_STRAT_UMPIPE ? "unequal" : plan_sched_name(x->schedule),
-                x->batch, x->objective_s, x->bottleneck_s, x->iteration_time_s,
-                x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s,
-                x->lower_bound_replicated_s, x->search_time_s, x->fits_memory ? "true" : "false");
-        if (x->note[0]) {
-            fprintf(f, ", \"note\": ");
-            json_str(f, x->note);
-        }
-        fprintf(f, ",\n   \"stages\": [");
-        const plan_partition *p = x->part;
-        for (int s = 0; s < p->n_stages; s++) {
-            fprintf(f, "%s\n    {\"first_block\": %d, \"last_block\": %d, \"devices\": [",
-                    s ? "," : "", p->first[s], p->last[s]);
-            for (int d = 0; d < p->n_dev[s]; d++)
-                fprintf(f, "%s%d", d ? ", " : "", p->devs[p->dev_start[s] + d]);
-            fprintf(f, "], \"replicas\": %d, \"compute_s\": %.9g, \"peak_memory_bytes\": %.6g}",
-                    p->n_dev[s], x->compute_s[s], x->peak_memory_bytes[s]);
-        }
-        fprintf(f, "]");
-        if (p->order != NULL) {
-            /* the plan's own block order: position i is the profile's block named here */
-            fprintf(f, ",\n   \"block_order\": [");
-            for (int i = 0; i < p->n_order; i++) {
-                fprintf(f, "%s", i ? ", " : "");
-                json_str(f, req->profile->blocks[p->order[i]].name);
-            }
-            fprintf(f, "]");
-        }
-        fprintf(f, ",\n   \"microbatches\": {\"count\": %d", x->n_micro);
-        if (x->strategy == PLAN_STRAT_UMPIPE) {
-            fprintf(f, ", \"sizes\": [");
-            for (int s = 0; s < p->n_stages; s++) {
-                fprintf(f, "%s", s ? ", " : "");
-                json_sizes(f, x->fwd_sizes + s * x->ga_k, x->ga_k);
-            }
-            fprintf(f, "], \"backward_sizes\": [");
-            for (int s = 0; s < p->n_stages; s++) {
-                fprintf(f, "%s", s ? ", " : "");
-                json_sizes(f, x->bwd_sizes + s * x->ga_k, x->ga_k);
-            }
-            fprintf(f, "]");
-        } else {
-            fprintf(f, ", \"size\": %.9g", x->micro_size);
-            if (x->schedule == PLAN_SCHED_SLICED)
-                fprintf(f, ", \"sliced\": %d", x->sliced);
-        }
-        if (x->n_sweep > 0) {
-            fprintf(f, ", \"sweep\": [");
-            for (int k = 0; k < x->n_sweep; k++)
-                fprintf(f,
-                        "%s{\"count\": %d, \"iteration_time_s\": %.9g, \"fits_memory\": %s, "
-                        "\"runnable\": %s}",
-                        k ? ", " : "", x->sweep_count[k], x->sweep_iter_s[k],
-                        x->sweep_fits[k] ? "true" : "false",
-                        x->sweep_runnable[k] ? "true" : "false");
-            fprintf(f, "]");
-        }
-        fprintf(f, "}");
-        if (x->strategy == PLAN_STRAT_UMPIPE)
-            fprintf(f,
-                    ",\n   \"baselines\": {\"best_equal_split_s\": %.9g, \"local_greedy_s\": "
-                    "%.9g, \"uniform_stagewise_s\": %.9g}",
-                    x->ga_best_equal_s, x->ga_greedy_s, x->ga_uniform_s);
-        fprintf(f, "}");
-    }
-    fprintf(f, "\n]}\n");
-    if (ferror(f))
-        return SC_ERRF(err, SC_ERR_IO, "writing the plan JSON failed");
-    return SC_OK;
-}
-
-static void fmt_bytes(char *buf, size_t n, double b)
-{
-    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
-    int i = 0;
-    while (b >= 1000 && i < 4) {
-        b /= 1000;
-        i++;
-    }
-    snprintf(buf, n, "%.1f %s", b, u[i]);
-}
-
-/* Text from the inputs (a model's or block's name, a file name) in a table line: control
- * characters (a newline, a terminal escape) become '?', as in error messages. */
-static void table_str(FILE *f, const char *s)
-{
-    for (; *s; s++)
-        fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
-}
-
-void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, int n)
-{
-    fprintf(f, "model ");
-    table_str(f, req->profile->model);
-    fprintf(f, ": %d blocks; cluster ", req->profile->n_blocks);
-    table_str(f, req->cluster->source);
-    fprintf(f, ": %d devices; batch %d; schedule %s\n", req->cluster->n_devices,
-            n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
-    fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages", "devices",
-            "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble", "peak_mem", "search_s");
-    for (int i = 0; i < n; i++) {
-        const plan_result *x = &r[i];
-        if (!x->ok) {
-            fprintf(f, "%-15s failed: ", plan_strategy_name(x->strategy));
-            table_str(f, x->error);
-            fputc('\n', f);
-            continue;
-        }
-        double peak = 0;
-        for (int s = 0; s < x->part->n_stages; s++)
-            peak = x->peak_memory_bytes[s] > peak ? x->peak_memory_bytes[s] : peak;
-        char pm[32];
-        fmt_bytes(pm, sizeof pm, peak);
-        fprintf(f, "%-15s %6d %7d %6d %12.6g %12.6g %12.6g %6.1f%% %10s %10.4g%s\n",
-                plan_strategy_name(x->strategy), x->part->n_stages, x->part->n_devs, x->n_micro,
-                x->iteration_time_s, x->throughput_samples_per_s, x->bottleneck_s,
-                100 * x->bubble_fraction, pm, x->search_time_s,
-                x->fits_memory ? "" : "  (exceeds memory)");
-    }
-    /* The bounds are per micro-batch, as the bottleneck is: one line per micro-batch size */
-    for (int i = 0; i < n; i++) {
-        int seen = !r[i].ok;
-        for (int j = 0; j < i && !seen; j++)
-            seen = r[j].ok && r[j].micro_size == r[i].micro_size;
-        if (seen)
-            continue;
-        fprintf(f,
-                "lower bound on the bottleneck at %.6g samples per micro-batch: %.6g s with a "
-                "device per stage, %.6g s with replicated stages\n",
-                r[i].micro_size, r[i].lower_bound_s, r[i].lower_bound_replicated_s);
-    }
-}
-
-sc_status plan_write_trace(const plan_result *r, const char *path, sc_err *err)
-{
-    FILE *f = fopen(path, "w");
-    if (f == NULL)
-        return SC_ERRF(err, SC_ERR_IO, "--trace %s: cannot create the file", path);
-    sc_status rc = plan_sim_write_trace(&r->sim, f, NULL, err);
-    if (fclose(f) != 0 && rc == SC_OK)
-        rc = SC_ERRF(err, SC_ERR_IO, "--trace %s: write failed", path);
-    return rc;
 }

@@ -6,9 +6,13 @@
  * minmax (exact contiguous min-max for the cluster's device order), exhaustive (brute force,
  * small instances only), pipedream (PipeDream's replication DP with hierarchical bandwidths),
  * autopipe (critical-stage search over the min-max partition) and hetero (ours: partition,
- * device order and replication over unequal devices, memory as a hard limit).
+ * device order and replication over unequal devices, memory as a hard limit). Each strategy
+ * has a file of its own, plan_partition_<strategy>.c (pipedream's DP over antichain states in
+ * plan_partition_pipedream_dag.c); the container and the common objective are
+ * plan_partition.c, the simulator glue plan_partition_sim.c.
  * Does not pick micro-batch sizes (plan_microbatch, plan_ga) and does not time schedules
- * except where a strategy itself needs the simulator (autopipe).
+ * except where a strategy itself needs the simulator (autopipe, and hetero to choose among
+ * its candidates).
  *
  * Invariant of a partition: stages cover blocks 0..n_blocks-1 in order, each non-empty; each
  * device appears in at most one stage. Block positions are those of the profile's linear order,
@@ -17,6 +21,7 @@
 #ifndef PLAN_PARTITION_H
 #define PLAN_PARTITION_H
 
+#include "common/sc_pipeline.h"
 #include "common/sc_status.h"
 #include "coordinator/planner/plan_cluster.h"
 #include "coordinator/planner/plan_schedule.h"
@@ -96,14 +101,27 @@ double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p);
  * included): the runtime's rule (sc_pipeline.h, rt_schedule_slots_bound): gpipe ceil(m / r),
  * 1f1b (and sliced without halves) min(W / r + 1, ceil(m / r)) with the 1F1B-RR warm-up
  * W = r floor((after - 1) / r), pipedream W / r + 1 (its stream crosses iterations).
- * Unreplicated: m, min(p-s, m) and p-s. */
-double plan_stash_count_copy(plan_sched_kind k, int after, int copies, int m);
+ * Unreplicated: m, min(p-s, m) and p-s. Inline: the DPs' memory bounds ask for every cell. */
+static inline double plan_stash_count_copy(plan_sched_kind k, int after, int copies, int m)
+{
+    switch (k) {
+    case PLAN_SCHED_GPIPE:
+        return (m + copies - 1) / copies;
+    case PLAN_SCHED_PIPEDREAM: /* the stream crosses iterations: no cap by m */
+        return sc_pipeline_copy_slots(after, copies, 0);
+    default:
+        return sc_pipeline_copy_slots(after, copies, m);
+    }
+}
 /* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches, no stage
  * replicated: plan_stash_count_copy(k, n_stages - s, 1, m). */
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m);
 /* Extra weight versions one copy keeps: pipedream's W / r (p-s-1 unreplicated), 0 for the
- * synchronous schedules. */
-int plan_weight_versions(plan_sched_kind k, int after, int copies);
+ * synchronous schedules. Inline: the DPs' memory bounds ask for every cell. */
+static inline int plan_weight_versions(plan_sched_kind k, int after, int copies)
+{
+    return k == PLAN_SCHED_PIPEDREAM ? sc_pipeline_copy_slots(after, copies, 0) - 1 : 0;
+}
 /* Micro-batches' worth of samples stage s keeps stashed under the sliced schedule when the
  * first `sliced` of m micro-batches run as two halves (plan_schedule_build); sliced 0 gives
  * the 1F1B count. Slicing can raise a stage's count as well as lower it. */
@@ -131,8 +149,14 @@ double plan_lower_bound_replicated(const plan_cost *c);
  * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
  * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
  * steps, so m must be a multiple of every stage's copies, i.e. r divides m. One copy always
- * runs; m below 1 counts as 1. */
-int plan_replicas_runnable(plan_sched_kind k, int m, int r);
+ * runs; m below 1 counts as 1. Inline: the DPs ask for every cell. */
+static inline int plan_replicas_runnable(plan_sched_kind k, int m, int r)
+{
+    if (r <= 1)
+        return 1;
+    m = m > 1 ? m : 1;
+    return k == PLAN_SCHED_PIPEDREAM ? m % r == 0 : r <= m;
+}
 /* plan_replicas_runnable for every stage of p. */
 int plan_partition_runnable(const plan_partition *p, plan_sched_kind k, int m);
 

@@ -1,0 +1,128 @@
+/*
+ * plan_partition_internal: what the partitioner's files share beyond plan_partition.h: the cost
+ * model's small helpers (inline: the DPs call them for every cell), the searches' stash and
+ * memory rules, and the DP over a device order that minmax and hetero build on
+ * (plan_partition_dp.c).
+ *
+ * Private to the planner's plan_partition*.c files; nothing outside coordinator/planner
+ * includes it, and nothing here is a strategy: the model never calls one.
+ */
+#ifndef PLAN_PARTITION_INTERNAL_H
+#define PLAN_PARTITION_INTERNAL_H
+
+#include "coordinator/planner/plan_partition.h"
+
+/* ---- the cost model (plan_partition.c) ------------------------------------------------ */
+
+static inline int dev_type(const plan_cost *c, int d)
+{
+    return c->cluster->devices[d].type;
+}
+
+/* PipeDream's data-parallel cost: 4 (r-1) W / (r bw) for a ring all-reduce of W bytes. */
+static inline double allreduce_s(double params, int r, double bw)
+{
+    return r > 1 ? 4.0 * (r - 1) * params / (r * bw) : 0;
+}
+
+/* Share of one micro-batch in a replicated stage's weight all-reduce: synchronous schedules
+ * reduce once per iteration, i.e. once per batch / samples micro-batches. */
+static inline double allreduce_share_s(const plan_cost *c, double params, int r, double bw)
+{
+    double m = c->samples > 0 ? c->batch / c->samples : 1;
+    return allreduce_s(params, r, bw) / (m > 1 ? m : 1);
+}
+
+static inline double dev_memory(const plan_cost *c, int d)
+{
+    return c->cluster->types[dev_type(c, d)].memory_bytes;
+}
+
+/* The least bandwidth between a device of a[0..na-1] and a different device of b[0..nb-1];
+ * HUGE_VAL when there is no such pair. */
+double plan_group_min_bw(const plan_cluster *cl, const int *a, int na, const int *b, int nb);
+
+/* The stash count the searches assume for a copy of a stage of `copies` copies in a plan of
+ * n_stages stages, the stages from it on having `after` copies in all (at most). */
+static inline double search_stash(const plan_search_cfg *cfg, int n_stages, int after, int copies)
+{
+    int k = cfg->sliced;
+    if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
+        return plan_stash_count_copy(cfg->sched, after, copies, cfg->n_micro);
+    k = k < n_stages - 1 ? k : n_stages - 1;
+    k = k < cfg->n_micro ? k : cfg->n_micro;
+    return plan_stash_count_sliced_copy(after, copies, cfg->n_micro, k);
+}
+
+/* Sliced schedule: a search tries none and then 1..this many warm-up micro-batches run as
+ * halves, each count with its own stash counts (search_stash); a partition fits when one count
+ * fits all its stages, as plan_run then keeps the fastest count that fits. 0 when the schedule
+ * is not sliced, the search was given its count (cfg->sliced), a micro-batch holds fewer than 2
+ * samples (the runtime halves none), or there are at least as many micro-batches as `stages`
+ * (the most stages a plan may have, or that the search's memory bound counts): then halves
+ * never lower a stage's stash below 1F1B's (plan_stash_count_sliced; they only hold more on
+ * the first stages), so they cannot make a plan fit. */
+int plan_search_sliced_tries(const plan_search_cfg *cfg, int stages);
+
+/* The most stages a plan may have: a device and a block each at least, and at most
+ * cfg->max_stages when that is set (uniform, blockpartition, exhaustive and autopipe). */
+int plan_search_max_stages(const plan_search_cfg *cfg);
+
+/* The error of a strategy that found no partition fitting the devices' memory: marks
+ * out->no_fit and returns SC_ERR_TOO_LARGE, naming `who`, the largest device and the largest
+ * block. */
+sc_status plan_partition_no_fit(const plan_search_cfg *cfg, const char *who, plan_partition *out,
+                                sc_err *err);
+
+/* ---- the DP over a device order (plan_partition_dp.c) --------------------------------- */
+
+typedef struct dp_tables {
+    int D, L;
+    double *f; /* (D+1, L+1) */
+    int *k;    /* split */
+    int *r;    /* replicas of the last stage */
+} dp_tables;
+
+/* Tables for D devices and L blocks; -1 when out of memory. plan_dp_free frees what was
+ * allocated, also after a failed plan_dp_alloc or on zeroed tables. */
+void plan_dp_free(dp_tables *t);
+int plan_dp_alloc(dp_tables *t, int D, int L);
+
+/* Rebuilds the partition ending at table row d (the first d devices of `order`) for L
+ * blocks. Returns -1 when out of memory. */
+int plan_dp_extract(const dp_tables *t, const int *order, int d, int L, plan_partition *out);
+
+/* The most copies of one stage any DP gives (hetero's max_rep). */
+#define DP_MAX_COPIES 8
+
+/* The longest run (at most max_rep) of same-type, same-server devices ending at position d-1
+ * of `order`: the devices one replicated stage may take there. */
+int plan_dp_same_run(const plan_cluster *cl, const int *order, int d, int max_rep);
+
+/* Best bottleneck for the chain on devices order[0..D-1] used as a prefix (devices at the end
+ * of the order may stay idle); a stage takes a run of r devices of one type on one server when
+ * max_rep > 1 and the runtime runs r copies with the plan's micro-batches
+ * (plan_replicas_runnable). Values >= cap are not explored. Fills `out` when the result is
+ * < cap. */
+double plan_dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D, int max_rep,
+                     double cap, plan_partition *out, int *mem_cut);
+
+/* Lower bounds on the compute bottleneck of any plan on the first d devices of `order`, for
+ * d = 0..D (bound[0] = HUGE_VAL): stage i on r_i devices of speed bound s (type_speed_bound)
+ * takes at least its work on type 0 over s r_i, so the slowest stage takes at least the whole
+ * work on type 0 over the sum of the devices' bounds (with a margin for rounding). 0 where a
+ * device has no bound. Returns -1 when out of memory. */
+int plan_dp_prefix_bounds(const plan_cost *c, const int *order, int D, double *bound);
+
+/* plan_dp_order with each plan's memory counted for its own number of stages, as the final plan
+ * counts it. plan_dp_order bounds a stage's stash by the devices from its position to the end of
+ * the prefix, which overcounts for a plan that leaves devices idle; when that bound ruled out
+ * anything, the prefixes of k = D-1, D-2, ... devices are solved again with k as the count
+ * (exact without replicas), each capped by the best so far. A tie goes to the fewer devices,
+ * as within one pass. Once no plan on k devices can beat the best so far (plan_dp_prefix_bounds),
+ * no shorter prefix can either and the search stops. *mem_cut (when not NULL) is set when memory
+ * ruled anything out. Returns HUGE_VAL when out of memory, as when nothing fits. */
+double plan_dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D,
+                         int max_rep, double cap, plan_partition *out, int *mem_cut);
+
+#endif /* PLAN_PARTITION_INTERNAL_H */
