@@ -3,7 +3,7 @@
  * helpers for flags, usage errors and help. It does not know which subcommands exist: the table
  * and the lookup by name are in commands.h, above every subcommand.
  *
- * Conventions (docs/cli.md): exit 0 on success, 1 on a runtime failure, 2 on bad usage or bad
+ * Conventions (docs/reference/cli.md): exit 0 on success, 1 on a runtime failure, 2 on bad usage or bad
  * input, with a one-line message on stderr that names the flag, file or JSON path and what would
  * be valid. Every subcommand takes --help; those that print results take --json.
  */

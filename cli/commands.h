@@ -146,7 +146,7 @@ int cmd_profile(const cli_command *self, int argc, char **argv);
     "  --schedule S        gpipe, 1f1b (default), pipedream (asynchronous) or sliced\n"         \
     "  --strategy NAME     uniform, blockpartition, minmax, pipedream, autopipe, hetero,\n"     \
     "                      umpipe, exhaustive, or all (default)\n"                               \
-    "  --json              print {\"plans\": [...]} (docs/formats.md)\n"                        \
+    "  --json              print {\"plans\": [...]} (docs/reference/formats.md)\n"                 \
     "  --trace FILE        write the fastest plan's simulated schedule as a Chrome trace\n"     \
     "Exit status: 0 ok, 1 runtime failure, 2 bad usage or input.\n"
 int cmd_plan(const cli_command *self, int argc, char **argv);

@@ -44,7 +44,7 @@ typedef enum {
     TOPO_SRC_MEASURED,  /* measured on this machine, now */
     TOPO_SRC_REPORTED,  /* read from the hardware or driver (CUDA, hwloc, sysfs) */
     TOPO_SRC_ESTIMATED, /* derived from a model name or a table of known parts */
-    TOPO_SRC_ASSUMED,   /* nothing known: a stated default (docs/topology.md) */
+    TOPO_SRC_ASSUMED,   /* nothing known: a stated default (docs/design/topology.md) */
 } topo_source;
 
 const char *topo_source_str(topo_source s);

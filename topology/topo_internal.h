@@ -16,7 +16,7 @@
 #include "common/sc_status.h"
 #include "topology/topo.h"
 
-/* Assumed figures, used only where the topology says nothing; docs/topology.md lists them. */
+/* Assumed figures, used only where the topology says nothing; docs/design/topology.md lists them. */
 #define ASSUMED_PCIE_BYTES_PER_S 16e9   /* PCIe 3.0 x16 */
 #define ASSUMED_SOCKET_BYTES_PER_S 20e9 /* one UPI/xGMI link between packages */
 #define ASSUMED_NIC_BYTES_PER_S 1.25e9  /* 10 Gb/s Ethernet */

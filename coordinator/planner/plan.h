@@ -1,7 +1,7 @@
 /*
  * plan: the strategy driver. Runs one partitioning strategy on a profile and a cluster, picks
  * the micro-batch count, simulates the chosen schedule and fills a plan result; writes results
- * as the plan JSON of docs/formats.md and the simulated schedule as a Chrome trace (the writers
+ * as the plan JSON of docs/reference/formats.md and the simulated schedule as a Chrome trace (the writers
  * are plan_write.c).
  *
  * Does not read files (the caller loads profile and cluster) and prints nothing but what it is

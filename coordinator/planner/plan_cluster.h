@@ -1,7 +1,7 @@
 /*
  * plan_cluster: the cluster the planner places stages on, and the cost model over it.
  *
- * Reads the cluster JSON ("stagecraft-cluster", docs/formats.md) or builds a homogeneous
+ * Reads the cluster JSON ("stagecraft-cluster", docs/reference/formats.md) or builds a homogeneous
  * cluster from the `--gpus N --bandwidth B [--memory M]` shorthand, and turns a profile into
  * per-device-type block times for one micro-batch size (plan_cost). Does not discover
  * hardware (topology/ does) and does not model shared links: the bandwidth between two devices

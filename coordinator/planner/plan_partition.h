@@ -81,7 +81,7 @@ typedef struct plan_search_cfg {
 
 #define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
 
-/* ---- the common objective (docs/formats.md) ------------------------------------------- */
+/* ---- the common objective (docs/reference/formats.md) ------------------------------------------- */
 
 /* Compute time of stage s per micro-batch: the slowest replica's (forward + backward) divided
  * by the replicas, plus, when replicated, its share of the weight all-reduce
@@ -145,7 +145,7 @@ double plan_lower_bound(const plan_cost *c);
 double plan_lower_bound_replicated(const plan_cost *c);
 
 /* Whether the runtime runs a stage of r copies when an iteration has m micro-batches under
- * schedule k (docs/runtime.md, "Replicated stages"): the synchronous schedules route
+ * schedule k (docs/design/runtime.md, "Replicated stages"): the synchronous schedules route
  * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
  * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
  * steps, so m must be a multiple of every stage's copies, i.e. r divides m. One copy always

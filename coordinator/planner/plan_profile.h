@@ -1,7 +1,7 @@
 /*
  * plan_profile: the model profile the planner cuts, a chain of blocks in execution order.
  *
- * Reads our JSON profile ("stagecraft-profile", docs/formats.md) and PipeDream's graph.txt
+ * Reads our JSON profile ("stagecraft-profile", docs/reference/formats.md) and PipeDream's graph.txt
  * (a DAG, linearised here in topological order). Does not measure anything and knows nothing
  * about devices: times are for the profile's reference device; plan_cluster scales them.
  *

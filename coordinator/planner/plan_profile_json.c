@@ -1,6 +1,6 @@
 /*
  * plan_profile_json: plan_profile_parse_json, the reader of our JSON profile
- * ("stagecraft-profile", docs/formats.md).
+ * ("stagecraft-profile", docs/reference/formats.md).
  *
  * Checks the format and version, every block's fields and ranges, strictly increasing measured
  * sizes, unique block names and that some block takes time; errors name the file, the JSON

@@ -1,5 +1,5 @@
 /*
- * plan_write: plan results as the plan JSON of docs/formats.md and as a human table, and a
+ * plan_write: plan results as the plan JSON of docs/reference/formats.md and as a human table, and a
  * result's simulated schedule as a Chrome trace.
  *
  * Computes nothing: every figure written is the result's own. Invariant: text that comes from

@@ -443,7 +443,7 @@ static void test_pipedream_objective(void **state)
 }
 
 /* Replicas the runtime runs: a stage of r copies needs r <= m micro-batches under the
- * synchronous schedules and m a multiple of r under pipedream (docs/runtime.md). */
+ * synchronous schedules and m a multiple of r under pipedream (docs/design/runtime.md). */
 static void test_replicas_runnable(void **state)
 {
     (void)state;

@@ -725,7 +725,7 @@ static int most_replicas(const plan_partition *p)
     return most;
 }
 
-/* No strategy emits a plan the runtime refuses (docs/runtime.md, "Replicated stages"): with
+/* No strategy emits a plan the runtime refuses (docs/design/runtime.md, "Replicated stages"): with
  * gpipe, 1f1b and sliced a stage has at most as many copies as micro-batches, with pipedream
  * the count is a multiple of every stage's copies; a batch of one sample is never replicated
  * (and then no bottleneck is below the lower bound, which assumes no copies). */

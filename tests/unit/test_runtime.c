@@ -1868,7 +1868,7 @@ static void test_replicated_bad_config(void **state)
 
 /* ---- pipedream with replicated stages (1F1B-RR) ---- */
 
-/* Stage s's warm-up in minibatches of the stage's stream, as docs/runtime.md states it:
+/* Stage s's warm-up in minibatches of the stage's stream, as docs/design/runtime.md states it:
  * W_s = r_s * floor((R_s - 1) / r_s), R_s the copies of stages s..p-1. */
 static int pdr_warmup(const int *reps, int p, int s)
 {
