@@ -85,6 +85,28 @@ static void test_zmq_round_trip(void **state)
     round_trip(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", "tcp://127.0.0.1:0");
 }
 
+/* A host name (a worker that advertises its name): zmq binds addresses only, so the transport
+ * binds every interface and publishes the name, which the peer resolves. */
+static void test_zmq_host_name(void **state)
+{
+    (void)state;
+    round_trip(RT_TRANSPORT_ZMQ, "tcp://localhost:0", "tcp://localhost:0");
+    rt_transport *t = open_one(RT_TRANSPORT_ZMQ, "tcp://localhost:0", 1000);
+    assert_int_equal(strncmp(rt_transport_endpoint(t), "tcp://localhost:", 16), 0);
+    assert_true(atoi(rt_transport_endpoint(t) + 16) > 0);
+    rt_transport_destroy(&t);
+    /* an address stays as it is */
+    t = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 1000);
+    assert_int_equal(strncmp(rt_transport_endpoint(t), "tcp://127.0.0.1:", 16), 0);
+    rt_transport_destroy(&t);
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.bind_endpoint = "tcp://:0";
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&t, &c, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "expected tcp://HOST:PORT"));
+}
+
 static void test_local_round_trip(void **state)
 {
     (void)state;
@@ -343,6 +365,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zmq_round_trip),
+        cmocka_unit_test(test_zmq_host_name),
         cmocka_unit_test(test_local_round_trip),
         cmocka_unit_test(test_zmq_peer_gone_times_out),
         cmocka_unit_test(test_local_peer_gone_unavailable),

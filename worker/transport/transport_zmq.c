@@ -9,6 +9,7 @@
  * shorter) for queued messages to leave, so a stage that sends its last gradients and exits still
  * delivers them, and a gone peer never holds a closing process for longer than that.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,19 +76,46 @@ static sc_status set_common_opts(void *s, sc_err *err)
     return SC_OK;
 }
 
+/* Whether `host` is something zmq binds as it is: an IPv4 or IPv6 address (bracketed or
+ * not), or the wildcard '*'. */
+static bool is_address(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    char v6[INET6_ADDRSTRLEN + 2];
+    size_t n = strlen(host);
+    if (strcmp(host, "*") == 0 || inet_pton(AF_INET, host, buf) == 1 ||
+        inet_pton(AF_INET6, host, buf) == 1)
+        return true;
+    if (n > 2 && n < sizeof v6 && host[0] == '[' && host[n - 1] == ']') {
+        memcpy(v6, host + 1, n - 2);
+        v6[n - 2] = '\0';
+        return inet_pton(AF_INET6, v6, buf) == 1;
+    }
+    return false;
+}
+
 static sc_status zt_bind(rt_transport *t, const char *endpoint, sc_err *err)
 {
-    if (strncmp(endpoint, "tcp://", 6) != 0 || strchr(endpoint + 6, ':') == NULL)
+    if (strncmp(endpoint, "tcp://", 6) != 0 || strchr(endpoint + 6, ':') == NULL ||
+        endpoint[6] == ':')
         return SC_ERRF(err, SC_ERR_INVALID,
                        "transport endpoint \"%s\": expected tcp://HOST:PORT (port 0 picks one)",
                        endpoint);
-    /* zmq spells "any free port" as '*'; accept the usual ":0" too. */
-    char ep[RT_ENDPOINT_MAX];
-    if (sc_strlcpy(ep, endpoint, sizeof ep) >= sizeof ep - 2)
+    /* zmq spells "any free port" as '*'; accept the usual ":0" too. zmq binds interfaces and
+     * addresses, not host names ("No such device"): a worker that advertises its host name
+     * binds every interface and publishes the name, which peers resolve when they connect. */
+    char host[RT_ENDPOINT_MAX], port[16], ep[RT_ENDPOINT_MAX];
+    const char *colon = strrchr(endpoint, ':');
+    size_t host_len = (size_t)(colon - (endpoint + 6));
+    if (host_len + 1 > sizeof host || strlen(colon + 1) + 1 > sizeof port)
         return SC_ERRF(err, SC_ERR_INVALID, "transport endpoint \"%s\" is too long", endpoint);
-    char *colon = strrchr(ep, ':');
-    if (strcmp(colon, ":0") == 0)
-        strcpy(colon, ":*");
+    memcpy(host, endpoint + 6, host_len);
+    host[host_len] = '\0';
+    sc_strlcpy(port, colon + 1, sizeof port);
+    bool named = !is_address(host);
+    if ((size_t)snprintf(ep, sizeof ep, "tcp://%s:%s", named ? "*" : host,
+                         strcmp(port, "0") == 0 ? "*" : port) >= sizeof ep)
+        return SC_ERRF(err, SC_ERR_INVALID, "transport endpoint \"%s\" is too long", endpoint);
 
     zmq_impl *z = calloc(1, sizeof *z);
     SC_ALLOC_CHECK(z, err);
@@ -117,6 +145,12 @@ static sc_status zt_bind(rt_transport *t, const char *endpoint, sc_err *err)
     size_t len = sizeof t->endpoint;
     if (zmq_getsockopt(z->inbox, ZMQ_LAST_ENDPOINT, t->endpoint, &len) != 0)
         return ZMQ_FAIL(err, "getsockopt(ZMQ_LAST_ENDPOINT)");
+    if (named) {
+        sc_strlcpy(port, strrchr(t->endpoint, ':') + 1, sizeof port);
+        if ((size_t)snprintf(t->endpoint, sizeof t->endpoint, "tcp://%s:%s", host, port) >=
+            sizeof t->endpoint)
+            return SC_ERRF(err, SC_ERR_INVALID, "transport endpoint \"%s\" is too long", endpoint);
+    }
     return SC_OK;
 }
 
