@@ -252,13 +252,16 @@ static sc_status release(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
 }
 
 /* ---- link probe: the coordinator times these round trips to measure the path to this worker.
- * Stateless and cheap: it takes no lock and reads nothing of the worker's state, so a probe
+ * Cheap and stateless: it takes no lock and reads only an immutable test fault, so a probe
  * runs whatever the worker is doing. */
 static sc_status probe_link(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
                             void *user, sc_err *err)
 {
-    (void)user;
+    const wk_state *st = user;
     const Stagecraft__ProbeLinkRequest *req = (const void *)msg;
+    if (st->refuse_probe)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "ProbeLink is refused (STAGECRAFT_WORKER_FAULTS=refuse-probe)");
     if (req->reply_bytes > WK_PROBE_MAX_BYTES)
         return SC_ERRF(err, SC_ERR_TOO_LARGE,
                        "ProbeLink: reply_bytes %u is over the limit of %zu bytes (the %zu-byte "
