@@ -1,7 +1,7 @@
 /*
  * The calls that take a chosen, planned job to its workers: Worker.Profile and the link probe
- * (Worker.ProbeLink, link_probe.h) on every worker, Worker.AssignStage (one stage replica per worker) and the START command that begins
- * training and creates the job's progress entry.
+ * (Worker.ProbeLink, link_probe.h) on every worker, Worker.AssignStage (one stage replica per
+ * worker) and the START command that begins training and creates the job's progress entry.
  *
  * The RPCs run without c->lock (a worker that stops answering costs one call's deadline, and
  * holds up only its own job); state changes take the lock for their in-memory and store work.
@@ -71,10 +71,10 @@ static void probe_worker(const coord *c, coord_chosen_worker *w)
     sc_err_clear(&err);
     sc_rpc_client *cli = NULL;
     sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
-    int64_t timeout_ms = c->cfg.profile_timeout_ms > 0 &&
-                                 c->cfg.profile_timeout_ms < PROBE_CALL_TIMEOUT_MS
-                             ? c->cfg.profile_timeout_ms
-                             : PROBE_CALL_TIMEOUT_MS;
+    int64_t timeout_ms =
+        c->cfg.profile_timeout_ms > 0 && c->cfg.profile_timeout_ms < PROBE_CALL_TIMEOUT_MS
+            ? c->cfg.profile_timeout_ms
+            : PROBE_CALL_TIMEOUT_MS;
     coord_link_measure m;
     sc_status rc = sc_rpc_client_new(&cli, w->endpoint, &cfg, &err);
     if (rc == SC_OK)
@@ -85,12 +85,12 @@ static void probe_worker(const coord *c, coord_chosen_worker *w)
         SC_LOG_INFO(LOG,
                     "worker %s ('%s'): link to the coordinator %.4g bytes/s (up %.4g with %zu "
                     "bytes, down %.4g with %zu bytes, latency %.3g ms; probed in %.3g s)",
-                    w->id, w->name, m.bytes_per_s, m.up_bytes_per_s, m.up_bytes,
-                    m.down_bytes_per_s, m.down_bytes, m.latency_s * 1e3, m.elapsed_s);
+                    w->id, w->name, m.bytes_per_s, m.up_bytes_per_s, m.up_bytes, m.down_bytes_per_s,
+                    m.down_bytes, m.latency_s * 1e3, m.elapsed_s);
     else
         SC_LOG_WARN(LOG,
-                    "worker %s ('%s'): link probe failed, so its server keeps the NIC bandwidth "
-                    "its hardware report gives: %s",
+                    "worker %s ('%s'): link probe failed, so its server's NIC bandwidth is the "
+                    "hardware report's unless another of its workers is measured: %s",
                     w->id, w->name, err.msg);
 }
 

@@ -45,6 +45,6 @@ wait_for 30 is_state job-2 succeeded && pass "a worker that refuses the probe st
 src=$(server job-2 nic_bandwidth_source)
 [ "$src" = nic ] || [ "$src" = assumed ] && pass "its server keeps the reported figure ($src)" ||
     fail "job-2's server: nic_bandwidth_source '$src'"
-grep -q "('b'): link probe failed, so its server keeps the NIC bandwidth its hardware report gives: .*refuse-probe" \
+grep -q "('b'): link probe failed, so its server's NIC bandwidth is the hardware report's .*refuse-probe" \
     "$work/coord.log" && pass "the coordinator logs why" || fail "no probe failure logged"
 finish
