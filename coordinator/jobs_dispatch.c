@@ -1,7 +1,7 @@
 /*
- * The calls that take a chosen, planned job to its workers: Worker.Profile (once per device
- * type), Worker.AssignStage (one stage replica per worker) and the START command that begins
- * training and creates the job's progress entry.
+ * The calls that take a chosen, planned job to its workers: Worker.Profile and the link probe
+ * (Worker.ProbeLink, link_probe.h) on every worker, Worker.AssignStage (one stage replica per
+ * worker) and the START command that begins training and creates the job's progress entry.
  *
  * The RPCs run without c->lock (a worker that stops answering costs one call's deadline, and
  * holds up only its own job); state changes take the lock for their in-memory and store work.
@@ -18,11 +18,15 @@
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs_internal.h"
+#include "coordinator/link_probe.h"
 #include "coordinator/transport_pick.h"
 #include "proto/sc_wire.h"
 
 #define LOG "jobs"
 #define ASSIGN_TIMEOUT_MS 10000
+/* Each probe round trip's deadline (or the profiling timeout, when shorter): 64 KiB, the first
+ * payload, crosses a link of 100 kbit/s in about 5 s. */
+#define PROBE_CALL_TIMEOUT_MS 5000
 
 /* Micro-batch sizes to profile: the planned size when the count is fixed (the spec keeps it
  * within SC_WIRE_MAX_MICROBATCH_SIZE), else powers of two up to the batch and that limit (at
@@ -59,6 +63,37 @@ static sc_status call_worker(const coord *c, coord_chosen_worker *w, const char 
     return rc;
 }
 
+/* Measures the link between the coordinator and worker `w` into w->link_bytes_per_s; a failure
+ * is logged and leaves it 0. */
+static void probe_worker(const coord *c, coord_chosen_worker *w)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    sc_rpc_client *cli = NULL;
+    sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
+    int64_t timeout_ms =
+        c->cfg.profile_timeout_ms > 0 && c->cfg.profile_timeout_ms < PROBE_CALL_TIMEOUT_MS
+            ? c->cfg.profile_timeout_ms
+            : PROBE_CALL_TIMEOUT_MS;
+    coord_link_measure m;
+    sc_status rc = sc_rpc_client_new(&cli, w->endpoint, &cfg, &err);
+    if (rc == SC_OK)
+        rc = coord_link_probe(cli, timeout_ms, &m, &err);
+    sc_rpc_client_destroy(&cli);
+    w->link_bytes_per_s = rc == SC_OK ? m.bytes_per_s : 0;
+    if (rc == SC_OK)
+        SC_LOG_INFO(LOG,
+                    "worker %s ('%s'): link to the coordinator %.4g bytes/s (up %.4g with %zu "
+                    "bytes, down %.4g with %zu bytes, latency %.3g ms; probed in %.3g s)",
+                    w->id, w->name, m.bytes_per_s, m.up_bytes_per_s, m.up_bytes, m.down_bytes_per_s,
+                    m.down_bytes, m.latency_s * 1e3, m.elapsed_s);
+    else
+        SC_LOG_WARN(LOG,
+                    "worker %s ('%s'): link probe failed, so its server's NIC bandwidth is the "
+                    "hardware report's unless another of its workers is measured: %s",
+                    w->id, w->name, err.msg);
+}
+
 sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
                                  coord_chosen_worker *ws, size_t n, sc_err *err)
 {
@@ -70,7 +105,8 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
     req.n_microbatch_sizes = profile_sizes(spec, sizes);
     /* Every worker measures its own device: two of one name may differ (a CPU share, a GPU's
      * clock or power cap), and the cluster model groups them only when their profiles agree.
-     * One at a time, so that workers sharing a host's processors do not slow each other's. */
+     * One at a time, so that workers sharing a host's processors do not slow each other's, and
+     * probes of two workers do not share a link. */
     for (size_t i = 0; i < n; i++) {
         if (ws[i].profile_json)
             continue;
@@ -85,6 +121,8 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
         ws[i].profile_json = strdup(((Stagecraft__ProfileResponse *)m)->profile_json);
         protobuf_c_message_free_unpacked(m, NULL);
         SC_ALLOC_CHECK(ws[i].profile_json, err);
+        if (ws[i].link_bytes_per_s <= 0)
+            probe_worker(c, &ws[i]);
     }
     return SC_OK;
 }

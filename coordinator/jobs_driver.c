@@ -236,6 +236,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         pw[i].id = ws[i].id;
         pw[i].hw = ws[i].hw;
         pw[i].profile_json = ws[i].profile_json;
+        pw[i].link_bytes_per_s = ws[i].link_bytes_per_s;
     }
     rc = coord_plan_job(&spec, pw, n, &plan_json, &err);
     free(pw);

@@ -22,6 +22,7 @@ typedef struct {
     char endpoint[COORD_NAME_MAX];
     Stagecraft__HardwareReport *hw;
     char *profile_json;
+    double link_bytes_per_s; /* measured path to the coordinator (link_probe.h); 0: not measured */
 } coord_chosen_worker;
 
 /* ---- jobs_workers.c: which workers a job takes, and giving back those its plan leaves out -- */
@@ -60,8 +61,10 @@ sc_status coord_jobs_add_transports(const coord_jobspec *spec, const coord_chose
 
 /* ---- jobs_dispatch.c: the calls and commands that profile, assign and start a job --------- */
 
-/* Profiles the model on the chosen workers (each device type once), filling ws[i].profile_json.
- * Network calls: the caller does not hold c->lock. */
+/* Profiles the model on the chosen workers (each on its own device), filling ws[i].profile_json,
+ * and measures each one's link to the coordinator (ws[i].link_bytes_per_s), one worker at a time.
+ * A failed probe is logged and leaves the figure 0 (the worker's report then stands); only a
+ * failed profile is an error. Network calls: the caller does not hold c->lock. */
 sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
                                  coord_chosen_worker *ws, size_t n, sc_err *err);
 

@@ -5,7 +5,9 @@
  * carries the measured per-block times (`block_times`) of the first worker that made it and a
  * relative speed = reference total time / its total time, the reference being workers[0]'s
  * device. Two CPU workers with different CPU shares, or two GPUs of one model with different
- * clocks or power caps, are different types.
+ * clocks or power caps, are different types. A server's NIC bandwidth is the least of its
+ * workers' measured links to the coordinator where any was measured (link_probe.h), else what
+ * the hardware report says.
  */
 #include "coordinator/planning.h"
 
@@ -125,6 +127,21 @@ static void type_for(json_t *types, const char *device, const char *worker, doub
         snprintf(out, cap, "%s@%s", device, worker);
 }
 
+/* A measured link of one of the server's workers: the server's NIC figure becomes the least
+ * measurement of its workers, replacing a reported or assumed one (the probe saw the path the
+ * transfers take; the report is a NIC's nominal speed, unknown on many virtual links). */
+static void take_measured_link(json_t *srv, double bytes_per_s)
+{
+    if (!(bytes_per_s > 0))
+        return;
+    const char *source = json_string_value(json_object_get(srv, "nic_bandwidth_source"));
+    double now = json_number_value(json_object_get(srv, "nic_bandwidth_bytes_per_s"));
+    if (source != NULL && strcmp(source, "measured") == 0 && now <= bytes_per_s)
+        return;
+    json_object_set_new(srv, "nic_bandwidth_bytes_per_s", json_real(bytes_per_s));
+    json_object_set_new(srv, "nic_bandwidth_source", json_string("measured"));
+}
+
 sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err)
 {
     json_t *types = json_object(), *servers = json_array();
@@ -158,12 +175,14 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
         if (srv == NULL || strcmp(json_string_value(json_object_get(srv, "name")), host) != 0) {
             double intra = workers[i].hw->intra_bandwidth_bytes_per_s;
             double nic = workers[i].hw->nic_bandwidth_bytes_per_s;
-            srv = json_pack("{s:s, s:[], s:f, s:f}", "name", host, "devices",
+            srv = json_pack("{s:s, s:[], s:f, s:f, s:s}", "name", host, "devices",
                             "intra_bandwidth_bytes_per_s", intra > 0 ? intra : DEFAULT_INTRA_BW,
-                            "nic_bandwidth_bytes_per_s", nic > 0 ? nic : DEFAULT_NIC_BW);
+                            "nic_bandwidth_bytes_per_s", nic > 0 ? nic : DEFAULT_NIC_BW,
+                            "nic_bandwidth_source", nic > 0 ? "nic" : "assumed");
             json_array_append_new(servers, srv);
         }
         json_array_append_new(json_object_get(srv, "devices"), json_string(type));
+        take_measured_link(srv, workers[i].link_bytes_per_s);
     }
     if (rc == SC_OK)
         set_compute_slots(workers, n, servers);

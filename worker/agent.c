@@ -87,7 +87,8 @@ struct wk_agent {
      * error of a trainer is lost, and only its repeats go out; "stale-heartbeat": the first
      * heartbeat after a registration of epoch 2 or more carries the epoch before, as one sent
      * just before the worker registered again would, so the coordinator refuses it (FENCED
-     * about that older epoch). */
+     * about that older epoch); "refuse-probe" (wk_state.refuse_probe): every ProbeLink call is
+     * refused, as by a worker that does not have the method. */
     bool drop_start, drop_stop, drop_reports, drop_errors, stale_heartbeat;
     /* What the trainer last said, kept to be said again: its newest iteration report (sent at
      * most every REPORT_EVERY_MS, since a small model steps thousands of times a second and a
@@ -171,10 +172,10 @@ static void default_name(char *out, size_t size, const char *device)
 /* STAGECRAFT_WORKER_FAULTS: a comma-separated list of the faults to inject (struct wk_agent). */
 static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
 {
-    static const char *const names[] = {"drop-start", "drop-stop", "drop-reports", "drop-errors",
-                                        "stale-heartbeat"};
-    bool *flags[] = {&a->drop_start, &a->drop_stop, &a->drop_reports, &a->drop_errors,
-                     &a->stale_heartbeat};
+    static const char *const names[] = {"drop-start",  "drop-stop",       "drop-reports",
+                                        "drop-errors", "stale-heartbeat", "refuse-probe"};
+    bool *flags[] = {&a->drop_start,  &a->drop_stop,       &a->drop_reports,
+                     &a->drop_errors, &a->stale_heartbeat, &a->shared.refuse_probe};
     enum { N_FAULTS = sizeof names / sizeof names[0] };
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
@@ -184,8 +185,8 @@ static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
         if (i == N_FAULTS)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "STAGECRAFT_WORKER_FAULTS: unknown fault '%.*s'; valid: drop-start, "
-                           "drop-stop, drop-reports, drop-errors, stale-heartbeat, separated by "
-                           "commas",
+                           "drop-stop, drop-reports, drop-errors, stale-heartbeat, refuse-probe, "
+                           "separated by commas",
                            (int)(len > 40 ? 40 : len), p);
         *flags[i] = true;
         p += len + (p[len] == ',');

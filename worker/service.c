@@ -251,6 +251,36 @@ static sc_status release(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
     return SC_OK;
 }
 
+/* ---- link probe: the coordinator times these round trips to measure the path to this worker.
+ * Cheap and stateless: it takes no lock and reads only an immutable test fault, so a probe
+ * runs whatever the worker is doing. */
+static sc_status probe_link(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                            void *user, sc_err *err)
+{
+    const wk_state *st = user;
+    const Stagecraft__ProbeLinkRequest *req = (const void *)msg;
+    if (st->refuse_probe)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "ProbeLink is refused (STAGECRAFT_WORKER_FAULTS=refuse-probe)");
+    if (req->reply_bytes > WK_PROBE_MAX_BYTES)
+        return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                       "ProbeLink: reply_bytes %u is over the limit of %zu bytes (the %zu-byte "
+                       "RPC message limit less room for the response's header)",
+                       req->reply_bytes, (size_t)WK_PROBE_MAX_BYTES,
+                       (size_t)SC_RPC_DEFAULT_MAX_MESSAGE_BYTES);
+    Stagecraft__ProbeLinkResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__probe_link_response__descriptor);
+    if (req->reply_bytes > 0) {
+        resp->payload.data = sc_rpc_ctx_alloc(ctx, req->reply_bytes); /* zeroed */
+        if (resp->payload.data == NULL)
+            return SC_ERRF(err, SC_ERR_NOMEM, "ProbeLink: out of memory for %u bytes",
+                           req->reply_bytes);
+        resp->payload.len = req->reply_bytes;
+    }
+    *out = &resp->base;
+    return SC_OK;
+}
+
 size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
 {
     const sc_rpc_method methods[] = {
@@ -262,6 +292,8 @@ size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
          &stagecraft__profile_response__descriptor, profile, NULL, st},
         {"/stagecraft.Worker/Release", &stagecraft__release_request__descriptor,
          &stagecraft__release_response__descriptor, release, NULL, st},
+        {"/stagecraft.Worker/ProbeLink", &stagecraft__probe_link_request__descriptor,
+         &stagecraft__probe_link_response__descriptor, probe_link, NULL, st},
     };
     size_t n = sizeof methods / sizeof *methods;
     if (n > max)

@@ -1,6 +1,6 @@
 /*
- * The Worker gRPC service (Describe, AssignStage, Profile, Release) and the worker state it
- * shares with the agent's control loop.
+ * The Worker gRPC service (Describe, AssignStage, Profile, Release, ProbeLink) and the worker
+ * state it shares with the agent's control loop.
  */
 #ifndef WK_SERVICE_H
 #define WK_SERVICE_H
@@ -18,6 +18,9 @@
 /* Micro-batch sizes one Profile request may ask for (each at most
  * SC_WIRE_MAX_MICROBATCH_SIZE). */
 #define WK_PROFILE_MAX_SIZES 16
+/* The most payload bytes a ProbeLink reply carries: the default RPC message limit less room for
+ * the message's header and framing. A request for more is refused (SC_ERR_TOO_LARGE). */
+#define WK_PROBE_MAX_BYTES (SC_RPC_DEFAULT_MAX_MESSAGE_BYTES - 1024)
 
 typedef struct {
     pthread_mutex_t lock; /* guards every field below except `hardware` */
@@ -36,6 +39,7 @@ typedef struct {
     uint64_t trainer_gen;       /* counts the trainers set: tells a new one from an old */
     char bind_host[256];        /* immutable: host the data-plane inbox binds */
     char checkpoint_dir[1100];  /* immutable: where stage checkpoints go */
+    bool refuse_probe;          /* immutable: a test's fault, ProbeLink refused (unimplemented) */
 } wk_state;
 
 /* Fills `out` with the Worker service's methods bound to `st`; returns how many. */

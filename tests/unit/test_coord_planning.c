@@ -1,7 +1,8 @@
 /* coordinator/planning: the cluster document built from the workers' hardware reports, and
  * compute_slots where workers share processors (CPU workers beyond the host's cores, CUDA
  * workers on fewer GPUs than workers), which the planner's simulator then shares among the
- * stages that compute at once. */
+ * stages that compute at once; each server's NIC bandwidth, measured links before reported
+ * figures. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -288,6 +289,47 @@ static void test_no_replicas_for_one_sample(void **state)
         }
 }
 
+/* A server's NIC figure is the least measured link of its workers, marked "measured"; with no
+ * measurement the hardware report's figure stays ("nic"), or 10 GbE is assumed ("assumed"). */
+static void test_measured_links(void **state)
+{
+    (void)state;
+    fleet f;
+    add(&f, 0, "a", "cpu", 0, 8);
+    add(&f, 1, "a", "cpu", 0, 8);
+    add(&f, 2, "b", "cpu", 0, 8);
+    add(&f, 3, "c", "cpu", 0, 8);
+    add(&f, 4, "d", "cpu", 0, 8);
+    add(&f, 5, "d", "cpu", 0, 8);
+    f.hw[0].nic_bandwidth_bytes_per_s = f.hw[1].nic_bandwidth_bytes_per_s = 1.25e10;
+    f.w[0].link_bytes_per_s = 2e8;
+    f.w[1].link_bytes_per_s = 1.2e8;         /* a: the lesser of its two workers */
+    f.hw[3].nic_bandwidth_bytes_per_s = 5e9; /* c: reported, not measured (a failed probe) */
+    f.w[5].link_bytes_per_s = 1.25e6;        /* d: one of two measured */
+    static const double want_bw[] = {1.2e8, 1.25e9, 5e9, 1.25e6};
+    static const char *const want_src[] = {"measured", "assumed", "nic", "measured"};
+    char *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_cluster_json(f.w, 6, &doc, &err), SC_OK);
+    json_t *root = json_loads(doc, 0, NULL);
+    json_t *servers = json_object_get(root, "servers");
+    assert_int_equal(json_array_size(servers), 4);
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_parse(&c, "cluster", doc, strlen(doc), &err), SC_OK);
+    for (size_t v = 0; v < 4; v++) {
+        json_t *srv = json_array_get(servers, v);
+        assert_true(json_number_value(json_object_get(srv, "nic_bandwidth_bytes_per_s")) ==
+                    want_bw[v]);
+        assert_string_equal(json_string_value(json_object_get(srv, "nic_bandwidth_source")),
+                            want_src[v]);
+        assert_true(c->servers[v].nic_bw_bytes_per_s == want_bw[v]); /* what the planner uses */
+    }
+    plan_cluster_destroy(&c);
+    json_decref(root);
+    free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_types_by_measured_speed),
         cmocka_unit_test(test_shared_prediction),
         cmocka_unit_test(test_no_replicas_for_one_sample),
+        cmocka_unit_test(test_measured_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
