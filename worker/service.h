@@ -1,5 +1,5 @@
 /*
- * The Worker gRPC service (Describe, AssignStage, Profile, Release) and the worker state it
+ * The Worker gRPC service (Describe, AssignStage, Profile, Release, GetTimeline) and the worker state it
  * shares with the agent's control loop.
  */
 #ifndef WK_SERVICE_H

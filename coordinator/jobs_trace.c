@@ -1,0 +1,177 @@
+/*
+ * A running job's measured timeline: asks every worker of its plan for the events of its stage
+ * (Worker.GetTimeline), estimates each worker's clock offset from that call, and builds the
+ * trace with the plan beside it (trace.h).
+ * Not here: the trace's layout and the window (trace.c), recording (worker/runtime/timeline.c).
+ * Invariant: the calls run without c->lock (a worker that does not answer costs one call's
+ * deadline and holds up only this request); the job, its plan and the workers' endpoints are
+ * copied out under the lock first.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_util.h"
+#include "coordinator/coord_internal.h"
+#include "coordinator/jobs.h"
+#include "coordinator/trace.h"
+
+#define TIMELINE_TIMEOUT_MS 5000
+
+typedef struct {
+    int stage, copy;
+    char id[COORD_ID_MAX];
+    char endpoint[COORD_NAME_MAX];
+} trace_worker;
+
+/* Under c->lock: the stage copies of the job's plan and their workers' endpoints. */
+static sc_status plan_workers(coord *c, const char *plan_json, trace_worker **out, size_t *n,
+                              sc_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    json_t *plan = json_loads(plan_json != NULL ? plan_json : "", 0, NULL);
+    json_t *stages = json_object_get(plan, "stages");
+    size_t total = 0, si, k;
+    json_t *st, *id;
+    json_array_foreach(stages, si, st) total += json_array_size(json_object_get(st, "worker_ids"));
+    if (total == 0) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "the job's plan names no workers");
+    }
+    trace_worker *w = calloc(total, sizeof *w);
+    if (w == NULL) {
+        json_decref(plan);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
+    }
+    json_array_foreach(stages, si, st)
+    {
+        json_array_foreach(json_object_get(st, "worker_ids"), k, id)
+        {
+            trace_worker *x = &w[(*n)++];
+            x->stage = (int)si;
+            x->copy = (int)k;
+            sc_strlcpy(x->id, json_string_value(id) ? json_string_value(id) : "?", sizeof x->id);
+            const coord_worker *cw = coord_registry_find(c->registry, x->id);
+            if (cw != NULL)
+                sc_strlcpy(x->endpoint, cw->rec.endpoint, sizeof x->endpoint);
+        }
+    }
+    json_decref(plan);
+    *out = w;
+    return SC_OK;
+}
+
+/* Two calls on one channel: the first opens the connection, so that the second, whose send and
+ * receive times bracket the worker's clock sample, has legs of like length. */
+static sc_status fetch(const coord *c, const trace_worker *w, const char *job_id, int iterations,
+                       Stagecraft__GetTimelineResponse **resp, int64_t *offset_ns, sc_err *err)
+{
+    if (w->endpoint[0] == '\0')
+        return SC_ERRF(err, SC_ERR_NOT_FOUND, "not registered");
+    sc_rpc_client *cli = NULL;
+    sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
+    SC_CHECK(sc_rpc_client_new(&cli, w->endpoint, &cfg, err));
+    Stagecraft__GetTimelineRequest req = STAGECRAFT__GET_TIMELINE_REQUEST__INIT;
+    req.job_id = (char *)job_id;
+    req.iterations = (uint32_t)iterations;
+    ProtobufCMessage *m = NULL;
+    sc_status rc = SC_OK;
+    uint64_t sent = 0, received = 0;
+    for (int pass = 0; pass < 2 && rc == SC_OK; pass++) {
+        if (m != NULL)
+            protobuf_c_message_free_unpacked(m, NULL);
+        m = NULL;
+        sent = sc_clock_now_ns();
+        rc = sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
+                         &stagecraft__get_timeline_response__descriptor, &m, TIMELINE_TIMEOUT_MS,
+                         err);
+        received = sc_clock_now_ns();
+    }
+    sc_rpc_client_destroy(&cli);
+    if (rc != SC_OK)
+        return rc;
+    *resp = (Stagecraft__GetTimelineResponse *)m;
+    *offset_ns = coord_trace_clock_offset(sent, received, (*resp)->worker_now_ns);
+    return SC_OK;
+}
+
+sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **json,
+                           coord_trace_summary *sum, int *answered, json_t *missing, sc_err *err)
+{
+    *json = NULL;
+    *answered = 0;
+    coord_job job;
+    trace_worker *ws = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&c->lock);
+    sc_status rc = coord_store_job_get(c->store, job_id, &job, err);
+    if (rc == SC_OK && job.state != COORD_JOB_RUNNING)
+        rc = SC_ERRF(err, SC_ERR_PRECONDITION,
+                     "job %s is %s: a trace needs a running job, whose workers hold its stages",
+                     job_id, coord_job_state_name(job.state));
+    if (rc == SC_OK)
+        rc = plan_workers(c, job.plan_json, &ws, &n, err);
+    pthread_mutex_unlock(&c->lock);
+    if (rc != SC_OK) {
+        if (rc != SC_ERR_NOT_FOUND)
+            coord_job_clear(&job);
+        return rc;
+    }
+    Stagecraft__GetTimelineResponse **resp = calloc(n, sizeof *resp);
+    coord_trace_lane *lanes = calloc(n, sizeof *lanes);
+    coord_trace_event **evs = calloc(n, sizeof *evs);
+    if (resp == NULL || lanes == NULL || evs == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
+        goto out;
+    }
+    char first_error[SC_ERR_MSG_MAX] = "";
+    size_t n_lanes = 0;
+    for (size_t i = 0; i < n; i++) {
+        sc_err e;
+        sc_err_clear(&e);
+        int64_t offset = 0;
+        if (fetch(c, &ws[i], job_id, iterations, &resp[i], &offset, &e) != SC_OK) {
+            char line[SC_ERR_MSG_MAX + 128];
+            snprintf(line, sizeof line, "%s (stage %d copy %d): %s", ws[i].id, ws[i].stage,
+                     ws[i].copy, e.msg);
+            json_array_append_new(missing, json_string(line));
+            if (first_error[0] == '\0')
+                sc_strlcpy(first_error, line, sizeof first_error);
+            continue;
+        }
+        (*answered)++;
+        const Stagecraft__GetTimelineResponse *r = resp[i];
+        evs[i] = calloc(r->n_events ? r->n_events : 1, sizeof *evs[i]);
+        if (evs[i] == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
+            goto out;
+        }
+        for (size_t k = 0; k < r->n_events; k++)
+            evs[i][k] = (coord_trace_event){(int)r->events[k]->kind, r->events[k]->microbatch,
+                                            r->events[k]->step,     r->events[k]->iteration,
+                                            r->events[k]->start_ns, r->events[k]->end_ns};
+        lanes[n_lanes++] = (coord_trace_lane){ws[i].stage, ws[i].copy, ws[i].id, offset, evs[i],
+                                              r->n_events};
+    }
+    if (*answered == 0)
+        rc = SC_ERRF(err, SC_ERR_UNAVAILABLE, "no worker of job %s gave its timeline: %s", job_id,
+                     first_error);
+    else
+        rc = coord_trace_build(lanes, n_lanes, job.plan_json, iterations, json, sum, err);
+out:
+    for (size_t i = 0; i < n; i++) {
+        if (resp != NULL && resp[i] != NULL)
+            protobuf_c_message_free_unpacked(&resp[i]->base, NULL);
+        if (evs != NULL)
+            free(evs[i]);
+    }
+    free(resp);
+    free(lanes);
+    free(evs);
+    free(ws);
+    coord_job_clear(&job);
+    return rc;
+}
