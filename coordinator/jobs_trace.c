@@ -18,7 +18,7 @@
 #include "coordinator/jobs.h"
 #include "coordinator/trace.h"
 
-#define TIMELINE_TIMEOUT_MS 5000
+#define TIMELINE_TIMEOUT_MS 2000 /* per call: a worker that hangs costs this once */
 
 typedef struct {
     int stage, copy;
@@ -64,38 +64,34 @@ static sc_status plan_workers(coord *c, const char *plan_json, trace_worker **ou
     return SC_OK;
 }
 
-/* Two calls on one channel: the first opens the connection, so that the second, whose send and
- * receive times bracket the worker's clock sample, has legs of like length. */
-static sc_status fetch(const coord *c, const trace_worker *w, const char *job_id, int iterations,
-                       Stagecraft__GetTimelineResponse **resp, int64_t *offset_ns, sc_err *err)
+/* One GetTimeline call on `cli`; *sent_ns and *received_ns bracket it on this clock. */
+static sc_status call_timeline(sc_rpc_client *cli, const char *job_id, int iterations,
+                               uint64_t last_iteration, Stagecraft__GetTimelineResponse **resp,
+                               uint64_t *sent_ns, uint64_t *received_ns, sc_err *err)
 {
-    if (w->endpoint[0] == '\0')
-        return SC_ERRF(err, SC_ERR_NOT_FOUND, "not registered");
-    sc_rpc_client *cli = NULL;
-    sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
-    SC_CHECK(sc_rpc_client_new(&cli, w->endpoint, &cfg, err));
     Stagecraft__GetTimelineRequest req = STAGECRAFT__GET_TIMELINE_REQUEST__INIT;
     req.job_id = (char *)job_id;
     req.iterations = (uint32_t)iterations;
+    req.last_iteration = last_iteration;
     ProtobufCMessage *m = NULL;
-    sc_status rc = SC_OK;
-    uint64_t sent = 0, received = 0;
-    for (int pass = 0; pass < 2 && rc == SC_OK; pass++) {
-        if (m != NULL)
-            protobuf_c_message_free_unpacked(m, NULL);
-        m = NULL;
-        sent = sc_clock_now_ns();
-        rc = sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
-                         &stagecraft__get_timeline_response__descriptor, &m, TIMELINE_TIMEOUT_MS,
-                         err);
-        received = sc_clock_now_ns();
-    }
-    sc_rpc_client_destroy(&cli);
-    if (rc != SC_OK)
-        return rc;
+    *sent_ns = sc_clock_now_ns();
+    sc_status rc = sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
+                               &stagecraft__get_timeline_response__descriptor, &m,
+                               TIMELINE_TIMEOUT_MS, err);
+    *received_ns = sc_clock_now_ns();
     *resp = (Stagecraft__GetTimelineResponse *)m;
-    *offset_ns = coord_trace_clock_offset(sent, received, (*resp)->worker_now_ns);
-    return SC_OK;
+    return rc;
+}
+
+/* A worker that gave no timeline: named with why in `missing`; the first reason kept. */
+static void note_missing(json_t *missing, const trace_worker *w, const char *why, char *first,
+                         size_t size)
+{
+    char line[SC_ERR_MSG_MAX + 128];
+    snprintf(line, sizeof line, "%s (stage %d copy %d): %s", w->id, w->stage, w->copy, why);
+    json_array_append_new(missing, json_string(line));
+    if (first[0] == '\0')
+        sc_strlcpy(first, line, size);
 }
 
 sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **json,
@@ -120,6 +116,7 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
             coord_job_clear(&job);
         return rc;
     }
+    sc_rpc_client **cli = NULL;
     Stagecraft__GetTimelineResponse **resp = calloc(n, sizeof *resp);
     coord_trace_lane *lanes = calloc(n, sizeof *lanes);
     coord_trace_event **evs = calloc(n, sizeof *evs);
@@ -127,23 +124,54 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
         goto out;
     }
+    cli = calloc(n, sizeof *cli);
+    if (cli == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
+        goto out;
+    }
     char first_error[SC_ERR_MSG_MAX] = "";
-    size_t n_lanes = 0;
+    /* Round 1 (which also opens each channel): each worker's newest iteration. The window ends
+     * at the oldest of those, so that every worker still holds it in round 2 (they keep
+     * RT_TIMELINE_ITERATIONS, many more than a window) however fast the job steps meanwhile. */
+    uint64_t last = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {
         sc_err e;
         sc_err_clear(&e);
-        int64_t offset = 0;
-        if (fetch(c, &ws[i], job_id, iterations, &resp[i], &offset, &e) != SC_OK) {
-            char line[SC_ERR_MSG_MAX + 128];
-            snprintf(line, sizeof line, "%s (stage %d copy %d): %s", ws[i].id, ws[i].stage,
-                     ws[i].copy, e.msg);
-            json_array_append_new(missing, json_string(line));
-            if (first_error[0] == '\0')
-                sc_strlcpy(first_error, line, sizeof first_error);
+        sc_rpc_client_cfg cfg = {.tls = c->cfg.tls};
+        Stagecraft__GetTimelineResponse *r = NULL;
+        uint64_t t0, t1;
+        sc_status frc = ws[i].endpoint[0] == '\0'
+                            ? SC_ERRF(&e, SC_ERR_NOT_FOUND, "not registered")
+                            : sc_rpc_client_new(&cli[i], ws[i].endpoint, &cfg, &e);
+        if (frc == SC_OK)
+            frc = call_timeline(cli[i], job_id, 1, 0, &r, &t0, &t1, &e);
+        if (frc == SC_OK && r->newest_iteration == 0)
+            frc = SC_ERRF(&e, SC_ERR_NOT_FOUND, "no iteration recorded yet");
+        if (frc == SC_OK && r->newest_iteration < last)
+            last = r->newest_iteration;
+        if (r != NULL)
+            protobuf_c_message_free_unpacked(&r->base, NULL);
+        if (frc != SC_OK) {
+            note_missing(missing, &ws[i], e.msg, first_error, sizeof first_error);
+            sc_rpc_client_destroy(&cli[i]);
+        }
+    }
+    /* Round 2: the window's events; this call's times bracket the worker's clock sample. */
+    size_t n_lanes = 0;
+    int window = iterations > 0 ? iterations : COORD_TRACE_ITERATIONS;
+    for (size_t i = 0; i < n; i++) {
+        if (cli[i] == NULL)
+            continue;
+        sc_err e;
+        sc_err_clear(&e);
+        uint64_t sent, received;
+        if (call_timeline(cli[i], job_id, window, last, &resp[i], &sent, &received, &e) != SC_OK) {
+            note_missing(missing, &ws[i], e.msg, first_error, sizeof first_error);
             continue;
         }
         (*answered)++;
         const Stagecraft__GetTimelineResponse *r = resp[i];
+        int64_t offset = coord_trace_clock_offset(sent, received, r->worker_now_ns);
         evs[i] = calloc(r->n_events ? r->n_events : 1, sizeof *evs[i]);
         if (evs[i] == NULL) {
             rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
@@ -160,14 +188,17 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
         rc = SC_ERRF(err, SC_ERR_UNAVAILABLE, "no worker of job %s gave its timeline: %s", job_id,
                      first_error);
     else
-        rc = coord_trace_build(lanes, n_lanes, job.plan_json, iterations, json, sum, err);
+        rc = coord_trace_build(lanes, n_lanes, job.plan_json, window, json, sum, err);
 out:
     for (size_t i = 0; i < n; i++) {
+        if (cli != NULL)
+            sc_rpc_client_destroy(&cli[i]);
         if (resp != NULL && resp[i] != NULL)
             protobuf_c_message_free_unpacked(&resp[i]->base, NULL);
         if (evs != NULL)
             free(evs[i]);
     }
+    free(cli);
     free(resp);
     free(lanes);
     free(evs);

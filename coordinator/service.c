@@ -373,10 +373,6 @@ static sc_status get_trace(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protobu
 {
     coord *c = user;
     const Stagecraft__GetTraceRequest *req = (const void *)msg;
-    if (req->iterations > 64)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "GetTrace: %u iterations; valid: 0 (all the workers keep) to 64",
-                       req->iterations);
     char *json = NULL;
     coord_trace_summary sum;
     int answered = 0;

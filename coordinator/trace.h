@@ -21,6 +21,9 @@
 
 #include "common/sc_status.h"
 
+/* The window a trace shows when the caller names none. */
+#define COORD_TRACE_ITERATIONS 8
+
 /* One measured action, as GetTimeline sends it (kind: the wire's TimelineEventKind). */
 typedef struct {
     int kind;

@@ -264,26 +264,24 @@ static sc_status get_timeline(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     wk_state *st = user;
     const Stagecraft__GetTimelineRequest *req = (const void *)msg;
     const char *job = req->job_id != NULL ? req->job_id : "";
-    if (req->iterations > RT_TIMELINE_ITERATIONS)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "GetTimeline: %u iterations; this worker keeps the last %d (valid: 0 to %d)",
-                       req->iterations, RT_TIMELINE_ITERATIONS, RT_TIMELINE_ITERATIONS);
     rt_tl_event *ev = NULL;
     size_t n = 0;
-    int iters = 0;
-    uint64_t dropped = 0;
+    rt_tl_snapshot_info info = {0, 0, 0};
     uint32_t stage = 0, replica = 0;
     sc_status rc = SC_OK;
     pthread_mutex_lock(&st->lock);
     if (job[0] == '\0' || strcmp(job, st->job_id) != 0)
-        rc = SC_ERRF(err, SC_ERR_NOT_FOUND, "GetTimeline: this worker runs no stage of job '%.64s'%s%s",
-                     job, st->job_id[0] ? "; it runs job " : " (it runs none)", st->job_id);
+        rc = SC_ERRF(err, SC_ERR_NOT_FOUND,
+                     "GetTimeline: this worker runs no stage of job '%.64s'%s%s", job,
+                     st->job_id[0] ? "; it runs job " : " (it runs none)", st->job_id);
     else if (st->trainer == NULL)
         rc = SC_ERRF(err, SC_ERR_PRECONDITION, "GetTimeline: job %s has no stage built here yet",
                      job);
-    else
-        rc = rt_timeline_snapshot(wk_trainer_timeline(st->trainer), (int)req->iterations, &ev, &n,
-                                  &iters, &dropped, err);
+    else /* more iterations than the runner keeps: all it keeps */
+        rc = rt_timeline_snapshot(wk_trainer_timeline(st->trainer),
+                                  req->iterations > RT_TIMELINE_ITERATIONS ? 0
+                                                                           : (int)req->iterations,
+                                  req->last_iteration, &ev, &n, &info, err);
     stage = st->stage;
     replica = st->replica;
     pthread_mutex_unlock(&st->lock);
@@ -292,8 +290,9 @@ static sc_status get_timeline(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_timeline_response__descriptor);
     resp->stage = stage;
     resp->replica = replica;
-    resp->iterations = (uint32_t)iters;
-    resp->dropped = dropped;
+    resp->iterations = (uint32_t)info.iterations;
+    resp->dropped = info.dropped;
+    resp->newest_iteration = info.newest_iteration;
     resp->events = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *resp->events);
     Stagecraft__TimelineEvent *all = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *all);
     if (resp->events == NULL || all == NULL) {

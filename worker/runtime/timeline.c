@@ -128,48 +128,59 @@ void rt_timeline_commit(rt_timeline *t)
     t->open_valid = false;
 }
 
-sc_status rt_timeline_snapshot(rt_timeline *t, int iterations, rt_tl_event **events, size_t *n,
-                               int *n_iterations, uint64_t *dropped, sc_err *err)
+sc_status rt_timeline_snapshot(rt_timeline *t, int iterations, uint64_t last_iteration,
+                               rt_tl_event **events, size_t *n, rt_tl_snapshot_info *info,
+                               sc_err *err)
 {
     *events = NULL;
     *n = 0;
-    if (n_iterations != NULL)
-        *n_iterations = 0;
+    rt_tl_snapshot_info z = {0, 0, 0};
     if (iterations < 1)
         iterations = t->entries;
     pthread_mutex_lock(&t->lock);
-    /* walk back from the newest entry while it adds at most `iterations` distinct numbers */
-    int first = t->ring_n, distinct = 0;
+    /* k-th newest entry: k = 1 .. ring_n */
+#define TL_NEWEST(k) (&t->ring[(t->ring_next - (k) + 2 * t->entries) % t->entries])
+    if (t->ring_n > 0)
+        z.newest_iteration = TL_NEWEST(1)->iteration;
+    z.dropped = t->dropped;
+    /* walk back from the newest entry at or before last_iteration while it adds at most
+     * `iterations` distinct numbers: entries newest_k .. oldest_k are taken */
+    int newest_k = 0, oldest_k = 0;
     size_t total = 0;
     uint64_t last = 0;
     for (int k = 1; k <= t->ring_n; k++) {
-        const tl_entry *e = &t->ring[(t->ring_next - k + 2 * t->entries) % t->entries];
-        if (distinct == 0 || e->iteration != last) {
-            if (distinct == iterations)
+        const tl_entry *e = TL_NEWEST(k);
+        if (last_iteration != 0 && e->iteration > last_iteration)
+            continue;
+        if (z.iterations == 0 || e->iteration != last) {
+            if (z.iterations == iterations)
                 break;
-            distinct++;
+            z.iterations++;
             last = e->iteration;
         }
-        first = t->ring_n - k;
+        if (newest_k == 0)
+            newest_k = k;
+        oldest_k = k;
         total += (size_t)e->n;
     }
-    if (dropped != NULL)
-        *dropped = t->dropped;
     rt_tl_event *out = total > 0 ? malloc(total * sizeof *out) : NULL;
     if (total > 0 && out == NULL) {
         pthread_mutex_unlock(&t->lock);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory copying the timeline");
     }
     size_t at = 0;
-    for (int k = first; k < t->ring_n; k++) { /* k-th oldest */
-        const tl_entry *e = &t->ring[(t->ring_next - t->ring_n + k + t->entries) % t->entries];
+    for (int k = oldest_k; k >= newest_k && k > 0; k--) {
+        const tl_entry *e = TL_NEWEST(k);
+        if (last_iteration != 0 && e->iteration > last_iteration)
+            continue;
         memcpy(out + at, e->ev, (size_t)e->n * sizeof *out);
         at += (size_t)e->n;
     }
+#undef TL_NEWEST
     pthread_mutex_unlock(&t->lock);
     *events = out;
     *n = total;
-    if (n_iterations != NULL)
-        *n_iterations = distinct;
+    if (info != NULL)
+        *info = z;
     return SC_OK;
 }

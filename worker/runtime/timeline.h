@@ -21,8 +21,10 @@
 
 #include "common/sc_status.h"
 
-/* Iterations a runner keeps by default (GetTimeline's most). */
-#define RT_TIMELINE_ITERATIONS 8
+/* Iterations a runner keeps (GetTimeline's most): more than a trace's default window of 8, so
+ * that a reader calling several workers one after another still finds, on each, an iteration
+ * the others hold while a fast job (a millisecond an iteration) moves on. */
+#define RT_TIMELINE_ITERATIONS 32
 
 /* The kinds of event; the values are those of the wire's TimelineEventKind. */
 typedef enum {
@@ -62,12 +64,20 @@ void rt_timeline_add(rt_timeline *t, rt_tl_kind kind, int mb, uint64_t step, uin
 /* Recording thread only: publishes the open iteration into the ring (takes the lock). */
 void rt_timeline_commit(rt_timeline *t);
 
-/* Any thread: the events of the newest committed iterations, oldest first, covering at most
- * `iterations` (< 1: every kept one) distinct iteration numbers (a pipedream flush is an entry of its own that shares
- * its iteration's number). *events is a heap array (caller frees; NULL when none), *n its
- * length, *n_iterations (may be NULL) the distinct iterations in it, *dropped (may be NULL) the
- * events that did not fit their entry since creation. */
-sc_status rt_timeline_snapshot(rt_timeline *t, int iterations, rt_tl_event **events, size_t *n,
-                               int *n_iterations, uint64_t *dropped, sc_err *err);
+/* What rt_timeline_snapshot found. */
+typedef struct {
+    int iterations;            /* distinct iterations in the events */
+    uint64_t newest_iteration; /* the newest committed one (0: none) */
+    uint64_t dropped;          /* events that did not fit their entry since creation */
+} rt_tl_snapshot_info;
+
+/* Any thread: the events of the newest committed iterations numbered at most `last_iteration`
+ * (0: any), oldest first, covering at most `iterations` (< 1: every kept one) distinct
+ * iteration numbers (a pipedream flush is an entry of its own that shares its iteration's
+ * number). *events is a heap array (caller frees; NULL when none), *n its length; `info` (may
+ * be NULL) gets the figures above. */
+sc_status rt_timeline_snapshot(rt_timeline *t, int iterations, uint64_t last_iteration,
+                               rt_tl_event **events, size_t *n, rt_tl_snapshot_info *info,
+                               sc_err *err);
 
 #endif /* RT_TIMELINE_H */
