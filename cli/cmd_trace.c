@@ -57,8 +57,8 @@ static int parse_args(const cli_command *self, int argc, char **argv, trace_args
         }
     }
     if (argc - optind != 1)
-        return cli_usage_error(self, argc - optind == 0 ? "missing JOB" : "unexpected argument '%s'",
-                               argv[argc - 1]);
+        return cli_usage_error(
+            self, argc - optind == 0 ? "missing JOB" : "unexpected argument '%s'", argv[argc - 1]);
     a->job = argv[optind];
     if (a->out == NULL)
         return cli_usage_error(self, "--out FILE is required (where the trace goes)");
@@ -75,11 +75,11 @@ static void print_summary(const trace_args *a, const Stagecraft__GetTraceRespons
         json_t *missing = json_array();
         for (size_t i = 0; i < r->n_missing; i++)
             json_array_append_new(missing, json_string(r->missing[i]));
-        json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:o}", "job", a->job, "out",
-                              a->out, "events", (int)r->events, "iterations", (int)r->iterations,
-                              "workers", (int)r->workers, "measured_iteration_s",
-                              r->measured_iteration_s, "planned_iteration_s",
-                              r->planned_iteration_s, "missing", missing);
+        json_t *o =
+            json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:o}", "job", a->job, "out", a->out,
+                      "events", (int)r->events, "iterations", (int)r->iterations, "workers",
+                      (int)r->workers, "measured_iteration_s", r->measured_iteration_s,
+                      "planned_iteration_s", r->planned_iteration_s, "missing", missing);
         json_dumpf(o, stdout, JSON_COMPACT);
         printf("\n");
         json_decref(o);

@@ -74,11 +74,12 @@ void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, con
 /* The trace of running job `job_id` (coord_trace_build) over the newest `iterations` (0:
  * COORD_TRACE_ITERATIONS) that every stage holds: calls Worker.GetTimeline twice on every worker
  * of its plan, first for its newest iteration, then for the window ending at the oldest of
- * those, each worker's clock offset estimated from the second call. A worker that does not answer is left out, named with why in
- * `missing` (a JSON array, appended to), and the others' timelines are still traced; *answered
- * counts those that answered. Errors: an unknown job (SC_ERR_NOT_FOUND), one that is not running
- * (SC_ERR_PRECONDITION naming its state), no worker answering (SC_ERR_UNAVAILABLE naming the
- * first), and coord_trace_build's. *json is a heap string (caller frees). */
+ * those, each worker's clock offset estimated from the second call. A worker that does not answer
+ * is left out, named with why in `missing` (a JSON array, appended to), and the others' timelines
+ * are still traced; *answered counts those that answered. Errors: an unknown job
+ * (SC_ERR_NOT_FOUND), one that is not running (SC_ERR_PRECONDITION naming its state), no worker
+ * answering (SC_ERR_UNAVAILABLE naming the first), and coord_trace_build's. *json is a heap string
+ * (caller frees). */
 sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **json,
                            coord_trace_summary *sum, int *answered, json_t *missing, sc_err *err);
 

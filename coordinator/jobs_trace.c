@@ -75,9 +75,9 @@ static sc_status call_timeline(sc_rpc_client *cli, const char *job_id, int itera
     req.last_iteration = last_iteration;
     ProtobufCMessage *m = NULL;
     *sent_ns = sc_clock_now_ns();
-    sc_status rc = sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
-                               &stagecraft__get_timeline_response__descriptor, &m,
-                               TIMELINE_TIMEOUT_MS, err);
+    sc_status rc =
+        sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
+                    &stagecraft__get_timeline_response__descriptor, &m, TIMELINE_TIMEOUT_MS, err);
     *received_ns = sc_clock_now_ns();
     *resp = (Stagecraft__GetTimelineResponse *)m;
     return rc;
@@ -179,10 +179,10 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
         }
         for (size_t k = 0; k < r->n_events; k++)
             evs[i][k] = (coord_trace_event){(int)r->events[k]->kind, r->events[k]->microbatch,
-                                            r->events[k]->step,     r->events[k]->iteration,
-                                            r->events[k]->start_ns, r->events[k]->end_ns};
-        lanes[n_lanes++] = (coord_trace_lane){ws[i].stage, ws[i].copy, ws[i].id, offset, evs[i],
-                                              r->n_events};
+                                            r->events[k]->step,      r->events[k]->iteration,
+                                            r->events[k]->start_ns,  r->events[k]->end_ns};
+        lanes[n_lanes++] =
+            (coord_trace_lane){ws[i].stage, ws[i].copy, ws[i].id, offset, evs[i], r->n_events};
     }
     if (*answered == 0)
         rc = SC_ERRF(err, SC_ERR_UNAVAILABLE, "no worker of job %s gave its timeline: %s", job_id,

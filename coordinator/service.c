@@ -1,8 +1,8 @@
 /*
  * The Coordinator gRPC service: RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob,
- * ListWorkers, GetTrace. Handlers run on the RPC layer's pool; they take c->lock only around registry and
- * store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing they
- * return points into shared state.
+ * ListWorkers, GetTrace. Handlers run on the RPC layer's pool; they take c->lock only around
+ * registry and store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing
+ * they return points into shared state.
  */
 #include "coordinator/service.h"
 
@@ -377,8 +377,8 @@ static sc_status get_trace(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protobu
     coord_trace_summary sum;
     int answered = 0;
     json_t *missing = json_array();
-    sc_status rc = coord_jobs_trace(c, req->job_id ? req->job_id : "", (int)req->iterations,
-                                    &json, &sum, &answered, missing, err);
+    sc_status rc = coord_jobs_trace(c, req->job_id ? req->job_id : "", (int)req->iterations, &json,
+                                    &sum, &answered, missing, err);
     if (rc != SC_OK) {
         json_decref(missing);
         return rc;

@@ -303,13 +303,12 @@ sc_status coord_trace_build(const coord_trace_lane *lanes, size_t n, const char 
         z.measured_iteration_s = (double)(first_end - origin) / 1e9;
     free(starts);
     z.planned_events = add_planned(out, plan_json, 0.0, &z.planned_iteration_s);
-    json_object_set_new(doc, "otherData",
-                        json_pack("{s:I, s:I, s:I, s:f, s:f}", "first_iteration",
-                                  (json_int_t)z.first_iteration, "last_iteration",
-                                  (json_int_t)z.last_iteration, "origin_coordinator_ns",
-                                  (json_int_t)origin, "measured_iteration_s",
-                                  z.measured_iteration_s, "planned_iteration_s",
-                                  z.planned_iteration_s));
+    json_object_set_new(
+        doc, "otherData",
+        json_pack("{s:I, s:I, s:I, s:f, s:f}", "first_iteration", (json_int_t)z.first_iteration,
+                  "last_iteration", (json_int_t)z.last_iteration, "origin_coordinator_ns",
+                  (json_int_t)origin, "measured_iteration_s", z.measured_iteration_s,
+                  "planned_iteration_s", z.planned_iteration_s));
     free(win);
     *json = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);

@@ -1,8 +1,9 @@
 /*
  * Worker gRPC service (see service.h). GetTimeline answers with the measured events of the
- * stage this worker runs (worker/runtime/timeline.h) and a sample of its clock. Profile measures the requested model's blocks on this
- * worker's device with the kernels' profiler and returns the stagecraft-profile JSON; one
- * profile runs at a time (a second request while profiling is refused as unavailable).
+ * stage this worker runs (worker/runtime/timeline.h) and a sample of its clock. Profile measures
+ * the requested model's blocks on this worker's device with the kernels' profiler and returns the
+ * stagecraft-profile JSON; one profile runs at a time (a second request while profiling is refused
+ * as unavailable).
  */
 #include "worker/service.h"
 

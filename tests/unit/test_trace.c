@@ -79,7 +79,7 @@ static void test_ring_drops_overflow_and_uncommitted(void **state)
     record(t, 1, 5); /* 2 past the room: dropped, counted */
     rt_timeline_begin(t, 2);
     rt_timeline_add(t, RT_TL_BACKWARD, 0, 2, 1, 2); /* a failed step: never committed */
-    rt_timeline_begin(t, 3);                         /* the next one replaces it */
+    rt_timeline_begin(t, 3);                        /* the next one replaces it */
     rt_timeline_add(t, RT_TL_OPTIMIZER, -1, 3, 7, 9);
     rt_timeline_commit(t);
     rt_timeline_add(t, RT_TL_FORWARD, 0, 3, 10, 11); /* no open iteration: ignored */
@@ -136,8 +136,8 @@ static size_t lane_events(coord_trace_event *ev, int stage, uint64_t first, uint
     for (uint64_t it = first; it <= last; it++)
         for (int a = 0; a < 9; a++) {
             uint64_t t = base + (it - 1) * 1000000 + (uint64_t)a * 60000 + (uint64_t)stage * 30000;
-            ev[n++] = (coord_trace_event){stage ? k1[a] : k0[a], stage ? m1[a] : m0[a], it, it, t,
-                                          t + 50000};
+            ev[n++] = (coord_trace_event){
+                stage ? k1[a] : k0[a], stage ? m1[a] : m0[a], it, it, t, t + 50000};
         }
     return n;
 }

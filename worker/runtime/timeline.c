@@ -20,8 +20,8 @@ typedef struct {
 
 struct rt_timeline {
     int entries, cap;
-    tl_entry open;    /* recording thread only */
-    bool open_valid;  /* recording thread only */
+    tl_entry open;   /* recording thread only */
+    bool open_valid; /* recording thread only */
     uint64_t open_dropped;
     pthread_mutex_t lock; /* guards everything below */
     tl_entry *ring;       /* [entries] */
