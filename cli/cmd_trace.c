@@ -37,8 +37,6 @@ static int parse_args(const cli_command *self, int argc, char **argv, trace_args
     while ((c = cli_getopt(self, argc, argv, opts)) != -1) {
         char *end = NULL;
         switch (c) {
-        case -2:
-            return CLI_USAGE;
         case O_OUT:
             a->out = optarg;
             break;
@@ -48,12 +46,14 @@ static int parse_args(const cli_command *self, int argc, char **argv, trace_args
                 return cli_usage_error(self, "--iterations '%s': expected a count from 1 to 1000",
                                        optarg);
             break;
-        case O_COORD:
-            a->coordinator = optarg;
-            break;
         case O_JSON:
             a->json = 1;
             break;
+        case O_COORD:
+            a->coordinator = optarg;
+            break;
+        default: /* -2: cli_getopt printed the usage error */
+            return CLI_USAGE;
         }
     }
     if (argc - optind != 1)
