@@ -100,6 +100,7 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
     *json = NULL;
     *answered = 0;
     coord_job job;
+    memset(&job, 0, sizeof job); /* cleared on every path, filled or not */
     trace_worker *ws = NULL;
     size_t n = 0;
     pthread_mutex_lock(&c->lock);
@@ -112,27 +113,21 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
         rc = plan_workers(c, job.plan_json, &ws, &n, err);
     pthread_mutex_unlock(&c->lock);
     if (rc != SC_OK) {
-        if (rc != SC_ERR_NOT_FOUND)
-            coord_job_clear(&job);
+        coord_job_clear(&job);
         return rc;
     }
-    sc_rpc_client **cli = NULL;
+    sc_rpc_client **cli = calloc(n, sizeof *cli);
     Stagecraft__GetTimelineResponse **resp = calloc(n, sizeof *resp);
     coord_trace_lane *lanes = calloc(n, sizeof *lanes);
     coord_trace_event **evs = calloc(n, sizeof *evs);
-    if (resp == NULL || lanes == NULL || evs == NULL) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
-        goto out;
-    }
-    cli = calloc(n, sizeof *cli);
-    if (cli == NULL) {
+    if (cli == NULL || resp == NULL || lanes == NULL || evs == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory collecting the trace");
         goto out;
     }
     char first_error[SC_ERR_MSG_MAX] = "";
     /* Round 1 (which also opens each channel): each worker's newest iteration. The window ends
-     * at the oldest of those, so that every worker still holds it in round 2 (they keep
-     * RT_TIMELINE_ITERATIONS, many more than a window) however fast the job steps meanwhile. */
+     * at the oldest of those, so that every worker still holds it in round 2 (they keep 32
+     * iterations, many more than a window) however fast the job steps meanwhile. */
     uint64_t last = UINT64_MAX;
     for (size_t i = 0; i < n; i++) {
         sc_err e;
