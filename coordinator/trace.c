@@ -216,6 +216,10 @@ static int add_planned(json_t *out, const char *plan_json, double origin_us, dou
         if (ev->lane >= 0 && ev->lane < 3 * S && !named[ev->lane]) {
             named[ev->lane] = true;
             add_row(out, pid, ev->lane < S ? ev->lane * 100 + 99 : 100000 + ev->lane, row);
+            for (int k = 0; ev->lane < S && k < reps[ev->lane]; k++) {
+                snprintf(row, sizeof row, "copy %d", k);
+                add_meta(out, "thread_name", pid, k, "name", json_string(row));
+            }
         }
         add_event(out, pid, tid, planned_kind(ev->kind), ev->unit, true,
                   origin_us + ev->start_s * scale * 1e6, ev->dur_s * scale * 1e6,
@@ -309,6 +313,14 @@ sc_status coord_trace_build(const coord_trace_lane *lanes, size_t n, const char 
                   "last_iteration", (json_int_t)z.last_iteration, "origin_coordinator_ns",
                   (json_int_t)origin, "measured_iteration_s", z.measured_iteration_s,
                   "planned_iteration_s", z.planned_iteration_s));
+    json_t *offsets = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(offsets,
+                              json_pack("{s:s, s:i, s:i, s:I}", "worker",
+                                        lanes[i].worker_id ? lanes[i].worker_id : "?", "stage",
+                                        lanes[i].stage, "copy", lanes[i].copy, "clock_offset_ns",
+                                        (json_int_t)lanes[i].offset_ns));
+    json_object_set_new(json_object_get(doc, "otherData"), "workers", offsets);
     free(win);
     *json = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);

@@ -63,7 +63,9 @@ int64_t coord_trace_clock_offset(uint64_t sent_ns, uint64_t received_ns, uint64_
  * newest `iterations` (0: all) of the iterations that every lane with events holds. Rows:
  * "measured: stage S copy K (worker W)", then "planned: stage S" (a thread per copy) and
  * "planned: link A->B" for the simulated transfers; events are named "<kind> <micro-batch>"
- * with cat the kind (plus "planned" for the plan's). `sum` (may be NULL) gets the figures.
+ * with cat the kind (plus "planned" for the plan's); "otherData" holds the window's iterations,
+ * the origin on the coordinator's clock, both iteration times and each lane's worker and clock
+ * offset. `sum` (may be NULL) gets the figures.
  * SC_ERR_NOT_FOUND when no lane has an event (nothing has run yet); NOMEM. */
 sc_status coord_trace_build(const coord_trace_lane *lanes, size_t n, const char *plan_json,
                             int iterations, char **json, coord_trace_summary *sum, sc_err *err);

@@ -1770,6 +1770,26 @@ static void check_replicated(const run_spec *rs, const int *reps)
         /* the loss is the whole batch's, the same on every replica of the last stage */
         if (s == last)
             assert_true(rep[i].loss == rep[rp.base[last]].loss && rep[i].loss > 0.0);
+        /* the timeline: each iteration, this copy's forwards, then the copies' all-reduce
+         * (replicated stages only) and the optimizer step, at the end */
+        if (strcmp(rs->schedule, "pipedream") != 0) {
+            rt_tl_event *ev = NULL;
+            size_t n = 0;
+            sc_err err;
+            sc_err_clear(&err);
+            assert_int_equal(
+                rt_timeline_snapshot(rt_runner_timeline(rp.r[i]), 1, 0, &ev, &n, NULL, &err),
+                SC_OK);
+            assert_true(n >= 2);
+            assert_int_equal(count_kind(ev, n, (uint64_t)rs->steps, RT_TL_FORWARD),
+                             rep[i].microbatches);
+            assert_int_equal(count_kind(ev, n, (uint64_t)rs->steps, RT_TL_ALLREDUCE),
+                             reps[s] > 1 ? 1 : 0);
+            assert_int_equal(ev[n - 1].kind, RT_TL_OPTIMIZER);
+            if (reps[s] > 1)
+                assert_int_equal(ev[n - 2].kind, RT_TL_ALLREDUCE);
+            free(ev);
+        }
     }
     free(got);
     free(ref);

@@ -230,6 +230,9 @@ static void test_trace_build(void **state)
     assert_float_equal(planned_first, 0.0, 1e-6);
     json_t *other = json_object_get(doc, "otherData");
     assert_int_equal(json_integer_value(json_object_get(other, "first_iteration")), 6);
+    json_t *w1 = json_array_get(json_object_get(other, "workers"), 1);
+    assert_string_equal(json_string_value(json_object_get(w1, "worker")), "w-2");
+    assert_int_equal(json_integer_value(json_object_get(w1, "clock_offset_ns")), -3000000000ll);
     json_decref(doc);
     free(json);
 
