@@ -157,6 +157,74 @@ static int64_t coord_ns(const coord_trace_lane *l, uint64_t worker_ns)
     return (int64_t)worker_ns - l->offset_ns;
 }
 
+/* The type name of device `id` of a cluster document (servers in order, then their devices). */
+static const char *device_type(json_t *cluster, int id)
+{
+    size_t i;
+    json_t *srv;
+    json_array_foreach(json_object_get(cluster, "servers"), i, srv)
+    {
+        json_t *devs = json_object_get(srv, "devices");
+        if (id < (int)json_array_size(devs))
+            return json_string_value(json_array_get(devs, (size_t)id));
+        id -= (int)json_array_size(devs);
+    }
+    return NULL;
+}
+
+/* Forward and backward time of blocks [first, last] on device `dev` from the cluster's
+ * block_times of its type (written in block order); false when the plan has none for them. */
+static bool block_times(json_t *cluster, int dev, int first, int last, double *f, double *b)
+{
+    const char *type = device_type(cluster, dev);
+    json_t *times = json_object_get(
+        json_object_get(json_object_get(cluster, "device_types"), type ? type : ""), "block_times");
+    if (first < 0 || last < first || (size_t)last >= json_object_size(times))
+        return false;
+    *f = *b = 0;
+    int k = 0;
+    const char *name;
+    json_t *t;
+    json_object_foreach(times, name, t)
+    {
+        if (k >= first && k <= last) {
+            *f += json_number_value(json_object_get(t, "forward_s"));
+            *b += json_number_value(json_object_get(t, "backward_s"));
+        }
+        k++;
+    }
+    return *f > 0 && *b > 0;
+}
+
+/* One stage's forward and backward time of a micro-batch on one copy: from the cluster's
+ * block_times (the slowest copy's device) when the plan carries them, else its compute_s split
+ * 1:2. Only their proportions matter: the replay is scaled to the plan's iteration time. */
+static void stage_times(json_t *plan, json_t *stage, int copies, plan_sim_stage *st)
+{
+    json_t *cluster = json_object_get(plan, "cluster");
+    int first = (int)json_integer_value(json_object_get(stage, "first_block"));
+    int last = (int)json_integer_value(json_object_get(stage, "last_block"));
+    size_t k;
+    json_t *d;
+    bool all = json_array_size(json_object_get(stage, "devices")) > 0;
+    json_array_foreach(json_object_get(stage, "devices"), k, d)
+    {
+        double f, b;
+        if (!block_times(cluster, (int)json_integer_value(d), first, last, &f, &b)) {
+            all = false;
+            break;
+        }
+        st->fwd_s = f > st->fwd_s ? f : st->fwd_s;
+        st->bwd_s = b > st->bwd_s ? b : st->bwd_s;
+    }
+    if (all)
+        return;
+    /* compute_s: one micro-batch's work of the stage, shared by its copies */
+    double c = json_number_value(json_object_get(stage, "compute_s")) * copies;
+    st->fwd_s = c / 3.0;
+    st->bwd_s = 2.0 * c / 3.0;
+}
+
 /* The plan replayed (see trace.h); *planned_s the plan's iteration_time_s. Returns the events
  * written; 0 when the plan cannot be replayed (the measured rows stand alone). */
 static int add_planned(json_t *out, const char *plan_json, double origin_us, double *planned_s)
@@ -186,10 +254,7 @@ static int add_planned(json_t *out, const char *plan_json, double origin_us, dou
         reps[i] = (int)json_integer_value(json_object_get(x, "replicas"));
         if (reps[i] < 1)
             reps[i] = 1;
-        /* compute_s: one micro-batch's work of the stage, shared by its copies */
-        double c = json_number_value(json_object_get(x, "compute_s")) * reps[i];
-        st[i].fwd_s = c / 3.0;
-        st[i].bwd_s = 2.0 * c / 3.0;
+        stage_times(plan, x, reps[i], &st[i]);
     }
     if (plan_schedule_build_replicated(&s, (plan_sched_kind)kind, S, m, sliced, reps, &err) !=
             SC_OK ||

@@ -5,10 +5,11 @@
  * Pure: takes the events each worker measured (on its own monotonic clock), the offset of each
  * worker's clock from the coordinator's, and the job's plan JSON; calls nobody on the network
  * (jobs_trace.c collects the timelines). The planned rows replay the plan's schedule with the
- * planner's simulator (plan_sim_run) over the plan's per-stage compute times (compute_s of a
- * stage, split 1:2 between forward and backward, copies running whole micro-batches), scaled so
- * that the simulated iteration lasts the plan's iteration_time_s: the stored plan carries no
- * finer costs.
+ * planner's simulator (plan_sim_run) over each stage's forward and backward time of a
+ * micro-batch (the plan's cluster block_times of the stage's blocks, the slowest copy's; without
+ * them the stage's compute_s split 1:2), copies running whole micro-batches, scaled so that the
+ * simulated iteration lasts the plan's iteration_time_s: the stored plan carries no transfer or
+ * optimizer times, so those are not in the replay.
  * Invariant: every measured event in the output lies in the window (iterations every lane
  * holds), is shifted onto the coordinator's clock by its lane's offset, and keeps its lane's
  * order; the window starts at trace time 0, where the planned iteration starts too.

@@ -245,6 +245,60 @@ static void test_trace_build(void **state)
     free(json);
 }
 
+/* The plan's cluster carries block_times: the planned forward and backward keep their ratio
+ * (stage 0: blocks 0-1, 1 + 1 forward against 3 + 3 backward on its device type "a"). */
+#define PLAN_TIMES                                                                                 \
+    "{\"schedule\": \"gpipe\", \"iteration_time_s\": 0.01, \"stages\": ["                          \
+    "{\"first_block\": 0, \"last_block\": 1, \"devices\": [0], \"replicas\": 1, "                  \
+    "\"compute_s\": 1},"                                                                           \
+    "{\"first_block\": 2, \"last_block\": 2, \"devices\": [1], \"replicas\": 1, "                  \
+    "\"compute_s\": 1}], \"microbatches\": {\"count\": 2}, "                                       \
+    "\"cluster\": {\"device_types\": {"                                                            \
+    "\"a\": {\"block_times\": {\"x\": {\"forward_s\": 1, \"backward_s\": 3}, "                     \
+    "\"y\": {\"forward_s\": 1, \"backward_s\": 3}, \"z\": {\"forward_s\": 9, \"backward_s\": "     \
+    "9}}}, "                                                                                       \
+    "\"b\": {\"block_times\": {\"x\": {\"forward_s\": 1, \"backward_s\": 1}, "                     \
+    "\"y\": {\"forward_s\": 1, \"backward_s\": 1}, \"z\": {\"forward_s\": 2, \"backward_s\": "     \
+    "2}}}}, "                                                                                      \
+    "\"servers\": [{\"devices\": [\"a\"]}, {\"devices\": [\"b\"]}]}}"
+
+static double planned_dur(json_t *doc, int pid, const char *name)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(doc, "traceEvents"), i, e)
+    {
+        if (json_integer_value(json_object_get(e, "pid")) == pid &&
+            strcmp(json_string_value(json_object_get(e, "name")), name) == 0)
+            return json_number_value(json_object_get(e, "dur"));
+    }
+    return -1;
+}
+
+static void test_trace_plan_times(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    coord_trace_event a[9];
+    coord_trace_lane lane = {0, 0, "w-1", 0, a, lane_events(a, 0, 1, 1, 1000)};
+    char *json = NULL;
+    coord_trace_summary sum;
+    assert_int_equal(coord_trace_build(&lane, 1, PLAN_TIMES, 0, &json, &sum, &err), SC_OK);
+    json_t *doc = json_loads(json, 0, NULL);
+    int q0 = -1, q1 = -1;
+    assert_non_null(pid_named(doc, "planned: stage 0", &q0));
+    assert_non_null(pid_named(doc, "planned: stage 1", &q1));
+    double f0 = planned_dur(doc, q0, "forward 0"), b0 = planned_dur(doc, q0, "backward 0");
+    double f1 = planned_dur(doc, q1, "forward 0"), b1 = planned_dur(doc, q1, "backward 0");
+    assert_true(f0 > 0 && f1 > 0);
+    assert_float_equal(b0 / f0, 3.0, 1e-9);
+    assert_float_equal(b1 / f1, 1.0, 1e-9); /* block z on type b */
+    assert_float_equal(f1 / f0, 1.0, 1e-9);
+    json_decref(doc);
+    free(json);
+}
+
 static void test_trace_refusals(void **state)
 {
     (void)state;
@@ -274,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_ring_drops_overflow_and_uncommitted),
         cmocka_unit_test(test_clock_offset),
         cmocka_unit_test(test_trace_build),
+        cmocka_unit_test(test_trace_plan_times),
         cmocka_unit_test(test_trace_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
