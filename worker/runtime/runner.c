@@ -255,7 +255,8 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     /* room for one call's events: an action is one event (OPT two: all-reduce and step); a
      * pipedream step runs at most 2m + slots + p passes of at most five events each */
     int acts = r->group || r->bsplit ? r->nacts : r->sched->count[r->s];
-    SC_CHECK(rt_timeline_new(&r->tl, 2 * RT_TIMELINE_ITERATIONS,
+    /* a quarter more entries than iterations: pipedream flushes are entries of their own */
+    SC_CHECK(rt_timeline_new(&r->tl, RT_TIMELINE_ITERATIONS + RT_TIMELINE_ITERATIONS / 4,
                              acts + 8 + (r->pipedream ? 5 * (2 * r->m + r->slots + r->p) : 0),
                              err));
     SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));

@@ -318,8 +318,8 @@ sc_status rt_checkpoint_prune(const char *dir, int stage, uint64_t complete_step
 size_t rt_runner_param_count(const rt_runner *r);
 sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err);
 
-/* The measured events of the runner's last iterations (RT_TIMELINE_ITERATIONS steps, each with
- * a pipedream flush that followed it): every rt_runner_step and rt_runner_flush that succeeds
+/* The measured events of the runner's last iterations (RT_TIMELINE_ITERATIONS steps and their
+ * pipedream flushes, 5/4 of that many entries in all): every rt_runner_step and rt_runner_flush that succeeds
  * commits its forwards, backwards, sends, receives, all-reduce and optimizer step there, timed
  * by the clock reads the step's report uses. Owned by the runner and valid as long as it is;
  * read from any thread with rt_timeline_snapshot (timeline.h). Recording changes no result. */

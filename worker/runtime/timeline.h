@@ -21,10 +21,10 @@
 
 #include "common/sc_status.h"
 
-/* Iterations a runner keeps (GetTimeline's most): more than a trace's default window of 8, so
- * that a reader calling several workers one after another still finds, on each, an iteration
- * the others hold while a fast job (a millisecond an iteration) moves on. */
-#define RT_TIMELINE_ITERATIONS 32
+/* Iterations a runner keeps (GetTimeline's most): many more than a trace's default window of
+ * 8, so that workers asked at about the same time still hold iterations in common when a fast
+ * job steps every few hundred microseconds. */
+#define RT_TIMELINE_ITERATIONS 64
 
 /* The kinds of event; the values are those of the wire's TimelineEventKind. */
 typedef enum {
