@@ -102,8 +102,9 @@ static void test_ring_drops_overflow_and_uncommitted(void **state)
     free(ev);
     assert_string_equal(rt_tl_kind_name(RT_TL_SEND_GRADIENT), "send_gradient");
     assert_string_equal(rt_tl_kind_name(0), "?");
-    assert_int_equal(rt_timeline_new(&t, 0, 3, &err), SC_ERR_INVALID);
     rt_timeline_destroy(&t);
+    assert_int_equal(rt_timeline_new(&t, 0, 3, &err), SC_ERR_INVALID);
+    assert_null(t);
 }
 
 /* ---- the trace ---- */
