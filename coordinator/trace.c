@@ -225,9 +225,10 @@ static void stage_times(json_t *plan, json_t *stage, int copies, plan_sim_stage 
     st->bwd_s = 2.0 * c / 3.0;
 }
 
-/* The plan replayed (see trace.h); *planned_s the plan's iteration_time_s. Returns the events
- * written; 0 when the plan cannot be replayed (the measured rows stand alone). */
-static int add_planned(json_t *out, const char *plan_json, double origin_us, double *planned_s)
+/* The plan replayed (see trace.h) from trace time 0, where the window starts; *planned_s the
+ * plan's iteration_time_s. Returns the events written; 0 when the plan cannot be replayed (the
+ * measured rows stand alone). */
+static int add_planned(json_t *out, const char *plan_json, double *planned_s)
 {
     json_t *plan = plan_json != NULL ? json_loads(plan_json, 0, NULL) : NULL;
     json_t *stages = json_object_get(plan, "stages");
@@ -286,8 +287,8 @@ static int add_planned(json_t *out, const char *plan_json, double origin_us, dou
                 add_meta(out, "thread_name", pid, k, "name", json_string(row));
             }
         }
-        add_event(out, pid, tid, planned_kind(ev->kind), ev->unit, true,
-                  origin_us + ev->start_s * scale * 1e6, ev->dur_s * scale * 1e6,
+        add_event(out, pid, tid, planned_kind(ev->kind), ev->unit, true, ev->start_s * scale * 1e6,
+                  ev->dur_s * scale * 1e6,
                   json_pack("{s:i, s:i}", "unit", ev->unit, "copy", ev->copy));
         written++;
     }
@@ -371,7 +372,7 @@ sc_status coord_trace_build(const coord_trace_lane *lanes, size_t n, const char 
     else
         z.measured_iteration_s = (double)(first_end - origin) / 1e9;
     free(starts);
-    z.planned_events = add_planned(out, plan_json, 0.0, &z.planned_iteration_s);
+    z.planned_events = add_planned(out, plan_json, &z.planned_iteration_s);
     json_object_set_new(
         doc, "otherData",
         json_pack("{s:I, s:I, s:I, s:f, s:f}", "first_iteration", (json_int_t)z.first_iteration,
