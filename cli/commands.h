@@ -103,6 +103,19 @@ int cmd_status(const cli_command *self, int argc, char **argv);
     "Cancels a job and releases its workers.\n"
 int cmd_cancel(const cli_command *self, int argc, char **argv);
 
+#define CMD_TRACE_USAGE                                                                            \
+    "usage: stagecraft trace JOB --out FILE [--iterations N] [--coordinator HOST:PORT] "           \
+    "[--json]\n\n"                                                                                 \
+    "Writes a Chrome / Perfetto trace of a running job's last iterations as they ran (per stage\n" \
+    "copy: forward, backward, send, receive, all-reduce, optimizer; each worker's clock aligned\n" \
+    "to the coordinator's) with the plan's simulated iteration beside it, starting where the\n"    \
+    "first measured iteration starts, and prints a one-line summary.\n"                            \
+    "  --out FILE           the trace file (open it in ui.perfetto.dev or chrome://tracing)\n"     \
+    "  --iterations N       the newest N iterations (default: all the workers keep, 8)\n"          \
+    "  --coordinator H:P    the coordinator (else STAGECRAFT_COORDINATOR, else 127.0.0.1:7070)\n"  \
+    "  --json               print the summary as one JSON object\n"
+int cmd_trace(const cli_command *self, int argc, char **argv);
+
 #define CMD_WORKERS_USAGE                                                                          \
     "usage: stagecraft workers [--coordinator HOST:PORT] [--json]\n\n"                             \
     "Lists the registered workers: id, name, host, state (alive, suspect, dead), device, last\n"  \

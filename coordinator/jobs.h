@@ -6,9 +6,11 @@
  * The files: jobs_driver.c (the driver threads), jobs_workers.c (which workers a job takes),
  * jobs_dispatch.c (profiling, assignment and start), jobs_transports.c (the data plane recorded
  * in the plan), jobs_progress.c (running jobs' progress and reports), jobs_recovery.c (lost
- * workers, worker errors, heartbeat repair).
+ * workers, worker errors, heartbeat repair), jobs_trace.c (a running job's measured timeline,
+ * from its workers).
  *
- * Everything here but coord_driver_main runs under c->lock and never waits on the network.
+ * Everything here but coord_driver_main and coord_jobs_trace runs under c->lock and never waits
+ * on the network.
  */
 #ifndef COORD_JOBS_H
 #define COORD_JOBS_H
@@ -16,7 +18,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "coordinator/coord_internal.h"
+#include "coordinator/trace.h"
 
 /* ---- jobs_driver.c ---- */
 
@@ -63,5 +68,19 @@ void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__
  *  - it still runs a stage of a job that has ended: STOP is sent again. */
 void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, const char *said_job,
                           uint64_t now_ns);
+
+/* ---- jobs_trace.c (network calls: the caller does not hold c->lock) ---- */
+
+/* The trace of running job `job_id` (coord_trace_build) over the newest `iterations` (0:
+ * COORD_TRACE_ITERATIONS) that every stage holds: calls Worker.GetTimeline twice on every worker
+ * of its plan, first for its newest iteration, then for the window ending at the oldest of
+ * those, each worker's clock offset estimated from the second call. A worker that does not answer
+ * is left out, named with why in `missing` (a JSON array, appended to), and the others' timelines
+ * are still traced; *answered counts those that answered. Errors: an unknown job
+ * (SC_ERR_NOT_FOUND), one that is not running (SC_ERR_PRECONDITION naming its state), no worker
+ * answering (SC_ERR_UNAVAILABLE naming the first), and coord_trace_build's. *json is a heap string
+ * (caller frees). */
+sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **json,
+                           coord_trace_summary *sum, int *answered, json_t *missing, sc_err *err);
 
 #endif /* COORD_JOBS_H */

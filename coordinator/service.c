@@ -1,8 +1,8 @@
 /*
  * The Coordinator gRPC service: RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob,
- * ListWorkers. Handlers run on the RPC layer's pool; they take c->lock only around registry and
- * store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing they
- * return points into shared state.
+ * ListWorkers, GetTrace. Handlers run on the RPC layer's pool; they take c->lock only around
+ * registry and store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing
+ * they return points into shared state.
  */
 #include "coordinator/service.h"
 
@@ -366,6 +366,44 @@ static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     return SC_OK;
 }
 
+/* The measured timeline of a running job beside its plan: the workers are called without the
+ * lock (coord_jobs_trace); the trace JSON is copied into the call's memory. */
+static sc_status get_trace(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                           void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__GetTraceRequest *req = (const void *)msg;
+    char *json = NULL;
+    coord_trace_summary sum;
+    int answered = 0;
+    json_t *missing = json_array();
+    sc_status rc = coord_jobs_trace(c, req->job_id ? req->job_id : "", (int)req->iterations, &json,
+                                    &sum, &answered, missing, err);
+    if (rc != SC_OK) {
+        json_decref(missing);
+        return rc;
+    }
+    Stagecraft__GetTraceResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_trace_response__descriptor);
+    resp->trace_json = sc_rpc_ctx_strdup(ctx, json);
+    free(json);
+    resp->events = (uint32_t)sum.events;
+    resp->iterations = (uint32_t)sum.iterations;
+    resp->workers = (uint32_t)answered;
+    resp->measured_iteration_s = sum.measured_iteration_s;
+    resp->planned_iteration_s = sum.planned_iteration_s;
+    size_t nm = json_array_size(missing);
+    resp->missing = sc_rpc_ctx_alloc(ctx, (nm ? nm : 1) * sizeof *resp->missing);
+    for (size_t i = 0; resp->missing != NULL && i < nm; i++)
+        resp->missing[i] = sc_rpc_ctx_strdup(ctx, json_string_value(json_array_get(missing, i)));
+    resp->n_missing = resp->missing != NULL ? nm : 0;
+    json_decref(missing);
+    if (resp->trace_json == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory returning the trace");
+    *out = &resp->base;
+    return SC_OK;
+}
+
 #define METHOD(svc, name, lower, handler)                                                         \
     {"/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                      \
      &stagecraft__##lower##_response__descriptor, handler, NULL, NULL}
@@ -377,5 +415,6 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "ListJobs", list_jobs, list_jobs),
     METHOD("Coordinator", "CancelJob", cancel_job, cancel_job),
     METHOD("Coordinator", "ListWorkers", list_workers, list_workers),
+    METHOD("Coordinator", "GetTrace", get_trace, get_trace),
 };
 const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;

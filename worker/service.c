@@ -1,7 +1,9 @@
 /*
- * Worker gRPC service (see service.h). Profile measures the requested model's blocks on this
- * worker's device with the kernels' profiler and returns the stagecraft-profile JSON; one
- * profile runs at a time (a second request while profiling is refused as unavailable).
+ * Worker gRPC service (see service.h). GetTimeline answers with the measured events of the
+ * stage this worker runs (worker/runtime/timeline.h) and a sample of its clock. Profile measures
+ * the requested model's blocks on this worker's device with the kernels' profiler and returns the
+ * stagecraft-profile JSON; one profile runs at a time (a second request while profiling is refused
+ * as unavailable).
  */
 #include "worker/service.h"
 
@@ -9,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "kernels/model.h"
 #include "kernels/profile.h"
 #include "proto/sc_wire.h"
+#include "worker/runtime/timeline.h"
 #include "worker/trainer.h"
 #include "worker/transport/transport.h"
 
@@ -281,6 +285,70 @@ static sc_status probe_link(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     return SC_OK;
 }
 
+/* The timeline of the stage this worker runs for the job. The snapshot is taken under st->lock,
+ * which keeps the trainer (and its runner's timeline) alive: a release or a new assignment takes
+ * the trainer out under that lock before destroying it. The training thread never takes
+ * st->lock, so this waits at most for one iteration's commit (the timeline's own lock). */
+static sc_status get_timeline(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                              void *user, sc_err *err)
+{
+    wk_state *st = user;
+    const Stagecraft__GetTimelineRequest *req = (const void *)msg;
+    const char *job = req->job_id != NULL ? req->job_id : "";
+    rt_tl_event *ev = NULL;
+    size_t n = 0;
+    rt_tl_snapshot_info info = {0, 0, 0};
+    uint32_t stage = 0, replica = 0;
+    sc_status rc = SC_OK;
+    pthread_mutex_lock(&st->lock);
+    if (job[0] == '\0' || strcmp(job, st->job_id) != 0)
+        rc = SC_ERRF(err, SC_ERR_NOT_FOUND,
+                     "GetTimeline: this worker runs no stage of job '%.64s'%s%s", job,
+                     st->job_id[0] ? "; it runs job " : " (it runs none)", st->job_id);
+    else if (st->trainer == NULL)
+        rc = SC_ERRF(err, SC_ERR_PRECONDITION, "GetTimeline: job %s has no stage built here yet",
+                     job);
+    else /* more iterations than the runner keeps: all it keeps */
+        rc = rt_timeline_snapshot(wk_trainer_timeline(st->trainer),
+                                  req->iterations > RT_TIMELINE_ITERATIONS ? 0
+                                                                           : (int)req->iterations,
+                                  req->last_iteration, &ev, &n, &info, err);
+    stage = st->stage;
+    replica = st->replica;
+    pthread_mutex_unlock(&st->lock);
+    SC_CHECK(rc);
+    Stagecraft__GetTimelineResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_timeline_response__descriptor);
+    resp->stage = stage;
+    resp->replica = replica;
+    resp->iterations = (uint32_t)info.iterations;
+    resp->dropped = info.dropped;
+    resp->newest_iteration = info.newest_iteration;
+    resp->events = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *resp->events);
+    Stagecraft__TimelineEvent *all = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *all);
+    if (resp->events == NULL || all == NULL) {
+        free(ev);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory answering GetTimeline");
+    }
+    for (size_t i = 0; i < n; i++) {
+        Stagecraft__TimelineEvent *e = &all[i];
+        stagecraft__timeline_event__init(e);
+        e->kind = (Stagecraft__TimelineEventKind)ev[i].kind;
+        e->microbatch = ev[i].mb;
+        e->step = ev[i].step;
+        e->iteration = ev[i].iteration;
+        e->start_ns = ev[i].start_ns;
+        e->end_ns = ev[i].end_ns;
+        resp->events[i] = e;
+    }
+    resp->n_events = n;
+    free(ev);
+    /* the clock sample the caller aligns the events with, as late as possible */
+    resp->worker_now_ns = sc_clock_now_ns();
+    *out = &resp->base;
+    return SC_OK;
+}
+
 size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
 {
     const sc_rpc_method methods[] = {
@@ -294,6 +362,8 @@ size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
          &stagecraft__release_response__descriptor, release, NULL, st},
         {"/stagecraft.Worker/ProbeLink", &stagecraft__probe_link_request__descriptor,
          &stagecraft__probe_link_response__descriptor, probe_link, NULL, st},
+        {"/stagecraft.Worker/GetTimeline", &stagecraft__get_timeline_request__descriptor,
+         &stagecraft__get_timeline_response__descriptor, get_timeline, NULL, st},
     };
     size_t n = sizeof methods / sizeof *methods;
     if (n > max)

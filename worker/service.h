@@ -1,6 +1,6 @@
 /*
- * The Worker gRPC service (Describe, AssignStage, Profile, Release, ProbeLink) and the worker
- * state it shares with the agent's control loop.
+ * The Worker gRPC service (Describe, AssignStage, Profile, Release, ProbeLink, GetTimeline) and
+ * the worker state it shares with the agent's control loop.
  */
 #ifndef WK_SERVICE_H
 #define WK_SERVICE_H

@@ -551,6 +551,11 @@ sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *e
     return rc;
 }
 
+struct rt_timeline *wk_trainer_timeline(wk_trainer *t)
+{
+    return rt_runner_timeline(t->runner);
+}
+
 void wk_trainer_destroy(wk_trainer **tp)
 {
     if (tp == NULL || *tp == NULL)

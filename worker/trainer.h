@@ -45,6 +45,10 @@ sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *e
 /* Stops the training thread (aborting a step in flight), frees everything. Accepts NULL. */
 void wk_trainer_destroy(wk_trainer **t);
 
+/* The runner's measured timeline (rt_runner_timeline): valid until wk_trainer_destroy; read it
+ * from any thread with rt_timeline_snapshot. */
+struct rt_timeline *wk_trainer_timeline(wk_trainer *t);
+
 /* The last completed step (for heartbeats). */
 uint64_t wk_trainer_step(const wk_trainer *t);
 

@@ -27,6 +27,7 @@
 #include "kernels/stage.h"
 #include "worker/data/data.h"
 #include "worker/runtime/runner.h"
+#include "worker/runtime/timeline.h"
 #include "worker/transport/transport.h"
 
 #define GPT_JSON                                                                                   \
@@ -1036,6 +1037,83 @@ static void test_pipedream_no_drain(void **state)
     free(jobs);
 }
 
+/* The measured timeline (rt_runner_timeline): per iteration, every stage records each action of
+ * its list once (its micro-batches' forwards and backwards, the sends and receives its place
+ * has, one optimizer step), one after another on its clock; pipedream records its stream the
+ * same way, the flush's backwards under the last step's number. */
+static int count_kind(const rt_tl_event *ev, size_t n, uint64_t it, int kind)
+{
+    int c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ev[i].iteration == it && ev[i].kind == kind;
+    return c;
+}
+
+static void check_timeline(rt_runner *r, int s, int P, int iterations, uint64_t first, int mb,
+                           bool flushed)
+{
+    rt_tl_event *ev = NULL;
+    size_t n = 0;
+    rt_tl_snapshot_info info;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_timeline_snapshot(rt_runner_timeline(r), 0, 0, &ev, &n, &info, &err),
+                     SC_OK);
+    assert_int_equal(info.iterations, iterations);
+    assert_int_equal(info.dropped, 0);
+    int f = 0, b = 0, o = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(ev[i].end_ns >= ev[i].start_ns);
+        if (i > 0) /* one action at a time */
+            assert_true(ev[i].start_ns >= ev[i - 1].end_ns);
+        assert_true(ev[i].iteration >= first && ev[i].iteration < first + (uint64_t)iterations);
+    }
+    for (int k = 0; k < iterations; k++) {
+        uint64_t it = first + (uint64_t)k;
+        int fk = count_kind(ev, n, it, RT_TL_FORWARD), bk = count_kind(ev, n, it, RT_TL_BACKWARD);
+        f += fk;
+        b += bk;
+        o += count_kind(ev, n, it, RT_TL_OPTIMIZER);
+        if (!flushed) { /* a synchronous iteration is whole */
+            assert_int_equal(fk, mb);
+            assert_int_equal(bk, mb);
+            assert_int_equal(count_kind(ev, n, it, RT_TL_OPTIMIZER), 1);
+        }
+        assert_int_equal(count_kind(ev, n, it, RT_TL_SEND_ACTIVATION), s < P - 1 ? fk : 0);
+        assert_int_equal(count_kind(ev, n, it, RT_TL_RECV_ACTIVATION), s > 0 ? fk : 0);
+        assert_int_equal(count_kind(ev, n, it, RT_TL_SEND_GRADIENT), s > 0 ? bk : 0);
+        assert_int_equal(count_kind(ev, n, it, RT_TL_RECV_GRADIENT), s < P - 1 ? bk : 0);
+        assert_int_equal(count_kind(ev, n, it, RT_TL_ALLREDUCE), 0);
+    }
+    assert_int_equal(f, iterations * mb);
+    assert_int_equal(b, iterations * mb);
+    /* pipedream without copies steps after every backward */
+    assert_int_equal(o, flushed ? b : iterations);
+    free(ev);
+}
+
+static void test_timeline_records(void **state)
+{
+    (void)state;
+    enum { P = 3, MB = 4 };
+    const run_spec rs = {MLP_JSON, "1f1b", P, 8, MB, 0, "sgd", "local", NULL, NULL, NULL, 0};
+    rt_runner *r[P] = {0};
+    pipeline_open(&rs, r);
+    pipeline_run(&rs, r, 1, 3, NULL);
+    for (int s = 0; s < P; s++) {
+        check_timeline(r[s], s, P, 3, 1, MB, false);
+        rt_runner_destroy(&r[s]);
+    }
+    const run_spec pd = {MLP_JSON, "pipedream", P, 8, MB, 0, "sgd", "local", NULL, NULL, NULL, 0};
+    pipeline_open(&pd, r);
+    pd_job *jobs = pd_run(&pd, r, 1, 3, true);
+    for (int s = 0; s < P; s++) {
+        check_timeline(r[s], s, P, 3, 1, MB, true);
+        rt_runner_destroy(&r[s]);
+    }
+    free(jobs);
+}
+
 /* Checkpoints at flushed points: save refused in flight, a skipped step refused (nothing run),
  * flush + save + load + continue equals the uninterrupted run bit for bit. */
 static void test_pipedream_flush_checkpoint(void **state)
@@ -1692,6 +1770,26 @@ static void check_replicated(const run_spec *rs, const int *reps)
         /* the loss is the whole batch's, the same on every replica of the last stage */
         if (s == last)
             assert_true(rep[i].loss == rep[rp.base[last]].loss && rep[i].loss > 0.0);
+        /* the timeline: each iteration, this copy's forwards, then the copies' all-reduce
+         * (replicated stages only) and the optimizer step, at the end */
+        if (strcmp(rs->schedule, "pipedream") != 0) {
+            rt_tl_event *ev = NULL;
+            size_t n = 0;
+            sc_err err;
+            sc_err_clear(&err);
+            assert_int_equal(
+                rt_timeline_snapshot(rt_runner_timeline(rp.r[i]), 1, 0, &ev, &n, NULL, &err),
+                SC_OK);
+            assert_true(n >= 2);
+            assert_int_equal(count_kind(ev, n, (uint64_t)rs->steps, RT_TL_FORWARD),
+                             rep[i].microbatches);
+            assert_int_equal(count_kind(ev, n, (uint64_t)rs->steps, RT_TL_ALLREDUCE),
+                             reps[s] > 1 ? 1 : 0);
+            assert_int_equal(ev[n - 1].kind, RT_TL_OPTIMIZER);
+            if (reps[s] > 1)
+                assert_int_equal(ev[n - 2].kind, RT_TL_ALLREDUCE);
+            free(ev);
+        }
     }
     free(got);
     free(ref);
@@ -2276,6 +2374,7 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence_gpt),
+        cmocka_unit_test(test_timeline_records),
         cmocka_unit_test(test_checkpoint_prune),
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),

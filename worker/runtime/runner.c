@@ -110,6 +110,7 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->ver_fwd);
     free(r->stash_g);
     free(r->events);
+    rt_timeline_destroy(&r->tl);
     free(r);
     *rp = NULL;
 }
@@ -251,6 +252,13 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     }
     if (r->pipedream)
         SC_CHECK(rt_runner_alloc_stash(r, err));
+    /* room for one call's events: an action is one event (OPT two: all-reduce and step); a
+     * pipedream step runs at most 2m + slots + p passes of at most five events each */
+    int acts = r->group || r->bsplit ? r->nacts : r->sched->count[r->s];
+    /* a quarter more entries than iterations: pipedream flushes are entries of their own */
+    SC_CHECK(rt_timeline_new(&r->tl, RT_TIMELINE_ITERATIONS + RT_TIMELINE_ITERATIONS / 4,
+                             acts + 8 + (r->pipedream ? 5 * (2 * r->m + r->slots + r->p) : 0),
+                             err));
     SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
     /* pipedream steps per micro-batch, so each loss is its own micro-batch's mean (the default) */
     if (r->last && !r->pipedream)
@@ -297,6 +305,11 @@ sc_status rt_runner_new(rt_runner **out, const rt_runner_cfg *cfg, sc_err *err)
     }
     *out = r;
     return SC_OK;
+}
+
+rt_timeline *rt_runner_timeline(rt_runner *r)
+{
+    return r->tl;
 }
 
 const char *rt_runner_endpoint(const rt_runner *r)

@@ -103,6 +103,7 @@
 #include <stdint.h>
 
 #include "common/sc_status.h"
+#include "worker/runtime/timeline.h"
 #include "worker/transport/transport.h" /* RT_ENDPOINT_MAX: room for an endpoint */
 
 typedef struct {
@@ -316,6 +317,13 @@ sc_status rt_checkpoint_prune(const char *dir, int stage, uint64_t complete_step
 /* Parameters of the stage in block order (host copy), for tests and equivalence checks. */
 size_t rt_runner_param_count(const rt_runner *r);
 sc_status rt_runner_params_to_host(rt_runner *r, float *host, sc_err *err);
+
+/* The measured events of the runner's last iterations (RT_TIMELINE_ITERATIONS steps and their
+ * pipedream flushes, 5/4 of that many entries in all): every rt_runner_step and rt_runner_flush that succeeds
+ * commits its forwards, backwards, sends, receives, all-reduce and optimizer step there, timed
+ * by the clock reads the step's report uses. Owned by the runner and valid as long as it is;
+ * read from any thread with rt_timeline_snapshot (timeline.h). Recording changes no result. */
+rt_timeline *rt_runner_timeline(rt_runner *r);
 
 /* Makes a blocked or later rt_runner_step return SC_ERR_CANCELLED soon. Thread-safe. */
 void rt_runner_abort(rt_runner *r);

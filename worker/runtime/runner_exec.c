@@ -131,6 +131,29 @@ static bool is_backward(rt_action_kind kind)
     return kind == RT_ACT_RECV_B || kind == RT_ACT_B || kind == RT_ACT_SEND_B;
 }
 
+static rt_tl_kind timeline_kind(rt_action_kind kind)
+{
+    switch (kind) {
+    case RT_ACT_RECV_F:
+        return RT_TL_RECV_ACTIVATION;
+    case RT_ACT_F:
+        return RT_TL_FORWARD;
+    case RT_ACT_SEND_F:
+        return RT_TL_SEND_ACTIVATION;
+    case RT_ACT_RECV_B:
+        return RT_TL_RECV_GRADIENT;
+    case RT_ACT_B:
+        return RT_TL_BACKWARD;
+    case RT_ACT_SEND_B:
+        return RT_TL_SEND_GRADIENT;
+    case RT_ACT_OPT:
+        break;
+    }
+    return RT_TL_OPTIMIZER;
+}
+
+/* Runs one action; a successful one is recorded on the timeline (the OPT of copies as the
+ * all-reduce and the optimizer step), from the clock read that starts its report figures. */
 static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_report *rep,
                             int *inflight, double *loss_sum, sc_err *err)
 {
@@ -142,7 +165,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                          : (size_t)r->mb_size[a->mb];
     size_t in_bytes = M * r->in_elems * 4, out_bytes = M * r->out_elems * sizeof(float);
     int mb = a->mb, slot = mb >= 0 && !entry ? slot_of(r, mb) : -1;
-    double t0 = sc_clock_now_s();
+    uint64_t t0_ns;
+    double t0 = rt_now(&t0_ns);
     switch (a->kind) {
     case RT_ACT_RECV_F:
         if (r->resliced) {
@@ -238,12 +262,15 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         if (r->nrep > 1) { /* the copies' summed gradient */
             SC_CHECK(rt_runner_reduce_copies(r, step, -1, false, loss_sum, err));
             rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
-            t0 = sc_clock_now_s();
+            uint64_t reduced_ns = t0_ns;
+            t0 = rt_now(&t0_ns);
+            rt_timeline_add(r->tl, RT_TL_ALLREDUCE, -1, step, reduced_ns, t0_ns);
         }
         SC_CHECK(rt_runner_optimizer_apply(r, err));
         rep->optimizer_s += sc_clock_now_s() - t0;
         break;
     }
+    rt_timeline_add(r->tl, timeline_kind(a->kind), mb, step, t0_ns, sc_clock_now_ns());
     return SC_OK;
 }
 
@@ -264,7 +291,10 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
                            "flight; valid: the next step %llu (or call rt_runner_flush first)",
                            r->s, (unsigned long long)step, pd_inflight(r),
                            (unsigned long long)pd_step_of(r, r->pd_fwd));
+        rt_timeline_begin(r->tl, step);
         sc_status rc = rt_runner_pd_step(r, step, &rep, err);
+        if (rc == SC_OK)
+            rt_timeline_commit(r->tl);
         if (rc != SC_OK) { /* the stream is partial (messages taken, updates made) */
             r->broken = true;
             for (int i = 0; i < r->slots; i++)
@@ -275,6 +305,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
         return rc;
     }
     double t0 = sc_clock_now_s();
+    rt_timeline_begin(r->tl, step);
     sc_status rc = kn_stage_zero_grads(r->st, err);
     int inflight = 0;
     double loss_sum = 0.0;
@@ -314,6 +345,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rep.slots = r->slots + (r->gather_cap > 0 ? 1 : 0);
     rep.n_blocks = r->nb;
     rep.grad_sq_norms = r->norms;
+    rt_timeline_commit(r->tl);
     if (report != NULL)
         *report = rep;
     return SC_OK;

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_status.h"
 #include "kernels/device.h"
 #include "kernels/model.h"
@@ -28,6 +29,7 @@
 #include "worker/data/data.h"
 #include "worker/runtime/runner.h"
 #include "worker/runtime/schedule.h"
+#include "worker/runtime/timeline.h"
 #include "worker/transport/allreduce.h"
 #include "worker/transport/transport.h"
 
@@ -135,7 +137,18 @@ struct rt_runner {
     int Bcap;               /* the largest backward entry (Mcap without a backward cut) */
     int gather_cap;         /* 0: no entry is gathered, no gather slot */
     kn_stage_range *ranges; /* [m]: one gather's sources */
+    /* The measured events of the last iterations (timeline.h): recorded by the calling thread
+     * around each action, read by any thread through rt_runner_timeline. */
+    rt_timeline *tl;
 };
+
+/* The monotonic clock in ns, and the same reading in seconds (exactly sc_clock_now_s()'s), so
+ * one read serves both the report's durations and the timeline. */
+static inline double rt_now(uint64_t *ns)
+{
+    *ns = sc_clock_now_ns();
+    return (double)*ns * 1e-9;
+}
 
 /* The activation slot of this copy's micro-batch mb (the invariant of runner_exec.c). */
 static inline int slot_of(const rt_runner *r, int mb)

@@ -68,13 +68,16 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
         return SC_OK;
     }
     size_t M = (size_t)r->mb_size[mb];
-    double t0 = sc_clock_now_s();
+    uint64_t t0_ns, t1_ns;
+    double t0 = rt_now(&t0_ns);
     if (!r->first) {
         SC_CHECK(rt_transport_recv(tr_dir(r, false), RT_MSG_ACTIVATION, step, mb, r->in_buf,
                                    M * r->in_elems * 4, err));
         rep->wait_s += sc_clock_now_s() - t0;
     }
-    double t1 = sc_clock_now_s();
+    double t1 = rt_now(&t1_ns);
+    if (!r->first)
+        rt_timeline_add(r->tl, RT_TL_RECV_ACTIVATION, mb, step, t0_ns, t1_ns);
     if (r->slot_mb[slot] != -1)
         return slot_error(r, "forward", mb, err);
     if (r->first || r->last)
@@ -104,12 +107,14 @@ static sc_status pd_forward(rt_runner *r, rt_report *rep, double *loss_sum, sc_e
             *loss_sum += (double)l * (double)M;
     }
     rt_runner_extra_compute(r->extra_f_s * (double)M);
-    rep->forward_s += sc_clock_now_s() - t1;
+    rep->forward_s += rt_now(&t0_ns) - t1;
+    rt_timeline_add(r->tl, RT_TL_FORWARD, mb, step, t1_ns, t0_ns);
     pd_event(r, false, g, kn_stage_step_count(r->st));
     if (!r->last) {
         SC_CHECK(kn_stage_output_to_host(r->st, slot, r->out_buf, err));
         SC_CHECK(rt_runner_send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf,
                                        M * r->out_elems * sizeof(float), err));
+        rt_timeline_add(r->tl, RT_TL_SEND_ACTIVATION, mb, step, t0_ns, sc_clock_now_ns());
     }
     return SC_OK;
 }
@@ -125,13 +130,16 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
     if (k % (uint64_t)r->nrep == (uint64_t)r->rep) {
         int slot = pd_slot(r, k);
         size_t M = (size_t)r->mb_size[mb];
-        double t0 = sc_clock_now_s();
+        uint64_t t0_ns, t1_ns;
+        double t0 = rt_now(&t0_ns);
         if (!r->last) {
             SC_CHECK(rt_transport_recv(tr_dir(r, true), RT_MSG_GRADIENT, step, mb, r->gout_buf,
                                        M * r->out_elems * sizeof(float), err));
             rep->wait_s += sc_clock_now_s() - t0;
         }
-        double t1 = sc_clock_now_s();
+        double t1 = rt_now(&t1_ns);
+        if (!r->last)
+            rt_timeline_add(r->tl, RT_TL_RECV_GRADIENT, mb, step, t0_ns, t1_ns);
         if (r->slot_mb[slot] != mb || r->stash_g[slot] != k)
             return slot_error(r, "backward", mb, err);
         SC_CHECK(kn_stage_zero_grads(r->st, err));
@@ -146,19 +154,23 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
         if (!r->first)
             SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
         rt_runner_extra_compute(r->extra_b_s * (double)M);
-        rep->backward_s += sc_clock_now_s() - t1;
+        rep->backward_s += rt_now(&t0_ns) - t1;
+        rt_timeline_add(r->tl, RT_TL_BACKWARD, mb, step, t1_ns, t0_ns);
         r->pd_bwd++;
         pd_event(r, true, k, r->stash_ver[slot]);
         rep->backwards++;
-        if (!r->first)
+        if (!r->first) {
             SC_CHECK(rt_runner_send_routed(r, RT_MSG_GRADIENT, step, mb, r->gin_buf,
                                            M * r->in_elems * sizeof(float), err));
+            rt_timeline_add(r->tl, RT_TL_SEND_GRADIENT, mb, step, t0_ns, sc_clock_now_ns());
+        }
     } else {
         r->pd_bwd++;
     }
     if (k % (uint64_t)r->nrep != (uint64_t)(r->nrep - 1))
         return SC_OK; /* the round goes on */
-    double t2 = sc_clock_now_s();
+    uint64_t t2_ns;
+    double t2 = rt_now(&t2_ns);
     if (r->nrep > 1) {
         /* m is a multiple of nrep, so the round's minibatches are micro-batches
          * mb - nrep + 1 .. mb of one step */
@@ -167,7 +179,9 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
         *loss_sum += r->pd_loss_own;
         r->pd_loss_own = 0.0;
         rep->wait_s += sc_clock_now_s() - t2; /* counted as waiting, not as the optimizer */
-        t2 = sc_clock_now_s();
+        uint64_t reduce_ns = t2_ns;
+        t2 = rt_now(&t2_ns);
+        rt_timeline_add(r->tl, RT_TL_ALLREDUCE, -1, step, reduce_ns, t2_ns);
     }
     /* the update is of the newest weights, not of the stash the backward ran on */
     if (r->pd_stash_loaded) {
@@ -175,7 +189,9 @@ static sc_status pd_backward(rt_runner *r, rt_report *rep, double *loss_sum, sc_
         r->pd_stash_loaded = false;
     }
     SC_CHECK(rt_runner_optimizer_apply(r, err));
-    rep->optimizer_s += sc_clock_now_s() - t2;
+    uint64_t end_ns;
+    rep->optimizer_s += rt_now(&end_ns) - t2;
+    rt_timeline_add(r->tl, RT_TL_OPTIMIZER, -1, step, t2_ns, end_ns);
     return SC_OK;
 }
 
@@ -250,6 +266,7 @@ sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err)
     double t0 = sc_clock_now_s();
     r->n_events = 0;
     rep.step = r->pd_fwd > 0 ? pd_step_of(r, r->pd_fwd - 1) : 0;
+    rt_timeline_begin(r->tl, rep.step); /* an entry of its own under the last step's number */
     /* whole rounds (m is a multiple of the copies): the last backward closes the last round */
     double loss_sum = 0.0;
     sc_status rc = SC_OK;
@@ -260,6 +277,7 @@ sc_status rt_runner_flush(rt_runner *r, rt_report *report, sc_err *err)
         return rc;
     }
     pd_finish(r, &rep, t0);
+    rt_timeline_commit(r->tl);
     rep.weight_version_forward = NULL; /* no forwards ran */
     rt_runner_pd_reset(r);
     if (report != NULL)
