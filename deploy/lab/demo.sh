@@ -39,8 +39,9 @@ rm -f "$job"
 echo "submitted $id: a GPT of 4 layers, hetero strategy, $steps steps"
 if "$sc" help trace >/dev/null 2>&1; then
     # a trace of the running job, once it has run a few steps
-    until [ "$("$sc" status "$id" --json | sed -n 's/^  "step": \([0-9]*\).*/\1/p')" -ge 20 ] 2>/dev/null ||
-        ! "$sc" status "$id" --json | grep -q '"state": "\(submitted\|profiling\|planned\|running\)"'; do
+    while st=$("$sc" status "$id" --json) &&
+        [ "$(jq -r .step <<<"$st")" -lt 20 ] &&
+        [[ "$(jq -r .state <<<"$st")" =~ ^(submitted|profiling|planned|running)$ ]]; do
         sleep 0.2
     done
     "$sc" trace "$id" --out lab-trace.json || true
