@@ -178,7 +178,7 @@ static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req
     cfg.repeats = 3;
     /* Sustained speed: a worker capped by a CPU quota runs its first milliseconds of every
      * CFS period at full speed, so short passes alone would profile it as uncapped; 100 ms
-     * spans ten periods of 10 ms (the period the uneven lab sets). */
+     * spans twenty periods of 5 ms (the period the uneven lab sets). */
     cfg.min_time_s = 0.1;
     int n = kn_model_block_count(model);
     kn_profile_block *blocks = rc == SC_OK ? calloc((size_t)n, sizeof *blocks) : NULL;

@@ -84,8 +84,8 @@ cg_has() { # WORKER: its pid is listed in its cgroup
     d=$(find /sys/fs/cgroup -maxdepth 3 -path "*stagecraft-lab-$name/$1" | head -n 1)
     grep -qx "$(cat "$run/pids/$1")" "$d/cgroup.procs"
 }
-[ "$(quota a0)" = "5000 10000" ] && [ "$(quota b0)" = "2500 10000" ] && cg_has a0 && cg_has b0 &&
-    pass "CPU shares 0.5 and 0.25 are CFS quotas of a 10 ms period" || fail "quotas: a0 '$(quota a0)', b0 '$(quota b0)'"
+[ "$(quota a0)" = "2500 5000" ] && [ "$(quota b0)" = "1250 5000" ] && cg_has a0 && cg_has b0 &&
+    pass "CPU shares 0.5 and 0.25 are CFS quotas of a 5 ms period" || fail "quotas: a0 '$(quota a0)', b0 '$(quota b0)'"
 [ "$(taskset -p "$(cat "$run/pids/b0")" | awk '{ print $NF }')" = 1 ] && pass "b0 is pinned to core 0" ||
     fail "b0's affinity: $(taskset -p "$(cat "$run/pids/b0")")"
 rate_in() { ip netns exec "scl-$name-$1" tc qdisc show dev eth0 | grep -o 'rate [0-9]*[KMG]bit'; }
@@ -106,10 +106,12 @@ wait_for 120 is_state job-1 succeeded && pass "a 2-stage job trained across the 
     fail "job-1 is $(job_state job-1): $("$sc" status job-1)"
 
 # 4. set: live changes of shares, cores and rates; bad settings refused
-"$lab" set --lab "$name" b0 cpu=0.1 && [ "$(quota b0)" = "1000 10000" ] && pass "set b0 cpu=0.1" ||
-    fail "after cpu=0.1: '$(quota b0)'"
-"$lab" set --lab "$name" b0 cpu=0.05 && [ "$(quota b0)" = "1000 20000" ] &&
-    pass "a share under 0.1 lengthens the period (the kernel's least quota is 1 ms)" || fail "after cpu=0.05: '$(quota b0)'"
+"$lab" set --lab "$name" b0 cpu=0.3 && [ "$(quota b0)" = "1500 5000" ] && pass "set b0 cpu=0.3" ||
+    fail "after cpu=0.3: '$(quota b0)'"
+"$lab" set --lab "$name" b0 cpu=0.1 && [ "$(quota b0)" = "1000 10000" ] &&
+    "$lab" set --lab "$name" b0 cpu=0.05 && [ "$(quota b0)" = "1000 20000" ] &&
+    pass "a share under 0.2 lengthens the period (the kernel's least quota is 1 ms)" ||
+    fail "after cpu=0.1 and 0.05: '$(quota b0)'"
 "$lab" set --lab "$name" a0 cores=1 && [ "$(taskset -p "$(cat "$run/pids/a0")" | awk '{ print $NF }')" = 2 ] &&
     pass "set a0 cores=1" || fail "a0's affinity: $(taskset -p "$(cat "$run/pids/a0")")"
 "$lab" set --lab "$name" b rate=10mbit && [ "$(rate_in b)" = "rate 10Mbit" ] && [ "$(rate_out b 1)" = "rate 10Mbit" ] &&
