@@ -310,8 +310,16 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
         const char *said = env->heartbeat->state ? env->heartbeat->state : "";
         sc_strlcpy(w->reported_state, said, sizeof w->reported_state);
         w->step = env->heartbeat->step;
-        coord_jobs_heartbeat(c, w, said, env->heartbeat->job_id ? env->heartbeat->job_id : "",
-                             sc_clock_now_ns());
+        if (strcmp(said, "leaving") == 0) {
+            /* stopped by its operator: dead now (it must register again to come back), and its
+             * job re-planned without waiting for the silence that would say so */
+            w->state = COORD_WORKER_DEAD;
+            SC_LOG_INFO(LOG, "worker %s (%s) leaves: it was stopped", w->rec.id, w->rec.name);
+            coord_jobs_worker_left(c, w);
+        } else {
+            coord_jobs_heartbeat(c, w, said, env->heartbeat->job_id ? env->heartbeat->job_id : "",
+                                 sc_clock_now_ns());
+        }
     }
     pthread_mutex_unlock(&c->lock);
     if (rc == SC_ERR_PERMISSION) {

@@ -52,6 +52,9 @@ void coord_jobs_progress_clear(coord *c);
 /* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
 void coord_jobs_worker_died(coord *c, const coord_worker *w);
 
+/* Under c->lock: the same for a worker that said it leaves (its process was stopped). */
+void coord_jobs_worker_left(coord *c, const coord_worker *w);
+
 /* Under c->lock: a worker's training stopped with an error (e->code an sc_status name): the job
  * is re-planned when a neighbour vanished (time-out, unavailable), resumed from an older step
  * when the checkpoint to resume from did not load and the worker names an older one that does

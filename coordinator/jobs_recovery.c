@@ -53,6 +53,11 @@ void coord_jobs_worker_died(coord *c, const coord_worker *w)
     worker_lost(c, w, why);
 }
 
+void coord_jobs_worker_left(coord *c, const coord_worker *w)
+{
+    worker_lost(c, w, "left: its process was stopped");
+}
+
 /* Under c->lock: whether job `id` has ended (succeeded, failed, cancelled or unknown). */
 static bool job_ended(coord *c, const char *id)
 {
