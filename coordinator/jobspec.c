@@ -23,18 +23,6 @@ static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
  * register, and a job naming it would wait for it for good. */
 _Static_assert(SC_WIRE_MAX_WORKER_NAME < COORD_NAME_MAX, "a worker name must fit the store");
 
-static bool worker_name_is_valid(const char *name)
-{
-    size_t n = strlen(name);
-    if (n == 0 || n > SC_WIRE_MAX_WORKER_NAME || name[0] == '.')
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '-' || *p == '_' || *p == '.'))
-            return false;
-    return true;
-}
-
 /* Job names are printed by `stagecraft status`, one field per line: a newline or an escape
  * sequence in one would break the line or drive the terminal of whoever looks. */
 static bool has_control_chars(const char *s)
@@ -58,7 +46,7 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
             sc_jnode e = sc_jnode_element(&w, i);
             const char *name;
             SC_CHECK(sc_jnode_string(&e, &name, err));
-            if (!worker_name_is_valid(name))
+            if (!sc_wire_worker_name_valid(name))
                 return sc_jnode_fail(&e, err, SC_ERR_INVALID,
                                      "expected a worker name as `stagecraft worker --name` takes "
                                      "it: 1 to %d letters, digits, '-', '_' or '.', not starting "

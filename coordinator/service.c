@@ -52,16 +52,23 @@ static sc_status reg_worker(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
 {
     coord *c = user;
     const Stagecraft__RegisterWorkerRequest *req = (const void *)msg;
+    bool name_ok = sc_wire_worker_name_valid(req->name);
     if (!coord_token_equal(req->join_token ? req->join_token : "", c->join_token)) {
-        SC_LOG_WARN(LOG, "registration of '%s' from %s refused: wrong join token", req->name,
-                    sc_rpc_ctx_peer(ctx));
+        SC_LOG_WARN(LOG, "registration of '%s' from %s refused: wrong join token",
+                    name_ok ? req->name : "(not a valid name)", sc_rpc_ctx_peer(ctx));
         return SC_ERRF(err, SC_ERR_PERMISSION,
                        "join token refused: start the worker with the coordinator's join token "
                        "(STAGECRAFT_JOIN_TOKEN or --join-token-file)");
     }
-    if (req->name == NULL || req->name[0] == '\0' || strlen(req->name) >= COORD_NAME_MAX)
-        return SC_ERRF(err, SC_ERR_INVALID, "worker name must have 1 to %d characters",
-                       COORD_NAME_MAX - 1);
+    if (!name_ok) {
+        /* logged and answered without the name itself: it may hold a newline or an escape */
+        SC_LOG_WARN(LOG, "registration from %s refused: not a valid worker name",
+                    sc_rpc_ctx_peer(ctx));
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "worker name refused: use 1 to %d letters, digits, '-', '_' or '.', not "
+                       "starting with '.'",
+                       SC_WIRE_MAX_WORKER_NAME);
+    }
     if (req->worker_endpoint == NULL || strchr(req->worker_endpoint, ':') == NULL)
         return SC_ERRF(err, SC_ERR_INVALID,
                        "worker_endpoint '%s' is not HOST:PORT of the worker's service",

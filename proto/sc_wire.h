@@ -9,6 +9,7 @@
 #define SC_WIRE_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,11 @@
  * so does a job spec that lists one (it could never register). Valid names are letters, digits,
  * '-', '_' and '.', not starting with '.'. */
 #define SC_WIRE_MAX_WORKER_NAME 127
+
+/* Whether `name` is a valid worker name (the rule above): `stagecraft worker --name`, a job
+ * spec's list of workers and the coordinator's RegisterWorker all apply it, so that a name that
+ * could break a log line, a terminal or a path never gets in. */
+bool sc_wire_worker_name_valid(const char *name);
 
 /* SC_OK when `got` == SC_PROTOCOL_VERSION, else SC_ERR_VERSION with a message naming both
  * versions and `what` (e.g. "RegisterWorker request from 10.0.0.3"). A version of 0 means the

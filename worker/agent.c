@@ -196,18 +196,6 @@ static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
     return SC_OK;
 }
 
-/* The rule a job spec's worker names follow too (coordinator/jobspec.c). */
-static bool name_is_valid(const char *name)
-{
-    if (name[0] == '\0' || name[0] == '.' || strlen(name) > SC_WIRE_MAX_WORKER_NAME)
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '-' || *p == '_' || *p == '.'))
-            return false;
-    return true;
-}
-
 sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
 {
     *out = NULL;
@@ -240,7 +228,7 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         default_name(a->name, sizeof a->name, device);
         name = a->name;
     }
-    if (!name_is_valid(name)) {
+    if (!sc_wire_worker_name_valid(name)) {
         size_t len = strlen(name);
         rc = SC_ERRF(err, SC_ERR_INVALID,
                      "--name '%.40s%s' (%zu characters): use 1 to %d letters, digits, '-', '_' "

@@ -176,6 +176,23 @@ static void test_version_and_fields(void **state)
                                  &err),
                      SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "worker name"));
+    /* names `stagecraft worker --name` refuses are refused here too: a path, a forged log
+     * line with a terminal escape, a hidden name, one too long */
+    static const char *const bad_names[] = {"../x", "w\n[INFO] forged\x1b[2J", ".hidden", "a b",
+                                            NULL};
+    char long_name[SC_WIRE_MAX_WORKER_NAME + 2];
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    for (int i = 0; i <= 4; i++) {
+        reg.name = (char *)(i < 4 ? bad_names[i] : long_name);
+        sc_err_clear(&err);
+        assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/RegisterWorker", &reg.base,
+                                     &stagecraft__register_worker_response__descriptor, &resp,
+                                     5000, &err),
+                         SC_ERR_INVALID);
+        assert_non_null(strstr(err.msg, "worker name refused"));
+        assert_null(strchr(err.msg, '\x1b'));
+    }
 
     /* a job spec that is not JSON, with the client token */
     Stagecraft__SubmitJobRequest sub = STAGECRAFT__SUBMIT_JOB_REQUEST__INIT;
