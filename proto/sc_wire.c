@@ -85,8 +85,7 @@ void sc_wire_set_header(ProtobufCMessage *msg, ProtobufCMessage *hdr)
 
 bool sc_wire_worker_name_valid(const char *name)
 {
-    if (name == NULL || name[0] == '\0' || name[0] == '.' ||
-        strlen(name) > SC_WIRE_MAX_WORKER_NAME)
+    if (name == NULL || name[0] == '\0' || name[0] == '.' || strlen(name) > SC_WIRE_MAX_WORKER_NAME)
         return false;
     for (const char *p = name; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
