@@ -39,11 +39,16 @@ static void ctx_free(void *data, void *ptr)
 static sc_status require_client_token(coord *c, sc_rpc_ctx *ctx, const char *what, sc_err *err)
 {
     const Stagecraft__Header *h = sc_rpc_ctx_header(ctx);
-    if (h == NULL || h->token == NULL || !coord_token_equal(h->token, c->client_token))
+    bool none = h == NULL || h->token == NULL || h->token[0] == '\0';
+    if (none || !coord_token_equal(h->token, c->client_token)) {
+        /* logged as a refused join token is: someone is trying, or a client is misconfigured */
+        SC_LOG_WARN(LOG, "%s from %s refused: %s client token", what, sc_rpc_ctx_peer(ctx),
+                    none ? "no" : "wrong");
         return SC_ERRF(err, SC_ERR_PERMISSION,
                        "%s needs the client token (STAGECRAFT_TOKEN or --token-file; the "
                        "coordinator wrote it to %s)",
                        what, c->client_token_path[0] ? c->client_token_path : "its --token");
+    }
     return SC_OK;
 }
 

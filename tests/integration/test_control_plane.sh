@@ -47,6 +47,8 @@ err=$("$sc" submit "$work/trunc.json" 2>&1); rc=$?
 err=$(STAGECRAFT_TOKEN=wrong "$sc" submit "$work/job.json" 2>&1); rc=$?
 [ $rc -ne 0 ] && [[ $err == *"PERMISSION_DENIED"*"client token"* ]] ||
     fail "wrong client token: exit $rc: $err"
+wait_for 10 grep -q "SubmitJob from .* refused: wrong client token" "$work/coord.log" ||
+    fail "the coordinator did not log the wrong client token"
 err=$("$sc" status job-99 2>&1); rc=$?
 [ $rc -ne 0 ] && [[ $err == *"no job with id 'job-99'"* ]] || fail "unknown job: $err"
 pass "bad specs, wrong token and unknown job refused with clear messages"
