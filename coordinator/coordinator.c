@@ -96,7 +96,7 @@ static sc_status restore_workers(coord *c, sc_err *err)
 }
 
 /* ZAP: a control connection is admitted when its CURVE key is a registered, live worker's. */
-static bool allow_worker_key(void *user, const uint8_t key[32])
+static bool allow_worker_key(void *user, const uint8_t key[32], char owner[SC_CTL_PEER_ID_MAX])
 {
     coord *c = user;
     bool ok = false;
@@ -105,9 +105,37 @@ static bool allow_worker_key(void *user, const uint8_t key[32])
         const coord_worker *w = coord_registry_at(c->registry, i);
         ok =
             w->has_curve_key && w->state != COORD_WORKER_DEAD && memcmp(w->curve_key, key, 32) == 0;
+        if (ok) /* the connection speaks for this worker only (see key_speaks_for) */
+            sc_strlcpy(owner, w->rec.id, SC_CTL_PEER_ID_MAX);
     }
     pthread_mutex_unlock(&c->lock);
     return ok;
+}
+
+/* Whether a control message that came from routing id `peer` on a connection authenticated with
+ * `owner`'s CURVE key may speak for `peer`. A peer holding the join token can register a key of
+ * its own and then claim another worker's routing id: its heartbeats would pass for that
+ * worker's and that worker's commands would go to it. Without CURVE there is no key to hold
+ * anyone to. A refused pair is logged once (the last LOGGED_MISMATCHES are remembered). */
+#define LOGGED_MISMATCHES 16
+static bool key_speaks_for(const coord *c, const char *peer, const char *owner)
+{
+    if (c->zap == NULL || strcmp(peer, owner) == 0)
+        return true;
+    static char logged[LOGGED_MISMATCHES][2 * SC_CTL_PEER_ID_MAX];
+    static size_t next;
+    char pair[2 * SC_CTL_PEER_ID_MAX];
+    snprintf(pair, sizeof pair, "%s|%s", peer, owner);
+    for (size_t i = 0; i < LOGGED_MISMATCHES; i++)
+        if (strcmp(logged[i], pair) == 0)
+            return false;
+    sc_strlcpy(logged[next], pair, sizeof logged[next]);
+    next = (next + 1) % LOGGED_MISMATCHES;
+    SC_LOG_WARN(LOG,
+                "control messages claiming worker id '%s' come with the key of '%s'; refused "
+                "(logged once)",
+                peer, owner[0] ? owner : "no registered worker");
+    return false;
 }
 
 /* Loads STATE/control.key (the control socket's CURVE secret key), making it on first start. */
@@ -429,13 +457,14 @@ sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
     (void)err;
     uint64_t last_sweep = sc_clock_now_ns();
     while (!*stop) {
-        char peer[SC_CTL_PEER_ID_MAX];
+        char peer[SC_CTL_PEER_ID_MAX], owner[SC_CTL_PEER_ID_MAX];
         Stagecraft__ControlEnvelope *env = NULL;
         sc_err rerr;
         sc_err_clear(&rerr);
-        sc_status rc = sc_ctl_recv(c->ctl, TICK_MS, peer, &env, &rerr);
+        sc_status rc = sc_ctl_recv_owner(c->ctl, TICK_MS, peer, owner, &env, &rerr);
         if (rc == SC_OK) {
-            handle_message(c, peer, env);
+            if (key_speaks_for(c, peer, owner))
+                handle_message(c, peer, env);
             sc_ctl_envelope_free(&env);
         } else if (rc != SC_ERR_TIMEOUT) {
             SC_LOG_WARN(LOG, "%s", rerr.msg);

@@ -226,8 +226,17 @@ static void reply_version_error(sc_ctl *ctl, const char *peer, uint32_t got)
 sc_status sc_ctl_recv(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX],
                       Stagecraft__ControlEnvelope **env, sc_err *err)
 {
+    return sc_ctl_recv_owner(ctl, timeout_ms, peer, NULL, env, err);
+}
+
+sc_status sc_ctl_recv_owner(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX],
+                            char owner[SC_CTL_PEER_ID_MAX], Stagecraft__ControlEnvelope **env,
+                            sc_err *err)
+{
     *env = NULL;
     peer[0] = '\0';
+    if (owner != NULL)
+        owner[0] = '\0';
     zmq_pollitem_t item = {ctl->sock, 0, ZMQ_POLLIN, 0};
     int n = zmq_poll(&item, 1, timeout_ms);
     if (n < 0) {
@@ -258,6 +267,12 @@ sc_status sc_ctl_recv(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX]
         return ZMQ_FAIL(err, "receiving a control frame");
     }
     drain_more(ctl->sock);
+    if (owner != NULL) {
+        /* set by the ZAP handler for the connection (zmq_msg_gets fails without one) */
+        const char *uid = zmq_msg_gets(&msg, "User-Id");
+        if (uid != NULL)
+            sc_strlcpy(owner, uid, SC_CTL_PEER_ID_MAX);
+    }
     sc_status rc;
     ProtobufCMessage *m = NULL;
     size_t len = zmq_msg_size(&msg);
@@ -326,7 +341,7 @@ struct sc_ctl_zap {
     void *sock; /* REP on inproc://zeromq.zap.01, owned by the thread once started */
     pthread_t thread;
     volatile int stop;
-    bool (*allow)(void *user, const uint8_t key[32]);
+    sc_ctl_zap_allow_fn allow;
     void *user;
 };
 
@@ -348,9 +363,11 @@ static void zap_answer(sc_ctl_zap *z)
         drain_more(z->sock);
     bool ok = false;
     const char *why = "malformed ZAP request";
+    char owner[SC_CTL_PEER_ID_MAX] = "";
     if (n >= 7 && zmq_msg_size(&part[5]) == 5 && memcmp(zmq_msg_data(&part[5]), "CURVE", 5) == 0 &&
         zmq_msg_size(&part[6]) == 32) {
-        ok = z->allow(z->user, zmq_msg_data(&part[6]));
+        ok = z->allow(z->user, zmq_msg_data(&part[6]), owner);
+        owner[SC_CTL_PEER_ID_MAX - 1] = '\0';
         why = ok ? "OK" : "unknown worker key";
     } else if (n >= 6) {
         why = "only CURVE peers are accepted";
@@ -360,7 +377,8 @@ static void zap_answer(sc_ctl_zap *z)
         zmq_send(z->sock, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
         zmq_send(z->sock, ok ? "200" : "400", 3, ZMQ_SNDMORE);
         zmq_send(z->sock, why, strlen(why), ZMQ_SNDMORE);
-        zmq_send(z->sock, "", 0, ZMQ_SNDMORE);
+        /* the user id: every message of the connection carries it as "User-Id" */
+        zmq_send(z->sock, owner, ok ? strlen(owner) : 0, ZMQ_SNDMORE);
         zmq_send(z->sock, "", 0, 0);
     }
     if (!ok)
@@ -384,9 +402,8 @@ static void *zap_main(void *arg)
     return NULL;
 }
 
-sc_status sc_ctl_zap_start(sc_ctl_zap **out, void *zmq_context,
-                           bool (*allow)(void *user, const uint8_t key[32]), void *user,
-                           sc_err *err)
+sc_status sc_ctl_zap_start(sc_ctl_zap **out, void *zmq_context, sc_ctl_zap_allow_fn allow,
+                           void *user, sc_err *err)
 {
     *out = NULL;
     sc_ctl_zap *z = calloc(1, sizeof *z);

@@ -61,12 +61,16 @@ sc_status sc_ctl_curve_public(const char *secret_key, char public_key[SC_CTL_KEY
                               sc_err *err);
 
 /* ZAP handler: a thread that answers ZeroMQ's authentication requests for every CURVE socket of
- * `zmq_context`, admitting a client key (32 raw bytes) when allow(user, key) returns true.
- * `allow` runs on the handler's thread and must be thread-safe. */
+ * `zmq_context`, admitting a client key (32 raw bytes) when allow(user, key, owner) returns true.
+ * `allow` may name the key's owner in `owner` (at most SC_CTL_PEER_ID_MAX - 1 characters, "" for
+ * none): every message of that connection then carries it (sc_ctl_recv_owner), so a receiver
+ * can hold a peer to the key it authenticated with whatever routing id it claims. `allow` runs
+ * on the handler's thread and must be thread-safe. */
 typedef struct sc_ctl_zap sc_ctl_zap;
-sc_status sc_ctl_zap_start(sc_ctl_zap **out, void *zmq_context,
-                           bool (*allow)(void *user, const uint8_t key[32]), void *user,
-                           sc_err *err);
+typedef bool (*sc_ctl_zap_allow_fn)(void *user, const uint8_t key[32],
+                                    char owner[SC_CTL_PEER_ID_MAX]);
+sc_status sc_ctl_zap_start(sc_ctl_zap **out, void *zmq_context, sc_ctl_zap_allow_fn allow,
+                           void *user, sc_err *err);
 /* Stops the handler thread. Call before terminating the context. Accepts NULL. */
 void sc_ctl_zap_stop(sc_ctl_zap **zap);
 
@@ -96,6 +100,13 @@ sc_status sc_ctl_send(sc_ctl *ctl, const char *peer, Stagecraft__ControlEnvelope
  * a frame from `peer` was dropped, err says why; the channel stays usable. */
 sc_status sc_ctl_recv(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX],
                       Stagecraft__ControlEnvelope **env, sc_err *err);
+
+/* sc_ctl_recv on a ROUTER whose peers authenticated through the ZAP handler: `owner` also gets
+ * the owner `allow` named for the key of the connection the envelope came on ("" when there is
+ * no ZAP handler or it named none). */
+sc_status sc_ctl_recv_owner(sc_ctl *ctl, int timeout_ms, char peer[SC_CTL_PEER_ID_MAX],
+                            char owner[SC_CTL_PEER_ID_MAX], Stagecraft__ControlEnvelope **env,
+                            sc_err *err);
 
 void sc_ctl_envelope_free(Stagecraft__ControlEnvelope **env);
 

@@ -9,12 +9,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
+#include "proto/sc_control.h"
 #include "proto/sc_rpc.h"
 #include "proto/sc_wire.h"
 
@@ -208,11 +211,100 @@ static void test_version_and_fields(void **state)
     assert_alive(f);
 }
 
+/* Registers a worker named `name` with a new CURVE key pair; fills its id, the control endpoint
+ * and the DEALER's CURVE settings (keys in `pub`, `sec`, `server`). */
+static void register_curve_worker(fixture *f, const char *name, char id[64], char endpoint[300],
+                                  char pub[41], char sec[41], char server[41])
+{
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_ctl_curve_keypair(pub, sec, &err), SC_OK);
+    uint8_t raw[32];
+    assert_non_null(zmq_z85_decode(raw, pub));
+    char join_path[160], join[128] = "";
+    snprintf(join_path, sizeof join_path, "%s/state/join.token", f->dir);
+    FILE *t = fopen(join_path, "r");
+    assert_non_null(t);
+    assert_int_equal(fscanf(t, "%127s", join), 1);
+    fclose(t);
+    Stagecraft__RegisterWorkerRequest reg = STAGECRAFT__REGISTER_WORKER_REQUEST__INIT;
+    reg.name = (char *)name;
+    reg.join_token = join;
+    reg.worker_endpoint = "127.0.0.1:1";
+    reg.curve_public_key.data = raw;
+    reg.curve_public_key.len = 32;
+    ProtobufCMessage *m = NULL;
+    assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/RegisterWorker", &reg.base,
+                                 &stagecraft__register_worker_response__descriptor, &m, 5000,
+                                 &err),
+                     SC_OK);
+    Stagecraft__RegisterWorkerResponse *r = (void *)m;
+    snprintf(id, 64, "%s", r->worker_id);
+    snprintf(endpoint, 300, "%s", r->control_endpoint);
+    assert_int_equal(r->server_curve_public_key.len, 32);
+    assert_non_null(zmq_z85_encode(server, r->server_curve_public_key.data, 32));
+    protobuf_c_message_free_unpacked(m, NULL);
+}
+
+/* A heartbeat as worker `id` (epoch 1) on `ctl`; whether an ack came back within `wait_ms`. */
+static bool heartbeat_acked(sc_ctl *ctl, const char *id, int wait_ms)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Heartbeat hb = STAGECRAFT__HEARTBEAT__INIT;
+    hb.state = "idle";
+    hb.job_id = "";
+    env.worker_id = (char *)id;
+    env.epoch = 1;
+    env.seq = 1;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_ctl_send(ctl, NULL, &env, &err), SC_OK);
+    char peer[SC_CTL_PEER_ID_MAX];
+    Stagecraft__ControlEnvelope *got = NULL;
+    bool acked = false;
+    while (!acked && sc_ctl_recv(ctl, wait_ms, peer, &got, &err) == SC_OK) {
+        acked = got->body_case == STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK;
+        sc_ctl_envelope_free(&got);
+    }
+    return acked;
+}
+
+/* A peer that holds the join token registers its own CURVE key, then connects under another
+ * worker's id: the coordinator holds every control message to the key its sender authenticated
+ * with, so it neither takes the heartbeat as the other worker's nor answers it (an answer, like
+ * that worker's commands, would go to the impostor). Under its own id the same key is answered. */
+static void test_control_bound_to_key(void **state)
+{
+    fixture *f = *state;
+    if (!sc_ctl_curve_available())
+        skip();
+    char victim[64], imp[64], endpoint[300], ep2[300];
+    char vpub[41], vsec[41], ipub[41], isec[41], server[41];
+    register_curve_worker(f, "victim", victim, endpoint, vpub, vsec, server);
+    register_curve_worker(f, "impostor", imp, ep2, ipub, isec, server);
+    sc_err err;
+    sc_err_clear(&err);
+    sc_ctl *own = NULL, *forged = NULL;
+    sc_ctl_cfg cfg = {.routing_id = imp, .curve_secret_key = isec, .curve_public_key = ipub,
+                      .curve_server_key = server};
+    assert_int_equal(sc_ctl_dealer_new(&own, endpoint, &cfg, &err), SC_OK);
+    assert_true(heartbeat_acked(own, imp, 10000)); /* its own id: answered */
+    cfg.routing_id = victim;
+    assert_int_equal(sc_ctl_dealer_new(&forged, endpoint, &cfg, &err), SC_OK);
+    assert_false(heartbeat_acked(forged, victim, 2000));
+    sc_ctl_destroy(&forged);
+    sc_ctl_destroy(&own);
+    assert_alive(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_malformed_and_oversized, start, stop),
         cmocka_unit_test_setup_teardown(test_version_and_fields, start, stop),
+        cmocka_unit_test_setup_teardown(test_control_bound_to_key, start, stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -249,10 +249,11 @@ static void test_dealer_needs_routing_id(void **state)
 static uint8_t allowed_key[32];
 static int zap_calls;
 
-static bool allow_one(void *user, const uint8_t key[32])
+static bool allow_one(void *user, const uint8_t key[32], char owner[SC_CTL_PEER_ID_MAX])
 {
     (void)user;
     zap_calls++;
+    snprintf(owner, SC_CTL_PEER_ID_MAX, "owner-of-a");
     return memcmp(key, allowed_key, 32) == 0;
 }
 
@@ -287,21 +288,36 @@ static void test_curve_with_allow_list(void **state)
                        .curve_public_key = bpub, .curve_server_key = spub};
     assert_int_equal(sc_ctl_dealer_new(&good, sc_ctl_endpoint(router), &gcfg, &err), SC_OK);
     assert_int_equal(sc_ctl_dealer_new(&bad, sc_ctl_endpoint(router), &bcfg, &err), SC_OK);
+    /* an impostor holding a's key under another routing id: admitted (the key is known), and
+     * its messages carry the key's owner, so the receiver can tell */
+    sc_ctl *imp = NULL;
+    sc_ctl_cfg icfg = gcfg;
+    icfg.routing_id = "w-9";
+    assert_int_equal(sc_ctl_dealer_new(&imp, sc_ctl_endpoint(router), &icfg, &err), SC_OK);
     send_heartbeat(bad, 2);
     send_heartbeat(good, 1);
+    send_heartbeat(imp, 3);
 
-    char peer[SC_CTL_PEER_ID_MAX];
+    char peer[SC_CTL_PEER_ID_MAX], owner[SC_CTL_PEER_ID_MAX];
     Stagecraft__ControlEnvelope *got = NULL;
-    int from_good = 0;
+    int from_good = 0, from_imp = 0;
     sc_status rc;
-    while ((rc = sc_ctl_recv(router, 1000, peer, &got, &err)) != SC_ERR_TIMEOUT) {
+    while ((rc = sc_ctl_recv_owner(router, 1000, peer, owner, &got, &err)) != SC_ERR_TIMEOUT) {
         assert_int_equal(rc, SC_OK);
-        assert_string_equal(peer, "w-1"); /* never the unknown key */
-        assert_int_equal(got->heartbeat->step, 1);
-        from_good++;
+        assert_string_equal(owner, "owner-of-a"); /* never the unknown key */
+        if (strcmp(peer, "w-1") == 0) {
+            assert_int_equal(got->heartbeat->step, 1);
+            from_good++;
+        } else {
+            assert_string_equal(peer, "w-9");
+            assert_int_equal(got->heartbeat->step, 3);
+            from_imp++;
+        }
         sc_ctl_envelope_free(&got);
     }
     assert_int_equal(from_good, 1);
+    assert_int_equal(from_imp, 1);
+    sc_ctl_destroy(&imp);
     assert_true(zap_calls >= 2);
 
     /* a DEALER with a malformed key is refused at creation */
