@@ -452,8 +452,36 @@ static void send_queued(coord *c)
     }
 }
 
+/* Warnings about frames the control socket dropped (malformed, oversized, another version):
+ * an accepted peer can send thousands a second, so at most BAD_FRAME_LOGS are logged per
+ * BAD_FRAME_WINDOW_S, and the count of the others once the window ends. */
+#define BAD_FRAME_LOGS 10
+#define BAD_FRAME_WINDOW_S 10.0
+typedef struct {
+    double window_start_s;
+    unsigned logged, suppressed;
+} bad_frame_log;
+
+static void log_bad_frame(bad_frame_log *b, const char *msg, double now_s)
+{
+    if (now_s - b->window_start_s >= BAD_FRAME_WINDOW_S) {
+        if (b->suppressed > 0)
+            SC_LOG_WARN(LOG, "%u more dropped control frames not logged in the last %.0f s",
+                        b->suppressed, BAD_FRAME_WINDOW_S);
+        b->window_start_s = now_s;
+        b->logged = b->suppressed = 0;
+    }
+    if (b->logged < BAD_FRAME_LOGS) {
+        b->logged++;
+        SC_LOG_WARN(LOG, "%s", msg);
+    } else {
+        b->suppressed++;
+    }
+}
+
 sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
 {
+    bad_frame_log bad = {0, 0, 0};
     (void)err;
     uint64_t last_sweep = sc_clock_now_ns();
     while (!*stop) {
@@ -467,7 +495,7 @@ sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
                 handle_message(c, peer, env);
             sc_ctl_envelope_free(&env);
         } else if (rc != SC_ERR_TIMEOUT) {
-            SC_LOG_WARN(LOG, "%s", rerr.msg);
+            log_bad_frame(&bad, rerr.msg, sc_clock_now_s());
         }
         uint64_t now = sc_clock_now_ns();
         if (now - last_sweep >= TICK_MS * 1000000ull) {

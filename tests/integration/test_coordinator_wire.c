@@ -3,13 +3,14 @@
  * message, another protocol version, an unknown method, a registration with bad fields. Each is
  * refused with the right gRPC status, and the coordinator keeps answering.
  */
+#include <cmocka.h>
+#include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
-#include <signal.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,15 @@ static int start(void **state)
     if (f->pid == 0) {
         dup2(out[1], 1);
         close(out[0]);
+        char log_path[128]; /* its log, for the checks that read it */
+        snprintf(log_path, sizeof log_path, "%s/coordinator.log", f->dir);
+        int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (log_fd >= 0)
+            dup2(log_fd, 2);
         char state_dir[128];
         snprintf(state_dir, sizeof state_dir, "%s/state", f->dir);
-        execl(SC_STAGECRAFT_BIN, "stagecraft", "coordinator", "--listen", "127.0.0.1:0",
-              "--state", state_dir, (char *)NULL);
+        execl(SC_STAGECRAFT_BIN, "stagecraft", "coordinator", "--listen", "127.0.0.1:0", "--state",
+              state_dir, (char *)NULL);
         _exit(127);
     }
     close(out[1]);
@@ -149,8 +155,7 @@ static void test_version_and_fields(void **state)
     lw.header = &old;
     sc_err_clear(&err);
     assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/ListWorkers", &lw.base,
-                                 &stagecraft__list_workers_response__descriptor, &resp, 5000,
-                                 &err),
+                                 &stagecraft__list_workers_response__descriptor, &resp, 5000, &err),
                      SC_ERR_VERSION);
     char want[32];
     snprintf(want, sizeof want, "version %d", SC_PROTOCOL_VERSION + 41);
@@ -190,8 +195,8 @@ static void test_version_and_fields(void **state)
         reg.name = (char *)(i < 4 ? bad_names[i] : long_name);
         sc_err_clear(&err);
         assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/RegisterWorker", &reg.base,
-                                     &stagecraft__register_worker_response__descriptor, &resp,
-                                     5000, &err),
+                                     &stagecraft__register_worker_response__descriptor, &resp, 5000,
+                                     &err),
                          SC_ERR_INVALID);
         assert_non_null(strstr(err.msg, "worker name refused"));
         assert_null(strchr(err.msg, '\x1b'));
@@ -235,8 +240,7 @@ static void register_curve_worker(fixture *f, const char *name, char id[64], cha
     reg.curve_public_key.len = 32;
     ProtobufCMessage *m = NULL;
     assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/RegisterWorker", &reg.base,
-                                 &stagecraft__register_worker_response__descriptor, &m, 5000,
-                                 &err),
+                                 &stagecraft__register_worker_response__descriptor, &m, 5000, &err),
                      SC_OK);
     Stagecraft__RegisterWorkerResponse *r = (void *)m;
     snprintf(id, 64, "%s", r->worker_id);
@@ -287,7 +291,9 @@ static void test_control_bound_to_key(void **state)
     sc_err err;
     sc_err_clear(&err);
     sc_ctl *own = NULL, *forged = NULL;
-    sc_ctl_cfg cfg = {.routing_id = imp, .curve_secret_key = isec, .curve_public_key = ipub,
+    sc_ctl_cfg cfg = {.routing_id = imp,
+                      .curve_secret_key = isec,
+                      .curve_public_key = ipub,
                       .curve_server_key = server};
     assert_int_equal(sc_ctl_dealer_new(&own, endpoint, &cfg, &err), SC_OK);
     assert_true(heartbeat_acked(own, imp, 10000)); /* its own id: answered */
@@ -296,6 +302,47 @@ static void test_control_bound_to_key(void **state)
     assert_false(heartbeat_acked(forged, victim, 2000));
     sc_ctl_destroy(&forged);
     sc_ctl_destroy(&own);
+
+    /* the accepted peer floods the control socket with garbage: a few lines are logged, not
+     * one per frame. A heartbeat behind the garbage on the same connection is answered once
+     * all of it was read. */
+    void *zctx = zmq_ctx_new(), *raw = zmq_socket(zctx, ZMQ_DEALER);
+    assert_int_equal(zmq_setsockopt(raw, ZMQ_ROUTING_ID, imp, strlen(imp)), 0);
+    assert_int_equal(zmq_setsockopt(raw, ZMQ_CURVE_SERVERKEY, server, 40), 0);
+    assert_int_equal(zmq_setsockopt(raw, ZMQ_CURVE_PUBLICKEY, ipub, 40), 0);
+    assert_int_equal(zmq_setsockopt(raw, ZMQ_CURVE_SECRETKEY, isec, 40), 0);
+    assert_int_equal(zmq_connect(raw, endpoint), 0);
+    const uint8_t junk[] = {0x12, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x41};
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(zmq_send(raw, junk, sizeof junk, 0), (int)sizeof junk);
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Heartbeat hb = STAGECRAFT__HEARTBEAT__INIT;
+    hb.state = "idle";
+    hb.job_id = "";
+    env.worker_id = imp;
+    env.epoch = 1;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    uint8_t *frame = NULL;
+    size_t frame_len = 0;
+    assert_int_equal(sc_wire_pack(&env.base, &frame, &frame_len, &err), SC_OK);
+    assert_int_equal(zmq_send(raw, frame, frame_len, 0), (int)frame_len);
+    free(frame);
+    int timeout_ms = 30000;
+    zmq_setsockopt(raw, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    uint8_t buf[256];
+    assert_true(zmq_recv(raw, buf, sizeof buf, 0) > 0); /* the ack */
+    zmq_close(raw);
+    zmq_ctx_term(zctx);
+    char log_path[160], line[1024];
+    snprintf(log_path, sizeof log_path, "%s/coordinator.log", f->dir);
+    FILE *log = fopen(log_path, "r");
+    assert_non_null(log);
+    int dropped = 0;
+    while (fgets(line, sizeof line, log))
+        dropped += strstr(line, "dropped a control frame") != NULL;
+    fclose(log);
+    assert_true(dropped >= 1 && dropped <= 21); /* 10 a window of 10 s, not 200 */
     assert_alive(f);
 }
 
