@@ -3,14 +3,16 @@
  * message, another protocol version, an unknown method, a registration with bad fields. Each is
  * refused with the right gRPC status, and the coordinator keeps answering.
  */
-#include <cmocka.h>
-#include <fcntl.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
