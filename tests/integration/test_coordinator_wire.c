@@ -108,6 +108,17 @@ static void assert_alive(fixture *f)
     protobuf_c_message_free_unpacked(resp, NULL);
 }
 
+/* The join token the coordinator generated into its state folder. */
+static void read_join_token(const fixture *f, char join[128])
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/state/join.token", f->dir);
+    FILE *t = fopen(path, "r");
+    assert_non_null(t);
+    assert_int_equal(fscanf(t, "%127s", join), 1);
+    fclose(t);
+}
+
 static void test_malformed_and_oversized(void **state)
 {
     fixture *f = *state;
@@ -172,29 +183,18 @@ static void test_version_and_fields(void **state)
                                  &stagecraft__register_worker_response__descriptor, &resp, 5000,
                                  &err),
                      SC_ERR_PERMISSION);
-    char join_path[160], join[128] = "";
-    snprintf(join_path, sizeof join_path, "%s/state/join.token", f->dir);
-    FILE *t = fopen(join_path, "r");
-    assert_non_null(t);
-    assert_int_equal(fscanf(t, "%127s", join), 1);
-    fclose(t);
+    char join[128];
+    read_join_token(f, join);
     reg.join_token = join;
-    reg.name = "";
-    sc_err_clear(&err);
-    assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/RegisterWorker", &reg.base,
-                                 &stagecraft__register_worker_response__descriptor, &resp, 5000,
-                                 &err),
-                     SC_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "worker name"));
-    /* names `stagecraft worker --name` refuses are refused here too: a path, a forged log
-     * line with a terminal escape, a hidden name, one too long */
-    static const char *const bad_names[] = {"../x", "w\n[INFO] forged\x1b[2J", ".hidden", "a b",
-                                            NULL};
+    /* names `stagecraft worker --name` refuses are refused here too: none, a path, a forged log
+     * line with a terminal escape, a hidden name, a space, one too long */
+    static const char *const bad_names[] = {"", "../x", "w\n[INFO] forged\x1b[2J", ".hidden",
+                                            "a b"};
     char long_name[SC_WIRE_MAX_WORKER_NAME + 2];
     memset(long_name, 'n', sizeof long_name - 1);
     long_name[sizeof long_name - 1] = '\0';
-    for (int i = 0; i <= 4; i++) {
-        reg.name = (char *)(i < 4 ? bad_names[i] : long_name);
+    for (int i = 0; i <= 5; i++) {
+        reg.name = (char *)(i < 5 ? bad_names[i] : long_name);
         sc_err_clear(&err);
         assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/RegisterWorker", &reg.base,
                                      &stagecraft__register_worker_response__descriptor, &resp, 5000,
@@ -228,12 +228,8 @@ static void register_curve_worker(fixture *f, const char *name, char id[64], cha
     assert_int_equal(sc_ctl_curve_keypair(pub, sec, &err), SC_OK);
     uint8_t raw[32];
     assert_non_null(zmq_z85_decode(raw, pub));
-    char join_path[160], join[128] = "";
-    snprintf(join_path, sizeof join_path, "%s/state/join.token", f->dir);
-    FILE *t = fopen(join_path, "r");
-    assert_non_null(t);
-    assert_int_equal(fscanf(t, "%127s", join), 1);
-    fclose(t);
+    char join[128];
+    read_join_token(f, join);
     Stagecraft__RegisterWorkerRequest reg = STAGECRAFT__REGISTER_WORKER_REQUEST__INIT;
     reg.name = (char *)name;
     reg.join_token = join;
