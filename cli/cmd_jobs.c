@@ -184,11 +184,18 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "predicted_iteration_s", json_real(j->predicted_iteration_s));
     json_object_set_new(o, "measured_iteration_s", json_real(j->measured_iteration_s));
     json_t *stages = json_array();
-    for (size_t i = 0; i < j->n_stages; i++)
-        json_array_append_new(stages,
-                              json_pack("{s:i, s:f, s:f}", "stage", (int)j->stages[i]->stage,
-                                        "busy_fraction", j->stages[i]->busy_fraction, "busy_s",
-                                        j->stages[i]->measured_compute_s));
+    for (size_t i = 0; i < j->n_stages; i++) {
+        const Stagecraft__StageStatus *st = j->stages[i];
+        json_t *ids = json_array();
+        for (size_t k = 0; k < st->n_worker_ids; k++)
+            json_array_append_new(ids, json_string(st->worker_ids[k]));
+        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f}", "stage",
+                                                (int)st->stage, "busy_fraction", st->busy_fraction,
+                                                "busy_s", st->measured_compute_s, "first_block",
+                                                (int)st->first_block, "last_block",
+                                                (int)st->last_block, "worker_ids", ids,
+                                                "predicted_compute_s", st->predicted_compute_s));
+    }
     json_object_set_new(o, "stage_figures", stages);
     json_t *hist = json_array();
     for (size_t i = 0; i < j->n_transitions; i++)

@@ -6,6 +6,7 @@
  */
 #include "coordinator/service.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,10 +206,34 @@ static Stagecraft__JobInfo *job_info(sc_rpc_ctx *ctx, const coord_job *j, bool f
     return info;
 }
 
+/* A stage's place in the job's plan (info->plan_json): its blocks, its workers (one per copy)
+ * and its predicted compute time, so that a client other than `stagecraft status` need not
+ * parse the plan for them. */
+static void stage_from_plan(sc_rpc_ctx *ctx, json_t *plan, Stagecraft__StageStatus *st)
+{
+    json_t *ps = json_array_get(json_object_get(plan, "stages"), st->stage);
+    if (!json_is_object(ps))
+        return;
+    st->first_block = (uint32_t)json_integer_value(json_object_get(ps, "first_block"));
+    st->last_block = (uint32_t)json_integer_value(json_object_get(ps, "last_block"));
+    st->predicted_compute_s = json_number_value(json_object_get(ps, "compute_s"));
+    json_t *ids = json_object_get(ps, "worker_ids");
+    size_t n = json_array_size(ids);
+    st->worker_ids = n ? sc_rpc_ctx_alloc(ctx, n * sizeof *st->worker_ids) : NULL;
+    for (size_t k = 0; st->worker_ids != NULL && k < n; k++)
+        st->worker_ids[k] = sc_rpc_ctx_strdup(ctx, json_string_value(json_array_get(ids, k))
+                                                       ? json_string_value(json_array_get(ids, k))
+                                                       : "");
+    st->n_worker_ids = st->worker_ids != NULL ? n : 0;
+}
+
 /* Live figures of a running job: loss, throughput, per-stage busy fraction, measured vs
- * predicted iteration time. */
+ * predicted iteration time, and each stage's blocks, workers and predicted compute from the
+ * plan. */
 static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
 {
+    json_t *plan =
+        info->plan_json && info->plan_json[0] ? json_loads(info->plan_json, 0, NULL) : NULL;
     pthread_mutex_lock(&c->lock);
     const coord_progress *p = coord_jobs_progress(c, info->job_id);
     if (p != NULL) {
@@ -222,6 +247,7 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
             st->stage = (uint32_t)s;
             st->busy_fraction = p->iteration_s[s] > 0 ? p->busy_s[s] / p->iteration_s[s] : 0;
             st->measured_compute_s = p->busy_s[s];
+            stage_from_plan(ctx, plan, st);
             if (p->iteration_s[s] > info->measured_iteration_s)
                 info->measured_iteration_s = p->iteration_s[s];
             info->stages[s] = st;
@@ -229,6 +255,7 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
         info->n_stages = info->stages ? (size_t)p->n_stages : 0;
     }
     pthread_mutex_unlock(&c->lock);
+    json_decref(plan);
 }
 
 static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,

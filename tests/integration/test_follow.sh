@@ -42,6 +42,15 @@ job long 1000000 >"$work/long.json"
 follow_pid=$!
 pids+=("$follow_pid")
 wait_for 60 is_state job-2 running || fail "job-2 did not start: $(job_state job-2)"
+# the running job's stages carry their place in the plan (blocks, workers, predicted compute)
+st=$("$sc" status job-2 --json)
+[ "$(jq '.stage_figures | length' <<<"$st")" -eq "$(jq '.plan.stages | length' <<<"$st")" ] &&
+    jq -e '[.stage_figures[] as $f | .plan.stages[$f.stage] as $p |
+            ($f.first_block == $p.first_block and $f.last_block == $p.last_block and
+             $f.worker_ids == $p.worker_ids and ($f.worker_ids | length) >= 1 and
+             $f.predicted_compute_s == $p.compute_s)] | all' <<<"$st" >/dev/null &&
+    pass "status --json gives each stage's blocks, workers and predicted compute" ||
+    fail "stage figures: $(jq -c .stage_figures <<<"$st")"
 wait_for 30 grep -q '"state":"running"' "$work/follow3.out" || fail "the follower did not see running"
 "$sc" cancel job-2 --reason "test over" >/dev/null || fail "cancel"
 wait "$follow_pid"
