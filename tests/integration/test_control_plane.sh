@@ -11,8 +11,13 @@ sc=${1:?usage: test_control_plane.sh PATH/TO/stagecraft}
 state=$work/state
 # heartbeats every 200 ms: suspect after 3 missed (0.6 s), dead after 5 (1 s)
 start_coordinator coord "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
-for w in w1 w2 w3; do start_worker $w; done
-w2_pid=$(pgrep -f -- "--name w2 ")
+# the PIDs this test started, never looked up by pattern (another run's workers match too)
+declare -A wpid
+for w in w1 w2 w3; do
+    start_worker $w
+    wpid[$w]=$worker_pid
+done
+w2_pid=${wpid[w2]}
 wait_alive 20 3 &&
     pass "three workers registered and alive" || fail "workers did not all register"
 
@@ -32,7 +37,7 @@ wait_for 20 sh -c "[ \$('$sc' status job-1 --json | sed -n 's/^  \"step\": \([0-
 plan=$("$sc" status job-1 --json | tr -d ' \n')
 [[ $plan == *'"strategy":"minmax"'* ]] || fail "status shows no minmax plan: $plan"
 [[ $plan == *'"worker_ids":["w-'* ]] || fail "plan names no workers"
-n_stages=$(echo "$plan" | grep -o '"first_block"' | wc -l)
+n_stages=$("$sc" status job-1 --json | jq '.plan.stages | length')
 [ "$n_stages" -eq 3 ] || fail "plan has $n_stages stages, want 3"
 "$sc" status job-1 | grep -q "^state:   running" || fail "human status lacks the state line"
 
@@ -65,7 +70,7 @@ pass "duplicate and impostor workers refused"
 
 # the same worker started again (same --name and --state, so the same id file) stops before it
 # registers: the running one keeps its registration (no new epoch) and its job keeps running
-w1_pid=$(pgrep -f -- "--name w1 --state $work/wstate")
+w1_pid=${wpid[w1]}
 epoch=$(worker_epoch w1)
 err=$(timeout 10 "$sc" worker --name w1 --state "$work/wstate" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "w1 started twice on one state folder: exit $rc, want 2: $err"

@@ -41,7 +41,7 @@ awk -v f="$final" 'BEGIN { exit !(f > 0 && f < 5.0) }' && pass "final loss $fina
     fail "final loss '$final' did not fall"
 # the plan records each stage boundary's data plane: CPU workers, so zmq, one per boundary
 plan1=$("$sc" status job-1 --json | tr -d ' \n')
-cuts=$(echo "$plan1" | grep -o '"first_block"' | wc -l) # the plan's stages
+cuts=$("$sc" status job-1 --json | jq '.plan.stages | length') # the plan's stages
 trs=$(echo "$plan1" | sed -n 's/.*"transports":\[\([^]]*\)\].*/\1/p')
 [ -n "$trs" ] && [ "$(echo "$trs" | tr ',' '\n' | grep -c '"zmq"')" -eq $((cuts - 1)) ] &&
     [ "$(echo "$trs" | tr ',' '\n' | grep -vc '"zmq"')" -eq 0 ] &&
