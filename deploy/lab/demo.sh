@@ -9,6 +9,8 @@ set -euo pipefail
 sc=$(readlink -f "${1:?usage: demo.sh PATH/TO/stagecraft [STEPS]}")
 steps=${2:-200}
 here=$(cd "$(dirname "$0")" && pwd)
+trace=$(dirname "$(dirname "$sc")")/lab-trace.json # beside the build's other outputs
+rm -f "$trace"
 lab=$here/lab
 [ "$(id -u)" -eq 0 ] || { echo "lab-demo: run as root (the lab makes namespaces, links and cgroups)" >&2; exit 2; }
 
@@ -44,11 +46,11 @@ if "$sc" help trace >/dev/null 2>&1; then
         [[ "$(jq -r .state <<<"$st")" =~ ^(submitted|profiling|planned|running)$ ]]; do
         sleep 0.2
     done
-    "$sc" trace "$id" --out lab-trace.json || true
+    "$sc" trace "$id" --out "$trace" || true
 fi
 rc=0
 "$sc" status "$id" --follow || rc=$?
 echo
 "$sc" status "$id"
-[ -f lab-trace.json ] && echo "the measured and planned timelines: lab-trace.json (open it in ui.perfetto.dev)"
+[ -f "$trace" ] && echo "the measured and planned timelines: $trace (open it in ui.perfetto.dev)"
 exit $rc
