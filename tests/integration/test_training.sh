@@ -63,7 +63,9 @@ job killed 200 >"$work/killed.json"
 # one (>= 10), so the job cannot end before b is killed and it has a checkpoint to resume from.
 freeze_when_known 60 job-2 10 "$a_pid" "$b_pid" ||
     fail "job-2 did not checkpoint step 10: $("$sc" status job-2 | sed -n 2,3p)"
-is_state job-2 running || fail "job-2 is $(job_state job-2) before its worker was killed"
+# not ended (on a busy machine the frozen workers may already count as dead: recovering)
+is_state job-2 running || is_state job-2 recovering ||
+    fail "job-2 is $(job_state job-2) before its worker was killed"
 kill -KILL "$b_pid"; wait "$b_pid" 2>/dev/null
 kill -CONT "$a_pid"
 t0=$SECONDS
