@@ -21,6 +21,8 @@ const cli_command cli_commands[] = {
     {"status", "show jobs, or one job's state and plan", CMD_STATUS_USAGE, cmd_status},
     {"cancel", "cancel a job", CMD_CANCEL_USAGE, cmd_cancel},
     {"workers", "list the registered workers", CMD_WORKERS_USAGE, cmd_workers},
+    {"rebalance", "re-plan a running job with its measured speeds and move its blocks",
+     CMD_REBALANCE_USAGE, cmd_rebalance},
     {"trace", "write a running job's measured timeline beside its plan (Chrome trace)",
      CMD_TRACE_USAGE, cmd_trace},
     {"profile", "measure each block of a model on this machine (profile JSON)",

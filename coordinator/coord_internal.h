@@ -52,6 +52,29 @@ typedef struct {
     char *start_payload;       /* the START command's payload, sent again when one is lost */
     uint64_t resume_step;      /* the START command's step */
     uint64_t run;              /* this start's id (START payload "run"; stamped on reports) */
+    uint64_t last_checkpoint;  /* the newest complete checkpoint when this run started */
+    /* The measured speeds (jobs_rebalance.c): the worker of each replica, its busy time per
+     * iteration smoothed, and its mean over the first reports of the run (the baseline the plan
+     * was made for); the same for the job's iteration time (the last stage's). */
+    char worker_of[COORD_MAX_STAGES][COORD_MAX_REPLICAS][COORD_ID_MAX];
+    double busy_avg[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    double busy_base[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    int base_n[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    double iter_avg, iter_base;
+    int iter_base_n;
+    /* A rebalance: evaluate (the driver re-plans with the measured speeds), then the pause of
+     * every replica after pause_step (0: none under way) and where each one paused. */
+    bool rebalance_auto;  /* the job's "rebalance" option: re-plan by itself on a change */
+    bool evaluate;
+    int off_count;        /* reports in a row that found a worker off its baseline */
+    uint64_t quiet_until; /* no evaluation before this step */
+    double changed_s;     /* when the speeds were first seen off the baseline (0: they are not) */
+    uint64_t pause_step;
+    uint64_t paused[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    double decided_s, plan_s; /* when the rebalance was decided; planning time */
+    char why[COORD_REASON_MAX];
+    /* after a rebalance started this run: when, to report the move's time at its first step */
+    double moved_from_s;
 } coord_progress;
 
 struct coord {
@@ -72,6 +95,7 @@ struct coord {
     coord_cmd *cmd_head, *cmd_tail;
     coord_progress running[COORD_MAX_RUNNING];
     size_t n_running;
+    struct coord_speeds *speeds; /* each job's speed model (speeds.h) */
     uint64_t last_run; /* the id of the latest start (coord_progress.run) */
     /* jobs a driver thread is taking through profiling, planning and assignment: each has a
      * thread of its own, so a worker that does not answer holds up only its own job */

@@ -23,6 +23,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs.h"
 #include "coordinator/service.h"
+#include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
 
@@ -271,6 +272,7 @@ void coord_destroy(coord **cp)
         zmq_ctx_term(c->zctx);
     coord_queue_clear(c);
     coord_jobs_progress_clear(c);
+    coord_speeds_free(&c->speeds);
     coord_registry_destroy(&c->registry);
     coord_store_close(&c->store);
     if (c->state_lock_fd >= 0)

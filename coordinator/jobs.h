@@ -72,6 +72,25 @@ void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__
 void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, const char *said_job,
                           uint64_t now_ns);
 
+/* ---- jobs_rebalance.c ---- */
+
+/* What an evaluation of a running job's plan found: the predicted iteration time of the plan
+ * it runs under the measured speeds, the new plan's (plan_json, heap, caller frees), the gain,
+ * and what was done and why in words. */
+typedef struct {
+    bool started;
+    double current_s, new_s, gain;
+    char *plan_json;
+    char message[COORD_REASON_MAX];
+} coord_rebalance_result;
+
+/* Re-plans running job `job_id` with the measured speeds (takes c->lock; plans without it).
+ * Starts a rebalance when `force`, or when the gain is worth a move; a dry run only reports.
+ * SC_ERR_NOT_FOUND for an unknown job, SC_ERR_PRECONDITION for one not running (or already
+ * pausing for a move). */
+sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dry_run,
+                               coord_rebalance_result *out, sc_err *err);
+
 /* ---- jobs_trace.c (network calls: the caller does not hold c->lock) ---- */
 
 /* The trace of running job `job_id` (coord_trace_build) over the newest `iterations` (0:

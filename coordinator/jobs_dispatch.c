@@ -214,6 +214,7 @@ out:
 
 void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *spec,
                                const char *plan_json, json_t *endpoints, uint64_t resume_step,
+                               uint64_t last_checkpoint, const char *why,
                                coord_chosen_worker *ws, size_t n, const bool *used)
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
@@ -225,17 +226,27 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
     run = run > c->last_run ? run : c->last_run + 1;
     c->last_run = run;
     pthread_mutex_unlock(&c->lock);
-    json_t *payload =
-        json_pack("{s:O, s:I, s:I, s:I, s:I, s:I}", "stage_endpoints", endpoints, "steps",
-                  (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
-                  "checkpoint_every", (json_int_t)spec->checkpoint_every, "checkpoint_keep",
-                  (json_int_t)spec->checkpoint_keep, "run", (json_int_t)run);
+    /* where a stage finds the blocks of resume_step it does not hold itself: every worker of
+     * the job serves what it kept paused for a move and its checkpoint files */
+    json_t *sources = json_array();
+    for (size_t i = 0; i < n; i++)
+        if (ws[i].hw != NULL && ws[i].hw->state_endpoint != NULL && ws[i].hw->state_endpoint[0])
+            json_array_append_new(sources, json_string(ws[i].hw->state_endpoint));
+    json_t *payload = json_pack(
+        "{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "stage_endpoints", endpoints, "steps",
+        (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step, "checkpoint_every",
+        (json_int_t)spec->checkpoint_every, "checkpoint_keep", (json_int_t)spec->checkpoint_keep,
+        "run", (json_int_t)run, "state_sources", sources, "last_checkpoint",
+        (json_int_t)last_checkpoint);
     char *text = json_dumps(payload, JSON_COMPACT);
     char reason[COORD_REASON_MAX], from[64] = "";
     if (resume_step > 0)
         sc_strfmt(from, sizeof from, " from the checkpoint of step %llu",
                   (unsigned long long)resume_step);
-    sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages, from);
+    if (why != NULL)
+        sc_strlcpy(reason, why, sizeof reason);
+    else
+        sc_strfmt(reason, sizeof reason, "training on %zu stage(s)%s", n_stages, from);
     pthread_mutex_lock(&c->lock);
     sc_err err;
     sc_err_clear(&err);
@@ -276,11 +287,21 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
                 json_object_get(json_array_get(json_object_get(plan, "stages"), s), "devices");
             size_t r = json_array_size(devs);
             p->replicas[s] = r < 1 ? 1 : r > COORD_MAX_REPLICAS ? COORD_MAX_REPLICAS : (int)r;
-            for (int k = 0; k < p->replicas[s]; k++)
-                p->step[s][k] = p->checkpoint[s][k] = resume_step;
+            for (int k = 0; k < p->replicas[s]; k++) {
+                p->step[s][k] = resume_step;
+                p->checkpoint[s][k] = last_checkpoint;
+                /* the plan's device ids index ws[] */
+                json_int_t d = json_integer_value(json_array_get(devs, (size_t)k));
+                if (d >= 0 && (size_t)d < n)
+                    sc_strlcpy(p->worker_of[s][k], ws[d].id, sizeof p->worker_of[s][k]);
+            }
         }
         p->stored_step = resume_step;
-        p->complete_sent = resume_step;
+        p->complete_sent = last_checkpoint;
+        p->last_checkpoint = last_checkpoint;
+        p->rebalance_auto = spec->rebalance_auto;
+        if (why != NULL)
+            p->moved_from_s = sc_clock_now_s();
         p->start_payload = payload_copy;
         p->resume_step = resume_step;
         p->run = run;

@@ -27,6 +27,7 @@
 #include "coordinator/jobs_internal.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/planning.h"
+#include "coordinator/speeds.h"
 
 #define LOG "jobs"
 #define RETRY_MS 2000
@@ -136,6 +137,26 @@ static bool move_job(coord *c, const char *id, coord_job_state to, const char *r
     return true;
 }
 
+/* Keeps the freshly measured profiles in the job's speed model (takes the lock). */
+static void keep_profiles(coord *c, const char *id, const coord_chosen_worker *ws, size_t n)
+{
+    const char **ids = calloc(n ? n : 1, sizeof *ids), **profiles = calloc(n ? n : 1, sizeof *ids);
+    double *links = calloc(n ? n : 1, sizeof *links);
+    if (ids != NULL && profiles != NULL && links != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            ids[i] = ws[i].id;
+            profiles[i] = ws[i].profile_json;
+            links[i] = ws[i].link_bytes_per_s;
+        }
+        pthread_mutex_lock(&c->lock);
+        coord_speeds_keep(&c->speeds, id, ids, profiles, links, n);
+        pthread_mutex_unlock(&c->lock);
+    }
+    free(ids);
+    free(profiles);
+    free(links);
+}
+
 static void drive_job(coord *c, retry_table *retry, const char *id)
 {
     sc_err err;
@@ -144,6 +165,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     coord_jobspec spec;
     coord_chosen_worker *ws = NULL;
     bool *used = NULL; /* [spec.workers]: the chosen workers the plan runs on */
+    json_t *plan_now = NULL;
     char *plan_json = NULL, reason[COORD_REASON_MAX];
 
     pthread_mutex_lock(&c->lock);
@@ -151,10 +173,39 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         pthread_mutex_unlock(&c->lock);
         return;
     }
-    if (job.state != COORD_JOB_SUBMITTED && job.state != COORD_JOB_RECOVERING) {
+    if (job.state == COORD_JOB_RUNNING) { /* a change in measured speeds to evaluate */
+        coord_job_clear(&job);
+        pthread_mutex_unlock(&c->lock);
+        coord_rebalance_result res;
+        if (coord_jobs_rebalance(c, id, false, false, &res, &err) != SC_OK)
+            SC_LOG_INFO(LOG, "job %s: no rebalance: %s", id, err.msg);
+        free(res.plan_json);
+        return;
+    }
+    if (job.state != COORD_JOB_SUBMITTED && job.state != COORD_JOB_RECOVERING &&
+        job.state != COORD_JOB_REBALANCING) {
         coord_job_clear(&job);
         pthread_mutex_unlock(&c->lock);
         return;
+    }
+    /* A rebalance resumes from the step every stage paused after, whose state the paused
+     * workers keep; anything else from the last complete checkpoint. */
+    bool rebalancing = job.state == COORD_JOB_REBALANCING;
+    uint64_t last_checkpoint = job.last_checkpoint_step;
+    double decided_s = 0, plan_s = 0;
+    if (rebalancing) {
+        coord_progress *p = coord_jobs_progress(c, id);
+        if (p == NULL || p->pause_step == 0) {
+            coord_job_clear(&job);
+            pthread_mutex_unlock(&c->lock);
+            move_job(c, id, COORD_JOB_RECOVERING,
+                     "the rebalance lost track of its paused stages; resuming from the last "
+                     "checkpoint");
+            return;
+        }
+        job.last_checkpoint_step = p->pause_step;
+        decided_s = p->decided_s;
+        plan_s = p->plan_s;
     }
     sc_status rc = coord_jobspec_parse(id, job.spec_json, strlen(job.spec_json), &spec, &err);
     char *spec_json = job.spec_json; /* kept for the workers; freed at the end */
@@ -196,8 +247,17 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         snprintf(ids + used, sizeof ids - used, "%s%s", i ? "," : "", ws[i].id);
     }
     coord_store_job_set_workers(c->store, id, ids, NULL);
+    /* a rebalance plans with the speed model (profiles scaled by what reports measured): no
+     * profiling unless a worker is new to the job */
+    bool known = rebalancing;
+    for (size_t i = 0; i < n && known; i++) {
+        ws[i].profile_json = coord_speeds_profile(c->speeds, id, ws[i].id, &ws[i].link_bytes_per_s);
+        known = ws[i].profile_json != NULL;
+    }
     pthread_mutex_unlock(&c->lock);
 
+    if (known)
+        goto planning;
     sc_strfmt(reason, sizeof reason, "profiling the model on %s", ids);
     if (!move_job(c, id, COORD_JOB_PROFILING, reason))
         goto out;
@@ -229,6 +289,9 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         goto out;
     }
     retry_profile_ok(retry, id);
+    keep_profiles(c, id, ws, n);
+planning:;
+    double assign_t0 = sc_clock_now_s();
     coord_plan_worker *pw = calloc(n, sizeof *pw);
     if (pw == NULL)
         goto out;
@@ -259,13 +322,13 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         move_job(c, id, COORD_JOB_FAILED, err.msg);
         goto out;
     }
-    json_t *plan = json_loads(plan_json, 0, NULL);
+    plan_now = json_loads(plan_json, 0, NULL);
     sc_strfmt(reason, sizeof reason,
-              "planned with %s: %zu stage(s), predicted %.4g s per iteration",
-              json_string_value(json_object_get(plan, "strategy")),
-              json_array_size(json_object_get(plan, "stages")),
-              json_number_value(json_object_get(plan, "iteration_time_s")));
-    json_decref(plan);
+              "planned with %s: %zu stage(s), predicted %.4g s per iteration%s",
+              json_string_value(json_object_get(plan_now, "strategy")),
+              json_array_size(json_object_get(plan_now, "stages")),
+              json_number_value(json_object_get(plan_now, "iteration_time_s")),
+              rebalancing ? " (measured speeds)" : "");
     if (!move_job(c, id, COORD_JOB_PLANNED, reason))
         goto out;
     json_t *endpoints = json_array();
@@ -287,9 +350,22 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         retry_later(retry, id, RETRY_MS);
         goto out;
     }
-    coord_jobs_start_training(c, id, &spec, plan_json, endpoints, resume_step, ws, n, used);
+    char *why = NULL;
+    if (rebalancing) {
+        why = reason;
+        sc_strfmt(reason, sizeof reason,
+                  "rebalanced after step %llu to %zu stage(s), predicted %.4g s per iteration "
+                  "(%.2f s after the decision; planned in %.1f ms, stages assigned in %.2f s)",
+                  (unsigned long long)resume_step,
+                  json_array_size(json_object_get(plan_now, "stages")),
+                  json_number_value(json_object_get(plan_now, "iteration_time_s")),
+                  sc_clock_now_s() - decided_s, 1e3 * plan_s, sc_clock_now_s() - assign_t0);
+    }
+    coord_jobs_start_training(c, id, &spec, plan_json, endpoints, resume_step, last_checkpoint,
+                              why, ws, n, used);
     json_decref(endpoints);
 out:
+    json_decref(plan_now);
     free(used);
     free(spec_json);
     free(plan_json);
@@ -318,13 +394,16 @@ static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
     uint64_t now = sc_clock_now_ns();
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
-        if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING) &&
+        if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING ||
+             jobs[i].state == COORD_JOB_REBALANCING) &&
             !is_driving(c, jobs[i].id) && retry_time(retry, jobs[i].id) <= now) {
             sc_strlcpy(id, jobs[i].id, size);
             found = true;
         }
     }
     coord_job_list_free(&jobs, n);
+    if (!found && coord_jobs_rebalance_wanted(c, id, size) && !is_driving(c, id))
+        found = true;
     return found;
 }
 

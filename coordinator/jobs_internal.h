@@ -74,10 +74,14 @@ sc_status coord_jobs_assign_all(const coord *c, const coord_jobspec *spec, const
                                 const char *job_id, const char *plan_json, uint64_t resume_step,
                                 coord_chosen_worker *ws, size_t n, json_t *endpoints, sc_err *err);
 
-/* Tells every worker of the plan (used[i]) where its neighbours receive and to start training;
- * the job is running from then on. */
+/* Tells every worker of the plan (used[i]) where its neighbours receive and to start training
+ * after `resume_step` (the state of which it loads, from its checkpoint or from the block
+ * servers of all `n` workers: START's state_sources); `last_checkpoint` is the job's newest
+ * complete checkpoint (resume_step, or older after a rebalance's pause). `reason` (NULL: the
+ * usual) goes in the job's history. The job is running from then on. */
 void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *spec,
                                const char *plan_json, json_t *endpoints, uint64_t resume_step,
+                               uint64_t last_checkpoint, const char *reason,
                                coord_chosen_worker *ws, size_t n, const bool *used);
 
 /* ---- jobs_progress.c: the running jobs' progress table ----------------------------------------
@@ -88,5 +92,14 @@ void coord_jobs_progress_remove(coord *c, size_t i);
 
 /* Under c->lock: forgets the progress of job `job_id`, if it has any. */
 void coord_jobs_progress_drop(coord *c, const char *job_id);
+
+/* ---- jobs_rebalance.c: measured speeds and the pause before a move ------------------------ */
+
+/* Under c->lock: a report of one replica: keeps its measured speed, marks the job for
+ * evaluation when a worker's speed changed, and follows a pause under way (parked reports). */
+void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r);
+
+/* Under c->lock: a running job marked for evaluation (its id into `id`), if any. */
+bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size);
 
 #endif /* COORD_JOBS_INTERNAL_H */

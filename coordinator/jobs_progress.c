@@ -19,6 +19,7 @@
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs_internal.h"
+#include "coordinator/speeds.h"
 
 #define LOG "jobs"
 #define RATE_WINDOW_S 5.0 /* the throughput window spans 5-10 s once the job has run that long */
@@ -67,6 +68,14 @@ void coord_jobs_release_workers(coord *c, const char *job_id)
     coord_progress *p = coord_jobs_progress(c, job_id);
     if (p != NULL && !p->finished)
         coord_jobs_progress_drop(c, job_id);
+    coord_job job;
+    bool ended = true;
+    if (coord_store_job_get(c->store, job_id, &job, NULL) == SC_OK) {
+        ended = coord_job_state_terminal(job.state);
+        coord_job_clear(&job);
+    }
+    if (ended)
+        coord_speeds_drop(&c->speeds, job_id); /* no re-plan will want its speeds */
     for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
         coord_worker *w = coord_registry_at(c->registry, i);
         if (strcmp(w->job_id, job_id) == 0)
@@ -138,11 +147,25 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         p->step[s][k] = r->step;
     if (r->checkpoint_step > p->checkpoint[s][k])
         p->checkpoint[s][k] = r->checkpoint_step;
-    p->iteration_s[s] = r->iteration_s;
-    p->busy_s[s] = r->busy_s;
-    if (s == p->n_stages - 1)
-        p->loss = r->loss;
+    if (!r->parked) {
+        p->iteration_s[s] = r->iteration_s;
+        p->busy_s[s] = r->busy_s;
+        if (s == p->n_stages - 1)
+            p->loss = r->loss;
+    }
     checkpoint_error_report(c, p, r);
+    coord_jobs_rebalance_observe(c, p, r);
+    if (p->moved_from_s > 0 && r->step > p->resume_step) {
+        /* the first step after a move: the blocks were taken over */
+        char note[COORD_REASON_MAX];
+        sc_strfmt(note, sizeof note,
+                  "rebalanced: the first step after the move ran %.2f s after the new stages "
+                  "started",
+                  sc_clock_now_s() - p->moved_from_s);
+        coord_store_job_set_reason(c->store, p->job_id, note, NULL);
+        SC_LOG_INFO(LOG, "job %s: %s", p->job_id, note);
+        p->moved_from_s = 0;
+    }
     /* the job is as far as its slowest replica of any stage */
     uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
     for (int i = 0; i < p->n_stages; i++) {

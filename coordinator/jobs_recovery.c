@@ -73,7 +73,8 @@ void coord_jobs_heartbeat(coord *c, coord_worker *w, const char *said_state, con
                           uint64_t now_ns)
 {
     coord_progress *p = w->job_id[0] ? coord_jobs_progress(c, w->job_id) : NULL;
-    bool runs = p != NULL && !p->finished;
+    /* a job pausing for a move is assigned and started anew: nothing to repair meanwhile */
+    bool runs = p != NULL && !p->finished && p->pause_step == 0;
     enum { AGREE, NO_STAGE, NOT_STARTED, ENDED_STAGE } what = AGREE;
     if (runs && strcmp(said_job, w->job_id) != 0)
         what = NO_STAGE;

@@ -181,6 +181,13 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
         SC_CHECK(sc_json_get_enum(&root, "transport", transports, &which, err));
     sc_strlcpy(spec->transport, s, sizeof spec->transport);
 
+    static const char *const rebalances[] = {"auto", "off", NULL};
+    spec->rebalance_auto = true;
+    if (sc_jnode_has(&root, "rebalance")) {
+        SC_CHECK(sc_json_get_enum(&root, "rebalance", rebalances, &which, err));
+        spec->rebalance_auto = which == 0;
+    }
+
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
     spec->lr = 3e-4;
     spec->weight_decay = 0.0;

@@ -47,6 +47,8 @@ typedef struct {
     uint32_t max_stages;       /* "stages": at most this many pipeline stages; 0 = any */
     char transport[8];         /* data plane: "auto" (default: nccl where every stage boundary
                                 * can take it, else zmq), "zmq" or "nccl" */
+    bool rebalance_auto;       /* "rebalance": "auto" (default: re-plan and move blocks when
+                                * measured speeds change enough) or "off" (only when asked) */
 } coord_jobspec;
 
 /* Parses and validates a job spec. `source` names it in errors (a file name, or "request").

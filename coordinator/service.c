@@ -352,6 +352,28 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     return SC_OK;
 }
 
+static sc_status rebalance_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
+                               ProtobufCMessage **out, void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__RebalanceJobRequest *req = (const void *)msg;
+    SC_CHECK(require_client_token(c, ctx, "RebalanceJob", err));
+    coord_rebalance_result res;
+    SC_CHECK(coord_jobs_rebalance(c, req->job_id ? req->job_id : "", true, req->dry_run != 0,
+                                  &res, err));
+    Stagecraft__RebalanceJobResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__rebalance_job_response__descriptor);
+    resp->started = res.started;
+    resp->plan_json = sc_rpc_ctx_strdup(ctx, res.plan_json ? res.plan_json : "");
+    resp->current_iteration_s = res.current_s;
+    resp->new_iteration_s = res.new_s;
+    resp->predicted_gain = res.gain;
+    resp->message = sc_rpc_ctx_strdup(ctx, res.message);
+    free(res.plan_json);
+    *out = &resp->base;
+    return SC_OK;
+}
+
 static Stagecraft__WorkerState worker_state_to_wire(coord_worker_state s)
 {
     switch (s) {
@@ -453,6 +475,7 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "GetJob", get_job, get_job),
     METHOD("Coordinator", "ListJobs", list_jobs, list_jobs),
     METHOD("Coordinator", "CancelJob", cancel_job, cancel_job),
+    METHOD("Coordinator", "RebalanceJob", rebalance_job, rebalance_job),
     METHOD("Coordinator", "ListWorkers", list_workers, list_workers),
     METHOD("Coordinator", "GetTrace", get_trace, get_trace),
 };

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "proto/sc_wire.h"
 #include "worker/hardware.h"
 #include "worker/service.h"
+#include "worker/blocks/block_server.h"
 #include "worker/trainer.h"
 
 #define LOG "worker"
@@ -90,8 +92,9 @@ struct wk_agent {
      * heartbeat after a registration of epoch 2 or more carries the epoch before, as one sent
      * just before the worker registered again would, so the coordinator refuses it (FENCED
      * about that older epoch); "refuse-probe" (wk_state.refuse_probe): every ProbeLink call is
-     * refused, as by a worker that does not have the method. */
-    bool drop_start, drop_stop, drop_reports, drop_errors, stale_heartbeat;
+     * refused, as by a worker that does not have the method; "die-on-move": the worker kills
+     * itself when told to pause for a move (COMMAND_REBALANCE), as if lost mid-move. */
+    bool drop_start, drop_stop, drop_reports, drop_errors, stale_heartbeat, die_on_move;
     /* What the trainer last said, kept to be said again: its newest iteration report (sent at
      * most every REPORT_EVERY_MS, since a small model steps thousands of times a second and a
      * report each buried the heartbeats in the coordinator's queue; repeated with a heartbeat
@@ -174,10 +177,12 @@ static void default_name(char *out, size_t size, const char *device)
 /* STAGECRAFT_WORKER_FAULTS: a comma-separated list of the faults to inject (struct wk_agent). */
 static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
 {
-    static const char *const names[] = {"drop-start",  "drop-stop",       "drop-reports",
-                                        "drop-errors", "stale-heartbeat", "refuse-probe"};
+    static const char *const names[] = {"drop-start",   "drop-stop",       "drop-reports",
+                                        "drop-errors",  "stale-heartbeat", "refuse-probe",
+                                        "die-on-move"};
     bool *flags[] = {&a->drop_start,  &a->drop_stop,       &a->drop_reports,
-                     &a->drop_errors, &a->stale_heartbeat, &a->shared.refuse_probe};
+                     &a->drop_errors, &a->stale_heartbeat, &a->shared.refuse_probe,
+                     &a->die_on_move};
     enum { N_FAULTS = sizeof names / sizeof names[0] };
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
@@ -188,7 +193,7 @@ static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "STAGECRAFT_WORKER_FAULTS: unknown fault '%.*s'; valid: drop-start, "
                            "drop-stop, drop-reports, drop-errors, stale-heartbeat, refuse-probe, "
-                           "separated by commas",
+                           "die-on-move, separated by commas",
                            (int)(len > 40 ? 40 : len), p);
         *flags[i] = true;
         p += len + (p[len] == ',');
@@ -272,6 +277,14 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
         sc_strlcpy(host, a->shared.hardware->hostname, sizeof host);
     snprintf(a->endpoint, sizeof a->endpoint, "%s:%d", host, sc_rpc_server_port(a->rpc));
     sc_strlcpy(a->shared.bind_host, host, sizeof a->shared.bind_host);
+    SC_CHECK_GOTO(wk_block_server_start(&a->shared.blocks, host, a->shared.checkpoint_dir, err),
+                  fail);
+    a->shared.hardware->state_endpoint = strdup(wk_block_server_endpoint(a->shared.blocks));
+    if (a->shared.hardware->state_endpoint == NULL) {
+        a->shared.hardware->state_endpoint = (char *)protobuf_c_empty_string;
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
 
     if (sc_ctl_curve_available()) {
         SC_CHECK_GOTO(sc_ctl_curve_keypair(a->curve_public, a->curve_secret, err), fail);
@@ -302,6 +315,7 @@ void wk_agent_destroy(wk_agent **ap)
     kept_clear(&a->failed);
     wk_hardware_free(&a->shared.hardware);
     wk_state_release(&a->shared, NULL, "worker stopping");
+    wk_block_server_stop(&a->shared.blocks);
     pthread_mutex_destroy(&a->shared.lock);
     if (a->lock_fd >= 0)
         close(a->lock_fd); /* releases the name's lock */
@@ -590,6 +604,24 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
                 SC_LOG_INFO(LOG, "job %s: START again; its stage already trains", cmd->job_id);
             if (rc != SC_OK) /* for the run it refused: an older run's refusal is ignored */
                 send_error(a, cmd->job_id, rc, err.msg, 0, 0, wk_start_run(cmd->payload_json));
+        }
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_REBALANCE && a->die_on_move) {
+            /* a worker lost while its job's blocks move: as abrupt as a kill -9 */
+            SC_LOG_WARN(LOG, "fault injection: dying as job %s starts a move", cmd->job_id);
+            raise(SIGKILL);
+        }
+        if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_REBALANCE) {
+            pthread_mutex_lock(&a->shared.lock);
+            bool ours = a->shared.trainer != NULL && strcmp(a->shared.job_id, cmd->job_id) == 0;
+            if (ours)
+                wk_trainer_pause(a->shared.trainer, cmd->step);
+            pthread_mutex_unlock(&a->shared.lock);
+            if (ours)
+                SC_LOG_INFO(LOG, "job %s: pausing after step %llu for a move", cmd->job_id,
+                            (unsigned long long)cmd->step);
+            else
+                SC_LOG_WARN(LOG, "REBALANCE for job %s, which is not assigned here: ignored",
+                            cmd->job_id);
         }
         if (cmd->kind == STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE) {
             sc_err err;

@@ -55,6 +55,8 @@ void wk_hardware_free(Stagecraft__HardwareReport **report)
     }
     free(r->devices);
     free(r->hostname);
+    if (r->state_endpoint != protobuf_c_empty_string)
+        free(r->state_endpoint);
     free(r->hwloc_xml.data);
     free(r);
     *report = NULL;

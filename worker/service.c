@@ -17,6 +17,7 @@
 #include "kernels/model.h"
 #include "kernels/profile.h"
 #include "proto/sc_wire.h"
+#include "worker/blocks/block_server.h"
 #include "worker/runtime/timeline.h"
 #include "worker/trainer.h"
 #include "worker/transport/transport.h"
@@ -120,12 +121,15 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     if (st->job_id[0] && strcmp(st->job_id, req->job_id) != 0)
         SC_LOG_WARN(LOG, "job %s replaces job %s on this worker (the coordinator reassigned it)",
                     req->job_id, st->job_id);
+    /* state kept for other jobs' moves gives its memory to this one */
+    wk_block_server_drop(st->blocks, req->job_id, true);
     struct wk_trainer *old = st->trainer;
     st->trainer = NULL;
     pthread_mutex_unlock(&st->lock);
     wk_trainer_destroy(&old);
     struct wk_trainer *fresh = NULL;
-    sc_status rc = wk_trainer_new(&fresh, req, st->device, st->bind_host, st->checkpoint_dir, err);
+    sc_status rc = wk_trainer_new(&fresh, req, st->device, st->bind_host, st->checkpoint_dir,
+                                  st->blocks, err);
     if (rc != SC_OK) {
         free(plan);
         free(model);

@@ -39,6 +39,7 @@ typedef struct {
     uint64_t trainer_gen;       /* counts the trainers set: tells a new one from an old */
     char bind_host[256];        /* immutable: host the data-plane inbox binds */
     char checkpoint_dir[1100];  /* immutable: where stage checkpoints go */
+    struct wk_block_server *blocks; /* immutable: serves kept state and checkpoints to peers */
     bool refuse_probe;          /* immutable: a test's fault, ProbeLink refused (unimplemented) */
 } wk_state;
 

@@ -14,12 +14,15 @@
 
 #include "common/sc_log.h"
 #include "common/sc_util.h"
+#include "worker/blocks/block_fetch.h"
+#include "worker/blocks/block_server.h"
 #include "worker/runtime/runner.h"
 #include "worker/transport/transport.h"
 
 #define LOG "trainer"
 #define QUEUE_MAX 256
 #define DATA_TIMEOUT_MS 10000 /* a neighbour silent this long has gone */
+#define FETCH_TIMEOUT_MS 10000 /* a block server silent this long is skipped */
 
 struct wk_trainer {
     rt_runner *runner;
@@ -28,12 +31,19 @@ struct wk_trainer {
     char checkpoint_dir[1100];
     json_t *endpoints; /* per stage, its replicas' data endpoints (from START) */
     uint64_t steps, resume_step, checkpoint_every;
+    uint64_t last_checkpoint; /* the job's newest complete checkpoint at START (<= resume_step) */
     uint64_t run;             /* the START payload's "run": stamped on every report and error */
     uint64_t checkpoint_keep; /* complete checkpoints kept (0: all); set by START */
     pthread_t thread;
     bool started;
     atomic_bool stop;
     _Atomic uint64_t step;
+    /* A move (COMMAND_REBALANCE): the step after which training pauses, 0 for none; the paused
+     * thread waits on `resume` (under `lock`) for a later step or the stop. */
+    _Atomic uint64_t pause_after;
+    pthread_cond_t resume;
+    wk_block_server *blocks; /* where a paused stage keeps its state (may be NULL) */
+    json_t *sources;         /* START's "state_sources": block servers to resume from, or NULL */
 
     pthread_mutex_t lock; /* guards the queue */
     wk_trainer_msg queue[QUEUE_MAX];
@@ -115,7 +125,7 @@ static int replicas_of(json_t *stages, int s)
 
 sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
                          const char *device, const char *bind_host, const char *checkpoint_dir,
-                         sc_err *err)
+                         wk_block_server *blocks, sc_err *err)
 {
     *out = NULL;
     json_error_t jerr;
@@ -251,6 +261,8 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
         goto out;
     }
     pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->resume, NULL);
+    t->blocks = blocks;
     sc_strlcpy(t->job_id, req->job_id, sizeof t->job_id);
     t->stage = req->stage;
     t->n_stages = req->n_stages;
@@ -378,6 +390,96 @@ static sc_status connect_all(wk_trainer *t, sc_err *err)
     return rc;
 }
 
+/* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
+ * blocks, else the blocks taken over from the workers START named (state_sources): the stage
+ * paused there for a move, or their checkpoint files after a re-plan. */
+static sc_status resume(wk_trainer *t, sc_err *err)
+{
+    sc_err own;
+    sc_err_clear(&own);
+    if (rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &own) == SC_OK)
+        return SC_OK;
+    size_t n = json_array_size(t->sources);
+    if (n == 0 || (own.code != SC_ERR_NOT_FOUND && own.code != SC_ERR_INVALID)) {
+        *err = own;
+        return own.code;
+    }
+    const char **src = calloc(n, sizeof *src);
+    SC_ALLOC_CHECK(src, err);
+    for (size_t i = 0; i < n; i++)
+        src[i] = json_string_value(json_array_get(t->sources, i));
+    const struct kn_model *model = rt_runner_model(t->runner);
+    int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
+    rt_stage_image im;
+    wk_fetch_stats fs;
+    sc_status rc = wk_blocks_fetch(src, n, t->job_id, t->resume_step, model, first, last,
+                                   FETCH_TIMEOUT_MS, &im, &fs, err);
+    free(src);
+    if (rc == SC_OK) {
+        rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
+        if (rc == SC_OK)
+            SC_LOG_INFO(LOG,
+                        "job %s stage %u: took blocks %d-%d of step %llu over from other "
+                        "workers: %.0f bytes in %d piece(s), %.3f s",
+                        t->job_id, t->stage, first, last, (unsigned long long)t->resume_step,
+                        fs.bytes, fs.pieces, fs.seconds);
+    }
+    rt_stage_image_clear(&im);
+    return rc;
+}
+
+/* After `step`: when a move asked to pause there (or earlier), keeps the stage's state in the
+ * block server, reports the pause, and waits until a later pause step or the stop. Returns false
+ * when training must end (stopped, or the state could not be kept). */
+static bool maybe_pause(wk_trainer *t, uint64_t step, const Stagecraft__IterationReport *last)
+{
+    uint64_t at = atomic_load(&t->pause_after);
+    if (at == 0 || step < at || step >= t->steps)
+        return true;
+    sc_err err;
+    sc_err_clear(&err);
+    rt_stage_image im;
+    if (rt_runner_flush(t->runner, NULL, &err) != SC_OK ||
+        rt_runner_snapshot(t->runner, step, &im, &err) != SC_OK) {
+        if (!atomic_load(&t->stop))
+            push_error(t, err.code, "keeping the stage's state for a move failed: %s", err.msg);
+        return false;
+    }
+    if (t->blocks != NULL && t->replica == 0)
+        wk_block_server_keep(t->blocks, t->job_id, &im);
+    rt_stage_image_clear(&im);
+    wk_trainer_msg m;
+    memset(&m, 0, sizeof m);
+    stagecraft__iteration_report__init(&m.report);
+    m.report.stage = t->stage;
+    m.report.replica = t->replica;
+    m.report.step = step;
+    m.report.loss = last->loss;
+    m.report.checkpoint_step = last->checkpoint_step;
+    m.report.parked = 1;
+    push(t, &m);
+    SC_LOG_INFO(LOG, "job %s stage %u replica %u: paused after step %llu for a move", t->job_id,
+                t->stage, t->replica, (unsigned long long)step);
+    pthread_mutex_lock(&t->lock);
+    while (!atomic_load(&t->stop) && atomic_load(&t->pause_after) != 0 &&
+           atomic_load(&t->pause_after) <= step)
+        pthread_cond_wait(&t->resume, &t->lock);
+    pthread_mutex_unlock(&t->lock);
+    if (!atomic_load(&t->stop))
+        SC_LOG_INFO(LOG, "job %s stage %u: resumed after step %llu (next pause: %llu)", t->job_id,
+                    t->stage, (unsigned long long)step,
+                    (unsigned long long)atomic_load(&t->pause_after));
+    return !atomic_load(&t->stop);
+}
+
+void wk_trainer_pause(wk_trainer *t, uint64_t after_step)
+{
+    pthread_mutex_lock(&t->lock);
+    atomic_store(&t->pause_after, after_step);
+    pthread_cond_broadcast(&t->resume);
+    pthread_mutex_unlock(&t->lock);
+}
+
 static void *train_main(void *arg)
 {
     wk_trainer *t = arg;
@@ -387,12 +489,11 @@ static void *train_main(void *arg)
         push_error(t, err.code, "connecting the data plane: %s", err.msg);
         return NULL;
     }
-    if (t->resume_step > 0 &&
-        rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &err) != SC_OK) {
+    if (t->resume_step > 0 && resume(t, &err) != SC_OK) {
         push_resume_error(t, &err);
         return NULL;
     }
-    uint64_t last_ckpt = t->resume_step;
+    uint64_t last_ckpt = t->last_checkpoint;
     char ckpt_error[400] = ""; /* why the latest checkpoint failed, "" when it was written */
     for (uint64_t step = t->resume_step + 1; step <= t->steps && !atomic_load(&t->stop); step++) {
         rt_report rep;
@@ -456,7 +557,10 @@ static void *train_main(void *arg)
                 m.report.n_grad_l1_per_block = (size_t)rep.n_blocks;
             }
         }
+        Stagecraft__IterationReport last = m.report;
         push(t, &m);
+        if (!maybe_pause(t, step, &last))
+            return NULL;
     }
     return NULL;
 }
@@ -492,7 +596,7 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID, "START: stage %zu has no data endpoints", i);
         }
     }
-    double steps, resume, every, keep, run;
+    double steps, resume, every, keep, run, last_ckpt;
     sc_status rc;
     if ((rc = jwhole(p, "steps", 0, 0, 9007199254740992.0, "START: steps", &steps, err)) != SC_OK ||
         (rc = jwhole(p, "resume_step", 0, 0, steps, "START: resume_step", &resume, err)) != SC_OK ||
@@ -501,13 +605,30 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
         /* absent (an older coordinator, which never says which step is complete): keep all */
         (rc = jwhole(p, "checkpoint_keep", 0, 0, 9007199254740992.0, "START: checkpoint_keep",
                      &keep, err)) != SC_OK ||
-        (rc = jwhole(p, "run", 0, 0, 9007199254740992.0, "START: run", &run, err)) != SC_OK) {
+        (rc = jwhole(p, "run", 0, 0, 9007199254740992.0, "START: run", &run, err)) != SC_OK ||
+        /* a rebalance resumes after a step that is no checkpoint (absent: resume_step is one) */
+        (rc = jwhole(p, "last_checkpoint", resume, 0, resume, "START: last_checkpoint",
+                     &last_ckpt, err)) != SC_OK) {
         json_decref(p);
         return rc;
     }
+    json_t *sources = json_object_get(p, "state_sources");
+    for (size_t i = 0; i < json_array_size(sources); i++) {
+        if (!json_is_string(json_array_get(sources, i))) {
+            json_decref(p);
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "START: state_sources[%zu] is not an endpoint string", i);
+        }
+    }
+    if (sources != NULL && !json_is_array(sources)) {
+        json_decref(p);
+        return SC_ERRF(err, SC_ERR_INVALID, "START: state_sources must be an array of endpoints");
+    }
+    t->sources = json_incref(sources);
     t->endpoints = json_incref(eps);
     t->steps = (uint64_t)steps;
     t->resume_step = (uint64_t)resume;
+    t->last_checkpoint = (uint64_t)last_ckpt;
     t->checkpoint_every = (uint64_t)every;
     t->checkpoint_keep = (uint64_t)keep;
     t->run = (uint64_t)run;
@@ -561,16 +682,21 @@ void wk_trainer_destroy(wk_trainer **tp)
     if (tp == NULL || *tp == NULL)
         return;
     wk_trainer *t = *tp;
+    pthread_mutex_lock(&t->lock);
     atomic_store(&t->stop, true);
+    pthread_cond_broadcast(&t->resume);
+    pthread_mutex_unlock(&t->lock);
     if (t->runner)
         rt_runner_abort(t->runner);
     if (t->started)
         pthread_join(t->thread, NULL);
     rt_runner_destroy(&t->runner);
     json_decref(t->endpoints);
+    json_decref(t->sources);
     wk_trainer_msg m;
     while (wk_trainer_pop(t, &m))
         wk_trainer_msg_clear(&m);
+    pthread_cond_destroy(&t->resume);
     pthread_mutex_destroy(&t->lock);
     free(t);
     *tp = NULL;

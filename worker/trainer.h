@@ -18,13 +18,21 @@
 #include "proto/stagecraft.pb-c.h"
 
 typedef struct wk_trainer wk_trainer;
+struct wk_block_server;
 
 /* Builds the runner for an AssignStage request on `device`, binding its inbox on `bind_host`.
- * Checkpoints go to `checkpoint_dir`/JOB/. Bad requests (unknown data, a replicated stage, ...)
+ * Checkpoints go to `checkpoint_dir`/JOB/; a paused stage keeps its state in `blocks` (may be
+ * NULL), and a resumed one takes blocks it lacks from START's state_sources. Bad requests (unknown data, a replicated stage, ...)
  * are SC_ERR_INVALID / SC_ERR_UNSUPPORTED. */
 sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
                          const char *device, const char *bind_host, const char *checkpoint_dir,
-                         sc_err *err);
+                         struct wk_block_server *blocks, sc_err *err);
+
+/* A move is coming (COMMAND_REBALANCE): training pauses after step `after_step` (after the step
+ * in flight when that is later), keeps the stage's state in the block server given to
+ * wk_trainer_new, and reports the pause (IterationReport.parked); a later call with a larger
+ * step resumes it up to there. The stage is then replaced by a new assignment, or stopped. */
+void wk_trainer_pause(wk_trainer *t, uint64_t after_step);
 
 /* The data endpoint the neighbours connect to. */
 const char *wk_trainer_endpoint(const wk_trainer *t);

@@ -609,7 +609,7 @@ static sc_status assign_new(const char *plan, const char *job, wk_trainer **t, s
     req.transport = "zmq";
     req.transport_next = "";
     sc_err_clear(err);
-    return wk_trainer_new(t, &req, "cpu", "127.0.0.1", "/nonexistent", err);
+    return wk_trainer_new(t, &req, "cpu", "127.0.0.1", "/nonexistent", NULL, err);
 }
 
 static void assign_try(const char *plan, const char *job)

@@ -334,3 +334,18 @@ void rt_runner_abort(rt_runner *r)
         if (r->link_peer[k] != NULL)
             rt_transport_abort(r->link_peer[k]);
 }
+
+const struct kn_model *rt_runner_model(const rt_runner *r)
+{
+    return r->model;
+}
+
+int rt_runner_first_block(const rt_runner *r)
+{
+    return r->first_block;
+}
+
+int rt_runner_last_block(const rt_runner *r)
+{
+    return r->last_block;
+}

@@ -297,6 +297,35 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
  * checksum) SC_ERR_PARSE; one of another block range, size or optimizer SC_ERR_INVALID.
  * pipedream: the pipeline restarts empty (in-flight minibatches are dropped). */
 sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err);
+/* A stage's state as a checkpoint holds it, in memory: the block range, the parameters in
+ * block order, the optimizer state (nstate = k * nparams floats: k arrays in parameter order,
+ * AdamW's m then v) with the optimizer's kind and step count. Images travel between workers when
+ * blocks change owner (worker/blocks/). */
+typedef struct {
+    uint64_t step;
+    int first_block, last_block;
+    int optim_kind;
+    uint64_t opt_t;
+    size_t nparams, nstate;
+    float *params, *state; /* owned */
+} rt_stage_image;
+
+void rt_stage_image_clear(rt_stage_image *im);
+/* Reads a checkpoint file whole (header, sizes against the file's length, checksum); errors as
+ * rt_runner_load's. */
+sc_status rt_stage_image_read(const char *path, rt_stage_image *im, sc_err *err);
+/* The stage's state after `step` (pipedream: drained first with rt_runner_flush). */
+sc_status rt_runner_snapshot(rt_runner *r, uint64_t step, rt_stage_image *im, sc_err *err);
+/* Loads an image of this stage's exact block range, sizes and optimizer (SC_ERR_INVALID naming
+ * `source` otherwise), as rt_runner_load does a file. */
+sc_status rt_runner_load_image(rt_runner *r, const rt_stage_image *im, const char *source,
+                               sc_err *err);
+/* The model the stage runs (its blocks' parameter counts say how an image is cut by block). */
+const struct kn_model *rt_runner_model(const rt_runner *r);
+/* The stage's block range. */
+int rt_runner_first_block(const rt_runner *r);
+int rt_runner_last_block(const rt_runner *r);
+
 /* The checkpoint path of (dir, stage, step) into buf. */
 void rt_runner_checkpoint_path(const rt_runner *r, const char *dir, uint64_t step, char *buf,
                                size_t size);

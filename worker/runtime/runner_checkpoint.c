@@ -201,17 +201,22 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
     return SC_OK;
 }
 
-sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
+void rt_stage_image_clear(rt_stage_image *im)
 {
-    char path[1200];
-    rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    free(im->params);
+    free(im->state);
+    memset(im, 0, sizeof *im);
+}
+
+sc_status rt_stage_image_read(const char *path, rt_stage_image *im, sc_err *err)
+{
+    memset(im, 0, sizeof *im);
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return SC_ERRF(err, errno == ENOENT ? SC_ERR_NOT_FOUND : SC_ERR_IO,
                        "%s: cannot open the checkpoint: %s", path, strerror(errno));
     ckpt_header h;
     sc_status rc = SC_OK;
-    float *params = NULL, *state = NULL;
     if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CKPT_MAGIC, 8) != 0) {
         rc = SC_ERRF(err, SC_ERR_PARSE, "%s: not a stagecraft checkpoint (bad magic)", path);
         goto out;
@@ -221,47 +226,112 @@ sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *e
                      path, h.version, CKPT_VERSION);
         goto out;
     }
-    if ((int)h.first_block != r->first_block || (int)h.last_block != r->last_block ||
-        h.nparams != r->np || h.nstate != r->nstate || h.optim_kind != (uint32_t)r->optim.kind ||
-        h.step != step) {
-        rc = SC_ERRF(err, SC_ERR_INVALID,
-                     "%s: holds step %llu of blocks [%u, %u] (%llu parameters, optimizer %u); "
-                     "this stage has blocks [%d, %d] (%zu parameters, optimizer %d)",
-                     path, (unsigned long long)h.step, h.first_block, h.last_block,
-                     (unsigned long long)h.nparams, h.optim_kind, r->first_block, r->last_block,
-                     r->np, (int)r->optim.kind);
+    /* sizes from the file are checked against its length before anything is allocated */
+    long here = ftell(f);
+    if (fseek(f, 0, SEEK_END) != 0 || here < 0) {
+        rc = SC_ERRF(err, SC_ERR_IO, "%s: cannot read the checkpoint: %s", path, strerror(errno));
         goto out;
     }
-    params = malloc(r->np * sizeof *params + 1);
-    state = malloc(r->nstate * sizeof *state + 1);
-    if (params == NULL || state == NULL) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory loading %s", path);
-        goto out;
-    }
-    if (fread(params, sizeof *params, r->np, f) != r->np ||
-        fread(state, sizeof *state, r->nstate, f) != r->nstate || fgetc(f) != EOF) {
+    long size = ftell(f);
+    uint64_t payload = (uint64_t)(size - here) / sizeof(float);
+    if (size < here || h.nparams > payload || h.nstate > payload - h.nparams ||
+        (uint64_t)(size - here) != (h.nparams + h.nstate) * sizeof(float) ||
+        h.first_block > h.last_block) {
         rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated or oversized checkpoint", path);
         goto out;
     }
-    if (payload_checksum(params, r->np, state, r->nstate) != h.checksum) {
+    fseek(f, here, SEEK_SET);
+    im->params = malloc(h.nparams * sizeof(float) + 1);
+    im->state = malloc(h.nstate * sizeof(float) + 1);
+    if (im->params == NULL || im->state == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory loading %s", path);
+        goto out;
+    }
+    if (fread(im->params, sizeof(float), h.nparams, f) != h.nparams ||
+        fread(im->state, sizeof(float), h.nstate, f) != h.nstate) {
+        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated or oversized checkpoint", path);
+        goto out;
+    }
+    if (payload_checksum(im->params, h.nparams, im->state, h.nstate) != h.checksum) {
         rc = SC_ERRF(err, SC_ERR_PARSE, "%s: checksum mismatch (the file is corrupt)", path);
         goto out;
     }
-    rc = kn_stage_params_from_host(r->st, params, err);
-    if (rc == SC_OK)
-        rc = kn_stage_opt_state_from_host(r->st, state, err);
-    if (rc == SC_OK)
-        rc = kn_stage_set_step_count(r->st, h.opt_t, err);
-    if (rc == SC_OK) {
-        memcpy(r->params, params, r->np * sizeof *params);
-        r->broken = false;
-        rt_runner_pd_reset(r);
-        for (int i = 0; i < r->slots; i++)
-            r->slot_mb[i] = -1;
-    }
+    im->step = h.step;
+    im->first_block = (int)h.first_block;
+    im->last_block = (int)h.last_block;
+    im->optim_kind = (int)h.optim_kind;
+    im->opt_t = h.opt_t;
+    im->nparams = h.nparams;
+    im->nstate = h.nstate;
 out:
-    free(params);
-    free(state);
     fclose(f);
+    if (rc != SC_OK)
+        rt_stage_image_clear(im);
+    return rc;
+}
+
+sc_status rt_runner_snapshot(rt_runner *r, uint64_t step, rt_stage_image *im, sc_err *err)
+{
+    memset(im, 0, sizeof *im);
+    if (r->pipedream && r->pd_fwd != r->pd_bwd)
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "runner stage %d: pipedream has %d minibatches in flight; call "
+                       "rt_runner_flush before rt_runner_snapshot",
+                       r->s, pd_inflight(r));
+    SC_CHECK(newest_params(r, r->params, err));
+    SC_CHECK(kn_stage_opt_state_to_host(r->st, r->state, err));
+    im->params = malloc(r->np * sizeof(float) + 1);
+    im->state = malloc(r->nstate * sizeof(float) + 1);
+    if (im->params == NULL || im->state == NULL) {
+        rt_stage_image_clear(im);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory keeping stage %d's state", r->s);
+    }
+    memcpy(im->params, r->params, r->np * sizeof(float));
+    memcpy(im->state, r->state, r->nstate * sizeof(float));
+    im->step = step;
+    im->first_block = r->first_block;
+    im->last_block = r->last_block;
+    im->optim_kind = (int)r->optim.kind;
+    im->opt_t = kn_stage_step_count(r->st);
+    im->nparams = r->np;
+    im->nstate = r->nstate;
+    return SC_OK;
+}
+
+sc_status rt_runner_load_image(rt_runner *r, const rt_stage_image *im, const char *source,
+                               sc_err *err)
+{
+    if (im->first_block != r->first_block || im->last_block != r->last_block ||
+        im->nparams != r->np || im->nstate != r->nstate || im->optim_kind != (int)r->optim.kind)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s: holds step %llu of blocks [%d, %d] (%zu parameters, optimizer %d); "
+                       "this stage has blocks [%d, %d] (%zu parameters, optimizer %d)",
+                       source, (unsigned long long)im->step, im->first_block, im->last_block,
+                       im->nparams, im->optim_kind, r->first_block, r->last_block, r->np,
+                       (int)r->optim.kind);
+    SC_CHECK(kn_stage_params_from_host(r->st, im->params, err));
+    SC_CHECK(kn_stage_opt_state_from_host(r->st, im->state, err));
+    SC_CHECK(kn_stage_set_step_count(r->st, im->opt_t, err));
+    memcpy(r->params, im->params, r->np * sizeof *r->params);
+    r->broken = false;
+    rt_runner_pd_reset(r);
+    for (int i = 0; i < r->slots; i++)
+        r->slot_mb[i] = -1;
+    return SC_OK;
+}
+
+sc_status rt_runner_load(rt_runner *r, const char *dir, uint64_t step, sc_err *err)
+{
+    char path[1200];
+    rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    rt_stage_image im;
+    SC_CHECK(rt_stage_image_read(path, &im, err));
+    sc_status rc = SC_OK;
+    if (im.step != step)
+        rc = SC_ERRF(err, SC_ERR_INVALID, "%s: holds step %llu, not step %llu", path,
+                     (unsigned long long)im.step, (unsigned long long)step);
+    else
+        rc = rt_runner_load_image(r, &im, path, err);
+    rt_stage_image_clear(&im);
     return rc;
 }

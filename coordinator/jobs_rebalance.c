@@ -1,0 +1,398 @@
+/*
+ * Rebalancing a running job: the measured speed of each worker (its busy time per iteration,
+ * smoothed, against its mean over the first iterations of the run: the speed the plan was made
+ * for), the decision to re-plan, and the pause that hands the job to the driver.
+ *
+ *  1. Reports (coord_jobs_rebalance_observe, control loop, under c->lock) keep the speeds. When
+ *     a worker's busy time is more than CHANGE off its baseline, the job is marked for
+ *     evaluation and the driver is woken.
+ *  2. Evaluation (coord_jobs_rebalance, a driver thread or the RebalanceJob call; planning runs
+ *     without the lock) re-plans with every worker's profile scaled by its measured factor and
+ *     compares: the running plan's predicted iteration time times the measured slow-down of the
+ *     whole iteration, against the new plan's. It rebalances when the gain is over GAIN_MIN and
+ *     the time it saves over the remaining steps outweighs the move's estimated cost.
+ *  3. The pause: every worker of the job is told to stop after a step a little ahead (REBALANCE
+ *     command); when all report they paused there (IterationReport.parked), the job moves to
+ *     rebalancing and the driver re-plans it and assigns the new stages, which take their blocks
+ *     from the paused workers' block servers (worker/blocks/). A worker that paused later than
+ *     the others moves the pause step for all.
+ *
+ * Not here: the new plan's assignment and start (jobs_driver.c, jobs_dispatch.c), what workers
+ * do with their state (worker/trainer.c).
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
+#include "common/sc_log.h"
+#include "common/sc_util.h"
+#include "coordinator/command_queue.h"
+#include "coordinator/coord_internal.h"
+#include "coordinator/jobs_internal.h"
+#include "coordinator/planning.h"
+#include "coordinator/speeds.h"
+
+#define LOG "rebalance"
+#define BASE_SKIP 2      /* steps of a run left out of its baseline (warm-up, connecting) */
+#define BASE_N 5         /* reports averaged into a replica's baseline */
+#define ALPHA 0.3        /* weight of a new report in the smoothed busy time */
+#define CHANGE 0.3       /* a worker this far off its baseline (either way) is a change */
+#define GAIN_MIN 0.10    /* the least predicted gain worth a move */
+#define QUIET_STEPS 20   /* steps without evaluation after one that found no gain */
+#define PERSIST 5        /* reports in a row (of the last stage) a change must last */
+#define PAUSE_AHEAD 2    /* the pause step: this far past the furthest replica's step */
+#define MOVE_FIXED_S 2.0 /* a move's cost besides the bytes: pausing, assigning, connecting */
+
+/* Under c->lock: the measured factor of replica (s, k) (busy now / baseline; 0: unknown). */
+static double factor_of(const coord_progress *p, int s, int k)
+{
+    if (p->base_n[s][k] < BASE_N || p->busy_base[s][k] <= 0)
+        return 0;
+    return p->busy_avg[s][k] / p->busy_base[s][k];
+}
+
+/* Under c->lock: sends every worker of the job the pause step. */
+static void send_pause(coord *c, coord_progress *p)
+{
+    for (int s = 0; s < p->n_stages; s++)
+        for (int k = 0; k < p->replicas[s]; k++)
+            if (p->worker_of[s][k][0])
+                coord_queue_command_locked(c, p->worker_of[s][k],
+                                           STAGECRAFT__COMMAND_KIND__COMMAND_REBALANCE, p->job_id,
+                                           p->pause_step, NULL, NULL);
+}
+
+/* Under c->lock: every replica paused; at the same step, the job goes to the driver. */
+static void pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step)
+{
+    p->paused[s][k] = step;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < p->n_stages; i++) {
+        for (int j = 0; j < p->replicas[i]; j++) {
+            lo = p->paused[i][j] < lo ? p->paused[i][j] : lo;
+            hi = p->paused[i][j] > hi ? p->paused[i][j] : hi;
+        }
+    }
+    if (hi > p->pause_step) {
+        /* one ran past the pause step before it was told: all pause there instead */
+        SC_LOG_INFO(LOG, "job %s: a stage paused after step %llu, past %llu; pausing all there",
+                    p->job_id, (unsigned long long)hi, (unsigned long long)p->pause_step);
+        p->pause_step = hi;
+        send_pause(c, p);
+        return;
+    }
+    if (lo != p->pause_step)
+        return;
+    char reason[COORD_REASON_MAX];
+    sc_strfmt(reason, sizeof reason, "%s; paused after step %llu in %.2f s", p->why,
+              (unsigned long long)p->pause_step, sc_clock_now_s() - p->decided_s);
+    sc_err err;
+    sc_err_clear(&err);
+    if (coord_store_job_transition(c->store, p->job_id, COORD_JOB_REBALANCING, reason, &err) ==
+        SC_OK) {
+        SC_LOG_INFO(LOG, "job %s is rebalancing: %s", p->job_id, reason);
+        pthread_cond_broadcast(&c->wake);
+    }
+}
+
+void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r)
+{
+    int s = (int)r->stage, k = (int)r->replica;
+    if (r->parked) {
+        if (p->pause_step != 0)
+            pause_report(c, p, s, k, r->step);
+        return;
+    }
+    if (r->step <= p->resume_step + BASE_SKIP || r->busy_s <= 0)
+        return;
+    if (p->base_n[s][k] < BASE_N) {
+        p->busy_base[s][k] = (p->busy_base[s][k] * p->base_n[s][k] + r->busy_s) /
+                             (p->base_n[s][k] + 1);
+        p->busy_avg[s][k] = p->busy_base[s][k];
+        p->base_n[s][k]++;
+    } else {
+        p->busy_avg[s][k] = ALPHA * r->busy_s + (1 - ALPHA) * p->busy_avg[s][k];
+    }
+    if (s == p->n_stages - 1 && k == 0 && r->iteration_s > 0) {
+        if (p->iter_base_n < BASE_N) {
+            p->iter_base = (p->iter_base * p->iter_base_n + r->iteration_s) / (p->iter_base_n + 1);
+            p->iter_avg = p->iter_base;
+            p->iter_base_n++;
+        } else {
+            p->iter_avg = ALPHA * r->iteration_s + (1 - ALPHA) * p->iter_avg;
+        }
+    }
+    if (p->pause_step != 0 || p->evaluate || r->step < p->quiet_until ||
+        !p->rebalance_auto)
+        return;
+    if (s != p->n_stages - 1 || k != 0)
+        return; /* one look per report of the last stage: about once per iteration */
+    bool off = false;
+    for (int i = 0; i < p->n_stages && !off; i++) {
+        for (int j = 0; j < p->replicas[i] && !off; j++) {
+            double f = factor_of(p, i, j);
+            off = f > 0 && fabs(f - 1) > CHANGE;
+        }
+    }
+    if (!off) {
+        p->off_count = 0;
+        p->changed_s = 0;
+        return;
+    }
+    if (p->changed_s == 0)
+        p->changed_s = sc_clock_now_s();
+    if (++p->off_count >= PERSIST) {
+        p->off_count = 0;
+        p->evaluate = true;
+        pthread_cond_broadcast(&c->wake);
+    }
+}
+
+/* The job's workers now (those its plan runs on), with their hardware reports and their
+ * profiles scaled by the speed model and by the factors measured since the run began
+ * (factor[i], 1 where unmeasured). Under c->lock. */
+static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen_worker **out,
+                                 double **factor, size_t *n_out, sc_err *err)
+{
+    size_t total = coord_registry_count(c->registry), n = 0;
+    coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
+    double *f = calloc(total ? total : 1, sizeof *f);
+    if (ws == NULL || f == NULL) {
+        free(ws);
+        free(f);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+    }
+    sc_status rc = SC_OK;
+    for (size_t i = 0; i < total && rc == SC_OK; i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (strcmp(w->job_id, p->job_id) != 0)
+            continue;
+        coord_chosen_worker *cw = &ws[n];
+        sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
+        sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
+        sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
+        cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+        double measured = 1;
+        for (int s = 0; s < p->n_stages; s++)
+            for (int k = 0; k < p->replicas[s]; k++)
+                if (strcmp(p->worker_of[s][k], w->rec.id) == 0 && factor_of(p, s, k) > 0)
+                    measured = factor_of(p, s, k);
+        f[n] = measured;
+        char *prof = coord_speeds_profile(c->speeds, p->job_id, w->rec.id, &cw->link_bytes_per_s);
+        cw->profile_json = prof != NULL ? coord_profile_scaled(prof, measured) : NULL;
+        free(prof);
+        n++;
+        if (cw->hw == NULL || cw->profile_json == NULL)
+            rc = SC_ERRF(err, SC_ERR_PRECONDITION,
+                         "no profile of worker %s for job %s (the coordinator restarted since "
+                         "it was profiled?)",
+                         w->rec.id, p->job_id);
+    }
+    if (rc == SC_OK && n == 0)
+        rc = SC_ERRF(err, SC_ERR_PRECONDITION, "job %s holds no worker", p->job_id);
+    if (rc != SC_OK) {
+        coord_jobs_chosen_free(ws, n);
+        free(f);
+        return rc;
+    }
+    *out = ws;
+    *factor = f;
+    *n_out = n;
+    return SC_OK;
+}
+
+/* "worker w-2 ('b') at 3.9x its planned time (busy 0.83 s per iteration, was 0.21 s)" for the
+ * replica furthest off its baseline, into buf. Under c->lock. */
+static void describe_change(coord *c, const coord_progress *p, char *buf, size_t size)
+{
+    int bs = -1, bk = -1;
+    double worst = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        for (int k = 0; k < p->replicas[s]; k++) {
+            double f = factor_of(p, s, k);
+            double off = f > 0 ? fabs(log(f)) : 0;
+            if (off > worst) {
+                worst = off;
+                bs = s, bk = k;
+            }
+        }
+    }
+    if (bs < 0) {
+        sc_strlcpy(buf, "no measured change", size);
+        return;
+    }
+    const coord_worker *w = coord_registry_find(c->registry, p->worker_of[bs][bk]);
+    sc_strfmt(buf, size,
+              "worker %s ('%s', stage %d) at %.2fx its planned time (busy %.3g s per iteration, "
+              "%.3g s when planned)",
+              p->worker_of[bs][bk], w != NULL ? w->rec.name : "?", bs, factor_of(p, bs, bk),
+              p->busy_avg[bs][bk], p->busy_base[bs][bk]);
+}
+
+sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dry_run,
+                               coord_rebalance_result *out, sc_err *err)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&c->lock);
+    coord_progress *p = coord_jobs_progress(c, job_id);
+    coord_job job;
+    if (coord_store_job_get(c->store, job_id, &job, err) != SC_OK) {
+        pthread_mutex_unlock(&c->lock);
+        return err->code;
+    }
+    coord_job_state state = job.state;
+    char *spec_json = job.spec_json;
+    job.spec_json = NULL;
+    coord_job_clear(&job);
+    if (state != COORD_JOB_RUNNING || p == NULL || p->finished) {
+        pthread_mutex_unlock(&c->lock);
+        free(spec_json);
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "job %s is %s; only a running job rebalances",
+                       job_id, coord_job_state_name(state));
+    }
+    if (p->pause_step != 0) {
+        pthread_mutex_unlock(&c->lock);
+        free(spec_json);
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "job %s is already pausing after step %llu for a rebalance", job_id,
+                       (unsigned long long)p->pause_step);
+    }
+    p->evaluate = false;
+    coord_chosen_worker *ws = NULL;
+    double *factor = NULL;
+    size_t n = 0;
+    sc_status rc = current_workers(c, p, &ws, &factor, &n, err);
+    double current = p->predicted_iteration_s *
+                     (p->iter_base_n >= BASE_N && p->iter_base > 0 ? p->iter_avg / p->iter_base
+                                                                   : 1.0);
+    uint64_t done = p->stored_step, steps = p->steps;
+    char change[COORD_REASON_MAX];
+    describe_change(c, p, change, sizeof change);
+    pthread_mutex_unlock(&c->lock);
+
+    coord_jobspec spec;
+    memset(&spec, 0, sizeof spec);
+    if (rc == SC_OK)
+        rc = coord_jobspec_parse(job_id, spec_json, strlen(spec_json), &spec, err);
+    free(spec_json);
+    coord_plan_worker *pw = rc == SC_OK ? calloc(n, sizeof *pw) : NULL;
+    if (rc == SC_OK && pw == NULL)
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+    double t0 = sc_clock_now_s();
+    char *plan_json = NULL;
+    if (rc == SC_OK) {
+        coord_jobs_group_by_host(ws, n); /* the order the driver plans in */
+        for (size_t i = 0; i < n; i++) {
+            pw[i].id = ws[i].id;
+            pw[i].hw = ws[i].hw;
+            pw[i].profile_json = ws[i].profile_json;
+            pw[i].link_bytes_per_s = ws[i].link_bytes_per_s;
+        }
+        rc = coord_plan_job(&spec, pw, n, &plan_json, err);
+    }
+    free(pw);
+    double plan_s = sc_clock_now_s() - t0;
+    if (rc != SC_OK)
+        goto out;
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    out->new_s = json_number_value(json_object_get(plan, "iteration_time_s"));
+    json_decref(plan);
+    out->current_s = current;
+    out->gain = current > 0 ? 1 - out->new_s / current : 0;
+    out->plan_json = plan_json;
+    plan_json = NULL;
+    /* the move's cost: the whole model's state over the slowest measured link, plus a fixed
+     * part; what it saves: the gain on every remaining step */
+    double bytes = 0, slowest = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *prof = json_loads(ws[i].profile_json, 0, NULL);
+        json_t *blocks = json_object_get(prof, "blocks");
+        double mine = 0;
+        for (size_t b = 0; b < json_array_size(blocks); b++)
+            mine += json_number_value(json_object_get(json_array_get(blocks, b), "parameter_bytes"));
+        bytes = mine > bytes ? mine : bytes;
+        json_decref(prof);
+        if (ws[i].link_bytes_per_s > 0 && (slowest == 0 || ws[i].link_bytes_per_s < slowest))
+            slowest = ws[i].link_bytes_per_s;
+    }
+    double cost = MOVE_FIXED_S + 3 * bytes / (slowest > 0 ? slowest : 1e8); /* params, m, v */
+    double saved = (current - out->new_s) * (double)(steps > done ? steps - done : 0);
+    bool worth = out->gain > GAIN_MIN && saved > cost;
+    if (dry_run || (!force && !worth)) {
+        sc_strfmt(out->message, sizeof out->message,
+                  "%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%; saves "
+                  "%.3g s over %llu steps, a move costs about %.3g s)%s",
+                  change, current, out->new_s, 100 * out->gain, saved,
+                  (unsigned long long)(steps > done ? steps - done : 0), cost,
+                  dry_run ? ": dry run, nothing changed" : ": not worth a move");
+        pthread_mutex_lock(&c->lock);
+        p = coord_jobs_progress(c, job_id);
+        if (p != NULL && !dry_run)
+            p->quiet_until = done + QUIET_STEPS;
+        pthread_mutex_unlock(&c->lock);
+        if (!dry_run)
+            SC_LOG_INFO(LOG, "job %s: %s", job_id, out->message);
+        goto out;
+    }
+    pthread_mutex_lock(&c->lock);
+    p = coord_jobs_progress(c, job_id);
+    if (p == NULL || p->finished || p->pause_step != 0) {
+        pthread_mutex_unlock(&c->lock);
+        rc = SC_ERRF(err, SC_ERR_PRECONDITION, "job %s stopped running while it was re-planned",
+                     job_id);
+        goto out;
+    }
+    /* the measured factors become the speed model the driver plans with */
+    for (size_t i = 0; i < n; i++)
+        if (factor[i] != 1)
+            coord_speeds_rescale(c->speeds, job_id, ws[i].id, factor[i]);
+    uint64_t furthest = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        for (int k = 0; k < p->replicas[s]; k++)
+            furthest = p->step[s][k] > furthest ? p->step[s][k] : furthest;
+    p->pause_step = furthest + PAUSE_AHEAD;
+    if (p->pause_step >= p->steps) {
+        pthread_mutex_unlock(&c->lock);
+        p = NULL;
+        sc_strfmt(out->message, sizeof out->message,
+                  "the job ends before a move could take effect (step %llu of %llu)",
+                  (unsigned long long)furthest, (unsigned long long)steps);
+        goto out;
+    }
+    memset(p->paused, 0, sizeof p->paused);
+    p->decided_s = sc_clock_now_s();
+    p->plan_s = plan_s;
+    double detect = p->changed_s > 0 ? p->decided_s - p->changed_s : 0;
+    sc_strfmt(p->why, sizeof p->why,
+              "%s%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%); "
+              "detected in %.2f s, planned in %.1f ms",
+              force ? "rebalance asked for: " : "", change, current, out->new_s, 100 * out->gain,
+              detect, 1e3 * plan_s);
+    send_pause(c, p);
+    out->started = true;
+    sc_strfmt(out->message, sizeof out->message, "rebalancing after step %llu: %s",
+              (unsigned long long)p->pause_step, p->why);
+    SC_LOG_INFO(LOG, "job %s: %s", job_id, out->message);
+    pthread_mutex_unlock(&c->lock);
+out:
+    free(plan_json);
+    free(factor);
+    coord_jobs_chosen_free(ws, n);
+    coord_jobspec_clear(&spec);
+    return rc;
+}
+
+bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
+{
+    for (size_t i = 0; i < c->n_running; i++) {
+        coord_progress *p = &c->running[i];
+        if (p->evaluate && !p->finished && p->pause_step == 0) {
+            sc_strlcpy(id, p->job_id, size);
+            return true;
+        }
+    }
+    return false;
+}

@@ -1,0 +1,153 @@
+/* The jobs' speed models (see speeds.h). */
+#include "coordinator/speeds.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sc_util.h"
+
+typedef struct {
+    char id[COORD_ID_MAX];
+    char *profile_json;
+    double link, scale;
+} worker_speed;
+
+struct coord_speeds {
+    char job_id[COORD_ID_MAX];
+    worker_speed *w;
+    size_t n;
+    coord_speeds *next;
+};
+
+static coord_speeds *job_of(const coord_speeds *all, const char *job_id)
+{
+    for (const coord_speeds *j = all; j != NULL; j = j->next)
+        if (strcmp(j->job_id, job_id) == 0)
+            return (coord_speeds *)j;
+    return NULL;
+}
+
+static worker_speed *worker_of(const coord_speeds *j, const char *id)
+{
+    for (size_t i = 0; j != NULL && i < j->n; i++)
+        if (strcmp(j->w[i].id, id) == 0)
+            return &j->w[i];
+    return NULL;
+}
+
+static void job_free(coord_speeds *j)
+{
+    for (size_t i = 0; i < j->n; i++)
+        free(j->w[i].profile_json);
+    free(j->w);
+    free(j);
+}
+
+void coord_speeds_free(coord_speeds **all)
+{
+    while (*all != NULL) {
+        coord_speeds *j = *all;
+        *all = j->next;
+        job_free(j);
+    }
+}
+
+void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const *ids,
+                       const char *const *profiles, const double *links, size_t n)
+{
+    coord_speeds *j = job_of(*all, job_id);
+    if (j == NULL) {
+        j = calloc(1, sizeof *j);
+        if (j == NULL)
+            return;
+        sc_strlcpy(j->job_id, job_id, sizeof j->job_id);
+        j->next = *all;
+        *all = j;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (profiles[i] == NULL)
+            continue;
+        worker_speed *w = worker_of(j, ids[i]);
+        if (w == NULL) {
+            worker_speed *more = realloc(j->w, (j->n + 1) * sizeof *more);
+            if (more == NULL)
+                return;
+            j->w = more;
+            w = &j->w[j->n++];
+            memset(w, 0, sizeof *w);
+            sc_strlcpy(w->id, ids[i], sizeof w->id);
+        }
+        free(w->profile_json);
+        w->profile_json = strdup(profiles[i]);
+        w->link = links[i];
+        w->scale = 1.0;
+    }
+}
+
+static void scale_node(json_t *node, double factor)
+{
+    if (json_is_array(node)) {
+        for (size_t i = 0; i < json_array_size(node); i++)
+            scale_node(json_array_get(node, i), factor);
+        return;
+    }
+    if (!json_is_object(node))
+        return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(node, key, v) {
+        size_t len = strlen(key);
+        if (json_is_number(v) && len > 2 && strcmp(key + len - 2, "_s") == 0)
+            json_object_set_new(node, key, json_real(json_number_value(v) * factor));
+        else
+            scale_node(v, factor);
+    }
+}
+
+char *coord_profile_scaled(const char *profile_json, double factor)
+{
+    json_t *root = json_loads(profile_json, 0, NULL);
+    if (root == NULL)
+        return NULL;
+    scale_node(json_object_get(root, "blocks"), factor);
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return text;
+}
+
+char *coord_speeds_profile(const coord_speeds *all, const char *job_id, const char *id,
+                           double *link)
+{
+    const worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w == NULL || w->profile_json == NULL)
+        return NULL;
+    *link = w->link;
+    return w->scale == 1.0 ? strdup(w->profile_json)
+                           : coord_profile_scaled(w->profile_json, w->scale);
+}
+
+double coord_speeds_scale(const coord_speeds *all, const char *job_id, const char *id)
+{
+    const worker_speed *w = worker_of(job_of(all, job_id), id);
+    return w != NULL ? w->scale : 1.0;
+}
+
+void coord_speeds_rescale(coord_speeds *all, const char *job_id, const char *id, double factor)
+{
+    worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w != NULL && factor > 0)
+        w->scale *= factor;
+}
+
+void coord_speeds_drop(coord_speeds **all, const char *job_id)
+{
+    for (coord_speeds **p = all; *p != NULL; p = &(*p)->next) {
+        if (strcmp((*p)->job_id, job_id) == 0) {
+            coord_speeds *j = *p;
+            *p = j->next;
+            job_free(j);
+            return;
+        }
+    }
+}

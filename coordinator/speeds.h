@@ -1,0 +1,45 @@
+/*
+ * The speed model of each job: per worker, the profile it measured when the job was profiled,
+ * its measured link, and a scale that iteration reports have since put on its times (2.0: its
+ * blocks now take twice as long as profiled). Re-plans (rebalancing, and any later drive of the
+ * job) use the scaled profiles instead of profiling again.
+ *
+ * All functions run under c->lock (speeds live in struct coord); nothing here plans or measures.
+ */
+#ifndef COORD_SPEEDS_H
+#define COORD_SPEEDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "coordinator/store.h"
+
+typedef struct coord_speeds coord_speeds;
+
+/* Frees every job's model (the coordinator stops). */
+void coord_speeds_free(coord_speeds **all);
+
+/* Keeps the freshly measured profile and link of workers ids[i] for job `job_id`; their scales
+ * start again at 1 (the profile is the worker's speed now). */
+void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const *ids,
+                       const char *const *profiles, const double *links, size_t n);
+
+/* A copy of worker `id`'s profile for job `job_id` with every time multiplied by its scale
+ * (heap string, caller frees), and its link; NULL when the job has no profile of that worker. */
+char *coord_speeds_profile(const coord_speeds *all, const char *job_id, const char *id,
+                           double *link);
+
+/* Worker `id`'s scale in job `job_id` (1 when unknown). */
+double coord_speeds_scale(const coord_speeds *all, const char *job_id, const char *id);
+
+/* Multiplies worker `id`'s scale in job `job_id` by `factor`. */
+void coord_speeds_rescale(coord_speeds *all, const char *job_id, const char *id, double factor);
+
+/* Forgets job `job_id`'s model (it ended). */
+void coord_speeds_drop(coord_speeds **all, const char *job_id);
+
+/* `profile_json` with every number under a key ending in "_s" (forward_s, backward_s, ...)
+ * multiplied by `factor` (heap string, caller frees; NULL when it is not JSON). */
+char *coord_profile_scaled(const char *profile_json, double factor);
+
+#endif /* COORD_SPEEDS_H */
