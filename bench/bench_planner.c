@@ -3,12 +3,16 @@
  *
  *   bench_planner [PROFILE ...]
  *   bench_planner --ga        (only the genetic search's evaluators)
+ *   bench_planner --hetero N [M]  (hetero against exhaustive on N seeded small instances)
  *
  * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
  * identical devices; then a synthetic 1,500-block chain on 16 devices and on 64 unequal
  * devices in 8 servers; then the genetic search's batched evaluator against evaluating the
  * same individuals one by one, on fixed populations and inside a search run both ways. Prints
- * figures; asserts nothing.
+ * figures; asserts nothing. --hetero draws the small two-server instances of
+ * tests/unit/test_planner_hetero.c (same generator, seeds 1..N) with M micro-batches of one
+ * sample (256 by default) and prints hetero's worst simulated iteration over exhaustive's and
+ * both search times.
  */
 #include <math.h>
 #include <stdint.h>
@@ -92,6 +96,78 @@ static plan_cluster *unequal_64(void)
         plan_cluster_add_server(c, name, intra, s % 2 ? 10e9 : 12.5e9, types, 8, &err);
     }
     return c;
+}
+
+/* tests/unit/test_planner_hetero.c's instance of one seed: 5-9 blocks on two servers of 1-2
+ * devices of 3 types (speeds 1, 0.5-0.7, 0.2-0.3), links of 1e10 or 5e10 B/s inside a server,
+ * NICs of 1e9 or 3e9 B/s. */
+static void two_server_instance(uint64_t seed, plan_profile **prof, plan_cluster **cl)
+{
+    sc_err err;
+    rng = 0x9E3779B97F4A7C15ull * seed + 12345;
+    for (int i = 0; i < 4; i++)
+        urand();
+    int L = 5 + (int)(urand() * 5);
+    plan_profile_new(prof, L, &err);
+    for (int l = 0; l < L; l++) {
+        plan_block *b = &(*prof)->blocks[l];
+        b->forward_s = 1e-3 + 9e-3 * urand();
+        b->backward_s = b->forward_s * (1 + 2 * urand());
+        b->activation_bytes = 1e5 * pow(100, urand());
+        b->parameter_bytes = 1e6 * pow(100, urand());
+        b->stash_bytes = b->activation_bytes;
+    }
+    int t[3];
+    plan_cluster_new_empty(cl, &err);
+    plan_cluster_add_type(*cl, "fast", 1.0, 0, &t[0], &err);
+    plan_cluster_add_type(*cl, "mid", 0.5 + 0.2 * urand(), 0, &t[1], &err);
+    plan_cluster_add_type(*cl, "slow", 0.2 + 0.1 * urand(), 0, &t[2], &err);
+    for (int s = 0; s < 2; s++) {
+        int nd = 1 + (urand() < 0.5), types[2];
+        for (int i = 0; i < nd; i++)
+            types[i] = t[(int)(urand() * 3)];
+        double intra = urand() < 0.5 ? 1e10 : 5e10, nic = urand() < 0.5 ? 1e9 : 3e9;
+        plan_cluster_add_server(*cl, s ? "s1" : "s0", intra, nic, types, nd, &err);
+    }
+}
+
+static int hetero_gap(int n, int m)
+{
+    double worst = 0, het_s = 0, het_max = 0, ex_s = 0;
+    int over = 0, worst_seed = 0;
+    for (int seed = 1; seed <= n; seed++) {
+        plan_profile *p = NULL;
+        plan_cluster *c = NULL;
+        two_server_instance((uint64_t)seed, &p, &c);
+        plan_request req = {
+            .profile = p, .cluster = c, .batch = m, .microbatches = m, .schedule = PLAN_SCHED_1F1B};
+        plan_result he, ex;
+        sc_err err;
+        if (plan_run(&req, PLAN_STRAT_HETERO, &he, &err) != SC_OK ||
+            plan_run(&req, PLAN_STRAT_EXHAUSTIVE, &ex, &err) != SC_OK) {
+            fprintf(stderr, "bench_planner: seed %d: %s\n", seed, err.msg);
+            return 1;
+        }
+        double ratio = he.iteration_time_s / ex.iteration_time_s;
+        over += ratio > 1.01;
+        if (ratio > worst) {
+            worst = ratio;
+            worst_seed = seed;
+        }
+        het_s += he.search_time_s;
+        het_max = he.search_time_s > het_max ? he.search_time_s : het_max;
+        ex_s += ex.search_time_s;
+        plan_result_free(&he);
+        plan_result_free(&ex);
+        plan_cluster_destroy(&c);
+        plan_profile_destroy(&p);
+    }
+    printf("hetero vs exhaustive, %d two-server instances, %d micro-batches of one sample, 1f1b\n",
+           n, m);
+    printf("worst iteration ratio %.4f (seed %d), over 1%%: %d\n", worst, worst_seed, over);
+    printf("search time: hetero mean %.3g s, max %.3g s; exhaustive mean %.3g s\n", het_s / n,
+           het_max, ex_s / n);
+    return 0;
 }
 
 /* A random composition of the batch into 1 to K entries. */
@@ -244,6 +320,16 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "--ga") == 0) {
         ga_throughput();
         return 0;
+    }
+    if (argc >= 3 && argc <= 4 && strcmp(argv[1], "--hetero") == 0) {
+        int n = atoi(argv[2]), m = argc == 4 ? atoi(argv[3]) : 256;
+        if (n < 1 || m < 1 || m > PLAN_MAX_BATCH) {
+            fprintf(stderr,
+                    "bench_planner: --hetero N [M]: N seeds >= 1, M micro-batches in 1..%d\n",
+                    PLAN_MAX_BATCH);
+            return 2;
+        }
+        return hetero_gap(n, m);
     }
     for (int i = 1; i < argc; i++) {
         plan_profile *p = NULL;
