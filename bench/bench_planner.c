@@ -4,6 +4,7 @@
  *   bench_planner [PROFILE ...]
  *   bench_planner --ga        (only the genetic search's evaluators)
  *   bench_planner --hetero N [M]  (hetero against exhaustive on N seeded small instances)
+ *   bench_planner --zb1       (simulated bubble of zb1 against 1f1b)
  *
  * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
  * identical devices; then a synthetic 1,500-block chain on 16 devices and on 64 unequal
@@ -12,7 +13,9 @@
  * figures; asserts nothing. --hetero draws the small two-server instances of
  * tests/unit/test_planner_hetero.c (same generator, seeds 1..N) with M micro-batches of one
  * sample (256 by default) and prints hetero's worst simulated iteration over exhaustive's and
- * both search times.
+ * both search times. --zb1 simulates 1f1b and zb1 on p equal stages with m micro-batches
+ * (forward f, backward 2f of which half is the weight gradient, transfers of 0 or f/10 each way)
+ * and prints both bubble fractions, their ratio and the most micro-batches a stage stashes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,6 +26,7 @@
 #include "common/sc_clock.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/plan_ga.h"
+#include "coordinator/planner/plan_schedule.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static double urand(void)
@@ -167,6 +171,46 @@ static int hetero_gap(int n, int m)
     printf("worst iteration ratio %.4f (seed %d), over 1%%: %d\n", worst, worst_seed, over);
     printf("search time: hetero mean %.3g s, max %.3g s; exhaustive mean %.3g s\n", het_s / n,
            het_max, ex_s / n);
+    return 0;
+}
+
+static int zb1_bubble(void)
+{
+    printf("%3s %4s %6s %12s %12s %8s %12s %12s\n", "p", "m", "comm", "bubble_1f1b", "bubble_zb1",
+           "ratio", "stash_1f1b", "stash_zb1");
+    for (int p = 2; p <= 8; p *= 2)
+        for (int m = p; m <= 8 * p; m *= 2)
+            for (int ci = 0; ci < 2; ci++) {
+                double bubble[2], stash[2];
+                for (int k = 0; k < 2; k++) {
+                    plan_schedule *s = NULL;
+                    plan_sim_stage st[8];
+                    plan_sim_result r;
+                    sc_err err;
+                    memset(st, 0, sizeof st);
+                    for (int i = 0; i < p; i++) {
+                        st[i].fwd_s = 1e-3;
+                        st[i].bwd_s = 2e-3;
+                        st[i].wgrad_s = 1e-3;
+                        st[i].send_fwd_s = st[i].send_bwd_s = ci ? 1e-4 : 0;
+                    }
+                    if (plan_schedule_build(&s, k ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B, p, m, 0,
+                                            &err) != SC_OK ||
+                        plan_sim_run(s, st, m, 1, 0, &r, &err) != SC_OK) {
+                        fprintf(stderr, "bench_planner: %s\n", err.msg);
+                        plan_schedule_destroy(&s);
+                        return 1;
+                    }
+                    bubble[k] = r.bubble_fraction;
+                    stash[k] = 0;
+                    for (int i = 0; i < p; i++)
+                        stash[k] = r.peak_inflight[i] > stash[k] ? r.peak_inflight[i] : stash[k];
+                    plan_sim_result_free(&r);
+                    plan_schedule_destroy(&s);
+                }
+                printf("%3d %4d %6s %12.4f %12.4f %8.3f %12.0f %12.0f\n", p, m, ci ? "f/10" : "0",
+                       bubble[0], bubble[1], bubble[1] / bubble[0], stash[0], stash[1]);
+            }
     return 0;
 }
 
@@ -321,6 +365,8 @@ int main(int argc, char **argv)
         ga_throughput();
         return 0;
     }
+    if (argc == 2 && strcmp(argv[1], "--zb1") == 0)
+        return zb1_bubble();
     if (argc >= 3 && argc <= 4 && strcmp(argv[1], "--hetero") == 0) {
         int n = atoi(argv[2]), m = argc == 4 ? atoi(argv[3]) : 256;
         if (n < 1 || m < 1 || m > PLAN_MAX_BATCH) {
