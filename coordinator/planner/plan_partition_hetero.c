@@ -25,13 +25,15 @@
 #define HET_TIES 4
 
 /* One search over orders at a copy limit: the best DP value, the first order reaching it
- * (orders[0]) and, when ties are kept, up to HET_TIES orders whose plans tie with it. */
+ * (orders[0]) and, when ties are kept, up to HET_TIES - 1 more orders whose DP plans tie with
+ * it, those whose plans simulate fastest. */
 typedef struct het_track {
     int max_rep;
     double best;
     int n;
     int *orders;                     /* (HET_TIES, D) */
     plan_partition *plans[HET_TIES]; /* their DP plans, to tell tied orders apart */
+    double sim[HET_TIES];            /* those plans' simulated iterations */
 } het_track;
 
 /* Two tracks when copies are allowed on a small instance picked by simulation: tr[0] at
@@ -45,6 +47,7 @@ typedef struct het_search {
     const plan_search_cfg *cfg;
     plan_partition *scratch; /* with links: the DP's partition, scored with contention */
     plan_partition *plan;    /* the DP's partition when ties are kept */
+    plan_sim_stage *st;      /* (D) to simulate it */
     dp_tables t;
     int D, max_rep, evals, max_evals, n_tracks, ties;
     het_track tr[2];
@@ -60,6 +63,9 @@ static int same_plan(const plan_partition *a, const plan_partition *b)
             return 0;
     return memcmp(a->devs, b->devs, (size_t)a->n_devs * sizeof(int)) == 0;
 }
+
+static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_partition *cand,
+                                    plan_sim_stage *st, double *iter_s, sc_err *err);
 
 static void track_try(het_search *h, het_track *tr, const int *order)
 {
@@ -81,15 +87,29 @@ static void track_try(het_search *h, het_track *tr, const int *order)
     if (v < tr->best * (1 - tie) || tr->n == 0) {
         tr->best = v;
         tr->n = 0;
-    } else if (tr->n >= HET_TIES) {
-        return;
     }
     for (int i = 0; i < tr->n; i++)
         if (same_plan(tr->plans[i], p))
             return;
-    plan_partition_copy(tr->plans[tr->n], p);
-    memcpy(tr->orders + (size_t)tr->n * h->D, order, (size_t)h->D * sizeof(int));
-    tr->n++;
+    double it = HUGE_VAL;
+    sc_err e;
+    sc_err_clear(&e);
+    if (simulate_candidate(h->cfg, p, h->st, &it, &e) != SC_OK)
+        it = HUGE_VAL;
+    /* full: the slowest tie after the first gives way to a faster one */
+    int at = tr->n;
+    if (at == HET_TIES) {
+        at = 1;
+        for (int i = 2; i < HET_TIES; i++)
+            at = tr->sim[i] > tr->sim[at] ? i : at;
+        if (!(it < tr->sim[at]))
+            return;
+    } else {
+        tr->n++;
+    }
+    plan_partition_copy(tr->plans[at], p);
+    tr->sim[at] = it;
+    memcpy(tr->orders + (size_t)at * h->D, order, (size_t)h->D * sizeof(int));
 }
 
 static void het_try(het_search *h, const int *order)
@@ -460,6 +480,11 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
     int small = D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS;
     h.ties = cfg->select_by_sim && small;
     if (h.ties) {
+        h.st = calloc((size_t)D, sizeof *h.st);
+        if (h.st == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+            goto done;
+        }
         SC_CHECK_GOTO(plan_partition_new(&h.plan, L, D, err), done);
         for (int i = 0; i < 2; i++)
             for (int k = 0; k < HET_TIES; k++)
@@ -602,6 +627,7 @@ done:
     *mem_cut |= h.mem_cut;
     plan_partition_destroy(&h.scratch);
     plan_partition_destroy(&h.plan);
+    free(h.st);
     for (int i = 0; i < 2; i++) {
         for (int k = 0; k < HET_TIES; k++)
             plan_partition_destroy(&h.tr[i].plans[k]);
