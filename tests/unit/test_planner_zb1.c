@@ -1,8 +1,9 @@
 /* The zero-bubble schedule ZB-H1 (zb1) in coordinator/planner: its action lists (every unit's
  * W after its B, the validator's new rules, no copies), the simulator's B/W split (a hand-built
  * timeline, and the bubble below 1f1b's at the same stages and micro-batches with the same peak
- * of stashed micro-batches), the planner's memory count, that `auto` picks zb1 only when the
- * request says the runtime runs it, the assumption stated in the plan, and W in the trace. */
+ * of stashed micro-batches, and on shared processors), the planner's memory count, that `auto`
+ * picks zb1 only when the request says the runtime runs it, the assumption stated in the plan, and
+ * W in the trace. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -174,6 +175,38 @@ static void test_bubble_below_1f1b(void **state)
             }
 }
 
+/* Shared processors: W is a compute like F and B. Without contention the event loop gives the
+ * sweep's figures; with every stage on one processor the iteration is all the work in a row. */
+static void test_shared(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_schedule *s = NULL;
+    assert_int_equal(plan_schedule_build(&s, PLAN_SCHED_ZB1, 3, 5, 0, &err), SC_OK);
+    plan_sim_stage st[3];
+    memset(st, 0, sizeof st);
+    for (int i = 0; i < 3; i++) {
+        st[i].fwd_s = 1 + i;
+        st[i].bwd_s = 2 + i;
+        st[i].wgrad_s = 1;
+    }
+    int group[3] = {0, 0, 0}, roomy[1] = {3}, one[1] = {1};
+    plan_sim_share sh = {.n_groups = 1, .group = group, .capacity = roomy};
+    plan_sim_result a, b, c;
+    assert_int_equal(plan_sim_run(s, st, 5, 1, 0, &a, &err), SC_OK);
+    assert_int_equal(plan_sim_run_shared(s, st, 5, 1, &sh, 0, &b, &err), SC_OK);
+    assert_float_equal(b.iteration_s, a.iteration_s, 1e-12);
+    assert_float_equal(b.bubble_fraction, a.bubble_fraction, 1e-12);
+    sh.capacity = one;
+    assert_int_equal(plan_sim_run_shared(s, st, 5, 1, &sh, 0, &c, &err), SC_OK);
+    assert_float_equal(c.iteration_s, 5 * (1 + 2 + 3 + 2 + 3 + 4), 1e-9);
+    assert_string_equal(plan_sched_name(PLAN_SCHED_AUTO), "auto");
+    plan_sim_result_free(&a);
+    plan_sim_result_free(&b);
+    plan_sim_result_free(&c);
+    plan_schedule_destroy(&s);
+}
+
 /* Eight equal blocks on four equal devices: the planner, its memory count, auto and the
  * stated assumption, and the trace. */
 static void test_planner(void **state)
@@ -309,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_lists),
         cmocka_unit_test(test_by_hand),
         cmocka_unit_test(test_bubble_below_1f1b),
+        cmocka_unit_test(test_shared),
         cmocka_unit_test(test_planner),
         cmocka_unit_test(test_memory),
     };
