@@ -1,9 +1,9 @@
 /* The zero-bubble schedule ZB-H1 (zb1) in coordinator/planner: its action lists (every unit's
  * W after its B, the validator's new rules, no copies), the simulator's B/W split (a hand-built
- * timeline, and the bubble below 1f1b's at the same stages and micro-batches with the same peak
- * of stashed micro-batches, and on shared processors), the planner's memory count, that `auto`
- * picks zb1 only when the request says the runtime runs it, the assumption stated in the plan, and
- * W in the trace. */
+ * timeline; the bubble below 1f1b's at the same stages and micro-batches with the same peak of
+ * stashed micro-batches; shared processors), the planner's memory count, that `auto` picks zb1
+ * only when the request says the runtime runs it, the assumption stated in the plan, and W in
+ * the trace. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
