@@ -3,12 +3,19 @@
  *
  *   bench_planner [PROFILE ...]
  *   bench_planner --ga        (only the genetic search's evaluators)
+ *   bench_planner --hetero N [M]  (hetero against exhaustive on N seeded small instances)
+ *   bench_planner --zb1       (simulated bubble of zb1 against 1f1b)
  *
  * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
  * identical devices; then a synthetic 1,500-block chain on 16 devices and on 64 unequal
  * devices in 8 servers; then the genetic search's batched evaluator against evaluating the
  * same individuals one by one, on fixed populations and inside a search run both ways. Prints
- * figures; asserts nothing.
+ * figures; asserts nothing. --hetero draws the small two-server instances of
+ * tests/unit/test_planner_hetero.c (same generator, seeds 1..N) with M micro-batches of one
+ * sample (256 by default) and prints hetero's worst simulated iteration over exhaustive's and
+ * both search times. --zb1 simulates 1f1b and zb1 on p equal stages with m micro-batches
+ * (forward f, backward 2f of which half is the weight gradient, transfers of 0 or f/10 each way)
+ * and prints both bubble fractions, their ratio and the most micro-batches a stage stashes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -19,6 +26,7 @@
 #include "common/sc_clock.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/plan_ga.h"
+#include "coordinator/planner/plan_schedule.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static double urand(void)
@@ -92,6 +100,118 @@ static plan_cluster *unequal_64(void)
         plan_cluster_add_server(c, name, intra, s % 2 ? 10e9 : 12.5e9, types, 8, &err);
     }
     return c;
+}
+
+/* tests/unit/test_planner_hetero.c's instance of one seed: 5-9 blocks on two servers of 1-2
+ * devices of 3 types (speeds 1, 0.5-0.7, 0.2-0.3), links of 1e10 or 5e10 B/s inside a server,
+ * NICs of 1e9 or 3e9 B/s. */
+static void two_server_instance(uint64_t seed, plan_profile **prof, plan_cluster **cl)
+{
+    sc_err err;
+    rng = 0x9E3779B97F4A7C15ull * seed + 12345;
+    for (int i = 0; i < 4; i++)
+        urand();
+    int L = 5 + (int)(urand() * 5);
+    plan_profile_new(prof, L, &err);
+    for (int l = 0; l < L; l++) {
+        plan_block *b = &(*prof)->blocks[l];
+        b->forward_s = 1e-3 + 9e-3 * urand();
+        b->backward_s = b->forward_s * (1 + 2 * urand());
+        b->activation_bytes = 1e5 * pow(100, urand());
+        b->parameter_bytes = 1e6 * pow(100, urand());
+        b->stash_bytes = b->activation_bytes;
+    }
+    int t[3];
+    plan_cluster_new_empty(cl, &err);
+    plan_cluster_add_type(*cl, "fast", 1.0, 0, &t[0], &err);
+    plan_cluster_add_type(*cl, "mid", 0.5 + 0.2 * urand(), 0, &t[1], &err);
+    plan_cluster_add_type(*cl, "slow", 0.2 + 0.1 * urand(), 0, &t[2], &err);
+    for (int s = 0; s < 2; s++) {
+        int nd = 1 + (urand() < 0.5), types[2];
+        for (int i = 0; i < nd; i++)
+            types[i] = t[(int)(urand() * 3)];
+        double intra = urand() < 0.5 ? 1e10 : 5e10, nic = urand() < 0.5 ? 1e9 : 3e9;
+        plan_cluster_add_server(*cl, s ? "s1" : "s0", intra, nic, types, nd, &err);
+    }
+}
+
+static int hetero_gap(int n, int m)
+{
+    double worst = 0, het_s = 0, het_max = 0, ex_s = 0;
+    int over = 0, worst_seed = 0;
+    for (int seed = 1; seed <= n; seed++) {
+        plan_profile *p = NULL;
+        plan_cluster *c = NULL;
+        two_server_instance((uint64_t)seed, &p, &c);
+        plan_request req = {
+            .profile = p, .cluster = c, .batch = m, .microbatches = m, .schedule = PLAN_SCHED_1F1B};
+        plan_result he, ex;
+        sc_err err;
+        if (plan_run(&req, PLAN_STRAT_HETERO, &he, &err) != SC_OK ||
+            plan_run(&req, PLAN_STRAT_EXHAUSTIVE, &ex, &err) != SC_OK) {
+            fprintf(stderr, "bench_planner: seed %d: %s\n", seed, err.msg);
+            return 1;
+        }
+        double ratio = he.iteration_time_s / ex.iteration_time_s;
+        over += ratio > 1.01;
+        if (ratio > worst) {
+            worst = ratio;
+            worst_seed = seed;
+        }
+        het_s += he.search_time_s;
+        het_max = he.search_time_s > het_max ? he.search_time_s : het_max;
+        ex_s += ex.search_time_s;
+        plan_result_free(&he);
+        plan_result_free(&ex);
+        plan_cluster_destroy(&c);
+        plan_profile_destroy(&p);
+    }
+    printf("hetero vs exhaustive, %d two-server instances, %d micro-batches of one sample, 1f1b\n",
+           n, m);
+    printf("worst iteration ratio %.4f (seed %d), over 1%%: %d\n", worst, worst_seed, over);
+    printf("search time: hetero mean %.3g s, max %.3g s; exhaustive mean %.3g s\n", het_s / n,
+           het_max, ex_s / n);
+    return 0;
+}
+
+static int zb1_bubble(void)
+{
+    printf("%3s %4s %6s %12s %12s %8s %12s %12s\n", "p", "m", "comm", "bubble_1f1b", "bubble_zb1",
+           "ratio", "stash_1f1b", "stash_zb1");
+    for (int p = 2; p <= 8; p *= 2)
+        for (int m = p; m <= 8 * p; m *= 2)
+            for (int ci = 0; ci < 2; ci++) {
+                double bubble[2], stash[2];
+                for (int k = 0; k < 2; k++) {
+                    plan_schedule *s = NULL;
+                    plan_sim_stage st[8];
+                    plan_sim_result r;
+                    sc_err err;
+                    memset(st, 0, sizeof st);
+                    for (int i = 0; i < p; i++) {
+                        st[i].fwd_s = 1e-3;
+                        st[i].bwd_s = 2e-3;
+                        st[i].wgrad_s = 1e-3;
+                        st[i].send_fwd_s = st[i].send_bwd_s = ci ? 1e-4 : 0;
+                    }
+                    if (plan_schedule_build(&s, k ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B, p, m, 0,
+                                            &err) != SC_OK ||
+                        plan_sim_run(s, st, m, 1, 0, &r, &err) != SC_OK) {
+                        fprintf(stderr, "bench_planner: %s\n", err.msg);
+                        plan_schedule_destroy(&s);
+                        return 1;
+                    }
+                    bubble[k] = r.bubble_fraction;
+                    stash[k] = 0;
+                    for (int i = 0; i < p; i++)
+                        stash[k] = r.peak_inflight[i] > stash[k] ? r.peak_inflight[i] : stash[k];
+                    plan_sim_result_free(&r);
+                    plan_schedule_destroy(&s);
+                }
+                printf("%3d %4d %6s %12.4f %12.4f %8.3f %12.0f %12.0f\n", p, m, ci ? "f/10" : "0",
+                       bubble[0], bubble[1], bubble[1] / bubble[0], stash[0], stash[1]);
+            }
+    return 0;
 }
 
 /* A random composition of the batch into 1 to K entries. */
@@ -244,6 +364,18 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "--ga") == 0) {
         ga_throughput();
         return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--zb1") == 0)
+        return zb1_bubble();
+    if (argc >= 3 && argc <= 4 && strcmp(argv[1], "--hetero") == 0) {
+        int n = atoi(argv[2]), m = argc == 4 ? atoi(argv[3]) : 256;
+        if (n < 1 || m < 1 || m > PLAN_MAX_BATCH) {
+            fprintf(stderr,
+                    "bench_planner: --hetero N [M]: N seeds >= 1, M micro-batches in 1..%d\n",
+                    PLAN_MAX_BATCH);
+            return 2;
+        }
+        return hetero_gap(n, m);
     }
     for (int i = 1; i < argc; i++) {
         plan_profile *p = NULL;

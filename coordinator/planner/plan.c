@@ -8,7 +8,9 @@
  * for the whole model), build the cost tables at that size, run the strategy (timed), then,
  * for --microbatches auto, re-fit the closed form on the bottleneck stage and simulate the
  * candidate counts on the partition found, keeping the fastest that fits memory. The final
- * numbers come from one more simulation at the chosen count.
+ * numbers come from one more simulation at the chosen count. A request for PLAN_SCHED_AUTO
+ * does all that once per schedule the runtime runs (zb1 only when the request says it does)
+ * and keeps the fastest plan.
  *
  * Does not search partitions itself (run_strategy hands that to plan_partition_<strategy>)
  * and does not write results. Invariant: every plan's figures come from simulating its own
@@ -157,7 +159,10 @@ static sc_status pick_sliced(const plan_request *req, const plan_cost *c, const 
 
 static int min_count(const plan_request *req, int S)
 {
-    return req->schedule == PLAN_SCHED_1F1B || req->schedule == PLAN_SCHED_SLICED ? S : 1;
+    return req->schedule == PLAN_SCHED_1F1B || req->schedule == PLAN_SCHED_SLICED ||
+                   req->schedule == PLAN_SCHED_ZB1
+               ? S
+               : 1;
 }
 
 /* ---------------------------------------------------------------- driver */
@@ -479,7 +484,9 @@ done:
     return rc;
 }
 
-sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+/* plan_run for one schedule. */
+static sc_status plan_run_sched(const plan_request *req, plan_strategy strat, plan_result *out,
+                                sc_err *err)
 {
     int retry_m = 0;
     sc_status rc = plan_run_once(req, strat, out, &retry_m, err);
@@ -515,4 +522,71 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
         plan_result_free(&alt);
     }
     return SC_OK;
+}
+
+/* Appends `text` to a result's note, after "; " when it holds one already. */
+static void note_add(plan_result *r, const char *text)
+{
+    size_t used = strlen(r->note);
+    snprintf(r->note + used, sizeof r->note - used, "%s%s", used ? "; " : "", text);
+}
+
+/* Whether plan a is better than plan b under PLAN_SCHED_AUTO: found, fits memory, faster. */
+static int auto_better(const plan_result *a, const plan_result *b)
+{
+    if (a->ok != b->ok)
+        return a->ok;
+    if (a->fits_memory != b->fits_memory)
+        return a->fits_memory;
+    return a->iteration_time_s < b->iteration_time_s;
+}
+
+sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
+{
+    if (req->schedule != PLAN_SCHED_AUTO) {
+        sc_status rc = plan_run_sched(req, strat, out, err);
+        if (rc == SC_OK && out->ok && out->schedule == PLAN_SCHED_ZB1 && strat != PLAN_STRAT_UMPIPE)
+            note_add(out, "zb1: B and W each half of the profile's backward (assumed)");
+        return rc;
+    }
+    /* 1f1b first: a tie keeps it */
+    static const plan_sched_kind cands[] = {PLAN_SCHED_1F1B, PLAN_SCHED_GPIPE, PLAN_SCHED_SLICED,
+                                            PLAN_SCHED_ZB1};
+    int n = (int)(sizeof cands / sizeof cands[0]) - (req->runtime_zb1 ? 0 : 1);
+    if (strat == PLAN_STRAT_UMPIPE)
+        n = 1; /* its plans run fill-drain ("unequal") whatever the schedule */
+    plan_request one = *req;
+    double searched = 0;
+    sc_status rc = SC_OK;
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < n; i++) {
+        plan_result r;
+        sc_err e;
+        sc_err_clear(&e);
+        one.schedule = cands[i];
+        sc_status ri = plan_run_sched(&one, strat, &r, &e);
+        searched += r.search_time_s;
+        if (i == 0 || (ri == SC_OK && auto_better(&r, out))) {
+            plan_result_free(out);
+            *out = r;
+            rc = ri;
+            if (err != NULL && ri != SC_OK)
+                *err = e;
+        } else {
+            plan_result_free(&r);
+        }
+        if (i == 0 && ri != SC_OK && !out->ok && out->part == NULL)
+            return rc; /* the request itself is bad: every schedule would say so */
+    }
+    out->search_time_s = searched;
+    if (rc == SC_OK && out->ok && strat != PLAN_STRAT_UMPIPE) {
+        char text[96];
+        snprintf(text, sizeof text, "auto: %s, fastest of gpipe, 1f1b, sliced%s",
+                 plan_sched_name(out->schedule),
+                 req->runtime_zb1 ? ", zb1" : " (zb1 left out: the runtime does not run it)");
+        note_add(out, text);
+        if (out->schedule == PLAN_SCHED_ZB1)
+            note_add(out, "zb1: B and W each half of the profile's backward (assumed)");
+    }
+    return rc;
 }

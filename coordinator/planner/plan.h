@@ -45,8 +45,11 @@ typedef struct plan_request {
     const plan_cluster *cluster;
     int batch;        /* global batch B (1 to PLAN_MAX_BATCH); 0 = plan_request_default_batch() */
     int microbatches; /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
-    plan_sched_kind schedule;
-    int max_stages;          /* 0 = no cap */
+    plan_sched_kind schedule; /* or PLAN_SCHED_AUTO: plan_run picks among gpipe, 1f1b, sliced
+                                 and, with runtime_zb1, zb1 */
+    int runtime_zb1;          /* the runtime runs zb1, so PLAN_SCHED_AUTO may pick it. No
+                                 runtime does yet: 0, and auto never picks it */
+    int max_stages;           /* 0 = no cap */
     double slice_efficiency; /* half-size kernels' efficiency for sliced; 0 = 0.9 */
     long exhaustive_limit;   /* 0 = default */
     int record_trace;        /* keep simulated events in the result */
@@ -68,7 +71,7 @@ typedef struct plan_result {
     int ok; /* 0: `error` says why this strategy gave no plan */
     char error[SC_ERR_MSG_MAX];
     int batch;
-    plan_sched_kind schedule;
+    plan_sched_kind schedule; /* the one planned and simulated (never PLAN_SCHED_AUTO) */
     double objective_s;
     double bottleneck_s;
     double iteration_time_s;
@@ -102,6 +105,11 @@ typedef struct plan_result {
 /* Runs strategy `s`. Errors in the request (batch, micro-batch count, stage cap) return an
  * error; a strategy that finds no plan (memory, exhaustive too large) returns its status
  * with the message also copied into out->error. out must be freed with plan_result_free.
+ * With PLAN_SCHED_AUTO the strategy runs under each synchronous schedule the runtime runs
+ * (gpipe, 1f1b, sliced; zb1 only with runtime_zb1; never pipedream, whose asynchronous updates
+ * train differently) and the fastest plan that fits memory is kept, the note saying which
+ * (search_time_s counts every run). A zb1 plan's B and W times are assumed (PLAN_WGRAD_SHARE):
+ * its note says so.
  * A plan's replicated stages always run under the runtime's rule for its micro-batch count
  * (plan_replicas_runnable); with microbatches 0 (auto), when the sweep finds a count that the
  * partition's copies cannot run with faster than every one they can, the strategy searches

@@ -218,6 +218,8 @@ double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p)
 
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m)
 {
+    if (k == PLAN_SCHED_ZB1)
+        return plan_stash_count_zb1(n_stages, m);
     return plan_stash_count_copy(k, n_stages - s, 1, m);
 }
 

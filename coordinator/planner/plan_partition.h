@@ -101,7 +101,8 @@ double plan_partition_bottleneck(const plan_cost *c, const plan_partition *p);
  * included): the runtime's rule (sc_pipeline.h, rt_schedule_slots_bound): gpipe ceil(m / r),
  * 1f1b (and sliced without halves) min(W / r + 1, ceil(m / r)) with the 1F1B-RR warm-up
  * W = r floor((after - 1) / r), pipedream W / r + 1 (its stream crosses iterations).
- * Unreplicated: m, min(p-s, m) and p-s. Inline: the DPs' memory bounds ask for every cell. */
+ * Unreplicated: m, min(p-s, m) and p-s. Inline: the DPs' memory bounds ask for every cell.
+ * Not for zb1, whose count depends on the plan's stages (plan_stash_count_zb1). */
 static inline double plan_stash_count_copy(plan_sched_kind k, int after, int copies, int m)
 {
     switch (k) {
@@ -113,8 +114,15 @@ static inline double plan_stash_count_copy(plan_sched_kind k, int after, int cop
         return sc_pipeline_copy_slots(after, copies, m);
     }
 }
+/* zb1 (ZB-H1, no copies): every stage keeps a micro-batch's inputs from its F to its W, at most
+ * min(p, m) of them (plan_schedule_build): 1F1B's first stage's count, on every stage. Counted
+ * whole: that the input gradient (B) done frees part of them is not modelled. */
+static inline double plan_stash_count_zb1(int n_stages, int m)
+{
+    return n_stages < m ? n_stages : m;
+}
 /* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches, no stage
- * replicated: plan_stash_count_copy(k, n_stages - s, 1, m). */
+ * replicated: plan_stash_count_copy(k, n_stages - s, 1, m), or plan_stash_count_zb1. */
 double plan_stash_count(plan_sched_kind k, int n_stages, int s, int m);
 /* Extra weight versions one copy keeps: pipedream's W / r (p-s-1 unreplicated), 0 for the
  * synchronous schedules. Inline: the DPs' memory bounds ask for every cell. */
@@ -148,12 +156,15 @@ double plan_lower_bound_replicated(const plan_cost *c);
  * schedule k (docs/design/runtime.md, "Replicated stages"): the synchronous schedules route
  * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
  * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
- * steps, so m must be a multiple of every stage's copies, i.e. r divides m. One copy always
- * runs; m below 1 counts as 1. Inline: the DPs ask for every cell. */
+ * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 runs nowhere
+ * yet and is modelled without copies: r = 1 only. One copy always runs; m below 1 counts as 1.
+ * Inline: the DPs ask for every cell. */
 static inline int plan_replicas_runnable(plan_sched_kind k, int m, int r)
 {
     if (r <= 1)
         return 1;
+    if (k == PLAN_SCHED_ZB1)
+        return 0;
     m = m > 1 ? m : 1;
     return k == PLAN_SCHED_PIPEDREAM ? m % r == 0 : r <= m;
 }
@@ -177,9 +188,17 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
 sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 
+/* The share of a block's backward that is its weight gradient (zb1's W), the rest being the
+ * input gradient (B). An assumption, stated in every zb1 plan: profiles measure the fused
+ * backward only, and for blocks whose time goes to matrix products (linear layers, attention
+ * projections) the two gradients are one product each of the forward's size, so B = W = half
+ * the backward. */
+#define PLAN_WGRAD_SHARE 0.5
+
 /* Stage costs for the simulator: per-stage forward/backward of one micro-batch on one copy
- * (the slowest), the optimizer step with the copies' all-reduce, and cut transfers. A
- * replicated stage's copies are simulated each on its own (plan_schedule_build_replicated). */
+ * (the slowest), its weight-gradient part (PLAN_WGRAD_SHARE of it, zb1's W), the optimizer step
+ * with the copies' all-reduce, and cut transfers. A replicated stage's copies are simulated
+ * each on its own (plan_schedule_build_replicated). */
 struct plan_sim_stage;
 void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
                                struct plan_sim_stage *stages);

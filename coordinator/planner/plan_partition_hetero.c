@@ -20,30 +20,105 @@
 #include "coordinator/planner/plan_partition_internal.h"
 #include "coordinator/planner/plan_sim.h"
 
+/* Orders kept per track for the simulator: the best and those that tie with it on distinct
+ * plans (select_by_sim on small instances; else the best alone). */
+#define HET_TIES 4
+
+/* One search over orders at a copy limit: the best DP value, the first order reaching it
+ * (orders[0]) and, when ties are kept, up to HET_TIES - 1 more orders whose DP plans tie with
+ * it, those whose plans simulate fastest. */
+typedef struct het_track {
+    int max_rep;
+    double best;
+    int n;
+    int *orders;                     /* (HET_TIES, D) */
+    plan_partition *plans[HET_TIES]; /* their DP plans, to tell tied orders apart */
+    double sim[HET_TIES];            /* those plans' simulated iterations */
+} het_track;
+
+/* Two tracks when copies are allowed on a small instance picked by simulation: tr[0] at
+ * max_rep, tr[1] without copies. The DP charges a replicated stage work / r per micro-batch,
+ * a steady state that 1F1B-RR with its bounded warm-up need not reach (each micro-batch still
+ * takes the whole stage time on its copy, which lengthens the round trip), so that figure is no
+ * bound on the simulated time: with one track, an order whose DP value rests on copies prunes
+ * every order whose plans without copies the simulator finds faster. Equal DP values say
+ * nothing either about the fill, the drain and the round trip, hence the ties. */
 typedef struct het_search {
     const plan_search_cfg *cfg;
     plan_partition *scratch; /* with links: the DP's partition, scored with contention */
+    plan_partition *plan;    /* the DP's partition when ties are kept */
+    plan_sim_stage *st;      /* (D) to simulate it */
     dp_tables t;
-    int D, max_rep, evals, max_evals;
-    double best;
-    int *best_order;
+    int D, max_rep, evals, max_evals, n_tracks, ties;
+    het_track tr[2];
     int mem_cut; /* memory ruled out some stage */
 } het_search;
+
+static int same_plan(const plan_partition *a, const plan_partition *b)
+{
+    if (a->n_stages != b->n_stages || a->n_devs != b->n_devs)
+        return 0;
+    for (int x = 0; x < a->n_stages; x++)
+        if (a->first[x] != b->first[x] || a->n_dev[x] != b->n_dev[x])
+            return 0;
+    return memcmp(a->devs, b->devs, (size_t)a->n_devs * sizeof(int)) == 0;
+}
+
+static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_partition *cand,
+                                    plan_sim_stage *st, double *iter_s, sc_err *err);
+
+static void track_try(het_search *h, het_track *tr, const int *order)
+{
+    double tie = 1e-9;
+    double cap = h->ties && isfinite(tr->best) ? tr->best * (1 + tie) : tr->best;
+    plan_partition *p = h->ties ? h->plan : h->scratch;
+    double v = plan_dp_order_fit(h->cfg, &h->t, order, h->D, tr->max_rep, cap, p, &h->mem_cut);
+    /* the DP sees link bandwidths pair by pair; shared links are scored on the result */
+    if (h->scratch != NULL && isfinite(v))
+        v = plan_partition_bottleneck(h->cfg->cost, p);
+    if (!(v < cap))
+        return;
+    if (!h->ties) {
+        tr->best = v;
+        tr->n = 1;
+        memcpy(tr->orders, order, (size_t)h->D * sizeof(int));
+        return;
+    }
+    if (v < tr->best * (1 - tie) || tr->n == 0) {
+        tr->best = v;
+        tr->n = 0;
+    }
+    for (int i = 0; i < tr->n; i++)
+        if (same_plan(tr->plans[i], p))
+            return;
+    double it = HUGE_VAL;
+    sc_err e;
+    sc_err_clear(&e);
+    if (simulate_candidate(h->cfg, p, h->st, &it, &e) != SC_OK)
+        it = HUGE_VAL;
+    /* full: the slowest tie after the first gives way to a faster one */
+    int at = tr->n;
+    if (at == HET_TIES) {
+        at = 1;
+        for (int i = 2; i < HET_TIES; i++)
+            at = tr->sim[i] > tr->sim[at] ? i : at;
+        if (!(it < tr->sim[at]))
+            return;
+    } else {
+        tr->n++;
+    }
+    plan_partition_copy(tr->plans[at], p);
+    tr->sim[at] = it;
+    memcpy(tr->orders + (size_t)at * h->D, order, (size_t)h->D * sizeof(int));
+}
 
 static void het_try(het_search *h, const int *order)
 {
     if (h->evals >= h->max_evals)
         return;
     h->evals++;
-    double v =
-        plan_dp_order_fit(h->cfg, &h->t, order, h->D, h->max_rep, h->best, h->scratch, &h->mem_cut);
-    /* the DP sees link bandwidths pair by pair; shared links are scored on the result */
-    if (h->scratch != NULL && isfinite(v))
-        v = plan_partition_bottleneck(h->cfg->cost, h->scratch);
-    if (v < h->best) {
-        h->best = v;
-        memcpy(h->best_order, order, (size_t)h->D * sizeof(int));
-    }
+    for (int i = 0; i < h->n_tracks; i++)
+        track_try(h, &h->tr[i], order);
 }
 
 static double dev_speed(const plan_cost *c, int d)
@@ -385,18 +460,36 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
     int D = cl->n_devices, L = c->n_blocks, T = cl->n_types;
-    het_search h = {.cfg = cfg, .D = D, .best = HUGE_VAL, .max_evals = 400};
+    het_search h = {.cfg = cfg, .D = D, .max_evals = 400};
     sc_status rc = SC_OK;
     int *order = calloc((size_t)D, sizeof(int)), *tmp = calloc((size_t)D, sizeof(int));
     int *srv = malloc((size_t)cl->n_servers * sizeof(int));
     int *perm = malloc((size_t)(T > 0 ? T : 1) * sizeof(int));
-    h.best_order = malloc((size_t)D * sizeof(int));
-    if (!order || !tmp || !srv || !perm || !h.best_order || plan_dp_alloc(&h.t, D, L) != 0) {
+    for (int i = 0; i < 2; i++) {
+        h.tr[i].best = HUGE_VAL;
+        h.tr[i].orders = malloc((size_t)HET_TIES * (size_t)D * sizeof(int));
+    }
+    if (!order || !tmp || !srv || !perm || !h.tr[0].orders || !h.tr[1].orders ||
+        plan_dp_alloc(&h.t, D, L) != 0) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
         goto done;
     }
     if (cl->n_links > 0)
         SC_CHECK_GOTO(plan_partition_new(&h.scratch, L, D, err), done);
+    /* small instances picked by simulation keep tied orders, and without copies too */
+    int small = D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS;
+    h.ties = cfg->select_by_sim && small;
+    if (h.ties) {
+        h.st = calloc((size_t)D, sizeof *h.st);
+        if (h.st == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
+            goto done;
+        }
+        SC_CHECK_GOTO(plan_partition_new(&h.plan, L, D, err), done);
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < HET_TIES; k++)
+                SC_CHECK_GOTO(plan_partition_new(&h.tr[i].plans[k], L, D, err), done);
+    }
     /* replication pays only when single blocks are large next to a fair share of the work */
     double lb = plan_lower_bound(c), biggest = 0;
     for (int d = 0; d < D; d++)
@@ -405,6 +498,9 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
             biggest = w > biggest ? w : biggest;
         }
     h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb ? DP_MAX_COPIES : 1;
+    h.tr[0].max_rep = h.max_rep;
+    h.tr[1].max_rep = 1;
+    h.n_tracks = h.ties && h.max_rep > 1 ? 2 : 1;
 
     /* 1. the cluster's own order */
     for (int d = 0; d < D; d++)
@@ -457,9 +553,9 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
         } while (next_perm(perm, T));
     }
     /* 5. local search from the best order: swap runs of one server (whole devices when few) */
-    for (int round = 0; round < 4 && h.evals < h.max_evals && isfinite(h.best); round++) {
-        double before = h.best;
-        memcpy(order, h.best_order, (size_t)D * sizeof(int));
+    for (int round = 0; round < 4 && h.evals < h.max_evals && isfinite(h.tr[0].best); round++) {
+        double before = h.tr[0].best;
+        memcpy(order, h.tr[0].orders, (size_t)D * sizeof(int));
         /* segments: maximal runs of one server in the order (single devices when D <= 16) */
         int nseg = 0;
         int *seg = tmp; /* segment start positions */
@@ -494,33 +590,51 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
                 het_try(&h, cand);
                 free(cand);
             }
-        if (!(h.best < before))
+        if (!(h.tr[0].best < before))
             break;
     }
-    if (!isfinite(h.best)) {
+    if (!isfinite(h.tr[0].best)) {
         rc = plan_partition_no_fit(cfg, "hetero", out, err);
         goto done;
     }
-    double v = plan_dp_order_fit(cfg, &h.t, h.best_order, D, h.max_rep, HUGE_VAL, out, &h.mem_cut);
+    double v =
+        plan_dp_order_fit(cfg, &h.t, h.tr[0].orders, D, h.max_rep, HUGE_VAL, out, &h.mem_cut);
     out->objective_s = plan_partition_bottleneck(c, out);
     *score = out->objective_s;
     if (cfg->select_by_sim && isfinite(v)) {
         double best_iter = HUGE_VAL;
         int *cut = &h.mem_cut;
-        rc = pick_by_simulation(cfg, &h.t, h.best_order, h.max_rep, out, &best_iter, cut, err);
-        if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
-            for (int mode = 0; mode < 3 && rc == SC_OK; mode++)
-                rc = pick_by_stages(cfg, h.best_order, D, h.max_rep, mode, out, &best_iter, cut,
-                                    err);
-        if (rc == SC_OK && D <= HET_STAGED_MAX_DEVICES && L <= HET_STAGED_MAX_BLOCKS)
+        /* every kept order of every track (het_search), its candidates simulated */
+        for (int i = 0; i < h.n_tracks && rc == SC_OK; i++)
+            for (int k = 0; k < h.tr[i].n && rc == SC_OK; k++) {
+                const int *o = h.tr[i].orders + (size_t)k * D;
+                int rep = h.tr[i].max_rep;
+                double it = HUGE_VAL;
+                plan_partition *into = i == 0 && k == 0 ? out : h.plan;
+                rc = pick_by_simulation(cfg, &h.t, o, rep, into, &it, cut, err);
+                /* without copies the all-reduce modes are alike: one */
+                for (int mode = 0; mode < (rep > 1 ? 3 : 1) && small && rc == SC_OK; mode++)
+                    rc = pick_by_stages(cfg, o, D, rep, mode, into, &it, cut, err);
+                if (rc == SC_OK && into != out && it < best_iter * (1 - 1e-12))
+                    plan_partition_copy(out, into);
+                best_iter = it < best_iter ? it : best_iter;
+            }
+        if (rc == SC_OK && small)
             rc = refine_by_simulation(cfg, out, &best_iter, cut, err);
         *score = best_iter;
     }
 done:
     *mem_cut |= h.mem_cut;
     plan_partition_destroy(&h.scratch);
+    plan_partition_destroy(&h.plan);
+    free(h.st);
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < HET_TIES; k++)
+            plan_partition_destroy(&h.tr[i].plans[k]);
+        free(h.tr[i].orders);
+    }
     plan_dp_free(&h.t);
-    free(order), free(tmp), free(srv), free(perm), free(h.best_order);
+    free(order), free(tmp), free(srv), free(perm);
     return rc;
 }
 

@@ -125,6 +125,7 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan
         /* each copy runs its micro-batches whole (plan_sim plays the copies) */
         st[s].fwd_s = f;
         st[s].bwd_s = b;
+        st[s].wgrad_s = PLAN_WGRAD_SHARE * b; /* assumed (plan_partition.h) */
         /* every replica steps the optimizer over the stage's parameters once per iteration;
          * the slowest one sets the pace */
         double opt = 0;

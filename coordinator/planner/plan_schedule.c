@@ -13,16 +13,17 @@
 
 #include "common/sc_pipeline.h"
 
-static const char *const sched_names[PLAN_SCHED_COUNT] = {"gpipe", "1f1b", "pipedream", "sliced"};
+static const char *const sched_names[PLAN_SCHED_COUNT + 1] = {"gpipe",  "1f1b", "pipedream",
+                                                              "sliced", "zb1",  "auto"};
 
 const char *plan_sched_name(plan_sched_kind k)
 {
-    return (unsigned)k < PLAN_SCHED_COUNT ? sched_names[k] : "unknown";
+    return (unsigned)k <= PLAN_SCHED_COUNT ? sched_names[k] : "unknown";
 }
 
 int plan_sched_parse(const char *name)
 {
-    for (int i = 0; i < PLAN_SCHED_COUNT; i++)
+    for (int i = 0; i <= PLAN_SCHED_COUNT; i++)
         if (strcmp(name, sched_names[i]) == 0)
             return i;
     return -1;
@@ -63,7 +64,7 @@ sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_e
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
     }
     /* each stage holds at most 6 actions per unit and an OPT per unit (pipedream's copies, one
-     * per round) or one at the end: allocate once */
+     * per round) or a W per unit (zb1) and one OPT at the end: allocate once */
     for (int i = 0; i < n_stages; i++) {
         s->actions[i] = malloc(((size_t)n_units * 7 + 1) * sizeof(plan_action));
         if (s->actions[i] == NULL) {
@@ -114,6 +115,38 @@ static void push_b_round(plan_schedule *s, int st, int u, int round)
         plan_schedule_push(s, st, PLAN_ACT_OPT, -1, NULL);
 }
 
+/* zb1's W: the weight gradient of unit u, some time after its B (push_b), which then computes
+ * only the input gradient and sends it upstream at once. */
+static void push_w(plan_schedule *s, int st, int u)
+{
+    plan_schedule_push(s, st, PLAN_ACT_W, u, NULL);
+}
+
+/* ZB-H1 on stage st of p (plan_schedule_build): warm-up, s deferred pairs, F-B-W, B-W, the
+ * deferred W. Each stage's W run in micro-batch order. */
+static void zero_bubble_h1(plan_schedule *s, int st)
+{
+    int n = s->n_units, p = s->n_stages;
+    int f = 0, b = 0, w = 0, warm = p - st - 1 < n ? p - st - 1 : n;
+    while (f < warm)
+        push_f(s, st, f++);
+    for (int k = 0; k < st && f < n; k++) {
+        push_f(s, st, f++);
+        push_b(s, st, b++);
+    }
+    while (f < n) {
+        push_f(s, st, f++);
+        push_b(s, st, b++);
+        push_w(s, st, w++);
+    }
+    while (b < n) {
+        push_b(s, st, b++);
+        push_w(s, st, w++);
+    }
+    while (w < n)
+        push_w(s, st, w++);
+}
+
 /* 1F1B over units: `warm` forwards, then one forward / one backward, then the drain. */
 static void one_f_one_b(plan_schedule *s, int st, int warm, int round)
 {
@@ -150,6 +183,10 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
     }
     if (!copies)
         replicas = NULL;
+    if (kind == PLAN_SCHED_ZB1 && replicas != NULL)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "schedule zb1: replicated stages are not modelled (every stage 1 copy); "
+                       "use gpipe, 1f1b or sliced for plans with copies");
     if (n_micro < 1)
         return SC_ERRF(err, SC_ERR_INVALID, "a schedule needs at least one micro-batch, got %d",
                        n_micro);
@@ -197,6 +234,9 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
             one_f_one_b(s, st, sc_pipeline_sliced_warmup(warm_rr, sliced, s->n_units), 0);
             break;
         }
+        case PLAN_SCHED_ZB1:
+            zero_bubble_h1(s, st);
+            break;
         default:
             plan_schedule_destroy(&s);
             return SC_ERRF(err, SC_ERR_INVALID, "unknown schedule kind %d", (int)kind);
@@ -215,8 +255,15 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
 
 static const char *act_name(int k)
 {
-    static const char *const n[] = {"F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT"};
-    return k >= 0 && k <= PLAN_ACT_OPT ? n[k] : "?";
+    static const char *const n[] = {"F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT", "W"};
+    return k >= 0 && k <= PLAN_ACT_W ? n[k] : "?";
+}
+
+/* Slot of an action kind in the validator's table: the six per-unit kinds, then W. */
+#define VAL_SLOTS 7
+static int val_slot(int kind)
+{
+    return kind == PLAN_ACT_W ? 6 : kind;
 }
 
 sc_status plan_schedule_validate(const plan_schedule *s, sc_err *err)
@@ -224,27 +271,35 @@ sc_status plan_schedule_validate(const plan_schedule *s, sc_err *err)
     int S = s->n_stages, U = s->n_units;
     sc_status rc = SC_OK;
     /* per (stage, unit): position of each action kind, -1 when absent */
-    int *pos = malloc((size_t)S * (size_t)U * 6 * sizeof *pos);
+    int *pos = malloc((size_t)S * (size_t)U * VAL_SLOTS * sizeof *pos);
     int *cursor = calloc((size_t)S, sizeof *cursor);
     char *sent = calloc((size_t)S * (size_t)U * 2, 1);
     if (!pos || !cursor || !sent) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory validating a schedule");
         goto done;
     }
-    for (size_t i = 0; i < (size_t)S * (size_t)U * 6; i++)
+    for (size_t i = 0; i < (size_t)S * (size_t)U * VAL_SLOTS; i++)
         pos[i] = -1;
+    int split = s->kind == PLAN_SCHED_ZB1; /* W after every B, and none elsewhere */
     for (int st = 0; st < S; st++) {
         for (int i = 0; i < s->n_actions[st]; i++) {
             const plan_action *a = &s->actions[st][i];
             if (a->kind == PLAN_ACT_OPT)
                 continue;
-            if (a->kind > PLAN_ACT_OPT || a->unit < 0 || a->unit >= U) {
+            if (a->kind > PLAN_ACT_W || a->unit < 0 || a->unit >= U) {
                 rc = SC_ERRF(err, SC_ERR_INVALID,
                              "schedule: stage %d action %d: bad kind %d or unit %d (units 0-%d)",
                              st, i, a->kind, a->unit, U - 1);
                 goto done;
             }
-            int *slot = &pos[((size_t)st * U + a->unit) * 6 + a->kind];
+            if (a->kind == PLAN_ACT_W && !split) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d action %d: W of unit %d in a %s schedule; only "
+                             "zb1 splits the backward into B and W",
+                             st, i, a->unit, plan_sched_name(s->kind));
+                goto done;
+            }
+            int *slot = &pos[((size_t)st * U + a->unit) * VAL_SLOTS + val_slot(a->kind)];
             if (*slot >= 0) {
                 rc = SC_ERRF(err, SC_ERR_INVALID,
                              "schedule: stage %d action %d: %s of unit %d appears twice", st, i,
@@ -254,10 +309,19 @@ sc_status plan_schedule_validate(const plan_schedule *s, sc_err *err)
             *slot = i;
         }
         for (int u = 0; u < U; u++) {
-            const int *p = &pos[((size_t)st * U + u) * 6];
-            if (p[PLAN_ACT_F] < 0 || p[PLAN_ACT_B] < 0) {
+            const int *p = &pos[((size_t)st * U + u) * VAL_SLOTS];
+            if (p[PLAN_ACT_F] < 0 || p[PLAN_ACT_B] < 0 || (split && p[val_slot(PLAN_ACT_W)] < 0)) {
                 rc = SC_ERRF(err, SC_ERR_INVALID, "schedule: stage %d: unit %d lacks its %s", st, u,
-                             p[PLAN_ACT_F] < 0 ? "forward" : "backward");
+                             p[PLAN_ACT_F] < 0   ? "forward"
+                             : p[PLAN_ACT_B] < 0 ? "backward"
+                                                 : "weight gradient (W)");
+                goto done;
+            }
+            if (split && p[val_slot(PLAN_ACT_W)] < p[PLAN_ACT_B]) {
+                rc = SC_ERRF(err, SC_ERR_INVALID,
+                             "schedule: stage %d: W of unit %d (action %d) comes before its B "
+                             "(action %d)",
+                             st, u, p[val_slot(PLAN_ACT_W)], p[PLAN_ACT_B]);
                 goto done;
             }
             if (p[PLAN_ACT_B] < p[PLAN_ACT_F]) {

@@ -2,13 +2,17 @@
  * plan_schedule: pipeline schedules as data, per-stage lists of actions, and their validation.
  *
  * Builds the action lists of GPipe, 1F1B with flush, asynchronous 1F1B (PipeDream, weight
- * stashing) and 1F1B with sliced warm-up micro-batches, and checks any list (hand-written ones
- * too) before it is simulated or run. Does not time anything: plan_sim plays the lists.
+ * stashing), 1F1B with sliced warm-up micro-batches and zero-bubble ZB-H1 (zb1: each backward
+ * split into B, the input gradient, and W, the weight gradient, deferred into the bubbles), and
+ * checks any list (hand-written ones too) before it is simulated or run. Does not time
+ * anything: plan_sim plays the lists. The runtime runs every kind but zb1, which exists here
+ * for planning only.
  *
  * A schedule works on *units*: unit u carries frac[u] of a micro-batch (1.0, or 0.5 for the
  * halves of a sliced warm-up micro-batch). Invariant of a valid schedule: on every stage each
- * unit has exactly one F before exactly one B; every SEND_F/SEND_B has the matching RECV on
- * the neighbouring stage; a dry run of the lists finishes (no deadlock).
+ * unit has exactly one F before exactly one B (and, in zb1, exactly one W after that B, none in
+ * the other kinds); every SEND_F/SEND_B has the matching RECV on the neighbouring stage; a dry
+ * run of the lists finishes (no deadlock).
  */
 #ifndef PLAN_SCHEDULE_H
 #define PLAN_SCHEDULE_H
@@ -22,12 +26,17 @@ typedef enum {
     PLAN_SCHED_1F1B,
     PLAN_SCHED_PIPEDREAM,
     PLAN_SCHED_SLICED,
+    PLAN_SCHED_ZB1, /* ZB-H1 (Qi et al., ICLR 2024): simulator and planner only */
     PLAN_SCHED_COUNT
 } plan_sched_kind;
 
-/* "gpipe", "1f1b", "pipedream", "sliced". */
+/* Not a schedule: a plan request's "pick one" (plan_run tries the synchronous schedules the
+ * runtime runs and keeps the fastest plan). */
+#define PLAN_SCHED_AUTO ((plan_sched_kind)PLAN_SCHED_COUNT)
+
+/* "gpipe", "1f1b", "pipedream", "sliced", "zb1"; "auto" for PLAN_SCHED_AUTO. */
 const char *plan_sched_name(plan_sched_kind k);
-/* Parses a name; -1 when unknown. */
+/* Parses a name, "auto" included (PLAN_SCHED_AUTO); -1 when unknown. */
 int plan_sched_parse(const char *name);
 
 typedef enum {
@@ -38,6 +47,8 @@ typedef enum {
     PLAN_ACT_SEND_B, /* gradient of unit to the previous stage */
     PLAN_ACT_RECV_B,
     PLAN_ACT_OPT, /* optimizer step (unit is -1) */
+    PLAN_ACT_W,   /* zb1: weight gradient of unit, after its B (which then computes only the
+                   * input gradient and sends it) */
 } plan_act_kind;
 
 typedef struct plan_action {
@@ -60,6 +71,12 @@ typedef struct plan_schedule {
 /* Builds a schedule of kind `kind` over n_stages stages and n_micro micro-batches.
  * For PLAN_SCHED_SLICED, `sliced` of the first micro-batches are cut in two halves
  * (0 <= sliced <= n_micro). For PLAN_SCHED_PIPEDREAM n_micro minibatches flow with no flush.
+ * For PLAN_SCHED_ZB1 (ZB-H1, p stages), stage s runs min(p-s-1, m) warm-up forwards as 1F1B
+ * does, then s pairs of F and B whose W it defers, then F, B, W (the W of the oldest deferred
+ * micro-batch) while forwards are left, then B, W, then its s deferred W: the last stages,
+ * which 1F1B leaves idle at the drain while the gradients travel back, fill that time with
+ * their W. A stage holds at most min(p, m) micro-batches' inputs (from F to W): 1F1B's peak,
+ * that of its first stage, on every stage. Stage 0 runs each W right after its B.
  * Errors: n_stages < 1, n_micro < 1 (SC_ERR_INVALID). */
 sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
                               int sliced, sc_err *err);
@@ -75,7 +92,8 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
  * copies' all-reduce and update) after every r-th backward, as the runtime runs its rounds; an
  * unreplicated one steps after every backward inside B, as before. The vector is kept in
  * s->replicas when some count exceeds 1 (plan_sim then plays every copy), NULL otherwise.
- * Errors: those of plan_schedule_build, a count below 1 (SC_ERR_INVALID naming the stage). */
+ * Errors: those of plan_schedule_build, a count below 1 (SC_ERR_INVALID naming the stage), zb1
+ * with a stage of more than one copy (not modelled). */
 sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind kind, int n_stages,
                                          int n_micro, int sliced, const int *replicas, sc_err *err);
 

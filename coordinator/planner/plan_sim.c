@@ -349,8 +349,9 @@ int plan_sim_opt_pass(sim_state *st, int l, int *arrived)
 }
 
 /* A compute's own duration, and its effect on the lane's stash count (F holds its share of a
- * micro-batch until its B). PipeDream updates an unreplicated stage's weights after every
- * minibatch's backward; a replicated one's copies at their OPTs, one per round. */
+ * micro-batch until its B, under zb1 until its W). PipeDream updates an unreplicated stage's
+ * weights after every minibatch's backward; a replicated one's copies at their OPTs, one per round.
+ */
 double plan_sim_start_compute(sim_state *st, const plan_schedule *s, const plan_sim_stage *c, int l,
                               const plan_action *a)
 {
@@ -361,6 +362,12 @@ double plan_sim_start_compute(sim_state *st, const plan_schedule *s, const plan_
         if (st->inflight[l] > st->peak[l])
             st->peak[l] = st->inflight[l];
         return st->ut != NULL ? st->ut->fwd[(size_t)i * st->U + u] : c->fwd_s * k;
+    }
+    if (a->kind == PLAN_ACT_B && s->kind == PLAN_SCHED_ZB1) /* the input gradient alone */
+        return (c->bwd_s - c->wgrad_s) * k;
+    if (a->kind == PLAN_ACT_W) { /* the weight gradient: the unit's inputs are let go */
+        st->inflight[l] -= s->frac[u];
+        return c->wgrad_s * k;
     }
     if (a->kind == PLAN_ACT_B) {
         st->inflight[l] -= s->frac[u];

@@ -11,6 +11,8 @@
  * is asynchronous and queues on the link of its cut and direction, which carries one transfer
  * at a time (first come, first served). A unit carrying frac f of a micro-batch takes f times
  * the micro-batch's compute and transfer time, divided by `slice_efficiency` when f < 1.
+ * zb1's backward is split: B takes bwd_s - wgrad_s and W wgrad_s, and a micro-batch stays
+ * stashed from its F to its W (the weight gradient needs the stage's inputs).
  * Replicated stages (a schedule from plan_schedule_build_replicated, s->replicas set): every
  * copy of a stage is a lane of its own that runs its stage's list restricted to its units
  * (u % r == its copy, order kept), each with the whole micro-batch's time, as the runtime's
@@ -31,6 +33,9 @@
 typedef struct plan_sim_stage {
     double fwd_s; /* one micro-batch forward on this stage (on one copy when replicated) */
     double bwd_s;
+    double wgrad_s;    /* the part of bwd_s a zb1 schedule runs as W (the weight gradient), the
+                        * rest as B (the input gradient); unused by the other schedules, whose B
+                        * takes the whole bwd_s */
     double opt_s;      /* optimizer step at the flush (or per minibatch for pipedream; per
                         * round of its copies' minibatches for a replicated stage), with the
                         * copies' all-reduce */

@@ -87,10 +87,10 @@ static inline double recv_arrival(const sim_state *st, int l, const plan_action 
 int plan_sim_play_send(sim_state *st, const plan_schedule *s, const plan_sim_stage *stages, int l,
                        const plan_action *a, int record);
 
-/* Whether an action takes its lane's processor (F, B, OPT); sends and receives do not. */
+/* Whether an action takes its lane's processor (F, B, W, OPT); sends and receives do not. */
 static inline int is_compute(int kind)
 {
-    return kind == PLAN_ACT_F || kind == PLAN_ACT_B || kind == PLAN_ACT_OPT;
+    return kind == PLAN_ACT_F || kind == PLAN_ACT_B || kind == PLAN_ACT_OPT || kind == PLAN_ACT_W;
 }
 
 /* The copies' barrier at an OPT (their all-reduce): lane l, whose next action is an OPT, may

@@ -14,7 +14,7 @@
 sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *const *names,
                                sc_err *err)
 {
-    static const char *const kinds[] = {"F", "B", "act", "", "grad", "", "opt"};
+    static const char *const kinds[] = {"F", "B", "act", "", "grad", "", "opt", "W"};
     int S = r->n_stages;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int i = 0; i < S; i++)
@@ -69,7 +69,7 @@ sc_status plan_sim_write_trace(const plan_sim_result *r, FILE *f, const char *co
                             (ev->lane - S) / 2 + 1 - (ev->lane - S) % 2, ev->copy);
             }
         }
-        const char *k = ev->kind >= 0 && ev->kind <= PLAN_ACT_OPT ? kinds[ev->kind] : "?";
+        const char *k = ev->kind >= 0 && ev->kind <= PLAN_ACT_W ? kinds[ev->kind] : "?";
         fprintf(f,
                 "{\"name\": \"%s%s%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, "
                 "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"unit\": %d}},\n",

@@ -63,6 +63,11 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
             fprintf(f, ", \"note\": ");
             json_str(f, x->note);
         }
+        if (x->schedule == PLAN_SCHED_ZB1 && x->strategy != PLAN_STRAT_UMPIPE)
+            fprintf(f,
+                    ",\n   \"backward_split\": {\"weight_gradient_share\": %.6g, \"assumed\": "
+                    "true}",
+                    PLAN_WGRAD_SHARE);
         fprintf(f, ",\n   \"stages\": [");
         const plan_partition *p = x->part;
         for (int s = 0; s < p->n_stages; s++) {
@@ -155,6 +160,7 @@ void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, in
             n > 0 ? r[0].batch : 0, plan_sched_name(req->schedule));
     fprintf(f, "%-15s %6s %7s %6s %12s %12s %12s %7s %10s %10s\n", "strategy", "stages", "devices",
             "micro", "iteration_s", "samples/s", "bottleneck_s", "bubble", "peak_mem", "search_s");
+    int zb1 = 0;
     for (int i = 0; i < n; i++) {
         const plan_result *x = &r[i];
         if (!x->ok) {
@@ -168,12 +174,23 @@ void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, in
             peak = x->peak_memory_bytes[s] > peak ? x->peak_memory_bytes[s] : peak;
         char pm[32];
         fmt_bytes(pm, sizeof pm, peak);
-        fprintf(f, "%-15s %6d %7d %6d %12.6g %12.6g %12.6g %6.1f%% %10s %10.4g%s\n",
+        fprintf(f, "%-15s %6d %7d %6d %12.6g %12.6g %12.6g %6.1f%% %10s %10.4g%s",
                 plan_strategy_name(x->strategy), x->part->n_stages, x->part->n_devs, x->n_micro,
                 x->iteration_time_s, x->throughput_samples_per_s, x->bottleneck_s,
                 100 * x->bubble_fraction, pm, x->search_time_s,
                 x->fits_memory ? "" : "  (exceeds memory)");
+        /* auto: each line's own schedule */
+        if (req->schedule == PLAN_SCHED_AUTO)
+            fprintf(f, "  [%s]",
+                    x->strategy == PLAN_STRAT_UMPIPE ? "unequal" : plan_sched_name(x->schedule));
+        fputc('\n', f);
+        zb1 |= x->schedule == PLAN_SCHED_ZB1 && x->strategy != PLAN_STRAT_UMPIPE;
     }
+    if (zb1)
+        fprintf(f,
+                "zb1: each backward split into B (input gradient) and W (weight gradient), "
+                "%.0f%% of it assumed to be W (profiles measure the fused backward)\n",
+                100 * PLAN_WGRAD_SHARE);
     /* The bounds are per micro-batch, as the bottleneck is: one line per micro-batch size */
     for (int i = 0; i < n; i++) {
         int seen = !r[i].ok;

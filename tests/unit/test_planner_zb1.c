@@ -1,0 +1,350 @@
+/* The zero-bubble schedule ZB-H1 (zb1) in coordinator/planner: its action lists (every unit's
+ * W after its B, the validator's new rules, no copies), the simulator's B/W split (a hand-built
+ * timeline; the bubble below 1f1b's at the same stages and micro-batches with the same peak of
+ * stashed micro-batches; shared processors), the planner's memory count, that `auto` picks zb1
+ * only when the request says the runtime runs it, the assumption stated in the plan, and W in
+ * the trace. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator/planner/plan.h"
+#include "coordinator/planner/plan_schedule.h"
+#include "coordinator/planner/plan_sim.h"
+
+/* Equal stages: forward f, backward 2f of which half is W, transfers c each way. */
+static void simulate(plan_sched_kind k, int p, int m, double f, double c, plan_sim_result *r)
+{
+    plan_schedule *s = NULL;
+    sc_err err;
+    assert_int_equal(plan_schedule_build(&s, k, p, m, 0, &err), SC_OK);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+    plan_sim_stage *st = calloc((size_t)p, sizeof *st);
+    assert_non_null(st);
+    for (int i = 0; i < p; i++) {
+        st[i].fwd_s = f;
+        st[i].bwd_s = 2 * f;
+        st[i].wgrad_s = f;
+        st[i].send_fwd_s = c;
+        st[i].send_bwd_s = c;
+    }
+    assert_int_equal(plan_sim_run(s, st, m, 1, 1, r, &err), SC_OK);
+    free(st);
+    plan_schedule_destroy(&s);
+}
+
+static double max_peak(const plan_sim_result *r)
+{
+    double most = 0;
+    for (int i = 0; i < r->n_stages; i++)
+        most = r->peak_inflight[i] > most ? r->peak_inflight[i] : most;
+    return most;
+}
+
+static void test_lists(void **state)
+{
+    (void)state;
+    sc_err err;
+    for (int p = 1; p <= 6; p++)
+        for (int m = 1; m <= 9; m++) {
+            plan_schedule *s = NULL;
+            assert_int_equal(plan_schedule_build(&s, PLAN_SCHED_ZB1, p, m, 0, &err), SC_OK);
+            assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+            for (int st = 0; st < p; st++) {
+                /* every unit: F, B, W once each, in that order; W in micro-batch order */
+                int nw = 0, last_w = -1;
+                for (int a = 0; a < s->n_actions[st]; a++)
+                    if (s->actions[st][a].kind == PLAN_ACT_W) {
+                        assert_int_equal(s->actions[st][a].unit, last_w + 1);
+                        last_w = s->actions[st][a].unit;
+                        nw++;
+                    }
+                assert_int_equal(nw, m);
+                /* stage 0 runs each W right after its B */
+                if (st == 0)
+                    for (int a = 0; a < s->n_actions[0]; a++)
+                        if (s->actions[0][a].kind == PLAN_ACT_B)
+                            assert_int_equal(s->actions[0][a + 1].kind, PLAN_ACT_W);
+            }
+            plan_schedule_destroy(&s);
+        }
+    assert_int_equal(plan_sched_parse("zb1"), PLAN_SCHED_ZB1);
+    assert_int_equal(plan_sched_parse("auto"), PLAN_SCHED_AUTO);
+    assert_string_equal(plan_sched_name(PLAN_SCHED_ZB1), "zb1");
+
+    /* no copies */
+    plan_schedule *s = NULL;
+    int reps[2] = {2, 1};
+    sc_err_clear(&err);
+    assert_int_equal(plan_schedule_build_replicated(&s, PLAN_SCHED_ZB1, 2, 4, 0, reps, &err),
+                     SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "zb1"));
+    assert_false(plan_replicas_runnable(PLAN_SCHED_ZB1, 8, 2));
+    assert_true(plan_replicas_runnable(PLAN_SCHED_ZB1, 8, 1));
+
+    /* the validator: a W outside zb1, a missing W, a W before its B */
+    assert_int_equal(plan_schedule_new(&s, 1, 1, &err), SC_OK);
+    s->kind = PLAN_SCHED_1F1B;
+    plan_schedule_push(s, 0, PLAN_ACT_F, 0, &err);
+    plan_schedule_push(s, 0, PLAN_ACT_B, 0, &err);
+    plan_schedule_push(s, 0, PLAN_ACT_W, 0, &err);
+    sc_err_clear(&err);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "only zb1"));
+    s->kind = PLAN_SCHED_ZB1;
+    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+    s->n_actions[0] = 2; /* drop the W */
+    sc_err_clear(&err);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "weight gradient"));
+    s->n_actions[0] = 0;
+    plan_schedule_push(s, 0, PLAN_ACT_F, 0, &err);
+    plan_schedule_push(s, 0, PLAN_ACT_W, 0, &err);
+    plan_schedule_push(s, 0, PLAN_ACT_B, 0, &err);
+    sc_err_clear(&err);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "before its B"));
+    plan_schedule_destroy(&s);
+}
+
+/* p = 4, m = 8, F = B = W = 1, no transfers: 1F1B takes (m + p - 1)(F + B + W) = 33, ZB-H1
+ * m (F + B + W) + (p - 1)(F + B - W) = 27, the bubble per stage going from 9 to 3. */
+static void test_by_hand(void **state)
+{
+    (void)state;
+    plan_sim_result a, z;
+    simulate(PLAN_SCHED_1F1B, 4, 8, 1, 0, &a);
+    simulate(PLAN_SCHED_ZB1, 4, 8, 1, 0, &z);
+    assert_float_equal(a.iteration_s, 33, 1e-12);
+    assert_float_equal(z.iteration_s, 27, 1e-12);
+    assert_float_equal(a.bubble_fraction, 1 - 24.0 / 33, 1e-12);
+    assert_float_equal(z.bubble_fraction, 1 - 24.0 / 27, 1e-12);
+    /* B and W are each half the backward; W is recorded as its own event */
+    int nb = 0, nw = 0;
+    for (int e = 0; e < z.n_events; e++) {
+        if (z.events[e].kind == PLAN_ACT_B) {
+            assert_float_equal(z.events[e].dur_s, 1, 1e-12);
+            nb++;
+        }
+        if (z.events[e].kind == PLAN_ACT_W) {
+            assert_float_equal(z.events[e].dur_s, 1, 1e-12);
+            nw++;
+        }
+    }
+    assert_int_equal(nb, 4 * 8);
+    assert_int_equal(nw, 4 * 8);
+    /* every stage keeps min(p, m) = 4 micro-batches at most, 1F1B's first stage's count */
+    for (int i = 0; i < 4; i++) {
+        assert_float_equal(z.peak_inflight[i], 4, 0);
+        assert_float_equal(a.peak_inflight[i], 4 - i, 0);
+    }
+    plan_sim_result_free(&a);
+    plan_sim_result_free(&z);
+}
+
+static void test_bubble_below_1f1b(void **state)
+{
+    (void)state;
+    for (int p = 2; p <= 8; p++)
+        for (int m = 1; m <= 4 * p; m++)
+            for (int ci = 0; ci < 2; ci++) {
+                double c = ci ? 0.1 : 0;
+                plan_sim_result a, z;
+                simulate(PLAN_SCHED_1F1B, p, m, 1, c, &a);
+                simulate(PLAN_SCHED_ZB1, p, m, 1, c, &z);
+                if (!(z.bubble_fraction < a.bubble_fraction))
+                    print_error("p %d m %d c %g: zb1 %g, 1f1b %g\n", p, m, c, z.bubble_fraction,
+                                a.bubble_fraction);
+                assert_true(z.bubble_fraction < a.bubble_fraction);
+                assert_true(z.iteration_s < a.iteration_s);
+                /* the same activation memory: the most any stage stashes */
+                assert_float_equal(max_peak(&z), max_peak(&a), 0);
+                assert_float_equal(max_peak(&z), p < m ? p : m, 0);
+                if (c == 0 && m >= p) /* about a third of 1F1B's (p-1)(F+B+W) idle per stage */
+                    assert_float_equal(z.iteration_s, 3.0 * m + (p - 1), 1e-9);
+                plan_sim_result_free(&a);
+                plan_sim_result_free(&z);
+            }
+}
+
+/* Shared processors: W is a compute like F and B. Without contention the event loop gives the
+ * sweep's figures; with every stage on one processor the iteration is all the work in a row. */
+static void test_shared(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_schedule *s = NULL;
+    assert_int_equal(plan_schedule_build(&s, PLAN_SCHED_ZB1, 3, 5, 0, &err), SC_OK);
+    plan_sim_stage st[3];
+    memset(st, 0, sizeof st);
+    for (int i = 0; i < 3; i++) {
+        st[i].fwd_s = 1 + i;
+        st[i].bwd_s = 2 + i;
+        st[i].wgrad_s = 1;
+    }
+    int group[3] = {0, 0, 0}, roomy[1] = {3}, one[1] = {1};
+    plan_sim_share sh = {.n_groups = 1, .group = group, .capacity = roomy};
+    plan_sim_result a, b, c;
+    assert_int_equal(plan_sim_run(s, st, 5, 1, 0, &a, &err), SC_OK);
+    assert_int_equal(plan_sim_run_shared(s, st, 5, 1, &sh, 0, &b, &err), SC_OK);
+    assert_float_equal(b.iteration_s, a.iteration_s, 1e-12);
+    assert_float_equal(b.bubble_fraction, a.bubble_fraction, 1e-12);
+    sh.capacity = one;
+    assert_int_equal(plan_sim_run_shared(s, st, 5, 1, &sh, 0, &c, &err), SC_OK);
+    assert_float_equal(c.iteration_s, 5 * (1 + 2 + 3 + 2 + 3 + 4), 1e-9);
+    assert_string_equal(plan_sched_name(PLAN_SCHED_AUTO), "auto");
+    plan_sim_result_free(&a);
+    plan_sim_result_free(&b);
+    plan_sim_result_free(&c);
+    plan_schedule_destroy(&s);
+}
+
+/* Eight equal blocks on four equal devices: the planner, its memory count, auto and the
+ * stated assumption, and the trace. */
+static void test_planner(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_profile_new(&p, 8, &err), SC_OK);
+    for (int l = 0; l < 8; l++) {
+        p->blocks[l].forward_s = 0.01;
+        p->blocks[l].backward_s = 0.02;
+        p->blocks[l].activation_bytes = 1e3;
+        p->blocks[l].stash_bytes = 1e6;
+        p->blocks[l].parameter_bytes = 1e3;
+    }
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e10, 0, &err), SC_OK);
+    plan_request req = {.profile = p,
+                        .cluster = c,
+                        .batch = 8,
+                        .microbatches = 8,
+                        .schedule = PLAN_SCHED_ZB1,
+                        .record_trace = 1};
+    plan_result z, a, au;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &z, &err), SC_OK);
+    assert_int_equal(z.schedule, PLAN_SCHED_ZB1);
+    assert_int_equal(z.part->n_stages, 4);
+    assert_non_null(strstr(z.note, "assumed"));
+    /* every stage stashes min(p, m) = 4 micro-batches under zb1 */
+    for (int s = 0; s < 4; s++)
+        assert_float_equal(z.sim.peak_inflight[s], 4, 0);
+    assert_float_equal(plan_stash_count(PLAN_SCHED_ZB1, 4, 3, 8), 4, 0);
+    assert_float_equal(plan_stash_count(PLAN_SCHED_ZB1, 4, 3, 2), 2, 0);
+    req.schedule = PLAN_SCHED_1F1B;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &a, &err), SC_OK);
+    assert_true(z.iteration_time_s < a.iteration_time_s);
+    assert_true(z.bubble_fraction < a.bubble_fraction);
+
+    /* auto leaves zb1 out unless the runtime runs it */
+    req.schedule = PLAN_SCHED_AUTO;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &au, &err), SC_OK);
+    assert_int_not_equal(au.schedule, PLAN_SCHED_ZB1);
+    assert_non_null(strstr(au.note, "zb1 left out"));
+    plan_result_free(&au);
+    req.runtime_zb1 = 1;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &au, &err), SC_OK);
+    assert_int_equal(au.schedule, PLAN_SCHED_ZB1);
+    assert_float_equal(au.iteration_time_s, z.iteration_time_s, 1e-12);
+    assert_non_null(strstr(au.note, "auto: zb1"));
+    assert_non_null(strstr(au.note, "assumed"));
+
+    /* the JSON states the split as an assumption; the trace shows B and W */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(plan_write_json(f, &req, &au, 1, &err), SC_OK);
+    assert_int_equal(plan_sim_write_trace(&au.sim, f, NULL, &err), SC_OK);
+    long n = ftell(f);
+    rewind(f);
+    char *text = calloc((size_t)n + 1, 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    assert_non_null(strstr(text, "\"schedule\": \"zb1\""));
+    assert_non_null(strstr(text, "\"backward_split\": {\"weight_gradient_share\": 0.5, "
+                                 "\"assumed\": true}"));
+    assert_non_null(strstr(text, "\"name\": \"W 7\""));
+    assert_non_null(strstr(text, "\"name\": \"B 7\""));
+    free(text);
+
+    plan_result_free(&au);
+    plan_result_free(&a);
+    plan_result_free(&z);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
+/* Memory binds: block 0 stashes 100 bytes a micro-batch, block 1 300; m = 4. On two stages
+ * 1F1B stashes 2 and 1 micro-batches (200 and 300 bytes), zb1 2 on each (200 and 600); on one
+ * stage both stash 1 (400). */
+static void test_memory(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 2, &err), SC_OK);
+    for (int l = 0; l < 2; l++) {
+        p->blocks[l].forward_s = 0.01;
+        p->blocks[l].backward_s = 0.02;
+        p->blocks[l].stash_bytes = l ? 300 : 100;
+    }
+    static const double mem[] = {450, 350};
+    for (int k = 0; k < 2; k++) {
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e10, mem[k], &err), SC_OK);
+        plan_request req = {
+            .profile = p, .cluster = c, .batch = 4, .microbatches = 4, .schedule = PLAN_SCHED_1F1B};
+        plan_result r;
+        for (int strat = PLAN_STRAT_MINMAX; strat <= PLAN_STRAT_EXHAUSTIVE;
+             strat += PLAN_STRAT_EXHAUSTIVE - PLAN_STRAT_MINMAX) {
+            req.schedule = PLAN_SCHED_1F1B;
+            assert_int_equal(plan_run(&req, (plan_strategy)strat, &r, &err), SC_OK);
+            assert_int_equal(r.part->n_stages, 2);
+            assert_true(r.fits_memory);
+            plan_result_free(&r);
+            req.schedule = PLAN_SCHED_ZB1;
+            sc_err_clear(&err);
+            sc_status rc = plan_run(&req, (plan_strategy)strat, &r, &err);
+            if (k == 0) { /* 450: only one stage fits zb1 */
+                assert_int_equal(rc, SC_OK);
+                assert_int_equal(r.part->n_stages, 1);
+                assert_float_equal(r.peak_memory_bytes[0], 400, 1e-9);
+                assert_true(r.fits_memory);
+            } else { /* 350: nothing fits zb1 */
+                assert_int_equal(rc, SC_ERR_TOO_LARGE);
+            }
+            plan_result_free(&r);
+        }
+        /* hetero, which searches stage counts itself, agrees */
+        req.schedule = PLAN_SCHED_ZB1;
+        sc_status rc = plan_run(&req, PLAN_STRAT_HETERO, &r, &err);
+        assert_int_equal(rc, k == 0 ? SC_OK : SC_ERR_TOO_LARGE);
+        if (k == 0)
+            assert_int_equal(r.part->n_stages, 1);
+        plan_result_free(&r);
+        plan_cluster_destroy(&c);
+    }
+    plan_profile_destroy(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lists),
+        cmocka_unit_test(test_by_hand),
+        cmocka_unit_test(test_bubble_below_1f1b),
+        cmocka_unit_test(test_shared),
+        cmocka_unit_test(test_planner),
+        cmocka_unit_test(test_memory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
