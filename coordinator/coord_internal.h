@@ -62,11 +62,19 @@ typedef struct {
     int base_n[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     double iter_avg, iter_base;
     int iter_base_n;
+    /* per replica: its profiled work per iteration (seconds, the worker's own profile), the
+     * scale the plan put on that profile, and the worker's reference busy-per-work ratio (from
+     * the first run measured on its profile): busy / work / reference is its speed factor */
+    double work[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    double scale[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    double ref[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     /* A rebalance: evaluate (the driver re-plans with the measured speeds), then the pause of
      * every replica after pause_step (0: none under way) and where each one paused. */
     bool rebalance_auto;  /* the job's "rebalance" option: re-plan by itself on a change */
     bool evaluate;
-    int off_count;        /* reports in a row that found a worker off its baseline */
+    bool probe;           /* the driver should profile the workers a re-plan left out */
+    double probed_s;      /* when it last did */
+    uint64_t off_since;   /* the step since which reports find a worker off the plan */
     uint64_t quiet_until; /* no evaluation before this step */
     double changed_s;     /* when the speeds were first seen off the baseline (0: they are not) */
     uint64_t pause_step;

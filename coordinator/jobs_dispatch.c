@@ -18,6 +18,7 @@
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs_internal.h"
+#include "coordinator/speeds.h"
 #include "coordinator/link_probe.h"
 #include "coordinator/transport_pick.h"
 #include "proto/sc_wire.h"
@@ -292,8 +293,15 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
                 p->checkpoint[s][k] = last_checkpoint;
                 /* the plan's device ids index ws[] */
                 json_int_t d = json_integer_value(json_array_get(devs, (size_t)k));
-                if (d >= 0 && (size_t)d < n)
+                if (d >= 0 && (size_t)d < n) {
                     sc_strlcpy(p->worker_of[s][k], ws[d].id, sizeof p->worker_of[s][k]);
+                    json_t *st = json_array_get(json_object_get(plan, "stages"), s);
+                    int first = (int)json_integer_value(json_object_get(st, "first_block"));
+                    int last = (int)json_integer_value(json_object_get(st, "last_block"));
+                    p->work[s][k] = coord_speeds_work_s(c->speeds, id, ws[d].id, first, last) *
+                                    spec->batch_size / p->replicas[s];
+                    p->scale[s][k] = coord_speeds_scale(c->speeds, id, ws[d].id);
+                }
             }
         }
         p->stored_step = resume_step;

@@ -173,13 +173,10 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         pthread_mutex_unlock(&c->lock);
         return;
     }
-    if (job.state == COORD_JOB_RUNNING) { /* a change in measured speeds to evaluate */
+    if (job.state == COORD_JOB_RUNNING) { /* speeds to measure or a change to evaluate */
         coord_job_clear(&job);
         pthread_mutex_unlock(&c->lock);
-        coord_rebalance_result res;
-        if (coord_jobs_rebalance(c, id, false, false, &res, &err) != SC_OK)
-            SC_LOG_INFO(LOG, "job %s: no rebalance: %s", id, err.msg);
-        free(res.plan_json);
+        coord_jobs_rebalance_tick(c, id);
         return;
     }
     if (job.state != COORD_JOB_SUBMITTED && job.state != COORD_JOB_RECOVERING &&

@@ -99,7 +99,12 @@ void coord_jobs_progress_drop(coord *c, const char *job_id);
  * evaluation when a worker's speed changed, and follows a pause under way (parked reports). */
 void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r);
 
-/* Under c->lock: a running job marked for evaluation (its id into `id`), if any. */
+/* Under c->lock: a running job marked for evaluation, or due to profile again the workers a
+ * re-plan left out (its id into `id`), if any. */
 bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size);
+
+/* A driver thread's turn for a running job: profiles the workers its plan left out when due,
+ * then evaluates a re-plan when marked (coord_jobs_rebalance). Takes c->lock itself. */
+void coord_jobs_rebalance_tick(coord *c, const char *id);
 
 #endif /* COORD_JOBS_INTERNAL_H */

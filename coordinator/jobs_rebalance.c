@@ -36,22 +36,32 @@
 #include "coordinator/speeds.h"
 
 #define LOG "rebalance"
-#define BASE_SKIP 2      /* steps of a run left out of its baseline (warm-up, connecting) */
-#define BASE_N 5         /* reports averaged into a replica's baseline */
-#define ALPHA 0.3        /* weight of a new report in the smoothed busy time */
-#define CHANGE 0.3       /* a worker this far off its baseline (either way) is a change */
+#define BASE_SKIP 10     /* steps of a run left out of its baseline (warm-up, connecting) */
+#define BASE_N 8         /* reports averaged into a replica's baseline */
+#define ALPHA 0.2        /* weight of a new report in the smoothed busy time */
+#define CHANGE 0.4       /* a worker this far off the plan's speed (either way) is a change */
 #define GAIN_MIN 0.10    /* the least predicted gain worth a move */
 #define QUIET_STEPS 20   /* steps without evaluation after one that found no gain */
-#define PERSIST 5        /* reports in a row (of the last stage) a change must last */
+#define PERSIST 6        /* steps a change must last (reports of the last stage in a row) */
 #define PAUSE_AHEAD 2    /* the pause step: this far past the furthest replica's step */
 #define MOVE_FIXED_S 2.0 /* a move's cost besides the bytes: pausing, assigning, connecting */
+#define PROBE_EVERY_S 10.0 /* how often workers a re-plan left out are profiled again */
 
-/* Under c->lock: the measured factor of replica (s, k) (busy now / baseline; 0: unknown). */
+/* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
+ * (2: its work takes twice what it profiled; 0: unknown yet): busy time per profiled second of
+ * work, over the worker's reference figure. */
 static double factor_of(const coord_progress *p, int s, int k)
 {
-    if (p->base_n[s][k] < BASE_N || p->busy_base[s][k] <= 0)
+    if (p->base_n[s][k] < BASE_N || p->work[s][k] <= 0 || p->ref[s][k] <= 0)
         return 0;
-    return p->busy_avg[s][k] / p->busy_base[s][k];
+    return p->busy_avg[s][k] / p->work[s][k] / p->ref[s][k];
+}
+
+/* Under c->lock: the factor against what the plan assumed (1: as planned). */
+static double off_plan(const coord_progress *p, int s, int k)
+{
+    double f = factor_of(p, s, k);
+    return f > 0 && p->scale[s][k] > 0 ? f / p->scale[s][k] : 0;
 }
 
 /* Under c->lock: sends every worker of the job the pause step. */
@@ -112,7 +122,11 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
         p->busy_base[s][k] = (p->busy_base[s][k] * p->base_n[s][k] + r->busy_s) /
                              (p->base_n[s][k] + 1);
         p->busy_avg[s][k] = p->busy_base[s][k];
-        p->base_n[s][k]++;
+        if (++p->base_n[s][k] == BASE_N && p->work[s][k] > 0) {
+            /* the worker's first measured run on this profile is its reference */
+            double ratio = p->busy_base[s][k] / p->work[s][k] / (p->scale[s][k] > 0 ? p->scale[s][k] : 1);
+            p->ref[s][k] = coord_speeds_reference(c->speeds, p->job_id, p->worker_of[s][k], ratio);
+        }
     } else {
         p->busy_avg[s][k] = ALPHA * r->busy_s + (1 - ALPHA) * p->busy_avg[s][k];
     }
@@ -133,19 +147,21 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     bool off = false;
     for (int i = 0; i < p->n_stages && !off; i++) {
         for (int j = 0; j < p->replicas[i] && !off; j++) {
-            double f = factor_of(p, i, j);
+            double f = off_plan(p, i, j);
             off = f > 0 && fabs(f - 1) > CHANGE;
         }
     }
     if (!off) {
-        p->off_count = 0;
+        p->off_since = 0;
         p->changed_s = 0;
         return;
     }
-    if (p->changed_s == 0)
+    if (p->changed_s == 0) {
         p->changed_s = sc_clock_now_s();
-    if (++p->off_count >= PERSIST) {
-        p->off_count = 0;
+        p->off_since = r->step;
+    }
+    if (r->step >= p->off_since + PERSIST) {
+        p->off_since = r->step;
         p->evaluate = true;
         pthread_cond_broadcast(&c->wake);
     }
@@ -168,18 +184,21 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
     sc_status rc = SC_OK;
     for (size_t i = 0; i < total && rc == SC_OK; i++) {
         const coord_worker *w = coord_registry_at(c->registry, i);
-        if (strcmp(w->job_id, p->job_id) != 0)
+        /* its own, and those an earlier re-plan left out (free, alive, profiled for it) */
+        bool free_known = w->job_id[0] == '\0' && w->state == COORD_WORKER_ALIVE &&
+                          coord_speeds_known(c->speeds, p->job_id, w->rec.id);
+        if (strcmp(w->job_id, p->job_id) != 0 && !free_known)
             continue;
         coord_chosen_worker *cw = &ws[n];
         sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
         sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
         sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
         cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
-        double measured = 1;
+        double measured = 1; /* against the scale the model has for it */
         for (int s = 0; s < p->n_stages; s++)
             for (int k = 0; k < p->replicas[s]; k++)
-                if (strcmp(p->worker_of[s][k], w->rec.id) == 0 && factor_of(p, s, k) > 0)
-                    measured = factor_of(p, s, k);
+                if (strcmp(p->worker_of[s][k], w->rec.id) == 0 && off_plan(p, s, k) > 0)
+                    measured = off_plan(p, s, k);
         f[n] = measured;
         char *prof = coord_speeds_profile(c->speeds, p->job_id, w->rec.id, &cw->link_bytes_per_s);
         cw->profile_json = prof != NULL ? coord_profile_scaled(prof, measured) : NULL;
@@ -212,7 +231,7 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
     double worst = 0;
     for (int s = 0; s < p->n_stages; s++) {
         for (int k = 0; k < p->replicas[s]; k++) {
-            double f = factor_of(p, s, k);
+            double f = off_plan(p, s, k);
             double off = f > 0 ? fabs(log(f)) : 0;
             if (off > worst) {
                 worst = off;
@@ -227,9 +246,9 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
     const coord_worker *w = coord_registry_find(c->registry, p->worker_of[bs][bk]);
     sc_strfmt(buf, size,
               "worker %s ('%s', stage %d) at %.2fx its planned time (busy %.3g s per iteration, "
-              "%.3g s when planned)",
-              p->worker_of[bs][bk], w != NULL ? w->rec.name : "?", bs, factor_of(p, bs, bk),
-              p->busy_avg[bs][bk], p->busy_base[bs][bk]);
+              "%.3g s expected)",
+              p->worker_of[bs][bk], w != NULL ? w->rec.name : "?", bs, off_plan(p, bs, bk),
+              p->busy_avg[bs][bk], p->busy_avg[bs][bk] / off_plan(p, bs, bk));
 }
 
 sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dry_run,
@@ -283,6 +302,12 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
     double t0 = sc_clock_now_s();
     char *plan_json = NULL;
+    /* the measured factors by worker id: grouping by host below reorders ws[] */
+    char(*ids)[COORD_ID_MAX] = rc == SC_OK ? calloc(n ? n : 1, sizeof *ids) : NULL;
+    if (rc == SC_OK && ids == NULL)
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; rc == SC_OK && i < n; i++)
+        sc_strlcpy(ids[i], ws[i].id, sizeof ids[i]);
     if (rc == SC_OK) {
         coord_jobs_group_by_host(ws, n); /* the order the driver plans in */
         for (size_t i = 0; i < n; i++) {
@@ -348,7 +373,8 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     /* the measured factors become the speed model the driver plans with */
     for (size_t i = 0; i < n; i++)
         if (factor[i] != 1)
-            coord_speeds_rescale(c->speeds, job_id, ws[i].id, factor[i]);
+            coord_speeds_set_scale(c->speeds, job_id, ids[i],
+                                   coord_speeds_scale(c->speeds, job_id, ids[i]) * factor[i]);
     uint64_t furthest = 0;
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)
@@ -378,6 +404,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     SC_LOG_INFO(LOG, "job %s: %s", job_id, out->message);
     pthread_mutex_unlock(&c->lock);
 out:
+    free(ids);
     free(plan_json);
     free(factor);
     coord_jobs_chosen_free(ws, n);
@@ -385,14 +412,131 @@ out:
     return rc;
 }
 
+/* Under c->lock: whether job p has free, alive workers it knows (left out by a re-plan). */
+static bool has_free_known(coord *c, const coord_progress *p)
+{
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (w->job_id[0] == '\0' && w->state == COORD_WORKER_ALIVE &&
+            coord_speeds_known(c->speeds, p->job_id, w->rec.id))
+            return true;
+    }
+    return false;
+}
+
 bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
 {
+    double now = sc_clock_now_s();
     for (size_t i = 0; i < c->n_running; i++) {
         coord_progress *p = &c->running[i];
-        if (p->evaluate && !p->finished && p->pause_step == 0) {
+        if (p->finished || p->pause_step != 0)
+            continue;
+        if (!p->probe && p->rebalance_auto && p->base_n[0][0] >= BASE_N &&
+            now - p->probed_s >= PROBE_EVERY_S && has_free_known(c, p)) {
+            p->probe = true;
+            p->probed_s = now;
+        }
+        if (p->evaluate || p->probe) {
             sc_strlcpy(id, p->job_id, size);
             return true;
         }
     }
     return false;
+}
+
+/* Profiles again the workers job `id` knows but a re-plan left out (they run nothing, so only
+ * a new profile tells how fast they are now); a speed that changed by more than CHANGE
+ * replaces the model's and marks the job for evaluation. Network calls: takes the lock only
+ * to read and write the registry, the store and the speed model. */
+static void probe_left_out(coord *c, const char *id)
+{
+    pthread_mutex_lock(&c->lock);
+    coord_progress *p = coord_jobs_progress(c, id);
+    if (p != NULL)
+        p->probe = false;
+    size_t total = coord_registry_count(c->registry), n = 0;
+    coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
+    double *before = calloc(total ? total : 1, sizeof *before);
+    coord_job job;
+    char *spec_json = NULL;
+    if (p != NULL && ws != NULL && before != NULL &&
+        coord_store_job_get(c->store, id, &job, NULL) == SC_OK) {
+        spec_json = job.spec_json;
+        job.spec_json = NULL;
+        coord_job_clear(&job);
+        for (size_t i = 0; i < total; i++) {
+            const coord_worker *w = coord_registry_at(c->registry, i);
+            if (w->job_id[0] != '\0' || w->state != COORD_WORKER_ALIVE ||
+                !coord_speeds_known(c->speeds, id, w->rec.id))
+                continue;
+            coord_chosen_worker *cw = &ws[n];
+            sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
+            sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
+            sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
+            cw->hw =
+                stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+            char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &cw->link_bytes_per_s);
+            before[n] = known != NULL ? coord_profile_total_s(known) : 0;
+            free(known);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    coord_jobspec spec;
+    memset(&spec, 0, sizeof spec);
+    sc_err err;
+    sc_err_clear(&err);
+    if (n > 0 && spec_json != NULL &&
+        coord_jobspec_parse(id, spec_json, strlen(spec_json), &spec, &err) == SC_OK &&
+        coord_jobs_profile_all(c, &spec, id, ws, n, &err) == SC_OK) {
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; i < n; i++) {
+            double now = coord_profile_total_s(ws[i].profile_json);
+            if (before[i] <= 0 || now <= 0 || fabs(now / before[i] - 1) <= CHANGE)
+                continue;
+            const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};
+            double links[1] = {ws[i].link_bytes_per_s};
+            coord_speeds_keep(&c->speeds, id, ids, profiles, links, 1);
+            SC_LOG_INFO(LOG,
+                        "job %s: worker %s ('%s'), left out of its plan, now profiles at %.2fx "
+                        "the time it was planned with",
+                        id, ws[i].id, ws[i].name, now / before[i]);
+            p = coord_jobs_progress(c, id);
+            if (p != NULL && p->pause_step == 0) {
+                p->evaluate = true;
+                if (p->changed_s == 0)
+                    p->changed_s = sc_clock_now_s();
+            }
+        }
+        pthread_mutex_unlock(&c->lock);
+    } else if (n > 0 && err.msg[0]) {
+        SC_LOG_INFO(LOG, "job %s: profiling the workers its plan left out failed: %s", id,
+                    err.msg);
+    }
+    coord_jobspec_clear(&spec);
+    free(spec_json);
+    free(before);
+    coord_jobs_chosen_free(ws, n);
+}
+
+void coord_jobs_rebalance_tick(coord *c, const char *id)
+{
+    pthread_mutex_lock(&c->lock);
+    coord_progress *p = coord_jobs_progress(c, id);
+    bool probe = p != NULL && p->probe;
+    pthread_mutex_unlock(&c->lock);
+    if (probe)
+        probe_left_out(c, id);
+    pthread_mutex_lock(&c->lock);
+    p = coord_jobs_progress(c, id);
+    bool evaluate = p != NULL && p->evaluate;
+    pthread_mutex_unlock(&c->lock);
+    if (!evaluate)
+        return;
+    coord_rebalance_result res;
+    sc_err err;
+    sc_err_clear(&err);
+    if (coord_jobs_rebalance(c, id, false, false, &res, &err) != SC_OK)
+        SC_LOG_INFO(LOG, "job %s: no rebalance: %s", id, err.msg);
+    free(res.plan_json);
 }

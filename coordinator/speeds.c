@@ -11,6 +11,7 @@ typedef struct {
     char id[COORD_ID_MAX];
     char *profile_json;
     double link, scale;
+    double ref; /* busy seconds per profiled second when first measured; 0: not yet */
 } worker_speed;
 
 struct coord_speeds {
@@ -82,6 +83,7 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
         w->profile_json = strdup(profiles[i]);
         w->link = links[i];
         w->scale = 1.0;
+        w->ref = 0;
     }
 }
 
@@ -133,11 +135,40 @@ double coord_speeds_scale(const coord_speeds *all, const char *job_id, const cha
     return w != NULL ? w->scale : 1.0;
 }
 
-void coord_speeds_rescale(coord_speeds *all, const char *job_id, const char *id, double factor)
+void coord_speeds_set_scale(coord_speeds *all, const char *job_id, const char *id, double scale)
 {
     worker_speed *w = worker_of(job_of(all, job_id), id);
-    if (w != NULL && factor > 0)
-        w->scale *= factor;
+    if (w != NULL && scale > 0)
+        w->scale = scale;
+}
+
+double coord_speeds_work_s(const coord_speeds *all, const char *job_id, const char *id, int first,
+                           int last)
+{
+    const worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w == NULL || w->profile_json == NULL)
+        return 0;
+    json_t *root = json_loads(w->profile_json, 0, NULL);
+    json_t *blocks = json_object_get(root, "blocks");
+    double mb = json_number_value(json_object_get(root, "microbatch_size"));
+    double total = 0;
+    for (int i = first; i <= last && i >= 0 && (size_t)i < json_array_size(blocks); i++) {
+        json_t *b = json_array_get(blocks, (size_t)i);
+        total += json_number_value(json_object_get(b, "forward_s")) +
+                 json_number_value(json_object_get(b, "backward_s"));
+    }
+    json_decref(root);
+    return mb > 0 ? total / mb : 0;
+}
+
+double coord_speeds_reference(coord_speeds *all, const char *job_id, const char *id, double ratio)
+{
+    worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w == NULL)
+        return 0;
+    if (w->ref <= 0 && ratio > 0)
+        w->ref = ratio;
+    return w->ref;
 }
 
 void coord_speeds_drop(coord_speeds **all, const char *job_id)
@@ -150,4 +181,24 @@ void coord_speeds_drop(coord_speeds **all, const char *job_id)
             return;
         }
     }
+}
+
+bool coord_speeds_known(const coord_speeds *all, const char *job_id, const char *id)
+{
+    const worker_speed *w = worker_of(job_of(all, job_id), id);
+    return w != NULL && w->profile_json != NULL;
+}
+
+double coord_profile_total_s(const char *profile_json)
+{
+    json_t *root = json_loads(profile_json, 0, NULL);
+    json_t *blocks = json_object_get(root, "blocks");
+    double total = 0;
+    for (size_t i = 0; i < json_array_size(blocks); i++) {
+        json_t *b = json_array_get(blocks, i);
+        total += json_number_value(json_object_get(b, "forward_s")) +
+                 json_number_value(json_object_get(b, "backward_s"));
+    }
+    json_decref(root);
+    return total;
 }

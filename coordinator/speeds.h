@@ -29,11 +29,28 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
 char *coord_speeds_profile(const coord_speeds *all, const char *job_id, const char *id,
                            double *link);
 
+/* Whether job `job_id` has a profile of worker `id`. */
+bool coord_speeds_known(const coord_speeds *all, const char *job_id, const char *id);
+
+/* The time of one micro-batch through every block of a profile (forward + backward), 0 when it
+ * cannot be read: how two profiles of one model on one worker compare. */
+double coord_profile_total_s(const char *profile_json);
+
 /* Worker `id`'s scale in job `job_id` (1 when unknown). */
 double coord_speeds_scale(const coord_speeds *all, const char *job_id, const char *id);
 
-/* Multiplies worker `id`'s scale in job `job_id` by `factor`. */
-void coord_speeds_rescale(coord_speeds *all, const char *job_id, const char *id, double factor);
+/* Sets worker `id`'s scale in job `job_id` (its times are `scale` times its profile's). */
+void coord_speeds_set_scale(coord_speeds *all, const char *job_id, const char *id, double scale);
+
+/* One sample's compute through blocks [first, last] on worker `id` by its profile as measured
+ * (unscaled; forward + backward, per micro-batch over the micro-batch size), 0 when unknown. */
+double coord_speeds_work_s(const coord_speeds *all, const char *job_id, const char *id, int first,
+                           int last);
+
+/* What iterations measured of worker `id`: busy seconds per second of profiled work. The first
+ * figure of a profile is its reference (*ref, set when it had none); a fresh profile
+ * (coord_speeds_keep) clears it. Returns the reference. */
+double coord_speeds_reference(coord_speeds *all, const char *job_id, const char *id, double ratio);
 
 /* Forgets job `job_id`'s model (it ended). */
 void coord_speeds_drop(coord_speeds **all, const char *job_id);

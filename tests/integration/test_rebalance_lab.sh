@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Rebalancing by itself on the uneven lab (deploy/lab): three workers at 0.4 of a core train a
+# GPT job with "rebalance": "auto".
+#  1. The CPU shares jitter by +-10% all along: no rebalance.
+#  2. The share of the worker with the most blocks is cut 4x mid-run: the job rebalances within 15 steps of the cut and
+#     gives that worker fewer blocks; its share restored, it rebalances again and gives it more.
+#  3. Both jobs end with the same parameters, bit for bit (the blocks of every stage's last
+#     checkpoint, in block order), though their stages were cut differently.
+# Needs root, iproute2, jq and a cgroup CPU controller: skipped (exit 77) without them.
+# Usage: test_rebalance_lab.sh PATH/TO/stagecraft
+sc=${1:?usage: test_rebalance_lab.sh PATH/TO/stagecraft}
+. "$(dirname "$0")/lib.sh"
+lab=$(cd "$(dirname "$0")/../../deploy/lab" && pwd)/lab
+
+skip() { echo "SKIP: $*"; exit 77; }
+[ "$(id -u)" -eq 0 ] || skip "needs root"
+for t in ip tc jq unshare od; do command -v $t >/dev/null 2>&1 || skip "needs $t"; done
+probe=scl-probe$$
+ip netns add "$probe" 2>/dev/null || skip "cannot make network namespaces"
+ip netns del "$probe"
+grep -qE '^[^ ]+ [^ ]+ cgroup2? ' /proc/mounts || skip "no cgroup hierarchy mounted"
+
+export STAGECRAFT_LAB_RUN=$work/run
+name=r$((RANDOM % 10000))
+subnet=198.19.$((100 + RANDOM % 150)).0/24
+cat >"$work/lab.json" <<JSON
+{"format": "stagecraft-lab", "version": 1, "name": "$name", "subnet": "$subnet",
+ "servers": [{"name": "a", "rate": "1gbit"}],
+ "workers": [{"name": "w0", "server": "a", "cpu": 0.4},
+             {"name": "w1", "server": "a", "cpu": 0.4},
+             {"name": "w2", "server": "a", "cpu": 0.4}]}
+JSON
+jitter_pid=
+down_on_exit() {
+    [ -n "$jitter_pid" ] && kill "$jitter_pid" 2>/dev/null
+    "$lab" down "$name" >/dev/null 2>&1
+    cleanup
+}
+trap down_on_exit EXIT
+"$lab" up "$work/lab.json" --bin "$sc" >"$work/up.log" 2>&1 || { fail "lab up: $(cat "$work/up.log")"; exit 1; }
+eval "$("$lab" env "$name")"
+wait_alive 60 3 || fail "workers: $("$sc" workers)"
+run=$STAGECRAFT_LAB_RUN/$name
+
+cat >"$work/job.json" <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "auto",
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 6, "width": 64, "heads": 2},
+ "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "1f1b",
+ "strategy": "hetero", "workers": 3, "steps": 600, "seed": 7, "checkpoint_every": 100}
+JSON
+history() { "$sc" status "$1" --json | jq -r '.transitions[] | "\(.to): \(.reason)"'; }
+rebalances() { history "$1" | grep -c "^rebalancing:"; }
+past() { [ "$(field "$1" step)" -ge "$2" ] 2>/dev/null; }
+id_of() { "$sc" workers --json | jq -r ".workers[] | select(.name == \"$1\") | .id"; }
+# blocks_of JOB WORKER_ID: blocks of the job's plan the worker runs (every copy counted)
+blocks_of() {
+    "$sc" status "$1" --json |
+        jq "[.stage_figures[] | select(.worker_ids | index(\"$2\")) | .last_block - .first_block + 1] | add // 0"
+}
+# params JOB: the parameters of the job's last checkpoint (step 600), every stage's in order
+params() {
+    local s=0 f n
+    while f=$(ls "$run"/workers/*/checkpoints/"$1"/stage$s-step600.ckpt 2>/dev/null | head -n 1) && [ -n "$f" ]; do
+        n=$(od -An -t u8 -j 48 -N 8 "$f" | tr -d ' ')
+        dd if="$f" bs=4 skip=18 count="$n" status=none
+        s=$((s + 1))
+    done
+}
+
+# 1. jitter of +-10% without a real change: no rebalance
+jitter() {
+    while :; do
+        for w in w0 w1 w2; do
+            "$lab" set --lab "$name" $w cpu=0.$((36 + RANDOM % 9)) >/dev/null 2>&1
+        done
+        sleep 0.3
+    done
+}
+# (from step 100: the first plan comes from profiles taken one worker at a time, and an early
+# re-plan may correct what they got wrong)
+"$sc" submit "$work/job.json" >/dev/null || fail "submit job-1"
+wait_for 120 past job-1 100 || fail "job-1 did not reach step 100: $(job_state job-1)"
+settled=$(rebalances job-1)
+from=$(field job-1 step)
+jitter &
+jitter_pid=$!
+wait_for 300 is_state job-1 succeeded || fail "job-1 is $(job_state job-1): $(field job-1 reason)"
+kill "$jitter_pid" 2>/dev/null
+wait "$jitter_pid" 2>/dev/null
+jitter_pid=
+for w in w0 w1 w2; do "$lab" set --lab "$name" $w cpu=0.4 >/dev/null; done
+[ "$(rebalances job-1)" -eq "$settled" ] &&
+    pass "+-10% jitter of the CPU shares: no rebalance in $((600 - from)) steps ($settled before it)" ||
+    fail "job-1 rebalanced under jitter: $(history job-1)"
+
+# 2. a share cut 4x: rebalanced within 15 steps, the slow worker gets fewer blocks
+"$sc" submit "$work/job.json" >/dev/null || fail "submit job-2"
+wait_for 120 past job-2 60 || fail "job-2 did not reach step 60: $(job_state job-2)"
+# the worker with the most blocks is cut (a worker with one small block is barely slowed by a
+# CPU quota: its short bursts fit in the quota of each CFS period)
+slow=w0
+for w in w1 w2; do
+    [ "$(blocks_of job-2 "$(id_of $w)")" -gt "$(blocks_of job-2 "$(id_of $slow)")" ] && slow=$w
+done
+w1=$(id_of $slow)
+before=$(blocks_of job-2 "$w1")
+had=$(rebalances job-2)
+"$lab" set --lab "$name" $slow cpu=0.1 >/dev/null || fail "lab set"
+cut=$(field job-2 step)
+more_than() { [ "$(rebalances "$1")" -gt "$2" ]; }
+wait_for 120 more_than job-2 "$had" || fail "job-2 did not rebalance: $(history job-2)"
+paused=$(history job-2 | sed -n 's/^rebalancing: .*paused after step \([0-9]*\).*/\1/p' | sed -n "$((had + 1))p")
+[ -n "$paused" ] && [ $((paused - cut)) -le 15 ] &&
+    pass "rebalanced after step $paused, $((paused - cut)) steps after the cut (step $cut)" ||
+    fail "paused after step '$paused', the cut was at step $cut: $(history job-2)"
+wait_for 60 is_state job-2 running || fail "job-2 is $(job_state job-2)"
+after=$(blocks_of job-2 "$w1")
+had=$(rebalances job-2)
+[ "$after" -lt "$before" ] && pass "the slowed worker runs $after blocks instead of $before" ||
+    fail "the slowed worker runs $after blocks (before: $before): $(history job-2)"
+history job-2 | grep '^rebalancing:' | sed -n "${had}p" | grep -q "^rebalancing: worker $w1 ('$slow'.*at [0-9.]*x its planned time" &&
+    pass "the history names the slowed worker" || fail "history: $(history job-2)"
+
+# restored: it rebalances again and gives the worker more
+"$lab" set --lab "$name" $slow cpu=0.4 >/dev/null
+wait_for 120 more_than job-2 "$had" && wait_for 60 is_state job-2 running &&
+    [ "$(blocks_of job-2 "$w1")" -gt "$after" ] &&
+    pass "its share restored, it rebalances back: $(blocks_of job-2 "$w1") blocks" ||
+    fail "no rebalance back: $(rebalances job-2) rebalances, $(blocks_of job-2 "$w1") blocks: $(history job-2)"
+wait_for 300 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
+
+# 3. the same parameters as the job that never moved: bit for bit where the copies of stages
+# stayed the same, else within 1e-6 (relative L2 norm): a stage's copies sum their gradients
+# in another order
+params job-1 >"$work/p1"
+params job-2 >"$work/p2"
+if [ -s "$work/p1" ] && cmp -s "$work/p1" "$work/p2"; then
+    pass "both jobs end with the same $(($(stat -c %s "$work/p1") / 4)) parameters, bit for bit"
+else
+    rel=$(paste <(od -An -v -t f4 -w4 "$work/p1") <(od -An -v -t f4 -w4 "$work/p2") |
+        awk '{ d = $1 - $2; dd += d * d; aa += $1 * $1; n++ }
+             END { if (n == 0 || aa == 0) print "none"; else printf "%.3g\n", sqrt(dd / aa) }')
+    awk -v r="$rel" 'BEGIN { exit !(r != "none" && r + 0 <= 1e-6) }' &&
+        [ "$(stat -c %s "$work/p1")" = "$(stat -c %s "$work/p2")" ] &&
+        pass "both jobs end with the same parameters within $rel (relative L2)" ||
+        fail "the parameters differ: relative L2 $rel ($(stat -c %s "$work/p1") and $(stat -c %s "$work/p2") bytes)"
+fi
+
+finish
