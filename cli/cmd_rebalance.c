@@ -92,8 +92,8 @@ int cmd_rebalance(const cli_command *self, int argc, char **argv)
         json_t *o = json_pack("{s:s, s:b, s:b, s:f, s:f, s:f, s:s, s:o}", "job", a.job, "dry_run",
                               a.dry_run, "started", r->started, "current_iteration_s",
                               r->current_iteration_s, "new_iteration_s", r->new_iteration_s,
-                              "predicted_gain", r->predicted_gain, "message", r->message,
-                              "plan", plan ? plan : json_null());
+                              "predicted_gain", r->predicted_gain, "message", r->message, "plan",
+                              plan ? plan : json_null());
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
         json_decref(o);

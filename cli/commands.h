@@ -117,15 +117,15 @@ int cmd_cancel(const cli_command *self, int argc, char **argv);
 int cmd_trace(const cli_command *self, int argc, char **argv);
 #define CMD_REBALANCE_USAGE                                                                        \
     "usage: stagecraft rebalance JOB [--dry-run] [--json] [--coordinator HOST:PORT]\n"             \
-    "                            [--token-file FILE]\n\n"                                         \
-    "Re-plans a running job now with the speeds measured while it runs, and moves the blocks\n"   \
-    "that change owner from worker to worker at the next iteration boundary. The job also does\n" \
-    "this by itself when a worker's speed changes enough (job option \"rebalance\": \"auto\").\n\n"  \
+    "                            [--token-file FILE]\n\n"                                          \
+    "Re-plans a running job now with the speeds measured while it runs, and moves the blocks\n"    \
+    "that change owner from worker to worker at the next iteration boundary. The job also does\n"  \
+    "this by itself when a worker's speed changes enough (job option \"rebalance\": "              \
+    "\"auto\").\n\n"                                                                               \
     "  --dry-run            only show the plan it would use and the predicted gain\n"              \
-    "  --json               the figures and the plan as JSON\n"                                   \
+    "  --json               the figures and the plan as JSON\n"                                    \
     "  --token-file F       client token (else STAGECRAFT_TOKEN, else the coordinator's file)\n"
 int cmd_rebalance(const cli_command *self, int argc, char **argv);
-
 
 #define CMD_WORKERS_USAGE                                                                          \
     "usage: stagecraft workers [--coordinator HOST:PORT] [--json]\n\n"                             \

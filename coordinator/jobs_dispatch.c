@@ -18,8 +18,8 @@
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs_internal.h"
-#include "coordinator/speeds.h"
 #include "coordinator/link_probe.h"
+#include "coordinator/speeds.h"
 #include "coordinator/transport_pick.h"
 #include "proto/sc_wire.h"
 
@@ -215,8 +215,8 @@ out:
 
 void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *spec,
                                const char *plan_json, json_t *endpoints, uint64_t resume_step,
-                               uint64_t last_checkpoint, const char *why,
-                               coord_chosen_worker *ws, size_t n, const bool *used)
+                               uint64_t last_checkpoint, const char *why, coord_chosen_worker *ws,
+                               size_t n, const bool *used)
 {
     json_t *plan = json_loads(plan_json, 0, NULL);
     size_t n_stages = json_array_size(json_object_get(plan, "stages"));
@@ -233,12 +233,12 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
     for (size_t i = 0; i < n; i++)
         if (ws[i].hw != NULL && ws[i].hw->state_endpoint != NULL && ws[i].hw->state_endpoint[0])
             json_array_append_new(sources, json_string(ws[i].hw->state_endpoint));
-    json_t *payload = json_pack(
-        "{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "stage_endpoints", endpoints, "steps",
-        (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step, "checkpoint_every",
-        (json_int_t)spec->checkpoint_every, "checkpoint_keep", (json_int_t)spec->checkpoint_keep,
-        "run", (json_int_t)run, "state_sources", sources, "last_checkpoint",
-        (json_int_t)last_checkpoint);
+    json_t *payload =
+        json_pack("{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "stage_endpoints", endpoints, "steps",
+                  (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
+                  "checkpoint_every", (json_int_t)spec->checkpoint_every, "checkpoint_keep",
+                  (json_int_t)spec->checkpoint_keep, "run", (json_int_t)run, "state_sources",
+                  sources, "last_checkpoint", (json_int_t)last_checkpoint);
     char *text = json_dumps(payload, JSON_COMPACT);
     char reason[COORD_REASON_MAX], from[64] = "";
     if (resume_step > 0)
@@ -308,6 +308,7 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
         p->complete_sent = last_checkpoint;
         p->last_checkpoint = last_checkpoint;
         p->rebalance_auto = spec->rebalance_auto;
+        p->workers_max = spec->workers_min > 0 ? spec->workers : 0;
         if (why != NULL)
             p->moved_from_s = sc_clock_now_s();
         p->start_payload = payload_copy;

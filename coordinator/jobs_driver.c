@@ -164,7 +164,8 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     coord_job job;
     coord_jobspec spec;
     coord_chosen_worker *ws = NULL;
-    bool *used = NULL; /* [spec.workers]: the chosen workers the plan runs on */
+    size_t n = 0;      /* workers chosen: spec.workers (an elastic job: from its least up) */
+    bool *used = NULL; /* [n]: the chosen workers the plan runs on */
     json_t *plan_now = NULL;
     char *plan_json = NULL, reason[COORD_REASON_MAX];
 
@@ -223,7 +224,7 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         free(spec_json);
         return;
     }
-    rc = coord_jobs_choose_workers(c, id, &spec, &ws, &err);
+    rc = coord_jobs_choose_workers(c, id, &spec, &ws, &n, &err);
     if (rc != SC_OK) {
         if (cause[0])
             sc_strfmt(reason, sizeof reason, "%s; %s", cause, err.msg);
@@ -236,7 +237,6 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         free(spec_json);
         return;
     }
-    size_t n = spec.workers;
     coord_jobs_group_by_host(ws, n);
     char ids[COORD_REASON_MAX] = "";
     for (size_t i = 0; i < n; i++) {
@@ -358,8 +358,8 @@ planning:;
                   json_number_value(json_object_get(plan_now, "iteration_time_s")),
                   sc_clock_now_s() - decided_s, 1e3 * plan_s, sc_clock_now_s() - assign_t0);
     }
-    coord_jobs_start_training(c, id, &spec, plan_json, endpoints, resume_step, last_checkpoint,
-                              why, ws, n, used);
+    coord_jobs_start_training(c, id, &spec, plan_json, endpoints, resume_step, last_checkpoint, why,
+                              ws, n, used);
     json_decref(endpoints);
 out:
     json_decref(plan_now);

@@ -30,11 +30,12 @@ typedef struct {
 /* Frees `n` chosen workers (their hardware reports and profiles) and the array. */
 void coord_jobs_chosen_free(coord_chosen_worker *w, size_t n);
 
-/* Under c->lock: picks spec->workers alive, free workers, marks them as the job's. Workers that
- * an older job waiting for them would take now are left to it (taken_by_older): the job then
+/* Under c->lock: picks spec->workers alive, free workers (an elastic job: as many as there are,
+ * from spec->workers_min up to spec->workers; *n says how many), marks them as the job's. Workers
+ * that an older job waiting for them would take now are left to it (taken_by_older): the job then
  * waits as it does for workers that are not there. */
 sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jobspec *spec,
-                                    coord_chosen_worker **out, sc_err *err);
+                                    coord_chosen_worker **out, size_t *n, sc_err *err);
 
 /* Reorders workers so those of one host are adjacent (first-appearance order), as the cluster
  * format numbers devices server by server. */
@@ -97,7 +98,8 @@ void coord_jobs_progress_drop(coord *c, const char *job_id);
 
 /* Under c->lock: a report of one replica: keeps its measured speed, marks the job for
  * evaluation when a worker's speed changed, and follows a pause under way (parked reports). */
-void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r);
+void coord_jobs_rebalance_observe(coord *c, coord_progress *p,
+                                  const Stagecraft__IterationReport *r);
 
 /* Under c->lock: a running job marked for evaluation, or due to profile again the workers a
  * re-plan left out (its id into `id`), if any. */

@@ -36,15 +36,15 @@
 #include "coordinator/speeds.h"
 
 #define LOG "rebalance"
-#define BASE_SKIP 10     /* steps of a run left out of its baseline (warm-up, connecting) */
-#define BASE_N 8         /* reports averaged into a replica's baseline */
-#define ALPHA 0.2        /* weight of a new report in the smoothed busy time */
-#define CHANGE 0.4       /* a worker this far off the plan's speed (either way) is a change */
-#define GAIN_MIN 0.10    /* the least predicted gain worth a move */
-#define QUIET_STEPS 20   /* steps without evaluation after one that found no gain */
-#define PERSIST 6        /* steps a change must last (reports of the last stage in a row) */
-#define PAUSE_AHEAD 2    /* the pause step: this far past the furthest replica's step */
-#define MOVE_FIXED_S 2.0 /* a move's cost besides the bytes: pausing, assigning, connecting */
+#define BASE_SKIP 10       /* steps of a run left out of its baseline (warm-up, connecting) */
+#define BASE_N 8           /* reports averaged into a replica's baseline */
+#define ALPHA 0.2          /* weight of a new report in the smoothed busy time */
+#define CHANGE 0.4         /* a worker this far off the plan's speed (either way) is a change */
+#define GAIN_MIN 0.10      /* the least predicted gain worth a move */
+#define QUIET_STEPS 20     /* steps without evaluation after one that found no gain */
+#define PERSIST 6          /* steps a change must last (reports of the last stage in a row) */
+#define PAUSE_AHEAD 2      /* the pause step: this far past the furthest replica's step */
+#define MOVE_FIXED_S 2.0   /* a move's cost besides the bytes: pausing, assigning, connecting */
 #define PROBE_EVERY_S 10.0 /* how often workers a re-plan left out are profiled again */
 
 /* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
@@ -119,12 +119,13 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     if (r->step <= p->resume_step + BASE_SKIP || r->busy_s <= 0)
         return;
     if (p->base_n[s][k] < BASE_N) {
-        p->busy_base[s][k] = (p->busy_base[s][k] * p->base_n[s][k] + r->busy_s) /
-                             (p->base_n[s][k] + 1);
+        p->busy_base[s][k] =
+            (p->busy_base[s][k] * p->base_n[s][k] + r->busy_s) / (p->base_n[s][k] + 1);
         p->busy_avg[s][k] = p->busy_base[s][k];
         if (++p->base_n[s][k] == BASE_N && p->work[s][k] > 0) {
             /* the worker's first measured run on this profile is its reference */
-            double ratio = p->busy_base[s][k] / p->work[s][k] / (p->scale[s][k] > 0 ? p->scale[s][k] : 1);
+            double ratio =
+                p->busy_base[s][k] / p->work[s][k] / (p->scale[s][k] > 0 ? p->scale[s][k] : 1);
             p->ref[s][k] = coord_speeds_reference(c->speeds, p->job_id, p->worker_of[s][k], ratio);
         }
     } else {
@@ -139,8 +140,7 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
             p->iter_avg = ALPHA * r->iteration_s + (1 - ALPHA) * p->iter_avg;
         }
     }
-    if (p->pause_step != 0 || p->evaluate || r->step < p->quiet_until ||
-        !p->rebalance_auto)
+    if (p->pause_step != 0 || p->evaluate || r->step < p->quiet_until || !p->rebalance_auto)
         return;
     if (s != p->n_stages - 1 || k != 0)
         return; /* one look per report of the last stage: about once per iteration */
@@ -284,9 +284,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     double *factor = NULL;
     size_t n = 0;
     sc_status rc = current_workers(c, p, &ws, &factor, &n, err);
-    double current = p->predicted_iteration_s *
-                     (p->iter_base_n >= BASE_N && p->iter_base > 0 ? p->iter_avg / p->iter_base
-                                                                   : 1.0);
+    double current =
+        p->predicted_iteration_s *
+        (p->iter_base_n >= BASE_N && p->iter_base > 0 ? p->iter_avg / p->iter_base : 1.0);
     uint64_t done = p->stored_step, steps = p->steps;
     char change[COORD_REASON_MAX];
     describe_change(c, p, change, sizeof change);
@@ -337,7 +337,8 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         json_t *blocks = json_object_get(prof, "blocks");
         double mine = 0;
         for (size_t b = 0; b < json_array_size(blocks); b++)
-            mine += json_number_value(json_object_get(json_array_get(blocks, b), "parameter_bytes"));
+            mine +=
+                json_number_value(json_object_get(json_array_get(blocks, b), "parameter_bytes"));
         bytes = mine > bytes ? mine : bytes;
         json_decref(prof);
         if (ws[i].link_bytes_per_s > 0 && (slowest == 0 || ws[i].link_bytes_per_s < slowest))
@@ -412,15 +413,31 @@ out:
     return rc;
 }
 
-/* Under c->lock: whether job p has free, alive workers it knows (left out by a re-plan). */
-static bool has_free_known(coord *c, const coord_progress *p)
+/* Under c->lock: how many workers job p holds. */
+static size_t held(coord *c, const coord_progress *p)
 {
-    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
-        const coord_worker *w = coord_registry_at(c->registry, i);
-        if (w->job_id[0] == '\0' && w->state == COORD_WORKER_ALIVE &&
-            coord_speeds_known(c->speeds, p->job_id, w->rec.id))
+    size_t n = 0;
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++)
+        n += strcmp(coord_registry_at(c->registry, i)->job_id, p->job_id) == 0;
+    return n;
+}
+
+/* Under c->lock: whether free worker `w` is one job p would profile again: one it knows (left
+ * out by a re-plan), or, for an elastic job below its most, any alive free worker. */
+static bool candidate(coord *c, const coord_progress *p, const coord_worker *w, size_t have)
+{
+    if (w->job_id[0] != '\0' || w->state != COORD_WORKER_ALIVE || w->rec.hardware_len == 0)
+        return false;
+    return coord_speeds_known(c->speeds, p->job_id, w->rec.id) ||
+           (p->workers_max > 0 && have < p->workers_max);
+}
+
+static bool has_candidates(coord *c, const coord_progress *p)
+{
+    size_t have = held(c, p);
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++)
+        if (candidate(c, p, coord_registry_at(c->registry, i), have))
             return true;
-    }
     return false;
 }
 
@@ -432,7 +449,7 @@ bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
         if (p->finished || p->pause_step != 0)
             continue;
         if (!p->probe && p->rebalance_auto && p->base_n[0][0] >= BASE_N &&
-            now - p->probed_s >= PROBE_EVERY_S && has_free_known(c, p)) {
+            now - p->probed_s >= PROBE_EVERY_S && has_candidates(c, p)) {
             p->probe = true;
             p->probed_s = now;
         }
@@ -464,10 +481,10 @@ static void probe_left_out(coord *c, const char *id)
         spec_json = job.spec_json;
         job.spec_json = NULL;
         coord_job_clear(&job);
+        size_t have = held(c, p);
         for (size_t i = 0; i < total; i++) {
             const coord_worker *w = coord_registry_at(c->registry, i);
-            if (w->job_id[0] != '\0' || w->state != COORD_WORKER_ALIVE ||
-                !coord_speeds_known(c->speeds, id, w->rec.id))
+            if (!candidate(c, p, w, have + n))
                 continue;
             coord_chosen_worker *cw = &ws[n];
             sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
@@ -492,15 +509,20 @@ static void probe_left_out(coord *c, const char *id)
         pthread_mutex_lock(&c->lock);
         for (size_t i = 0; i < n; i++) {
             double now = coord_profile_total_s(ws[i].profile_json);
-            if (before[i] <= 0 || now <= 0 || fabs(now / before[i] - 1) <= CHANGE)
+            bool joined = before[i] <= 0; /* new to the job: an elastic job may grow onto it */
+            if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE))
                 continue;
             const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};
             double links[1] = {ws[i].link_bytes_per_s};
             coord_speeds_keep(&c->speeds, id, ids, profiles, links, 1);
-            SC_LOG_INFO(LOG,
-                        "job %s: worker %s ('%s'), left out of its plan, now profiles at %.2fx "
-                        "the time it was planned with",
-                        id, ws[i].id, ws[i].name, now / before[i]);
+            if (joined)
+                SC_LOG_INFO(LOG, "job %s: worker %s ('%s') is free; profiled to grow onto it", id,
+                            ws[i].id, ws[i].name);
+            else
+                SC_LOG_INFO(LOG,
+                            "job %s: worker %s ('%s'), left out of its plan, now profiles at "
+                            "%.2fx the time it was planned with",
+                            id, ws[i].id, ws[i].name, now / before[i]);
             p = coord_jobs_progress(c, id);
             if (p != NULL && p->pause_step == 0) {
                 p->evaluate = true;
@@ -510,8 +532,7 @@ static void probe_left_out(coord *c, const char *id)
         }
         pthread_mutex_unlock(&c->lock);
     } else if (n > 0 && err.msg[0]) {
-        SC_LOG_INFO(LOG, "job %s: profiling the workers its plan left out failed: %s", id,
-                    err.msg);
+        SC_LOG_INFO(LOG, "job %s: profiling the workers its plan left out failed: %s", id, err.msg);
     }
     coord_jobspec_clear(&spec);
     free(spec_json);

@@ -115,8 +115,9 @@ static void taken_by_older(coord *c, const char *job_id, const coord_jobspec *sp
             idx = grown;
             idx_cap = older.workers;
         }
-        if (older.workers > 0 && pick_workers(c, jobs[j].id, &older, taken, idx) == older.workers) {
-            for (size_t k = 0; k < older.workers; k++) {
+        size_t got = older.workers > 0 ? pick_workers(c, jobs[j].id, &older, taken, idx) : 0;
+        if (got > 0 && got >= (older.workers_min ? older.workers_min : older.workers)) {
+            for (size_t k = 0; k < got; k++) {
                 taken[idx[k]] = true;
                 if (!first[0] && usable(spec, coord_registry_at(c->registry, idx[k])))
                     sc_strlcpy(first, jobs[j].id, first_size);
@@ -129,9 +130,10 @@ static void taken_by_older(coord *c, const char *job_id, const coord_jobspec *sp
 }
 
 sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jobspec *spec,
-                                    coord_chosen_worker **out, sc_err *err)
+                                    coord_chosen_worker **out, size_t *n_out, sc_err *err)
 {
     size_t want = spec->workers, total = coord_registry_count(c->registry);
+    size_t least = spec->workers_min ? spec->workers_min : want;
     coord_chosen_worker *list = calloc(want, sizeof *list);
     size_t *idx = calloc(want, sizeof *idx);
     bool *taken = calloc(total + 1, sizeof *taken);
@@ -145,15 +147,16 @@ sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jo
     taken_by_older(c, job_id, spec, taken, older, sizeof older);
     size_t have = pick_workers(c, job_id, spec, taken, idx);
     free(taken);
-    if (have < want) {
+    if (have < least) {
         size_t free_now = pick_workers(c, job_id, spec, NULL, idx);
         free(idx);
         free(list);
-        if (free_now >= want && older[0])
+        if (free_now >= least && older[0])
             return SC_ERRF(err, SC_ERR_UNAVAILABLE,
                            "waiting: %s, submitted earlier, takes these workers first", older);
-        return SC_ERRF(err, SC_ERR_UNAVAILABLE, "waiting for %zu %sworker(s): %zu alive and free",
-                       want, spec->worker_names ? "named " : "", free_now);
+        return SC_ERRF(err, SC_ERR_UNAVAILABLE, "waiting for %s%zu %sworker(s): %zu alive and free",
+                       least < want ? "at least " : "", least, spec->worker_names ? "named " : "",
+                       free_now);
     }
     for (size_t i = 0; i < have; i++) {
         coord_worker *w = coord_registry_at(c->registry, idx[i]);
@@ -173,6 +176,7 @@ sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jo
         sc_strlcpy(coord_registry_at(c->registry, idx[i])->job_id, job_id, COORD_ID_MAX);
     free(idx);
     *out = list;
+    *n_out = have;
     return SC_OK;
 }
 

@@ -63,9 +63,18 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
         return SC_OK;
     }
     int64_t n;
+    if (json_is_object(w.value)) { /* elastic: {"min": M, "max": N} */
+        int64_t lo;
+        SC_CHECK(sc_json_get_int(&w, "min", 1, COORD_JOBSPEC_MAX_WORKERS, &lo, err));
+        SC_CHECK(sc_json_get_int(&w, "max", lo, COORD_JOBSPEC_MAX_WORKERS, &n, err));
+        spec->workers = (uint32_t)n;
+        spec->workers_min = (uint32_t)lo;
+        return SC_OK;
+    }
     if (!json_is_number(w.value))
         return sc_jnode_fail(&w, err, SC_ERR_INVALID,
-                             "expected a worker count (1 to %d) or a list of worker names",
+                             "expected a worker count (1 to %d), a list of worker names, or "
+                             "{\"min\": M, \"max\": N} (an elastic job)",
                              COORD_JOBSPEC_MAX_WORKERS);
     SC_CHECK(sc_jnode_int(&w, 1, COORD_JOBSPEC_MAX_WORKERS, &n, err));
     spec->workers = (uint32_t)n;

@@ -34,7 +34,10 @@ typedef struct {
     uint32_t microbatches;  /* 0 = auto */
     char schedule[16];      /* gpipe, 1f1b, pipedream, sliced, unequal, auto */
     char strategy[16];      /* planner strategy; default "hetero" */
-    uint32_t workers;       /* how many workers; when names are given, their count */
+    uint32_t workers;       /* how many workers; when names are given, their count; the most
+                             * an elastic job takes */
+    uint32_t workers_min;   /* an elastic job ("workers": {"min", "max"}): the fewest it runs
+                             * on; 0 for a job of a fixed count */
     char **worker_names;    /* owned; NULL when a count was given */
     uint64_t steps;
     uint64_t seed;

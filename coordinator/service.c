@@ -352,15 +352,15 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     return SC_OK;
 }
 
-static sc_status rebalance_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
-                               ProtobufCMessage **out, void *user, sc_err *err)
+static sc_status rebalance_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                               void *user, sc_err *err)
 {
     coord *c = user;
     const Stagecraft__RebalanceJobRequest *req = (const void *)msg;
     SC_CHECK(require_client_token(c, ctx, "RebalanceJob", err));
     coord_rebalance_result res;
-    SC_CHECK(coord_jobs_rebalance(c, req->job_id ? req->job_id : "", true, req->dry_run != 0,
-                                  &res, err));
+    SC_CHECK(coord_jobs_rebalance(c, req->job_id ? req->job_id : "", true, req->dry_run != 0, &res,
+                                  err));
     Stagecraft__RebalanceJobResponse *resp =
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__rebalance_job_response__descriptor);
     resp->started = res.started;

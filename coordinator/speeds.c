@@ -98,7 +98,8 @@ static void scale_node(json_t *node, double factor)
         return;
     const char *key;
     json_t *v;
-    json_object_foreach(node, key, v) {
+    json_object_foreach(node, key, v)
+    {
         size_t len = strlen(key);
         if (json_is_number(v) && len > 2 && strcmp(key + len - 2, "_s") == 0)
             json_object_set_new(node, key, json_real(json_number_value(v) * factor));

@@ -26,9 +26,9 @@
 #include "common/sc_util.h"
 #include "proto/sc_control.h"
 #include "proto/sc_wire.h"
+#include "worker/blocks/block_server.h"
 #include "worker/hardware.h"
 #include "worker/service.h"
-#include "worker/blocks/block_server.h"
 #include "worker/trainer.h"
 
 #define LOG "worker"
@@ -177,8 +177,8 @@ static void default_name(char *out, size_t size, const char *device)
 /* STAGECRAFT_WORKER_FAULTS: a comma-separated list of the faults to inject (struct wk_agent). */
 static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
 {
-    static const char *const names[] = {"drop-start",   "drop-stop",       "drop-reports",
-                                        "drop-errors",  "stale-heartbeat", "refuse-probe",
+    static const char *const names[] = {"drop-start",  "drop-stop",       "drop-reports",
+                                        "drop-errors", "stale-heartbeat", "refuse-probe",
                                         "die-on-move"};
     bool *flags[] = {&a->drop_start,  &a->drop_stop,       &a->drop_reports,
                      &a->drop_errors, &a->stale_heartbeat, &a->shared.refuse_probe,

@@ -128,8 +128,8 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     pthread_mutex_unlock(&st->lock);
     wk_trainer_destroy(&old);
     struct wk_trainer *fresh = NULL;
-    sc_status rc = wk_trainer_new(&fresh, req, st->device, st->bind_host, st->checkpoint_dir,
-                                  st->blocks, err);
+    sc_status rc =
+        wk_trainer_new(&fresh, req, st->device, st->bind_host, st->checkpoint_dir, st->blocks, err);
     if (rc != SC_OK) {
         free(plan);
         free(model);

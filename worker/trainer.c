@@ -404,25 +404,33 @@ static sc_status resume(wk_trainer *t, sc_err *err)
         *err = own;
         return own.code;
     }
-    const char **src = calloc(n, sizeof *src);
+    /* this worker's own server first: the blocks it kept when it paused stay here */
+    const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
+    const char **src = calloc(n + 1, sizeof *src);
     SC_ALLOC_CHECK(src, err);
-    for (size_t i = 0; i < n; i++)
-        src[i] = json_string_value(json_array_get(t->sources, i));
+    size_t k = 0;
+    if (self != NULL)
+        src[k++] = self;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = json_string_value(json_array_get(t->sources, i));
+        if (self == NULL || strcmp(e, self) != 0)
+            src[k++] = e;
+    }
     const struct kn_model *model = rt_runner_model(t->runner);
     int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
     rt_stage_image im;
     wk_fetch_stats fs;
-    sc_status rc = wk_blocks_fetch(src, n, t->job_id, t->resume_step, model, first, last,
-                                   FETCH_TIMEOUT_MS, &im, &fs, err);
+    sc_status rc = wk_blocks_fetch(src, k, t->job_id, t->resume_step, model, first, last,
+                                   FETCH_TIMEOUT_MS, self != NULL, &im, &fs, err);
     free(src);
     if (rc == SC_OK) {
         rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
         if (rc == SC_OK)
             SC_LOG_INFO(LOG,
-                        "job %s stage %u: took blocks %d-%d of step %llu over from other "
-                        "workers: %.0f bytes in %d piece(s), %.3f s",
+                        "job %s stage %u: took blocks %d-%d of step %llu over: %.0f bytes "
+                        "from other workers, %.0f kept here, in %d piece(s), %.3f s",
                         t->job_id, t->stage, first, last, (unsigned long long)t->resume_step,
-                        fs.bytes, fs.pieces, fs.seconds);
+                        fs.bytes - fs.local_bytes, fs.local_bytes, fs.pieces, fs.seconds);
     }
     rt_stage_image_clear(&im);
     return rc;
@@ -607,8 +615,8 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
                      &keep, err)) != SC_OK ||
         (rc = jwhole(p, "run", 0, 0, 9007199254740992.0, "START: run", &run, err)) != SC_OK ||
         /* a rebalance resumes after a step that is no checkpoint (absent: resume_step is one) */
-        (rc = jwhole(p, "last_checkpoint", resume, 0, resume, "START: last_checkpoint",
-                     &last_ckpt, err)) != SC_OK) {
+        (rc = jwhole(p, "last_checkpoint", resume, 0, resume, "START: last_checkpoint", &last_ckpt,
+                     err)) != SC_OK) {
         json_decref(p);
         return rc;
     }

@@ -22,8 +22,8 @@ struct wk_block_server;
 
 /* Builds the runner for an AssignStage request on `device`, binding its inbox on `bind_host`.
  * Checkpoints go to `checkpoint_dir`/JOB/; a paused stage keeps its state in `blocks` (may be
- * NULL), and a resumed one takes blocks it lacks from START's state_sources. Bad requests (unknown data, a replicated stage, ...)
- * are SC_ERR_INVALID / SC_ERR_UNSUPPORTED. */
+ * NULL), and a resumed one takes blocks it lacks from START's state_sources. Bad requests (unknown
+ * data, a replicated stage, ...) are SC_ERR_INVALID / SC_ERR_UNSUPPORTED. */
 sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
                          const char *device, const char *bind_host, const char *checkpoint_dir,
                          struct wk_block_server *blocks, sc_err *err);

@@ -62,7 +62,7 @@ grep -q "^rebalancing: rebalance asked for: .*predicted .* s per iteration now, 
     grep -q "^running: rebalanced after step [0-9]* to 2 stage(s), predicted .*stages assigned in" <<<"$h" &&
     pass "the history has the rebalance, why, the predicted gain and its timings" ||
     fail "history of job-2: $h"
-grep -q "took blocks .* of step [0-9]* over from other workers" "$work/a.log" "$work/b.log" &&
+grep -q "took blocks .* of step [0-9]* over: [0-9]* bytes from other workers" "$work/a.log" "$work/b.log" &&
     pass "the new stages took their blocks over from the paused workers" ||
     fail "no blocks taken over: $(grep -h 'job-2' "$work/a.log" "$work/b.log" | tail -n 5)"
 same_params job-2 job-1 && pass "the rebalanced job ends with the reference's parameters, bit for bit" ||

@@ -23,7 +23,8 @@
 #include "worker/blocks/block_wire.h"
 
 #define MLP_JSON                                                                                   \
-    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"mlp\", \"sizes\": [12, 10, 8, 6, 4]}"
+    "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"mlp\", \"sizes\": [12, 10, "   \
+    "8, 6, 4]}"
 #define K 2 /* AdamW: m and v */
 
 typedef struct {
@@ -50,8 +51,8 @@ static size_t offset(const fixture *f, int b)
 /* An image of blocks [first, last] at `step` holding the reference values. */
 static rt_stage_image image(const fixture *f, int first, int last, uint64_t step, uint64_t opt_t)
 {
-    rt_stage_image im = {.step = step, .first_block = first, .last_block = last, .optim_kind = 0,
-                         .opt_t = opt_t};
+    rt_stage_image im = {
+        .step = step, .first_block = first, .last_block = last, .optim_kind = 0, .opt_t = opt_t};
     size_t from = offset(f, first), n = offset(f, last + 1) - from;
     im.nparams = n;
     im.nstate = K * n;
@@ -153,7 +154,7 @@ static void test_pieces_assemble(void **state)
     rt_stage_image im;
     wk_fetch_stats st;
     assert_int_equal(
-        wk_blocks_fetch(sources, 3, "job-1", 7, f->model, 1, f->nb - 1, 300, &im, &st, &err),
+        wk_blocks_fetch(sources, 3, "job-1", 7, f->model, 1, f->nb - 1, 300, false, &im, &st, &err),
         SC_OK);
     assert_image(f, &im, 1, f->nb - 1);
     assert_int_equal(im.opt_t, 7);
@@ -166,16 +167,16 @@ static void test_pieces_assemble(void **state)
     assert_int_equal(answered, 1);
 
     /* another step is held by no one: refused, naming the block */
-    assert_int_equal(wk_blocks_fetch(sources + 1, 2, "job-1", 8, f->model, 0, 1, 300, &im, &st,
-                                     &err),
-                     SC_ERR_NOT_FOUND);
+    assert_int_equal(
+        wk_blocks_fetch(sources + 1, 2, "job-1", 8, f->model, 0, 1, 300, false, &im, &st, &err),
+        SC_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "block 0 of job job-1 at step 8 is held by none"));
     /* dropped: gone */
     wk_block_server_drop(a, "job-1", false);
     sc_err_clear(&err);
-    assert_int_equal(wk_blocks_fetch(sources + 1, 2, "job-1", 7, f->model, 0, 1, 300, &im, &st,
-                                     &err),
-                     SC_ERR_NOT_FOUND);
+    assert_int_equal(
+        wk_blocks_fetch(sources + 1, 2, "job-1", 7, f->model, 0, 1, 300, false, &im, &st, &err),
+        SC_ERR_NOT_FOUND);
     wk_block_server_stop(&a);
     wk_block_server_stop(&b);
 }
@@ -196,18 +197,18 @@ static void test_from_checkpoint_files(void **state)
     const char *sources[] = {wk_block_server_endpoint(a), wk_block_server_endpoint(b)};
     rt_stage_image im;
     wk_fetch_stats st;
-    assert_int_equal(
-        wk_blocks_fetch(sources, 2, "job-2", 5, f->model, 0, f->nb - 1, 1000, &im, &st, &err),
-        SC_OK);
+    assert_int_equal(wk_blocks_fetch(sources, 2, "job-2", 5, f->model, 0, f->nb - 1, 1000, false,
+                                     &im, &st, &err),
+                     SC_OK);
     assert_image(f, &im, 0, f->nb - 1);
     rt_stage_image_clear(&im);
 
     /* a piece saved after another count of optimizer steps does not mix */
     rt_stage_image odd = image(f, 2, f->nb - 1, 5, 4);
     wk_block_server_keep(b, "job-2", &odd);
-    assert_int_equal(
-        wk_blocks_fetch(sources, 2, "job-2", 5, f->model, 0, f->nb - 1, 1000, &im, &st, &err),
-        SC_ERR_INVALID);
+    assert_int_equal(wk_blocks_fetch(sources, 2, "job-2", 5, f->model, 0, f->nb - 1, 1000, false,
+                                     &im, &st, &err),
+                     SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "after 4 updates"));
     wk_block_server_stop(&a);
     wk_block_server_stop(&b);
@@ -256,14 +257,14 @@ static void test_bad_requests(void **state)
     const char *sources[] = {wk_block_server_endpoint(s)};
     rt_stage_image im;
     wk_fetch_stats st;
-    assert_int_equal(
-        wk_blocks_fetch(sources, 1, "job-3", 3, f->model, 0, f->nb - 1, 1000, &im, &st, &err),
-        SC_OK);
+    assert_int_equal(wk_blocks_fetch(sources, 1, "job-3", 3, f->model, 0, f->nb - 1, 1000, false,
+                                     &im, &st, &err),
+                     SC_OK);
     assert_image(f, &im, 0, f->nb - 1);
     rt_stage_image_clear(&im);
-    assert_int_equal(
-        wk_blocks_fetch(sources, 1, "job-3", 3, f->model, 2, f->nb + 3, 1000, &im, &st, &err),
-        SC_ERR_INVALID);
+    assert_int_equal(wk_blocks_fetch(sources, 1, "job-3", 3, f->model, 2, f->nb + 3, 1000, false,
+                                     &im, &st, &err),
+                     SC_ERR_INVALID);
     wk_block_server_stop(&s);
 }
 

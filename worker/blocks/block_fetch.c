@@ -32,8 +32,8 @@ static void answer_close(answer *r)
 
 /* Asks `source` for blocks [first, last]: SC_OK with the answer (status may be ABSENT), or an
  * error when the source cannot be reached or its answer is malformed. */
-static sc_status ask(void *ctx, const char *source, const void *req, size_t req_len,
-                     int timeout_ms, answer *r, sc_err *err)
+static sc_status ask(void *ctx, const char *source, const void *req, size_t req_len, int timeout_ms,
+                     answer *r, sc_err *err)
 {
     memset(r, 0, sizeof *r);
     void *s = zmq_socket(ctx, ZMQ_REQ);
@@ -83,7 +83,7 @@ out:
 
 sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_id, uint64_t step,
                           const kn_model *model, int first, int last, int timeout_ms,
-                          rt_stage_image *out, wk_fetch_stats *stats, sc_err *err)
+                          bool own_first, rt_stage_image *out, wk_fetch_stats *stats, sc_err *err)
 {
     memset(out, 0, sizeof *out);
     memset(stats, 0, sizeof *stats);
@@ -149,8 +149,7 @@ sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_
                 out->opt_t = r.a.opt_t;
                 out->optim_kind = (int)r.a.optim_kind;
                 if (out->params == NULL || out->state == NULL)
-                    rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory taking over %zu parameters",
-                                 np);
+                    rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory taking over %zu parameters", np);
             } else if (r.a.k != k || r.a.opt_t != out->opt_t ||
                        (int)r.a.optim_kind != out->optim_kind) {
                 rc = SC_ERRF(err, SC_ERR_INVALID,
@@ -168,9 +167,12 @@ sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_
                                         .params = zmq_msg_data(&r.params),
                                         .state = zmq_msg_data(&r.state)};
                 size_t at = wk_blocks_offset(counts, first, next);
-                wk_blocks_copy(&piece, counts, next, (int)r.a.last, out->params, out->state, np,
-                               at, k);
-                stats->bytes += (double)(1 + k) * (double)r.a.nparams * sizeof(float);
+                wk_blocks_copy(&piece, counts, next, (int)r.a.last, out->params, out->state, np, at,
+                               k);
+                double got_bytes = (double)(1 + k) * (double)r.a.nparams * sizeof(float);
+                stats->bytes += got_bytes;
+                if (own_first && i == 0)
+                    stats->local_bytes += got_bytes;
                 stats->pieces++;
                 next = (int)r.a.last + 1;
                 got = true;

@@ -7,6 +7,7 @@
 #ifndef WK_BLOCK_FETCH_H
 #define WK_BLOCK_FETCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,16 +18,18 @@
 /* What a fetch moved: bytes received, seconds spent, and requests answered. */
 typedef struct {
     double bytes, seconds;
+    double local_bytes; /* of `bytes`, those from sources[0] when it is this worker's own */
     int pieces;
 } wk_fetch_stats;
 
 /* Fills `out` with blocks [first, last] of `model` at `step` of job `job_id`, from the servers
  * `sources` (n of them; asked in order, each for the first block still missing; one that does
- * not answer within timeout_ms is skipped). SC_ERR_NOT_FOUND names the first block no source
- * holds; SC_ERR_INVALID a source whose answer disagrees with the others (optimizer, its step
- * count) or with the model. */
+ * not answer within timeout_ms is skipped). With `own_first`, sources[0] is this worker's own
+ * server: what it answers stayed here and is counted apart (stats->local_bytes). SC_ERR_NOT_FOUND
+ * names the first block no source holds; SC_ERR_INVALID a source whose answer disagrees with the
+ * others (optimizer, its step count) or with the model. */
 sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_id, uint64_t step,
                           const kn_model *model, int first, int last, int timeout_ms,
-                          rt_stage_image *out, wk_fetch_stats *stats, sc_err *err);
+                          bool own_first, rt_stage_image *out, wk_fetch_stats *stats, sc_err *err);
 
 #endif /* WK_BLOCK_FETCH_H */

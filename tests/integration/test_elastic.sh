@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# An elastic job ("workers": {"min": 1, "max": 3}) starts on the two workers there are, grows
+# onto a third that joins while it runs (profiled, then a rebalance moves blocks onto it), and
+# goes on when that worker leaves (recovery from its last checkpoint on the two left); it ends
+# with the same parameters as the same job on two fixed workers. A job that asks for more than
+# there are still waits for its least.
+# Usage: test_elastic.sh PATH/TO/stagecraft
+sc=${1:?usage: test_elastic.sh PATH/TO/stagecraft}
+. "$(dirname "$0")/lib.sh"
+
+start_coordinator coord "$work/state" --heartbeat-ms 200
+start_worker a
+start_worker b
+wait_alive 20 2 || fail "workers did not register"
+
+spec() { # NAME WORKERS STEPS
+    cat <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "$1",
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2},
+ "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "1f1b",
+ "strategy": "hetero", "workers": $2, "steps": $3, "seed": 9, "checkpoint_every": 100}
+JSON
+}
+history() { "$sc" status "$1" --json | jq -r '.transitions[] | "\(.to): \(.reason)"'; }
+uses() { "$sc" status "$1" --json | jq -e ".stage_figures | map(.worker_ids[]) | index(\"$2\")" >/dev/null; }
+id_of() { "$sc" workers --json | jq -r ".workers[] | select(.name == \"$1\") | .id"; }
+n_workers() { "$sc" status "$1" --json | jq '[.stage_figures[].worker_ids[]] | unique | length'; }
+
+# 1. a bad elastic spec is refused, naming the key
+spec bad '{"min": 3, "max": 2}' 10 >"$work/bad.json"
+out=$("$sc" submit "$work/bad.json" 2>&1)
+[ $? -ne 0 ] && grep -q "max" <<<"$out" && pass "max below min is refused: $out" || fail "bad spec: $out"
+
+# 2. it starts on the two workers there are, then grows onto a third
+spec elastic '{"min": 1, "max": 3}' 4000 >"$work/elastic.json"
+"$sc" submit "$work/elastic.json" >/dev/null || fail "submit"
+job=job-1
+wait_for 120 is_state $job running || fail "$job is $(job_state $job): $(field $job reason)"
+[ "$(n_workers $job)" -le 2 ] && pass "it starts on $(n_workers $job) of the 2 workers there are" ||
+    fail "it runs on $(n_workers $job) workers"
+start_worker c
+c_pid=$worker_pid
+wait_alive 20 3 || fail "worker c did not register"
+c=$(id_of c)
+grown() { uses $job "$c" && is_state $job running; }
+wait_for 120 grown && pass "it grew onto the worker that joined ($(n_workers $job) workers)" ||
+    fail "$job does not use c: $(history $job)"
+history $job | grep -q "^rebalancing:" && pass "by a rebalance" || fail "history: $(history $job)"
+
+# 3. the worker leaves: the job goes on without it
+kill -TERM "$c_pid"
+wait "$c_pid"
+left() { ! uses $job "$c" && is_state $job running; }
+wait_for 120 left && pass "c left and the job goes on on $(n_workers $job) workers" ||
+    fail "$job is $(job_state $job): $(history $job)"
+wait_for 300 is_state $job succeeded || fail "$job is $(job_state $job): $(field $job reason)"
+
+# 4. the same job on two fixed workers ends with the same parameters (within rounding: the
+# copies of a replicated stage sum their gradients in another order)
+spec fixed 2 4000 >"$work/fixed.json"
+"$sc" submit "$work/fixed.json" >/dev/null || fail "submit fixed"
+wait_for 300 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
+params() {
+    local s=0 f n
+    while f="$work/wstate/checkpoints/$1/stage$s-step4000.ckpt" && [ -f "$f" ]; do
+        n=$(od -An -t u8 -j 48 -N 8 "$f" | tr -d ' ')
+        dd if="$f" bs=4 skip=18 count="$n" status=none
+        s=$((s + 1))
+    done
+}
+params job-1 >"$work/p1"
+params job-2 >"$work/p2"
+rel=$(paste <(od -An -v -t f4 -w4 "$work/p1") <(od -An -v -t f4 -w4 "$work/p2") |
+    awk '{ d = $1 - $2; dd += d * d; aa += $1 * $1; n++ }
+         END { if (n == 0 || aa == 0) print "none"; else printf "%.3g\n", sqrt(dd / aa) }')
+[ -s "$work/p1" ] && [ "$(stat -c %s "$work/p1")" = "$(stat -c %s "$work/p2")" ] &&
+    awk -v r="$rel" 'BEGIN { exit !(r != "none" && r + 0 <= 1e-6) }' &&
+    pass "the elastic job ends with the fixed job's parameters (relative L2 $rel)" ||
+    fail "parameters differ: relative L2 $rel"
+
+# 5. an elastic job waits for its least
+spec waits '{"min": 3, "max": 4}' 10 >"$work/waits.json"
+"$sc" submit "$work/waits.json" >/dev/null || fail "submit waits"
+wait_for 30 grep -q "waiting for at least 3 worker(s): 2 alive and free" <(field job-3 reason) &&
+    pass "a job whose least is not there waits: $(field job-3 reason)" ||
+    fail "job-3 is $(job_state job-3): $(field job-3 reason)"
+"$sc" cancel job-3 >/dev/null
+
+finish
