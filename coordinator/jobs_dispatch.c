@@ -309,6 +309,8 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
         p->last_checkpoint = last_checkpoint;
         p->rebalance_auto = spec->rebalance_auto;
         p->workers_max = spec->workers_min > 0 ? spec->workers : 0;
+        const char *sched = json_string_value(json_object_get(plan, "schedule"));
+        p->async = sched != NULL && strcmp(sched, "pipedream") == 0;
         if (why != NULL)
             p->moved_from_s = sc_clock_now_s();
         p->start_payload = payload_copy;

@@ -86,6 +86,24 @@ static void pause_report(coord *c, coord_progress *p, int s, int k, uint64_t ste
             hi = p->paused[i][j] > hi ? p->paused[i][j] : hi;
         }
     }
+    if (hi > p->pause_step && p->async) {
+        /* pipedream drains the pipeline together at the pause: one that drained at another
+         * step than the others cannot be brought back in line */
+        char reason[COORD_REASON_MAX];
+        sc_strfmt(reason, sizeof reason,
+                  "the rebalance's pause missed: a pipedream stage drained after step %llu, "
+                  "past %llu; resuming from the last checkpoint",
+                  (unsigned long long)hi, (unsigned long long)p->pause_step);
+        char id[COORD_ID_MAX];
+        sc_strlcpy(id, p->job_id, sizeof id);
+        if (coord_store_job_transition(c->store, id, COORD_JOB_RECOVERING, reason, NULL) ==
+            SC_OK) {
+            SC_LOG_WARN(LOG, "job %s is recovering: %s", id, reason);
+            coord_jobs_release_workers(c, id);
+            pthread_cond_broadcast(&c->wake);
+        }
+        return;
+    }
     if (hi > p->pause_step) {
         /* one ran past the pause step before it was told: all pause there instead */
         SC_LOG_INFO(LOG, "job %s: a stage paused after step %llu, past %llu; pausing all there",
@@ -380,7 +398,8 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)
             furthest = p->step[s][k] > furthest ? p->step[s][k] : furthest;
-    p->pause_step = furthest + PAUSE_AHEAD;
+    /* pipedream's first stage runs up to a minibatch per stage ahead of the last */
+    p->pause_step = furthest + PAUSE_AHEAD + (p->async ? (uint64_t)p->n_stages : 0);
     if (p->pause_step >= p->steps) {
         pthread_mutex_unlock(&c->lock);
         p = NULL;
