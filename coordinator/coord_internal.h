@@ -72,6 +72,8 @@ typedef struct {
      * every replica after pause_step (0: none under way) and where each one paused. */
     bool rebalance_auto;  /* the job's "rebalance" option: re-plan by itself on a change */
     uint32_t workers_max; /* an elastic job: the most workers it takes (0: not elastic) */
+    uint32_t workers_min; /* and the fewest */
+    char leaving[COORD_ID_MAX]; /* a worker leaving: the rebalance under way moves off it */
     bool async;           /* pipedream: stages run minibatches ahead and drain together */
     bool evaluate;
     bool probe;           /* the driver should profile the workers a re-plan left out */

@@ -333,6 +333,7 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
         return;
     }
     coord_worker *w;
+    bool drain = false;
     pthread_mutex_lock(&c->lock);
     sc_status rc = coord_registry_heartbeat(c->registry, env->worker_id, env->epoch,
                                             sc_clock_now_ns(), &w, &err);
@@ -341,11 +342,17 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
         sc_strlcpy(w->reported_state, said, sizeof w->reported_state);
         w->step = env->heartbeat->step;
         if (strcmp(said, "leaving") == 0) {
-            /* stopped by its operator: dead now (it must register again to come back), and its
-             * job re-planned without waiting for the silence that would say so */
-            w->state = COORD_WORKER_DEAD;
-            SC_LOG_INFO(LOG, "worker %s (%s) leaves: it was stopped", w->rec.id, w->rec.name);
-            coord_jobs_worker_left(c, w);
+            /* stopped by its operator: an elastic job that can do without it moves its blocks
+             * off it first (it stays until then: drain); else it is dead now (it must register
+             * again to come back), and its job re-planned without waiting for the silence that
+             * would say so */
+            drain = w->leaving || coord_jobs_worker_leaving(c, w);
+            if (!drain) {
+                w->state = COORD_WORKER_DEAD;
+                SC_LOG_INFO(LOG, "worker %s (%s) leaves: it was stopped", w->rec.id,
+                            w->rec.name);
+                coord_jobs_worker_left(c, w);
+            }
         } else {
             coord_jobs_heartbeat(c, w, said, env->heartbeat->job_id ? env->heartbeat->job_id : "",
                                  sc_clock_now_ns());
@@ -362,6 +369,7 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
     a.echo_seq = env->seq;
     a.echo_sent_ns = env->sent_ns;
     a.known = rc == SC_OK;
+    a.drain = drain;
     ack.worker_id = env->worker_id;
     ack.epoch = env->epoch;
     ack.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK;

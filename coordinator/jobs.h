@@ -52,6 +52,12 @@ void coord_jobs_progress_clear(coord *c);
 /* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */
 void coord_jobs_worker_died(coord *c, const coord_worker *w);
 
+/* Under c->lock: worker `w` said it leaves. When its job is elastic, running, and can do
+ * without it, a rebalance moves its blocks to the others first: marks it leaving and returns
+ * true (it is told to stay until then, and shut down once the job took its blocks). False: it
+ * goes now (coord_jobs_worker_left). */
+bool coord_jobs_worker_leaving(coord *c, coord_worker *w);
+
 /* Under c->lock: the same for a worker that said it leaves (its process was stopped). */
 void coord_jobs_worker_left(coord *c, const coord_worker *w);
 

@@ -233,6 +233,20 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
     for (size_t i = 0; i < n; i++)
         if (ws[i].hw != NULL && ws[i].hw->state_endpoint != NULL && ws[i].hw->state_endpoint[0])
             json_array_append_new(sources, json_string(ws[i].hw->state_endpoint));
+    /* and workers that leave once their blocks are taken (the job no longer runs on them) */
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (!w->leaving || w->rec.hardware_len == 0)
+            continue;
+        Stagecraft__HardwareReport *hw =
+            stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+        if (hw != NULL && hw->state_endpoint != NULL && hw->state_endpoint[0])
+            json_array_append_new(sources, json_string(hw->state_endpoint));
+        if (hw != NULL)
+            stagecraft__hardware_report__free_unpacked(hw, NULL);
+    }
+    pthread_mutex_unlock(&c->lock);
     json_t *payload =
         json_pack("{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "stage_endpoints", endpoints, "steps",
                   (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
@@ -309,6 +323,7 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
         p->last_checkpoint = last_checkpoint;
         p->rebalance_auto = spec->rebalance_auto;
         p->workers_max = spec->workers_min > 0 ? spec->workers : 0;
+        p->workers_min = spec->workers_min;
         const char *sched = json_string_value(json_object_get(plan, "schedule"));
         p->async = sched != NULL && strcmp(sched, "pipedream") == 0;
         if (why != NULL)

@@ -105,6 +105,10 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p,
  * re-plan left out (its id into `id`), if any. */
 bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size);
 
+/* Under c->lock: the first step after job `job_id`'s move ran: workers that left and whose
+ * blocks that move took are told to go (COMMAND_SHUTDOWN) and counted dead. */
+void coord_jobs_shutdown_left(coord *c, const char *job_id);
+
 /* A driver thread's turn for a running job: profiles the workers its plan left out when due,
  * then evaluates a re-plan when marked (coord_jobs_rebalance). Takes c->lock itself. */
 void coord_jobs_rebalance_tick(coord *c, const char *id);

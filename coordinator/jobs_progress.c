@@ -165,6 +165,7 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         coord_store_job_set_reason(c->store, p->job_id, note, NULL);
         SC_LOG_INFO(LOG, "job %s: %s", p->job_id, note);
         p->moved_from_s = 0;
+        coord_jobs_shutdown_left(c, p->job_id);
     }
     /* the job is as far as its slowest replica of any stage */
     uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;

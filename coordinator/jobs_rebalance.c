@@ -205,7 +205,7 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
         /* its own, and those an earlier re-plan left out (free, alive, profiled for it) */
         bool free_known = w->job_id[0] == '\0' && w->state == COORD_WORKER_ALIVE &&
                           coord_speeds_known(c->speeds, p->job_id, w->rec.id);
-        if (strcmp(w->job_id, p->job_id) != 0 && !free_known)
+        if ((strcmp(w->job_id, p->job_id) != 0 && !free_known) || w->leaving)
             continue;
         coord_chosen_worker *cw = &ws[n];
         sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
@@ -245,6 +245,12 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
  * replica furthest off its baseline, into buf. Under c->lock. */
 static void describe_change(coord *c, const coord_progress *p, char *buf, size_t size)
 {
+    if (p->leaving[0]) {
+        const coord_worker *w = coord_registry_find(c->registry, p->leaving);
+        sc_strfmt(buf, size, "worker %s ('%s') leaves: its blocks move to the others", p->leaving,
+                  w != NULL ? w->rec.name : "?");
+        return;
+    }
     int bs = -1, bk = -1;
     double worst = 0;
     for (int s = 0; s < p->n_stages; s++) {
@@ -364,12 +370,16 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     }
     double cost = MOVE_FIXED_S + 3 * bytes / (slowest > 0 ? slowest : 1e8); /* params, m, v */
     double saved = (current - out->new_s) * (double)(steps > done ? steps - done : 0);
-    bool worth = out->gain > GAIN_MIN && saved > cost;
+    /* moves in a row ask for more: a gain that does not last is noise the plan chases */
+    pthread_mutex_lock(&c->lock);
+    double needed = coord_speeds_gain_needed(c->speeds, job_id, GAIN_MIN);
+    pthread_mutex_unlock(&c->lock);
+    bool worth = out->gain > needed && saved > cost;
     if (dry_run || (!force && !worth)) {
         sc_strfmt(out->message, sizeof out->message,
-                  "%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%; saves "
-                  "%.3g s over %llu steps, a move costs about %.3g s)%s",
-                  change, current, out->new_s, 100 * out->gain, saved,
+                  "%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%, "
+                  "%.0f%% needed; saves %.3g s over %llu steps, a move costs about %.3g s)%s",
+                  change, current, out->new_s, 100 * out->gain, 100 * needed, saved,
                   (unsigned long long)(steps > done ? steps - done : 0), cost,
                   dry_run ? ": dry run, nothing changed" : ": not worth a move");
         pthread_mutex_lock(&c->lock);
@@ -415,9 +425,11 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     sc_strfmt(p->why, sizeof p->why,
               "%s%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%); "
               "detected in %.2f s, planned in %.1f ms",
-              force ? "rebalance asked for: " : "", change, current, out->new_s, 100 * out->gain,
+              force && !p->leaving[0] ? "rebalance asked for: " : "", change, current, out->new_s, 100 * out->gain,
               detect, 1e3 * plan_s);
     send_pause(c, p);
+    if (!force)
+        coord_speeds_note_move(c->speeds, job_id);
     out->started = true;
     sc_strfmt(out->message, sizeof out->message, "rebalancing after step %llu: %s",
               (unsigned long long)p->pause_step, p->why);
@@ -445,7 +457,8 @@ static size_t held(coord *c, const coord_progress *p)
  * out by a re-plan), or, for an elastic job below its most, any alive free worker. */
 static bool candidate(coord *c, const coord_progress *p, const coord_worker *w, size_t have)
 {
-    if (w->job_id[0] != '\0' || w->state != COORD_WORKER_ALIVE || w->rec.hardware_len == 0)
+    if (w->job_id[0] != '\0' || w->state != COORD_WORKER_ALIVE || w->leaving ||
+        w->rec.hardware_len == 0)
         return false;
     return coord_speeds_known(c->speeds, p->job_id, w->rec.id) ||
            (p->workers_max > 0 && have < p->workers_max);
@@ -569,14 +582,55 @@ void coord_jobs_rebalance_tick(coord *c, const char *id)
         probe_left_out(c, id);
     pthread_mutex_lock(&c->lock);
     p = coord_jobs_progress(c, id);
-    bool evaluate = p != NULL && p->evaluate;
+    bool evaluate = p != NULL && p->evaluate, leaving = p != NULL && p->leaving[0];
     pthread_mutex_unlock(&c->lock);
     if (!evaluate)
         return;
     coord_rebalance_result res;
     sc_err err;
     sc_err_clear(&err);
-    if (coord_jobs_rebalance(c, id, false, false, &res, &err) != SC_OK)
+    if (coord_jobs_rebalance(c, id, leaving, false, &res, &err) != SC_OK)
         SC_LOG_INFO(LOG, "job %s: no rebalance: %s", id, err.msg);
     free(res.plan_json);
+}
+
+bool coord_jobs_worker_leaving(coord *c, coord_worker *w)
+{
+    coord_progress *p = w->job_id[0] ? coord_jobs_progress(c, w->job_id) : NULL;
+    if (p == NULL || p->finished || p->pause_step != 0 || p->leaving[0] ||
+        p->workers_min == 0 || held(c, p) <= p->workers_min || w->rec.hardware_len == 0)
+        return false;
+    Stagecraft__HardwareReport *hw =
+        stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+    bool serves = hw != NULL && hw->state_endpoint != NULL && hw->state_endpoint[0];
+    if (hw != NULL)
+        stagecraft__hardware_report__free_unpacked(hw, NULL);
+    if (!serves)
+        return false; /* an older worker: its blocks cannot be taken from it */
+    w->leaving = true;
+    sc_strlcpy(p->leaving, w->rec.id, sizeof p->leaving);
+    p->evaluate = true;
+    p->changed_s = sc_clock_now_s();
+    SC_LOG_INFO(LOG, "job %s: worker %s ('%s') leaves; moving its blocks to the others first",
+                p->job_id, w->rec.id, w->rec.name);
+    pthread_cond_broadcast(&c->wake);
+    return true;
+}
+
+void coord_jobs_shutdown_left(coord *c, const char *job_id)
+{
+    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+        coord_worker *w = coord_registry_at(c->registry, i);
+        /* its job moved off it (the new plan does not hold it), or it was freed */
+        if (!w->leaving || w->state != COORD_WORKER_ALIVE ||
+            (w->job_id[0] != '\0' && strcmp(w->job_id, job_id) != 0))
+            continue;
+        w->job_id[0] = '\0';
+        SC_LOG_INFO(LOG, "worker %s (%s) handed its blocks over; it may go", w->rec.id,
+                    w->rec.name);
+        coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_SHUTDOWN, "",
+                                   0, NULL, NULL);
+        w->state = COORD_WORKER_DEAD; /* it must register again to come back */
+        w->leaving = false;
+    }
 }

@@ -47,7 +47,8 @@ static bool wanted(const coord_jobspec *spec, const coord_worker *w)
  * holds it is the caller's check. */
 static bool usable(const coord_jobspec *spec, const coord_worker *w)
 {
-    if (w->state != COORD_WORKER_ALIVE || !wanted(spec, w) || w->rec.hardware_len == 0)
+    if (w->state != COORD_WORKER_ALIVE || w->leaving || !wanted(spec, w) ||
+        w->rec.hardware_len == 0)
         return false;
     Stagecraft__HardwareReport *hw =
         stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);

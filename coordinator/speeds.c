@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_util.h"
 
 typedef struct {
@@ -14,8 +15,12 @@ typedef struct {
     double ref; /* busy seconds per profiled second when first measured; 0: not yet */
 } worker_speed;
 
+#define MOVE_WINDOW_S 60.0
+
 struct coord_speeds {
     char job_id[COORD_ID_MAX];
+    double last_move_s; /* sc_clock_now_s() of its last rebalance decided by itself */
+    int streak;         /* such moves in a row, each within MOVE_WINDOW_S of the last */
     worker_speed *w;
     size_t n;
     coord_speeds *next;
@@ -202,4 +207,25 @@ double coord_profile_total_s(const char *profile_json)
     }
     json_decref(root);
     return total;
+}
+
+void coord_speeds_note_move(coord_speeds *all, const char *job_id)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j == NULL)
+        return;
+    double now = sc_clock_now_s();
+    j->streak = j->last_move_s > 0 && now - j->last_move_s < MOVE_WINDOW_S ? j->streak + 1 : 1;
+    j->last_move_s = now;
+}
+
+double coord_speeds_gain_needed(const coord_speeds *all, const char *job_id, double base)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    if (j == NULL || j->last_move_s <= 0 || sc_clock_now_s() - j->last_move_s >= MOVE_WINDOW_S)
+        return base;
+    double needed = base;
+    for (int i = 0; i < j->streak && needed < 0.8; i++)
+        needed *= 2;
+    return needed < 0.8 ? needed : 0.8;
 }

@@ -52,6 +52,14 @@ double coord_speeds_work_s(const coord_speeds *all, const char *job_id, const ch
  * (coord_speeds_keep) clears it. Returns the reference. */
 double coord_speeds_reference(coord_speeds *all, const char *job_id, const char *id, double ratio);
 
+/* A rebalance of job `job_id` was decided by itself (not asked for): moves in a row (each
+ * within MOVE_WINDOW_S of the one before) raise the gain the next one needs. */
+void coord_speeds_note_move(coord_speeds *all, const char *job_id);
+
+/* The predicted gain job `job_id`'s next rebalance needs: `base`, doubled for each move in the
+ * current row, at most 0.8. */
+double coord_speeds_gain_needed(const coord_speeds *all, const char *job_id, double base);
+
 /* Forgets job `job_id`'s model (it ended). */
 void coord_speeds_drop(coord_speeds **all, const char *job_id);
 

@@ -661,9 +661,10 @@ static ctl_outcome handle_control(wk_agent *a, Stagecraft__ControlEnvelope *env,
 
 /* Tells the coordinator this worker leaves (a heartbeat in state "leaving") and waits up to
  * LEAVE_WAIT_MS for its acknowledgement, so the message is not lost with the socket; whatever
- * else arrives meanwhile is dropped: the worker is stopping. */
+ * else arrives meanwhile is dropped: the worker is stopping. Returns whether the coordinator
+ * asks it to stay until its blocks have moved (HeartbeatAck.drain). */
 #define LEAVE_WAIT_MS 1000
-static void say_leaving(wk_agent *a)
+static bool say_leaving(wk_agent *a)
 {
     pthread_mutex_lock(&a->shared.lock);
     sc_strlcpy(a->shared.state, "leaving", sizeof a->shared.state);
@@ -679,13 +680,47 @@ static void say_leaving(wk_agent *a)
             continue;
         bool acked = env->body_case == STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK &&
                      env->heartbeat_ack->echo_seq == seq;
+        bool drain = acked && env->heartbeat_ack->drain;
         sc_ctl_envelope_free(&env);
         if (acked) {
-            SC_LOG_INFO(LOG, "the coordinator knows this worker leaves");
-            return;
+            SC_LOG_INFO(LOG, "the coordinator knows this worker leaves%s",
+                        drain ? "; it stays until its blocks have moved to the others" : "");
+            return drain;
         }
     }
     SC_LOG_WARN(LOG, "the coordinator did not acknowledge that this worker leaves");
+    return false;
+}
+
+/* After say_leaving asked to stay: goes on heartbeating ("leaving"), obeying commands (the
+ * pause of the job's move) and sending reports, while the block server hands the stage's blocks
+ * over, until the coordinator's SHUTDOWN or DRAIN_MAX_MS. */
+#define DRAIN_MAX_MS 60000
+static void drain(wk_agent *a)
+{
+    uint64_t now = sc_clock_now_ns(), end = now + DRAIN_MAX_MS * 1000000ull, next_hb = now;
+    uint64_t interval_ns = (uint64_t)a->heartbeat_ms * 1000000ull;
+    uint64_t last_ack = now;
+    ctl_outcome outcome = CTL_OK;
+    while (outcome == CTL_OK && (now = sc_clock_now_ns()) < end) {
+        if (now >= next_hb) {
+            send_heartbeat(a);
+            next_hb = now + interval_ns;
+        }
+        char peer[SC_CTL_PEER_ID_MAX];
+        Stagecraft__ControlEnvelope *env = NULL;
+        sc_err err;
+        sc_err_clear(&err);
+        if (sc_ctl_recv(a->ctl, 20, peer, &env, &err) == SC_OK) {
+            outcome = handle_control(a, env, &last_ack);
+            sc_ctl_envelope_free(&env);
+        }
+        send_reports(a);
+    }
+    if (outcome == CTL_SHUTDOWN)
+        SC_LOG_INFO(LOG, "blocks handed over; leaving");
+    else
+        SC_LOG_WARN(LOG, "leaving after %d s without the coordinator's word", DRAIN_MAX_MS / 1000);
 }
 
 static bool sleep_unless_stopped(uint64_t ms, volatile sig_atomic_t *stop)
@@ -756,7 +791,8 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             send_reports(a);
         }
         if (*stop && outcome == CTL_OK) {
-            say_leaving(a);
+            if (say_leaving(a))
+                drain(a);
             break;
         }
         if (outcome == CTL_SHUTDOWN)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # An elastic job ("workers": {"min": 1, "max": 3}) starts on the two workers there are, grows
 # onto a third that joins while it runs (profiled, then a rebalance moves blocks onto it), and
-# goes on when that worker leaves (recovery from its last checkpoint on the two left); it ends
+# goes on when that worker leaves (its blocks move to the two left before it goes); it ends
 # with the same parameters as the same job on two fixed workers. A job that asks for more than
 # there are still waits for its least.
 # Usage: test_elastic.sh PATH/TO/stagecraft
@@ -47,12 +47,23 @@ wait_for 120 grown && pass "it grew onto the worker that joined ($(n_workers $jo
     fail "$job does not use c: $(history $job)"
 history $job | grep -q "^rebalancing:" && pass "by a rebalance" || fail "history: $(history $job)"
 
-# 3. the worker leaves: the job goes on without it
+# 3. the worker leaves: its blocks move to the others first, and the job goes on without it,
+# losing no step
+had=$(history $job | grep -c "^rebalancing:")
 kill -TERM "$c_pid"
 wait "$c_pid"
+rc=$?
+[ $rc -eq 0 ] && grep -q "blocks handed over; leaving" "$work/c.log" &&
+    pass "c stayed until its blocks were taken, then left (exit 0)" ||
+    fail "c exited $rc: $(tail -n 5 "$work/c.log")"
 left() { ! uses $job "$c" && is_state $job running; }
-wait_for 120 left && pass "c left and the job goes on on $(n_workers $job) workers" ||
+wait_for 120 left && pass "the job goes on on $(n_workers $job) workers" ||
     fail "$job is $(job_state $job): $(history $job)"
+h=$(history $job)
+[ "$(grep -c "^rebalancing:" <<<"$h")" -gt "$had" ] &&
+    grep -q "^rebalancing: worker $c ('c') leaves: its blocks move to the others" <<<"$h" &&
+    ! grep -q "^recovering" <<<"$h" &&
+    pass "by a rebalance, without recovering from a checkpoint" || fail "history: $h"
 wait_for 300 is_state $job succeeded || fail "$job is $(job_state $job): $(field $job reason)"
 
 # 4. the same job on two fixed workers ends with the same parameters (within rounding: the
