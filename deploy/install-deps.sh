@@ -20,6 +20,7 @@ packages=(
     libjansson-dev
     libsqlite3-dev
     iproute2 jq
+    shellcheck
 )
 
 missing=()
