@@ -37,6 +37,38 @@ timeout 120 "$kv" --strict --quiet "$work/bad.yaml" >"$work/bad.log" 2>&1 &&
     { grep -q hostNetwrk "$work/bad.log" && pass "a misspelled field is an error: $(cat "$work/bad.log")"; } ||
     fail "a misspelled field: $(cat "$work/bad.log")"
 
+# The worker pod's script, taken out of the manifest: it parses, passes ShellCheck, and with
+# two GPUs visible starts two workers, each with its own state folder on the node; the first
+# to fail ends the pod with its exit status (fake nvidia-smi and stagecraft on PATH).
+"$work/venv/bin/python" - "$manifest" >"$work/pod.sh" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "DaemonSet":
+        print(d["spec"]["template"]["spec"]["containers"][0]["args"][0])
+PY
+bash -n "$work/pod.sh" && pass "the worker pod's script parses" || fail "the worker pod's script does not parse"
+if command -v shellcheck >/dev/null 2>&1; then
+    out=$(shellcheck -s bash -S warning "$work/pod.sh" 2>&1) && pass "the worker pod's script passes ShellCheck" ||
+        fail "ShellCheck on the worker pod's script: $out"
+fi
+mkdir -p "$work/bin"
+printf '#!/bin/sh\necho "GPU 0: fake (UUID: GPU-0)"\necho "GPU 1: fake (UUID: GPU-1)"\n' >"$work/bin/nvidia-smi"
+cat >"$work/bin/stagecraft" <<'FAKE'
+#!/bin/bash
+echo "$*" >>"$FAKE_LOG"
+[ "$3" = cuda:1 ] && { sleep 1; exit 3; }
+trap 'exit 0' TERM
+while :; do sleep 0.1; done
+FAKE
+chmod +x "$work/bin/nvidia-smi" "$work/bin/stagecraft"
+FAKE_LOG=$work/fake.log NODE_NAME=node-a HOST_IP=10.0.0.9 PATH=$work/bin:$PATH timeout 30 bash "$work/pod.sh"
+rc=$?
+[ $rc -eq 3 ] && pass "a failed worker ends the pod with its exit status (3)" || fail "the pod's script exited $rc"
+[ "$(sort "$work/fake.log")" = "worker --device cuda:0 --name node-a-cuda0 --state /var/lib/stagecraft-worker/node-a-cuda0 --listen 0.0.0.0:0 --advertise 10.0.0.9
+worker --device cuda:1 --name node-a-cuda1 --state /var/lib/stagecraft-worker/node-a-cuda1 --listen 0.0.0.0:0 --advertise 10.0.0.9" ] &&
+    pass "two GPUs: two workers, each with a state folder of its node and GPU, advertising the node's address" ||
+    fail "the pod started: $(cat "$work/fake.log")"
+
 # what the deployment needs is there
 y() { tr -d '\n' <"$manifest"; }
 grep -q '^kind: StatefulSet' "$manifest" && y | grep -q 'volumeClaimTemplates:.*name: state' &&
