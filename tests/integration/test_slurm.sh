@@ -50,6 +50,8 @@ if ! have_slurm; then
 fi
 
 # ---- a single-node cluster in $work/slurm
+loopback_only=
+[ -n "$(ip -4 -o addr show 2>/dev/null | awk '{print $4}' | grep -v '^127\.')" ] || loopback_only=1
 s=$work/slurm
 mkdir -p "$s/ctld" "$s/slurmd"
 chmod 700 "$work"
@@ -133,6 +135,11 @@ slurm_up=1
 node_idle() { [ "$(sl sinfo -h -n "$node" -o %t)" = idle ]; }
 if wait_for 60 node_idle; then
     pass "a single-node Slurm cluster is up ($(sl sinfo -h -o '%P %D %t %N'))"
+elif [ -n "$loopback_only" ]; then
+    # Slurm's daemons look their listening address up with AI_ADDRCONFIG, which finds none
+    # where loopback is the only interface
+    echo "skip: Slurm's daemons do not start on a host whose only interface is loopback: $(tail -n 2 "$work/slurmd.log")"
+    exit 77
 else
     fail "the Slurm node is not idle: $(sl sinfo -h 2>&1) $(tail -n 5 "$s/slurmctld.log" "$s/slurmd.log")"
     exit 1
@@ -145,6 +152,9 @@ export STAGECRAFT_COORDINATOR_PORT=$coord_port
 export STAGECRAFT_STATE_ROOT=$work/wstate
 export STAGECRAFT_LOG=info
 unset STAGECRAFT_COORDINATOR STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN
+# on a host with no address but loopback the coordinator refuses to pick one: this one-node
+# cluster can do with loopback
+[ -n "$loopback_only" ] && export STAGECRAFT_COORDINATOR_ADVERTISE=127.0.0.1
 # submit SCRIPT: sbatch it, print the Slurm job id
 submit() { sl sbatch --parsable --chdir="$work" "$slurm_dir/$1" | cut -d';' -f1; }
 slurm_state() { sl scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
@@ -163,7 +173,8 @@ STAGECRAFT_COORDINATOR=$(cat "$addr_file")
 STAGECRAFT_TOKEN=$(cat "$STAGECRAFT_COORDINATOR_DIR/client.token")
 export STAGECRAFT_COORDINATOR STAGECRAFT_TOKEN
 case $STAGECRAFT_COORDINATOR in
-127.*) fail "the coordinator advertises loopback: $STAGECRAFT_COORDINATOR" ;;
+127.*) [ -n "${STAGECRAFT_COORDINATOR_ADVERTISE:-}" ] ||
+    fail "the coordinator advertises loopback: $STAGECRAFT_COORDINATOR" ;;
 esac
 
 wjob=$(submit stagecraft-workers.sbatch)
