@@ -184,23 +184,25 @@ wait_for 60 worker_is "$node-cpu" alive &&
 [ -d "$STAGECRAFT_STATE_ROOT/$node-cpu" ] && pass "its state is in $STAGECRAFT_STATE_ROOT/$node-cpu" ||
     fail "no state folder $STAGECRAFT_STATE_ROOT/$node-cpu: $(ls "$STAGECRAFT_STATE_ROOT")"
 
-cat >"$work/job.json" <<'JSON'
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $((i * 7))"; done \
+    >"$work/text.txt"
+cat >"$work/job.json" <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "slurm",
- "model": {"kind": "mlp", "sizes": [64, 256, 256, 10]},
- "data": {"kind": "synthetic"}, "batch_size": 16, "microbatches": 2, "schedule": "1f1b",
- "strategy": "uniform", "workers": 1, "stages": 1, "steps": 3000, "seed": 5,
- "checkpoint_every": 20}
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 16, "layers": 2, "width": 32, "heads": 2},
+ "data": {"kind": "text", "path": "$work/text.txt"},
+ "batch_size": 8, "microbatches": 4, "schedule": "1f1b", "strategy": "uniform",
+ "workers": 1, "steps": 200, "seed": 7, "checkpoint_every": 10,
+ "optimizer": {"kind": "adamw", "lr": 0.003}}
 JSON
+wpid=$(cat "$STAGECRAFT_STATE_ROOT/$node-cpu/worker-$node-cpu.lock")
 "$sc" submit "$work/job.json" >/dev/null || fail "submit"
-wait_for 60 is_state job-1 running || fail "job-1 did not start: $(job_state job-1) $(field job-1 reason)"
 
 # Cancel the workers' job once a checkpoint is known. The steps take milliseconds: the worker
 # is frozen (its PID is in its lock file) as soon as the coordinator knows a checkpoint, so
 # that the job cannot end before the cancel; Slurm's cancel continues it (SIGCONT) and stops it
 # (SIGTERM).
-wpid=$(cat "$STAGECRAFT_STATE_ROOT/$node-cpu/worker-$node-cpu.lock")
-freeze_when_known 120 job-1 20 "$wpid" ||
-    fail "job-1 did not checkpoint step 20: $("$sc" status job-1 | sed -n 2,3p)"
+freeze_when_known 120 job-1 10 "$wpid" ||
+    fail "job-1 did not checkpoint step 10: $("$sc" status job-1 | sed -n 2,3p)"
 is_state job-1 running || is_state job-1 recovering ||
     fail "job-1 is $(job_state job-1) before the workers' Slurm job was cancelled"
 sl scancel "$wjob"
@@ -216,7 +218,7 @@ wait_for 30 is_state job-1 recovering &&
     fail "job-1 is $(job_state job-1): $(field job-1 reason)"
 
 wjob2=$(submit stagecraft-workers.sbatch)
-wait_for 180 is_state job-1 succeeded &&
+wait_for 300 is_state job-1 succeeded &&
     pass "the workers submitted again (Slurm job $wjob2): job-1 resumed and succeeded" ||
     fail "job-1 is $(job_state job-1): $(field job-1 reason); Slurm job $wjob2 is $(slurm_state "$wjob2")"
 grep -q "from the checkpoint of step" "$work/coordinator/coordinator-$cjob.log" &&
