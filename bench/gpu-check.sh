@@ -98,7 +98,8 @@ if [ -n "$debs" ]; then
     unpack_debs "$debs" "$root"
     lib=$(find "$root" -name 'libjansson.so*' -printf '%h\n' | head -1)
     export PKG_CONFIG_SYSROOT_DIR=$root
-    export PKG_CONFIG_LIBDIR=$(find "$root" -name '*.pc' -printf '%h\n' | sort -u | paste -sd:)
+    PKG_CONFIG_LIBDIR=$(find "$root" -name '*.pc' -printf '%h\n' | sort -u | paste -sd:)
+    export PKG_CONFIG_LIBDIR
     export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 fi

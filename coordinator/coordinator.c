@@ -7,8 +7,13 @@
  */
 #include "coordinator/coordinator.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +181,66 @@ static sc_status setup_curve(coord *c, sc_err *err)
     return sc_ctl_zap_start(&c->zap, c->zctx, allow_worker_key, c, err);
 }
 
+/* An IPv4 address other hosts may reach: not loopback (127/8), not link-local (169.254/16),
+ * not 0.0.0.0. */
+static bool routable_ipv4(const struct in_addr *a)
+{
+    uint32_t h = ntohl(a->s_addr);
+    return h != 0 && (h >> 24) != 127 && (h >> 16) != 0xA9FE;
+}
+
+/* The host workers on other machines reach the control endpoint at, for a coordinator
+ * listening on every interface without --advertise: the first up, non-loopback interface's
+ * IPv4 address, else the host name's non-loopback IPv4 address. Never a loopback address,
+ * which would send remote workers to themselves; SC_ERR_INVALID, naming --advertise, when
+ * there is none. */
+static sc_status pick_advertise_host(const char *listen, char *out, size_t n, sc_err *err)
+{
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+            if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET ||
+                !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+                continue;
+            const struct in_addr *a = &((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+            if (routable_ipv4(a) && inet_ntop(AF_INET, a, out, (socklen_t)n) != NULL) {
+                SC_LOG_INFO(LOG,
+                            "listening on every interface without --advertise: workers are "
+                            "told %s (interface %s, the first non-loopback one); give "
+                            "--advertise HOST to choose",
+                            out, i->ifa_name);
+                freeifaddrs(ifs);
+                return SC_OK;
+            }
+        }
+        freeifaddrs(ifs);
+    }
+    char name[256] = "";
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (gethostname(name, sizeof name - 1) == 0 && getaddrinfo(name, NULL, &hints, &res) == 0) {
+        for (struct addrinfo *r = res; r != NULL; r = r->ai_next) {
+            const struct in_addr *a = &((const struct sockaddr_in *)r->ai_addr)->sin_addr;
+            if (routable_ipv4(a) && inet_ntop(AF_INET, a, out, (socklen_t)n) != NULL) {
+                SC_LOG_INFO(LOG,
+                            "listening on every interface without --advertise: workers are "
+                            "told %s (the address of host name %s); give --advertise HOST to "
+                            "choose",
+                            out, name);
+                freeaddrinfo(res);
+                return SC_OK;
+            }
+        }
+        freeaddrinfo(res);
+    }
+    return SC_ERRF(err, SC_ERR_INVALID,
+                   "--listen %s listens on every interface, but this host has no address that "
+                   "other hosts can reach (its interfaces are loopback only and host name '%s' "
+                   "has no other address) to tell workers: give --advertise HOST, the name or "
+                   "address workers reach this host at, or --listen 127.0.0.1:PORT for workers "
+                   "on this host only",
+                   listen, name);
+}
+
 sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
 {
     *out = NULL;
@@ -196,6 +261,14 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     SC_CHECK_GOTO(
         sc_parse_hostport(cfg->listen_addr, true, "--listen", host, sizeof host, NULL, err), fail);
     /* settings first: a refused one leaves the state folder as it was (no token written) */
+    const char *adv = cfg->advertise_host;
+    char picked[INET_ADDRSTRLEN];
+    if (adv == NULL && (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0)) {
+        SC_CHECK_GOTO(pick_advertise_host(cfg->listen_addr, picked, sizeof picked, err), fail);
+        adv = picked;
+    } else if (adv == NULL) {
+        adv = host;
+    }
     SC_CHECK_GOTO(coord_registry_new(&c->registry, &cfg->registry, err), fail);
     /* one coordinator per state folder: a second would drive the same jobs */
     SC_CHECK_GOTO(lock_state_dir(c, err), fail);
@@ -203,9 +276,6 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     SC_CHECK_GOTO(setup_tokens(c, err), fail);
     SC_CHECK_GOTO(restore_workers(c, err), fail);
 
-    const char *adv = cfg->advertise_host;
-    if (adv == NULL)
-        adv = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 ? "127.0.0.1" : host;
     c->zctx = zmq_ctx_new();
     if (c->zctx == NULL) {
         rc = SC_ERRF(err, SC_ERR_ZMQ, "cannot create a ZeroMQ context");

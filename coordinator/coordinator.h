@@ -24,7 +24,9 @@ typedef struct coord coord;
 typedef struct {
     const char *listen_addr;    /* gRPC "HOST:PORT" (port 0: pick one) */
     const char *advertise_host; /* host workers reach the control endpoint at; default: the
-                                   listen host, or 127.0.0.1 when it is 0.0.0.0 */
+                                   listen host, or when that is 0.0.0.0 or [::] this host's
+                                   first non-loopback IPv4 address (coord_new refuses to
+                                   start when there is none) */
     const char *state_dir;      /* SQLite database and generated tokens */
     const char *join_token;     /* NULL: read or generate STATE/join.token */
     const char *client_token;   /* NULL: read or generate STATE/client.token */

@@ -20,6 +20,9 @@ packages=(
     libjansson-dev
     libsqlite3-dev
     iproute2 jq
+    # tests of the deploy files: shellcheck on every script, systemd-analyze verify on the
+    # units, a virtual environment for the Kubernetes schema check
+    shellcheck systemd python3-venv
 )
 
 missing=()

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Source this (". deploy/offline-env.sh DIR") to build and run stagecraft against an offline
 # bundle made by deploy/offline-bundle.sh: pkg-config finds the bundled .pc files (with DIR/root
 # as their sysroot), protoc-c and the shared libraries come from the bundle.

@@ -1,5 +1,6 @@
 # Shared helpers of the integration tests: a scratch folder, process cleanup, polling, checks.
 # Source it after setting `sc` to the stagecraft binary.
+# shellcheck shell=bash disable=SC2154 # sc is set by the script that sources this file
 set -u
 work=$(mktemp -d /tmp/sc-itest.XXXXXX)
 pids=()
@@ -40,8 +41,9 @@ start_coordinator() {
     local port
     port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$work/$name.log")
     export STAGECRAFT_COORDINATOR=127.0.0.1:$port
-    export STAGECRAFT_JOIN_TOKEN=$(cat "$state/join.token")
-    export STAGECRAFT_TOKEN=$(cat "$state/client.token")
+    STAGECRAFT_JOIN_TOKEN=$(cat "$state/join.token")
+    STAGECRAFT_TOKEN=$(cat "$state/client.token")
+    export STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN
 }
 
 # start_worker NAME [FLAGS...]: sets worker_pid.

@@ -32,6 +32,7 @@ JSON
 reason() { "$sc" status "$1" | sed -n 's/^state: *//p'; }
 # expect_failed WHAT PATTERN: the job fails within 30 s and its reason matches PATTERN (a glob)
 expect_failed() {
+    # shellcheck disable=SC2053 # $2 is a glob
     if wait_for 30 is_state "$job" failed && [[ $(reason "$job") == $2 ]]; then
         pass "$1: $(reason "$job" | cut -c1-160)"
     else

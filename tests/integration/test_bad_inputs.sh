@@ -11,6 +11,7 @@ expect_usage() {
     local what=$1 pattern=$2; shift 2
     local err rc
     err=$(timeout 20 "$@" 2>&1 >/dev/null); rc=$?
+    # shellcheck disable=SC2053 # $pattern is a glob
     if [ $rc -eq 2 ] && [[ $(echo "$err" | head -1) == $pattern ]]; then
         pass "$what"
     else

@@ -9,7 +9,6 @@ sc=${1:?usage: test_trace.sh PATH/TO/stagecraft}
 
 start_coordinator coord "$work/state"
 start_worker a
-pid_a=$worker_pid
 start_worker b
 pid_b=$worker_pid
 wait_alive 30 2 || fail "workers did not register"

@@ -125,7 +125,7 @@ cut_of() {
         sed -n 's/.*"count":[0-9]*,"sizes":\(\[[][0-9,]*\]\),"backward_sizes":\(\[[][0-9,]*\]\).*/\1 \2/p'
 }
 differs=""
-for try in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
     id=$("$sc" submit "$work/umpipe.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
     if ! wait_for 60 is_state "$id" succeeded; then
         fail "umpipe job $id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
@@ -182,7 +182,7 @@ sed 's/STRAT/pipedream/; s/"steps": 20}/"steps": 40, "schedule": "pipedream", "c
  "data": {"kind": "synthetic"}, "batch_size": 16, "strategy": "STRAT", "workers": 2, "steps": 20}
 JSON
 replicated=""
-for try in 1 2 3; do
+for _ in 1 2 3; do
     id=$("$sc" submit "$work/pd-repl.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
     if ! wait_for 60 is_state "$id" succeeded; then
         fail "pipedream replicated job $id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
