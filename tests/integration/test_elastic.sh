@@ -34,7 +34,7 @@ out=$("$sc" submit "$work/bad.json" 2>&1)
 # 2. it starts on the two workers there are, then grows onto a third
 spec elastic '{"min": 1, "max": 3}' 4000 >"$work/elastic.json"
 "$sc" submit "$work/elastic.json" >/dev/null || fail "submit"
-job=job-1
+job="job-1"
 wait_for 120 is_state $job running || fail "$job is $(job_state $job): $(field $job reason)"
 [ "$(n_workers $job)" -le 2 ] && pass "it starts on $(n_workers $job) of the 2 workers there are" ||
     fail "it runs on $(n_workers $job) workers"
