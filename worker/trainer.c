@@ -390,6 +390,16 @@ static sc_status connect_all(wk_trainer *t, sc_err *err)
     return rc;
 }
 
+/* A report of this stage after `step`, its other figures zero. */
+static void report_init(const wk_trainer *t, uint64_t step, wk_trainer_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    stagecraft__iteration_report__init(&m->report);
+    m->report.stage = t->stage;
+    m->report.replica = t->replica;
+    m->report.step = step;
+}
+
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
  * paused there for a move, or their checkpoint files after a re-plan. */
@@ -457,11 +467,7 @@ static bool maybe_pause(wk_trainer *t, uint64_t step, const Stagecraft__Iteratio
         wk_block_server_keep(t->blocks, t->job_id, &im);
     rt_stage_image_clear(&im);
     wk_trainer_msg m;
-    memset(&m, 0, sizeof m);
-    stagecraft__iteration_report__init(&m.report);
-    m.report.stage = t->stage;
-    m.report.replica = t->replica;
-    m.report.step = step;
+    report_init(t, step, &m);
     m.report.loss = last->loss;
     m.report.checkpoint_step = last->checkpoint_step;
     m.report.parked = 1;
@@ -540,11 +546,7 @@ static void *train_main(void *arg)
         }
         atomic_store(&t->step, step);
         wk_trainer_msg m;
-        memset(&m, 0, sizeof m);
-        stagecraft__iteration_report__init(&m.report);
-        m.report.stage = t->stage;
-        m.report.replica = t->replica;
-        m.report.step = step;
+        report_init(t, step, &m);
         m.report.loss = rep.has_loss ? rep.loss : 0;
         m.report.iteration_s = rep.iteration_s;
         m.report.busy_s = rep.busy_s;

@@ -94,6 +94,21 @@ freeze_when_known() {
     knows
 }
 
+# need_lab TOOL...: skips the test (exit 77) where the uneven lab (deploy/lab) cannot be built:
+# not root, a tool missing (iproute2 and jq always, plus TOOLs), no network namespaces or no
+# cgroup hierarchy. Sets `lab` to the lab script.
+need_lab() {
+    skip() { echo "SKIP: $*"; exit 77; }
+    [ "$(id -u)" -eq 0 ] || skip "needs root"
+    local t probe=scl-probe$$
+    for t in ip tc jq unshare "$@"; do command -v "$t" >/dev/null 2>&1 || skip "needs $t"; done
+    ip netns add "$probe" 2>/dev/null || skip "cannot make network namespaces"
+    ip netns del "$probe"
+    grep -qE '^[^ ]+ [^ ]+ cgroup2? ' /proc/mounts || skip "no cgroup hierarchy mounted"
+    # shellcheck disable=SC2034 # for the test that sources this file
+    lab=$(cd "$(dirname "$0")/../../deploy/lab" && pwd)/lab
+}
+
 finish() {
     if [ "$failures" -ne 0 ]; then
         echo "$(basename "$0"): $failures failure(s)"

@@ -9,15 +9,7 @@
 # Usage: test_lab.sh PATH/TO/stagecraft
 sc=${1:?usage: test_lab.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
-lab=$(cd "$(dirname "$0")/../../deploy/lab" && pwd)/lab
-
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root"
-for t in ip tc jq taskset unshare; do command -v $t >/dev/null 2>&1 || skip "needs $t"; done
-probe=scl-probe$$
-ip netns add "$probe" 2>/dev/null || skip "cannot make network namespaces"
-ip netns del "$probe"
-grep -qE '^[^ ]+ [^ ]+ cgroup2? ' /proc/mounts || skip "no cgroup hierarchy mounted"
+need_lab taskset
 
 # a lab of this test's own: its name and subnet do not clash with a lab a user has up
 export STAGECRAFT_LAB_RUN=$work/run

@@ -10,15 +10,7 @@
 # Usage: test_rebalance_lab.sh PATH/TO/stagecraft
 sc=${1:?usage: test_rebalance_lab.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
-lab=$(cd "$(dirname "$0")/../../deploy/lab" && pwd)/lab
-
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root"
-for t in ip tc jq unshare od; do command -v $t >/dev/null 2>&1 || skip "needs $t"; done
-probe=scl-probe$$
-ip netns add "$probe" 2>/dev/null || skip "cannot make network namespaces"
-ip netns del "$probe"
-grep -qE '^[^ ]+ [^ ]+ cgroup2? ' /proc/mounts || skip "no cgroup hierarchy mounted"
+need_lab od
 
 export STAGECRAFT_LAB_RUN=$work/run
 name=r$((RANDOM % 10000))

@@ -4,21 +4,9 @@
 #include <stdbool.h>
 #include <string.h>
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 uint64_t wk_blocks_checksum(const float *params, size_t np, const float *state, size_t ns)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv1a(h, params, np * sizeof *params);
-    return fnv1a(h, state, ns * sizeof *state);
+    return rt_checkpoint_checksum(params, np, state, ns);
 }
 
 bool wk_blocks_job_id_ok(const char *job_id)

@@ -311,6 +311,8 @@ typedef struct {
 } rt_stage_image;
 
 void rt_stage_image_clear(rt_stage_image *im);
+/* FNV-1a 64 over the parameters then the state: a checkpoint's checksum (and a moved piece's). */
+uint64_t rt_checkpoint_checksum(const float *params, size_t np, const float *state, size_t ns);
 /* Reads a checkpoint file whole (header, sizes against the file's length, checksum); errors as
  * rt_runner_load's. */
 sc_status rt_stage_image_read(const char *path, rt_stage_image *im, sc_err *err);

@@ -66,7 +66,7 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-static uint64_t payload_checksum(const float *params, size_t np, const float *state, size_t ns)
+uint64_t rt_checkpoint_checksum(const float *params, size_t np, const float *state, size_t ns)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     h = fnv1a(h, params, np * sizeof *params);
@@ -183,7 +183,7 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
     h.nstate = r->nstate;
     SC_CHECK(newest_params(r, r->params, err));
     SC_CHECK(kn_stage_opt_state_to_host(r->st, r->state, err));
-    h.checksum = payload_checksum(r->params, r->np, r->state, r->nstate);
+    h.checksum = rt_checkpoint_checksum(r->params, r->np, r->state, r->nstate);
     FILE *f = fopen(tmp, "wb");
     if (f == NULL)
         return SC_ERRF(err, SC_ERR_IO, "%s: cannot create the checkpoint: %s", tmp,
@@ -252,7 +252,7 @@ sc_status rt_stage_image_read(const char *path, rt_stage_image *im, sc_err *err)
         rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated or oversized checkpoint", path);
         goto out;
     }
-    if (payload_checksum(im->params, h.nparams, im->state, h.nstate) != h.checksum) {
+    if (rt_checkpoint_checksum(im->params, h.nparams, im->state, h.nstate) != h.checksum) {
         rc = SC_ERRF(err, SC_ERR_PARSE, "%s: checksum mismatch (the file is corrupt)", path);
         goto out;
     }
