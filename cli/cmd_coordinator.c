@@ -24,7 +24,8 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
         O_CERT,
         O_KEY,
         O_CA,
-        O_PROFILE_TIMEOUT
+        O_PROFILE_TIMEOUT,
+        O_REPROFILE
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
@@ -39,6 +40,7 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
         {"tls-key", required_argument, NULL, O_KEY},
         {"tls-ca", required_argument, NULL, O_CA},
         {"profile-timeout-ms", required_argument, NULL, O_PROFILE_TIMEOUT},
+        {"reprofile-ms", required_argument, NULL, O_REPROFILE},
         {NULL, 0, NULL, 0},
     };
     coord_cfg cfg;
@@ -96,6 +98,11 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
             if (sc_parse_int64(optarg, 100, 3600000, "--profile-timeout-ms", &v, &err) != SC_OK)
                 return cli_report(self, &err);
             cfg.profile_timeout_ms = (uint32_t)v;
+            break;
+        case O_REPROFILE:
+            if (sc_parse_int64(optarg, 100, 86400000, "--reprofile-ms", &v, &err) != SC_OK)
+                return cli_report(self, &err);
+            cfg.reprofile_ms = (uint32_t)v;
             break;
         }
     }

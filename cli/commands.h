@@ -45,20 +45,22 @@ int cmd_topo(const cli_command *self, int argc, char **argv);
     "                              [--join-token-file FILE] [--token-file FILE]\n"                 \
     "                              [--heartbeat-ms MS] [--suspect-after N] [--dead-after N]\n"     \
     "                              [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]\n\n"              \
-    "Runs the coordinator: registers workers, takes jobs, profiles, plans and assigns stages.\n"  \
-    "  --state DIR            jobs (SQLite) and generated tokens live here; a restarted\n"        \
-    "                         coordinator resumes from it\n"                                      \
-    "  --listen HOST:PORT     gRPC address (default 127.0.0.1:7070); the ZeroMQ control\n"       \
-    "                         endpoint binds the same host on a free port\n"                      \
-    "  --advertise HOST       host name workers use to reach the control endpoint\n"              \
-    "  --join-token-file F    workers' join token (else STAGECRAFT_JOIN_TOKEN, else generated\n" \
-    "                         into DIR/join.token)\n"                                             \
-    "  --token-file F         client token for submit/cancel (else STAGECRAFT_TOKEN, else\n"     \
-    "                         generated into DIR/client.token)\n"                                 \
-    "  --heartbeat-ms MS      heartbeat interval workers are told to use (default 1000)\n"       \
-    "  --suspect-after N      missed heartbeats before a worker is suspect (default 3)\n"        \
-    "  --dead-after N         missed heartbeats before it is dead (default 5)\n"                 \
-    "  --profile-timeout-ms MS  deadline of one worker's profiling (default 60000)\n"            \
+    "Runs the coordinator: registers workers, takes jobs, profiles, plans and assigns stages.\n"   \
+    "  --state DIR            jobs (SQLite) and generated tokens live here; a restarted\n"         \
+    "                         coordinator resumes from it\n"                                       \
+    "  --listen HOST:PORT     gRPC address (default 127.0.0.1:7070); the ZeroMQ control\n"         \
+    "                         endpoint binds the same host on a free port\n"                       \
+    "  --advertise HOST       host name workers use to reach the control endpoint\n"               \
+    "  --join-token-file F    workers' join token (else STAGECRAFT_JOIN_TOKEN, else generated\n"   \
+    "                         into DIR/join.token)\n"                                              \
+    "  --token-file F         client token for submit/cancel (else STAGECRAFT_TOKEN, else\n"       \
+    "                         generated into DIR/client.token)\n"                                  \
+    "  --heartbeat-ms MS      heartbeat interval workers are told to use (default 1000)\n"         \
+    "  --suspect-after N      missed heartbeats before a worker is suspect (default 3)\n"          \
+    "  --dead-after N         missed heartbeats before it is dead (default 5)\n"                   \
+    "  --profile-timeout-ms MS  deadline of one worker's profiling (default 60000)\n"              \
+    "  --reprofile-ms MS      how often a running job profiles free workers it could use\n"        \
+    "                         (left out by a re-plan, or joining an elastic job; 10000)\n"         \
     "  --tls-cert/--tls-key/--tls-ca  serve gRPC over TLS (mutual when --tls-ca is given)\n"
 int cmd_coordinator(const cli_command *self, int argc, char **argv);
 

@@ -252,6 +252,8 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     c->state_lock_fd = -1;
     if (c->cfg.profile_timeout_ms == 0)
         c->cfg.profile_timeout_ms = 60000;
+    if (c->cfg.reprofile_ms == 0)
+        c->cfg.reprofile_ms = 10000;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->wake, NULL);
     sc_strlcpy(c->listen_addr, cfg->listen_addr, sizeof c->listen_addr);

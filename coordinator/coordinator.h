@@ -34,6 +34,9 @@ typedef struct {
     sc_rpc_tls tls;
     size_t max_message_bytes;   /* 0: the RPC layer's default */
     uint32_t profile_timeout_ms;/* per Worker.Profile call; default 60000 */
+    uint32_t reprofile_ms;      /* how often a running job profiles again the free workers it
+                                   could use (left out by a re-plan; an elastic job's newcomers);
+                                   default 10000 */
 } coord_cfg;
 
 /* Opens the state, restores workers and jobs, binds the gRPC and control endpoints and starts

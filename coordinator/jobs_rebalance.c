@@ -45,7 +45,6 @@
 #define PERSIST 6          /* steps a change must last (reports of the last stage in a row) */
 #define PAUSE_AHEAD 2      /* the pause step: this far past the furthest replica's step */
 #define MOVE_FIXED_S 2.0   /* a move's cost besides the bytes: pausing, assigning, connecting */
-#define PROBE_EVERY_S 10.0 /* how often workers a re-plan left out are profiled again */
 
 /* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
  * (2: its work takes twice what it profiled; 0: unknown yet): busy time per profiled second of
@@ -481,7 +480,7 @@ bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
         if (p->finished || p->pause_step != 0)
             continue;
         if (!p->probe && p->rebalance_auto && p->base_n[0][0] >= BASE_N &&
-            now - p->probed_s >= PROBE_EVERY_S && has_candidates(c, p)) {
+            now - p->probed_s >= c->cfg.reprofile_ms / 1000.0 && has_candidates(c, p)) {
             p->probe = true;
             p->probed_s = now;
         }
