@@ -69,6 +69,21 @@ static void test_worker_names_and_defaults(void **state)
     assert_string_equal(spec.strategy, "hetero");
     assert_string_equal(spec.optimizer, "adamw");
     assert_int_equal(spec.seed, 1);
+    assert_int_equal(spec.workers_min, 0); /* a fixed count */
+    assert_true(spec.rebalance_auto);
+    coord_jobspec_clear(&spec);
+
+    /* an elastic job, rebalanced only when asked */
+    const char *elastic = "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"e\","
+                          " \"model\": {\"kind\": \"mlp\", \"sizes\": [4, 2]},"
+                          " \"data\": {\"kind\": \"synthetic\"}, \"batch_size\": 8,"
+                          " \"workers\": {\"min\": 2, \"max\": 5}, \"steps\": 3,"
+                          " \"rebalance\": \"off\"}";
+    assert_int_equal(coord_jobspec_parse("job.json", elastic, strlen(elastic), &spec, &err), SC_OK);
+    assert_int_equal(spec.workers, 5);
+    assert_int_equal(spec.workers_min, 2);
+    assert_null(spec.worker_names);
+    assert_false(spec.rebalance_auto);
     coord_jobspec_clear(&spec);
 }
 
@@ -117,7 +132,13 @@ static void test_bad_specs(void **state)
                  "\"batch_size\": 8192, \"microbatches\": 1",
                  "expected a divisor of batch_size in [2, 8192]");
     expect_error("\"workers\": 4", "\"workers\": \"four\"",
-                 "$.workers: expected a worker count (1 to 1024) or a list of worker names");
+                 "$.workers: expected a worker count (1 to 1024), a list of worker names, or "
+                 "{\"min\": M, \"max\": N} (an elastic job)");
+    expect_error("\"workers\": 4", "\"workers\": {\"min\": 0, \"max\": 2}",
+                 "$.workers.min: expected an integer in [1, 1024], got 0");
+    expect_error("\"workers\": 4", "\"workers\": {\"min\": 2}", "$.workers: missing required");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"rebalance\": \"sometimes\",",
+                 "$.rebalance: expected one of \"auto\", \"off\"");
     expect_error("\"workers\": 4", "\"workers\": [\"a\", \"a\"]",
                  "$.workers[1]: worker \"a\" is listed twice");
     expect_error("\"steps\": 200", "\"steps\": -1", "$.steps: expected an integer");
