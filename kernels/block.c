@@ -57,7 +57,9 @@
 static sc_status ln_fwd(kn_ctx *c, const kn_block *blk, float *out, float *mean, float *rstd,
                         const float *x, const float *w, const float *b, int N, int C, sc_err *err)
 {
-    DISPATCH("layernorm forward", kn_layernorm_forward_cpu(out, mean, rstd, x, w, b, N, C),
+    DISPATCH("layernorm forward",
+             CPU_PICK(kn_layernorm_forward_fast(out, mean, rstd, x, w, b, N, C),
+                      kn_layernorm_forward_cpu(out, mean, rstd, x, w, b, N, C)),
              kn_layernorm_forward_cuda(c, out, mean, rstd, x, w, b, N, C));
     return SC_OK;
 }
@@ -67,7 +69,8 @@ static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, fl
                         const float *rstd, int N, int C, sc_err *err)
 {
     DISPATCH("layernorm backward",
-             kn_layernorm_backward_cpu(dx, dw, db, dout, x, w, mean, rstd, N, C),
+             CPU_PICK(kn_layernorm_backward_fast(dx, dw, db, dout, x, w, mean, rstd, N, C),
+                      kn_layernorm_backward_cpu(dx, dw, db, dout, x, w, mean, rstd, N, C)),
              kn_layernorm_backward_cuda(c, dx, dw, db, dout, x, w, mean, rstd, N, C));
     return SC_OK;
 }
@@ -102,8 +105,10 @@ static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, f
 static sc_status residual_fwd(kn_ctx *c, const kn_block *blk, float *out, const float *a,
                               const float *b, size_t n, sc_err *err)
 {
-    DISPATCH("residual forward", kn_residual_forward_cpu(out, a, b, n),
-             kn_residual_forward_cuda(c, out, a, b, n));
+    DISPATCH(
+        "residual forward",
+        CPU_PICK(kn_residual_forward_fast(out, a, b, n), kn_residual_forward_cpu(out, a, b, n)),
+        kn_residual_forward_cuda(c, out, a, b, n));
     return SC_OK;
 }
 
@@ -111,7 +116,8 @@ static sc_status ce_fwd(kn_ctx *c, const kn_block *blk, float *losses, float *pr
                         const int32_t *targets, int N, int V, sc_err *err)
 {
     DISPATCH("cross-entropy forward",
-             kn_crossentropy_forward_cpu(losses, probs, probs, targets, N, V),
+             CPU_PICK(kn_crossentropy_forward_fast(losses, probs, probs, targets, N, V),
+                      kn_crossentropy_forward_cpu(losses, probs, probs, targets, N, V)),
              kn_crossentropy_forward_cuda(c, losses, probs, probs, targets, N, V));
     return SC_OK;
 }
@@ -120,7 +126,8 @@ static sc_status ce_bwd(kn_ctx *c, const kn_block *blk, float *dlogits, const fl
                         const int32_t *targets, float dloss, int N, int V, sc_err *err)
 {
     DISPATCH("cross-entropy backward",
-             kn_crossentropy_backward_cpu(dlogits, probs, targets, dloss, N, V),
+             CPU_PICK(kn_crossentropy_backward_fast(dlogits, probs, targets, dloss, N, V),
+                      kn_crossentropy_backward_cpu(dlogits, probs, targets, dloss, N, V)),
              kn_crossentropy_backward_cuda(c, dlogits, probs, targets, dloss, N, V));
     return SC_OK;
 }
@@ -228,8 +235,10 @@ static sc_status mlp_forward(kn_ctx *c, const kn_block *blk, const float *p, con
     size_t n4 = 4 * (size_t)BT * C;
     CHK(ln_fwd(c, blk, s.ln, s.mean, s.rstd, x, lnw, lnb, BT, C, err));
     CHK(lin_fwd(c, blk, s.fch, s.ln, fcw, fcb, BT, C, 4 * C, err));
-    DISPATCH("gelu forward", kn_gelu_forward_cpu(s.fchg, s.fch, n4),
-             kn_gelu_forward_cuda(c, s.fchg, s.fch, n4));
+    DISPATCH(
+        "gelu forward",
+        CPU_PICK(kn_gelu_forward_fast(s.fchg, s.fch, n4), kn_gelu_forward_cpu(s.fchg, s.fch, n4)),
+        kn_gelu_forward_cuda(c, s.fchg, s.fch, n4));
     CHK(lin_fwd(c, blk, out, s.fchg, projw, projb, BT, 4 * C, C, err));
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
@@ -247,7 +256,9 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, const float *p, fl
     float *dfch = ws, *dln = dfch + 4 * BTC;
     CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
     CHK(lin_bwd(c, blk, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
-    DISPATCH("gelu backward", kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC),
+    DISPATCH("gelu backward",
+             CPU_PICK(kn_gelu_backward_fast(dfch, s.fch, dfch, 4 * BTC),
+                      kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC)),
              kn_gelu_backward_cuda(c, dfch, s.fch, dfch, 4 * BTC));
     CHK(lin_bwd(c, blk, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
     return ln_bwd(c, blk, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);

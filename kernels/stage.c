@@ -614,8 +614,8 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
                                             o->beta2, o->eps, wd, st->t);
                 else
 #endif
-                    kn_adamw_step_cpu(p, g, m, v, tn->count, o->lr, o->beta1, o->beta2, o->eps, wd,
-                                      st->t);
+                    (st->ctx->cpu_fast ? kn_adamw_step_fast : kn_adamw_step_cpu)(
+                        p, g, m, v, tn->count, o->lr, o->beta1, o->beta2, o->eps, wd, st->t);
             } else {
                 float *v = st->opt + off;
 #ifdef SC_HAVE_CUDA

@@ -1,6 +1,8 @@
 /*
  * kn threads: the process's CPU thread count and its default from the affinity mask and the
- * cgroup CPU quota (threads_cpu.h). Applies the count to OpenBLAS when the build has it.
+ * cgroup CPU quota (threads_cpu.h), applied to OpenBLAS when the build has it; and the pool that
+ * runs kn_cpu_parallel_for's ranges: threads started on first need, asleep on a condition
+ * variable between calls (no spinning: the BLAS's own threads share the same cores).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "kernels/threads_cpu.h"
@@ -8,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,4 +154,92 @@ int kn_cpu_threads(void)
     if (atomic_load(&threads) == 0)
         pthread_once(&default_once, set_default);
     return atomic_load(&threads);
+}
+
+/* --- the pool ---------------------------------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t use;  /* held by the one caller using the pool */
+    pthread_mutex_t lock; /* guards the fields below */
+    pthread_cond_t work, done;
+    int started;              /* pool threads running */
+    unsigned long generation; /* bumped per call: the threads' signal to look */
+    kn_range_fn fn;
+    void *arg;
+    size_t n, ranges;
+    int pending; /* pool threads still on this call */
+} pool = {.use = PTHREAD_MUTEX_INITIALIZER,
+          .lock = PTHREAD_MUTEX_INITIALIZER,
+          .work = PTHREAD_COND_INITIALIZER,
+          .done = PTHREAD_COND_INITIALIZER};
+
+static void run_range(kn_range_fn fn, void *arg, size_t n, size_t ranges, size_t r)
+{
+    size_t begin = n * r / ranges, end = n * (r + 1) / ranges;
+    if (end > begin)
+        fn(arg, begin, end);
+}
+
+static void *pool_main(void *p)
+{
+    size_t index = (size_t)(uintptr_t)p; /* runs range index + 1 */
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        while (pool.generation == seen)
+            pthread_cond_wait(&pool.work, &pool.lock);
+        seen = pool.generation;
+        kn_range_fn fn = pool.fn;
+        void *arg = pool.arg;
+        size_t n = pool.n, ranges = pool.ranges;
+        pthread_mutex_unlock(&pool.lock);
+        if (index + 1 < ranges)
+            run_range(fn, arg, n, ranges, index + 1);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0)
+            pthread_cond_signal(&pool.done);
+    }
+    return NULL;
+}
+
+void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg)
+{
+    size_t ranges = (size_t)kn_cpu_threads();
+    if (grain < 1)
+        grain = 1;
+    if (ranges > n / grain)
+        ranges = n / grain;
+    if (ranges <= 1 || pthread_mutex_trylock(&pool.use) != 0) {
+        if (n > 0)
+            fn(arg, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&pool.lock);
+    while ((size_t)pool.started + 1 < ranges) { /* grow to ranges - 1 threads */
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_main, (void *)(uintptr_t)pool.started);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break;
+        pool.started++;
+    }
+    if ((size_t)pool.started + 1 < ranges) /* fewer threads than asked for: use those */
+        ranges = (size_t)pool.started + 1;
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.n = n;
+    pool.ranges = ranges;
+    pool.pending = pool.started;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.lock);
+    run_range(fn, arg, n, ranges, 0);
+    pthread_mutex_lock(&pool.lock);
+    while (pool.pending > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.use);
 }

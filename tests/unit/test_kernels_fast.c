@@ -1,9 +1,9 @@
 /*
- * kernels fast path: the CPU fast kernels (BLAS products) against the reference kernels, op by
- * op and for whole training steps, within a stated tolerance (they add in another order, so
- * not bit for bit); the spec's "cpu_kernels" choice reaching a stage's context; the thread count
- * and its errors. Without BLAS in the build the fast path is the reference, and the same
- * comparisons hold exactly.
+ * kernels fast path: the CPU fast kernels (BLAS products, threaded and vectorised elementwise
+ * kernels) against the reference kernels, op by op and for whole training steps, within a stated
+ * tolerance (they add in another order, so not bit for bit); the spec's "cpu_kernels" choice
+ * reaching a stage's context; the thread count and its errors. Without BLAS in the build the
+ * fast products are the reference's, and a stage runs the reference throughout.
  *
  * Tolerance: every element within TOL * (1 + the largest magnitude of its tensor), TOL = 2e-5
  * for one op (sums of at most a few hundred float products), 1e-4 for a whole training step.
@@ -20,11 +20,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/activation.h"
 #include "kernels/attention.h"
 #include "kernels/conv2d.h"
+#include "kernels/crossentropy.h"
 #include "kernels/device.h"
+#include "kernels/layernorm.h"
 #include "kernels/linear.h"
 #include "kernels/model.h"
+#include "kernels/optim.h"
 #include "kernels/stage.h"
 #include "kernels/threads_cpu.h"
 
@@ -170,6 +174,94 @@ static void test_conv2d_fast(void **state)
     (void)state;
     conv_case(2, (kn_conv2d_shape){3, 9, 7, 5, 3, 1, 1});
     conv_case(1, (kn_conv2d_shape){4, 8, 8, 6, 3, 2, 0});
+}
+
+/* Elementwise kernels at the sizes of a real step, so that several threads share them (the
+ * test runs them with 3 threads, the pool's case whatever the machine). */
+static void elementwise_cases(void)
+{
+    size_t n = 3 * 16384 + 5; /* several ranges and a tail */
+    float *x = rnd(n), *d = rnd(n), *ref = rnd(n), *fast = rnd(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] *= 6.0f; /* GELU over [-6, 6): both saturated ends */
+    kn_gelu_forward_cpu(ref, x, n);
+    kn_gelu_forward_fast(fast, x, n);
+    assert_close(fast, ref, n, OP_TOL, "gelu forward");
+    kn_gelu_backward_cpu(ref, x, d, n);
+    kn_gelu_backward_fast(fast, x, d, n);
+    assert_close(fast, ref, n, OP_TOL, "gelu backward");
+    kn_residual_forward_cpu(ref, x, d, n);
+    kn_residual_forward_fast(fast, x, d, n);
+    assert_memory_equal(fast, ref, n * sizeof *ref); /* the reference's own loop */
+
+    /* AdamW: the reference's loop on each range, so the same bits */
+    float *p1 = rnd(n), *p2 = copy_of(p1, n), *m1 = rnd(n), *m2 = copy_of(m1, n);
+    float *v1 = rnd(n), *v2;
+    for (size_t i = 0; i < n; i++)
+        v1[i] = fabsf(v1[i]);
+    v2 = copy_of(v1, n);
+    kn_adamw_step_cpu(p1, d, m1, v1, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
+    kn_adamw_step_fast(p2, d, m2, v2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 3);
+    assert_memory_equal(p2, p1, n * sizeof *p1);
+    assert_memory_equal(m2, m1, n * sizeof *m1);
+    assert_memory_equal(v2, v1, n * sizeof *v1);
+    free(x), free(d), free(ref), free(fast), free(p1), free(p2), free(m1), free(m2), free(v1);
+    free(v2);
+
+    /* LayerNorm: rows of an odd width, the input gradient and parameter gradients accumulate */
+    int N = 301, C = 77;
+    size_t nc = (size_t)N * C;
+    float *in = rnd(nc), *w = rnd(C), *b = rnd(C), *dout = rnd(nc);
+    float *o1 = rnd(nc), *o2 = rnd(nc), *mean1 = rnd(N), *mean2 = rnd(N), *rs1 = rnd(N);
+    float *rs2 = rnd(N);
+    kn_layernorm_forward_cpu(o1, mean1, rs1, in, w, b, N, C);
+    kn_layernorm_forward_fast(o2, mean2, rs2, in, w, b, N, C);
+    assert_close(o2, o1, nc, OP_TOL, "layernorm forward");
+    assert_close(mean2, mean1, N, OP_TOL, "layernorm mean");
+    assert_close(rs2, rs1, N, OP_TOL, "layernorm rstd");
+    float *dx1 = rnd(nc), *dx2 = copy_of(dx1, nc), *dw1 = rnd(C), *dw2 = copy_of(dw1, C);
+    float *db1 = rnd(C), *db2 = copy_of(db1, C);
+    kn_layernorm_backward_cpu(dx1, dw1, db1, dout, in, w, mean1, rs1, N, C);
+    kn_layernorm_backward_fast(dx2, dw2, db2, dout, in, w, mean1, rs1, N, C);
+    assert_close(dx2, dx1, nc, OP_TOL, "layernorm input gradient");
+    assert_close(dw2, dw1, C, 1e-4, "layernorm weight gradient"); /* sums of 301 terms */
+    assert_close(db2, db1, C, 1e-4, "layernorm bias gradient");
+    free(in), free(w), free(b), free(dout), free(o1), free(o2), free(mean1), free(mean2);
+    free(rs1), free(rs2), free(dx1), free(dx2), free(dw1), free(dw2), free(db1), free(db2);
+
+    /* cross-entropy: logits spread wide (probabilities that underflow), aliasing as block.c */
+    int V = 1031;
+    N = 37;
+    size_t nv = (size_t)N * V;
+    float *z1 = rnd(nv), *z2, *l1 = rnd(N), *l2 = rnd(N), *g1 = rnd(nv), *g2 = rnd(nv);
+    int32_t *tg = malloc((size_t)N * sizeof *tg);
+    assert_non_null(tg);
+    for (size_t i = 0; i < nv; i++)
+        z1[i] *= 40.0f;
+    for (int i = 0; i < N; i++)
+        tg[i] = (int32_t)((i * 389) % V);
+    z2 = copy_of(z1, nv);
+    kn_crossentropy_forward_cpu(l1, z1, z1, tg, N, V);
+    kn_crossentropy_forward_fast(l2, z2, z2, tg, N, V);
+    assert_close(l2, l1, N, OP_TOL, "cross-entropy losses");
+    assert_close(z2, z1, nv, OP_TOL, "cross-entropy probabilities");
+    kn_crossentropy_backward_cpu(g1, z1, tg, 0.25f, N, V);
+    kn_crossentropy_backward_fast(g2, z1, tg, 0.25f, N, V);
+    assert_memory_equal(g2, g1, nv * sizeof *g1);
+    free(z1), free(z2), free(l1), free(l2), free(g1), free(g2), free(tg);
+}
+
+static void test_elementwise_fast(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    elementwise_cases(); /* the default threads */
+    assert_int_equal(kn_cpu_set_threads(3, "threads", &err), SC_OK);
+    elementwise_cases();
+    assert_int_equal(kn_cpu_set_threads(1, "threads", &err), SC_OK);
+    elementwise_cases();
+    assert_int_equal(kn_cpu_set_threads(0, "threads", &err), SC_OK);
 }
 
 /* --- whole training steps ------------------------------------------------------------------- */
@@ -318,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_linear_fast),
         cmocka_unit_test(test_attention_fast),
         cmocka_unit_test(test_conv2d_fast),
+        cmocka_unit_test(test_elementwise_fast),
         cmocka_unit_test(test_training_step_fast),
         cmocka_unit_test(test_cpu_kernels_choice),
     };
