@@ -1,13 +1,17 @@
 /*
  * Causal multi-head self-attention on the CPU: the reference (the specification of attention.cu,
- * fixed order of additions) and the fast path (each head's four products on the BLAS; the
- * reference when the build has none). Rows of att above the diagonal are stored as zeros, so att
+ * fixed order of additions) and the fast path (each head's four products on the BLAS, its
+ * softmax rows on the process's threads with a vector exp; the reference when the build has no
+ * BLAS). Rows of att above the diagonal are stored as zeros, so att
  * is a plain (T,T) matrix per head.
  */
 #include "kernels/attention.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "kernels/threads_cpu.h"
+#include "kernels/vec_cpu.h"
 
 #ifdef SC_HAVE_BLAS
 #include <cblas.h>
@@ -108,23 +112,69 @@ void kn_attention_backward_cpu(float *dqkv, float *ws, const float *dout, const 
 
 /* --- fast path: the four products of each head on the BLAS ---------------------------------- */
 
-/* Row t of one head's scores (t2 <= t live, the rest set to 0) becomes its softmax. */
-static void causal_softmax_row(float *a, int t, int T)
+#ifdef SC_HAVE_BLAS
+/* One head's (T,T) rows, for the pool: softmax rows in the forward, the softmax gradient in the
+ * backward. */
+typedef struct {
+    float *g;       /* forward: the scores, turned into probabilities; backward: d(att) */
+    const float *a; /* backward: the probabilities */
+    float scale;
+    int T;
+} rows_args;
+
+/* rows [t0, t1): row t keeps t2 <= t (softmax of the scores), the rest 0 */
+KN_VECTOR_CLONES
+static void softmax_rows(void *p, size_t t0, size_t t1)
 {
-    float maxv = -INFINITY;
-    for (int t2 = 0; t2 <= t; t2++)
-        maxv = a[t2] > maxv ? a[t2] : maxv;
-    float sum = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) {
-        a[t2] = expf(a[t2] - maxv);
-        sum += a[t2];
+    const rows_args *r = p;
+    int T = r->T;
+    for (int t = (int)t0; t < (int)t1; t++) {
+        float *a = r->g + (size_t)t * T;
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++)
+            maxv = a[t2] > maxv ? a[t2] : maxv;
+        kn_v8 acc = {0};
+        int t2 = 0;
+        for (; t2 + 8 <= t + 1; t2 += 8) {
+            kn_v8 v;
+            V8_LOAD(v, a + t2);
+            V8_EXP(v, v - maxv);
+            V8_STORE(a + t2, v);
+            acc += v;
+        }
+        float sum =
+            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; t2 <= t; t2++) {
+            a[t2] = expf(a[t2] - maxv);
+            sum += a[t2];
+        }
+        float inv = 1.0f / sum;
+        for (t2 = 0; t2 <= t; t2++)
+            a[t2] *= inv;
+        for (t2 = t + 1; t2 < T; t2++)
+            a[t2] = 0.0f;
     }
-    float inv = 1.0f / sum;
-    for (int t2 = 0; t2 <= t; t2++)
-        a[t2] *= inv;
-    for (int t2 = t + 1; t2 < T; t2++)
-        a[t2] = 0.0f;
 }
+
+/* rows [t0, t1): g = a (g - sum(a g)) scale for t2 <= t, 0 above the diagonal */
+KN_VECTOR_CLONES
+static void softmax_grad_rows(void *p, size_t t0, size_t t1)
+{
+    const rows_args *r = p;
+    int T = r->T;
+    for (int t = (int)t0; t < (int)t1; t++) {
+        const float *ar = r->a + (size_t)t * T;
+        float *gr = r->g + (size_t)t * T;
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            dot += ar[t2] * gr[t2];
+        for (int t2 = 0; t2 <= t; t2++)
+            gr[t2] = ar[t2] * (gr[t2] - dot) * r->scale;
+        for (int t2 = t + 1; t2 < T; t2++)
+            gr[t2] = 0.0f;
+    }
+}
+#endif
 
 void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH)
@@ -139,8 +189,8 @@ void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, 
             /* scores (T,T) = scale q k^T, all of it: the causal half is what the rows keep */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld,
                         0.0f, a, T);
-            for (int t = 0; t < T; t++)
-                causal_softmax_row(a + (size_t)t * T, t, T);
+            rows_args rows = {a, NULL, 0.0f, T};
+            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_rows, &rows);
             /* out (T,hs) = att v */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, ld,
                         0.0f, out + (size_t)b * T * C + h * hs, C);
@@ -171,17 +221,8 @@ void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const
                         dv, ld);
             /* softmax backward, row by row, with the score scale folded in; above the
              * diagonal att is 0, so is the gradient */
-            for (int t = 0; t < T; t++) {
-                const float *ar = a + (size_t)t * T;
-                float *gr = g + (size_t)t * T;
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++)
-                    dot += ar[t2] * gr[t2];
-                for (int t2 = 0; t2 <= t; t2++)
-                    gr[t2] = ar[t2] * (gr[t2] - dot) * scale;
-                for (int t2 = t + 1; t2 < T; t2++)
-                    gr[t2] = 0.0f;
-            }
+            rows_args rows = {g, a, scale, T};
+            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_grad_rows, &rows);
             /* dq (T,hs) = g k; dk (T,hs) = g^T q */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, k, ld,
                         0.0f, dq, ld);
