@@ -6,8 +6,15 @@
 # and the ratio (PyTorch's step time over stagecraft's: above 1, stagecraft is faster); then the
 # 256x768x768 GEMM: the layer's forward, OpenBLAS's own sgemm and torch.mm, in GFLOP/s.
 #
-# usage: bench/bench_cpu_vs_torch.sh BUILD_DIR [--steps N] [--venv DIR] [--models a,b,c]
-#   BUILD_DIR  a build with bench/bench_kernels (RelWithDebInfo or Release)
+# With --job, also what a user sees: a one-worker job (a coordinator and one `stagecraft worker
+# --threads N` on this machine, synthetic data, one micro-batch per step) trains the same model,
+# and its iteration time is read from `stagecraft status --json` near the job's end (batch /
+# samples_per_s over the last seconds: wall-clock, control and data overheads included), against
+# PyTorch's step; status's measured_iteration_s (the stage's own timing) is printed beside it.
+#
+# usage: bench/bench_cpu_vs_torch.sh BUILD_DIR [--steps N] [--venv DIR] [--models a,b,c] [--job]
+#   BUILD_DIR  a build with bench/bench_kernels (RelWithDebInfo or Release), and cli/stagecraft
+#              for --job
 #   --venv     where PyTorch is installed (default BUILD_DIR/bench-torch-venv): made with
 #              python3 -m venv and pip (the CPU wheel index, else PyPI) when it has no torch;
 #              without network or python3-venv the PyTorch column says "skipped"
@@ -21,11 +28,13 @@ shift
 steps=5
 venv=$build/bench-torch-venv
 models=a,b,c
+jobs=0
 while [ $# -gt 0 ]; do
     case $1 in
     --steps) steps=${2:?--steps N}; shift 2 ;;
     --venv) venv=${2:?--venv DIR}; shift 2 ;;
     --models) models=${2:?--models a,b,c}; shift 2 ;;
+    --job) jobs=1; shift ;;
     *) echo "bench_cpu_vs_torch: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -33,7 +42,13 @@ bk=$build/bench/bench_kernels
 [ -x "$bk" ] || { echo "bench_cpu_vs_torch: no $bk (build the bench_kernels target)" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+coord_pid="" worker_pid=""
+cleanup() {
+    [ -n "$worker_pid" ] && kill "$worker_pid" 2>/dev/null && wait "$worker_pid" 2>/dev/null
+    [ -n "$coord_pid" ] && kill "$coord_pid" 2>/dev/null && wait "$coord_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 # --- PyTorch, in its own virtual environment ------------------------------------------------
 py=""
@@ -61,6 +76,57 @@ spec() { # V T L C H -> a stagecraft-model file
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" | tail -1; }
 min() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "") print b; else if (b == "" || a < b) print a; else print b }'; }
 
+# row LABEL THREADS SC_MS TORCH_MS TOKENS_PER_STEP
+row() {
+    local tok ratio
+    tok=$(awk -v ms="$3" -v n="$5" 'BEGIN { printf "%.0f", n / ms * 1e3 }')
+    if [ -n "$4" ]; then
+        ratio=$(awk -v a="$4" -v b="$3" 'BEGIN { printf "%.2fx", a / b }')
+        printf '%-44s %7s %9.1f ms %9.1f ms %12s %8s\n' "$1" "$2" "$3" "$4" "$tok" "$ratio"
+    else
+        printf '%-44s %7s %9.1f ms %12s %12s %8s\n' "$1" "$2" "$3" skipped "$tok" -
+    fi
+}
+
+# job_iteration THREADS V T L C H BATCH STEPS: a one-worker job's iteration in ms (batch over
+# samples_per_s, read at 90% of its steps), then its stage's own measured iteration in ms
+sc=$build/cli/stagecraft
+job_iteration() {
+    local t=$1 V=$2 T=$3 L=$4 C=$5 H=$6 batch=$7 steps=$8
+    rm -rf "$tmp/state" "$tmp/wstate"
+    "$sc" coordinator --listen 127.0.0.1:0 --state "$tmp/state" >"$tmp/coord.log" 2>&1 &
+    coord_pid=$!
+    until grep -q "listening on port" "$tmp/coord.log"; do sleep 0.1; done
+    local port
+    port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$tmp/coord.log")
+    export STAGECRAFT_COORDINATOR=127.0.0.1:$port STAGECRAFT_JOIN_TOKEN=$(cat "$tmp/state/join.token")
+    export STAGECRAFT_TOKEN=$(cat "$tmp/state/client.token")
+    "$sc" worker --name w --state "$tmp/wstate" --threads "$t" >"$tmp/worker.log" 2>&1 &
+    worker_pid=$!
+    until "$sc" workers --json 2>/dev/null | grep -q '"alive"'; do sleep 0.2; done
+    cat >"$tmp/job.json" <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "cpu-vs-torch",
+ "model": {"kind": "gpt", "vocab": $V, "seq_len": $T, "layers": $L, "width": $C, "heads": $H},
+ "data": {"kind": "synthetic"}, "batch_size": $batch, "microbatches": 1, "workers": 1,
+ "steps": $steps, "optimizer": {"kind": "adamw", "lr": 0.0003}}
+JSON
+    local id st prev="" state
+    id=$("$sc" submit "$tmp/job.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
+    while :; do
+        st=$("$sc" status "$id" --json)
+        state=$(jq -r .state <<<"$st")
+        case $state in succeeded | failed | cancelled) break ;; esac
+        [ "$(jq -r .step <<<"$st")" -ge $((steps * 9 / 10)) ] 2>/dev/null && [ -z "$prev" ] && prev=$st
+        sleep 0.2
+    done
+    [ -n "$prev" ] || prev=$st
+    kill "$worker_pid" "$coord_pid" 2>/dev/null
+    wait "$worker_pid" "$coord_pid" 2>/dev/null || true
+    worker_pid="" coord_pid=""
+    [ "$state" = succeeded ] || { echo "job $state: $(jq -r .reason <<<"$st")" >&2; return; }
+    jq -r --argjson b "$batch" 'if .samples_per_s > 0 then "\($b / .samples_per_s * 1000) \(.measured_iteration_s * 1000)" else empty end' <<<"$prev"
+}
+
 printf '%-44s %7s %12s %12s %12s %8s\n' model threads "stagecraft" "PyTorch" "tokens/s sc" "ratio"
 for m in ${models//,/ }; do
     case $m in
@@ -73,10 +139,10 @@ for m in ${models//,/ }; do
     spec "$@"
     T=$2
     for t in 1 "$cores"; do
-        sc="" pt="" params=""
+        sck="" pt="" params=""
         for round in 1 2; do
             out=$("$bk" --model "$tmp/model.json" --batch "$batch" --steps "$steps" --threads "$t" --no-matmul)
-            sc=$(min "$sc" "$(echo "$out" | field step_ms)")
+            sck=$(min "$sck" "$(echo "$out" | field step_ms)")
             params=$(echo "$out" | field params)
             if [ -n "$py" ]; then
                 out=$("$py" "$here/bench_cpu_vs_torch.py" --threads "$t" --steps "$steps" \
@@ -87,12 +153,14 @@ for m in ${models//,/ }; do
                     echo "note: parameter counts differ: stagecraft $params, PyTorch $tparams"
             fi
         done
-        tok=$(awk -v ms="$sc" -v n=$((batch * T)) 'BEGIN { printf "%.0f", n / ms * 1e3 }')
-        if [ -n "$pt" ]; then
-            ratio=$(awk -v a="$pt" -v b="$sc" 'BEGIN { printf "%.2fx", a / b }')
-            printf '%-44s %7s %9.1f ms %9.1f ms %12s %8s\n' "$label ($params params)" "$t" "$sc" "$pt" "$tok" "$ratio"
-        else
-            printf '%-44s %7s %9.1f ms %12s %12s %8s\n' "$label ($params params)" "$t" "$sc" skipped "$tok" -
+        row "$label ($params params)" "$t" "$sck" "$pt" $((batch * T))
+        if [ "$jobs" = 1 ]; then
+            case $m in a) job_steps=600 ;; b) job_steps=40 ;; c) job_steps=8 ;; esac
+            js=$(job_iteration "$t" $dims "$batch" "$job_steps")
+            if [ -n "$js" ]; then
+                set -- $js
+                row "  one-worker job (stage alone $(printf %.1f "$2") ms)" "$t" "$1" "$pt" $((batch * T))
+            fi
         fi
     done
 done
