@@ -63,22 +63,21 @@ int cmd_topo(const cli_command *self, int argc, char **argv);
 int cmd_coordinator(const cli_command *self, int argc, char **argv);
 
 #define CMD_WORKER_USAGE                                                                           \
-    "usage: stagecraft worker [--coordinator HOST:PORT] [--device cpu|cuda:N] [--name NAME]\n"     \
-    "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n"       \
-    "                         [--threads N]\n\n"                                                   \
-    "Runs a worker agent for one device: registers with the coordinator, heartbeats, profiles\n"   \
-    "and runs the stages it is assigned. Re-registers when the coordinator comes back.\n"          \
-    "  --coordinator HOST:PORT  default STAGECRAFT_COORDINATOR, else 127.0.0.1:7070\n"             \
-    "  --device cpu|cuda:N      the device this worker drives (default cpu)\n"                     \
-    "  --name NAME              worker name (default HOSTNAME-DEVICE)\n"                           \
-    "  --listen HOST:PORT       this worker's gRPC service (default 127.0.0.1:0)\n"                \
-    "  --advertise HOST         host the coordinator dials this worker at\n"                       \
-    "  --state DIR              keeps the worker id across restarts (default .)\n"                 \
-    "  --join-token-file FILE   the coordinator's join token (else STAGECRAFT_JOIN_TOKEN)\n"       \
-    "  --tls-cert/--tls-key/--tls-ca  TLS for gRPC, as on the coordinator\n"                       \
-    "  --threads N              CPU threads of the kernels (default: the cores of this "           \
-    "process's\n"                                                                                  \
-    "                           affinity mask, capped by its cgroup CPU quota)\n"
+    "usage: stagecraft worker [--coordinator HOST:PORT] [--device cpu|cuda:N] [--name NAME]\n"    \
+    "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n"     \
+    "                         [--threads N]\n\n"                                                 \
+    "Runs a worker agent for one device: registers with the coordinator, heartbeats, profiles\n" \
+    "and runs the stages it is assigned. Re-registers when the coordinator comes back.\n"        \
+    "  --coordinator HOST:PORT  default STAGECRAFT_COORDINATOR, else 127.0.0.1:7070\n"            \
+    "  --device cpu|cuda:N      the device this worker drives (default cpu)\n"                    \
+    "  --name NAME              worker name (default HOSTNAME-DEVICE)\n"                          \
+    "  --listen HOST:PORT       this worker's gRPC service (default 127.0.0.1:0)\n"              \
+    "  --advertise HOST         host the coordinator dials this worker at\n"                      \
+    "  --state DIR              keeps the worker id across restarts (default .)\n"               \
+    "  --join-token-file FILE   the coordinator's join token (else STAGECRAFT_JOIN_TOKEN)\n"     \
+    "  --tls-cert/--tls-key/--tls-ca  TLS for gRPC, as on the coordinator\n"                    \
+    "  --threads N              CPU threads of the kernels (default: the cores of the\n"        \
+    "                           affinity mask, capped by the cgroup CPU quota)\n"
 int cmd_worker(const cli_command *self, int argc, char **argv);
 
 #define CMD_SUBMIT_USAGE                                                                           \
