@@ -117,7 +117,7 @@ JSON
         state=$(jq -r .state <<<"$st")
         case $state in succeeded | failed | cancelled) break ;; esac
         [ "$(jq -r .step <<<"$st")" -ge $((steps * 9 / 10)) ] 2>/dev/null && [ -z "$prev" ] && prev=$st
-        sleep 0.2
+        sleep 0.5 # status costs CPU too: not more often on a machine of few cores
     done
     [ -n "$prev" ] || prev=$st
     kill "$worker_pid" "$coord_pid" 2>/dev/null

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,6 +356,51 @@ static void test_training_step_fast(void **state)
     step_case(VGG(""), VGG(", \"cpu_kernels\": \"reference\""), 2);
 }
 
+/* Two stages of one process computing at the same time (as a worker's profiler beside its
+ * runner, or the stages of a one-process pipeline): the BLAS called from two threads and the
+ * pool refused to the second caller give the same bits as the same steps run one after the
+ * other (the fast path is deterministic for given shapes and threads). */
+typedef struct {
+    const kn_model *m;
+    int n;
+    float loss, *grads, *params;
+} step_job;
+
+static void *step_thread(void *p)
+{
+    step_job *j = p;
+    for (int r = 0; r < 3; r++) { /* long enough to overlap */
+        free(j->grads);
+        free(j->params);
+        j->grads = j->params = NULL;
+        j->loss = train_step(j->m, j->n, &j->grads, &j->params);
+    }
+    return NULL;
+}
+
+static void test_concurrent_stages(void **state)
+{
+    (void)state;
+    kn_model *m = model_from(GPT(""));
+    size_t np = kn_model_param_count(m);
+    step_job seq = {m, 3, 0, NULL, NULL}, par[2] = {{m, 3, 0, NULL, NULL}, {m, 3, 0, NULL, NULL}};
+    step_thread(&seq);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, step_thread, &par[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_true(par[i].loss == seq.loss);
+        assert_memory_equal(par[i].grads, seq.grads, np * sizeof(float));
+        assert_memory_equal(par[i].params, seq.params, np * sizeof(float));
+        free(par[i].grads);
+        free(par[i].params);
+    }
+    free(seq.grads);
+    free(seq.params);
+    kn_model_destroy(&m);
+}
+
 /* The spec's choice reaches the stage's context; a bad value names the valid ones. */
 static void test_cpu_kernels_choice(void **state)
 {
@@ -413,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_elementwise_fast),
         cmocka_unit_test(test_training_step_fast),
         cmocka_unit_test(test_cpu_kernels_choice),
+        cmocka_unit_test(test_concurrent_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
