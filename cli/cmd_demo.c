@@ -21,6 +21,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "kernels/device.h"
+#include "kernels/threads_cpu.h"
 
 #define DEMO_MAX_WORKERS 16
 #define DEMO_DEFAULT_DATA "/usr/share/common-licenses/GPL-3"
@@ -234,8 +235,13 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         else
             snprintf(dev, sizeof dev, "cpu");
         snprintf(wlog, sizeof wlog, "%s/worker-%d.log", procs.dir, i);
-        char *wargv[] = {"stagecraft", "worker", "--coordinator", addr,  "--name", name,
-                         "--device",   dev,      "--state",       state, NULL};
+        /* CPU workers share this machine's cores: each gets its part as kernel threads */
+        int per = kn_cpu_cores_available() / (int)workers;
+        char threads[16];
+        snprintf(threads, sizeof threads, "%d", per > 0 ? per : 1);
+        char *wargv[] = {"stagecraft", "worker", "--coordinator", addr,  "--name",    name,
+                         "--device",   dev,      "--state",       state, "--threads", threads,
+                         NULL};
         spawn(&procs, wlog, wargv);
     }
 

@@ -6,6 +6,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "common/sc_util.h"
+#include "kernels/threads_cpu.h"
 #include "worker/agent.h"
 
 int cmd_worker(const cli_command *self, int argc, char **argv)
@@ -20,7 +21,8 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         O_JOIN,
         O_CERT,
         O_KEY,
-        O_CA
+        O_CA,
+        O_THREADS
     };
     static const struct option opts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
@@ -33,11 +35,12 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         {"tls-cert", required_argument, NULL, O_CERT},
         {"tls-key", required_argument, NULL, O_KEY},
         {"tls-ca", required_argument, NULL, O_CA},
+        {"threads", required_argument, NULL, O_THREADS},
         {NULL, 0, NULL, 0},
     };
     wk_agent_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    const char *coord_flag = NULL, *join_file = NULL;
+    const char *coord_flag = NULL, *join_file = NULL, *threads = NULL;
     int c;
     while ((c = cli_getopt(self, argc, argv, opts)) != -1) {
         switch (c) {
@@ -73,12 +76,21 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         case O_CA:
             cfg.tls.ca_path = optarg;
             break;
+        case O_THREADS:
+            threads = optarg;
+            break;
         }
     }
     if (optind < argc)
         return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
     sc_err err;
     sc_err_clear(&err);
+    /* the CPU kernels' threads, for the stages and the profiles this worker runs */
+    int64_t nthreads = 0;
+    if (threads != NULL &&
+        (sc_parse_int64(threads, 1, KN_CPU_THREADS_MAX, "--threads", &nthreads, &err) != SC_OK ||
+         kn_cpu_set_threads((int)nthreads, "--threads", &err) != SC_OK))
+        return cli_usage_error(self, "%s", err.msg);
     if (cli_coordinator_addr(coord_flag, &cfg.coordinator, &err) != SC_OK ||
         (cfg.listen_addr != NULL &&
          sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK))

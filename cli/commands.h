@@ -66,7 +66,8 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv);
 
 #define CMD_WORKER_USAGE                                                                           \
     "usage: stagecraft worker [--coordinator HOST:PORT] [--device cpu|cuda:N] [--name NAME]\n"    \
-    "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n\n"   \
+    "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n"     \
+    "                         [--threads N]\n\n"                                                 \
     "Runs a worker agent for one device: registers with the coordinator, heartbeats, profiles\n" \
     "and runs the stages it is assigned. Re-registers when the coordinator comes back.\n"        \
     "  --coordinator HOST:PORT  default STAGECRAFT_COORDINATOR, else 127.0.0.1:7070\n"            \
@@ -76,7 +77,9 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv);
     "  --advertise HOST         host the coordinator dials this worker at\n"                      \
     "  --state DIR              keeps the worker id across restarts (default .)\n"               \
     "  --join-token-file FILE   the coordinator's join token (else STAGECRAFT_JOIN_TOKEN)\n"     \
-    "  --tls-cert/--tls-key/--tls-ca  TLS for gRPC, as on the coordinator\n"
+    "  --tls-cert/--tls-key/--tls-ca  TLS for gRPC, as on the coordinator\n"                    \
+    "  --threads N              CPU threads of the kernels (default: the cores of the\n"        \
+    "                           affinity mask, capped by the cgroup CPU quota)\n"
 int cmd_worker(const cli_command *self, int argc, char **argv);
 
 #define CMD_SUBMIT_USAGE                                                                           \

@@ -34,6 +34,32 @@ if(NOT STAGECRAFT_KERNELS_ONLY)
     endif()
 endif()
 
+# --- BLAS (optional, wanted) ------------------------------------------------------------
+# The CPU fast path runs its matrix products on OpenBLAS (Debian: libopenblas-dev, which
+# deploy/install-deps.sh installs). AUTO uses it when pkg-config finds it; without it the CPU
+# runs the reference kernels only (correct, several times slower), and configure says so.
+set(STAGECRAFT_BLAS "AUTO" CACHE STRING "CPU matrix products on OpenBLAS: AUTO, ON or OFF")
+set_property(CACHE STAGECRAFT_BLAS PROPERTY STRINGS AUTO ON OFF)
+set(SC_BLAS_ENABLED OFF)
+set(SC_BLAS_WHY "STAGECRAFT_BLAS=OFF")
+if(NOT STAGECRAFT_BLAS STREQUAL "OFF")
+    pkg_check_modules(SC_openblas QUIET IMPORTED_TARGET GLOBAL openblas)
+    if(SC_openblas_FOUND)
+        add_library(sc::blas ALIAS PkgConfig::SC_openblas)
+        set(SC_BLAS_ENABLED ON)
+        set(SC_FOUND_LIBS "${SC_FOUND_LIBS} openblas-${SC_openblas_VERSION}")
+    else()
+        set(SC_BLAS_WHY "pkg-config module 'openblas' not found: install the Debian package "
+                        "'libopenblas-dev' (or run deploy/install-deps.sh)")
+        if(STAGECRAFT_BLAS STREQUAL "ON")
+            message(FATAL_ERROR "STAGECRAFT_BLAS=ON but ${SC_BLAS_WHY}")
+        endif()
+    endif()
+endif()
+if(NOT SC_BLAS_ENABLED)
+    message(WARNING "stagecraft: CPU kernels without BLAS, reference only (${SC_BLAS_WHY})")
+endif()
+
 # --- CUDA + NCCL (optional) -------------------------------------------------------------
 set(STAGECRAFT_CUDA "AUTO" CACHE STRING "Build the CUDA parts: AUTO, ON or OFF")
 set_property(CACHE STAGECRAFT_CUDA PROPERTY STRINGS AUTO ON OFF)

@@ -25,6 +25,11 @@ void kn_relu_backward_cpu(float *dinp, const float *out, const float *dout, size
 void kn_residual_forward_cpu(float *out, const float *a, const float *b, size_t n);
 /* da += dout; db += dout (either may be NULL) */
 void kn_residual_backward_cpu(float *da, float *db, const float *dout, size_t n);
+/* The fast path (elementwise_fast_cpu.c): threaded; GELU vectorised, within rounding of the
+ * reference; the residual add the reference's bits. */
+void kn_gelu_forward_fast(float *out, const float *inp, size_t n);
+void kn_gelu_backward_fast(float *dinp, const float *inp, const float *dout, size_t n);
+void kn_residual_forward_fast(float *out, const float *a, const float *b, size_t n);
 
 #ifdef SC_HAVE_CUDA
 int kn_gelu_forward_cuda(kn_ctx *ctx, float *out, const float *inp, size_t n);

@@ -25,6 +25,11 @@ void kn_attention_forward_cpu(float *out, float *att, const float *qkv, int B, i
 /* dqkv (B,T,3C) = gradient (overwritten); ws: kn_attention_workspace_floats(.., 0) floats */
 void kn_attention_backward_cpu(float *dqkv, float *ws, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
+/* The same on the BLAS, results within rounding of the above (the reference without BLAS). */
+void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, int T, int C,
+                               int NH);
+void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH);
 
 #ifdef SC_HAVE_CUDA
 int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, float *ws, const float *qkv,

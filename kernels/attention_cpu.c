@@ -1,16 +1,26 @@
 /*
- * Causal multi-head self-attention, CPU reference (the specification of attention.cu).
- * Rows of att above the diagonal are stored as zeros, so att is a plain (T,T) matrix per head.
+ * Causal multi-head self-attention on the CPU: the reference (the specification of attention.cu,
+ * fixed order of additions) and the fast path (each head's four products on the BLAS, its
+ * softmax rows on the process's threads with a vector exp; the reference when the build has no
+ * BLAS). Rows of att above the diagonal are stored as zeros, so att
+ * is a plain (T,T) matrix per head.
  */
 #include "kernels/attention.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "kernels/threads_cpu.h"
+#include "kernels/vec_cpu.h"
+
+#ifdef SC_HAVE_BLAS
+#include <cblas.h>
+#endif
+
 size_t kn_attention_workspace_floats(int B, int T, int C, int NH, int on_gpu)
 {
     if (!on_gpu)
-        return (size_t)T; /* one row of d(att) */
+        return (size_t)T * T; /* d(att) of one head: a row in the reference, all in the fast path */
     /* q, k, v, y/dy and dq, dk, dv in (B,NH,T,hs) layout, plus d(att) (B,NH,T,T) */
     return 7 * (size_t)B * T * C + (size_t)B * NH * T * T;
 }
@@ -98,4 +108,129 @@ void kn_attention_backward_cpu(float *dqkv, float *ws, const float *dout, const 
             }
         }
     }
+}
+
+/* --- fast path: the four products of each head on the BLAS ---------------------------------- */
+
+#ifdef SC_HAVE_BLAS
+/* One head's (T,T) rows, for the pool: softmax rows in the forward, the softmax gradient in the
+ * backward. */
+typedef struct {
+    float *g;       /* forward: the scores, turned into probabilities; backward: d(att) */
+    const float *a; /* backward: the probabilities */
+    float scale;
+    int T;
+} rows_args;
+
+/* rows [t0, t1): row t keeps t2 <= t (softmax of the scores), the rest 0 */
+KN_VECTOR_CLONES
+static void softmax_rows(void *p, size_t t0, size_t t1)
+{
+    const rows_args *r = p;
+    int T = r->T;
+    for (int t = (int)t0; t < (int)t1; t++) {
+        float *a = r->g + (size_t)t * T;
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++)
+            maxv = a[t2] > maxv ? a[t2] : maxv;
+        kn_v8 acc = {0};
+        int t2 = 0;
+        for (; t2 + 8 <= t + 1; t2 += 8) {
+            kn_v8 v;
+            V8_LOAD(v, a + t2);
+            V8_EXP(v, v - maxv);
+            V8_STORE(a + t2, v);
+            acc += v;
+        }
+        float sum =
+            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for (; t2 <= t; t2++) {
+            a[t2] = expf(a[t2] - maxv);
+            sum += a[t2];
+        }
+        float inv = 1.0f / sum;
+        for (t2 = 0; t2 <= t; t2++)
+            a[t2] *= inv;
+        for (t2 = t + 1; t2 < T; t2++)
+            a[t2] = 0.0f;
+    }
+}
+
+/* rows [t0, t1): g = a (g - sum(a g)) scale for t2 <= t, 0 above the diagonal */
+KN_VECTOR_CLONES
+static void softmax_grad_rows(void *p, size_t t0, size_t t1)
+{
+    const rows_args *r = p;
+    int T = r->T;
+    for (int t = (int)t0; t < (int)t1; t++) {
+        const float *ar = r->a + (size_t)t * T;
+        float *gr = r->g + (size_t)t * T;
+        float dot = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++)
+            dot += ar[t2] * gr[t2];
+        for (int t2 = 0; t2 <= t; t2++)
+            gr[t2] = ar[t2] * (gr[t2] - dot) * r->scale;
+        for (int t2 = t + 1; t2 < T; t2++)
+            gr[t2] = 0.0f;
+    }
+}
+#endif
+
+void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, int T, int C,
+                               int NH)
+{
+#ifdef SC_HAVE_BLAS
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((size_t)b * NH + h) * T * T;
+            /* scores (T,T) = scale q k^T, all of it: the causal half is what the rows keep */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld,
+                        0.0f, a, T);
+            rows_args rows = {a, NULL, 0.0f, T};
+            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_rows, &rows);
+            /* out (T,hs) = att v */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, ld,
+                        0.0f, out + (size_t)b * T * C + h * hs, C);
+        }
+    }
+#else
+    kn_attention_forward_cpu(out, att, qkv, B, T, C, NH);
+#endif
+}
+
+void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const float *qkv,
+                                const float *att, int B, int T, int C, int NH)
+{
+#ifdef SC_HAVE_BLAS
+    int hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    float *g = ws; /* (T,T): d(att), then d(scores) */
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+            const float *a = att + ((size_t)b * NH + h) * T * T;
+            const float *d = dout + (size_t)b * T * C + h * hs;
+            float *dq = dqkv + (size_t)b * T * ld + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            /* d(att) (T,T) = dout v^T; dv (T,hs) = att^T dout */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f,
+                        g, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f,
+                        dv, ld);
+            /* softmax backward, row by row, with the score scale folded in; above the
+             * diagonal att is 0, so is the gradient */
+            rows_args rows = {g, a, scale, T};
+            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_grad_rows, &rows);
+            /* dq (T,hs) = g k; dk (T,hs) = g^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, k, ld,
+                        0.0f, dq, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, q, ld, 0.0f,
+                        dk, ld);
+        }
+    }
+#else
+    kn_attention_backward_cpu(dqkv, ws, dout, qkv, att, B, T, C, NH);
+#endif
 }

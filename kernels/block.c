@@ -42,12 +42,24 @@
 
 #define CHK(expr) SC_CHECK(expr)
 
+/* The CPU call of an op with a fast path: that path unless the context keeps to the reference
+ * kernels (device.h: kn_ctx_set_cpu_kernels). */
+#define CPU_PICK(fast_call, reference_call)                                                        \
+    do {                                                                                           \
+        if (c->cpu_fast)                                                                           \
+            fast_call;                                                                             \
+        else                                                                                       \
+            reference_call;                                                                        \
+    } while (0)
+
 /* --- op wrappers ---------------------------------------------------------------------------- */
 
 static sc_status ln_fwd(kn_ctx *c, const kn_block *blk, float *out, float *mean, float *rstd,
                         const float *x, const float *w, const float *b, int N, int C, sc_err *err)
 {
-    DISPATCH("layernorm forward", kn_layernorm_forward_cpu(out, mean, rstd, x, w, b, N, C),
+    DISPATCH("layernorm forward",
+             CPU_PICK(kn_layernorm_forward_fast(out, mean, rstd, x, w, b, N, C),
+                      kn_layernorm_forward_cpu(out, mean, rstd, x, w, b, N, C)),
              kn_layernorm_forward_cuda(c, out, mean, rstd, x, w, b, N, C));
     return SC_OK;
 }
@@ -57,7 +69,8 @@ static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, fl
                         const float *rstd, int N, int C, sc_err *err)
 {
     DISPATCH("layernorm backward",
-             kn_layernorm_backward_cpu(dx, dw, db, dout, x, w, mean, rstd, N, C),
+             CPU_PICK(kn_layernorm_backward_fast(dx, dw, db, dout, x, w, mean, rstd, N, C),
+                      kn_layernorm_backward_cpu(dx, dw, db, dout, x, w, mean, rstd, N, C)),
              kn_layernorm_backward_cuda(c, dx, dw, db, dout, x, w, mean, rstd, N, C));
     return SC_OK;
 }
@@ -65,7 +78,9 @@ static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, fl
 static sc_status lin_fwd(kn_ctx *c, const kn_block *blk, float *out, const float *x, const float *w,
                          const float *b, int N, int IC, int OC, sc_err *err)
 {
-    DISPATCH("linear forward", kn_linear_forward_cpu(out, x, w, b, N, IC, OC),
+    DISPATCH("linear forward",
+             CPU_PICK(kn_linear_forward_fast(out, x, w, b, N, IC, OC),
+                      kn_linear_forward_cpu(out, x, w, b, N, IC, OC)),
              kn_linear_forward_cuda(c, out, x, w, b, N, IC, OC));
     return SC_OK;
 }
@@ -76,9 +91,13 @@ static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, f
                          sc_err *err)
 {
     if (dx != NULL)
-        DISPATCH("linear backward (input)", kn_linear_backward_input_cpu(dx, dout, w, N, IC, OC),
+        DISPATCH("linear backward (input)",
+                 CPU_PICK(kn_linear_backward_input_fast(dx, dout, w, N, IC, OC),
+                          kn_linear_backward_input_cpu(dx, dout, w, N, IC, OC)),
                  kn_linear_backward_input_cuda(c, dx, dout, w, N, IC, OC));
-    DISPATCH("linear backward (weight)", kn_linear_backward_weight_cpu(dw, db, dout, x, N, IC, OC),
+    DISPATCH("linear backward (weight)",
+             CPU_PICK(kn_linear_backward_weight_fast(dw, db, dout, x, N, IC, OC),
+                      kn_linear_backward_weight_cpu(dw, db, dout, x, N, IC, OC)),
              kn_linear_backward_weight_cuda(c, dw, db, dout, x, N, IC, OC));
     return SC_OK;
 }
@@ -86,8 +105,10 @@ static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, f
 static sc_status residual_fwd(kn_ctx *c, const kn_block *blk, float *out, const float *a,
                               const float *b, size_t n, sc_err *err)
 {
-    DISPATCH("residual forward", kn_residual_forward_cpu(out, a, b, n),
-             kn_residual_forward_cuda(c, out, a, b, n));
+    DISPATCH(
+        "residual forward",
+        CPU_PICK(kn_residual_forward_fast(out, a, b, n), kn_residual_forward_cpu(out, a, b, n)),
+        kn_residual_forward_cuda(c, out, a, b, n));
     return SC_OK;
 }
 
@@ -95,7 +116,8 @@ static sc_status ce_fwd(kn_ctx *c, const kn_block *blk, float *losses, float *pr
                         const int32_t *targets, int N, int V, sc_err *err)
 {
     DISPATCH("cross-entropy forward",
-             kn_crossentropy_forward_cpu(losses, probs, probs, targets, N, V),
+             CPU_PICK(kn_crossentropy_forward_fast(losses, probs, probs, targets, N, V),
+                      kn_crossentropy_forward_cpu(losses, probs, probs, targets, N, V)),
              kn_crossentropy_forward_cuda(c, losses, probs, probs, targets, N, V));
     return SC_OK;
 }
@@ -104,7 +126,8 @@ static sc_status ce_bwd(kn_ctx *c, const kn_block *blk, float *dlogits, const fl
                         const int32_t *targets, float dloss, int N, int V, sc_err *err)
 {
     DISPATCH("cross-entropy backward",
-             kn_crossentropy_backward_cpu(dlogits, probs, targets, dloss, N, V),
+             CPU_PICK(kn_crossentropy_backward_fast(dlogits, probs, targets, dloss, N, V),
+                      kn_crossentropy_backward_cpu(dlogits, probs, targets, dloss, N, V)),
              kn_crossentropy_backward_cuda(c, dlogits, probs, targets, dloss, N, V));
     return SC_OK;
 }
@@ -171,7 +194,9 @@ static sc_status attn_forward(kn_ctx *c, const kn_block *blk, const float *p, co
     (void)ws; /* only the CUDA attention needs scratch in the forward */
     CHK(ln_fwd(c, blk, s.ln, s.mean, s.rstd, x, ln1w, ln1b, BT, C, err));
     CHK(lin_fwd(c, blk, s.qkv, s.ln, qkvw, qkvb, BT, C, 3 * C, err));
-    DISPATCH("attention forward", kn_attention_forward_cpu(s.atty, s.att, s.qkv, B, T, C, NH),
+    DISPATCH("attention forward",
+             CPU_PICK(kn_attention_forward_fast(s.atty, s.att, s.qkv, B, T, C, NH),
+                      kn_attention_forward_cpu(s.atty, s.att, s.qkv, B, T, C, NH)),
              kn_attention_forward_cuda(c, s.atty, s.att, ws, s.qkv, B, T, C, NH));
     CHK(lin_fwd(c, blk, out, s.atty, projw, projb, BT, C, C, err));
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
@@ -192,7 +217,8 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, const float *p, f
     CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
     CHK(lin_bwd(c, blk, datty, dprojw, dprojb, dout, s.atty, projw, BT, C, C, err));
     DISPATCH("attention backward",
-             kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
+             CPU_PICK(kn_attention_backward_fast(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
+                      kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH)),
              kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
     CHK(lin_bwd(c, blk, dln, dqkvw, dqkvb, dqkv, s.ln, qkvw, BT, C, 3 * C, err));
     return ln_bwd(c, blk, din, dln1w, dln1b, dln, x, ln1w, s.mean, s.rstd, BT, C, err);
@@ -209,8 +235,10 @@ static sc_status mlp_forward(kn_ctx *c, const kn_block *blk, const float *p, con
     size_t n4 = 4 * (size_t)BT * C;
     CHK(ln_fwd(c, blk, s.ln, s.mean, s.rstd, x, lnw, lnb, BT, C, err));
     CHK(lin_fwd(c, blk, s.fch, s.ln, fcw, fcb, BT, C, 4 * C, err));
-    DISPATCH("gelu forward", kn_gelu_forward_cpu(s.fchg, s.fch, n4),
-             kn_gelu_forward_cuda(c, s.fchg, s.fch, n4));
+    DISPATCH(
+        "gelu forward",
+        CPU_PICK(kn_gelu_forward_fast(s.fchg, s.fch, n4), kn_gelu_forward_cpu(s.fchg, s.fch, n4)),
+        kn_gelu_forward_cuda(c, s.fchg, s.fch, n4));
     CHK(lin_fwd(c, blk, out, s.fchg, projw, projb, BT, 4 * C, C, err));
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
@@ -228,7 +256,9 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, const float *p, fl
     float *dfch = ws, *dln = dfch + 4 * BTC;
     CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
     CHK(lin_bwd(c, blk, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
-    DISPATCH("gelu backward", kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC),
+    DISPATCH("gelu backward",
+             CPU_PICK(kn_gelu_backward_fast(dfch, s.fch, dfch, 4 * BTC),
+                      kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC)),
              kn_gelu_backward_cuda(c, dfch, s.fch, dfch, 4 * BTC));
     CHK(lin_bwd(c, blk, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
     return ln_bwd(c, blk, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
@@ -363,7 +393,9 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
         kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
         const float *w = p0, *b = params + blk->tensors[1].offset;
         size_t n = (size_t)B * blk->out_floats;
-        DISPATCH("conv2d forward", kn_conv2d_forward_cpu(out, ws, x, w, b, B, &s),
+        DISPATCH("conv2d forward",
+                 CPU_PICK(kn_conv2d_forward_fast(out, ws, x, w, b, B, &s),
+                          kn_conv2d_forward_cpu(out, ws, x, w, b, B, &s)),
                  kn_conv2d_forward_cuda(c, out, ws, x, w, b, B, &s));
         DISPATCH("relu forward", kn_relu_forward_cpu(out, out, n),
                  kn_relu_forward_cuda(c, out, out, n));
@@ -439,11 +471,13 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
         DISPATCH("relu backward", kn_relu_backward_cpu(dpre, out, dout, n),
                  kn_relu_backward_cuda(c, dpre, out, dout, n));
         DISPATCH("conv2d backward (weight)",
-                 kn_conv2d_backward_weight_cpu(dw, db, col, dpre, x, B, &s),
+                 CPU_PICK(kn_conv2d_backward_weight_fast(dw, db, col, dpre, x, B, &s),
+                          kn_conv2d_backward_weight_cpu(dw, db, col, dpre, x, B, &s)),
                  kn_conv2d_backward_weight_cuda(c, dw, db, col, dpre, x, B, &s));
         if (din != NULL)
             DISPATCH("conv2d backward (input)",
-                     kn_conv2d_backward_input_cpu(din, col, dpre, p0, B, &s),
+                     CPU_PICK(kn_conv2d_backward_input_fast(din, col, dpre, p0, B, &s),
+                              kn_conv2d_backward_input_cpu(din, col, dpre, p0, B, &s)),
                      kn_conv2d_backward_input_cuda(c, din, col, dpre, p0, B, &s));
         return SC_OK;
     }

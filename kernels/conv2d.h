@@ -38,6 +38,14 @@ void kn_conv2d_backward_input_cpu(float *dinp, float *col, const float *dout, co
 /* dw += , db += */
 void kn_conv2d_backward_weight_cpu(float *dw, float *db, float *col, const float *dout,
                                    const float *inp, int B, const kn_conv2d_shape *s);
+/* The same three with the GEMM on the BLAS: within rounding of the above, not bit for bit (the
+ * reference itself when the build has no BLAS). */
+void kn_conv2d_forward_fast(float *out, float *col, const float *inp, const float *w,
+                            const float *b, int B, const kn_conv2d_shape *s);
+void kn_conv2d_backward_input_fast(float *dinp, float *col, const float *dout, const float *w,
+                                   int B, const kn_conv2d_shape *s);
+void kn_conv2d_backward_weight_fast(float *dw, float *db, float *col, const float *dout,
+                                    const float *inp, int B, const kn_conv2d_shape *s);
 
 /* out (B,C,Ho,Wo) with Ho = (H-K)/S+1 */
 void kn_maxpool2d_forward_cpu(float *out, const float *inp, int B, int C, int H, int W, int K,

@@ -1,7 +1,8 @@
 /*
- * Conv2d (im2col + GEMM, one sample at a time) and MaxPool2d: CPU reference, the specification
- * of conv2d.cu. Column layout: col[(c*K + ky)*K + kx][oy*Wo + ox], so the convolution of one
- * sample is out (cout, Ho*Wo) = w (cout, cin*K*K) @ col.
+ * Conv2d (im2col + GEMM, one sample at a time) and MaxPool2d on the CPU: the reference, the
+ * specification of conv2d.cu, and the fast path (the GEMM on the BLAS). Column layout: col[(c*K +
+ * ky)*K + kx][oy*Wo + ox], so the convolution of one sample is out (cout, Ho*Wo) = w (cout,
+ * cin*K*K) @ col.
  */
 #include "kernels/conv2d.h"
 
@@ -9,6 +10,10 @@
 #include <string.h>
 
 #include "kernels/vec_cpu.h"
+
+#ifdef SC_HAVE_BLAS
+#include <cblas.h>
+#endif
 
 int kn_conv2d_out_h(const kn_conv2d_shape *s)
 {
@@ -205,6 +210,70 @@ void kn_conv2d_backward_weight_cpu(float *dw, float *db, float *col, const float
                 dw[co * R + r] += acc;
             }
     }
+}
+
+/* --- fast path: each sample's product on the BLAS (the reference when the build has none) ---- */
+
+void kn_conv2d_forward_fast(float *out, float *col, const float *inp, const float *w,
+                            const float *b, int B, const kn_conv2d_shape *s)
+{
+#ifdef SC_HAVE_BLAS
+    int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
+    int P = ho * wo, R = s->cin * s->k * s->k;
+    for (int n = 0; n < B; n++) {
+        im2col(col, inp + (size_t)n * s->cin * s->h * s->w, s, ho, wo);
+        float *o = out + (size_t)n * s->cout * P;
+        for (int co = 0; co < s->cout; co++)
+            for (int p = 0; p < P; p++)
+                o[(size_t)co * P + p] = b[co];
+        /* out (cout,P) += w (cout,R) col (R,P) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->cout, P, R, 1.0f, w, R, col, P,
+                    1.0f, o, P);
+    }
+#else
+    kn_conv2d_forward_cpu(out, col, inp, w, b, B, s);
+#endif
+}
+
+void kn_conv2d_backward_input_fast(float *dinp, float *col, const float *dout, const float *w,
+                                   int B, const kn_conv2d_shape *s)
+{
+#ifdef SC_HAVE_BLAS
+    int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
+    int P = ho * wo, R = s->cin * s->k * s->k;
+    for (int n = 0; n < B; n++) {
+        /* dcol (R,P) = w^T (R,cout) dout (cout,P) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, R, P, s->cout, 1.0f, w, R,
+                    dout + (size_t)n * s->cout * P, P, 0.0f, col, P);
+        col2im(dinp + (size_t)n * s->cin * s->h * s->w, col, s, ho, wo);
+    }
+#else
+    kn_conv2d_backward_input_cpu(dinp, col, dout, w, B, s);
+#endif
+}
+
+void kn_conv2d_backward_weight_fast(float *dw, float *db, float *col, const float *dout,
+                                    const float *inp, int B, const kn_conv2d_shape *s)
+{
+#ifdef SC_HAVE_BLAS
+    int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
+    int P = ho * wo, R = s->cin * s->k * s->k;
+    for (int n = 0; n < B; n++) {
+        im2col(col, inp + (size_t)n * s->cin * s->h * s->w, s, ho, wo);
+        const float *d = dout + (size_t)n * s->cout * P;
+        for (int co = 0; co < s->cout; co++) {
+            float sb = 0.0f;
+            for (int p = 0; p < P; p++)
+                sb += d[(size_t)co * P + p];
+            db[co] += sb;
+        }
+        /* dw (cout,R) += dout (cout,P) col^T (P,R) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, R, P, 1.0f, d, P, col, P,
+                    1.0f, dw, R);
+    }
+#else
+    kn_conv2d_backward_weight_cpu(dw, db, col, dout, inp, B, s);
+#endif
 }
 
 void kn_maxpool2d_forward_cpu(float *out, const float *inp, int B, int C, int H, int W, int K,

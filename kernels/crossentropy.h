@@ -23,6 +23,12 @@ void kn_crossentropy_forward_cpu(float *losses, float *probs, const float *logit
 /* dlogits (N,V) = (probs - onehot) * dloss */
 void kn_crossentropy_backward_cpu(float *dlogits, const float *probs, const int32_t *targets,
                                   float dloss, int N, int V);
+/* The fast path (elementwise_fast_cpu.c): rows on the process's threads, a vector exp; within
+ * rounding of the reference. */
+void kn_crossentropy_forward_fast(float *losses, float *probs, const float *logits,
+                                  const int32_t *targets, int N, int V);
+void kn_crossentropy_backward_fast(float *dlogits, const float *probs, const int32_t *targets,
+                                   float dloss, int N, int V);
 
 #ifdef SC_HAVE_CUDA
 int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *probs, const float *logits,

@@ -12,6 +12,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "kernels/device_impl.h"
+#include "kernels/threads_cpu.h"
 
 bool kn_built_with_cuda(void)
 {
@@ -88,6 +89,9 @@ sc_status kn_ctx_new(kn_ctx **out, kn_device dev, bool allow_tf32, sc_err *err)
     SC_ALLOC_CHECK(ctx, err);
     ctx->dev = dev;
     ctx->tf32 = allow_tf32;
+    kn_ctx_set_cpu_kernels(ctx, KN_CPU_KERNELS_FAST);
+    if (dev.kind == KN_DEV_CPU)
+        (void)kn_cpu_threads(); /* the default thread count, applied before the first product */
     if (dev.kind == KN_DEV_CUDA) {
 #ifdef SC_HAVE_CUDA
         int rc = kn_cuda_ctx_open(ctx);
@@ -115,6 +119,16 @@ void kn_ctx_destroy(kn_ctx **ctx)
 #endif
     free(*ctx);
     *ctx = NULL;
+}
+
+void kn_ctx_set_cpu_kernels(kn_ctx *ctx, kn_cpu_kernels kernels)
+{
+    ctx->cpu_fast = kernels == KN_CPU_KERNELS_FAST && kn_built_with_blas();
+}
+
+kn_cpu_kernels kn_ctx_cpu_kernels(const kn_ctx *ctx)
+{
+    return ctx->cpu_fast ? KN_CPU_KERNELS_FAST : KN_CPU_KERNELS_REFERENCE;
 }
 
 kn_device kn_ctx_device(const kn_ctx *ctx)

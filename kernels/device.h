@@ -48,6 +48,17 @@ sc_status kn_ctx_new(kn_ctx **out, kn_device dev, bool allow_tf32, sc_err *err);
 void kn_ctx_destroy(kn_ctx **ctx);
 kn_device kn_ctx_device(const kn_ctx *ctx);
 
+/* Which kernels a CPU context runs. FAST (the default): matrix products on the BLAS with the
+ * process's threads (threads_cpu.h), results within rounding of the reference but dependent on
+ * shapes, so a run cut into other stages or micro-batches differs in the last bits. REFERENCE:
+ * the fixed-order kernels, the same bits on every build and for every split of a batch into
+ * micro-batches; single-threaded. A build without BLAS runs the reference for both. Ignored on
+ * a CUDA context. */
+typedef enum { KN_CPU_KERNELS_FAST = 0, KN_CPU_KERNELS_REFERENCE = 1 } kn_cpu_kernels;
+void kn_ctx_set_cpu_kernels(kn_ctx *ctx, kn_cpu_kernels kernels);
+/* What the context runs: REFERENCE when asked for, or when the build has no BLAS. */
+kn_cpu_kernels kn_ctx_cpu_kernels(const kn_ctx *ctx);
+
 /* Zero-filled device memory of `bytes` bytes; free with kn_ctx_free (NULL accepted). */
 sc_status kn_ctx_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err);
 void kn_ctx_free(kn_ctx *ctx, void *p);

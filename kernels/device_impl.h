@@ -20,6 +20,7 @@ typedef struct CUstream_st *kn_stream_t;
 struct kn_ctx {
     kn_device dev;
     bool tf32;
+    bool cpu_fast;      /* CPU: the fast path (BLAS products), else the reference kernels */
     kn_stream_t stream; /* CUDA only */
     void *cublas;       /* cublasHandle_t, CUDA only */
     void *ev_begin;     /* cudaEvent_t, CUDA only */

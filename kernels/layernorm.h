@@ -22,6 +22,13 @@ void kn_layernorm_forward_cpu(float *out, float *mean, float *rstd, const float 
 void kn_layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
+/* The fast path (elementwise_fast_cpu.c): rows, and the parameter gradients' columns, on the
+ * process's threads; within rounding of the reference. */
+void kn_layernorm_forward_fast(float *out, float *mean, float *rstd, const float *inp,
+                               const float *w, const float *b, int N, int C);
+void kn_layernorm_backward_fast(float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, const float *mean,
+                                const float *rstd, int N, int C);
 
 #ifdef SC_HAVE_CUDA
 int kn_layernorm_forward_cuda(kn_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,

@@ -25,6 +25,14 @@ void kn_linear_backward_input_cpu(float *dinp, const float *dout, const float *w
 /* dw (OC,IC) += dout^T @ inp; db (OC) += column sums of dout (db may be NULL) */
 void kn_linear_backward_weight_cpu(float *dw, float *db, const float *dout, const float *inp, int N,
                                    int IC, int OC);
+/* The same three on the BLAS: results within rounding of the reference above, but not in its
+ * order of additions (so not bit for bit; without BLAS in the build, they are the reference). */
+void kn_linear_forward_fast(float *out, const float *inp, const float *w, const float *b, int N,
+                            int IC, int OC);
+void kn_linear_backward_input_fast(float *dinp, const float *dout, const float *w, int N, int IC,
+                                   int OC);
+void kn_linear_backward_weight_fast(float *dw, float *db, const float *dout, const float *inp,
+                                    int N, int IC, int OC);
 
 #ifdef SC_HAVE_CUDA
 int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp, const float *w,

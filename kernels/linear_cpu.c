@@ -1,7 +1,8 @@
 /*
- * Linear layer, CPU reference: plain loops with the inner loop unit-stride. Every output keeps
- * one fixed order of additions, so the results do not depend on how the loops are blocked or on
- * the vector width the compiler picks; that order is the specification of linear.cu's products
+ * Linear layer on the CPU. The fast path (end of the file) is three BLAS products (sgemm); the
+ * rest of this file is the reference, plain loops with the inner loop unit-stride. Every output
+ * keeps one fixed order of additions, so the results do not depend on how the loops are blocked or
+ * on the vector width the compiler picks; that order is the specification of linear.cu's products
  * up to rounding:
  *   forward      out[n][j] = dot8(x_n, w_j) + b_j: eight partial sums over i = k mod 8, added
  *                pairwise at the end, then the tail;
@@ -22,6 +23,10 @@
 #include <string.h>
 
 #include "kernels/vec_cpu.h"
+
+#ifdef SC_HAVE_BLAS
+#include <cblas.h>
+#endif
 
 /* The end of a dot8: its eight partial sums, added pairwise, then the tail from i. */
 static inline float dot8_finish(const float s[8], const float *a, const float *b, int i, int n)
@@ -160,4 +165,51 @@ void kn_linear_backward_weight_cpu(float *dw, float *db, const float *dout, cons
         if (db)
             db[o] += sb;
     }
+}
+
+/* --- fast path: the products on the BLAS (the reference above when the build has none) ------- */
+
+void kn_linear_forward_fast(float *out, const float *inp, const float *w, const float *b, int N,
+                            int IC, int OC)
+{
+#ifdef SC_HAVE_BLAS
+    float beta = 0.0f;
+    if (b != NULL) { /* the bias first, then the product added to it */
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, b, (size_t)OC * sizeof *out);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out,
+                OC);
+#else
+    kn_linear_forward_cpu(out, inp, w, b, N, IC, OC);
+#endif
+}
+
+void kn_linear_backward_input_fast(float *dinp, const float *dout, const float *w, int N, int IC,
+                                   int OC)
+{
+#ifdef SC_HAVE_BLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f,
+                dinp, IC);
+#else
+    kn_linear_backward_input_cpu(dinp, dout, w, N, IC, OC);
+#endif
+}
+
+void kn_linear_backward_weight_fast(float *dw, float *db, const float *dout, const float *inp,
+                                    int N, int IC, int OC)
+{
+#ifdef SC_HAVE_BLAS
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
+                dw, IC);
+    if (db != NULL)
+        for (int n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OC;
+            for (int o = 0; o < OC; o++)
+                db[o] += d[o];
+        }
+#else
+    kn_linear_backward_weight_cpu(dw, db, dout, inp, N, IC, OC);
+#endif
 }

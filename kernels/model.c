@@ -16,6 +16,7 @@ struct kn_model {
     kn_model_kind kind;
     char name[64];
     uint64_t seed;
+    bool cpu_reference; /* "cpu_kernels": "reference" */
     int nblocks, cap;
     kn_block *blocks;
     int targets_per_sample;
@@ -291,6 +292,7 @@ static sc_status build_vgg(kn_model *m, const sc_jnode *root, sc_err *err)
 /* --- spec ---------------------------------------------------------------------------------- */
 
 static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
+static const char *const cpu_kernel_kinds[] = {"fast", "reference", NULL};
 
 sc_status kn_model_from_node(kn_model **out, const sc_jnode *root, sc_err *err)
 {
@@ -302,10 +304,15 @@ sc_status kn_model_from_node(kn_model **out, const sc_jnode *root, sc_err *err)
     int64_t seed;
     SC_CHECK(sc_json_opt_string(root, "name", NULL, &name, err));
     SC_CHECK(sc_json_opt_int(root, "seed", 0, INT64_MAX, 1, &seed, err));
+    int cpu_kernels = 0; /* "fast" unless the spec says otherwise */
+    sc_jnode ck;
+    if (sc_jnode_member(root, "cpu_kernels", &ck, NULL) == SC_OK)
+        SC_CHECK(sc_json_get_enum(root, "cpu_kernels", cpu_kernel_kinds, &cpu_kernels, err));
     kn_model *m = calloc(1, sizeof *m);
     SC_ALLOC_CHECK(m, err);
     m->kind = (kn_model_kind)kind;
     m->seed = (uint64_t)seed;
+    m->cpu_reference = cpu_kernels == 1;
     sc_status rc;
     if (kind == KN_MODEL_GPT)
         rc = build_gpt(m, root, err);
@@ -399,6 +406,16 @@ int kn_model_classes(const kn_model *m)
 uint64_t kn_model_seed(const kn_model *m)
 {
     return m->seed;
+}
+
+bool kn_model_cpu_reference(const kn_model *m)
+{
+    return m->cpu_reference;
+}
+
+void kn_model_set_cpu_reference(kn_model *m, bool reference)
+{
+    m->cpu_reference = reference;
 }
 
 void kn_model_set_seed(kn_model *m, uint64_t seed)

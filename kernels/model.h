@@ -93,6 +93,12 @@ int kn_model_classes(const kn_model *m);
 uint64_t kn_model_seed(const kn_model *m);
 void kn_model_set_seed(kn_model *m, uint64_t seed);
 
+/* The spec's optional "cpu_kernels": "fast" (default: matrix products on the BLAS, threaded)
+ * or "reference" (the fixed-order kernels: the same bits on every build and for any split into
+ * stages and micro-batches). Stages on the CPU run what it says (device.h). */
+bool kn_model_cpu_reference(const kn_model *m);
+void kn_model_set_cpu_reference(kn_model *m, bool reference);
+
 /* Writes block i's initial parameters (block->params floats) into host memory. */
 void kn_model_init_block(const kn_model *m, int i, float *params);
 

@@ -38,6 +38,9 @@ void kn_sgd_step_cpu(float *p, const float *g, float *v, size_t n, float lr, flo
 /* m,v moments; t >= 1. The arrays must not overlap (they are restrict). */
 void kn_adamw_step_cpu(float *p, const float *g, float *m, float *v, size_t n, float lr,
                        float beta1, float beta2, float eps, float wd, int t);
+/* The same, ranges of it on the process's threads (elementwise_fast_cpu.c): the same bits. */
+void kn_adamw_step_fast(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float wd, int t);
 
 /* sum of x[i]^2 over n floats, each squared and added in double (the per-layer gradient
  * statistic the freezing policy reads) */

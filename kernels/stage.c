@@ -134,6 +134,8 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
         goto fail;
     }
     SC_CHECK_GOTO(kn_ctx_new(&st->ctx, cfg->device, cfg->allow_tf32, err), fail);
+    kn_ctx_set_cpu_kernels(st->ctx, kn_model_cpu_reference(model) ? KN_CPU_KERNELS_REFERENCE
+                                                                  : KN_CPU_KERNELS_FAST);
     bool gpu = cfg->device.kind == KN_DEV_CUDA;
     /* scratch and gradient buffers serve the largest micro-batch of any slot */
     size_t cap = (size_t)(cfg->gather_microbatch > cfg->microbatch ? cfg->gather_microbatch
@@ -612,8 +614,8 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
                                             o->beta2, o->eps, wd, st->t);
                 else
 #endif
-                    kn_adamw_step_cpu(p, g, m, v, tn->count, o->lr, o->beta1, o->beta2, o->eps, wd,
-                                      st->t);
+                    (st->ctx->cpu_fast ? kn_adamw_step_fast : kn_adamw_step_cpu)(
+                        p, g, m, v, tn->count, o->lr, o->beta1, o->beta2, o->eps, wd, st->t);
             } else {
                 float *v = st->opt + off;
 #ifdef SC_HAVE_CUDA

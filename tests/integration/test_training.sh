@@ -94,11 +94,13 @@ done
 
 
 # 4. every strategy's plan (pipelines, replicated stages, UMPIPE sizes) trains to the same loss:
-#    synchronous schedules compute the gradient of the same batch mean
+#    synchronous schedules compute the gradient of the same batch mean. The plans cut the batch
+#    into other stages and micro-batches, so the models run the reference CPU kernels, whose
+#    sums do not depend on the cut (the fast ones agree to rounding only)
 for strat in umpipe pipedream hetero minmax; do
     sed "s/STRAT/$strat/" >"$work/$strat.json" <<'JSON'
 {"format": "stagecraft-job", "version": 1, "name": "STRAT",
- "model": {"kind": "mlp", "sizes": [64, 128, 128, 10]},
+ "model": {"kind": "mlp", "sizes": [64, 128, 128, 10], "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 16, "strategy": "STRAT", "workers": 2, "steps": 20}
 JSON
 done
@@ -148,11 +150,12 @@ fi
 
 # 5. schedules through the coordinator: gpipe, 1f1b and sliced warm-up compute the same update
 #    (same loss); asynchronous pipedream (weights updated per micro-batch, drained at the
-#    checkpoints) trains too
+#    checkpoints) trains too (reference CPU kernels, as in 4)
 for sch in gpipe 1f1b sliced pipedream; do
     sed "s/SCH/$sch/" >"$work/s-$sch.json" <<'JSON'
 {"format": "stagecraft-job", "version": 1, "name": "SCH",
- "model": {"kind": "gpt", "vocab": 256, "seq_len": 16, "layers": 2, "width": 32, "heads": 2},
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 16, "layers": 2, "width": 32, "heads": 2,
+           "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "SCH",
  "strategy": "minmax", "stages": 2, "workers": 2, "steps": 12, "checkpoint_every": 5}
 JSON

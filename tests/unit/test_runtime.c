@@ -30,14 +30,18 @@
 #include "worker/runtime/timeline.h"
 #include "worker/transport/transport.h"
 
+/* The models run the reference CPU kernels: these tests compare schedules and splits bit for
+ * bit, and the losses they check follow one exact trajectory (asynchronous schedules amplify
+ * the last bits the fast kernels' other order of additions changes). */
 #define GPT_JSON                                                                                   \
     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", \"vocab\": 256, "       \
-    "\"seq_len\": 8, \"layers\": 2, \"width\": 16, \"heads\": 2}"
+    "\"seq_len\": 8, \"layers\": 2, \"width\": 16, \"heads\": 2, \"cpu_kernels\": \"reference\"}"
 #define VGG_JSON                                                                                   \
     "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"vgg\", \"config\": "           \
     "\"vgg11\", "                                                                                  \
-    "\"image\": [3, 32, 32], \"classes\": 10, \"width_divisor\": 16}"
-#define MLP_JSON "{\"kind\": \"mlp\", \"sizes\": [12, 10, 8, 6, 4]}"
+    "\"image\": [3, 32, 32], \"classes\": 10, \"width_divisor\": 16, \"cpu_kernels\": "            \
+    "\"reference\"}"
+#define MLP_JSON "{\"kind\": \"mlp\", \"sizes\": [12, 10, 8, 6, 4], \"cpu_kernels\": \"reference\"}"
 
 typedef struct {
     const char *model;

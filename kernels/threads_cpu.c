@@ -1,0 +1,245 @@
+/*
+ * kn threads: the process's CPU thread count and its default from the affinity mask and the
+ * cgroup CPU quota (threads_cpu.h), applied to OpenBLAS when the build has it; and the pool that
+ * runs kn_cpu_parallel_for's ranges: threads started on first need, asleep on a condition
+ * variable between calls (no spinning: the BLAS's own threads share the same cores).
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include "kernels/threads_cpu.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef SC_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+bool kn_built_with_blas(void)
+{
+#ifdef SC_HAVE_BLAS
+    return true;
+#else
+    return false;
+#endif
+}
+
+/* Reads the first line of `path` into buf; false when it cannot be read. */
+static bool read_line(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    bool ok = fgets(buf, (int)size, f) != NULL;
+    fclose(f);
+    return ok;
+}
+
+/* cores = ceil(quota / period), or 0 when unlimited / unreadable */
+static int quota_cores(long long quota, long long period)
+{
+    if (quota <= 0 || period <= 0)
+        return 0;
+    long long c = (quota + period - 1) / period;
+    return c > KN_CPU_THREADS_MAX ? KN_CPU_THREADS_MAX : (int)c;
+}
+
+/* The smallest quota on the cgroup path of this process and its ancestors (v2: cpu.max; v1:
+ * the cpu controller's cfs files); 0 when there is none. */
+static int cgroup_cores(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f == NULL)
+        return 0;
+    char line[4096], dir[4096 + 64];
+    int best = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        /* "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1) */
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (c2 == NULL)
+            continue;
+        *c2 = '\0';
+        const char *ctrl = c1 + 1, *path = c2 + 1;
+        bool v2 = ctrl[0] == '\0';
+        bool v1cpu = !v2 && (strcmp(ctrl, "cpu") == 0 || strncmp(ctrl, "cpu,", 4) == 0 ||
+                             strstr(ctrl, ",cpu,") != NULL ||
+                             (strlen(ctrl) > 4 && strcmp(ctrl + strlen(ctrl) - 4, ",cpu") == 0));
+        if (!v2 && !v1cpu)
+            continue;
+        char rel[4096];
+        snprintf(rel, sizeof rel, "%s", path);
+        rel[strcspn(rel, "\n")] = '\0';
+        for (;;) {
+            char buf[128];
+            int cores = 0;
+            if (v2) {
+                snprintf(dir, sizeof dir, "/sys/fs/cgroup%s/cpu.max", rel);
+                long long q = 0, p = 0;
+                if (read_line(dir, buf, sizeof buf) && sscanf(buf, "%lld %lld", &q, &p) == 2)
+                    cores = quota_cores(q, p);
+            } else {
+                char q[128], p[128];
+                snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s%s/cpu.cfs_quota_us", ctrl, rel);
+                bool okq = read_line(dir, q, sizeof q);
+                snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s%s/cpu.cfs_period_us", ctrl, rel);
+                if (okq && read_line(dir, p, sizeof p))
+                    cores = quota_cores(atoll(q), atoll(p));
+            }
+            if (cores > 0 && (best == 0 || cores < best))
+                best = cores;
+            if (rel[0] == '\0') /* the root, read last */
+                break;
+            char *slash = strrchr(rel, '/');
+            if (slash == NULL)
+                break;
+            *slash = '\0';
+        }
+    }
+    fclose(f);
+    return best;
+}
+
+int kn_cpu_cores_available(void)
+{
+    int n = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    int q = cgroup_cores();
+    if (q > 0 && q < n)
+        n = q;
+    return n > KN_CPU_THREADS_MAX ? KN_CPU_THREADS_MAX : n;
+}
+
+static atomic_int threads; /* 0 until first set or used */
+
+static void apply(int n)
+{
+    atomic_store(&threads, n);
+#ifdef SC_HAVE_BLAS
+    openblas_set_num_threads(n);
+#endif
+}
+
+sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err)
+{
+    if (n < 0 || n > KN_CPU_THREADS_MAX)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "%s: %d threads asked for; valid: 1 to %d, or 0 for the cores this process "
+                       "may use (%d here)",
+                       what, n, KN_CPU_THREADS_MAX, kn_cpu_cores_available());
+    apply(n == 0 ? kn_cpu_cores_available() : n);
+    return SC_OK;
+}
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void set_default(void)
+{
+    if (atomic_load(&threads) == 0)
+        apply(kn_cpu_cores_available());
+}
+
+int kn_cpu_threads(void)
+{
+    if (atomic_load(&threads) == 0)
+        pthread_once(&default_once, set_default);
+    return atomic_load(&threads);
+}
+
+/* --- the pool ---------------------------------------------------------------------------- */
+
+static struct {
+    pthread_mutex_t use;  /* held by the one caller using the pool */
+    pthread_mutex_t lock; /* guards the fields below */
+    pthread_cond_t work, done;
+    int started;              /* pool threads running */
+    unsigned long generation; /* bumped per call: the threads' signal to look */
+    kn_range_fn fn;
+    void *arg;
+    size_t n, ranges;
+    int pending; /* pool threads still on this call */
+} pool = {.use = PTHREAD_MUTEX_INITIALIZER,
+          .lock = PTHREAD_MUTEX_INITIALIZER,
+          .work = PTHREAD_COND_INITIALIZER,
+          .done = PTHREAD_COND_INITIALIZER};
+
+static void run_range(kn_range_fn fn, void *arg, size_t n, size_t ranges, size_t r)
+{
+    size_t begin = n * r / ranges, end = n * (r + 1) / ranges;
+    if (end > begin)
+        fn(arg, begin, end);
+}
+
+static void *pool_main(void *p)
+{
+    size_t index = (size_t)(uintptr_t)p; /* runs range index + 1 */
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        while (pool.generation == seen)
+            pthread_cond_wait(&pool.work, &pool.lock);
+        seen = pool.generation;
+        kn_range_fn fn = pool.fn;
+        void *arg = pool.arg;
+        size_t n = pool.n, ranges = pool.ranges;
+        pthread_mutex_unlock(&pool.lock);
+        if (index + 1 < ranges)
+            run_range(fn, arg, n, ranges, index + 1);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0)
+            pthread_cond_signal(&pool.done);
+    }
+    return NULL;
+}
+
+void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg)
+{
+    size_t ranges = (size_t)kn_cpu_threads();
+    if (grain < 1)
+        grain = 1;
+    if (ranges > n / grain)
+        ranges = n / grain;
+    if (ranges <= 1 || pthread_mutex_trylock(&pool.use) != 0) {
+        if (n > 0)
+            fn(arg, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&pool.lock);
+    while ((size_t)pool.started + 1 < ranges) { /* grow to ranges - 1 threads */
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, pool_main, (void *)(uintptr_t)pool.started);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break;
+        pool.started++;
+    }
+    if ((size_t)pool.started + 1 < ranges) /* fewer threads than asked for: use those */
+        ranges = (size_t)pool.started + 1;
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.n = n;
+    pool.ranges = ranges;
+    pool.pending = pool.started;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.lock);
+    run_range(fn, arg, n, ranges, 0);
+    pthread_mutex_lock(&pool.lock);
+    while (pool.pending > 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.use);
+}

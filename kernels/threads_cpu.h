@@ -1,0 +1,42 @@
+/*
+ * kn threads: how many threads the CPU fast path uses in this process (the BLAS products and
+ * the threaded elementwise loops). One setting per process, as the BLAS keeps one.
+ * Default: the cores this process may run on, its affinity mask capped by its cgroup's CPU
+ * quota (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us), rounded up; so a
+ * worker started in a 3-core cgroup or under `taskset -c 0-3` uses 3 or 4 threads.
+ * kn_cpu_parallel_for runs the fast path's elementwise loops on those threads.
+ * Not here: which kernels run (the context decides: device.h), or pinning threads to cores.
+ */
+#ifndef KN_THREADS_CPU_H
+#define KN_THREADS_CPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/sc_status.h"
+
+/* Most threads kn_cpu_set_threads accepts. */
+#define KN_CPU_THREADS_MAX 1024
+
+/* True when the CPU matrix products run on a BLAS (the build found OpenBLAS). */
+bool kn_built_with_blas(void);
+
+/* The cores this process may use: its affinity mask, capped by a cgroup CPU quota (>= 1). */
+int kn_cpu_cores_available(void);
+
+/* Sets the thread count for the rest of the process; 0 restores the default above. Outside
+ * [0, KN_CPU_THREADS_MAX] is SC_ERR_INVALID naming `what` ("--threads") and the valid range. */
+sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err);
+
+/* The thread count in use (the default on first use). */
+int kn_cpu_threads(void);
+
+/* fn(arg, begin, end) over [0, n) cut into at most kn_cpu_threads() ranges of at least `grain`
+ * elements, run at once on a pool of the process's threads (the caller runs the first range),
+ * returning when all are done. One range, on the caller, when n < 2 * grain, with one thread,
+ * or while another thread of the process holds the pool (a second stage computing at the same
+ * time). The ranges must touch disjoint memory. */
+typedef void (*kn_range_fn)(void *arg, size_t begin, size_t end);
+void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg);
+
+#endif /* KN_THREADS_CPU_H */
