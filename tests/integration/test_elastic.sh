@@ -16,7 +16,7 @@ wait_alive 20 2 || fail "workers did not register"
 spec() { # NAME WORKERS STEPS
     cat <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "$1",
- "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2},
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2, "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "1f1b",
  "strategy": "hetero", "workers": $2, "steps": $3, "seed": 9, "checkpoint_every": 100}
 JSON

@@ -17,7 +17,7 @@ wait_alive 20 2 || fail "workers did not register"
 spec() { # NAME WORKERS
     cat <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "$1",
- "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2},
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2, "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 2, "schedule": "1f1b",
  "strategy": "uniform", "workers": $2, "steps": 400, "seed": 5, "checkpoint_every": 50,
  "rebalance": "off"}

@@ -36,7 +36,7 @@ run=$STAGECRAFT_LAB_RUN/$name
 
 cat >"$work/job.json" <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "auto",
- "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 6, "width": 64, "heads": 2},
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 6, "width": 64, "heads": 2, "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "1f1b",
  "strategy": "hetero", "workers": 3, "steps": 600, "seed": 7, "checkpoint_every": 100}
 JSON
