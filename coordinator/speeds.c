@@ -224,8 +224,8 @@ double coord_speeds_gain_needed(const coord_speeds *all, const char *job_id, dou
     const coord_speeds *j = job_of(all, job_id);
     if (j == NULL || j->last_move_s <= 0 || sc_clock_now_s() - j->last_move_s >= MOVE_WINDOW_S)
         return base;
-    double needed = base;
-    for (int i = 0; i < j->streak && needed < 0.8; i++)
+    double needed = base; /* one move is no row: the second in a row doubles the bar */
+    for (int i = 1; i < j->streak && needed < 0.8; i++)
         needed *= 2;
     return needed < 0.8 ? needed : 0.8;
 }

@@ -56,8 +56,8 @@ double coord_speeds_reference(coord_speeds *all, const char *job_id, const char 
  * within MOVE_WINDOW_S of the one before) raise the gain the next one needs. */
 void coord_speeds_note_move(coord_speeds *all, const char *job_id);
 
-/* The predicted gain job `job_id`'s next rebalance needs: `base`, doubled for each move in the
- * current row, at most 0.8. */
+/* The predicted gain job `job_id`'s next rebalance needs: `base`, doubled for each move of the
+ * current row after its first, at most 0.8. */
 double coord_speeds_gain_needed(const coord_speeds *all, const char *job_id, double base);
 
 /* Forgets job `job_id`'s model (it ended). */
