@@ -451,8 +451,27 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
         SC_LOG_DEBUG(LOG, "heartbeat ack: %s", err.msg);
 }
 
+/* Whether `peer` is a worker the registry declared dead. Its connection may stay open (a ROUTER
+ * cannot close one peer's, and ZAP refuses it only a new one), but nothing it sends is acted on
+ * until it registers again: its heartbeats are answered "not known", which tells it to. */
+static bool declared_dead(coord *c, const char *peer)
+{
+    pthread_mutex_lock(&c->lock);
+    const coord_worker *w = coord_registry_find(c->registry, peer);
+    bool dead = w != NULL && w->state == COORD_WORKER_DEAD;
+    pthread_mutex_unlock(&c->lock);
+    return dead;
+}
+
 static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelope *env)
 {
+    if (env->body_case != STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT && declared_dead(c, peer)) {
+        SC_LOG_DEBUG(LOG,
+                     "control message (body %d) from %s ignored: it was declared dead and "
+                     "must register again",
+                     (int)env->body_case, peer);
+        return;
+    }
     switch (env->body_case) {
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT:
         handle_heartbeat(c, peer, env);

@@ -41,6 +41,46 @@ sc_status sc_wire_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len, 
     return SC_OK;
 }
 
+/* Whether `m` or a message inside it kept an unknown field numbered 0. protobuf-c 1.4 refuses
+ * field number 0 in a one-byte tag but keeps it, as an unknown field, from a tag padded to more
+ * bytes; packing writes it back in one byte, so the message would pack into bytes that no longer
+ * decode (a stored hardware report could then never be read again). Field numbers start at 1.
+ * The schema has no recursive message, so the depth is bounded. */
+static bool has_field_zero(const ProtobufCMessage *m)
+{
+    for (unsigned i = 0; i < m->n_unknown_fields; i++)
+        if (m->unknown_fields[i].tag == 0)
+            return true;
+    const ProtobufCMessageDescriptor *d = m->descriptor;
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue;
+        const char *base = (const char *)m;
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n;
+            ProtobufCMessage **v;
+            memcpy(&n, base + f->quantifier_offset, sizeof n);
+            memcpy(&v, base + f->offset, sizeof v);
+            for (size_t j = 0; j < n; j++)
+                if (v[j] != NULL && has_field_zero(v[j]))
+                    return true;
+            continue;
+        }
+        if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            uint32_t which;
+            memcpy(&which, base + f->quantifier_offset, sizeof which);
+            if (which != f->id)
+                continue; /* another member of the oneof holds the storage */
+        }
+        ProtobufCMessage *sub;
+        memcpy(&sub, base + f->offset, sizeof sub);
+        if (sub != NULL && has_field_zero(sub))
+            return true;
+    }
+    return false;
+}
+
 sc_status sc_wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                          ProtobufCMessage **out, sc_err *err)
 {
@@ -48,6 +88,13 @@ sc_status sc_wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *
     if (m == NULL)
         return SC_ERRF(err, SC_ERR_PARSE, "malformed %s: %zu bytes that do not decode as one",
                        desc->name, len);
+    if (has_field_zero(m)) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        return SC_ERRF(err, SC_ERR_PARSE,
+                       "malformed %s: %zu bytes with a field numbered 0 (field numbers start "
+                       "at 1)",
+                       desc->name, len);
+    }
     *out = m;
     return SC_OK;
 }

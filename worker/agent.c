@@ -32,7 +32,13 @@
 #include "worker/trainer.h"
 
 #define LOG "worker"
+/* A worker registers again after DEAD_AFTER_INTERVALS heartbeat intervals without an ack, and
+ * never sooner than SILENCE_MIN_MS: with short intervals a coordinator held up for a second by a
+ * busy machine would otherwise see its workers register again (each with a new epoch) although
+ * it declared none dead. One that did declare it dead answers its next heartbeat "not known",
+ * which makes it register again at once. */
 #define DEAD_AFTER_INTERVALS 5
+#define SILENCE_MIN_MS 5000ull
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 #define REPORT_EVERY_MS 50
@@ -755,6 +761,9 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
 
         uint64_t now = sc_clock_now_ns(), last_ack = now, next_hb = now, last_turn = now;
         uint64_t interval_ns = (uint64_t)a->heartbeat_ms * 1000000ull;
+        uint64_t silence_ns = interval_ns * DEAD_AFTER_INTERVALS;
+        if (silence_ns < SILENCE_MIN_MS * 1000000ull)
+            silence_ns = SILENCE_MIN_MS * 1000000ull;
         ctl_outcome outcome = CTL_OK;
         while (!*stop && outcome == CTL_OK) {
             now = sc_clock_now_ns();
@@ -769,7 +778,7 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
                 repeat_kept(a);
                 next_hb = now + interval_ns;
             }
-            if (now - last_ack > interval_ns * DEAD_AFTER_INTERVALS) {
+            if (now - last_ack > silence_ns) {
                 SC_LOG_WARN(LOG, "no answer from the coordinator for %.1f s; registering again",
                             (double)(now - last_ack) * 1e-9);
                 outcome = CTL_REREGISTER;

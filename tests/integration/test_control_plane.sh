@@ -9,8 +9,9 @@ sc=${1:?usage: test_control_plane.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
 state=$work/state
-# heartbeats every 200 ms: suspect after 3 missed (0.6 s), dead after 5 (1 s)
-start_coordinator coord "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
+# heartbeats every 200 ms: suspect after 5 missed (1 s), dead after 10 (2 s; less and a worker
+# whose heartbeats a busy machine holds up for a second dies under a running job)
+start_coordinator coord "$state" --heartbeat-ms 200 --suspect-after 5 --dead-after 10
 # the PIDs this test started, never looked up by pattern (another run's workers match too)
 declare -A wpid
 for w in w1 w2 w3; do
@@ -21,11 +22,14 @@ w2_pid=${wpid[w2]}
 wait_alive 20 3 &&
     pass "three workers registered and alive" || fail "workers did not all register"
 
+# strategy uniform: one stage on each of the three workers whatever the profile measured (minmax
+# may leave a worker out when a busy machine skews the profile, and the stopped worker below
+# must hold a stage)
 cat >"$work/job.json" <<'JSON'
 {"format": "stagecraft-job", "version": 1, "name": "tiny-gpt",
  "model": {"kind": "gpt", "vocab": 64, "seq_len": 16, "layers": 4, "width": 32, "heads": 4},
  "data": {"kind": "synthetic"},
- "batch_size": 8, "microbatches": 4, "schedule": "1f1b", "strategy": "minmax",
+ "batch_size": 8, "microbatches": 4, "schedule": "1f1b", "strategy": "uniform",
  "workers": 3, "steps": 100000000, "seed": 1}
 JSON
 out=$("$sc" submit "$work/job.json" --json) || fail "submit failed: $out"
@@ -35,7 +39,7 @@ wait_for 30 is_state job-1 running && pass "job-1 planned and running" ||
 wait_for 20 sh -c "[ \$('$sc' status job-1 --json | sed -n 's/^  \"step\": \([0-9]*\),/\1/p') -gt 0 ]" &&
     pass "job-1 makes progress" || fail "job-1 reports no step"
 plan=$("$sc" status job-1 --json | tr -d ' \n')
-[[ $plan == *'"strategy":"minmax"'* ]] || fail "status shows no minmax plan: $plan"
+[[ $plan == *'"strategy":"uniform"'* ]] || fail "status shows no uniform plan: $plan"
 [[ $plan == *'"worker_ids":["w-'* ]] || fail "plan names no workers"
 n_stages=$("$sc" status job-1 --json | jq '.plan.stages | length')
 [ "$n_stages" -eq 3 ] || fail "plan has $n_stages stages, want 3"
@@ -81,22 +85,23 @@ sleep 1 # five heartbeat intervals: a second registration would have shown by no
 kill -0 "$w1_pid" 2>/dev/null || fail "the running w1 stopped"
 [ -n "$epoch" ] && [ "$(worker_epoch w1)" = "$epoch" ] ||
     fail "w1's epoch went from '$epoch' to '$(worker_epoch w1)'"
-worker_is w1 alive && is_state job-1 running ||
+wait_for 10 worker_is w1 alive && is_state job-1 running ||
     fail "after the second w1: w1 is $(worker_state w1), job-1 is $(job_state job-1)"
 pass "the same worker started twice is refused; the running one keeps epoch $epoch"
 
-# a stopped worker is suspect, then dead, within the configured time (1 s + one sweep)
+# a stopped worker is suspect, then dead (after the configured 2 s + one sweep; the bound
+# below leaves room for a busy machine)
 kill -STOP "$w2_pid"
 t0=$SECONDS
-wait_for 4 worker_is w2 dead && pass "stopped worker declared dead after $((SECONDS - t0)) s" ||
-    fail "w2 is $(worker_state w2) 4 s after SIGSTOP"
-wait_for 5 is_state job-1 recovering && pass "its job went to recovering" ||
+wait_for 20 worker_is w2 dead && pass "stopped worker declared dead after $((SECONDS - t0)) s" ||
+    fail "w2 is $(worker_state w2) 20 s after SIGSTOP"
+wait_for 20 is_state job-1 recovering && pass "its job went to recovering" ||
     fail "job-1 is $(job_state job-1) after its worker died"
 "$sc" status job-1 | grep -q "died" || fail "recovering job gives no reason"
 "$sc" status job-1 --json | tr -d ' \n' | grep -q '"to":"recovering","reason":"worker' ||
     fail "the job's history lacks the recovery and its reason"
 kill -CONT "$w2_pid"
-wait_for 10 worker_is w2 alive && pass "the worker came back under its old id" ||
+wait_for 30 worker_is w2 alive && pass "the worker came back under its old id" ||
     fail "w2 did not re-register"
 [ "$("$sc" workers --json | grep -c '"id": "w-')" -eq 3 ] || fail "a worker got a second id"
 wait_for 30 is_state job-1 running || fail "job-1 was not re-planned: $(job_state job-1)"
@@ -104,7 +109,7 @@ wait_for 30 is_state job-1 running || fail "job-1 was not re-planned: $(job_stat
 # SIGKILL right after a job is accepted: nothing accepted is lost
 out=$("$sc" submit "$work/job.json" --json); kill -KILL "$coord_pid"; wait "$coord_pid" 2>/dev/null
 [ "$out" = '{"job_id": "job-2"}' ] || fail "second submit printed '$out'"
-listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$state" --heartbeat-ms 200 --suspect-after 3 --dead-after 5
+listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$state" --heartbeat-ms 200 --suspect-after 5 --dead-after 10
 "$sc" status --json | grep -q '"job_id": "job-2"' && pass "accepted job kept across SIGKILL" ||
     fail "job-2 lost"
 wait_alive 20 3 &&

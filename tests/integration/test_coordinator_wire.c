@@ -1,7 +1,9 @@
 /*
  * A real `stagecraft coordinator` process fed bad wire input: malformed bytes, an oversized
  * message, another protocol version, an unknown method, a registration with bad fields. Each is
- * refused with the right gRPC status, and the coordinator keeps answering.
+ * refused with the right gRPC status, and the coordinator keeps answering. On the control
+ * channel: messages bound to the sender's CURVE key, and none acted on from a worker declared
+ * dead.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,6 +34,9 @@ typedef struct {
     sc_rpc_client *cli;
 } fixture;
 
+/* start_fast: heartbeats every 100 ms, dead after 4 missed, and the coordinator's debug log */
+static bool g_fast;
+
 static int start(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
@@ -52,6 +57,12 @@ static int start(void **state)
             dup2(log_fd, 2);
         char state_dir[128];
         snprintf(state_dir, sizeof state_dir, "%s/state", f->dir);
+        if (g_fast) {
+            setenv("STAGECRAFT_LOG", "debug", 1);
+            execl(SC_STAGECRAFT_BIN, "stagecraft", "coordinator", "--listen", "127.0.0.1:0",
+                  "--state", state_dir, "--heartbeat-ms", "100", "--suspect-after", "2",
+                  "--dead-after", "4", (char *)NULL);
+        }
         execl(SC_STAGECRAFT_BIN, "stagecraft", "coordinator", "--listen", "127.0.0.1:0", "--state",
               state_dir, (char *)NULL);
         _exit(127);
@@ -78,6 +89,14 @@ static int start(void **state)
         return -1;
     *state = f;
     return 0;
+}
+
+static int start_fast(void **state)
+{
+    g_fast = true;
+    int rc = start(state);
+    g_fast = false;
+    return rc;
 }
 
 static int stop(void **state)
@@ -344,12 +363,134 @@ static void test_control_bound_to_key(void **state)
     assert_alive(f);
 }
 
+/* Sends `env` on `ctl` and reads what comes back for up to `wait_ms`: whether an envelope of
+ * body `want` arrived (its copy in *got when got is not NULL, else freed). */
+static bool answered(sc_ctl *ctl, Stagecraft__ControlEnvelope *env,
+                     Stagecraft__ControlEnvelope__BodyCase want, int wait_ms,
+                     Stagecraft__ControlEnvelope **got)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_ctl_send(ctl, NULL, env, &err), SC_OK);
+    char peer[SC_CTL_PEER_ID_MAX];
+    Stagecraft__ControlEnvelope *in = NULL;
+    while (sc_ctl_recv(ctl, wait_ms, peer, &in, &err) == SC_OK) {
+        if (in->body_case == want) {
+            if (got != NULL)
+                *got = in;
+            else
+                sc_ctl_envelope_free(&in);
+            return true;
+        }
+        sc_ctl_envelope_free(&in);
+    }
+    return false;
+}
+
+/* The state ListWorkers gives worker `id`, polled until it is `want` (false after wait_ms). */
+static bool wait_worker_state(fixture *f, const char *id, Stagecraft__WorkerState want, int wait_ms)
+{
+    for (int waited = 0; waited <= wait_ms; waited += 100) {
+        Stagecraft__ListWorkersRequest req = STAGECRAFT__LIST_WORKERS_REQUEST__INIT;
+        ProtobufCMessage *m = NULL;
+        sc_err err;
+        sc_err_clear(&err);
+        assert_int_equal(sc_rpc_call(f->cli, "/stagecraft.Coordinator/ListWorkers", &req.base,
+                                     &stagecraft__list_workers_response__descriptor, &m, 5000,
+                                     &err),
+                         SC_OK);
+        Stagecraft__ListWorkersResponse *r = (void *)m;
+        bool there = false;
+        for (size_t i = 0; i < r->n_workers; i++)
+            there |= strcmp(r->workers[i]->id, id) == 0 && r->workers[i]->state == want;
+        protobuf_c_message_free_unpacked(m, NULL);
+        if (there)
+            return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/* Whether the coordinator's log gets a line holding `needle` within wait_ms. */
+static bool log_has(fixture *f, const char *needle, int wait_ms)
+{
+    char log_path[160], line[1024];
+    snprintf(log_path, sizeof log_path, "%s/coordinator.log", f->dir);
+    for (int waited = 0; waited <= wait_ms; waited += 100) {
+        FILE *log = fopen(log_path, "r");
+        bool found = false;
+        while (log != NULL && !found && fgets(line, sizeof line, log))
+            found = strstr(line, needle) != NULL;
+        if (log != NULL)
+            fclose(log);
+        if (found)
+            return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/* A worker declared dead may keep its control connection (a ROUTER cannot close one peer's), but
+ * the coordinator no longer acts on what comes on it: a message answered while the worker lived
+ * (an "UNEXPECTED" error for a body a worker must not send) gets no answer once it is dead and
+ * is logged as ignored; a heartbeat is answered "not known", which tells the worker to register
+ * again. */
+static void test_dead_worker_not_read(void **state)
+{
+    fixture *f = *state;
+    if (!sc_ctl_curve_available())
+        skip();
+    char id[64], endpoint[300], pub[41], sec[41], server[41];
+    register_curve_worker(f, "lazarus", id, endpoint, pub, sec, server);
+    sc_err err;
+    sc_err_clear(&err);
+    sc_ctl *ctl = NULL;
+    sc_ctl_cfg cfg = {.routing_id = id,
+                      .curve_secret_key = sec,
+                      .curve_public_key = pub,
+                      .curve_server_key = server};
+    assert_int_equal(sc_ctl_dealer_new(&ctl, endpoint, &cfg, &err), SC_OK);
+    assert_true(heartbeat_acked(ctl, id, 10000));
+
+    Stagecraft__ControlEnvelope odd = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__HeartbeatAck body = STAGECRAFT__HEARTBEAT_ACK__INIT;
+    odd.worker_id = id;
+    odd.epoch = 1;
+    odd.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK;
+    odd.heartbeat_ack = &body;
+    assert_true(answered(ctl, &odd, STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR, 10000, NULL));
+
+    /* silent for 4 intervals: dead */
+    assert_true(wait_worker_state(f, id, STAGECRAFT__WORKER_STATE__WORKER_DEAD, 60000));
+    assert_false(answered(ctl, &odd, STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR, 1500, NULL));
+    assert_true(log_has(f, "ignored: it was declared dead and must register again", 10000));
+
+    Stagecraft__ControlEnvelope hb_env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Heartbeat hb = STAGECRAFT__HEARTBEAT__INIT;
+    hb.state = "idle";
+    hb.job_id = "";
+    hb_env.worker_id = id;
+    hb_env.epoch = 1;
+    hb_env.seq = 2;
+    hb_env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT;
+    hb_env.heartbeat = &hb;
+    Stagecraft__ControlEnvelope *ack = NULL;
+    assert_true(
+        answered(ctl, &hb_env, STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK, 10000, &ack));
+    assert_false(ack->heartbeat_ack->known);
+    sc_ctl_envelope_free(&ack);
+    assert_true(wait_worker_state(f, id, STAGECRAFT__WORKER_STATE__WORKER_DEAD, 0));
+    sc_ctl_destroy(&ctl);
+    assert_alive(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_malformed_and_oversized, start, stop),
         cmocka_unit_test_setup_teardown(test_version_and_fields, start, stop),
         cmocka_unit_test_setup_teardown(test_control_bound_to_key, start, stop),
+        cmocka_unit_test_setup_teardown(test_dead_worker_not_read, start_fast, stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

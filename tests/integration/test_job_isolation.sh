@@ -7,9 +7,11 @@
 sc=${1:?usage: test_job_isolation.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
-# the stopped worker is declared dead only after 300 missed heartbeats (60 s), and its Profile
-# call waits up to 60 s: until one gives up its job stays in profiling
-start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 300 --profile-timeout-ms 60000
+# the stopped worker is suspect only after 200 missed heartbeats (40 s: a suspect worker takes no
+# new job, and on a busy machine the submission can come seconds after the stop) and dead after
+# 300 (60 s), and its Profile call waits up to 60 s: until one gives up its job stays in profiling
+start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 200 --dead-after 300 \
+    --profile-timeout-ms 60000
 start_worker a
 start_worker b
 b_pid=$worker_pid

@@ -5,8 +5,11 @@
 sc=${1:?usage: test_profile_timeout.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
-# profiling may take 0.5 s; a silent worker is declared dead only after 100 heartbeats (20 s)
-start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 100 --profile-timeout-ms 500
+# profiling may take 0.5 s; a silent worker is suspect only after 90 heartbeats (18 s: a
+# suspect worker is not profiled, and on a busy machine the submission can come seconds after
+# the stop) and dead after 100 (20 s)
+start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 90 --dead-after 100 \
+    --profile-timeout-ms 500
 start_worker a
 start_worker b
 b_pid=$worker_pid

@@ -7,7 +7,8 @@
 sc=${1:?usage: test_trace.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
-start_coordinator coord "$work/state"
+# the worker stopped in part 4 must not be declared dead meanwhile (the job would recover): 30 s
+start_coordinator coord "$work/state" --dead-after 30
 start_worker a
 start_worker b
 pid_b=$worker_pid

@@ -89,11 +89,18 @@ static void test_unpack_malformed(void **state)
                                       0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     /* field 1 (header, a message) sent as a varint: the wrong wire type */
     static const uint8_t wrong_type[] = {0x08, 0x01};
+    /* field number 0 in a two-byte tag, at the top and inside the header: protobuf-c keeps it
+     * and would pack it back into a one-byte tag that it refuses (found by tests/fuzz/) */
+    static const uint8_t field_zero[] = {0x81, 0x00, 0, 0, 0, 0, 0, 0x2a, 0, 0};
+    static const uint8_t field_zero_inner[] = {0x0a, 0x03, 0x80, 0x00, 0x00};
     const struct {
         const uint8_t *data;
         size_t len;
-    } cases[] = {
-        {truncated, sizeof truncated}, {endless, sizeof endless}, {wrong_type, sizeof wrong_type}};
+    } cases[] = {{truncated, sizeof truncated},
+                 {endless, sizeof endless},
+                 {wrong_type, sizeof wrong_type},
+                 {field_zero, sizeof field_zero},
+                 {field_zero_inner, sizeof field_zero_inner}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sc_err err;
         sc_err_clear(&err);
