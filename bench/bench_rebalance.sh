@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Rebalancing, measured on the uneven lab (deploy/lab): three CPU workers at 0.2 of a core train
-# a GPT job (hetero, "rebalance": "auto"); at step 60 the worker with the most blocks is cut to
-# 0.05 of a core. For each model size, one row:
+# Rebalancing, measured on the uneven lab (deploy/lab): three CPU workers at SHARE of a core
+# (default 0.2) train a GPT job (hetero, "rebalance": "auto"); at step 60 the worker with the most
+# blocks is cut to CUT of a core (default 0.05). For each model size, one row:
 #   - params: the model's parameters; moved: bytes the new stages took over from the paused
 #     workers and the longest take-over (seconds), from the workers' logs;
 #   - detect: steps from the cut to the step the job paused after;
@@ -9,13 +9,16 @@
 #   - samples/s before the cut, after the move (over 60 steps), and of the same job planned from
 #     scratch with the worker already cut (profiled and planned anew), and after / scratch.
 # Usage (root): bench/bench_rebalance.sh PATH/TO/stagecraft [--widths "64 128 256"]
+#               [--share 0.2] [--cut 0.05]
 set -euo pipefail
 sc=$(readlink -f "${1:?usage: bench_rebalance.sh PATH/TO/stagecraft [--widths \"64 128 256\"]}")
 shift
-widths="64 128 256"
+widths="64 128 256" share=0.2 cut_to=0.05
 while [ $# -gt 0 ]; do
     case $1 in
     --widths) widths=$2; shift 2 ;;
+    --share) share=$2; shift 2 ;;
+    --cut) cut_to=$2; shift 2 ;;
     *) echo "bench_rebalance: unknown flag $1" >&2; exit 2 ;;
     esac
 done
@@ -27,9 +30,9 @@ name=benchrb
 cat >"$work/lab.json" <<JSON
 {"format": "stagecraft-lab", "version": 1, "name": "$name", "subnet": "198.18.201.0/24",
  "servers": [{"name": "a", "rate": "1gbit"}],
- "workers": [{"name": "w0", "server": "a", "cpu": 0.2},
-             {"name": "w1", "server": "a", "cpu": 0.2},
-             {"name": "w2", "server": "a", "cpu": 0.2}]}
+ "workers": [{"name": "w0", "server": "a", "cpu": $share},
+             {"name": "w1", "server": "a", "cpu": $share},
+             {"name": "w2", "server": "a", "cpu": $share}]}
 JSON
 trap '"$lab" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 "$lab" up "$work/lab.json" --bin "$sc" >/dev/null
@@ -82,7 +85,7 @@ for w in $widths; do
         [ "$(blocks_of "$a" "$(id_of $x)")" -gt "$(blocks_of "$a" "$(id_of $slow)")" ] && slow=$x
     done
     had=$(rebalances "$a")
-    "$lab" set --lab "$name" $slow cpu=0.05 >/dev/null
+    "$lab" set --lab "$name" $slow cpu="$cut_to" >/dev/null
     cut=$(step "$a"); t_cut=$(date +%s.%N)
     more() { [ "$(rebalances "$a")" -gt "$had" ]; }
     wait_until 300 more
@@ -100,7 +103,7 @@ for w in $widths; do
     wait_until 300 at_step "$b" 40
     scratch=$(rate "$b" 60)
     "$sc" cancel "$b" >/dev/null
-    "$lab" set --lab "$name" $slow cpu=0.2 >/dev/null
+    "$lab" set --lab "$name" $slow cpu="$share" >/dev/null
     # the model's parameters: its profile's parameter bytes / 4
     jq '.model' "$work/job.json" | jq '{format: "stagecraft-model", version: 1} + .' >"$work/model.json"
     nparams=$("$sc" profile --model "$work/model.json" --repeats 1 --warmup 0 |
