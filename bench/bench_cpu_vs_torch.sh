@@ -99,8 +99,10 @@ job_iteration() {
     until grep -q "listening on port" "$tmp/coord.log"; do sleep 0.1; done
     local port
     port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$tmp/coord.log")
-    export STAGECRAFT_COORDINATOR=127.0.0.1:$port STAGECRAFT_JOIN_TOKEN=$(cat "$tmp/state/join.token")
-    export STAGECRAFT_TOKEN=$(cat "$tmp/state/client.token")
+    STAGECRAFT_COORDINATOR=127.0.0.1:$port
+    STAGECRAFT_JOIN_TOKEN=$(cat "$tmp/state/join.token")
+    STAGECRAFT_TOKEN=$(cat "$tmp/state/client.token")
+    export STAGECRAFT_COORDINATOR STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN
     "$sc" worker --name w --state "$tmp/wstate" --threads "$t" >"$tmp/worker.log" 2>&1 &
     worker_pid=$!
     until "$sc" workers --json 2>/dev/null | grep -q '"alive"'; do sleep 0.2; done
@@ -140,7 +142,7 @@ for m in ${models//,/ }; do
     T=$2
     for t in 1 "$cores"; do
         sck="" pt="" params=""
-        for round in 1 2; do
+        for _ in 1 2; do
             out=$("$bk" --model "$tmp/model.json" --batch "$batch" --steps "$steps" --threads "$t" --no-matmul)
             sck=$(min "$sck" "$(echo "$out" | field step_ms)")
             params=$(echo "$out" | field params)
