@@ -13,10 +13,13 @@ start_worker a
 start_worker b
 wait_alive 20 2 || fail "workers did not register"
 
+# a slower build (sanitizers) trains a narrower model: what is checked is the order of events
+width=64
+[ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && width=16
 spec() { # NAME WORKERS STEPS
     cat <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "$1",
- "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2, "cpu_kernels": "reference"},
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": $width, "heads": 2, "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "1f1b",
  "strategy": "hetero", "workers": $2, "steps": $3, "seed": 9, "checkpoint_every": 100}
 JSON
@@ -64,13 +67,13 @@ h=$(history $job)
     grep -q "^rebalancing: worker $c ('c') leaves: its blocks move to the others" <<<"$h" &&
     ! grep -q "^recovering" <<<"$h" &&
     pass "by a rebalance, without recovering from a checkpoint" || fail "history: $h"
-wait_for 300 is_state $job succeeded || fail "$job is $(job_state $job): $(field $job reason)"
+wait_for 500 is_state $job succeeded || fail "$job is $(job_state $job): $(field $job reason)"
 
 # 4. the same job on two fixed workers ends with the same parameters (within rounding: the
 # copies of a replicated stage sum their gradients in another order)
 spec fixed 2 1500 >"$work/fixed.json"
 "$sc" submit "$work/fixed.json" >/dev/null || fail "submit fixed"
-wait_for 300 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
+wait_for 500 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
 params() {
     local s=0 f n
     while f="$work/wstate/checkpoints/$1/stage$s-step1500.ckpt" && [ -f "$f" ]; do

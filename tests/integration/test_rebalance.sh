@@ -14,10 +14,13 @@ start_worker a
 start_worker b
 wait_alive 20 2 || fail "workers did not register"
 
+# a slower build (sanitizers) trains a narrower model: what is checked is the order of events
+width=64
+[ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && width=16
 spec() { # NAME WORKERS
     cat <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "$1",
- "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": 64, "heads": 2, "cpu_kernels": "reference"},
+ "model": {"kind": "gpt", "vocab": 64, "seq_len": 32, "layers": 4, "width": $width, "heads": 2, "cpu_kernels": "reference"},
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 2, "schedule": "1f1b",
  "strategy": "uniform", "workers": $2, "steps": 400, "seed": 5, "checkpoint_every": 50,
  "rebalance": "off"}
@@ -41,12 +44,12 @@ same_params() {
 # 1. the reference: the same job, never rebalanced
 spec ref 2 >"$work/ref.json"
 "$sc" submit "$work/ref.json" >/dev/null || fail "submit ref"
-wait_for 120 is_state job-1 succeeded || fail "job-1 is $(job_state job-1): $(field job-1 reason)"
+wait_for 400 is_state job-1 succeeded || fail "job-1 is $(job_state job-1): $(field job-1 reason)"
 
 # 2. a dry run changes nothing; a rebalance moves the job to a new run after a pause
 spec moved 2 >"$work/moved.json"
 "$sc" submit "$work/moved.json" >/dev/null || fail "submit moved"
-wait_for 120 past job-2 20 || fail "job-2 did not reach step 20: $(job_state job-2)"
+wait_for 300 past job-2 20 || fail "job-2 did not reach step 20: $(job_state job-2)"
 dry=$("$sc" rebalance job-2 --dry-run --json)
 [ "$(jq -r .started <<<"$dry")" = false ] && [ "$(jq '.plan.stages | length' <<<"$dry")" -ge 1 ] &&
     jq -e '.new_iteration_s > 0 and .current_iteration_s > 0' <<<"$dry" >/dev/null &&
@@ -56,7 +59,7 @@ dry=$("$sc" rebalance job-2 --dry-run --json)
 history job-2 | grep -q "^rebalancing" && fail "a dry run rebalanced: $(history job-2)"
 out=$("$sc" rebalance job-2)
 grep -q "rebalancing after step" <<<"$out" && pass "rebalance started: $out" || fail "rebalance: $out"
-wait_for 180 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
+wait_for 400 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
 h=$(history job-2)
 grep -q "^rebalancing: rebalance asked for: .*predicted .* s per iteration now, .* re-planned (gain .*); detected in .*, planned in .*; paused after step [0-9]* in" <<<"$h" &&
     grep -q "^running: rebalanced after step [0-9]* to 2 stage(s), predicted .*stages assigned in" <<<"$h" &&
@@ -83,13 +86,13 @@ wait_alive 20 3 || fail "worker c did not register"
 spec lost '["a", "c"]' >"$work/lost.json"
 "$sc" submit "$work/lost.json" >/dev/null || fail "submit lost"
 knows_ckpt() { [ "$(field job-3 last_checkpoint_step)" -ge 50 ] 2>/dev/null; }
-wait_for 120 knows_ckpt || fail "job-3 has no checkpoint: $(job_state job-3)"
+wait_for 300 knows_ckpt || fail "job-3 has no checkpoint: $(job_state job-3)"
 "$sc" rebalance job-3 >/dev/null || fail "rebalance job-3"
 wait "$c_pid" 2>/dev/null
 wait_for 30 is_state job-3 recovering && pass "a worker killed mid-move sends the job to recovery" ||
     fail "job-3 is $(job_state job-3): $(field job-3 reason)"
 start_worker c
-wait_for 180 is_state job-3 succeeded || fail "job-3 is $(job_state job-3): $(field job-3 reason)"
+wait_for 400 is_state job-3 succeeded || fail "job-3 is $(job_state job-3): $(field job-3 reason)"
 history job-3 | grep -q "running: training on 2 stage(s) from the checkpoint of step" &&
     pass "it resumed from its last checkpoint" || fail "history of job-3: $(history job-3)"
 same_params job-3 job-1 && pass "and ends with the reference's parameters, bit for bit" ||
