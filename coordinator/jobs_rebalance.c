@@ -44,6 +44,7 @@
 #define QUIET_STEPS 20     /* steps without evaluation after one that found no gain */
 #define PERSIST 6          /* steps a change must last (reports of the last stage in a row) */
 #define PAUSE_AHEAD 2      /* the pause step: this far past the furthest replica's step */
+#define PAUSE_LEAD_S 0.3   /* and at least this much training time past it */
 #define MOVE_FIXED_S 2.0   /* a move's cost besides the bytes: pausing, assigning, connecting */
 
 /* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
@@ -407,8 +408,14 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)
             furthest = p->step[s][k] > furthest ? p->step[s][k] : furthest;
-    /* pipedream's first stage runs up to a minibatch per stage ahead of the last */
-    p->pause_step = furthest + PAUSE_AHEAD + (p->async ? (uint64_t)p->n_stages : 0);
+    /* Far enough ahead that no stage has started that step when the command reaches it: a
+     * stage may have run on since its last report (sent at most every 50 ms) and is then held
+     * in a step its paused neighbour never joins. Steps of PAUSE_LEAD_S at least, and
+     * pipedream's first stage runs up to a minibatch per stage ahead of the last. */
+    double iter = p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1];
+    uint64_t lead = iter > 0 ? (uint64_t)ceil(PAUSE_LEAD_S / iter) : 0;
+    p->pause_step =
+        furthest + PAUSE_AHEAD + (lead < 200 ? lead : 200) + (p->async ? (uint64_t)p->n_stages : 0);
     if (p->pause_step >= p->steps) {
         pthread_mutex_unlock(&c->lock);
         p = NULL;
