@@ -44,7 +44,7 @@
 #define QUIET_STEPS 20     /* steps without evaluation after one that found no gain */
 #define PERSIST 6          /* steps a change must last (reports of the last stage in a row) */
 #define PAUSE_AHEAD 2      /* the pause step: this far past the furthest replica's step */
-#define PAUSE_LEAD_S 0.3   /* and at least this much training time past it */
+#define PAUSE_LEAD_S 0.15 /* and at least this much training time past it */
 #define MOVE_FIXED_S 2.0   /* a move's cost besides the bytes: pausing, assigning, connecting */
 
 /* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
