@@ -269,11 +269,12 @@ static void serve_one(wk_block_server *s)
         a.opt_t = im.opt_t;
         a.nparams = np;
         a.checksum = wk_blocks_checksum(params, np, state, k * np);
-        send_answer(s, &id, &a, params, state, k * np);
+        /* counted before it goes: whoever got the answer sees it counted */
         pthread_mutex_lock(&s->lock);
         s->answered++;
         s->bytes += (1 + k) * np * sizeof(float);
         pthread_mutex_unlock(&s->lock);
+        send_answer(s, &id, &a, params, state, k * np);
         SC_LOG_INFO(LOG, "sent blocks %u-%u of job %s at step %llu (%zu parameters)", rq.first,
                     last, rq.job_id, (unsigned long long)rq.step, np);
     }
