@@ -237,14 +237,9 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
         const coord_worker *w = coord_registry_at(c->registry, i);
-        if (!w->leaving || w->rec.hardware_len == 0)
-            continue;
-        Stagecraft__HardwareReport *hw =
-            stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
-        if (hw != NULL && hw->state_endpoint != NULL && hw->state_endpoint[0])
-            json_array_append_new(sources, json_string(hw->state_endpoint));
-        if (hw != NULL)
-            stagecraft__hardware_report__free_unpacked(hw, NULL);
+        char endpoint[COORD_NAME_MAX];
+        if (w->leaving && coord_worker_state_endpoint(w, endpoint, sizeof endpoint))
+            json_array_append_new(sources, json_string(endpoint));
     }
     pthread_mutex_unlock(&c->lock);
     json_t *payload =

@@ -37,6 +37,14 @@ void coord_jobs_chosen_free(coord_chosen_worker *w, size_t n);
 sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jobspec *spec,
                                     coord_chosen_worker **out, size_t *n, sc_err *err);
 
+/* Copies registry worker `w` (id, name, endpoint, its hardware report unpacked) into *cw;
+ * false when the report cannot be read (out of memory). No profile, no link figure. */
+bool coord_jobs_chosen_fill(coord_chosen_worker *cw, const coord_worker *w);
+
+/* The endpoint of worker `w`'s block server (HardwareReport.state_endpoint) into buf; false
+ * when it has none (an older worker). */
+bool coord_worker_state_endpoint(const coord_worker *w, char *buf, size_t size);
+
 /* Reorders workers so those of one host are adjacent (first-appearance order), as the cluster
  * format numbers devices server by server. */
 void coord_jobs_group_by_host(coord_chosen_worker *ws, size_t n);

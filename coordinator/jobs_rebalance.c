@@ -208,10 +208,7 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
         if ((strcmp(w->job_id, p->job_id) != 0 && !free_known) || w->leaving)
             continue;
         coord_chosen_worker *cw = &ws[n];
-        sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
-        sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
-        sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
-        cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+        coord_jobs_chosen_fill(cw, w); /* a report that cannot be read is refused below */
         double measured = 1; /* against the scale the model has for it */
         for (int s = 0; s < p->n_stages; s++)
             for (int k = 0; k < p->replicas[s]; k++)
@@ -525,11 +522,7 @@ static void probe_left_out(coord *c, const char *id)
             if (!candidate(c, p, w, have + n))
                 continue;
             coord_chosen_worker *cw = &ws[n];
-            sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
-            sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
-            sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
-            cw->hw =
-                stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+            coord_jobs_chosen_fill(cw, w);
             char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &cw->link_bytes_per_s);
             before[n] = known != NULL ? coord_profile_total_s(known) : 0;
             free(known);
@@ -604,14 +597,10 @@ bool coord_jobs_worker_leaving(coord *c, coord_worker *w)
 {
     coord_progress *p = w->job_id[0] ? coord_jobs_progress(c, w->job_id) : NULL;
     if (p == NULL || p->finished || p->pause_step != 0 || p->leaving[0] ||
-        p->workers_min == 0 || held(c, p) <= p->workers_min || w->rec.hardware_len == 0)
+        p->workers_min == 0 || held(c, p) <= p->workers_min)
         return false;
-    Stagecraft__HardwareReport *hw =
-        stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
-    bool serves = hw != NULL && hw->state_endpoint != NULL && hw->state_endpoint[0];
-    if (hw != NULL)
-        stagecraft__hardware_report__free_unpacked(hw, NULL);
-    if (!serves)
+    char endpoint[COORD_NAME_MAX];
+    if (!coord_worker_state_endpoint(w, endpoint, sizeof endpoint))
         return false; /* an older worker: its blocks cannot be taken from it */
     w->leaving = true;
     sc_strlcpy(p->leaving, w->rec.id, sizeof p->leaving);

@@ -162,16 +162,12 @@ sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jo
     for (size_t i = 0; i < have; i++) {
         coord_worker *w = coord_registry_at(c->registry, idx[i]);
         coord_chosen_worker *cw = &list[i];
-        cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
-        if (cw->hw == NULL) {
+        if (!coord_jobs_chosen_fill(cw, w)) {
             coord_jobs_chosen_free(list, i);
             free(idx);
             return SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading worker %s's hardware",
                            w->rec.id);
         }
-        sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
-        sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
-        sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
     }
     for (size_t i = 0; i < have; i++)
         sc_strlcpy(coord_registry_at(c->registry, idx[i])->job_id, job_id, COORD_ID_MAX);
@@ -179,6 +175,30 @@ sc_status coord_jobs_choose_workers(coord *c, const char *job_id, const coord_jo
     *out = list;
     *n_out = have;
     return SC_OK;
+}
+
+bool coord_jobs_chosen_fill(coord_chosen_worker *cw, const coord_worker *w)
+{
+    memset(cw, 0, sizeof *cw);
+    sc_strlcpy(cw->id, w->rec.id, sizeof cw->id);
+    sc_strlcpy(cw->name, w->rec.name, sizeof cw->name);
+    sc_strlcpy(cw->endpoint, w->rec.endpoint, sizeof cw->endpoint);
+    cw->hw = stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);
+    return cw->hw != NULL;
+}
+
+bool coord_worker_state_endpoint(const coord_worker *w, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    Stagecraft__HardwareReport *hw =
+        w->rec.hardware_len ? stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len,
+                                                                  w->rec.hardware)
+                            : NULL;
+    if (hw != NULL && hw->state_endpoint != NULL)
+        sc_strlcpy(buf, hw->state_endpoint, size);
+    if (hw != NULL)
+        stagecraft__hardware_report__free_unpacked(hw, NULL);
+    return buf[0] != '\0';
 }
 
 void coord_jobs_group_by_host(coord_chosen_worker *ws, size_t n)
