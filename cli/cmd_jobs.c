@@ -1,4 +1,4 @@
-/* `stagecraft submit`, `status`, `cancel` and `workers`: the client subcommands. */
+/* `stagecraft submit`, `status`, `cancel`, `rebalance` and `workers`: the client subcommands. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 /* how often a followed job prints progress when stdout is not a terminal */
 #define FOLLOW_PROGRESS_S 5.0
 
-enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON, O_FOLLOW };
+enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON, O_FOLLOW, O_DRY_RUN };
 
 static const struct option client_opts[] = {
     {"coordinator", required_argument, NULL, O_COORD},
@@ -23,6 +23,7 @@ static const struct option client_opts[] = {
     {"token-file", required_argument, NULL, O_TOKEN},
     {"reason", required_argument, NULL, O_REASON},
     {"follow", no_argument, NULL, O_FOLLOW},
+    {"dry-run", no_argument, NULL, O_DRY_RUN},
     {NULL, 0, NULL, 0},
 };
 
@@ -31,7 +32,8 @@ typedef struct {
     const char *token_file;
     const char *reason;
     int json;
-    int follow; /* submit and status JOB: follow the job to its end */
+    int follow;      /* submit and status JOB: follow the job to its end */
+    int dry_run;     /* rebalance: show the plan, change nothing */
     const char *arg; /* the one positional argument, or NULL */
 } client_args;
 
@@ -61,6 +63,11 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
             if (self->run != cmd_submit && self->run != cmd_status)
                 return cli_usage_error(self, "unknown flag '--follow'");
             a->follow = 1;
+            break;
+        case O_DRY_RUN:
+            if (self->run != cmd_rebalance)
+                return cli_usage_error(self, "unknown flag '--dry-run'");
+            a->dry_run = 1;
             break;
         }
     }
@@ -384,6 +391,46 @@ int cmd_cancel(const cli_command *self, int argc, char **argv)
         json_decref(o);
     } else {
         printf("%s is %s\n", j->job_id, job_state_name(j->state));
+    }
+    protobuf_c_message_free_unpacked(m, NULL);
+    return CLI_OK;
+}
+
+/* rebalance JOB [--dry-run]: re-plans a running job with its measured speeds (RebalanceJob) */
+int cmd_rebalance(const cli_command *self, int argc, char **argv)
+{
+    client_args a;
+    int rc = parse_client_args(self, argc, argv, 1, &a);
+    if (rc != CLI_OK)
+        return rc;
+    sc_err err;
+    sc_err_clear(&err);
+    char token[256];
+    if (cli_read_token(a.token_file, "STAGECRAFT_TOKEN", token, sizeof token, &err) != SC_OK)
+        return cli_report(self, &err);
+    Stagecraft__RebalanceJobRequest req = STAGECRAFT__REBALANCE_JOB_REQUEST__INIT;
+    Stagecraft__Header hdr = STAGECRAFT__HEADER__INIT;
+    hdr.token = token;
+    req.header = &hdr;
+    req.job_id = (char *)a.arg;
+    req.dry_run = a.dry_run;
+    ProtobufCMessage *m = NULL;
+    if (cli_call(a.coordinator, "/stagecraft.Coordinator/RebalanceJob", &req.base,
+                 &stagecraft__rebalance_job_response__descriptor, &m, &err) != SC_OK)
+        return cli_report(self, &err);
+    const Stagecraft__RebalanceJobResponse *r = (const void *)m;
+    if (a.json) {
+        json_t *plan = json_loads(r->plan_json, 0, NULL);
+        json_t *o = json_pack("{s:s, s:b, s:b, s:f, s:f, s:f, s:s, s:o}", "job", a.arg, "dry_run",
+                              a.dry_run, "started", r->started, "current_iteration_s",
+                              r->current_iteration_s, "new_iteration_s", r->new_iteration_s,
+                              "predicted_gain", r->predicted_gain, "message", r->message, "plan",
+                              plan ? plan : json_null());
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        printf("\n");
+        json_decref(o);
+    } else {
+        printf("%s: %s\n", a.arg, r->message);
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return CLI_OK;
