@@ -26,6 +26,7 @@
 #include "common/sc_clock.h"
 #include "coordinator/planner/plan.h"
 #include "coordinator/planner/plan_ga.h"
+#include "coordinator/planner/plan_instance.h"
 #include "coordinator/planner/plan_schedule.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -102,39 +103,6 @@ static plan_cluster *unequal_64(void)
     return c;
 }
 
-/* tests/unit/test_planner_hetero.c's instance of one seed: 5-9 blocks on two servers of 1-2
- * devices of 3 types (speeds 1, 0.5-0.7, 0.2-0.3), links of 1e10 or 5e10 B/s inside a server,
- * NICs of 1e9 or 3e9 B/s. */
-static void two_server_instance(uint64_t seed, plan_profile **prof, plan_cluster **cl)
-{
-    sc_err err;
-    rng = 0x9E3779B97F4A7C15ull * seed + 12345;
-    for (int i = 0; i < 4; i++)
-        urand();
-    int L = 5 + (int)(urand() * 5);
-    plan_profile_new(prof, L, &err);
-    for (int l = 0; l < L; l++) {
-        plan_block *b = &(*prof)->blocks[l];
-        b->forward_s = 1e-3 + 9e-3 * urand();
-        b->backward_s = b->forward_s * (1 + 2 * urand());
-        b->activation_bytes = 1e5 * pow(100, urand());
-        b->parameter_bytes = 1e6 * pow(100, urand());
-        b->stash_bytes = b->activation_bytes;
-    }
-    int t[3];
-    plan_cluster_new_empty(cl, &err);
-    plan_cluster_add_type(*cl, "fast", 1.0, 0, &t[0], &err);
-    plan_cluster_add_type(*cl, "mid", 0.5 + 0.2 * urand(), 0, &t[1], &err);
-    plan_cluster_add_type(*cl, "slow", 0.2 + 0.1 * urand(), 0, &t[2], &err);
-    for (int s = 0; s < 2; s++) {
-        int nd = 1 + (urand() < 0.5), types[2];
-        for (int i = 0; i < nd; i++)
-            types[i] = t[(int)(urand() * 3)];
-        double intra = urand() < 0.5 ? 1e10 : 5e10, nic = urand() < 0.5 ? 1e9 : 3e9;
-        plan_cluster_add_server(*cl, s ? "s1" : "s0", intra, nic, types, nd, &err);
-    }
-}
-
 static int hetero_gap(int n, int m)
 {
     double worst = 0, het_s = 0, het_max = 0, ex_s = 0;
@@ -142,11 +110,14 @@ static int hetero_gap(int n, int m)
     for (int seed = 1; seed <= n; seed++) {
         plan_profile *p = NULL;
         plan_cluster *c = NULL;
-        two_server_instance((uint64_t)seed, &p, &c);
+        sc_err err;
+        if (plan_instance_two_server((uint64_t)seed, &p, &c, &err) != SC_OK) {
+            fprintf(stderr, "bench_planner: seed %d: %s\n", seed, err.msg);
+            return 1;
+        }
         plan_request req = {
             .profile = p, .cluster = c, .batch = m, .microbatches = m, .schedule = PLAN_SCHED_1F1B};
         plan_result he, ex;
-        sc_err err;
         if (plan_run(&req, PLAN_STRAT_HETERO, &he, &err) != SC_OK ||
             plan_run(&req, PLAN_STRAT_EXHAUSTIVE, &ex, &err) != SC_OK) {
             fprintf(stderr, "bench_planner: seed %d: %s\n", seed, err.msg);

@@ -19,48 +19,15 @@
 #include <string.h>
 
 #include "coordinator/planner/plan.h"
+#include "coordinator/planner/plan_instance.h"
 
-static uint64_t rng;
-static double urand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
-
-/* The instance of one seed: a chain of 5-9 blocks (times of one sample in ms, activations of
- * 1e5-1e7 bytes, parameters of 1e6-1e8 bytes) on two servers of 1-2 devices of 3 types. */
+/* The instance of one seed (plan_instance.h): 5-9 blocks on two servers of 1-2 devices of 3
+ * types. */
 static void two_server_instance(uint64_t seed, plan_profile **prof, plan_cluster **cl)
 {
     sc_err err;
-    rng = 0x9E3779B97F4A7C15ull * seed + 12345;
-    for (int i = 0; i < 4; i++)
-        urand();
-    int L = 5 + (int)(urand() * 5);
-    assert_int_equal(plan_profile_new(prof, L, &err), SC_OK);
-    for (int l = 0; l < L; l++) {
-        plan_block *b = &(*prof)->blocks[l];
-        b->forward_s = 1e-3 + 9e-3 * urand();
-        b->backward_s = b->forward_s * (1 + 2 * urand());
-        b->activation_bytes = 1e5 * pow(100, urand());
-        b->parameter_bytes = 1e6 * pow(100, urand());
-        b->stash_bytes = b->activation_bytes;
-    }
-    int t[3];
-    assert_int_equal(plan_cluster_new_empty(cl, &err), SC_OK);
-    assert_int_equal(plan_cluster_add_type(*cl, "fast", 1.0, 0, &t[0], &err), SC_OK);
-    assert_int_equal(plan_cluster_add_type(*cl, "mid", 0.5 + 0.2 * urand(), 0, &t[1], &err), SC_OK);
-    assert_int_equal(plan_cluster_add_type(*cl, "slow", 0.2 + 0.1 * urand(), 0, &t[2], &err),
-                     SC_OK);
-    for (int s = 0; s < 2; s++) {
-        int nd = 1 + (urand() < 0.5), types[2];
-        for (int i = 0; i < nd; i++)
-            types[i] = t[(int)(urand() * 3)];
-        double intra = urand() < 0.5 ? 1e10 : 5e10, nic = urand() < 0.5 ? 1e9 : 3e9;
-        assert_int_equal(plan_cluster_add_server(*cl, s ? "s1" : "s0", intra, nic, types, nd, &err),
-                         SC_OK);
-    }
+    sc_err_clear(&err);
+    assert_int_equal(plan_instance_two_server(seed, prof, cl, &err), SC_OK);
 }
 
 static void test_hetero_within_one_percent_of_exhaustive(void **state)
