@@ -117,32 +117,53 @@ static bool holds(const rt_stage_image *im, uint64_t step, uint32_t first, const
     return np == im->nparams && (np == 0 ? im->nstate == 0 : im->nstate % np == 0);
 }
 
-/* An image of the job's step holding block `first`: a copy of a kept one, else read from a
- * checkpoint file. SC_ERR_NOT_FOUND when there is none. */
-static sc_status find_image(wk_block_server *s, const wk_block_request *rq, const uint64_t *counts,
-                            rt_stage_image *out, sc_err *err)
+/* The answer for blocks [rq->first, ...] cut from image `im` (which holds rq->first): the
+ * header in *a, the parameters and state in new arrays *params, *state (caller frees). */
+static sc_status cut(const rt_stage_image *im, const wk_block_request *rq, const uint64_t *counts,
+                     wk_block_answer *a, float **params, float **state, sc_err *err)
 {
-    memset(out, 0, sizeof *out);
+    uint32_t last = rq->last < (uint32_t)im->last_block ? rq->last : (uint32_t)im->last_block;
+    size_t np = wk_blocks_offset(counts, (int)rq->first, (int)last + 1);
+    size_t k = im->nparams ? im->nstate / im->nparams : 0;
+    *params = malloc(np * sizeof(float) + 1);
+    *state = malloc(k * np * sizeof(float) + 1);
+    if (*params == NULL || *state == NULL) {
+        free(*params);
+        free(*state);
+        *params = *state = NULL;
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory cutting %zu parameters", np);
+    }
+    wk_blocks_copy(im, counts, (int)rq->first, (int)last, *params, *state, np, 0, k);
+    memset(a, 0, sizeof *a);
+    memcpy(a->magic, WK_BLOCKS_ANS_MAGIC, 8);
+    a->status = WK_BLOCKS_OK;
+    a->first = rq->first;
+    a->last = last;
+    a->optim_kind = (uint32_t)im->optim_kind;
+    a->k = (uint32_t)k;
+    a->opt_t = im->opt_t;
+    a->nparams = np;
+    a->checksum = wk_blocks_checksum(*params, np, *state, k * np);
+    return SC_OK;
+}
+
+/* The answer for a request from a kept image of the job's step holding block rq->first (cut
+ * under the lock, nothing else copied), else from a checkpoint file of that step.
+ * SC_ERR_NOT_FOUND when there is none. */
+static sc_status take_blocks(wk_block_server *s, const wk_block_request *rq, const uint64_t *counts,
+                             wk_block_answer *a, float **params, float **state, sc_err *err)
+{
+    *params = *state = NULL;
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < KEPT_MAX; i++) {
         kept_image *k = &s->kept[i];
         if (k->job_id[0] == '\0' || strcmp(k->job_id, rq->job_id) != 0 ||
             !holds(&k->im, rq->step, rq->first, counts, rq->nblocks))
             continue;
-        *out = k->im;
-        out->params = malloc(k->im.nparams * sizeof(float) + 1);
-        out->state = malloc(k->im.nstate * sizeof(float) + 1);
-        if (out->params && out->state) {
-            memcpy(out->params, k->im.params, k->im.nparams * sizeof(float));
-            memcpy(out->state, k->im.state, k->im.nstate * sizeof(float));
-        }
         k->touched_ns = sc_clock_now_ns();
+        sc_status rc = cut(&k->im, rq, counts, a, params, state, err);
         pthread_mutex_unlock(&s->lock);
-        if (out->params == NULL || out->state == NULL) {
-            rt_stage_image_clear(out);
-            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory copying the kept state");
-        }
-        return SC_OK;
+        return rc;
     }
     pthread_mutex_unlock(&s->lock);
     char dir[1200];
@@ -163,19 +184,19 @@ static sc_status find_image(wk_block_server *s, const wk_block_request *rq, cons
         if (strcmp(again, e->d_name) != 0)
             continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        rt_stage_image im;
         sc_err why;
         sc_err_clear(&why);
-        if (rt_stage_image_read(path, out, &why) != SC_OK) {
+        if (rt_stage_image_read(path, &im, &why) != SC_OK) {
             SC_LOG_WARN(LOG, "not serving %s: %s", path, why.msg);
             continue;
         }
-        if (holds(out, rq->step, rq->first, counts, rq->nblocks))
-            rc = SC_OK;
-        else
-            rt_stage_image_clear(out);
+        if (holds(&im, rq->step, rq->first, counts, rq->nblocks))
+            rc = cut(&im, rq, counts, a, params, state, err);
+        rt_stage_image_clear(&im);
     }
     closedir(d);
-    if (rc != SC_OK)
+    if (rc == SC_ERR_NOT_FOUND)
         SC_ERRF(err, SC_ERR_NOT_FOUND, "no state of block %u of job %s at step %llu here",
                 rq->first, rq->job_id, (unsigned long long)rq->step);
     return rc;
@@ -242,46 +263,25 @@ static void serve_one(wk_block_server *s)
         goto out;
     }
     memcpy(counts, (char *)zmq_msg_data(&part) + sizeof rq, rq.nblocks * sizeof *counts);
-    rt_stage_image im;
+    wk_block_answer a;
+    float *params = NULL, *state = NULL;
     sc_err err;
     sc_err_clear(&err);
-    if (find_image(s, &rq, counts, &im, &err) != SC_OK) {
+    if (take_blocks(s, &rq, counts, &a, &params, &state, &err) != SC_OK) {
         refuse(s, &id, WK_BLOCKS_ABSENT, err.msg);
-        free(counts);
-        goto out;
-    }
-    uint32_t last = rq.last < (uint32_t)im.last_block ? rq.last : (uint32_t)im.last_block;
-    size_t np = wk_blocks_offset(counts, (int)rq.first, (int)last + 1);
-    size_t k = im.nparams ? im.nstate / im.nparams : 0;
-    float *params = malloc(np * sizeof(float) + 1), *state = malloc(k * np * sizeof(float) + 1);
-    if (params == NULL || state == NULL) {
-        refuse(s, &id, WK_BLOCKS_ABSENT, "out of memory");
     } else {
-        wk_blocks_copy(&im, counts, (int)rq.first, (int)last, params, state, np, 0, k);
-        wk_block_answer a;
-        memset(&a, 0, sizeof a);
-        memcpy(a.magic, WK_BLOCKS_ANS_MAGIC, 8);
-        a.status = WK_BLOCKS_OK;
-        a.first = rq.first;
-        a.last = last;
-        a.optim_kind = (uint32_t)im.optim_kind;
-        a.k = (uint32_t)k;
-        a.opt_t = im.opt_t;
-        a.nparams = np;
-        a.checksum = wk_blocks_checksum(params, np, state, k * np);
         /* counted before it goes: whoever got the answer sees it counted */
         pthread_mutex_lock(&s->lock);
         s->answered++;
-        s->bytes += (1 + k) * np * sizeof(float);
+        s->bytes += (1 + (size_t)a.k) * a.nparams * sizeof(float);
         pthread_mutex_unlock(&s->lock);
-        send_answer(s, &id, &a, params, state, k * np);
-        SC_LOG_INFO(LOG, "sent blocks %u-%u of job %s at step %llu (%zu parameters)", rq.first,
-                    last, rq.job_id, (unsigned long long)rq.step, np);
+        send_answer(s, &id, &a, params, state, (size_t)a.k * a.nparams);
+        SC_LOG_INFO(LOG, "sent blocks %u-%u of job %s at step %llu (%llu parameters)", a.first,
+                    a.last, rq.job_id, (unsigned long long)rq.step, (unsigned long long)a.nparams);
     }
     free(params);
     free(state);
     free(counts);
-    rt_stage_image_clear(&im);
 out:
     zmq_msg_close(&id);
     zmq_msg_close(&part);
