@@ -130,28 +130,12 @@ static void softmax_rows(void *p, size_t t0, size_t t1)
     int T = r->T;
     for (int t = (int)t0; t < (int)t1; t++) {
         float *a = r->g + (size_t)t * T;
-        float maxv = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++)
-            maxv = a[t2] > maxv ? a[t2] : maxv;
-        kn_v8 acc = {0};
-        int t2 = 0;
-        for (; t2 + 8 <= t + 1; t2 += 8) {
-            kn_v8 v;
-            V8_LOAD(v, a + t2);
-            V8_EXP(v, v - maxv);
-            V8_STORE(a + t2, v);
-            acc += v;
-        }
-        float sum =
-            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        for (; t2 <= t; t2++) {
-            a[t2] = expf(a[t2] - maxv);
-            sum += a[t2];
-        }
+        float maxv = kn_row_max(a, t + 1);
+        float sum = kn_exp_shifted(a, a, t + 1, maxv);
         float inv = 1.0f / sum;
-        for (t2 = 0; t2 <= t; t2++)
+        for (int t2 = 0; t2 <= t; t2++)
             a[t2] *= inv;
-        for (t2 = t + 1; t2 < T; t2++)
+        for (int t2 = t + 1; t2 < T; t2++)
             a[t2] = 0.0f;
     }
 }

@@ -257,26 +257,10 @@ static void ce_fwd_rows(void *p, size_t r0, size_t r1)
         const float *z = a->logits + r * V;
         float *pr = a->probs + r * V;
         float zt = z[a->targets[r]]; /* before probs (which may alias logits) overwrite it */
-        float maxv = -INFINITY;
-        for (int j = 0; j < V; j++)
-            maxv = z[j] > maxv ? z[j] : maxv;
-        kn_v8 acc = {0};
-        int j = 0;
-        for (; j + 8 <= V; j += 8) {
-            kn_v8 v;
-            V8_LOAD(v, z + j);
-            V8_EXP(v, v - maxv);
-            V8_STORE(pr + j, v);
-            acc += v;
-        }
-        float sum =
-            ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        for (; j < V; j++) {
-            pr[j] = expf(z[j] - maxv);
-            sum += pr[j];
-        }
+        float maxv = kn_row_max(z, V);
+        float sum = kn_exp_shifted(pr, z, V, maxv);
         float inv = 1.0f / sum;
-        for (j = 0; j < V; j++)
+        for (int j = 0; j < V; j++)
             pr[j] *= inv;
         a->losses[r] = logf(sum) - (zt - maxv);
     }

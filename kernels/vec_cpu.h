@@ -17,6 +17,7 @@
 #define KN_VECTOR_CLONES
 #endif
 
+#include <math.h>
 #include <string.h>
 
 /* AT(i) for every i in [0, n), an elementwise body that reads and writes element i only: in
@@ -101,6 +102,39 @@ typedef int kn_i8 __attribute__((vector_size(32)));
         (out) = p_ * (kn_v8)e_;                                                                    \
     } while (0)
 #define V8_STORE(p, v) memcpy((p), &(v), sizeof(v))
+
+/* The largest of x[0..n). */
+static inline __attribute__((always_inline)) float kn_row_max(const float *x, int n)
+{
+    float m = -INFINITY;
+    for (int j = 0; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* out[j] = e^(in[j] - shift) for j < n (in may be out), returning their sum: the numerators and
+ * the denominator of a softmax row, eight lanes at a time (V8_EXP), then the tail (expf). The
+ * lanes add in a fixed order, so a row gives the same bits wherever it is computed. For the
+ * fast path only. */
+static inline __attribute__((always_inline)) float kn_exp_shifted(float *out, const float *in,
+                                                                  int n, float shift)
+{
+    kn_v8 acc = {0};
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        kn_v8 v;
+        V8_LOAD(v, in + j);
+        V8_EXP(v, v - shift);
+        V8_STORE(out + j, v);
+        acc += v;
+    }
+    float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; j < n; j++) {
+        out[j] = expf(in[j] - shift);
+        sum += out[j];
+    }
+    return sum;
+}
 
 /* y[i] += a x[i] */
 static inline void add1(float *restrict y, const float *restrict x, float a, int n)
