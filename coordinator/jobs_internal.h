@@ -105,8 +105,9 @@ void coord_jobs_progress_drop(coord *c, const char *job_id);
 /* ---- jobs_rebalance.c: measured speeds and the pause before a move ------------------------ */
 
 /* Under c->lock: a report of one replica: keeps its measured speed, marks the job for
- * evaluation when a worker's speed changed, and follows a pause under way (parked reports). */
-void coord_jobs_rebalance_observe(coord *c, coord_progress *p,
+ * evaluation when a worker's speed changed, and follows a pause under way (parked reports).
+ * Returns false when the job left running for recovery: p is gone, read nothing more of it. */
+bool coord_jobs_rebalance_observe(coord *c, coord_progress *p,
                                   const Stagecraft__IterationReport *r);
 
 /* Under c->lock: a running job marked for evaluation, or due to profile again the workers a

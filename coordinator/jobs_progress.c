@@ -154,7 +154,8 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
             p->loss = r->loss;
     }
     checkpoint_error_report(c, p, r);
-    coord_jobs_rebalance_observe(c, p, r);
+    if (!coord_jobs_rebalance_observe(c, p, r))
+        return;
     if (p->moved_from_s > 0 && r->step > p->resume_step) {
         /* the first step after a move: the blocks were taken over */
         char note[COORD_REASON_MAX];

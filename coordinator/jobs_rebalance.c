@@ -75,8 +75,9 @@ static void send_pause(coord *c, coord_progress *p)
                                            p->pause_step, NULL, NULL);
 }
 
-/* Under c->lock: every replica paused; at the same step, the job goes to the driver. */
-static void pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step)
+/* Under c->lock: every replica paused; at the same step, the job goes to the driver. Returns
+ * false when the job went to recovery instead (p is gone then). */
+static bool pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step)
 {
     p->paused[s][k] = step;
     uint64_t lo = UINT64_MAX, hi = 0;
@@ -99,10 +100,11 @@ static void pause_report(coord *c, coord_progress *p, int s, int k, uint64_t ste
         if (coord_store_job_transition(c->store, id, COORD_JOB_RECOVERING, reason, NULL) ==
             SC_OK) {
             SC_LOG_WARN(LOG, "job %s is recovering: %s", id, reason);
-            coord_jobs_release_workers(c, id);
+            coord_jobs_release_workers(c, id); /* drops p */
             pthread_cond_broadcast(&c->wake);
+            return false;
         }
-        return;
+        return true;
     }
     if (hi > p->pause_step) {
         /* one ran past the pause step before it was told: all pause there instead */
@@ -110,10 +112,10 @@ static void pause_report(coord *c, coord_progress *p, int s, int k, uint64_t ste
                     p->job_id, (unsigned long long)hi, (unsigned long long)p->pause_step);
         p->pause_step = hi;
         send_pause(c, p);
-        return;
+        return true;
     }
     if (lo != p->pause_step)
-        return;
+        return true;
     char reason[COORD_REASON_MAX];
     sc_strfmt(reason, sizeof reason, "%s; paused after step %llu in %.2f s", p->why,
               (unsigned long long)p->pause_step, sc_clock_now_s() - p->decided_s);
@@ -124,18 +126,16 @@ static void pause_report(coord *c, coord_progress *p, int s, int k, uint64_t ste
         SC_LOG_INFO(LOG, "job %s is rebalancing: %s", p->job_id, reason);
         pthread_cond_broadcast(&c->wake);
     }
+    return true;
 }
 
-void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r)
+bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r)
 {
     int s = (int)r->stage, k = (int)r->replica;
-    if (r->parked) {
-        if (p->pause_step != 0)
-            pause_report(c, p, s, k, r->step);
-        return;
-    }
+    if (r->parked)
+        return p->pause_step == 0 || pause_report(c, p, s, k, r->step);
     if (r->step <= p->resume_step + BASE_SKIP || r->busy_s <= 0)
-        return;
+        return true;
     if (p->base_n[s][k] < BASE_N) {
         p->busy_base[s][k] =
             (p->busy_base[s][k] * p->base_n[s][k] + r->busy_s) / (p->base_n[s][k] + 1);
@@ -159,9 +159,9 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
         }
     }
     if (p->pause_step != 0 || p->evaluate || r->step < p->quiet_until || !p->rebalance_auto)
-        return;
+        return true;
     if (s != p->n_stages - 1 || k != 0)
-        return; /* one look per report of the last stage: about once per iteration */
+        return true; /* one look per report of the last stage: about once per iteration */
     bool off = false;
     for (int i = 0; i < p->n_stages && !off; i++) {
         for (int j = 0; j < p->replicas[i] && !off; j++) {
@@ -172,7 +172,7 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     if (!off) {
         p->off_since = 0;
         p->changed_s = 0;
-        return;
+        return true;
     }
     if (p->changed_s == 0) {
         p->changed_s = sc_clock_now_s();
@@ -183,6 +183,7 @@ void coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
         p->evaluate = true;
         pthread_cond_broadcast(&c->wake);
     }
+    return true;
 }
 
 /* The job's workers now (those its plan runs on), with their hardware reports and their
