@@ -79,6 +79,14 @@ alive_is() { [ "$("$sc" workers --json | grep -c '"state": "alive"')" -eq "$1" ]
 # wait_alive SECONDS N: waits until N workers are alive.
 wait_alive() { wait_for "$1" alive_is "$2"; }
 
+# running PID: PID exists and has not exited (a zombie has: only its parent's wait is due).
+running() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ] && [ "${stat%% *}" != X ]
+}
+
 # freeze_when_known SECONDS JOB STEP PID...: stops (SIGSTOP) the PIDs as soon as the coordinator
 # knows a checkpoint of STEP or later for JOB (its last_checkpoint_step, from the workers'
 # reports, which go out at most every 50 ms while a small job steps hundreds of times a second:

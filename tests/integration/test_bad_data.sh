@@ -59,5 +59,5 @@ for i in $(seq 1 100); do echo "line $i of some text to train on"; done >"$work/
 run_job text "$work/text.txt" 3
 wait_for 60 is_state "$job" succeeded && pass "then a good job trains on the same workers" ||
     fail "the good job is $(reason "$job")"
-for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "process $p died"; done
+for p in "${pids[@]}"; do running "$p" || fail "process $p died"; done
 finish

@@ -82,7 +82,7 @@ err=$(timeout 10 "$sc" worker --name w1 --state "$work/wstate" 2>&1 >/dev/null);
     fail "w1 started twice: message '$err'"
 [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "w1 started twice: more than one line: $err"
 sleep 1 # five heartbeat intervals: a second registration would have shown by now
-kill -0 "$w1_pid" 2>/dev/null || fail "the running w1 stopped"
+running "$w1_pid" || fail "the running w1 stopped"
 [ -n "$epoch" ] && [ "$(worker_epoch w1)" = "$epoch" ] ||
     fail "w1's epoch went from '$epoch' to '$(worker_epoch w1)'"
 wait_for 10 worker_is w1 alive && is_state job-1 running ||

@@ -120,7 +120,7 @@ pids=("$(cat "$run/pids/a0")" "$(cat "$run/pids/b0")" "$(cat "$run/pids/coordina
 left=$(leftovers "$name")
 [ -z "$left" ] && pass "down removed every namespace, link, cgroup and the run folder" || fail "left: $left"
 alive_pids=""
-for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive_pids+=" $p"; done
+for p in "${pids[@]}"; do running "$p" && alive_pids+=" $p"; done
 [ -z "$alive_pids" ] && pass "down stopped the coordinator and workers" || fail "still running:$alive_pids"
 "$lab" down "$name" >/dev/null && pass "down runs twice" || fail "a second down failed"
 
@@ -137,6 +137,6 @@ for f in "$STAGECRAFT_LAB_RUN/$kname"/pids/*; do [ -f "$f" ] && kpids+=("$(cat "
 "$lab" down "$kname" >/dev/null || fail "down after a killed up"
 left=$(leftovers "$kname")
 [ -z "$left" ] && pass "down after a killed up left nothing (${#kpids[@]} processes had started)" || fail "left: $left"
-for p in "${kpids[@]}"; do kill -0 "$p" 2>/dev/null && fail "pid $p of the killed lab still runs"; done
+for p in "${kpids[@]}"; do running "$p" && fail "pid $p of the killed lab still runs"; done
 
 finish

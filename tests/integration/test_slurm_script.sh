@@ -85,7 +85,7 @@ rm -f "$work/keep.out"
 keep_pid=$!
 pids+=("$keep_pid")
 wait_for 20 grep -q "exited with status 3" "$work/keep.out" || fail "keep: no failure reported: $(cat "$work/keep.out")"
-if kill -0 "$keep_pid" 2>/dev/null; then
+if running "$keep_pid"; then
     pass "STAGECRAFT_ON_WORKER_FAILURE=keep: the other worker runs on"
     kill -TERM "$keep_pid"
 else

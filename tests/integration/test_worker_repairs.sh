@@ -136,7 +136,7 @@ wait_for 20 grep -q "a heartbeat of epoch 1 was refused after this worker regist
 coord_says "heartbeat from worker w-[0-9]* with epoch 1 refused" ||
     fail "the coordinator did not refuse the stale heartbeat"
 sleep 1 # five heartbeats more
-kill -0 "$stale_pid" 2>/dev/null && [ "$(worker_state stale)" = alive ] &&
+running "$stale_pid" && [ "$(worker_state stale)" = alive ] &&
     [ "$(worker_epoch stale)" = 2 ] && pass "a refused heartbeat of an earlier epoch leaves the worker registered" ||
     fail "worker stale: $(tail -n 2 "$work/stale.log"); state $(worker_state stale), epoch $(worker_epoch stale)"
 finish
