@@ -87,6 +87,12 @@ typedef struct {
     char why[COORD_REASON_MAX];
     /* after a rebalance started this run: when, to report the move's time at its first step */
     double moved_from_s;
+    /* Freezing (freezing.h): the job freezes; each stage's first block (the reports' block
+     * norms start there); the prefix the policy asked for, not yet moved to (0: none), and why */
+    bool freeze;
+    int first_block[COORD_MAX_STAGES];
+    int freeze_to;
+    char freeze_why[COORD_REASON_MAX];
 } coord_progress;
 
 struct coord {
@@ -108,6 +114,7 @@ struct coord {
     coord_progress running[COORD_MAX_RUNNING];
     size_t n_running;
     struct coord_speeds *speeds; /* each job's speed model (speeds.h) */
+    struct coord_freezing *freezing; /* each job's freezing policy (freezing.h) */
     uint64_t last_run; /* the id of the latest start (coord_progress.run) */
     /* jobs a driver thread is taking through profiling, planning and assignment: each has a
      * thread of its own, so a worker that does not answer holds up only its own job */

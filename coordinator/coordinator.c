@@ -26,6 +26,7 @@
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/freezing.h"
 #include "coordinator/jobs.h"
 #include "coordinator/service.h"
 #include "coordinator/speeds.h"
@@ -345,6 +346,7 @@ void coord_destroy(coord **cp)
     coord_queue_clear(c);
     coord_jobs_progress_clear(c);
     coord_speeds_free(&c->speeds);
+    coord_freezing_free(&c->freezing);
     coord_registry_destroy(&c->registry);
     coord_store_close(&c->store);
     if (c->state_lock_fd >= 0)

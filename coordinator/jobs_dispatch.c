@@ -17,6 +17,7 @@
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/freezing.h"
 #include "coordinator/jobs_internal.h"
 #include "coordinator/link_probe.h"
 #include "coordinator/speeds.h"
@@ -307,6 +308,7 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
                     json_t *st = json_array_get(json_object_get(plan, "stages"), s);
                     int first = (int)json_integer_value(json_object_get(st, "first_block"));
                     int last = (int)json_integer_value(json_object_get(st, "last_block"));
+                    p->first_block[s] = first;
                     p->work[s][k] = coord_speeds_work_s(c->speeds, id, ws[d].id, first, last) *
                                     spec->batch_size / p->replicas[s];
                     p->scale[s][k] = coord_speeds_scale(c->speeds, id, ws[d].id);
@@ -321,6 +323,15 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
         p->workers_min = spec->workers_min;
         const char *sched = json_string_value(json_object_get(plan, "schedule"));
         p->async = sched != NULL && strcmp(sched, "pipedream") == 0;
+        if (spec->freeze_interval > 0 && !p->async) {
+            json_t *stages = json_object_get(plan, "stages");
+            json_t *end = json_array_get(stages, json_array_size(stages) - 1);
+            int n_blocks = (int)json_integer_value(json_object_get(end, "last_block")) + 1;
+            int frozen = (int)json_integer_value(json_object_get(plan, "frozen_blocks"));
+            coord_freezing_start(&c->freezing, id, spec->freeze_interval, spec->freeze_percentile,
+                                 n_blocks, frozen);
+            p->freeze = true;
+        }
         if (why != NULL)
             p->moved_from_s = sc_clock_now_s();
         p->start_payload = payload_copy;

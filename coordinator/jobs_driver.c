@@ -24,6 +24,7 @@
 #include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/freezing.h"
 #include "coordinator/jobs_internal.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/planning.h"
@@ -190,6 +191,13 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
      * workers keep; anything else from the last complete checkpoint. */
     bool rebalancing = job.state == COORD_JOB_REBALANCING;
     uint64_t last_checkpoint = job.last_checkpoint_step;
+    /* the frozen prefix: the policy's, or the last plan's when the coordinator restarted */
+    int frozen = coord_freezing_frozen(c->freezing, id);
+    if (frozen == 0 && job.plan_json != NULL) {
+        json_t *before = json_loads(job.plan_json, 0, NULL);
+        frozen = (int)json_integer_value(json_object_get(before, "frozen_blocks"));
+        json_decref(before);
+    }
     double decided_s = 0, plan_s = 0;
     if (rebalancing) {
         coord_progress *p = coord_jobs_progress(c, id);
@@ -298,7 +306,7 @@ planning:;
         pw[i].profile_json = ws[i].profile_json;
         pw[i].link_bytes_per_s = ws[i].link_bytes_per_s;
     }
-    rc = coord_plan_job(&spec, pw, n, &plan_json, &err);
+    rc = coord_plan_job(&spec, pw, n, frozen, &plan_json, &err);
     free(pw);
     if (rc == SC_OK)
         rc = coord_jobs_add_transports(&spec, ws, n, &plan_json, &err);
@@ -320,12 +328,15 @@ planning:;
         goto out;
     }
     plan_now = json_loads(plan_json, 0, NULL);
+    char frozen_note[64] = "";
+    if (frozen > 0)
+        sc_strfmt(frozen_note, sizeof frozen_note, ", blocks 0-%d frozen", frozen - 1);
     sc_strfmt(reason, sizeof reason,
-              "planned with %s: %zu stage(s), predicted %.4g s per iteration%s",
+              "planned with %s: %zu stage(s), predicted %.4g s per iteration%s%s",
               json_string_value(json_object_get(plan_now, "strategy")),
               json_array_size(json_object_get(plan_now, "stages")),
               json_number_value(json_object_get(plan_now, "iteration_time_s")),
-              rebalancing ? " (measured speeds)" : "");
+              rebalancing ? " (measured speeds)" : "", frozen_note);
     if (!move_job(c, id, COORD_JOB_PLANNED, reason))
         goto out;
     json_t *endpoints = json_array();
@@ -351,10 +362,10 @@ planning:;
     if (rebalancing) {
         why = reason;
         sc_strfmt(reason, sizeof reason,
-                  "rebalanced after step %llu to %zu stage(s), predicted %.4g s per iteration "
+                  "rebalanced after step %llu to %zu stage(s)%s, predicted %.4g s per iteration "
                   "(%.2f s after the decision; planned in %.1f ms, stages assigned in %.2f s)",
                   (unsigned long long)resume_step,
-                  json_array_size(json_object_get(plan_now, "stages")),
+                  json_array_size(json_object_get(plan_now, "stages")), frozen_note,
                   json_number_value(json_object_get(plan_now, "iteration_time_s")),
                   sc_clock_now_s() - decided_s, 1e3 * plan_s, sc_clock_now_s() - assign_t0);
     }

@@ -18,6 +18,7 @@
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/freezing.h"
 #include "coordinator/jobs_internal.h"
 #include "coordinator/speeds.h"
 
@@ -74,8 +75,10 @@ void coord_jobs_release_workers(coord *c, const char *job_id)
         ended = coord_job_state_terminal(job.state);
         coord_job_clear(&job);
     }
-    if (ended)
-        coord_speeds_drop(&c->speeds, job_id); /* no re-plan will want its speeds */
+    if (ended) { /* no re-plan will want its speeds or its frozen prefix */
+        coord_speeds_drop(&c->speeds, job_id);
+        coord_freezing_drop(&c->freezing, job_id);
+    }
     for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
         coord_worker *w = coord_registry_at(c->registry, i);
         if (strcmp(w->job_id, job_id) == 0)
@@ -135,6 +138,31 @@ static void throughput_update(coord_progress *p, uint64_t done, double now_s)
         p->samples_per_s = (double)(done - p->rate_step0) * p->batch_size / (now_s - p->rate_t0_s);
 }
 
+/* The freezing policy's share of a report: the first copy of each stage brings its blocks'
+ * gradient norms (copies hold the same summed gradient); the last stage's closes intervals.
+ * A policy that wants more blocks frozen has the driver re-plan and move the job. */
+static void freeze_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r)
+{
+    int s = (int)r->stage;
+    if (r->replica != 0)
+        return;
+    coord_freezing_observe(c->freezing, p->job_id, p->first_block[s], r->grad_l1_per_block,
+                           r->n_grad_l1_per_block, r->step);
+    if (s != p->n_stages - 1)
+        return;
+    char why[COORD_REASON_MAX] = "";
+    int want = coord_freezing_close(c->freezing, p->job_id, r->step, why, sizeof why);
+    if (want <= coord_freezing_frozen(c->freezing, p->job_id) || p->pause_step != 0)
+        return;
+    p->freeze_to = want;
+    sc_strlcpy(p->freeze_why, why, sizeof p->freeze_why);
+    p->evaluate = true;
+    if (p->changed_s == 0)
+        p->changed_s = sc_clock_now_s();
+    SC_LOG_INFO(LOG, "job %s: %s", p->job_id, why);
+    pthread_cond_broadcast(&c->wake);
+}
+
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
 {
     coord_progress *p = coord_jobs_progress(c, r->job_id);
@@ -156,6 +184,8 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     checkpoint_error_report(c, p, r);
     if (!coord_jobs_rebalance_observe(c, p, r))
         return;
+    if (p->freeze && !r->parked)
+        freeze_observe(c, p, r);
     if (p->moved_from_s > 0 && r->step > p->resume_step) {
         /* the first step after a move: the blocks were taken over */
         char note[COORD_REASON_MAX];

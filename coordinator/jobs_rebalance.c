@@ -31,6 +31,7 @@
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/freezing.h"
 #include "coordinator/jobs_internal.h"
 #include "coordinator/planning.h"
 #include "coordinator/speeds.h"
@@ -312,6 +313,15 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     uint64_t done = p->stored_step, steps = p->steps;
     char change[COORD_REASON_MAX];
     describe_change(c, p, change, sizeof change);
+    /* a freeze the policy asked for: the workers learn the new prefix only from a new plan, so
+     * it moves whatever the gain */
+    int frozen = coord_freezing_frozen(c->freezing, job_id);
+    int freeze_to = p->freeze_to > frozen ? p->freeze_to : frozen;
+    bool asked = force, freezing = freeze_to > frozen;
+    if (freezing) {
+        sc_strlcpy(change, p->freeze_why, sizeof change);
+        force = true;
+    }
     pthread_mutex_unlock(&c->lock);
 
     coord_jobspec spec;
@@ -338,7 +348,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
             pw[i].profile_json = ws[i].profile_json;
             pw[i].link_bytes_per_s = ws[i].link_bytes_per_s;
         }
-        rc = coord_plan_job(&spec, pw, n, &plan_json, err);
+        rc = coord_plan_job(&spec, pw, n, freeze_to, &plan_json, err);
     }
     free(pw);
     double plan_s = sc_clock_now_s() - t0;
@@ -429,11 +439,15 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     sc_strfmt(p->why, sizeof p->why,
               "%s%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%); "
               "detected in %.2f s, planned in %.1f ms",
-              force && !p->leaving[0] ? "rebalance asked for: " : "", change, current, out->new_s, 100 * out->gain,
-              detect, 1e3 * plan_s);
+              asked && !p->leaving[0] ? "rebalance asked for: " : "", change, current,
+              out->new_s, 100 * out->gain, detect, 1e3 * plan_s);
     send_pause(c, p);
     if (!force)
         coord_speeds_note_move(c->speeds, job_id);
+    if (freezing) { /* the driver plans the move with the new prefix */
+        coord_freezing_set(c->freezing, job_id, freeze_to);
+        p->freeze_to = 0;
+    }
     out->started = true;
     sc_strfmt(out->message, sizeof out->message, "rebalancing after step %llu: %s",
               (unsigned long long)p->pause_step, p->why);

@@ -81,6 +81,41 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
     return SC_OK;
 }
 
+/* "freeze": "off" (the default), "auto" (a look every tenth of the steps, tau at the median),
+ * or {"interval": STEPS, "percentile": P}. */
+static sc_status parse_freeze(const sc_jnode *root, coord_jobspec *spec, sc_err *err)
+{
+    spec->freeze_interval = 0;
+    spec->freeze_percentile = 50;
+    if (!sc_jnode_has(root, "freeze"))
+        return SC_OK;
+    sc_jnode f;
+    SC_CHECK(sc_jnode_member(root, "freeze", &f, err));
+    uint64_t tenth = spec->steps / 10 > 0 ? spec->steps / 10 : 1;
+    if (json_is_string(f.value)) {
+        static const char *const modes[] = {"off", "auto", NULL};
+        int which;
+        SC_CHECK(sc_jnode_enum(&f, modes, &which, err));
+        spec->freeze_interval = which == 1 ? tenth : 0;
+    } else if (json_is_object(f.value)) {
+        int64_t v;
+        SC_CHECK(sc_json_opt_int(&f, "interval", 1, INT64_C(1) << 40, (int64_t)tenth, &v, err));
+        spec->freeze_interval = (uint64_t)v;
+        SC_CHECK(sc_json_opt_number(&f, "percentile", 1, 99, 50, &spec->freeze_percentile, err));
+    } else {
+        return sc_jnode_fail(&f, err, SC_ERR_INVALID,
+                             "expected \"off\", \"auto\" or {\"interval\": STEPS, "
+                             "\"percentile\": 1..99}");
+    }
+    if (spec->freeze_interval > 0 &&
+        (strcmp(spec->schedule, "pipedream") == 0 || strcmp(spec->strategy, "pipedream") == 0))
+        return sc_jnode_fail(&f, err, SC_ERR_UNSUPPORTED,
+                             "freezing needs a schedule that flushes every step (gpipe, 1f1b, "
+                             "sliced, unequal or auto); pipedream keeps minibatches in flight "
+                             "across steps");
+    return SC_OK;
+}
+
 static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), model, data, opt;
@@ -196,6 +231,8 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
         SC_CHECK(sc_json_get_enum(&root, "rebalance", rebalances, &which, err));
         spec->rebalance_auto = which == 0;
     }
+
+    SC_CHECK(parse_freeze(&root, spec, err));
 
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
     spec->lr = 3e-4;

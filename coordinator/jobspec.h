@@ -52,6 +52,9 @@ typedef struct {
                                 * can take it, else zmq), "zmq" or "nccl" */
     bool rebalance_auto;       /* "rebalance": "auto" (default: re-plan and move blocks when
                                 * measured speeds change enough) or "off" (only when asked) */
+    uint64_t freeze_interval;  /* "freeze": steps between two looks of the freezing policy
+                                * (coordinator/freezing.h); 0: the job freezes nothing */
+    double freeze_percentile;  /* the percentile of the blocks' gradient change that sets tau */
 } coord_jobspec;
 
 /* Parses and validates a job spec. `source` names it in errors (a file name, or "request").

@@ -385,16 +385,75 @@ static sc_status run_strategy(const coord_jobspec *spec, int strategy, int micro
     return SC_OK;
 }
 
-sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *workers, size_t n,
-                         char **plan_json, sc_err *err)
+char *coord_profile_frozen(const char *profile_json, int frozen_blocks)
+{
+    json_t *root = json_loads(profile_json, 0, NULL);
+    if (root == NULL)
+        return NULL;
+    json_t *blocks = json_object_get(root, "blocks");
+    for (size_t i = 0; i < json_array_size(blocks) && (int)i < frozen_blocks; i++) {
+        json_t *b = json_array_get(blocks, i);
+        if (json_object_get(b, "backward_s") != NULL)
+            json_object_set_new(b, "backward_s", json_real(0));
+        if (json_object_get(b, "optimizer_s") != NULL)
+            json_object_set_new(b, "optimizer_s", json_real(0));
+        size_t k;
+        json_t *e;
+        json_array_foreach(json_object_get(b, "by_microbatch_size"), k, e)
+        {
+            if (json_object_get(e, "backward_s") != NULL)
+                json_object_set_new(e, "backward_s", json_real(0));
+        }
+    }
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return text;
+}
+
+/* The workers with their profiles frozen (frozen_workers_free frees the copies). */
+static sc_status frozen_workers(const coord_plan_worker *workers, size_t n, int frozen_blocks,
+                                coord_plan_worker **out, sc_err *err)
+{
+    coord_plan_worker *w = calloc(n ? n : 1, sizeof *w);
+    SC_ALLOC_CHECK(w, err);
+    for (size_t i = 0; i < n; i++) {
+        w[i] = workers[i];
+        w[i].profile_json = coord_profile_frozen(workers[i].profile_json, frozen_blocks);
+        if (w[i].profile_json == NULL) {
+            for (size_t k = 0; k < i; k++)
+                free((char *)w[k].profile_json);
+            free(w);
+            return SC_ERRF(err, SC_ERR_INVALID, "the profile of worker %s is not JSON",
+                           workers[i].id);
+        }
+    }
+    *out = w;
+    return SC_OK;
+}
+
+static void frozen_workers_free(coord_plan_worker *w, size_t n)
+{
+    for (size_t i = 0; w != NULL && i < n; i++)
+        free((char *)w[i].profile_json);
+    free(w);
+}
+
+sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *given, size_t n,
+                         int frozen_blocks, char **plan_json, sc_err *err)
 {
     *plan_json = NULL;
+    if (n == 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "no workers to plan on");
+    coord_plan_worker *frozen = NULL; /* the profiles with the frozen blocks' backward at 0 */
+    if (frozen_blocks > 0)
+        SC_CHECK(frozen_workers(given, n, frozen_blocks, &frozen, err));
+    const coord_plan_worker *workers = frozen != NULL ? frozen : given;
     char *cluster_text = NULL;
     plan_profile *profile = NULL;
     plan_cluster *cluster = NULL;
     json_t *plan = NULL;
     sc_status rc;
-    SC_CHECK(coord_cluster_json(workers, n, &cluster_text, err));
+    SC_CHECK_GOTO(coord_cluster_json(workers, n, &cluster_text, err), out);
     SC_CHECK_GOTO(plan_profile_parse_json(&profile, workers[0].id, workers[0].profile_json,
                                           strlen(workers[0].profile_json), err),
                   out);
@@ -417,6 +476,8 @@ sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *wor
         json_object_set_new(st, "worker_ids", ids);
     }
     json_object_set_new(plan, "cluster", json_loads(cluster_text, 0, NULL));
+    if (frozen_blocks > 0)
+        json_object_set_new(plan, "frozen_blocks", json_integer(frozen_blocks));
     *plan_json = json_dumps(plan, JSON_COMPACT);
     if (*plan_json == NULL)
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the plan");
@@ -425,5 +486,6 @@ out:
     plan_cluster_destroy(&cluster);
     plan_profile_destroy(&profile);
     free(cluster_text);
+    frozen_workers_free(frozen, n);
     return rc;
 }

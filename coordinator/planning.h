@@ -28,8 +28,14 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
 
 /* Plans `spec` over the workers with the job's strategy and schedule. *plan_json is a heap
  * string holding one plan object as `stagecraft plan --json` prints one (device ids index
- * `workers`). */
+ * `workers`). With `frozen_blocks` > 0 the model's first blocks are frozen (they run forward
+ * only): they are planned with no backward and no optimizer time, and the plan carries
+ * "frozen_blocks" for the workers. */
 sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *workers, size_t n,
-                         char **plan_json, sc_err *err);
+                         int frozen_blocks, char **plan_json, sc_err *err);
+
+/* `profile_json` with blocks [0, frozen_blocks) at zero backward and optimizer time (heap
+ * string, caller frees; NULL when it is not JSON). */
+char *coord_profile_frozen(const char *profile_json, int frozen_blocks);
 
 #endif /* COORD_PLANNING_H */

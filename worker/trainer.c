@@ -226,6 +226,12 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
             goto out;
         cfg.sliced_warmup = (int)k;
     }
+    /* the model's frozen prefix (absent: none); the runner checks it against the model */
+    double frozen;
+    if ((rc = jwhole(plan, "frozen_blocks", 0, 0, INT_MAX, "the plan's frozen_blocks", &frozen,
+                     err)) != SC_OK)
+        goto out;
+    cfg.frozen_blocks = (int)frozen;
     cfg.batch_size = (int)batch;
     cfg.microbatches = unequal ? n_sizes[1] : (int)count;
     cfg.seed = (uint64_t)seed;

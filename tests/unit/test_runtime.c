@@ -97,6 +97,10 @@ typedef struct {
 } per_stage_sizes;
 static const per_stage_sizes *g_per_stage;
 
+/* The model's frozen prefix (rt_runner_cfg.frozen_blocks; the reference freezes the same blocks).
+ * Tests set it around one run only. */
+static int g_frozen;
+
 static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
 {
     rt_runner_cfg c = rt_runner_cfg_default();
@@ -121,6 +125,7 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.microbatch_sizes = rs->sizes;
     c.sliced_warmup = rs->slice_k;
     c.stage_memory_path = g_stage_memory_path;
+    c.frozen_blocks = g_frozen;
     if (g_per_stage != NULL) {
         c.microbatch_sizes = g_per_stage->sizes[stage];
         c.microbatches = g_per_stage->counts[stage];
@@ -263,6 +268,7 @@ static float *train_reference(const run_spec *rs, size_t *count, float **init)
     sc.optim.weight_decay = (float)rc.weight_decay;
     kn_stage *st = NULL;
     assert_int_equal(kn_stage_new_cfg(&st, m, &sc, &err), SC_OK);
+    assert_int_equal(kn_stage_set_frozen_blocks(st, g_frozen, &err), SC_OK);
     int tps = kn_model_targets_per_sample(m);
     kn_stage_set_loss_scale(st, 1.0f / (float)(rs->batch * tps));
 
@@ -366,8 +372,13 @@ static void check_equivalence(const run_spec *rs)
         assert_int_equal(r->max_inflight, bound);
         assert_true(r->iteration_s > 0.0 && r->busy_s <= r->iteration_s * 1.01);
         assert_true(r->n_blocks >= 1);
-        /* a stage of lone pool blocks would have no parameters; none here */
-        assert_true(g_grad_sq_sum[s] > 0.0);
+        /* a stage of lone pool blocks would have no parameters; none here. A stage frozen
+         * whole has no gradient. */
+        int last_block = (s + 1) * model_blocks(rs->model) / rs->stages - 1;
+        if (last_block < g_frozen)
+            assert_true(g_grad_sq_sum[s] == 0.0);
+        else
+            assert_true(g_grad_sq_sum[s] > 0.0);
     }
     assert_true(isfinite(reports[rs->stages - 1].loss) && reports[rs->stages - 1].loss > 0.0);
     free(ref);
@@ -387,6 +398,63 @@ static void test_equivalence_gpt(void **state)
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_equivalence(&specs[i]);
+}
+
+/* Parameters of the model's first `blocks` blocks. */
+static size_t prefix_params(const char *json, int blocks)
+{
+    sc_jdoc *doc = NULL;
+    kn_model *m = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_jdoc_parse(&doc, "model", json, strlen(json), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
+    size_t n = 0;
+    for (int i = 0; i < blocks; i++)
+        n += kn_model_block(m, i)->params;
+    kn_model_destroy(&m);
+    sc_jdoc_destroy(&doc);
+    return n;
+}
+
+/* A frozen prefix (freezing): a stage frozen whole takes no gradient and sends none, the stage
+ * where the prefix ends sends none upstream, one cut inside its blocks runs the backward of the
+ * rest only; the result is the one-stage training with the same blocks frozen, and the frozen
+ * parameters stay as they were, bit for bit. The GPT has 4 blocks (embedding, 2 layers, head). */
+static void test_equivalence_frozen(void **state)
+{
+    (void)state;
+    const struct {
+        run_spec rs;
+        int frozen;
+        bool memory_path;
+    } cases[] = {
+        {{GPT_JSON, "1f1b", 4, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0}, 1, false},
+        {{GPT_JSON, "1f1b", 4, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, 3, false},
+        {{GPT_JSON, "gpipe", 2, 8, 4, 3, "sgd", "zmq", NULL, NULL, NULL, 0}, 1, false},
+        {{GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, 2, true},
+        {{GPT_JSON, "sliced", 4, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 2}, 2, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_frozen = cases[i].frozen;
+        g_stage_memory_path = cases[i].memory_path;
+        check_equivalence(&cases[i].rs);
+        size_t n_pipe = 0, frozen = prefix_params(cases[i].rs.model, g_frozen);
+        rt_report reports[8];
+        float *pipe = train_pipeline(&cases[i].rs, &n_pipe, reports);
+        size_t n_ref = 0;
+        float *init = NULL;
+        float *ref = train_reference(&cases[i].rs, &n_ref, &init);
+        assert_true(frozen > 0 && frozen < n_pipe);
+        assert_memory_equal(pipe, init, frozen * sizeof *pipe);
+        assert_memory_not_equal(pipe + frozen, init + frozen, (n_pipe - frozen) * sizeof *pipe);
+        free(pipe);
+        free(ref);
+        free(init);
+    }
+    g_frozen = 0;
+    g_stage_memory_path = false;
 }
 
 /* The data path a GPU stage takes when its transport carries device memory (its slot's output
@@ -2384,6 +2452,7 @@ int main(void)
         cmocka_unit_test(test_equivalence_vgg_mlp),
         cmocka_unit_test(test_equivalence_unequal_sliced),
         cmocka_unit_test(test_stage_memory_path),
+        cmocka_unit_test(test_equivalence_frozen),
         cmocka_unit_test(test_equivalence_per_stage_sizes),
         cmocka_unit_test(test_per_stage_bad_config),
         cmocka_unit_test(test_equivalence_backward_sizes),

@@ -137,6 +137,10 @@ typedef struct {
      * backward, and seconds added to every optimizer step, to measure a schedule's bubble
      * independently of how many cores the host has. 0 in real jobs. */
     double extra_forward_s, extra_backward_s, extra_optimizer_s;
+    /* Freezing: the model's blocks [0, frozen_blocks) are frozen (forward only; 0: none). A stage
+     * wholly inside the prefix runs no backward and takes no gradient; the stage where the
+     * prefix ends sends none upstream. The flushing schedules only (not pipedream). */
+    int frozen_blocks;
     /* Tests only: take the device-memory data path (a GPU stage's, with a transport that takes
      * device memory) on any device. On a CPU stage that memory is host memory, so the path's
      * buffers and order run, and are checked, without a GPU. false in real jobs. */

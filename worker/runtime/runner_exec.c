@@ -211,6 +211,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         SC_CHECK(rt_runner_send_routed(r, RT_MSG_ACTIVATION, step, mb, r->out_buf, out_bytes, err));
         break;
     case RT_ACT_RECV_B:
+        if (r->frozen_all)
+            break; /* frozen downstream too: no gradient comes */
         if (r->resliced) {
             SC_CHECK(gather(r, RT_MSG_GRADIENT, step, r->next_off, &r->next_got,
                             (unsigned char *)r->gout_all, r->out_elems * sizeof(float), off,
@@ -234,7 +236,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
             r->slot_mb[slot] = -1;
             --*inflight;
         }
-        if (!r->first) {
+        if (r->grad_upstream) {
             /* The stage keeps only the latest input gradient: take it now. */
             if (r->dev_prev)
                 SC_CHECK(kn_ctx_copy(kn_stage_ctx(r->st), r->gin_dev, kn_stage_grad_input(r->st),
@@ -247,6 +249,8 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         rep->backward_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_SEND_B:
+        if (!r->grad_upstream)
+            break; /* the stage upstream is frozen: it wants no gradient */
         if (r->gin_mb != mb)
             return SC_ERRF(err, SC_ERR_INTERNAL,
                            "runner stage %d: SEND_B of micro-batch %d "
@@ -259,7 +263,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                                        M * r->in_elems * sizeof(float), err));
         break;
     case RT_ACT_OPT:
-        if (r->nrep > 1) { /* the copies' summed gradient */
+        if (r->nrep > 1 && !(r->frozen_all && !r->last)) { /* the copies' summed gradient */
             SC_CHECK(rt_runner_reduce_copies(r, step, -1, false, loss_sum, err));
             rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
             uint64_t reduced_ns = t0_ns;
@@ -326,7 +330,8 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
                      r->s, inflight);
     /* every neighbour message of the iteration was taken: none is left for the next one */
     if (rc == SC_OK && r->resliced &&
-        ((!r->first && r->prev_got != r->n_prev) || (!r->last && r->next_got != r->n_next)))
+        ((!r->first && r->prev_got != r->n_prev) ||
+         (!r->last && !r->frozen_all && r->next_got != r->n_next)))
         rc = SC_ERRF(err, SC_ERR_INTERNAL,
                      "runner stage %d: took %d of %d activations and %d of %d gradients", r->s,
                      r->prev_got, r->n_prev, r->next_got, r->n_next);

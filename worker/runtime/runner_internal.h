@@ -41,6 +41,10 @@ struct rt_runner {
     int *mb_size; /* [m] samples of each micro-batch */
     int *mb_off;  /* [m] first sample of each micro-batch in the batch */
     bool first, last;
+    /* freezing: every block of the stage is frozen (no gradient comes, none leaves, no
+     * all-reduce); the stage sends its input gradient upstream (not the first stage, nor one
+     * whose upstream neighbour is frozen whole) */
+    bool frozen_all, grad_upstream;
     double extra_f_s, extra_b_s, extra_o_s;
     kn_model *model;
     kn_stage *st;
