@@ -84,6 +84,22 @@ static void test_worker_names_and_defaults(void **state)
     assert_int_equal(spec.workers_min, 2);
     assert_null(spec.worker_names);
     assert_false(spec.rebalance_auto);
+    assert_int_equal(spec.freeze_interval, 0); /* no freezing unless asked */
+    coord_jobspec_clear(&spec);
+
+    /* freezing: "auto" looks every tenth of the steps; an object sets both figures */
+    char text2[2048];
+    snprintf(text2, sizeof text2, "%.*s, \"freeze\": \"auto\"}", (int)(strlen(elastic) - 1),
+             elastic);
+    assert_int_equal(coord_jobspec_parse("job.json", text2, strlen(text2), &spec, &err), SC_OK);
+    assert_int_equal(spec.freeze_interval, 1); /* 3 steps: at least 1 */
+    assert_true(spec.freeze_percentile == 50);
+    coord_jobspec_clear(&spec);
+    snprintf(text2, sizeof text2, "%.*s, \"freeze\": {\"interval\": 7, \"percentile\": 30}}",
+             (int)(strlen(elastic) - 1), elastic);
+    assert_int_equal(coord_jobspec_parse("job.json", text2, strlen(text2), &spec, &err), SC_OK);
+    assert_int_equal(spec.freeze_interval, 7);
+    assert_true(spec.freeze_percentile == 30);
     coord_jobspec_clear(&spec);
 }
 
@@ -139,6 +155,17 @@ static void test_bad_specs(void **state)
     expect_error("\"workers\": 4", "\"workers\": {\"min\": 2}", "$.workers: missing required");
     expect_error("\"seed\": 1,", "\"seed\": 1, \"rebalance\": \"sometimes\",",
                  "$.rebalance: expected one of \"auto\", \"off\"");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": \"always\",",
+                 "$.freeze: expected one of \"off\", \"auto\"");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": 3,",
+                 "$.freeze: expected \"off\", \"auto\" or {\"interval\": STEPS, \"percentile\": "
+                 "1..99}");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": {\"percentile\": 100},",
+                 "$.freeze.percentile: expected a number in [1, 99]");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": {\"interval\": 0},",
+                 "$.freeze.interval: expected an integer in [1,");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"pipedream\", \"freeze\": \"auto\"",
+                 "$.freeze: freezing needs a schedule that flushes every step");
     expect_error("\"workers\": 4", "\"workers\": [\"a\", \"a\"]",
                  "$.workers[1]: worker \"a\" is listed twice");
     expect_error("\"steps\": 200", "\"steps\": -1", "$.steps: expected an integer");

@@ -1487,6 +1487,12 @@ static void test_bad_config(void **state)
     c.optimizer = "lion";
     expect_bad(c, SC_ERR_INVALID, "\"adamw\", \"sgd\"");
     c = spec_cfg(&rs, 0, 4);
+    c.frozen_blocks = 4;
+    expect_bad(c, SC_ERR_INVALID, "4 frozen blocks of a 4-block model; valid: 0 to 3");
+    c.frozen_blocks = 1;
+    c.schedule = "pipedream";
+    expect_bad(c, SC_ERR_UNSUPPORTED, "frozen blocks need a schedule that flushes every step");
+    c = spec_cfg(&rs, 0, 4);
     c.transport = "carrier-pigeon";
     expect_bad(c, SC_ERR_INVALID, "\"zmq\", \"local\"");
     c = spec_cfg(&rs, 0, 4);
