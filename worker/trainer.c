@@ -28,6 +28,7 @@ struct wk_trainer {
     rt_runner *runner;
     char job_id[64];
     uint32_t stage, n_stages, replica;
+    int first_block, last_block, frozen_blocks; /* the stage's blocks; the model's frozen prefix */
     char checkpoint_dir[1100];
     json_t *endpoints; /* per stage, its replicas' data endpoints (from START) */
     uint64_t steps, resume_step, checkpoint_every;
@@ -271,6 +272,9 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     t->blocks = blocks;
     sc_strlcpy(t->job_id, req->job_id, sizeof t->job_id);
     t->stage = req->stage;
+    t->first_block = cfg.first_block;
+    t->last_block = cfg.last_block;
+    t->frozen_blocks = cfg.frozen_blocks;
     t->n_stages = req->n_stages;
     t->replica = req->replica;
     snprintf(t->checkpoint_dir, sizeof t->checkpoint_dir, "%s/%s", checkpoint_dir, req->job_id);
@@ -653,9 +657,13 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     if (pthread_create(&t->thread, NULL, train_main, t) != 0)
         return SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the training thread");
     t->started = true;
-    SC_LOG_INFO(LOG, "training stage %u replica %u of job %s: steps %llu..%llu", t->stage,
+    char frozen[96] = "";
+    if (t->frozen_blocks > t->first_block)
+        snprintf(frozen, sizeof frozen, "; blocks %d-%d frozen (forward only)", t->first_block,
+                 t->frozen_blocks - 1 < t->last_block ? t->frozen_blocks - 1 : t->last_block);
+    SC_LOG_INFO(LOG, "training stage %u replica %u of job %s: steps %llu..%llu%s", t->stage,
                 t->replica, t->job_id, (unsigned long long)t->resume_step + 1,
-                (unsigned long long)t->steps);
+                (unsigned long long)t->steps, frozen);
     return SC_OK;
 }
 

@@ -1,11 +1,12 @@
 /* coordinator/freezing: the decision on two intervals' gradient norms, and the intervals closed
  * from per-stage reports. */
-#include <cmocka.h>
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
