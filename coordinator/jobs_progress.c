@@ -178,8 +178,12 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     if (!r->parked) {
         p->iteration_s[s] = r->iteration_s;
         p->busy_s[s] = r->busy_s;
-        if (s == p->n_stages - 1)
+        if (s == p->n_stages - 1) {
             p->loss = r->loss;
+            if (k == 0) /* every step's loss, for whoever wants the curve (bench_freeze.sh) */
+                SC_LOG_DEBUG(LOG, "job %s step %llu: loss %.6f", p->job_id,
+                             (unsigned long long)r->step, r->loss);
+        }
     }
     checkpoint_error_report(c, p, r);
     if (!coord_jobs_rebalance_observe(c, p, r))

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Freezing, measured: the same GPT job trained twice on two CPU workers of this host (one thread
+# each), once without freezing and once with "freeze": "auto" (a look every tenth of the steps,
+# tau at the median). Prints for each: the iteration time over the first and the last tenth of
+# the steps (measured, from the job's status polled every 0.2 s), the whole run's wall time, the
+# loss at the last step and the mean of the losses polled over the last tenth (both jobs see the
+# same batches at the same step), and for the freezing job each freeze (step, blocks). Then the
+# ratios: last-tenth iteration time and wall time with freezing over without, and the loss gap.
+# Usage: bench/bench_freeze.sh PATH/TO/stagecraft [--layers 8] [--width 128] [--steps 600]
+#        [--data FILE]   (a text file; default the GPL-3 text Debian ships)
+set -euo pipefail
+sc=$(readlink -f "${1:?usage: bench_freeze.sh PATH/TO/stagecraft [--layers N] [--width N] [--steps N]}")
+shift
+layers=8 width=128 steps=600 data=/usr/share/common-licenses/GPL-3
+while [ $# -gt 0 ]; do
+    case $1 in
+    --layers) layers=$2; shift 2 ;;
+    --width) width=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    *) echo "bench_freeze: unknown flag $1" >&2; exit 2 ;;
+    esac
+done
+[ -r "$data" ] || { echo "bench_freeze: cannot read the text file $data (give --data FILE)" >&2; exit 2; }
+work=$(mktemp -d /tmp/stagecraft-bench-freeze.XXXXXX)
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+# the coordinator logs every step's loss at the debug level: the loss curves compared below
+STAGECRAFT_LOG=debug "$sc" coordinator --listen 127.0.0.1:0 --state "$work/coord" >"$work/coord.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 300); do grep -q "listening on port" "$work/coord.log" && break; sleep 0.1; done
+grep -q "listening on port" "$work/coord.log" || { echo "bench_freeze: the coordinator did not start: $(tail -n 3 "$work/coord.log")" >&2; exit 1; }
+port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$work/coord.log")
+export STAGECRAFT_COORDINATOR=127.0.0.1:$port
+STAGECRAFT_JOIN_TOKEN=$(cat "$work/coord/join.token")
+STAGECRAFT_TOKEN=$(cat "$work/coord/client.token")
+export STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN
+for w in a b; do
+    "$sc" worker --name "$w" --threads 1 --state "$work/w" >"$work/$w.log" 2>&1 &
+    pids+=($!)
+done
+for _ in $(seq 1 200); do
+    [ "$("$sc" workers --json | grep -c '"state": "alive"')" -ge 2 ] && break
+    sleep 0.1
+done
+
+spec() { # NAME FREEZE
+    cat <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "$1",
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": $layers, "width": $width, "heads": 4},
+ "data": {"kind": "text", "path": "$data"}, "batch_size": 8, "microbatches": 4,
+ "schedule": "1f1b", "strategy": "hetero", "workers": 2, "steps": $steps, "seed": 3,
+ "optimizer": {"kind": "adamw", "lr": 0.001}, "rebalance": "off", "freeze": $2}
+JSON
+}
+
+# run NAME FREEZE: trains the job, polling its status; leaves "TIME STEP LOSS" lines in NAME.poll
+# and "STEP LOSS" for every step in NAME.loss
+run() {
+    spec "$1" "$2" >"$work/$1.json"
+    local id
+    id=$("$sc" submit "$work/$1.json" | sed -n 's/^submitted \(job-[0-9]*\).*/\1/p')
+    echo "$id" >"$work/$1.id"
+    [ -n "$id" ] || { echo "bench_freeze: submit failed" >&2; exit 1; }
+    : >"$work/$1.poll"
+    while :; do
+        local s
+        s=$("$sc" status "$id" --json)
+        local state
+        state=$(jq -r .state <<<"$s")
+        echo "$(date +%s.%N) $(jq -r '"\(.step) \(.loss)"' <<<"$s")" >>"$work/$1.poll"
+        case $state in succeeded) break ;; failed | cancelled) echo "bench_freeze: $1 $state: $(jq -r .reason <<<"$s")" >&2; exit 1 ;; esac
+        sleep 0.2
+    done
+    "$sc" status "$id" --json >"$work/$1.status"
+    sed -n "s/.* job $id step \([0-9]*\): loss \([0-9.]*\)$/\1 \2/p" "$work/coord.log" | sort -n -u >"$work/$1.loss"
+}
+
+# figures NAME: "first_iter_s last_iter_s wall_s final_loss tail_loss": the tail loss is the mean
+# over the last tenth's steps that both jobs logged (the same batches)
+figures() {
+    local final tail
+    final=$(jq -r '.reason' "$work/$1.status" | sed -n 's/.*final loss \([0-9.]*\).*/\1/p')
+    tail=$(awk -v hi=$((steps - steps / 10)) 'NR == FNR { seen[$1] = 1; next }
+        $1 > hi && seen[$1] { sum += $2; n++ } END { printf "%.4f", n ? sum / n : 0 }' \
+        "$work/$(other "$1").loss" "$work/$1.loss")
+    awk -v n="$steps" -v final="$final" -v tailloss="$tail" '
+        { t[NR] = $1; s[NR] = $2; l[NR] = $3 }
+        END {
+            lo = n / 10; hi = n - n / 10
+            for (i = 1; i <= NR; i++) {
+                if (s[i] >= 1 && t0 == "") t0 = t[i]
+                if (s[i] >= 2 && a0 == "") { a0 = t[i]; as0 = s[i] }
+                if (s[i] <= lo) { a1 = t[i]; as1 = s[i] }
+                if (s[i] >= hi && b0 == "") { b0 = t[i]; bs0 = s[i] }
+                if (s[i] < n) { b1 = t[i]; bs1 = s[i] }
+            }
+            first = (as1 > as0) ? (a1 - a0) / (as1 - as0) : 0
+            last = (bs1 > bs0) ? (b1 - b0) / (bs1 - bs0) : 0
+            printf "%.4f %.4f %.1f %s %s\n", first, last, t[NR] - t0, final, tailloss
+        }' "$work/$1.poll"
+}
+
+other() { [ "$1" = plain ] && echo frozen || echo plain; }
+
+run plain '"off"'
+run frozen '"auto"'
+read -r p_first p_last p_wall p_final p_tail <<<"$(figures plain)"
+read -r f_first f_last f_wall f_final f_tail <<<"$(figures frozen)"
+echo "GPT $layers layers, width $width, seq 64, batch 8, $steps steps, 2 CPU workers (1 thread each)"
+printf "%-10s %12s %12s %8s %11s %14s\n" job "first_iter_s" "last_iter_s" "wall_s" "final_loss" "tail_loss"
+printf "%-10s %12s %12s %8s %11s %14s\n" plain "$p_first" "$p_last" "$p_wall" "$p_final" "$p_tail"
+printf "%-10s %12s %12s %8s %11s %14s\n" freeze "$f_first" "$f_last" "$f_wall" "$f_final" "$f_tail"
+echo "freezes:"
+jq -r '.transitions[] | select(.to == "running" and (.reason | test("frozen"))) | "  " + .reason' "$work/frozen.status" |
+    sed 's/ (.*//'
+awk -v a="$f_last" -v b="$p_last" -v c="$f_wall" -v d="$p_wall" -v e="$f_final" -v f="$p_final" \
+    -v g="$f_tail" -v h="$p_tail" 'BEGIN {
+    printf "last-tenth iteration time, freeze / plain: %.2f\n", a / b
+    printf "wall time, freeze / plain: %.2f\n", c / d
+    printf "final loss gap: %+.2f%%; mean loss gap over the last tenth of the steps: %+.2f%%\n", 100 * (e - f) / f, 100 * (g - h) / h
+}'
