@@ -192,11 +192,13 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         freeze_observe(c, p, r);
     if (p->moved_from_s > 0 && r->step > p->resume_step) {
         /* the first step after a move: the blocks were taken over */
+        coord_speeds_moved(c->speeds, p->job_id);
         char note[COORD_REASON_MAX];
         sc_strfmt(note, sizeof note,
                   "rebalanced: the first step after the move ran %.2f s after the new stages "
-                  "started",
-                  sc_clock_now_s() - p->moved_from_s);
+                  "started, %.2f s after every stage paused (the move's cost, weighed against "
+                  "the gain of the next one)",
+                  sc_clock_now_s() - p->moved_from_s, coord_speeds_move_cost(c->speeds, p->job_id));
         coord_store_job_set_reason(c->store, p->job_id, note, NULL);
         SC_LOG_INFO(LOG, "job %s: %s", p->job_id, note);
         p->moved_from_s = 0;

@@ -124,6 +124,7 @@ static bool pause_report(coord *c, coord_progress *p, int s, int k, uint64_t ste
     sc_err_clear(&err);
     if (coord_store_job_transition(c->store, p->job_id, COORD_JOB_REBALANCING, reason, &err) ==
         SC_OK) {
+        coord_speeds_paused(c->speeds, p->job_id); /* the move's cost is counted from here */
         SC_LOG_INFO(LOG, "job %s is rebalancing: %s", p->job_id, reason);
         pthread_cond_broadcast(&c->wake);
     }
@@ -376,7 +377,14 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         if (ws[i].link_bytes_per_s > 0 && (slowest == 0 || ws[i].link_bytes_per_s < slowest))
             slowest = ws[i].link_bytes_per_s;
     }
-    double cost = MOVE_FIXED_S + 3 * bytes / (slowest > 0 ? slowest : 1e8); /* params, m, v */
+    /* the last move's measured cost, once there was one (the same job moves about the same
+     * state each time), else the estimate */
+    pthread_mutex_lock(&c->lock);
+    double measured = coord_speeds_move_cost(c->speeds, job_id);
+    pthread_mutex_unlock(&c->lock);
+    double cost = measured > 0
+                      ? measured
+                      : MOVE_FIXED_S + 3 * bytes / (slowest > 0 ? slowest : 1e8); /* params, m, v */
     double saved = (current - out->new_s) * (double)(steps > done ? steps - done : 0);
     /* moves in a row ask for more: a gain that does not last is noise the plan chases */
     pthread_mutex_lock(&c->lock);
@@ -386,9 +394,10 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     if (dry_run || (!force && !worth)) {
         sc_strfmt(out->message, sizeof out->message,
                   "%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%, "
-                  "%.0f%% needed; saves %.3g s over %llu steps, a move costs about %.3g s)%s",
+                  "%.0f%% needed; saves %.3g s over %llu steps, a move costs about %.3g s%s)%s",
                   change, current, out->new_s, 100 * out->gain, 100 * needed, saved,
                   (unsigned long long)(steps > done ? steps - done : 0), cost,
+                  measured > 0 ? ", measured on the last move" : "",
                   dry_run ? ": dry run, nothing changed" : ": not worth a move");
         pthread_mutex_lock(&c->lock);
         p = coord_jobs_progress(c, job_id);

@@ -21,6 +21,8 @@ struct coord_speeds {
     char job_id[COORD_ID_MAX];
     double last_move_s; /* sc_clock_now_s() of its last rebalance decided by itself */
     int streak;         /* such moves in a row, each within MOVE_WINDOW_S of the last */
+    double paused_s;    /* when the move under way had every stage paused (0: none) */
+    double move_cost_s; /* the last move's measured cost (0: none measured) */
     worker_speed *w;
     size_t n;
     coord_speeds *next;
@@ -228,4 +230,26 @@ double coord_speeds_gain_needed(const coord_speeds *all, const char *job_id, dou
     for (int i = 1; i < j->streak && needed < 0.8; i++)
         needed *= 2;
     return needed < 0.8 ? needed : 0.8;
+}
+
+void coord_speeds_paused(coord_speeds *all, const char *job_id)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j != NULL)
+        j->paused_s = sc_clock_now_s();
+}
+
+void coord_speeds_moved(coord_speeds *all, const char *job_id)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j == NULL || j->paused_s <= 0)
+        return;
+    j->move_cost_s = sc_clock_now_s() - j->paused_s;
+    j->paused_s = 0;
+}
+
+double coord_speeds_move_cost(const coord_speeds *all, const char *job_id)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    return j != NULL ? j->move_cost_s : 0;
 }

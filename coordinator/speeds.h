@@ -60,6 +60,15 @@ void coord_speeds_note_move(coord_speeds *all, const char *job_id);
  * current row after its first, at most 0.8. */
 double coord_speeds_gain_needed(const coord_speeds *all, const char *job_id, double base);
 
+/* The moves' measured cost: coord_speeds_paused when every stage of job `job_id` has paused for
+ * a move, coord_speeds_moved at the first step after it; the seconds between are training time
+ * the move took. */
+void coord_speeds_paused(coord_speeds *all, const char *job_id);
+void coord_speeds_moved(coord_speeds *all, const char *job_id);
+
+/* The last move's measured cost in seconds (0: no move measured yet). */
+double coord_speeds_move_cost(const coord_speeds *all, const char *job_id);
+
 /* Forgets job `job_id`'s model (it ended). */
 void coord_speeds_drop(coord_speeds **all, const char *job_id);
 

@@ -59,6 +59,17 @@ dry=$("$sc" rebalance job-2 --dry-run --json)
 history job-2 | grep -q "^rebalancing" && fail "a dry run rebalanced: $(history job-2)"
 out=$("$sc" rebalance job-2)
 grep -q "rebalancing after step" <<<"$out" && pass "rebalance started: $out" || fail "rebalance: $out"
+# the move's measured cost: the reason of its first step, then what the next decision weighs
+reason_has() { field "$1" reason | grep -q "$2"; }
+if wait_for 300 reason_has job-2 "s after every stage paused (the move's cost"; then
+    dry=$("$sc" rebalance job-2 --dry-run --json 2>&1)
+    if is_state job-2 running; then
+        grep -q "a move costs about [0-9.e-]* s, measured on the last move" <<<"$dry" &&
+            pass "the next decision weighs the move's measured cost" || fail "after the move: $dry"
+    fi
+else
+    fail "no measured cost of the move: $(field job-2 reason)"
+fi
 wait_for 400 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
 h=$(history job-2)
 grep -q "^rebalancing: rebalance asked for: .*predicted .* s per iteration now, .* re-planned (gain .*); detected in .*, planned in .*; paused after step [0-9]* in" <<<"$h" &&
