@@ -18,7 +18,7 @@ cat >"$work/job.json" <<'JSON'
 {"format": "stagecraft-job", "version": 1, "name": "traced",
  "model": {"kind": "gpt", "vocab": 64, "seq_len": 8, "layers": 2, "width": 16, "heads": 2},
  "data": {"kind": "synthetic"}, "batch_size": 4, "microbatches": 2, "schedule": "1f1b",
- "strategy": "uniform", "workers": 2, "steps": 1000000, "seed": 3,
+ "strategy": "uniform", "workers": 2, "steps": 1000000, "seed": 3, "rebalance": "off",
  "optimizer": {"kind": "adamw", "lr": 0.003}}
 JSON
 "$sc" submit "$work/job.json" >/dev/null || fail "submit"
