@@ -33,6 +33,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/freezing.h"
 #include "coordinator/jobs_internal.h"
+#include "coordinator/plan_replay.h"
 #include "coordinator/planning.h"
 #include "coordinator/speeds.h"
 
@@ -63,6 +64,15 @@ static double off_plan(const coord_progress *p, int s, int k)
 {
     double f = factor_of(p, s, k);
     return f > 0 && p->scale[s][k] > 0 ? f / p->scale[s][k] : 0;
+}
+
+/* The number of stages of a plan document (0 when it cannot be read). */
+static size_t plan_stage_count(const char *plan_json)
+{
+    json_t *plan = json_loads(plan_json, 0, NULL);
+    size_t n = json_array_size(json_object_get(plan, "stages"));
+    json_decref(plan);
+    return n;
 }
 
 /* Under c->lock: sends every worker of the job the pause step. */
@@ -287,18 +297,21 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         return err->code;
     }
     coord_job_state state = job.state;
-    char *spec_json = job.spec_json;
+    char *spec_json = job.spec_json, *running_plan = job.plan_json;
     job.spec_json = NULL;
+    job.plan_json = NULL;
     coord_job_clear(&job);
     if (state != COORD_JOB_RUNNING || p == NULL || p->finished) {
         pthread_mutex_unlock(&c->lock);
         free(spec_json);
+        free(running_plan);
         return SC_ERRF(err, SC_ERR_PRECONDITION, "job %s is %s; only a running job rebalances",
                        job_id, coord_job_state_name(state));
     }
     if (p->pause_step != 0) {
         pthread_mutex_unlock(&c->lock);
         free(spec_json);
+        free(running_plan);
         return SC_ERRF(err, SC_ERR_PRECONDITION,
                        "job %s is already pausing after step %llu for a rebalance", job_id,
                        (unsigned long long)p->pause_step);
@@ -308,9 +321,19 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     double *factor = NULL;
     size_t n = 0;
     sc_status rc = current_workers(c, p, &ws, &factor, &n, err);
-    double current =
+    /* what an iteration measures now, and each stage's measured factor (its slowest copy's)
+     * against the plan's speeds */
+    double measured =
         p->predicted_iteration_s *
         (p->iter_base_n >= BASE_N && p->iter_base > 0 ? p->iter_avg / p->iter_base : 1.0);
+    double stage_factor[COORD_MAX_STAGES];
+    for (int s = 0; s < p->n_stages; s++) {
+        double f = 0;
+        for (int k = 0; k < p->replicas[s]; k++)
+            f = off_plan(p, s, k) > f ? off_plan(p, s, k) : f;
+        stage_factor[s] = f > 0 ? f : 1; /* unmeasured: as planned */
+    }
+    int n_stages = p->n_stages;
     uint64_t done = p->stored_step, steps = p->steps;
     char change[COORD_REASON_MAX];
     describe_change(c, p, change, sizeof change);
@@ -325,6 +348,14 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     }
     pthread_mutex_unlock(&c->lock);
 
+    /* The running plan at the measured speeds, on the same footing as the new plan (compute
+     * scaled by the measured factors). */
+    double current = running_plan != NULL && (size_t)n_stages == plan_stage_count(running_plan)
+                         ? coord_plan_replay_scaled_s(running_plan, stage_factor)
+                         : 0;
+    free(running_plan);
+    if (current <= 0)
+        current = measured;
     coord_jobspec spec;
     memset(&spec, 0, sizeof spec);
     if (rc == SC_OK)
@@ -359,7 +390,10 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     out->new_s = json_number_value(json_object_get(plan, "iteration_time_s"));
     json_decref(plan);
     out->current_s = current;
-    out->gain = current > 0 ? 1 - out->new_s / current : 0;
+    /* the smaller of the gains against either view of now: a slowdown the factors do not
+     * explain would slow the new plan too, and factors that overstate what the iterations show
+     * (a busy time inflated by a loaded host) promise a gain the job would not see */
+    out->gain = current > 0 && measured > 0 ? 1 - out->new_s / (current < measured ? current : measured) : 0;
     out->plan_json = plan_json;
     plan_json = NULL;
     /* the move's cost: the whole model's state over the slowest measured link, plus a fixed
@@ -380,12 +414,12 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     /* the last move's measured cost, once there was one (the same job moves about the same
      * state each time), else the estimate */
     pthread_mutex_lock(&c->lock);
-    double measured = coord_speeds_move_cost(c->speeds, job_id);
+    double move_measured = coord_speeds_move_cost(c->speeds, job_id);
     pthread_mutex_unlock(&c->lock);
-    double cost = measured > 0
-                      ? measured
+    double cost = move_measured > 0
+                      ? move_measured
                       : MOVE_FIXED_S + 3 * bytes / (slowest > 0 ? slowest : 1e8); /* params, m, v */
-    double saved = (current - out->new_s) * (double)(steps > done ? steps - done : 0);
+    double saved = out->gain * measured * (double)(steps > done ? steps - done : 0);
     /* moves in a row ask for more: a gain that does not last is noise the plan chases */
     pthread_mutex_lock(&c->lock);
     double needed = coord_speeds_gain_needed(c->speeds, job_id, GAIN_MIN);
@@ -393,11 +427,12 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     bool worth = out->gain > needed && saved > cost;
     if (dry_run || (!force && !worth)) {
         sc_strfmt(out->message, sizeof out->message,
-                  "%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%, "
-                  "%.0f%% needed; saves %.3g s over %llu steps, a move costs about %.3g s%s)%s",
-                  change, current, out->new_s, 100 * out->gain, 100 * needed, saved,
+                  "%s; predicted %.4g s per iteration now (%.4g s measured), %.4g s re-planned "
+                  "(gain %.1f%%, %.0f%% needed; saves %.3g s over %llu steps, a move costs about "
+                  "%.3g s%s)%s",
+                  change, current, measured, out->new_s, 100 * out->gain, 100 * needed, saved,
                   (unsigned long long)(steps > done ? steps - done : 0), cost,
-                  measured > 0 ? ", measured on the last move" : "",
+                  move_measured > 0 ? ", measured on the last move" : "",
                   dry_run ? ": dry run, nothing changed" : ": not worth a move");
         pthread_mutex_lock(&c->lock);
         p = coord_jobs_progress(c, job_id);
@@ -446,9 +481,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     p->plan_s = plan_s;
     double detect = p->changed_s > 0 ? p->decided_s - p->changed_s : 0;
     sc_strfmt(p->why, sizeof p->why,
-              "%s%s; predicted %.4g s per iteration now, %.4g s re-planned (gain %.1f%%); "
-              "detected in %.2f s, planned in %.1f ms",
-              asked && !p->leaving[0] ? "rebalance asked for: " : "", change, current,
+              "%s%s; predicted %.4g s per iteration now (%.4g s measured), %.4g s re-planned "
+              "(gain %.1f%%); detected in %.2f s, planned in %.1f ms",
+              asked && !p->leaving[0] ? "rebalance asked for: " : "", change, current, measured,
               out->new_s, 100 * out->gain, detect, 1e3 * plan_s);
     send_pause(c, p);
     if (!force)

@@ -16,8 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator/planner/plan_schedule.h"
-#include "coordinator/planner/plan_sim.h"
+#include "coordinator/plan_replay.h"
 #include "proto/stagecraft.pb-c.h"
 
 #define PLANNED_PID 1000 /* + stage */
@@ -157,117 +156,30 @@ static int64_t coord_ns(const coord_trace_lane *l, uint64_t worker_ns)
     return (int64_t)worker_ns - l->offset_ns;
 }
 
-/* The type name of device `id` of a cluster document (servers in order, then their devices). */
-static const char *device_type(json_t *cluster, int id)
-{
-    size_t i;
-    json_t *srv;
-    json_array_foreach(json_object_get(cluster, "servers"), i, srv)
-    {
-        json_t *devs = json_object_get(srv, "devices");
-        if (id < (int)json_array_size(devs))
-            return json_string_value(json_array_get(devs, (size_t)id));
-        id -= (int)json_array_size(devs);
-    }
-    return NULL;
-}
-
-/* Forward and backward time of blocks [first, last] on device `dev` from the cluster's
- * block_times of its type (written in block order); false when the plan has none for them. */
-static bool block_times(json_t *cluster, int dev, int first, int last, double *f, double *b)
-{
-    const char *type = device_type(cluster, dev);
-    json_t *times = json_object_get(
-        json_object_get(json_object_get(cluster, "device_types"), type ? type : ""), "block_times");
-    if (first < 0 || last < first || (size_t)last >= json_object_size(times))
-        return false;
-    *f = *b = 0;
-    int k = 0;
-    const char *name;
-    json_t *t;
-    json_object_foreach(times, name, t)
-    {
-        if (k >= first && k <= last) {
-            *f += json_number_value(json_object_get(t, "forward_s"));
-            *b += json_number_value(json_object_get(t, "backward_s"));
-        }
-        k++;
-    }
-    return *f > 0 && *b > 0;
-}
-
-/* One stage's forward and backward time of a micro-batch on one copy: from the cluster's
- * block_times (the slowest copy's device) when the plan carries them, else its compute_s split
- * 1:2. Only their proportions matter: the replay is scaled to the plan's iteration time. */
-static void stage_times(json_t *plan, json_t *stage, int copies, plan_sim_stage *st)
-{
-    json_t *cluster = json_object_get(plan, "cluster");
-    int first = (int)json_integer_value(json_object_get(stage, "first_block"));
-    int last = (int)json_integer_value(json_object_get(stage, "last_block"));
-    size_t k;
-    json_t *d;
-    bool all = json_array_size(json_object_get(stage, "devices")) > 0;
-    json_array_foreach(json_object_get(stage, "devices"), k, d)
-    {
-        double f, b;
-        if (!block_times(cluster, (int)json_integer_value(d), first, last, &f, &b)) {
-            all = false;
-            break;
-        }
-        st->fwd_s = f > st->fwd_s ? f : st->fwd_s;
-        st->bwd_s = b > st->bwd_s ? b : st->bwd_s;
-    }
-    if (all)
-        return;
-    /* compute_s: one micro-batch's work of the stage, shared by its copies */
-    double c = json_number_value(json_object_get(stage, "compute_s")) * copies;
-    st->fwd_s = c / 3.0;
-    st->bwd_s = 2.0 * c / 3.0;
-}
-
 /* The plan replayed (see trace.h) from trace time 0, where the window starts; *planned_s the
  * plan's iteration_time_s. Returns the events written; 0 when the plan cannot be replayed (the
  * measured rows stand alone). */
 static int add_planned(json_t *out, const char *plan_json, double *planned_s)
 {
-    json_t *plan = plan_json != NULL ? json_loads(plan_json, 0, NULL) : NULL;
-    json_t *stages = json_object_get(plan, "stages");
-    *planned_s = json_number_value(json_object_get(plan, "iteration_time_s"));
-    int S = (int)json_array_size(stages), written = 0;
-    json_t *mbs = json_object_get(plan, "microbatches");
-    int m = (int)json_integer_value(json_object_get(mbs, "count"));
-    int sliced = (int)json_integer_value(json_object_get(mbs, "sliced"));
-    const char *sched = json_string_value(json_object_get(plan, "schedule"));
-    int kind = sched != NULL ? plan_sched_parse(sched) : -1;
-    if (kind < 0)
-        kind = PLAN_SCHED_GPIPE; /* "unequal" runs in gpipe order */
-    int *reps = S > 0 ? calloc((size_t)S, sizeof *reps) : NULL;
-    plan_sim_stage *st = S > 0 ? calloc((size_t)S, sizeof *st) : NULL;
-    plan_schedule *s = NULL;
-    plan_sim_result res;
-    memset(&res, 0, sizeof res);
+    coord_replay rp;
     sc_err err;
     sc_err_clear(&err);
-    if (reps == NULL || st == NULL || m < 1)
-        goto done;
-    for (int i = 0; i < S; i++) {
-        json_t *x = json_array_get(stages, (size_t)i);
-        reps[i] = (int)json_integer_value(json_object_get(x, "replicas"));
-        if (reps[i] < 1)
-            reps[i] = 1;
-        stage_times(plan, x, reps[i], &st[i]);
+    int written = 0;
+    *planned_s = 0;
+    if (coord_plan_replay(plan_json, NULL, true, &rp, &err) != SC_OK) {
+        coord_replay_free(&rp);
+        return 0;
     }
-    if (plan_schedule_build_replicated(&s, (plan_sched_kind)kind, S, m, sliced, reps, &err) !=
-            SC_OK ||
-        plan_schedule_validate(s, &err) != SC_OK ||
-        plan_sim_run(s, st, m, 0.9, 1, &res, &err) != SC_OK)
-        goto done;
-    double scale = res.iteration_s > 0 && *planned_s > 0 ? *planned_s / res.iteration_s : 1.0;
+    *planned_s = rp.planned_s;
+    int S = rp.n_stages;
+    const int *reps = rp.replicas;
+    const plan_sim_result *res = &rp.sim;
+    double scale = res->iteration_s > 0 && *planned_s > 0 ? *planned_s / res->iteration_s : 1.0;
     bool *named = calloc((size_t)(3 * S + 1), sizeof *named);
     if (named == NULL)
         goto done;
-    for (int e = 0; e < res.n_events; e++) {
-        const plan_sim_event *ev = &res.events[e];
+    for (int e = 0; e < res->n_events; e++) {
+        const plan_sim_event *ev = &res->events[e];
         int pid, tid = ev->copy;
         char row[64];
         if (ev->lane < S) {
@@ -294,11 +206,7 @@ static int add_planned(json_t *out, const char *plan_json, double *planned_s)
     }
     free(named);
 done:
-    plan_sim_result_free(&res);
-    plan_schedule_destroy(&s);
-    free(st);
-    free(reps);
-    json_decref(plan);
+    coord_replay_free(&rp);
     return written;
 }
 

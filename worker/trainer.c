@@ -417,8 +417,11 @@ static sc_status resume(wk_trainer *t, sc_err *err)
 {
     sc_err own;
     sc_err_clear(&own);
-    if (rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &own) == SC_OK)
+    if (rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &own) == SC_OK) {
+        SC_LOG_INFO(LOG, "job %s stage %u: resumed from its own checkpoint of step %llu",
+                    t->job_id, t->stage, (unsigned long long)t->resume_step);
         return SC_OK;
+    }
     size_t n = json_array_size(t->sources);
     if (n == 0 || (own.code != SC_ERR_NOT_FOUND && own.code != SC_ERR_INVALID)) {
         *err = own;
