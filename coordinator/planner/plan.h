@@ -47,8 +47,9 @@ typedef struct plan_request {
     int microbatches; /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
     plan_sched_kind schedule; /* or PLAN_SCHED_AUTO: plan_run picks among gpipe, 1f1b, sliced
                                  and, with runtime_zb1, zb1 */
-    int runtime_zb1;          /* the runtime runs zb1, so PLAN_SCHED_AUTO may pick it. No
-                                 runtime does yet: 0, and auto never picks it */
+    int runtime_zb1;          /* the runtime runs zb1, so PLAN_SCHED_AUTO may pick it: the
+                                 workers do (worker/runtime/schedule.h), `stagecraft plan`
+                                 sets 1; 0 leaves it out */
     int max_stages;           /* 0 = no cap */
     double slice_efficiency; /* half-size kernels' efficiency for sliced; 0 = 0.9 */
     long exhaustive_limit;   /* 0 = default */

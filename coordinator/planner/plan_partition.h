@@ -156,8 +156,9 @@ double plan_lower_bound_replicated(const plan_cost *c);
  * schedule k (docs/design/runtime.md, "Replicated stages"): the synchronous schedules route
  * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
  * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
- * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 runs nowhere
- * yet and is modelled without copies: r = 1 only. One copy always runs; m below 1 counts as 1.
+ * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 is modelled
+ * without copies (the runtime runs it with copies too, but the planner does not plan them):
+ * r = 1 only. One copy always runs; m below 1 counts as 1.
  * Inline: the DPs ask for every cell. */
 static inline int plan_replicas_runnable(plan_sched_kind k, int m, int r)
 {
