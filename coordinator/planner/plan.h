@@ -109,8 +109,8 @@ typedef struct plan_result {
  * With PLAN_SCHED_AUTO the strategy runs under each synchronous schedule the runtime runs
  * (gpipe, 1f1b, sliced; zb1 only with runtime_zb1; never pipedream, whose asynchronous updates
  * train differently) and the fastest plan that fits memory is kept, the note saying which
- * (search_time_s counts every run). A zb1 plan's B and W times are assumed (PLAN_WGRAD_SHARE):
- * its note says so.
+ * (search_time_s counts every run). A zb1 plan's B and W times are the profile's measured split
+ * (wgrad_s) or, where it has none, assumed (PLAN_WGRAD_SHARE): its note says which.
  * A plan's replicated stages always run under the runtime's rule for its micro-batch count
  * (plan_replicas_runnable); with microbatches 0 (auto), when the sweep finds a count that the
  * partition's copies cannot run with faster than every one they can, the strategy searches

@@ -190,10 +190,11 @@ sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *ou
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 
 /* The share of a block's backward that is its weight gradient (zb1's W), the rest being the
- * input gradient (B). An assumption, stated in every zb1 plan: profiles measure the fused
- * backward only, and for blocks whose time goes to matrix products (linear layers, attention
- * projections) the two gradients are one product each of the forward's size, so B = W = half
- * the backward. */
+ * input gradient (B), for profiles that do not measure it (no wgrad_s: hand-written and older
+ * profiles, graph.txt). An assumption, stated in such zb1 plans: for blocks whose time goes to
+ * matrix products (linear layers, attention projections) the two gradients are one product each
+ * of the forward's size, so B = W = half the backward. `stagecraft profile` measures B and W
+ * (kernels/profile.h) and each block's own share is used instead. */
 #define PLAN_WGRAD_SHARE 0.5
 
 /* Stage costs for the simulator: per-stage forward/backward of one micro-batch on one copy
