@@ -40,6 +40,8 @@
 #include "common/sc_util.h"
 #include "coordinator/planner/plan_schedule.h"
 #include "coordinator/planner/plan_sim.h"
+#include "kernels/model.h"
+#include "kernels/stage.h"
 #include "worker/runtime/runner.h"
 
 #define TINY_GPT                                                                                   \
@@ -178,6 +180,27 @@ static double predict_bubble(plan_sched_kind k, int p, int m, double f_s)
     return b;
 }
 
+/* Bytes of a stage of blocks [a, b] of REAL_GPT with `slots` slots of 8 samples, the slots
+ * keeping W stashes (zb1) or not; 0 on error. */
+static size_t stage_bytes(int a, int b, int slots, bool split)
+{
+    kn_model *m = NULL;
+    kn_stage *st = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    size_t bytes = 0;
+    if (kn_model_parse(&m, "real", REAL_GPT, strlen(REAL_GPT), &err) == SC_OK) {
+        kn_stage_cfg cfg = kn_stage_cfg_default(a, b, (kn_device){KN_DEV_CPU, 0}, 8);
+        cfg.slots = slots;
+        cfg.split_backward = split;
+        if (kn_stage_new_cfg(&st, m, &cfg, &err) == SC_OK)
+            bytes = kn_stage_memory_bytes(st);
+    }
+    kn_stage_destroy(&st);
+    kn_model_destroy(&m);
+    return bytes;
+}
+
 static int zb1_table(double f_ms, int iters)
 {
     printf(
@@ -222,6 +245,15 @@ static int zb1_table(double f_ms, int iters)
                    x.wgrad_share);
             fflush(stdout);
         }
+    /* the same peak of held micro-batches; each held one also keeps its W stash under zb1 */
+    printf("\nstage memory (parameters, gradients, AdamW state, activation slots), REAL_GPT split "
+           "as above, micro-batches of 8 samples, 2 slots each (both schedules' peak at p = 2):\n");
+    for (int s = 0; s < 2; s++) {
+        int a = s * REAL_BLOCKS / 2, b = (s + 1) * REAL_BLOCKS / 2 - 1;
+        size_t o = stage_bytes(a, b, 2, false), z = stage_bytes(a, b, 2, true);
+        printf("stage %d: 1f1b %.2f MB, zb1 %.2f MB (%.2fx)\n", s, o / 1e6, z / 1e6,
+               o > 0 ? (double)z / (double)o : 0.0);
+    }
     return 0;
 }
 
