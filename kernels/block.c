@@ -223,8 +223,9 @@ static sc_status attn_forward(kn_ctx *c, const kn_block *blk, const float *p, co
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
 
-/* `wst` (split parts only) keeps what W reads between B and W, 5 (B,T,C) tensors: the block's
- * output gradient, dqkv and dln; the full backward keeps dqkv and dln in `ws` instead. */
+/* Split parts: what W reads is kept between B and W, dqkv in the stash's qkv (which only the
+ * attention backward reads, and B has run it) and in `wst` two (B,T,C) tensors, the block's
+ * output gradient and dln. The full backward keeps dqkv and dln in `ws` instead. */
 static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, const float *p,
                                float *g, const float *x, float *stash, const float *dout,
                                float *din, float *wst, float *ws, int B, sc_err *err)
@@ -235,8 +236,8 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
     float *dln1w = g, *dln1b = g + C, *dqkvw = g + 2 * C, *dqkvb = dqkvw + 3 * (size_t)C * C;
     float *dprojw = dqkvb + 3 * C, *dprojb = dprojw + (size_t)C * C;
     attn_stash s = attn_stash_at(stash, B, T, C, NH);
-    float *datty = ws, *aws = ws + 5 * BTC;
-    float *dqkv = part == KN_BWD_FULL ? ws + BTC : wst + BTC, *dln = dqkv + 3 * BTC;
+    float *datty = ws, *aws = ws + 5 * BTC, *dqkv = ws + BTC;
+    float *dln = part == KN_BWD_FULL ? dqkv + 3 * BTC : wst + BTC;
     if (part == KN_BWD_INPUT) /* the projection's weight gradient reads it in W */
         CHK(kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err));
     if (part == KN_BWD_WEIGHT)
@@ -250,6 +251,10 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
                  CPU_PICK(kn_attention_backward_fast(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
                           kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH)),
                  kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
+    if (part == KN_BWD_INPUT) /* W's copy, over the qkv the backward no longer reads */
+        CHK(kn_ctx_copy(c, s.qkv, dqkv, 3 * BTC * sizeof(float), err));
+    if (part == KN_BWD_WEIGHT)
+        dqkv = s.qkv;
     CHK(lin_bwd(c, blk, part, dln, dqkvw, dqkvb, dqkv, s.ln, qkvw, BT, C, 3 * C, err));
     return ln_bwd(c, blk, part, din, dln1w, dln1b, dln, x, ln1w, s.mean, s.rstd, BT, C, err);
 }
@@ -273,7 +278,9 @@ static sc_status mlp_forward(kn_ctx *c, const kn_block *blk, const float *p, con
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
 
-/* `wst` (split parts only): 6 (B,T,C) tensors, the block's output gradient, dfch (4) and dln */
+/* Split parts: dfch, the gradient of the GELU's input, is kept in the stash's fch (which only
+ * the GELU backward reads: it writes its result there, element by element), and in `wst` the
+ * block's output gradient and dln, two (B,T,C) tensors. */
 static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, const float *p,
                               float *g, const float *x, float *stash, const float *dout, float *din,
                               float *wst, float *ws, int B, sc_err *err)
@@ -284,7 +291,9 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, 
     float *dlnw = g, *dlnb = g + C, *dfcw = g + 2 * C, *dfcb = dfcw + 4 * (size_t)C * C;
     float *dprojw = dfcb + 4 * C, *dprojb = dprojw + 4 * (size_t)C * C;
     mlp_stash s = mlp_stash_at(stash, B, T, C);
-    float *dfch = part == KN_BWD_FULL ? ws : wst + BTC, *dln = dfch + 4 * BTC;
+    float *dfch = ws, *dln = part == KN_BWD_FULL ? ws + 4 * BTC : wst + BTC;
+    /* the GELU backward's result: in place in the full backward, over fch in the split one */
+    float *dgelu = part == KN_BWD_FULL ? dfch : s.fch;
     if (part == KN_BWD_INPUT)
         CHK(kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err));
     if (part == KN_BWD_WEIGHT)
@@ -294,9 +303,10 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, 
     CHK(lin_bwd(c, blk, part, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
     if (runs_input(part))
         DISPATCH("gelu backward",
-                 CPU_PICK(kn_gelu_backward_fast(dfch, s.fch, dfch, 4 * BTC),
-                          kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC)),
-                 kn_gelu_backward_cuda(c, dfch, s.fch, dfch, 4 * BTC));
+                 CPU_PICK(kn_gelu_backward_fast(dgelu, s.fch, dfch, 4 * BTC),
+                          kn_gelu_backward_cpu(dgelu, s.fch, dfch, 4 * BTC)),
+                 kn_gelu_backward_cuda(c, dgelu, s.fch, dfch, 4 * BTC));
+    dfch = dgelu;
     CHK(lin_bwd(c, blk, part, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
     return ln_bwd(c, blk, part, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
 }
@@ -455,12 +465,11 @@ size_t kn_block_wstash_floats(const kn_block *blk)
     case KN_BLOCK_EMBED:    /* the output gradient */
     case KN_BLOCK_GPT_HEAD: /* dln; W recomputes the logits' gradient from the stashed probs */
         return TC;
-    case KN_BLOCK_GPT_ATTN:
-        return 5 * TC;
-    case KN_BLOCK_GPT_MLP:
-        return 6 * TC;
+    case KN_BLOCK_GPT_ATTN: /* the output gradient and dln; dqkv goes over the stashed qkv */
+    case KN_BLOCK_GPT_MLP:  /* the same; dfch over the stashed fch */
+        return 2 * TC;
     case KN_BLOCK_GPT_LAYER:
-        return 11 * TC;
+        return 4 * TC;
     case KN_BLOCK_FC_RELU: /* the pre-activation gradients */
     case KN_BLOCK_CONV_RELU:
         return blk->out_floats;
@@ -516,7 +525,7 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
         size_t BTC = (size_t)B * blk->T * blk->C;
         float *mid = stash + attn_stash_floats(B, blk->T, blk->C, blk->NH);
         float *mstash = mid + BTC;
-        float *dmid = ws, *mwst = split ? wst + 5 * BTC : NULL; /* [attention's][MLP's] */
+        float *dmid = ws, *mwst = split ? wst + 2 * BTC : NULL; /* [attention's][MLP's] */
         size_t o = blk->tensors[6].offset;
         CHK(mlp_backward(c, blk, part, params + o, grads + o, mid, mstash, dout, dmid, mwst,
                          ws + BTC, B, err));

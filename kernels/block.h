@@ -47,7 +47,9 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
  * (the output gradients of the parameterised ops) is kept in the block's W stash, `wst`,
  * kn_block_wstash_floats() floats per sample, written by B and read by W; the rest of what W
  * reads (the input, stash, output, targets) stays in the slot until W has run, and gradients
- * W can recompute from it elementwise (cross-entropy's) are recomputed instead of kept.
+ * W can recompute from it elementwise (cross-entropy's) are recomputed instead of kept. B may
+ * also write what W reads over stash parts only B reads (a GPT block's qkv and pre-GELU
+ * activations become their gradients), so after B the stash no longer holds the forward's.
  * KN_BWD_WEIGHT neither reads `dout` nor writes `din`; KN_BWD_FULL ignores `wst` (may be NULL).
  * A block kind without a split of its own would run its full backward as B and nothing as W
  * (every kind of model.h has a real split). */
@@ -57,6 +59,7 @@ typedef enum {
     KN_BWD_WEIGHT, /* W */
 } kn_bwd_part;
 
+/* Per sample (the W stash of B samples is sample-major: B * this many floats). */
 size_t kn_block_wstash_floats(const kn_block *blk);
 
 sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part part,

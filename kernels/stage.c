@@ -534,6 +534,12 @@ sc_status kn_stage_gather(kn_stage *st, int dst, const kn_stage_range *ranges, i
                           sc_err *err)
 {
     SC_CHECK(check_slot(st, dst, err));
+    if (st->cfg.split_backward) /* B reuses parts of a slot's stash for W (block.h) */
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "gather into slot %d: the stage splits its backward (split_backward), "
+                       "whose B overwrites parts of the slots' stashes; gather needs a stage "
+                       "without it",
+                       dst);
     if (n_ranges < 1 || ranges == NULL)
         return SC_ERRF(err, SC_ERR_INVALID, "gather into slot %d: no sample ranges given", dst);
     int total = 0;

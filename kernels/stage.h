@@ -47,7 +47,8 @@ typedef struct {
     int gather_microbatch;
     bool allow_tf32; /* GPU matmuls may use TF32 */
     /* Each slot also keeps its blocks' W stashes (kn_block_wstash_floats per sample), so its
-     * backward may run as kn_stage_backward_input then kn_stage_backward_weight (zb1). */
+     * backward may run as kn_stage_backward_input then kn_stage_backward_weight (zb1). B then
+     * reuses parts of the slot's stash for W, so kn_stage_gather is refused on such a stage. */
     bool split_backward;
     kn_optim_cfg optim;
 } kn_stage_cfg;
