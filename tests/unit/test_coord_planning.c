@@ -363,12 +363,9 @@ static void test_measured_links(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compute_slots),
-        cmocka_unit_test(test_types_by_measured_speed),
-        cmocka_unit_test(test_shared_prediction),
-        cmocka_unit_test(test_no_replicas_for_one_sample),
-        cmocka_unit_test(test_zb1_job),
-        cmocka_unit_test(test_measured_links),
+        cmocka_unit_test(test_compute_slots),     cmocka_unit_test(test_types_by_measured_speed),
+        cmocka_unit_test(test_shared_prediction), cmocka_unit_test(test_no_replicas_for_one_sample),
+        cmocka_unit_test(test_zb1_job),           cmocka_unit_test(test_measured_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
