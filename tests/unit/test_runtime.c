@@ -404,6 +404,7 @@ static void test_stage_memory_path(void **state)
         {GPT_JSON, "1f1b", 3, 8, 4, 3, "sgd", "local", NULL, NULL, sizes, 0},
         {GPT_JSON, "sliced", 4, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 3},
         {VGG_JSON, "1f1b", 2, 4, 2, 2, "sgd", "local", NULL, NULL, NULL, 0},
+        {GPT_JSON, "zb1", 3, 8, 4, 2, "adamw", "local", NULL, NULL, sizes, 0},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         size_t n_host = 0, n_dev = 0;
