@@ -23,7 +23,14 @@
  * plan_sim_run; no transfers, no optimizer time), and against the model it replaced (one stage
  * at 1/r of each micro-batch's time).
  *
- * Usage: bench_runtime [--iters N] [--forward-ms F] [--replicated]
+ * A fourth, "zb1" (alone with --zb1): the zero-bubble schedule against 1f1b with the same
+ * stages and micro-batches, on the stand-in pipeline (backward stand-in split half B, half W,
+ * as the runner splits extra_backward_s; the reference is ZB-H1's (p-1)(F+B-W) idle time per
+ * stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the same lists) and on the
+ * real GPT over 2 stages (real B and W kernels: the W share of the backward is measured), with
+ * the most micro-batches any stage held at once (activation slots in use) for both.
+ *
+ * Usage: bench_runtime [--iters N] [--forward-ms F] [--replicated] [--zb1]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -33,6 +40,8 @@
 #include "common/sc_util.h"
 #include "coordinator/planner/plan_schedule.h"
 #include "coordinator/planner/plan_sim.h"
+#include "kernels/model.h"
+#include "kernels/stage.h"
 #include "worker/runtime/runner.h"
 
 #define TINY_GPT                                                                                   \
@@ -48,7 +57,8 @@
 typedef struct {
     rt_runner *r;
     int iters;
-    double bubble_sum, iter_sum;
+    double bubble_sum, iter_sum, wgrad_sum, backward_sum;
+    int peak; /* most micro-batches held at once in a timed step */
     sc_status rc;
     sc_err err;
 } job;
@@ -63,15 +73,26 @@ static void *run_stage(void *arg)
         j->rc = rt_runner_step(j->r, (uint64_t)i + 1, &rep, &j->err);
         j->bubble_sum += 1.0 - rep.busy_s / rep.iteration_s;
         j->iter_sum += rep.iteration_s;
+        j->wgrad_sum += rep.wgrad_s;
+        j->backward_sum += rep.backward_s;
+        j->peak = rep.max_inflight > j->peak ? rep.max_inflight : j->peak;
     }
     if (j->rc == SC_OK)
         j->rc = rt_runner_flush(j->r, NULL, &j->err); /* pipedream's drain; a no-op otherwise */
     return NULL;
 }
 
-/* Runs one configuration; returns 0 and the mean bubble and iteration time, or 1. */
-static int measure(const char *model, int nblocks, const char *schedule, int p, int m, int batch,
-                   double f_s, int iters, double *bubble, double *iter_s)
+/* What measure() saw besides the bubble: the most micro-batches any stage held at once, and
+ * the W share of the stages' backward time (zb1; 0 otherwise). */
+typedef struct {
+    int peak;
+    double wgrad_share;
+} extra_out;
+
+/* Runs one configuration; returns 0 and the mean bubble and iteration time (and, with x, the
+ * peak and W share), or 1. */
+static int measure_x(const char *model, int nblocks, const char *schedule, int p, int m, int batch,
+                     double f_s, int iters, double *bubble, double *iter_s, extra_out *x)
 {
     rt_runner *r[MAX_STAGES] = {0};
     job jobs[MAX_STAGES];
@@ -109,8 +130,13 @@ static int measure(const char *model, int nblocks, const char *schedule, int p, 
         }
         *bubble = 0.0;
         *iter_s = 0.0;
+        double w = 0, b = 0;
         for (int s = 0; s < p; s++) {
             pthread_join(th[s], NULL);
+            w += jobs[s].wgrad_sum;
+            b += jobs[s].backward_sum;
+            if (x != NULL && jobs[s].peak > x->peak)
+                x->peak = jobs[s].peak;
             if (jobs[s].rc != SC_OK) {
                 fprintf(stderr, "bench_runtime: stage %d: %s\n", s, jobs[s].err.msg);
                 rc = 1;
@@ -119,10 +145,124 @@ static int measure(const char *model, int nblocks, const char *schedule, int p, 
             if (jobs[s].iter_sum / iters > *iter_s)
                 *iter_s = jobs[s].iter_sum / iters;
         }
+        if (x != NULL)
+            x->wgrad_share = b > 0 ? w / b : 0;
     }
     for (int s = 0; s < p; s++)
         rt_runner_destroy(&r[s]);
     return rc;
+}
+
+static int measure(const char *model, int nblocks, const char *schedule, int p, int m, int batch,
+                   double f_s, int iters, double *bubble, double *iter_s)
+{
+    return measure_x(model, nblocks, schedule, p, m, batch, f_s, iters, bubble, iter_s, NULL);
+}
+
+/* The simulator's bubble (mean over stages of 1 - busy / iteration) for p equal stand-in stages:
+ * forward f_s, backward 2 f_s, half of it W under zb1; no transfers or optimizer time. */
+static double predict_bubble(plan_sched_kind k, int p, int m, double f_s)
+{
+    plan_schedule *s = NULL;
+    plan_sim_result res;
+    sc_err err;
+    sc_err_clear(&err);
+    plan_sim_stage st[MAX_STAGES];
+    for (int i = 0; i < p; i++)
+        st[i] = (plan_sim_stage){.fwd_s = f_s, .bwd_s = 2 * f_s, .wgrad_s = f_s};
+    double b = -1;
+    if (plan_schedule_build(&s, k, p, m, 0, &err) == SC_OK &&
+        plan_sim_run(s, st, m, 1.0, 0, &res, &err) == SC_OK) {
+        b = 1.0 - 3 * f_s * m / res.iteration_s;
+        plan_sim_result_free(&res);
+    }
+    plan_schedule_destroy(&s);
+    return b;
+}
+
+/* Bytes of a stage of blocks [a, b] of REAL_GPT with `slots` slots of 8 samples, the slots
+ * keeping W stashes (zb1) or not; 0 on error. */
+static size_t stage_bytes(int a, int b, int slots, bool split)
+{
+    kn_model *m = NULL;
+    kn_stage *st = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    size_t bytes = 0;
+    char text[512]; /* a model document: REAL_GPT with its format header */
+    snprintf(text, sizeof text, "{\"format\": \"stagecraft-model\", \"version\": 1, %s",
+             REAL_GPT + 1);
+    if (kn_model_parse(&m, "real", text, strlen(text), &err) != SC_OK)
+        fprintf(stderr, "bench_runtime: %s\n", err.msg);
+    else {
+        kn_stage_cfg cfg = kn_stage_cfg_default(a, b, (kn_device){KN_DEV_CPU, 0}, 8);
+        cfg.slots = slots;
+        cfg.split_backward = split;
+        if (kn_stage_new_cfg(&st, m, &cfg, &err) == SC_OK)
+            bytes = kn_stage_memory_bytes(st);
+    }
+    kn_stage_destroy(&st);
+    kn_model_destroy(&m);
+    return bytes;
+}
+
+static int zb1_table(double f_ms, int iters)
+{
+    printf(
+        "zb1 table (stand-in): tiny GPT, forward %.1f ms, backward %.1f ms per micro-batch (zb1: "
+        "B and W %.1f ms each); peak = most micro-batches any stage held (F to B, zb1 F to W)\n",
+        f_ms, 2 * f_ms, f_ms);
+    printf("%-5s %2s %2s %9s %10s %10s %12s %5s\n", "sched", "p", "m", "measured", "reference",
+           "simulated", "iteration_ms", "peak");
+    const int ps[] = {2, 4}, ms[] = {4, 8, 16};
+    for (int pi = 0; pi < 2; pi++)
+        for (int mi = 0; mi < 3; mi++)
+            for (int k = 0; k < 2; k++) {
+                int p = ps[pi], m = ms[mi];
+                const char *sched = k ? "zb1" : "1f1b";
+                double bubble, it;
+                extra_out x = {0, 0};
+                if (measure_x(TINY_GPT, TINY_BLOCKS, sched, p, m, 4 * m, f_ms / 1000.0, iters,
+                              &bubble, &it, &x) != 0)
+                    return 1;
+                /* ZB-H1 (F = B = W): each stage idles (p-1)(F + B - W) against 1f1b's
+                 * (p-1)(F + B + W) */
+                double ref = k ? (double)(p - 1) / (3 * m + p - 1) : (double)(p - 1) / (m + p - 1);
+                double sim = predict_bubble(k ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B, p, m, f_ms);
+                printf("%-5s %2d %2d %9.3f %10.3f %10.3f %12.1f %5d\n", sched, p, m, bubble, ref,
+                       sim, it * 1e3, x.peak);
+                fflush(stdout);
+            }
+    printf("\nzb1 table (real): GPT L4 C64 T32, batch 16, 2 stages, real compute only; W share = "
+           "the measured W time over the backward's (B + W)\n");
+    printf("%-5s %2s %2s %9s %12s %5s %8s\n", "sched", "p", "m", "measured", "iteration_ms", "peak",
+           "W_share");
+    for (int mi = 0; mi < 3; mi++)
+        for (int k = 0; k < 2; k++) {
+            int m = (int[]){2, 4, 8}[mi];
+            const char *sched = k ? "zb1" : "1f1b";
+            double bubble, it;
+            extra_out x = {0, 0};
+            if (measure_x(REAL_GPT, REAL_BLOCKS, sched, 2, m, 16, 0.0, iters, &bubble, &it, &x) !=
+                0)
+                return 1;
+            printf("%-5s %2d %2d %9.3f %12.1f %5d %8.3f\n", sched, 2, m, bubble, it * 1e3, x.peak,
+                   x.wgrad_share);
+            fflush(stdout);
+        }
+    /* the same peak of held micro-batches; each held one also keeps its W stash under zb1: the
+     * activation memory of a slot is the stage's bytes with two slots less those with one */
+    printf("\nactivation memory, REAL_GPT split as above, micro-batches of 8 samples: slots held "
+           "(1f1b min(p-s, m), zb1 min(p, m)) x bytes a slot (input, stashes, outputs; zb1 also "
+           "the W stashes)\n");
+    for (int s = 0; s < 2; s++) {
+        int a = s * REAL_BLOCKS / 2, b = (s + 1) * REAL_BLOCKS / 2 - 1;
+        double o = (double)stage_bytes(a, b, 2, false) - (double)stage_bytes(a, b, 1, false);
+        double z = (double)stage_bytes(a, b, 2, true) - (double)stage_bytes(a, b, 1, true);
+        printf("stage %d: 1f1b %d x %.3f MB = %.3f MB, zb1 %d x %.3f MB = %.3f MB\n", s, 2 - s,
+               o / 1e6, (2 - s) * o / 1e6, 2, z / 1e6, 2 * z / 1e6);
+    }
+    return 0;
 }
 
 /* Two stages of reps[0] and reps[1] copies (the tiny GPT's blocks 0-3 and 4-7), each copy a
@@ -252,7 +392,7 @@ int main(int argc, char **argv)
 {
     int64_t iters = 5;
     double f_ms = 4.0;
-    int only_replicated = 0;
+    int only_replicated = 0, only_zb1 = 0;
     sc_err err;
     sc_err_clear(&err);
     for (int i = 1; i < argc; i++) {
@@ -261,6 +401,8 @@ int main(int argc, char **argv)
                 goto usage;
         } else if (strcmp(argv[i], "--replicated") == 0) {
             only_replicated = 1;
+        } else if (strcmp(argv[i], "--zb1") == 0) {
+            only_zb1 = 1;
         } else if (strcmp(argv[i], "--forward-ms") == 0 && i + 1 < argc) {
             if (sc_parse_double(argv[++i], 1.0, 1000.0, "--forward-ms", &f_ms, &err) != SC_OK)
                 goto usage;
@@ -270,6 +412,8 @@ int main(int argc, char **argv)
     }
     if (only_replicated)
         return replicated_table(f_ms, (int)iters);
+    if (only_zb1)
+        return zb1_table(f_ms, (int)iters);
     printf("bubble = mean over stages of 1 - busy/iteration (busy = forward + backward + "
            "optimizer), %d timed iterations after 1 warm-up; stages are threads of one process "
            "over the local transport\n\n",
@@ -312,9 +456,13 @@ int main(int argc, char **argv)
             printf("%-9s %2d %2d %10.3f %13.3f %8.3f %12.1f\n", scheds[si], 2, m, bubble, theory,
                    bubble - theory, it * 1e3);
         }
-    return replicated_table(f_ms, (int)iters);
+    if (replicated_table(f_ms, (int)iters) != 0)
+        return 1;
+    printf("\n");
+    return zb1_table(f_ms, (int)iters);
 usage:
-    fprintf(stderr, "%s%susage: bench_runtime [--iters N] [--forward-ms F] [--replicated]\n",
+    fprintf(stderr,
+            "%s%susage: bench_runtime [--iters N] [--forward-ms F] [--replicated] [--zb1]\n",
             err.msg, err.msg[0] ? "\n" : "");
     return 2;
 }

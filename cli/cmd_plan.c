@@ -100,7 +100,8 @@ static int parse_args(const cli_command *self, int argc, char **argv, plan_args 
             a->schedule = plan_sched_parse(v);
             if (a->schedule < 0)
                 return cli_usage_error(
-                    self, "--schedule '%s': expected gpipe, 1f1b, pipedream or sliced", v);
+                    self, "--schedule '%s': expected gpipe, 1f1b, pipedream, sliced, zb1 or auto",
+                    v);
         } else if (strcmp(f, "--strategy") == 0) {
             if (strcmp(v, "all") == 0) {
                 a->all = 1;
@@ -179,6 +180,7 @@ int cmd_plan(const cli_command *self, int argc, char **argv)
                         .batch = (int)a.batch,
                         .microbatches = (int)a.microbatches,
                         .schedule = (plan_sched_kind)a.schedule,
+                        .runtime_zb1 = 1, /* the workers run zb1: auto may pick it */
                         .max_stages = (int)a.stages,
                         .record_trace = a.trace != NULL};
     int first_ok = -1;

@@ -12,8 +12,8 @@
 #include "proto/sc_wire.h"
 
 static const char *const data_kinds[] = {"text", "tokens", "cifar10", "synthetic", NULL};
-static const char *const schedules[] = {"auto", "gpipe", "1f1b", "pipedream", "sliced",
-                                        "unequal", NULL};
+static const char *const schedules[] = {"auto",   "gpipe",   "1f1b", "pipedream",
+                                        "sliced", "unequal", "zb1",  NULL};
 static const char *const strategies[] = {"hetero", "uniform", "blockpartition", "minmax",
                                          "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};

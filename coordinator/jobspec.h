@@ -32,7 +32,7 @@ typedef struct {
     char data_path[1024];   /* "" for synthetic */
     uint32_t batch_size;
     uint32_t microbatches;  /* 0 = auto */
-    char schedule[16];      /* gpipe, 1f1b, pipedream, sliced, unequal, auto */
+    char schedule[16];      /* gpipe, 1f1b, pipedream, sliced, unequal, zb1, auto */
     char strategy[16];      /* planner strategy; default "hetero" */
     uint32_t workers;       /* how many workers; when names are given, their count; the most
                              * an elastic job takes */

@@ -220,7 +220,7 @@ static bool runtime_runs(json_t *plan)
         return m >= 1 && m % replicas_lcm(plan) == 0;
     return sched &&
            (strcmp(sched, "gpipe") == 0 || strcmp(sched, "1f1b") == 0 ||
-            strcmp(sched, "sliced") == 0) &&
+            strcmp(sched, "sliced") == 0 || strcmp(sched, "zb1") == 0) &&
            m >= (json_int_t)most;
 }
 

@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 void kn_gelu_forward_cpu(float *out, const float *inp, size_t n);
-/* dinp = gelu'(inp) * dout */
+/* dinp = gelu'(inp) * dout; element by element, so dinp may be inp or dout (in place) */
 void kn_gelu_backward_cpu(float *dinp, const float *inp, const float *dout, size_t n);
 void kn_relu_forward_cpu(float *out, const float *inp, size_t n);
 /* dinp = (out > 0) * dout */

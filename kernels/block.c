@@ -64,10 +64,29 @@ static sc_status ln_fwd(kn_ctx *c, const kn_block *blk, float *out, float *mean,
     return SC_OK;
 }
 
-static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, float *db,
-                        const float *dout, const float *x, const float *w, const float *mean,
-                        const float *rstd, int N, int C, sc_err *err)
+/* The input-gradient ops run in KN_BWD_FULL and KN_BWD_INPUT (B), the weight-gradient ops in
+ * KN_BWD_FULL and KN_BWD_WEIGHT (W). */
+static bool runs_input(kn_bwd_part part)
 {
+    return part != KN_BWD_WEIGHT;
+}
+
+static bool runs_weight(kn_bwd_part part)
+{
+    return part != KN_BWD_INPUT;
+}
+
+/* LayerNorm backward, the parts `part` asks for (the kernels skip a NULL part) */
+static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, kn_bwd_part part, float *dx, float *dw,
+                        float *db, const float *dout, const float *x, const float *w,
+                        const float *mean, const float *rstd, int N, int C, sc_err *err)
+{
+    if (!runs_input(part))
+        dx = NULL;
+    if (!runs_weight(part))
+        dw = db = NULL;
+    if (dx == NULL && dw == NULL)
+        return SC_OK;
     DISPATCH("layernorm backward",
              CPU_PICK(kn_layernorm_backward_fast(dx, dw, db, dout, x, w, mean, rstd, N, C),
                       kn_layernorm_backward_cpu(dx, dw, db, dout, x, w, mean, rstd, N, C)),
@@ -85,16 +104,18 @@ static sc_status lin_fwd(kn_ctx *c, const kn_block *blk, float *out, const float
     return SC_OK;
 }
 
-/* both backward products: input gradient (if dx) and weight gradient */
-static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, float *dx, float *dw, float *db,
-                         const float *dout, const float *x, const float *w, int N, int IC, int OC,
-                         sc_err *err)
+/* the backward products `part` asks for: input gradient (if dx) and weight gradient */
+static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, kn_bwd_part part, float *dx, float *dw,
+                         float *db, const float *dout, const float *x, const float *w, int N,
+                         int IC, int OC, sc_err *err)
 {
-    if (dx != NULL)
+    if (dx != NULL && runs_input(part))
         DISPATCH("linear backward (input)",
                  CPU_PICK(kn_linear_backward_input_fast(dx, dout, w, N, IC, OC),
                           kn_linear_backward_input_cpu(dx, dout, w, N, IC, OC)),
                  kn_linear_backward_input_cuda(c, dx, dout, w, N, IC, OC));
+    if (!runs_weight(part))
+        return SC_OK;
     DISPATCH("linear backward (weight)",
              CPU_PICK(kn_linear_backward_weight_fast(dw, db, dout, x, N, IC, OC),
                       kn_linear_backward_weight_cpu(dw, db, dout, x, N, IC, OC)),
@@ -202,9 +223,12 @@ static sc_status attn_forward(kn_ctx *c, const kn_block *blk, const float *p, co
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
 
-static sc_status attn_backward(kn_ctx *c, const kn_block *blk, const float *p, float *g,
-                               const float *x, float *stash, const float *dout, float *din,
-                               float *ws, int B, sc_err *err)
+/* Split parts: what W reads is kept between B and W, dqkv in the stash's qkv (which only the
+ * attention backward reads, and B has run it) and in `wst` two (B,T,C) tensors, the block's
+ * output gradient and dln. The full backward keeps dqkv and dln in `ws` instead. */
+static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, const float *p,
+                               float *g, const float *x, float *stash, const float *dout,
+                               float *din, float *wst, float *ws, int B, sc_err *err)
 {
     int T = blk->T, C = blk->C, NH = blk->NH, BT = B * T;
     size_t BTC = (size_t)BT * C;
@@ -212,16 +236,27 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, const float *p, f
     float *dln1w = g, *dln1b = g + C, *dqkvw = g + 2 * C, *dqkvb = dqkvw + 3 * (size_t)C * C;
     float *dprojw = dqkvb + 3 * C, *dprojb = dprojw + (size_t)C * C;
     attn_stash s = attn_stash_at(stash, B, T, C, NH);
-    float *datty = ws, *dqkv = datty + BTC, *dln = dqkv + 3 * BTC, *aws = dln + BTC;
+    float *datty = ws, *aws = ws + 5 * BTC, *dqkv = ws + BTC;
+    float *dln = part == KN_BWD_FULL ? dqkv + 3 * BTC : wst + BTC;
+    if (part == KN_BWD_INPUT) /* the projection's weight gradient reads it in W */
+        CHK(kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err));
+    if (part == KN_BWD_WEIGHT)
+        dout = wst;
     /* the residual passes dout straight to the input; the branch adds to it below */
-    CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
-    CHK(lin_bwd(c, blk, datty, dprojw, dprojb, dout, s.atty, projw, BT, C, C, err));
-    DISPATCH("attention backward",
-             CPU_PICK(kn_attention_backward_fast(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
-                      kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH)),
-             kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
-    CHK(lin_bwd(c, blk, dln, dqkvw, dqkvb, dqkv, s.ln, qkvw, BT, C, 3 * C, err));
-    return ln_bwd(c, blk, din, dln1w, dln1b, dln, x, ln1w, s.mean, s.rstd, BT, C, err);
+    if (runs_input(part))
+        CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
+    CHK(lin_bwd(c, blk, part, datty, dprojw, dprojb, dout, s.atty, projw, BT, C, C, err));
+    if (runs_input(part))
+        DISPATCH("attention backward",
+                 CPU_PICK(kn_attention_backward_fast(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
+                          kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH)),
+                 kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
+    if (part == KN_BWD_INPUT) /* W's copy, over the qkv the backward no longer reads */
+        CHK(kn_ctx_copy(c, s.qkv, dqkv, 3 * BTC * sizeof(float), err));
+    if (part == KN_BWD_WEIGHT)
+        dqkv = s.qkv;
+    CHK(lin_bwd(c, blk, part, dln, dqkvw, dqkvb, dqkv, s.ln, qkvw, BT, C, 3 * C, err));
+    return ln_bwd(c, blk, part, din, dln1w, dln1b, dln, x, ln1w, s.mean, s.rstd, BT, C, err);
 }
 
 /* p: the six MLP tensors (ln2.w, ln2.b, fc.w, fc.b, fcproj.w, fcproj.b) */
@@ -243,9 +278,12 @@ static sc_status mlp_forward(kn_ctx *c, const kn_block *blk, const float *p, con
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
 
-static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, const float *p, float *g,
-                              const float *x, float *stash, const float *dout, float *din,
-                              float *ws, int B, sc_err *err)
+/* Split parts: dfch, the gradient of the GELU's input, is kept in the stash's fch (which only
+ * the GELU backward reads: it writes its result there, element by element), and in `wst` the
+ * block's output gradient and dln, two (B,T,C) tensors. */
+static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, const float *p,
+                              float *g, const float *x, float *stash, const float *dout, float *din,
+                              float *wst, float *ws, int B, sc_err *err)
 {
     int T = blk->T, C = blk->C, BT = B * T;
     size_t BTC = (size_t)BT * C;
@@ -253,15 +291,24 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, const float *p, fl
     float *dlnw = g, *dlnb = g + C, *dfcw = g + 2 * C, *dfcb = dfcw + 4 * (size_t)C * C;
     float *dprojw = dfcb + 4 * C, *dprojb = dprojw + 4 * (size_t)C * C;
     mlp_stash s = mlp_stash_at(stash, B, T, C);
-    float *dfch = ws, *dln = dfch + 4 * BTC;
-    CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
-    CHK(lin_bwd(c, blk, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
-    DISPATCH("gelu backward",
-             CPU_PICK(kn_gelu_backward_fast(dfch, s.fch, dfch, 4 * BTC),
-                      kn_gelu_backward_cpu(dfch, s.fch, dfch, 4 * BTC)),
-             kn_gelu_backward_cuda(c, dfch, s.fch, dfch, 4 * BTC));
-    CHK(lin_bwd(c, blk, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
-    return ln_bwd(c, blk, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
+    float *dfch = ws, *dln = part == KN_BWD_FULL ? ws + 4 * BTC : wst + BTC;
+    /* the GELU backward's result: in place in the full backward, over fch in the split one */
+    float *dgelu = part == KN_BWD_FULL ? dfch : s.fch;
+    if (part == KN_BWD_INPUT)
+        CHK(kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err));
+    if (part == KN_BWD_WEIGHT)
+        dout = wst;
+    if (runs_input(part))
+        CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
+    CHK(lin_bwd(c, blk, part, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
+    if (runs_input(part))
+        DISPATCH("gelu backward",
+                 CPU_PICK(kn_gelu_backward_fast(dgelu, s.fch, dfch, 4 * BTC),
+                          kn_gelu_backward_cpu(dgelu, s.fch, dfch, 4 * BTC)),
+                 kn_gelu_backward_cuda(c, dgelu, s.fch, dfch, 4 * BTC));
+    dfch = dgelu;
+    CHK(lin_bwd(c, blk, part, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
+    return ln_bwd(c, blk, part, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
 }
 
 /* The segments attn_stash_at / mlp_stash_at lay out, per sample, in the same order. */
@@ -411,70 +458,118 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
 }
 
+size_t kn_block_wstash_floats(const kn_block *blk)
+{
+    size_t TC = (size_t)blk->T * blk->C;
+    switch (blk->kind) {
+    case KN_BLOCK_EMBED:    /* the output gradient */
+    case KN_BLOCK_GPT_HEAD: /* dln; W recomputes the logits' gradient from the stashed probs */
+        return TC;
+    case KN_BLOCK_GPT_ATTN: /* the output gradient and dln; dqkv goes over the stashed qkv */
+    case KN_BLOCK_GPT_MLP:  /* the same; dfch over the stashed fch */
+        return 2 * TC;
+    case KN_BLOCK_GPT_LAYER:
+        return 4 * TC;
+    case KN_BLOCK_FC_RELU: /* the pre-activation gradients */
+    case KN_BLOCK_CONV_RELU:
+        return blk->out_floats;
+    case KN_BLOCK_FC_LOSS: /* W recomputes the logits' gradient */
+    case KN_BLOCK_MAXPOOL: /* no parameters */
+        return 0;
+    }
+    return 0;
+}
+
 sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params, float *grads,
-                            const void *in, const float *stash_c, const float *out,
-                            const float *dout, float *din, const int32_t *targets, float *ws, int B,
-                            float dloss, sc_err *err)
+                            const void *in, const float *stash, const float *out, const float *dout,
+                            float *din, const int32_t *targets, float *ws, int B, float dloss,
+                            sc_err *err)
+{
+    return kn_block_backward_part(c, blk, KN_BWD_FULL, params, grads, in, stash, out, dout, din,
+                                  NULL, targets, ws, B, dloss, err);
+}
+
+sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
+                                 const float *params, float *grads, const void *in,
+                                 const float *stash_c, const float *out, const float *dout,
+                                 float *din, float *wst, const int32_t *targets, float *ws, int B,
+                                 float dloss, sc_err *err)
 {
     const float *x = in;
     float *stash = (float *)stash_c; /* the halves share pointer helpers with the forward */
     const float *p0 = params + blk->tensors[0].offset;
     float *g0 = grads + blk->tensors[0].offset;
+    bool split = part != KN_BWD_FULL;
+    if (split && wst == NULL && kn_block_wstash_floats(blk) > 0)
+        return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: a split backward without its W stash",
+                       blk->name);
     switch (blk->kind) {
     case KN_BLOCK_EMBED: {
+        /* no input gradient: B keeps the output gradient, W is the whole backward */
         const int32_t *tok = in;
         float *dwte = g0, *dwpe = grads + blk->tensors[1].offset;
+        size_t BTC = (size_t)B * blk->T * blk->C;
+        if (part == KN_BWD_INPUT)
+            return kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err);
+        const float *d = part == KN_BWD_WEIGHT ? wst : dout;
         DISPATCH("embedding backward",
-                 kn_embedding_backward_cpu(dwte, dwpe, dout, tok, B, blk->T, blk->C),
-                 kn_embedding_backward_cuda(c, dwte, dwpe, dout, tok, B, blk->T, blk->C, blk->V));
+                 kn_embedding_backward_cpu(dwte, dwpe, d, tok, B, blk->T, blk->C),
+                 kn_embedding_backward_cuda(c, dwte, dwpe, d, tok, B, blk->T, blk->C, blk->V));
         return SC_OK;
     }
     case KN_BLOCK_GPT_ATTN:
-        return attn_backward(c, blk, p0, g0, x, stash, dout, din, ws, B, err);
+        return attn_backward(c, blk, part, p0, g0, x, stash, dout, din, wst, ws, B, err);
     case KN_BLOCK_GPT_MLP:
-        return mlp_backward(c, blk, p0, g0, x, stash, dout, din, ws, B, err);
+        return mlp_backward(c, blk, part, p0, g0, x, stash, dout, din, wst, ws, B, err);
     case KN_BLOCK_GPT_LAYER: {
         size_t BTC = (size_t)B * blk->T * blk->C;
         float *mid = stash + attn_stash_floats(B, blk->T, blk->C, blk->NH);
         float *mstash = mid + BTC;
-        float *dmid = ws;
+        float *dmid = ws, *mwst = split ? wst + 2 * BTC : NULL; /* [attention's][MLP's] */
         size_t o = blk->tensors[6].offset;
-        CHK(mlp_backward(c, blk, params + o, grads + o, mid, mstash, dout, dmid, ws + BTC, B, err));
-        return attn_backward(c, blk, p0, g0, x, stash, dmid, din, ws + BTC, B, err);
+        CHK(mlp_backward(c, blk, part, params + o, grads + o, mid, mstash, dout, dmid, mwst,
+                         ws + BTC, B, err));
+        return attn_backward(c, blk, part, p0, g0, x, stash, dmid, din, wst, ws + BTC, B, err);
     }
     case KN_BLOCK_GPT_HEAD: {
         int T = blk->T, C = blk->C, V = blk->V, BT = B * T;
         const float *ln = stash, *mean = ln + (size_t)BT * C, *rstd = mean + BT;
         const float *probs = rstd + BT;
-        float *dlogits = ws, *dln = ws + (size_t)BT * V;
+        float *dlogits = ws, *dln = split ? wst : ws + (size_t)BT * V;
         size_t ow = blk->tensors[2].offset;
+        /* W recomputes dlogits (elementwise, same bits) rather than keeping (B,T,V) floats */
         CHK(ce_bwd(c, blk, dlogits, probs, targets, dloss, BT, V, err));
-        CHK(lin_bwd(c, blk, dln, grads + ow, NULL, dlogits, ln, params + ow, BT, C, V, err));
-        CHK(kn_ctx_zero(c, din, (size_t)BT * C * sizeof(float), err));
-        return ln_bwd(c, blk, din, g0, g0 + C, dln, x, p0, mean, rstd, BT, C, err);
+        CHK(lin_bwd(c, blk, part, dln, grads + ow, NULL, dlogits, ln, params + ow, BT, C, V, err));
+        if (runs_input(part))
+            CHK(kn_ctx_zero(c, din, (size_t)BT * C * sizeof(float), err));
+        return ln_bwd(c, blk, part, din, g0, g0 + C, dln, x, p0, mean, rstd, BT, C, err);
     }
     case KN_BLOCK_FC_RELU:
     case KN_BLOCK_FC_LOSS: {
         size_t n = (size_t)B * blk->fout, wn = (size_t)blk->fin * blk->fout;
-        float *dpre = ws;
-        if (blk->kind == KN_BLOCK_FC_LOSS)
+        bool loss = blk->kind == KN_BLOCK_FC_LOSS;
+        float *dpre = split && !loss ? wst : ws;
+        if (loss) /* recomputed by W too */
             CHK(ce_bwd(c, blk, dpre, stash, targets, dloss, B, blk->fout, err));
-        else
+        else if (runs_input(part))
             DISPATCH("relu backward", kn_relu_backward_cpu(dpre, out, dout, n),
                      kn_relu_backward_cuda(c, dpre, out, dout, n));
-        return lin_bwd(c, blk, din, g0, g0 + wn, dpre, x, p0, B, blk->fin, blk->fout, err);
+        return lin_bwd(c, blk, part, din, g0, g0 + wn, dpre, x, p0, B, blk->fin, blk->fout, err);
     }
     case KN_BLOCK_CONV_RELU: {
         kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
         size_t n = (size_t)B * blk->out_floats;
-        float *dpre = ws, *col = ws + n, *dw = g0, *db = grads + blk->tensors[1].offset;
-        DISPATCH("relu backward", kn_relu_backward_cpu(dpre, out, dout, n),
-                 kn_relu_backward_cuda(c, dpre, out, dout, n));
-        DISPATCH("conv2d backward (weight)",
-                 CPU_PICK(kn_conv2d_backward_weight_fast(dw, db, col, dpre, x, B, &s),
-                          kn_conv2d_backward_weight_cpu(dw, db, col, dpre, x, B, &s)),
-                 kn_conv2d_backward_weight_cuda(c, dw, db, col, dpre, x, B, &s));
-        if (din != NULL)
+        float *dpre = split ? wst : ws, *col = ws + n, *dw = g0;
+        float *db = grads + blk->tensors[1].offset;
+        if (runs_input(part))
+            DISPATCH("relu backward", kn_relu_backward_cpu(dpre, out, dout, n),
+                     kn_relu_backward_cuda(c, dpre, out, dout, n));
+        if (runs_weight(part))
+            DISPATCH("conv2d backward (weight)",
+                     CPU_PICK(kn_conv2d_backward_weight_fast(dw, db, col, dpre, x, B, &s),
+                              kn_conv2d_backward_weight_cpu(dw, db, col, dpre, x, B, &s)),
+                     kn_conv2d_backward_weight_cuda(c, dw, db, col, dpre, x, B, &s));
+        if (din != NULL && runs_input(part))
             DISPATCH("conv2d backward (input)",
                      CPU_PICK(kn_conv2d_backward_input_fast(din, col, dpre, p0, B, &s),
                               kn_conv2d_backward_input_cpu(din, col, dpre, p0, B, &s)),
@@ -482,11 +577,12 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
         return SC_OK;
     }
     case KN_BLOCK_MAXPOOL:
-        DISPATCH("maxpool backward",
-                 kn_maxpool2d_backward_cpu(din, dout, x, B, blk->cin, blk->h, blk->w, blk->k,
-                                           blk->stride),
-                 kn_maxpool2d_backward_cuda(c, din, dout, x, B, blk->cin, blk->h, blk->w, blk->k,
-                                            blk->stride));
+        if (runs_input(part))
+            DISPATCH("maxpool backward",
+                     kn_maxpool2d_backward_cpu(din, dout, x, B, blk->cin, blk->h, blk->w, blk->k,
+                                               blk->stride),
+                     kn_maxpool2d_backward_cuda(c, din, dout, x, B, blk->cin, blk->h, blk->w,
+                                                blk->k, blk->stride));
         return SC_OK;
     }
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);

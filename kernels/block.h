@@ -40,4 +40,32 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
                             float *din, const int32_t *targets, float *ws, int B, float dloss,
                             sc_err *err);
 
+/* The parts of a block's backward, for schedules that split it (zb1): B, the input gradient,
+ * on the pipeline's critical path, and W, the parameter gradients, deferred. KN_BWD_INPUT then
+ * KN_BWD_WEIGHT on the same slot adds to `grads` exactly what KN_BWD_FULL adds (the same op
+ * calls on the same values, so bit for bit on every kernel set): what W reads that B computes
+ * (the output gradients of the parameterised ops) is kept in the block's W stash, `wst`,
+ * kn_block_wstash_floats() floats per sample, written by B and read by W; the rest of what W
+ * reads (the input, stash, output, targets) stays in the slot until W has run, and gradients
+ * W can recompute from it elementwise (cross-entropy's) are recomputed instead of kept. B may
+ * also write what W reads over stash parts only B reads (a GPT block's qkv and pre-GELU
+ * activations become their gradients), so after B the stash no longer holds the forward's.
+ * KN_BWD_WEIGHT neither reads `dout` nor writes `din`; KN_BWD_FULL ignores `wst` (may be NULL).
+ * A block kind without a split of its own would run its full backward as B and nothing as W
+ * (every kind of model.h has a real split). */
+typedef enum {
+    KN_BWD_FULL = 0,
+    KN_BWD_INPUT,  /* B */
+    KN_BWD_WEIGHT, /* W */
+} kn_bwd_part;
+
+/* Per sample (the W stash of B samples is sample-major: B * this many floats). */
+size_t kn_block_wstash_floats(const kn_block *blk);
+
+sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
+                                 const float *params, float *grads, const void *in,
+                                 const float *stash, const float *out, const float *dout,
+                                 float *din, float *wst, const int32_t *targets, float *ws, int B,
+                                 float dloss, sc_err *err);
+
 #endif /* KN_BLOCK_H */

@@ -233,9 +233,12 @@ void kn_layernorm_backward_fast(float *dinp, float *dw, float *db, const float *
                  .N = N,
                  .C = C};
     size_t per = (size_t)(C > 0 ? C : 1);
-    kn_cpu_parallel_for((size_t)N, GRAIN / per + 1, ln_bwd_rows, &a);
+    if (dinp != NULL)
+        kn_cpu_parallel_for((size_t)N, GRAIN / per + 1, ln_bwd_rows, &a);
     /* columns in ranges of whole cache lines, when the rows are many enough to share */
-    kn_cpu_parallel_for((size_t)C, (size_t)N * C >= GRAIN ? 16 : (size_t)C + 1, ln_bwd_cols, &a);
+    if (dw != NULL)
+        kn_cpu_parallel_for((size_t)C, (size_t)N * C >= GRAIN ? 16 : (size_t)C + 1, ln_bwd_cols,
+                            &a);
 }
 
 /* --- softmax cross-entropy -------------------------------------------------------------------- */

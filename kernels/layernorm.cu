@@ -89,8 +89,12 @@ extern "C" int kn_layernorm_backward_cuda(kn_ctx *ctx, float *dinp, float *dw, f
 {
     if (N <= 0)
         return 0;
-    ln_bwd_input<<<(N + 7) / 8, 256, 0, kn_stream(ctx)>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    KN_LAUNCH_CHECK();
+    if (dinp != NULL) {
+        ln_bwd_input<<<(N + 7) / 8, 256, 0, kn_stream(ctx)>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        KN_LAUNCH_CHECK();
+    }
+    if (dw == NULL)
+        return 0;
     int rows = kn_row_chunk(N);
     dim3 grid((C + 255) / 256, (N + rows - 1) / rows);
     ln_bwd_params<<<grid, 256, 0, kn_stream(ctx)>>>(dw, db, dout, inp, mean, rstd, N, C, rows);

@@ -1,7 +1,9 @@
 /*
  * LayerNorm over the last dimension: out = (x - mean) * rstd * w + b, eps = 1e-5.
  * Forward saves mean and rstd per row for the backward. Backward *accumulates* into dinp, dw and
- * db (+=), so a residual gradient can be placed in dinp first.
+ * db (+=), so a residual gradient can be placed in dinp first. Either part may be left out, for
+ * a schedule that runs them at different times: dinp NULL computes only dw and db, dw and db
+ * NULL only dinp; each part is then the same arithmetic in the same order as in the full call.
  */
 #ifndef KN_LAYERNORM_H
 #define KN_LAYERNORM_H

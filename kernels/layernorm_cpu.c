@@ -35,8 +35,16 @@ void kn_layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *d
     for (int i = 0; i < N; i++) {
         const float *d = dout + (size_t)i * C;
         const float *x = inp + (size_t)i * C;
-        float *dx = dinp + (size_t)i * C;
+        float *dx = dinp != NULL ? dinp + (size_t)i * C : NULL;
         float m = mean[i], s = rstd[i];
+        if (dinp == NULL) { /* the parameter gradients alone, added in the same order */
+            for (int c = 0; c < C; c++) {
+                float norm = (x[c] - m) * s;
+                db[c] += d[c];
+                dw[c] += norm * d[c];
+            }
+            continue;
+        }
         /* the two row reductions of the normalised-input gradient */
         float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
         for (int c = 0; c < C; c++) {
@@ -50,8 +58,10 @@ void kn_layernorm_backward_cpu(float *dinp, float *dw, float *db, const float *d
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - m) * s;
             float dnorm = w[c] * d[c];
-            db[c] += d[c];
-            dw[c] += norm * d[c];
+            if (dw != NULL) {
+                db[c] += d[c];
+                dw[c] += norm * d[c];
+            }
             dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
         }
     }

@@ -11,6 +11,7 @@
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
+#include "kernels/block.h"
 #include "kernels/stage.h"
 
 static int cmp_double(const void *a, const void *b)
@@ -38,7 +39,9 @@ static uint32_t lcg(uint64_t *s)
 static size_t block_bytes(const kn_block *b, int cap)
 {
     return (size_t)b->params * 4 * sizeof(float) +
-           (size_t)cap * (b->in_floats + b->stash_floats + 2 * b->out_floats) * sizeof(float);
+           (size_t)cap *
+               (b->in_floats + b->stash_floats + 2 * b->out_floats + kn_block_wstash_floats(b)) *
+               sizeof(float);
 }
 
 /* One chain's buffers: a stage per block, the first block's input, the targets, the gradient
@@ -46,8 +49,8 @@ static size_t block_bytes(const kn_block *b, int cap)
 typedef struct {
     int a, n;        /* blocks a .. a+n-1 */
     kn_stage **st;   /* [n] */
-    double *fw, *bw;         /* [n][repeats]: pass k's times in slot k % repeats */
-    double *fw_sum, *bw_sum; /* [n]: every timed pass's times added */
+    double *fw, *bw, *wg;             /* [n][repeats]: pass k's times in slot k % repeats */
+    double *fw_sum, *bw_sum, *wg_sum; /* [n]: every timed pass's times added */
     void *dev_in, *dev_tgt, *dev_dout;
     kn_ctx *ctx0; /* the first stage's: where the chain's inputs live */
 } chain;
@@ -66,8 +69,10 @@ static void chain_free(chain *c)
     free(c->st);
     free(c->fw);
     free(c->bw);
+    free(c->wg);
     free(c->fw_sum);
     free(c->bw_sum);
+    free(c->wg_sum);
 }
 
 /* Random inputs of the chain's first block, targets, and a random gradient into its last
@@ -113,7 +118,10 @@ out:
 /* One pass of the chain at `n` samples, as a stage runs its blocks: the forwards in order, each
  * on its predecessor's output, then the backwards in reverse, each on its successor's input
  * gradient, each timed on its own (kn_ctx_time_end waits for the work, so the next block reads
- * a complete input); `it` < 0: untimed. */
+ * a complete input); `it` < 0: untimed. A backward runs as its two parts, B then W
+ * (kn_stage_backward_input / _weight: the fused backward's kernels, plus the copy of an output
+ * gradient some blocks keep for W), timed apart: the backward's time is their sum, W's alone
+ * zb1's weight-gradient time. */
 static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
 {
     const void *in = c->dev_in;
@@ -132,13 +140,18 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
     for (int i = c->n - 1; i >= 0; i--) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
         const float *dout = i == c->n - 1 ? c->dev_dout : kn_stage_grad_input(c->st[i + 1]);
-        double t;
+        double t, w;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
-        SC_CHECK(kn_stage_backward(c->st[i], 0, dout, err));
+        SC_CHECK(kn_stage_backward_input(c->st[i], 0, dout, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
+        SC_CHECK(kn_ctx_time_begin(ctx, err));
+        SC_CHECK(kn_stage_backward_weight(c->st[i], 0, err));
+        SC_CHECK(kn_ctx_time_end(ctx, &w, err));
         if (it >= 0) {
-            c->bw[(size_t)i * repeats + it % repeats] = t;
-            c->bw_sum[i] += t;
+            c->bw[(size_t)i * repeats + it % repeats] = t + w;
+            c->bw_sum[i] += t + w;
+            c->wg[(size_t)i * repeats + it % repeats] = w;
+            c->wg_sum[i] += w;
         }
     }
     for (int i = 0; i < c->n; i++)
@@ -184,16 +197,20 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
     c.st = calloc((size_t)n, sizeof *c.st);
     c.fw = calloc((size_t)n * R, sizeof *c.fw);
     c.bw = calloc((size_t)n * R, sizeof *c.bw);
+    c.wg = calloc((size_t)n * R, sizeof *c.wg);
     c.fw_sum = calloc((size_t)n, sizeof *c.fw_sum);
     c.bw_sum = calloc((size_t)n, sizeof *c.bw_sum);
+    c.wg_sum = calloc((size_t)n, sizeof *c.wg_sum);
     sc_status rc = SC_OK;
-    if (c.st == NULL || c.fw == NULL || c.bw == NULL || c.fw_sum == NULL || c.bw_sum == NULL) {
+    if (c.st == NULL || c.fw == NULL || c.bw == NULL || c.wg == NULL || c.fw_sum == NULL ||
+        c.bw_sum == NULL || c.wg_sum == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling");
         goto out;
     }
     for (int i = 0; i < n; i++) {
         kn_stage_cfg scfg = kn_stage_cfg_default(a + i, a + i, cfg->device, cap);
         scfg.allow_tf32 = cfg->allow_tf32;
+        scfg.split_backward = true; /* B and W timed apart */
         rc = kn_stage_new_cfg(&c.st[i], m, &scfg, err);
         if (rc != SC_OK) {
             sc_err_prefix(err, "block %d (%s)", a + i, kn_model_block(m, a + i)->name);
@@ -217,6 +234,7 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
             SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, -1, err), out);
         memset(c.fw_sum, 0, (size_t)n * sizeof *c.fw_sum);
         memset(c.bw_sum, 0, (size_t)n * sizeof *c.bw_sum);
+        memset(c.wg_sum, 0, (size_t)n * sizeof *c.wg_sum);
         double start = sc_clock_now_s();
         int k = 0;
         while (more_passes(cfg, k, start))
@@ -226,6 +244,9 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
             pt->size = cfg->sizes[s];
             pt->forward_s = sustained ? c.fw_sum[i] / k : median(c.fw + (size_t)i * R, R);
             pt->backward_s = sustained ? c.bw_sum[i] / k : median(c.bw + (size_t)i * R, R);
+            pt->wgrad_s = sustained ? c.wg_sum[i] / k : median(c.wg + (size_t)i * R, R);
+            if (pt->wgrad_s > pt->backward_s) /* medians of different passes */
+                pt->wgrad_s = pt->backward_s;
         }
     }
     /* The optimizer step of each block's parameters as the stage runtime takes it: the gradient
@@ -305,6 +326,7 @@ sc_status kn_profile_to_json(const kn_model *m, const char *reference_device, in
             json_object_set_new(o, "size", json_integer(p->size));
             json_object_set_new(o, "forward_s", json_real(p->forward_s));
             json_object_set_new(o, "backward_s", json_real(p->backward_s));
+            json_object_set_new(o, "wgrad_s", json_real(p->wgrad_s));
             json_array_append_new(by, o);
         }
         if (main == NULL) {
@@ -318,6 +340,7 @@ sc_status kn_profile_to_json(const kn_model *m, const char *reference_device, in
         json_object_set_new(b, "name", json_string(pb->name));
         json_object_set_new(b, "forward_s", json_real(main->forward_s));
         json_object_set_new(b, "backward_s", json_real(main->backward_s));
+        json_object_set_new(b, "wgrad_s", json_real(main->wgrad_s));
         json_object_set_new(
             b, "activation_bytes",
             json_integer((json_int_t)(pb->activation_bytes_per_sample * (size_t)microbatch_size)));

@@ -49,6 +49,8 @@ typedef struct {
 typedef struct {
     int size;
     double forward_s, backward_s; /* medians, or means when sustained (min_time_s > 0) */
+    double wgrad_s; /* the part of backward_s that is the weight gradient (zb1's W): each
+                       backward runs as B then W, timed apart (block.h) */
 } kn_profile_point;
 
 typedef struct {

@@ -36,13 +36,15 @@ struct kn_stage {
      * cfg.microbatch), 1 the gather slot (cfg.gather_microbatch). The input copy is at 0. */
     size_t tgt_off[2];
     size_t *stash_off, *out_off; /* [2 * nb]: block i of layout l at [l * nb + i] */
+    size_t *wst_off;             /* [2 * nb] the same for the W stashes (cfg.split_backward) */
     float *gbuf[2];
     float *ws;
     size_t ws_floats, gbuf_floats;
     const float *grad_in;
     int grad_in_n;
     int *slot_n;    /* samples of the slot's last forward; 0 = none yet */
-    bool *slot_due; /* the slot's forward still awaits its backward */
+    bool *slot_due; /* the slot's forward still awaits its backward (its B when split) */
+    bool *slot_wdue; /* split backward: the slot's B has run, its W not yet */
     int tps;        /* targets per sample */
     int t;          /* optimizer steps taken */
     int frozen;     /* leading blocks without gradients or updates */
@@ -82,6 +84,9 @@ static size_t layout_slot(kn_stage *st, int l, size_t cap)
         off += align_up(st->blocks[i]->stash_floats * cap * 4);
         st->out_off[(size_t)l * st->nb + i] = off;
         off += align_up(st->blocks[i]->out_floats * cap * 4);
+        st->wst_off[(size_t)l * st->nb + i] = off;
+        if (st->cfg.split_backward)
+            off += align_up(kn_block_wstash_floats(st->blocks[i]) * cap * 4);
     }
     return off;
 }
@@ -126,10 +131,12 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
     st->nslots = cfg->slots + (cfg->gather_microbatch > 0 ? 1 : 0);
     st->stash_off = calloc(2 * (size_t)st->nb, sizeof *st->stash_off);
     st->out_off = calloc(2 * (size_t)st->nb, sizeof *st->out_off);
+    st->wst_off = calloc(2 * (size_t)st->nb, sizeof *st->wst_off);
+    st->slot_wdue = calloc(st->nslots, sizeof *st->slot_wdue);
     st->slot_n = calloc(st->nslots, sizeof *st->slot_n);
     st->slot_due = calloc(st->nslots, sizeof *st->slot_due);
-    if (!st->blocks || !st->poff || !st->stash_off || !st->out_off || !st->slot_n ||
-        !st->slot_due) {
+    if (!st->blocks || !st->poff || !st->stash_off || !st->out_off || !st->wst_off || !st->slot_n ||
+        !st->slot_due || !st->slot_wdue) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating a stage");
         goto fail;
     }
@@ -225,8 +232,10 @@ void kn_stage_destroy(kn_stage **p)
     free(st->poff);
     free(st->stash_off);
     free(st->out_off);
+    free(st->wst_off);
     free(st->slot_n);
     free(st->slot_due);
+    free(st->slot_wdue);
     free(st->host_losses);
     free(st);
     *p = NULL;
@@ -315,6 +324,12 @@ static float *slot_output(const kn_stage *st, int slot, int block)
                      st->out_off[(size_t)slot_layout(st, slot) * st->nb + block]);
 }
 
+static float *slot_wstash(const kn_stage *st, int slot, int block)
+{
+    return (float *)(slot_base(st, slot) +
+                     st->wst_off[(size_t)slot_layout(st, slot) * st->nb + block]);
+}
+
 static sc_status check_slot(const kn_stage *st, int slot, sc_err *err)
 {
     if (slot < 0 || slot >= st->nslots)
@@ -361,6 +376,7 @@ static sc_status run_forward(kn_stage *st, int slot, int n, sc_err *err)
     }
     st->slot_n[slot] = n;
     st->slot_due[slot] = true;
+    st->slot_wdue[slot] = false; /* a pending W of the slot's former forward is dropped */
     return SC_OK;
 }
 
@@ -437,14 +453,21 @@ void kn_stage_set_loss_scale(kn_stage *st, float per_position)
     st->loss_scale = per_position;
 }
 
-sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+/* The backward walk over the blocks, last to first, running `part` of each (block.h). */
+static sc_status backward_walk(kn_stage *st, int slot, kn_bwd_part part, const float *grad_output,
+                               sc_err *err)
 {
     SC_CHECK(check_slot(st, slot, err));
     int n = st->slot_n[slot];
-    if (!st->slot_due[slot])
+    bool split = part != KN_BWD_FULL;
+    if (split && !st->cfg.split_backward)
         return SC_ERRF(err, SC_ERR_PRECONDITION,
-                       "backward of slot %d, which holds no forward awaiting one", slot);
-    if (!kn_stage_has_loss(st) && grad_output == NULL)
+                       "split backward on a stage created without cfg.split_backward");
+    if (part == KN_BWD_WEIGHT ? !st->slot_wdue[slot] : !st->slot_due[slot])
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "%s of slot %d, which holds no forward awaiting one",
+                       part == KN_BWD_WEIGHT ? "weight gradient (W)" : "backward", slot);
+    if (part != KN_BWD_WEIGHT && !kn_stage_has_loss(st) && grad_output == NULL)
         return SC_ERRF(err, SC_ERR_INVALID, "backward needs the gradient of the stage's output");
     const int32_t *tgt = (const int32_t *)slot_targets(st, slot);
     float dloss = st->loss_scale > 0.0f ? st->loss_scale : 1.0f / (float)((size_t)n * st->tps);
@@ -454,19 +477,39 @@ sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc
         const void *in = i == 0 ? (const void *)slot_input(st, slot)
                                 : (const void *)slot_output(st, slot, i - 1);
         bool model_input = st->cfg.first_block + i == 0;
-        float *din = model_input ? NULL : st->gbuf[cur];
-        SC_CHECK(kn_block_backward(st->ctx, st->blocks[i], st->params + st->poff[i],
-                                   st->grads + st->poff[i], in, slot_stash(st, slot, i),
-                                   slot_output(st, slot, i), dout, din, tgt, st->ws, n, dloss,
-                                   err));
+        float *din = model_input || part == KN_BWD_WEIGHT ? NULL : st->gbuf[cur];
+        SC_CHECK(kn_block_backward_part(
+            st->ctx, st->blocks[i], part, st->params + st->poff[i], st->grads + st->poff[i], in,
+            slot_stash(st, slot, i), slot_output(st, slot, i), dout, din,
+            split ? slot_wstash(st, slot, i) : NULL, tgt, st->ws, n, dloss, err));
         dout = din;
         cur ^= 1;
+    }
+    if (part == KN_BWD_WEIGHT) {
+        st->slot_wdue[slot] = false;
+        return SC_OK;
     }
     /* with a frozen prefix nothing upstream wants the input gradient */
     st->grad_in = st->frozen > 0 ? NULL : dout;
     st->grad_in_n = n;
     st->slot_due[slot] = false;
+    st->slot_wdue[slot] = split;
     return SC_OK;
+}
+
+sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+{
+    return backward_walk(st, slot, KN_BWD_FULL, grad_output, err);
+}
+
+sc_status kn_stage_backward_input(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+{
+    return backward_walk(st, slot, KN_BWD_INPUT, grad_output, err);
+}
+
+sc_status kn_stage_backward_weight(kn_stage *st, int slot, sc_err *err)
+{
+    return backward_walk(st, slot, KN_BWD_WEIGHT, NULL, err);
 }
 
 /* Copies samples [first, first + n) of part `part` of slot src (laid out for src_n samples) to
@@ -491,6 +534,12 @@ sc_status kn_stage_gather(kn_stage *st, int dst, const kn_stage_range *ranges, i
                           sc_err *err)
 {
     SC_CHECK(check_slot(st, dst, err));
+    if (st->cfg.split_backward) /* B reuses parts of a slot's stash for W (block.h) */
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "gather into slot %d: the stage splits its backward (split_backward), "
+                       "whose B overwrites parts of the slots' stashes; gather needs a stage "
+                       "without it",
+                       dst);
     if (n_ranges < 1 || ranges == NULL)
         return SC_ERRF(err, SC_ERR_INVALID, "gather into slot %d: no sample ranges given", dst);
     int total = 0;
@@ -548,18 +597,31 @@ sc_status kn_stage_gather(kn_stage *st, int dst, const kn_stage_range *ranges, i
     }
     st->slot_n[dst] = total;
     st->slot_due[dst] = true;
+    st->slot_wdue[dst] = false;
     return SC_OK;
 }
 
-sc_status kn_stage_backward_host(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+static sc_status backward_host(kn_stage *st, int slot, kn_bwd_part part, const float *grad_output,
+                               sc_err *err)
 {
     if (grad_output == NULL || kn_stage_has_loss(st))
-        return kn_stage_backward(st, slot, NULL, err);
+        return backward_walk(st, slot, part, NULL, err);
     SC_CHECK(check_slot(st, slot, err));
     /* stage the host gradient in the second ping-pong buffer: the last block writes the first */
     size_t n = (size_t)st->slot_n[slot] * kn_stage_output_per_sample(st);
     SC_CHECK(kn_ctx_upload(st->ctx, st->gbuf[1], grad_output, n * sizeof(float), err));
-    return kn_stage_backward(st, slot, st->gbuf[1], err);
+    return backward_walk(st, slot, part, st->gbuf[1], err);
+}
+
+sc_status kn_stage_backward_host(kn_stage *st, int slot, const float *grad_output, sc_err *err)
+{
+    return backward_host(st, slot, KN_BWD_FULL, grad_output, err);
+}
+
+sc_status kn_stage_backward_input_host(kn_stage *st, int slot, const float *grad_output,
+                                       sc_err *err)
+{
+    return backward_host(st, slot, KN_BWD_INPUT, grad_output, err);
 }
 
 const float *kn_stage_grad_input(const kn_stage *st)

@@ -46,6 +46,10 @@ typedef struct {
      * forwards). Scratch and gradient buffers are sized for the larger of the two capacities. */
     int gather_microbatch;
     bool allow_tf32; /* GPU matmuls may use TF32 */
+    /* Each slot also keeps its blocks' W stashes (kn_block_wstash_floats per sample), so its
+     * backward may run as kn_stage_backward_input then kn_stage_backward_weight (zb1). B then
+     * reuses parts of the slot's stash for W, so kn_stage_gather is refused on such a stage. */
+    bool split_backward;
     kn_optim_cfg optim;
 } kn_stage_cfg;
 
@@ -102,6 +106,18 @@ void kn_stage_set_loss_scale(kn_stage *st, float per_position);
  * starts at block 0: the model's input needs none). */
 sc_status kn_stage_backward(kn_stage *st, int slot, const float *grad_output, sc_err *err);
 sc_status kn_stage_backward_host(kn_stage *st, int slot, const float *grad_output, sc_err *err);
+
+/* The same backward in two parts (cfg.split_backward, else SC_ERR_PRECONDITION): the input part
+ * (B) computes the input gradient, as kn_stage_backward does, and keeps in the slot what the
+ * weight part needs; the weight part (W), any time later, adds the parameter gradients. B then
+ * W adds exactly what kn_stage_backward adds (bit for bit: the same kernel calls on the same
+ * values, block.h). Between them the slot is busy: the runtime must not forward into it (a
+ * forward would drop the pending W), but other slots' B and W may run in any order. W of a slot
+ * whose B has not run is SC_ERR_PRECONDITION. */
+sc_status kn_stage_backward_input(kn_stage *st, int slot, const float *grad_output, sc_err *err);
+sc_status kn_stage_backward_input_host(kn_stage *st, int slot, const float *grad_output,
+                                       sc_err *err);
+sc_status kn_stage_backward_weight(kn_stage *st, int slot, sc_err *err);
 
 /* Samples [first, first + n) of the forward that `slot` holds (counted within that forward). */
 typedef struct {

@@ -541,12 +541,20 @@ static int auto_better(const plan_result *a, const plan_result *b)
     return a->iteration_time_s < b->iteration_time_s;
 }
 
+/* Where a zb1 plan's B and W times come from. */
+static const char *zb1_note(const plan_request *req)
+{
+    return plan_profile_wgrad_measured(req->profile)
+               ? "zb1: B and W as the profile measured them"
+               : "zb1: B and W each half of the profile's backward (assumed)";
+}
+
 sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *out, sc_err *err)
 {
     if (req->schedule != PLAN_SCHED_AUTO) {
         sc_status rc = plan_run_sched(req, strat, out, err);
         if (rc == SC_OK && out->ok && out->schedule == PLAN_SCHED_ZB1 && strat != PLAN_STRAT_UMPIPE)
-            note_add(out, "zb1: B and W each half of the profile's backward (assumed)");
+            note_add(out, zb1_note(req));
         return rc;
     }
     /* 1f1b first: a tie keeps it */
@@ -586,7 +594,7 @@ sc_status plan_run(const plan_request *req, plan_strategy strat, plan_result *ou
                  req->runtime_zb1 ? ", zb1" : " (zb1 left out: the runtime does not run it)");
         note_add(out, text);
         if (out->schedule == PLAN_SCHED_ZB1)
-            note_add(out, "zb1: B and W each half of the profile's backward (assumed)");
+            note_add(out, zb1_note(req));
     }
     return rc;
 }

@@ -47,8 +47,9 @@ typedef struct plan_request {
     int microbatches; /* m; 0 = auto (closed form + simulated sweep, memory-capped) */
     plan_sched_kind schedule; /* or PLAN_SCHED_AUTO: plan_run picks among gpipe, 1f1b, sliced
                                  and, with runtime_zb1, zb1 */
-    int runtime_zb1;          /* the runtime runs zb1, so PLAN_SCHED_AUTO may pick it. No
-                                 runtime does yet: 0, and auto never picks it */
+    int runtime_zb1;          /* the runtime runs zb1, so PLAN_SCHED_AUTO may pick it: the
+                                 workers do (worker/runtime/schedule.h), `stagecraft plan`
+                                 sets 1; 0 leaves it out */
     int max_stages;           /* 0 = no cap */
     double slice_efficiency; /* half-size kernels' efficiency for sliced; 0 = 0.9 */
     long exhaustive_limit;   /* 0 = default */
@@ -108,8 +109,8 @@ typedef struct plan_result {
  * With PLAN_SCHED_AUTO the strategy runs under each synchronous schedule the runtime runs
  * (gpipe, 1f1b, sliced; zb1 only with runtime_zb1; never pipedream, whose asynchronous updates
  * train differently) and the fastest plan that fits memory is kept, the note saying which
- * (search_time_s counts every run). A zb1 plan's B and W times are assumed (PLAN_WGRAD_SHARE):
- * its note says so.
+ * (search_time_s counts every run). A zb1 plan's B and W times are the profile's measured split
+ * (wgrad_s) or, where it has none, assumed (PLAN_WGRAD_SHARE): its note says which.
  * A plan's replicated stages always run under the runtime's rule for its micro-batch count
  * (plan_replicas_runnable); with microbatches 0 (auto), when the sweep finds a count that the
  * partition's copies cannot run with faster than every one they can, the strategy searches

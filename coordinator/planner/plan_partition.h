@@ -156,8 +156,9 @@ double plan_lower_bound_replicated(const plan_cost *c);
  * schedule k (docs/design/runtime.md, "Replicated stages"): the synchronous schedules route
  * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
  * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
- * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 runs nowhere
- * yet and is modelled without copies: r = 1 only. One copy always runs; m below 1 counts as 1.
+ * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 is modelled
+ * without copies (the runtime runs it with copies too, but the planner does not plan them):
+ * r = 1 only. One copy always runs; m below 1 counts as 1.
  * Inline: the DPs ask for every cell. */
 static inline int plan_replicas_runnable(plan_sched_kind k, int m, int r)
 {
@@ -189,10 +190,11 @@ sc_status plan_partition_autopipe(const plan_search_cfg *cfg, plan_partition *ou
 sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out, sc_err *err);
 
 /* The share of a block's backward that is its weight gradient (zb1's W), the rest being the
- * input gradient (B). An assumption, stated in every zb1 plan: profiles measure the fused
- * backward only, and for blocks whose time goes to matrix products (linear layers, attention
- * projections) the two gradients are one product each of the forward's size, so B = W = half
- * the backward. */
+ * input gradient (B), for profiles that do not measure it (no wgrad_s: hand-written and older
+ * profiles, graph.txt). An assumption, stated in such zb1 plans: for blocks whose time goes to
+ * matrix products (linear layers, attention projections) the two gradients are one product each
+ * of the forward's size, so B = W = half the backward. `stagecraft profile` measures B and W
+ * (kernels/profile.h) and each block's own share is used instead. */
 #define PLAN_WGRAD_SHARE 0.5
 
 /* Stage costs for the simulator: per-stage forward/backward of one micro-batch on one copy

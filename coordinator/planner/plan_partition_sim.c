@@ -108,24 +108,29 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan
     for (int s = 0; s < p->n_stages; s++) {
         const int *devs = p->devs + p->dev_start[s];
         int n = p->n_dev[s];
-        double f = 0, b = 0;
+        double f = 0, b = 0, w = 0;
         for (int i = 0; i < n; i++) {
             size_t t = (size_t)dev_type(c, devs[i]);
-            double fi = 0, bi = 0;
+            double fi = 0, bi = 0, wi = 0;
             for (int l = p->first[s]; l <= p->last[s]; l++) {
+                double share = c->profile->blocks[l].wgrad_share;
                 fi += c->fwd_s[t * L + (size_t)l];
                 bi += c->bwd_s[t * L + (size_t)l];
+                /* measured by the profiler, else assumed (plan_partition.h) */
+                wi += (share >= 0 ? share : PLAN_WGRAD_SHARE) * c->bwd_s[t * L + (size_t)l];
             }
             if (fi > f)
                 f = fi;
-            if (bi > b)
+            if (bi > b) {
                 b = bi;
+                w = wi; /* the slowest copy's */
+            }
         }
         memset(&st[s], 0, sizeof st[s]);
         /* each copy runs its micro-batches whole (plan_sim plays the copies) */
         st[s].fwd_s = f;
         st[s].bwd_s = b;
-        st[s].wgrad_s = PLAN_WGRAD_SHARE * b; /* assumed (plan_partition.h) */
+        st[s].wgrad_s = w;
         /* every replica steps the optimizer over the stage's parameters once per iteration;
          * the slowest one sets the pace */
         double opt = 0;

@@ -19,6 +19,14 @@
 #include "common/sc_util.h"
 #include "coordinator/planner/plan_profile_internal.h"
 
+int plan_profile_wgrad_measured(const plan_profile *p)
+{
+    for (int l = 0; l < p->n_blocks; l++)
+        if (p->blocks[l].wgrad_share < 0)
+            return 0;
+    return 1;
+}
+
 sc_status plan_profile_new(plan_profile **out, int n_blocks, sc_err *err)
 {
     *out = NULL;
@@ -32,6 +40,8 @@ sc_status plan_profile_new(plan_profile **out, int n_blocks, sc_err *err)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for %d blocks", n_blocks);
     }
     p->n_blocks = n_blocks;
+    for (int i = 0; i < n_blocks; i++)
+        p->blocks[i].wgrad_share = -1; /* not measured */
     p->microbatch_size = 1;
     p->dag_source = -1;
     sc_strlcpy(p->model, "synthetic", sizeof p->model);

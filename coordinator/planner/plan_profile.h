@@ -36,6 +36,8 @@ typedef struct plan_block {
     double stash_bytes; /* kept from forward to backward, per micro-batch */
     double optimizer_s; /* optimizer step over its parameters, once per iteration (0 when the
                            profile does not say) */
+    double wgrad_share; /* the measured share of backward_s that is the weight gradient (zb1's
+                           W): the profile's wgrad_s / backward_s; -1 when it does not say */
     /* graph.txt: the node's own output (its activation_size; 0 for the zeroed Input nodes),
      * from which the cut sizes of any order follow; 0 for JSON profiles */
     double output_bytes;
@@ -100,6 +102,9 @@ sc_status plan_profile_reorder(plan_profile **out, const plan_profile *p, const 
  * microbatch_size is 0). Interpolates between measured sizes, else scales linearly. */
 void plan_profile_block_time(const plan_profile *p, int l, double samples, int batch,
                              double *forward_s, double *backward_s);
+
+/* Whether every block's weight-gradient share was measured (wgrad_share >= 0). */
+int plan_profile_wgrad_measured(const plan_profile *p);
 
 /* Factor applied to per-micro-batch byte counts (activation, stash) for `samples`. */
 double plan_profile_size_factor(const plan_profile *p, double samples, int batch);

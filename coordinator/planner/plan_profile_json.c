@@ -108,6 +108,20 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
         SC_CHECK_GOTO(
             sc_json_opt_number(&e, "parameter_bytes", 0, 1e18, 0, &b->parameter_bytes, err), fail);
         SC_CHECK_GOTO(sc_json_opt_number(&e, "optimizer_s", 0, 1e6, 0, &b->optimizer_s, err), fail);
+        /* the weight-gradient part of backward_s (zb1's W), when the profiler measured it */
+        double w = -1;
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "wgrad_s", 0, 1e9, -1, &w, err), fail);
+        if (w > b->backward_s) {
+            sc_jnode wn;
+            sc_jnode_member(&e, "wgrad_s", &wn, NULL);
+            rc = sc_jnode_fail(&wn, err, SC_ERR_INVALID,
+                               "wgrad_s %g exceeds the block's backward_s %g; expected the part "
+                               "of the backward that is the weight gradient, 0 to backward_s",
+                               w, b->backward_s);
+            goto fail;
+        }
+        if (w >= 0)
+            b->wgrad_share = b->backward_s > 0 ? w / b->backward_s : 0;
         SC_CHECK_GOTO(sc_json_opt_number(&e, "stash_bytes", 0, 1e18, b->activation_bytes,
                                          &b->stash_bytes, err),
                       fail);

@@ -5,8 +5,9 @@
  * stashing), 1F1B with sliced warm-up micro-batches and zero-bubble ZB-H1 (zb1: each backward
  * split into B, the input gradient, and W, the weight gradient, deferred into the bubbles), and
  * checks any list (hand-written ones too) before it is simulated or run. Does not time
- * anything: plan_sim plays the lists. The runtime runs every kind but zb1, which exists here
- * for planning only.
+ * anything: plan_sim plays the lists. The runtime runs every kind (worker/runtime/schedule.h;
+ * its zb1 lists equal these, tests/unit/test_schedule_agreement.c); zb1 is planned here
+ * without copies only.
  *
  * A schedule works on *units*: unit u carries frac[u] of a micro-batch (1.0, or 0.5 for the
  * halves of a sliced warm-up micro-batch). Invariant of a valid schedule: on every stage each
@@ -26,7 +27,7 @@ typedef enum {
     PLAN_SCHED_1F1B,
     PLAN_SCHED_PIPEDREAM,
     PLAN_SCHED_SLICED,
-    PLAN_SCHED_ZB1, /* ZB-H1 (Qi et al., ICLR 2024): simulator and planner only */
+    PLAN_SCHED_ZB1, /* ZB-H1 (Qi et al., ICLR 2024) */
     PLAN_SCHED_COUNT
 } plan_sched_kind;
 

@@ -33,6 +33,21 @@ static void json_sizes(FILE *f, const int *row, int K)
     fputc(']', f);
 }
 
+/* zb1's W share of the whole backward on the profile's reference device: the profiler's
+ * measured split when every block has one, else PLAN_WGRAD_SHARE (*assumed set). */
+static double wgrad_share(const plan_profile *p, int *assumed)
+{
+    *assumed = !plan_profile_wgrad_measured(p);
+    if (*assumed)
+        return PLAN_WGRAD_SHARE;
+    double w = 0, b = 0;
+    for (int l = 0; l < p->n_blocks; l++) {
+        w += p->blocks[l].wgrad_share * p->blocks[l].backward_s;
+        b += p->blocks[l].backward_s;
+    }
+    return b > 0 ? w / b : 0;
+}
+
 sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r, int n,
                           sc_err *err)
 {
@@ -63,11 +78,14 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
             fprintf(f, ", \"note\": ");
             json_str(f, x->note);
         }
-        if (x->schedule == PLAN_SCHED_ZB1 && x->strategy != PLAN_STRAT_UMPIPE)
+        if (x->schedule == PLAN_SCHED_ZB1 && x->strategy != PLAN_STRAT_UMPIPE) {
+            int assumed;
+            double share = wgrad_share(req->profile, &assumed);
             fprintf(f,
                     ",\n   \"backward_split\": {\"weight_gradient_share\": %.6g, \"assumed\": "
-                    "true}",
-                    PLAN_WGRAD_SHARE);
+                    "%s}",
+                    share, assumed ? "true" : "false");
+        }
         fprintf(f, ",\n   \"stages\": [");
         const plan_partition *p = x->part;
         for (int s = 0; s < p->n_stages; s++) {
@@ -186,11 +204,15 @@ void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, in
         fputc('\n', f);
         zb1 |= x->schedule == PLAN_SCHED_ZB1 && x->strategy != PLAN_STRAT_UMPIPE;
     }
+    int assumed;
+    double share = wgrad_share(req->profile, &assumed);
     if (zb1)
         fprintf(f,
                 "zb1: each backward split into B (input gradient) and W (weight gradient), "
-                "%.0f%% of it assumed to be W (profiles measure the fused backward)\n",
-                100 * PLAN_WGRAD_SHARE);
+                "%.0f%% of it %s\n",
+                100 * share,
+                assumed ? "assumed to be W (the profile does not measure the split)"
+                        : "W as the profile measured it");
     /* The bounds are per micro-batch, as the bottleneck is: one line per micro-batch size */
     for (int i = 0; i < n; i++) {
         int seen = !r[i].ok;

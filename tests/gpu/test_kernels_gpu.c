@@ -2,7 +2,8 @@
  * kernels on the GPU: every op's CUDA launcher against the CPU reference on fresh random inputs,
  * within atol + rtol*|ref| (fp32: 1e-5 / 1e-4 unless a test says why it needs more), then whole
  * models (loss, gradients, one optimizer step) against the CPU, and a backward over samples
- * gathered from several slots (kn_stage_gather) against a direct one. Every test skips without a
+ * gathered from several slots (kn_stage_gather) against a direct one, and the split backward
+ * (B then W) against the fused one. Every test skips without a
  * CUDA device, so the suite passes on machines that have the toolkit but no GPU.
  */
 #include <setjmp.h>
@@ -600,6 +601,77 @@ static void test_gather_gpu(void **state)
                 0);
 }
 
+/* The split backward on the device: two micro-batches in two slots, their backwards fused on one
+ * stage and as B B W W on another with the same weights. The same launches on the same values,
+ * but the parameter-gradient reductions of LayerNorm and cuBLAS may add in another order from
+ * one launch to the next, hence the model tolerance rather than equality. */
+static void split_case(const char *text, int strict)
+{
+    kn_model *m = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_model_parse(&m, "model.json", text, strlen(text), &err), SC_OK);
+    int nb = kn_model_block_count(m), n = 3;
+    kn_stage_cfg cfg = kn_stage_cfg_default(0, nb - 1, (kn_device){KN_DEV_CUDA, 0}, n);
+    cfg.slots = 2;
+    kn_stage *fused = NULL, *split = NULL;
+    assert_int_equal(kn_stage_new_cfg(&fused, m, &cfg, &err), SC_OK);
+    cfg.split_backward = true;
+    assert_int_equal(kn_stage_new_cfg(&split, m, &cfg, &err), SC_OK);
+    const kn_block *b0 = kn_model_block(m, 0);
+    int tps = kn_model_targets_per_sample(m);
+    void *in = malloc(b0->in_floats * 2 * n * 4);
+    int32_t *tgt = malloc((size_t)tps * 2 * n * 4);
+    for (size_t i = 0; i < b0->in_floats * 2 * n; i++) {
+        if (b0->in_tokens)
+            ((int32_t *)in)[i] = (int32_t)(i * 7 % (size_t)b0->V);
+        else
+            ((float *)in)[i] = frand();
+    }
+    for (int i = 0; i < tps * 2 * n; i++)
+        tgt[i] = i % kn_model_classes(m);
+    for (int k = 0; k < 2; k++) {
+        const char *x = (const char *)in + (size_t)k * n * b0->in_floats * 4;
+        assert_int_equal(kn_stage_forward_host(fused, k, x, tgt + k * n * tps, n, &err), SC_OK);
+        assert_int_equal(kn_stage_forward_host(split, k, x, tgt + k * n * tps, n, &err), SC_OK);
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(kn_stage_backward(fused, k, NULL, &err), SC_OK);
+        assert_int_equal(kn_stage_backward_input(split, k, NULL, &err), SC_OK);
+    }
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(kn_stage_backward_weight(split, k, &err), SC_OK);
+    size_t np = kn_stage_param_count(fused);
+    float *gf = malloc(np * 4), *gs = malloc(np * 4);
+    assert_int_equal(kn_stage_grads_to_host(fused, gf, &err), SC_OK);
+    assert_int_equal(kn_stage_grads_to_host(split, gs, &err), SC_OK);
+    expect_grads_close(gf, gs, np, strict);
+    free(in), free(tgt), free(gf), free(gs);
+    kn_stage_destroy(&fused);
+    kn_stage_destroy(&split);
+    kn_model_destroy(&m);
+}
+
+static void test_split_backward_gpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    split_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", "
+               "\"vocab\": 50, \"seq_len\": 12, \"layers\": 2, \"width\": 32, \"heads\": 4}",
+               1);
+    split_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", "
+               "\"vocab\": 50, \"seq_len\": 12, \"layers\": 1, \"width\": 32, \"heads\": 4, "
+               "\"split_blocks\": true}",
+               1);
+    split_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"vgg\", "
+               "\"config\": \"vgg11\", \"image\": [3, 32, 32], \"classes\": 5, "
+               "\"width_divisor\": 16}",
+               1);
+    split_case("{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"mlp\", "
+               "\"sizes\": [20, 30, 7]}",
+               1);
+}
+
 static void test_profile_gpu(void **state)
 {
     (void)state;
@@ -635,7 +707,7 @@ int main(void)
         cmocka_unit_test(test_attention_gpu), cmocka_unit_test(test_crossentropy_gpu),
         cmocka_unit_test(test_conv_pool_gpu), cmocka_unit_test(test_optim_gpu),
         cmocka_unit_test(test_models_gpu),    cmocka_unit_test(test_gather_gpu),
-        cmocka_unit_test(test_profile_gpu),
+        cmocka_unit_test(test_profile_gpu),   cmocka_unit_test(test_split_backward_gpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -289,6 +289,36 @@ static void test_no_replicas_for_one_sample(void **state)
         }
 }
 
+/* A job naming zb1 gets a zb1 plan the workers run: no stage replicated (the planner does not
+ * model zb1's copies), the split's W share stated. */
+static void test_zb1_job(void **state)
+{
+    (void)state;
+    fleet f;
+    for (int i = 0; i < 4; i++)
+        add(&f, i, "a", "cpu", 0, 64);
+    coord_jobspec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.batch_size = 16;
+    snprintf(spec.schedule, sizeof spec.schedule, "zb1");
+    snprintf(spec.strategy, sizeof spec.strategy, "hetero");
+    char *plan = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_plan_job(&spec, f.w, 4, &plan, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_loads(plan, 0, &jerr);
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(root, "schedule")), "zb1");
+    assert_non_null(json_object_get(root, "backward_split"));
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(root, "stages"), i, st)
+        assert_int_equal(json_array_size(json_object_get(st, "devices")), 1);
+    json_decref(root);
+    free(plan);
+}
+
 /* A server's NIC figure is the least measured link of its workers, marked "measured"; with no
  * measurement the hardware report's figure stays ("nic"), or 10 GbE is assumed ("assumed"). */
 static void test_measured_links(void **state)
@@ -333,11 +363,9 @@ static void test_measured_links(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compute_slots),
-        cmocka_unit_test(test_types_by_measured_speed),
-        cmocka_unit_test(test_shared_prediction),
-        cmocka_unit_test(test_no_replicas_for_one_sample),
-        cmocka_unit_test(test_measured_links),
+        cmocka_unit_test(test_compute_slots),     cmocka_unit_test(test_types_by_measured_speed),
+        cmocka_unit_test(test_shared_prediction), cmocka_unit_test(test_no_replicas_for_one_sample),
+        cmocka_unit_test(test_zb1_job),           cmocka_unit_test(test_measured_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

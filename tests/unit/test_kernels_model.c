@@ -873,6 +873,8 @@ static void test_profile_json(void **state)
     assert_int_equal(json_integer_value(json_object_get(fc0, "parameter_bytes")), (60 + 10) * 4);
     assert_int_equal(json_integer_value(json_object_get(fc0, "stash_bytes")), 6 * 4 * 4);
     assert_true(json_real_value(json_object_get(fc0, "forward_s")) >= 0.0);
+    assert_true(json_real_value(json_object_get(fc0, "wgrad_s")) <=
+                json_real_value(json_object_get(fc0, "backward_s")));
     json_t *by = json_object_get(fc0, "by_microbatch_size");
     assert_int_equal(json_array_size(by), 2);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(by, 0), "size")), 1);
@@ -886,6 +888,9 @@ static void test_profile_json(void **state)
     for (int i = 0; i < 3; i++) {
         assert_true(blocks[i].points[1].forward_s > 0 && blocks[i].points[1].backward_s > 0);
         assert_true(blocks[i].optimizer_s > 0);
+        /* B and W timed apart: W is a positive part of the backward (every block has weights) */
+        assert_true(blocks[i].points[1].wgrad_s > 0);
+        assert_true(blocks[i].points[1].wgrad_s <= blocks[i].points[1].backward_s);
     }
     cfg.repeats = 0;
     assert_int_equal(kn_profile_run(m, &cfg, blocks, &err), SC_ERR_INVALID);

@@ -283,6 +283,62 @@ static void test_planner(void **state)
     plan_profile_destroy(&p);
 }
 
+/* A profile that measured B and W (wgrad_s, as `stagecraft profile` writes it): the simulator
+ * takes each block's own share, the plan says the split was measured; a wgrad_s above the
+ * backward is refused. */
+static void test_measured_split(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    static const char text[] =
+        "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 1, "
+        "\"blocks\": ["
+        "{\"name\": \"a\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"wgrad_s\": 0.015, "
+        "\"activation_bytes\": 1000},"
+        "{\"name\": \"b\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"wgrad_s\": 0.005, "
+        "\"activation_bytes\": 1000}]}";
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_parse_json(&p, "p.json", text, strlen(text), &err), SC_OK);
+    assert_true(plan_profile_wgrad_measured(p));
+    assert_float_equal(p->blocks[0].wgrad_share, 0.75, 1e-12);
+    assert_float_equal(p->blocks[1].wgrad_share, 0.25, 1e-12);
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e10, 0, &err), SC_OK);
+    plan_request req = {.profile = p,
+                        .cluster = c,
+                        .batch = 8,
+                        .microbatches = 8,
+                        .max_stages = 2,
+                        .schedule = PLAN_SCHED_ZB1};
+    plan_result z;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &z, &err), SC_OK);
+    assert_int_equal(z.part->n_stages, 2);
+    assert_non_null(strstr(z.note, "as the profile measured them"));
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(plan_write_json(f, &req, &z, 1, &err), SC_OK);
+    long n = ftell(f);
+    rewind(f);
+    char *out = calloc((size_t)n + 1, 1);
+    assert_non_null(out);
+    assert_int_equal(fread(out, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    assert_non_null(
+        strstr(out, "\"backward_split\": {\"weight_gradient_share\": 0.5, \"assumed\": false}"));
+    free(out);
+    plan_result_free(&z);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+    static const char bad[] =
+        "{\"format\": \"stagecraft-profile\", \"version\": 1, \"microbatch_size\": 1, "
+        "\"blocks\": [{\"name\": \"a\", \"forward_s\": 0.01, \"backward_s\": 0.02, "
+        "\"wgrad_s\": 0.03, \"activation_bytes\": 1000}]}";
+    assert_int_equal(plan_profile_parse_json(&p, "bad.json", bad, strlen(bad), &err),
+                     SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "wgrad_s"));
+}
+
 /* Memory binds: block 0 stashes 100 bytes a micro-batch, block 1 300; m = 4. On two stages
  * 1F1B stashes 2 and 1 micro-batches (200 and 300 bytes), zb1 2 on each (200 and 600); on one
  * stage both stash 1 (400). */
@@ -345,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_shared),
         cmocka_unit_test(test_planner),
         cmocka_unit_test(test_memory),
+        cmocka_unit_test(test_measured_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /* worker/runtime/runner: pipelined training equals single-stage training with gradient
- * accumulation (GPT and VGG-style, gpipe and 1f1b, 2 and 4 stages, one thread per stage over zmq
- * loopback or local queues), also with micro-batch sizes that differ per stage (activations and
+ * accumulation (GPT and VGG-style, gpipe, 1f1b and zb1, 2 and 4 stages, one thread per stage over
+ * zmq loopback or local queues), also with micro-batch sizes that differ per stage (activations and
  * gradients re-sliced at the stage boundaries) and with replicated stages (every replica ends
  * bit-identical); asynchronous pipedream against hand-written streams, also with replicated
  * stages (1F1B-RR: copies in rounds, the mean of a round's gradients, bit for bit);
@@ -360,7 +360,9 @@ static void check_equivalence(const run_spec *rs)
         int me = g_per_stage != NULL ? g_per_stage->counts[s] : effective_microbatches(rs);
         bool fill_drain =
             strcmp(rs->schedule, "gpipe") == 0 || strcmp(rs->schedule, "unequal") == 0;
-        int bound = fill_drain ? me : (rs->stages - s < me ? rs->stages - s : me);
+        /* zb1 holds a micro-batch from F to W: min(p, m) on every stage */
+        int held = strcmp(rs->schedule, "zb1") == 0 ? rs->stages : rs->stages - s;
+        int bound = fill_drain ? me : (held < me ? held : me);
         if (strcmp(rs->schedule, "sliced") == 0) {
             /* the warm-up covers p-s-1 micro-batches' worth, the k halves counted as halves */
             int k = rs->slice_k < rs->microbatches ? rs->slice_k : rs->microbatches;
@@ -470,6 +472,7 @@ static void test_stage_memory_path(void **state)
         {GPT_JSON, "1f1b", 3, 8, 4, 3, "sgd", "local", NULL, NULL, sizes, 0},
         {GPT_JSON, "sliced", 4, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 3},
         {VGG_JSON, "1f1b", 2, 4, 2, 2, "sgd", "local", NULL, NULL, NULL, 0},
+        {GPT_JSON, "zb1", 3, 8, 4, 2, "adamw", "local", NULL, NULL, sizes, 0},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         size_t n_host = 0, n_dev = 0;
@@ -611,6 +614,37 @@ static void test_equivalence_vgg_mlp(void **state)
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
         check_equivalence(&specs[i]);
+}
+
+/* zb1 (B, and W deferred): the parameters of one-process training, and bit for bit those of
+ * 1f1b with the same stages and micro-batches (each stage adds its micro-batches' parameter
+ * gradients in the same order, only later). */
+static void test_equivalence_zb1(void **state)
+{
+    (void)state;
+    const run_spec specs[] = {
+        {GPT_JSON, "zb1", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0},
+        {GPT_JSON, "zb1", 4, 8, 8, 3, "adamw", "local", NULL, NULL, NULL, 0},
+        {GPT_JSON, "zb1", 4, 6, 3, 2, "sgd", "local", NULL, NULL, NULL, 0}, /* m < p */
+        {VGG_JSON, "zb1", 4, 4, 4, 2, "sgd", "local", NULL, NULL, NULL, 0},
+        {MLP_JSON, "zb1", 3, 8, 4, 4, "adamw", "zmq", NULL, NULL, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        check_equivalence(&specs[i]);
+        run_spec o = specs[i];
+        o.schedule = "1f1b";
+        size_t nz = 0, no = 0;
+        rt_report rz[8], ro[8];
+        float *pz = train_pipeline(&specs[i], &nz, rz), *po = train_pipeline(&o, &no, ro);
+        assert_int_equal(nz, no);
+        assert_memory_equal(pz, po, nz * sizeof *pz);
+        for (int st = 0; st < specs[i].stages; st++) {
+            assert_true(rz[st].wgrad_s > 0.0 && rz[st].wgrad_s <= rz[st].backward_s);
+            assert_true(ro[st].wgrad_s == 0.0);
+        }
+        free(pz);
+        free(po);
+    }
 }
 
 /* ---- separate worker processes over zmq ---- */
@@ -1905,6 +1939,18 @@ static void test_replicated_equivalence(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_replicated(&cases[i].rs, cases[i].reps);
+    /* zb1: 1f1b-RR's lists with the W deferred */
+    static const struct {
+        run_spec rs;
+        const int *reps;
+    } zb[] = {
+        {{GPT_JSON, "zb1", 2, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, first2},
+        {{MLP_JSON, "zb1", 3, 8, 4, 3, "sgd", "zmq", NULL, NULL, NULL, 0}, middle2},
+        {{MLP_JSON, "zb1", 3, 8, 4, 2, "adamw", "local", NULL, NULL, NULL, 0}, end2},
+        {{GPT_JSON, "zb1", 2, 8, 8, 2, "adamw", "local", NULL, NULL, NULL, 0}, four1},
+    };
+    for (size_t i = 0; i < sizeof zb / sizeof zb[0]; i++)
+        check_replicated(&zb[i].rs, zb[i].reps);
     static const int three[] = {3};
     static const int sizes[] = {1, 2, 3, 2};
     const run_spec lone = {MLP_JSON, "gpipe", 1, 8, 4, 3, "adamw", "local", NULL, NULL, sizes, 0};
@@ -2456,6 +2502,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_prune),
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),
+        cmocka_unit_test(test_equivalence_zb1),
         cmocka_unit_test(test_equivalence_unequal_sliced),
         cmocka_unit_test(test_stage_memory_path),
         cmocka_unit_test(test_equivalence_frozen),

@@ -1,8 +1,8 @@
 /*
  * The planner simulates the schedules the runtime runs: for every synchronous schedule (gpipe,
- * 1f1b, sliced), with and without replicated stages, the planner's per-stage order of forwards
- * and backwards (coordinator/planner/plan_schedule) equals the runtime's action lists
- * (worker/runtime/schedule), unit for unit.
+ * 1f1b, sliced), with and without replicated stages, and zb1 without, the planner's per-stage
+ * order of forwards, backwards and (zb1) weight gradients (coordinator/planner/plan_schedule)
+ * equals the runtime's action lists (worker/runtime/schedule), unit for unit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +15,8 @@
 #include "coordinator/planner/plan_schedule.h"
 #include "worker/runtime/schedule.h"
 
-/* The forwards and backwards of stage st, in order, as +1+unit (F) and -1-unit (B). */
+/* The forwards, backwards and W of stage st, in order, as +1+unit (F), -1-unit (B) and
+ * 1000+unit (W). */
 static int runtime_order(const rt_schedule *s, int st, int *out)
 {
     int n = 0;
@@ -25,6 +26,8 @@ static int runtime_order(const rt_schedule *s, int st, int *out)
             out[n++] = 1 + a->mb;
         else if (a->kind == RT_ACT_B)
             out[n++] = -1 - a->mb;
+        else if (a->kind == RT_ACT_W)
+            out[n++] = 1000 + a->mb;
     }
     return n;
 }
@@ -38,11 +41,13 @@ static int planner_order(const plan_schedule *s, int st, int *out)
             out[n++] = 1 + a->unit;
         else if (a->kind == PLAN_ACT_B)
             out[n++] = -1 - a->unit;
+        else if (a->kind == PLAN_ACT_W)
+            out[n++] = 1000 + a->unit;
     }
     return n;
 }
 
-/* kind: 0 gpipe, 1 1f1b, 2 sliced with k halved micro-batches. */
+/* kind: 0 gpipe, 1 1f1b, 2 sliced with k halved micro-batches, 3 zb1. */
 static void check(int kind, int p, int m, int k, const int *replicas)
 {
     sc_err err;
@@ -51,16 +56,16 @@ static void check(int kind, int p, int m, int k, const int *replicas)
     plan_schedule *ps = NULL;
     plan_sched_kind pk = kind == 0   ? PLAN_SCHED_GPIPE
                          : kind == 1 ? PLAN_SCHED_1F1B
+                         : kind == 3 ? PLAN_SCHED_ZB1
                                      : PLAN_SCHED_SLICED;
-    sc_status rc = kind == 2
-                       ? rt_schedule_new_sliced(&rs, p, m + k, k, replicas, &err)
-                       : rt_schedule_new_replicated(&rs, kind == 0 ? RT_SCHED_GPIPE : RT_SCHED_1F1B,
-                                                    p, m, replicas, &err);
+    rt_schedule_kind rk = kind == 0 ? RT_SCHED_GPIPE : kind == 3 ? RT_SCHED_ZB1 : RT_SCHED_1F1B;
+    sc_status rc = kind == 2 ? rt_schedule_new_sliced(&rs, p, m + k, k, replicas, &err)
+                             : rt_schedule_new_replicated(&rs, rk, p, m, replicas, &err);
     if (rc != SC_OK)
         fail_msg("runtime p=%d m=%d k=%d kind %d: %s", p, m, k, kind, err.msg);
     if (plan_schedule_build_replicated(&ps, pk, p, m, kind == 2 ? k : 0, replicas, &err) != SC_OK)
         fail_msg("planner p=%d m=%d k=%d kind %d: %s", p, m, k, kind, err.msg);
-    int a[64], b[64];
+    int a[96], b[96];
     for (int st = 0; st < p; st++) {
         int na = runtime_order(rs, st, a), nb = planner_order(ps, st, b);
         if (na != nb)
@@ -82,6 +87,7 @@ static void test_unreplicated(void **state)
         for (int m = 1; m <= 10; m++) {
             check(0, p, m, 0, NULL);
             check(1, p, m, 0, NULL);
+            check(3, p, m, 0, NULL);
             for (int k = 0; k <= m && m + k <= 20; k++)
                 check(2, p, m, k, NULL);
         }

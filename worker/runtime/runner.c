@@ -234,6 +234,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
 
     kn_stage_cfg scfg = kn_stage_cfg_default(c->first_block, c->last_block, dev, r->Mcap);
     scfg.slots = r->slots;
+    scfg.split_backward = skind == RT_SCHED_ZB1 && !r->pipedream && r->halved == 0;
     scfg.gather_microbatch = r->gather_cap; /* one more slot, counted in the stage's memory */
     scfg.optim = r->optim;
     SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));

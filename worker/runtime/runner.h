@@ -111,8 +111,9 @@ typedef struct {
     int n_stages;                /* p >= 1 */
     int stage;                   /* this stage, 0..p-1 */
     int first_block, last_block; /* inclusive, 0-based; consecutive stages must tile the model */
-    const char *schedule;        /* "gpipe", "1f1b", "sliced", "pipedream" or "unequal" (gpipe
-                                  * order, sizes per stage: see prev_sizes) */
+    const char *schedule;        /* "gpipe", "1f1b", "zb1" (1f1b with each backward split in B
+                                  * and W, schedule.h), "sliced", "pipedream" or "unequal"
+                                  * (gpipe order, sizes per stage: see prev_sizes) */
     int batch_size;              /* samples per iteration */
     int microbatches;            /* m >= 1 */
     uint64_t seed;               /* data order */
@@ -213,6 +214,7 @@ typedef struct {
     double iteration_s; /* wall time of rt_runner_step */
     double busy_s;      /* forward + backward + optimizer compute */
     double forward_s, backward_s, optimizer_s;
+    double wgrad_s;              /* zb1: the part of backward_s spent in W (parameter gradients) */
     double wait_s;               /* blocked in receives and in the replicas' all-reduce */
     double samples_per_s;        /* samples this replica ran / iteration_s (batch_size / iteration_s
                                   * unreplicated) */

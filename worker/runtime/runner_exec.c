@@ -81,14 +81,18 @@ static sc_status stage_forward(rt_runner *r, int slot, int n, sc_err *err)
     return kn_stage_forward(r->st, slot, r->in_dev, tgt, n, err);
 }
 
-/* The backward of `slot` with the received output gradient (host or, dev_next, gout_dev). */
+/* The backward of `slot` with the received output gradient (host or, dev_next, gout_dev): the
+ * whole of it, or under zb1 its input part (B), the W coming later (RT_ACT_W). */
 static sc_status stage_backward(rt_runner *r, int slot, sc_err *err)
 {
-    if (r->last)
-        return kn_stage_backward_host(r->st, slot, NULL, err);
-    if (r->dev_next)
-        return kn_stage_backward(r->st, slot, r->gout_dev, err);
-    return kn_stage_backward_host(r->st, slot, r->gout_buf, err);
+    bool split = r->sched != NULL && r->sched->kind == RT_SCHED_ZB1;
+    const float *g = r->last ? NULL : r->dev_next ? r->gout_dev : r->gout_buf;
+    bool host = r->last || !r->dev_next;
+    if (split)
+        return host ? kn_stage_backward_input_host(r->st, slot, g, err)
+                    : kn_stage_backward_input(r->st, slot, g, err);
+    return host ? kn_stage_backward_host(r->st, slot, g, err)
+                : kn_stage_backward(r->st, slot, g, err);
 }
 
 /* Backward cut: entry j over samples [a, b), its output gradient in gout_buf. An entry that is
@@ -146,6 +150,8 @@ static rt_tl_kind timeline_kind(rt_action_kind kind)
         return RT_TL_BACKWARD;
     case RT_ACT_SEND_B:
         return RT_TL_SEND_GRADIENT;
+    case RT_ACT_W:
+        return RT_TL_WEIGHT_GRADIENT;
     case RT_ACT_OPT:
         break;
     }
@@ -233,8 +239,10 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
             if (r->slot_mb[slot] != mb)
                 return slot_error(r, "backward", mb, err);
             SC_CHECK(stage_backward(r, slot, err));
-            r->slot_mb[slot] = -1;
-            --*inflight;
+            if (r->sched->kind != RT_SCHED_ZB1) { /* zb1: the slot is held until its W */
+                r->slot_mb[slot] = -1;
+                --*inflight;
+            }
         }
         if (r->grad_upstream) {
             /* The stage keeps only the latest input gradient: take it now. */
@@ -245,8 +253,20 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                 SC_CHECK(kn_stage_grad_input_to_host(r->st, r->gin_buf, err));
             r->gin_mb = mb;
         }
-        rt_runner_extra_compute(r->extra_b_s * (double)M);
+        /* zb1: the added backward seconds split as the planner assumes (plan_partition.h) */
+        rt_runner_extra_compute(r->extra_b_s * (double)M *
+                                (r->sched->kind == RT_SCHED_ZB1 ? 0.5 : 1.0));
         rep->backward_s += sc_clock_now_s() - t0;
+        break;
+    case RT_ACT_W:
+        if (r->slot_mb[slot] != mb)
+            return slot_error(r, "weight gradient", mb, err);
+        SC_CHECK(kn_stage_backward_weight(r->st, slot, err));
+        r->slot_mb[slot] = -1;
+        --*inflight;
+        rt_runner_extra_compute(r->extra_b_s * (double)M * 0.5);
+        rep->backward_s += sc_clock_now_s() - t0; /* B and W together: the backward's time */
+        rep->wgrad_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_SEND_B:
         if (!r->grad_upstream)

@@ -144,7 +144,8 @@ sc_status rt_runner_plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_sched
         SC_CHECK(rt_schedule_new(&r->sched, skind, r->p, r->m, err));
         return plan_pipedream(r, err);
     }
-    if (r->group && skind == RT_SCHED_1F1B && c->stage_replicas == NULL && r->s + 2 < r->p)
+    if (r->group && (skind == RT_SCHED_1F1B || skind == RT_SCHED_ZB1) &&
+        c->stage_replicas == NULL && r->s + 2 < r->p)
         return SC_ERRF(err, SC_ERR_INVALID,
                        "runner stage %d of %d: schedule \"%s\" with replicated stages (replicas "
                        "%d, prev_replicas %d, next_replicas %d) needs stage_replicas, the copies "

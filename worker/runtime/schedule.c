@@ -11,7 +11,8 @@
 
 #include "common/sc_pipeline.h"
 
-static const char *const action_names[] = {"RECV_F", "F", "SEND_F", "RECV_B", "B", "SEND_B", "OPT"};
+static const char *const action_names[] = {"RECV_F", "F",      "SEND_F", "RECV_B",
+                                           "B",      "SEND_B", "OPT",    "W"};
 
 const char *rt_action_name(rt_action_kind kind)
 {
@@ -20,7 +21,10 @@ const char *rt_action_name(rt_action_kind kind)
 
 const char *rt_schedule_kind_name(rt_schedule_kind kind)
 {
-    return kind == RT_SCHED_PIPEDREAM ? "pipedream" : kind == RT_SCHED_1F1B ? "1f1b" : "gpipe";
+    return kind == RT_SCHED_PIPEDREAM ? "pipedream"
+           : kind == RT_SCHED_1F1B    ? "1f1b"
+           : kind == RT_SCHED_ZB1     ? "zb1"
+                                      : "gpipe";
 }
 
 sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_kind *out,
@@ -34,14 +38,19 @@ sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_ki
         *out = RT_SCHED_1F1B;
         return SC_OK;
     }
+    if (s != NULL && strcmp(s, "zb1") == 0) {
+        *out = RT_SCHED_ZB1;
+        return SC_OK;
+    }
     if (s != NULL &&
         (strcmp(s, "pipedream") == 0 || strcmp(s, "sliced") == 0 || strcmp(s, "unequal") == 0))
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
                        "%s: \"%s\" has no action lists of its own: rt_runner builds it on %s "
-                       "lists; valid here: \"gpipe\", \"1f1b\"",
+                       "lists; valid here: \"gpipe\", \"1f1b\", \"zb1\"",
                        what, s, strcmp(s, "unequal") == 0 ? "gpipe" : "1f1b");
-    return SC_ERRF(err, SC_ERR_INVALID, "%s: unknown schedule \"%s\"; valid: \"gpipe\", \"1f1b\"",
-                   what, s != NULL ? s : "(null)");
+    return SC_ERRF(err, SC_ERR_INVALID,
+                   "%s: unknown schedule \"%s\"; valid: \"gpipe\", \"1f1b\", \"zb1\"", what,
+                   s != NULL ? s : "(null)");
 }
 
 /* R_s: the copies of stages stage..stages-1 (NULL replicas: one each). */
@@ -61,6 +70,12 @@ int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, const int *replic
     int r = replicas != NULL ? replicas[stage] : 1;
     if (kind == RT_SCHED_GPIPE)
         return (microbatches + r - 1) / r;
+    if (kind == RT_SCHED_ZB1) { /* F to W: at most stage 0's 1f1b count, whole */
+        int r0 = replicas != NULL ? replicas[0] : 1;
+        int held = sc_pipeline_warmup(copies_after(stages, replicas, 0), r0) + 1;
+        held = held < microbatches ? held : microbatches;
+        return (held + r - 1) / r;
+    }
     int after = copies_after(stages, replicas, stage);
     return sc_pipeline_copy_slots(after, r, kind == RT_SCHED_PIPEDREAM ? 0 : microbatches);
 }
@@ -141,15 +156,27 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
     return rt_schedule_new_replicated(out, kind, stages, microbatches, NULL, err);
 }
 
+/* zb1's deferred W on a stage that warms up with `warm` forwards: W_0 - W_s, at most the
+ * steady phase's m - warm backwards. */
+static int zb1_defer(int stages, const int *replicas, int warm, int m)
+{
+    int w0 =
+        sc_pipeline_warmup(copies_after(stages, replicas, 0), replicas != NULL ? replicas[0] : 1);
+    w0 = w0 < m ? w0 : m;
+    int d = w0 - warm;
+    d = d > 0 ? d : 0;
+    return d < m - warm ? d : m - warm;
+}
+
 /* rt_schedule_new_replicated, and with sliced > 0 rt_schedule_new_sliced's lists (1f1b only). */
 static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int stages,
                                 int microbatches, int sliced, const int *replicas, sc_err *err)
 {
     *out = NULL;
-    if (kind != RT_SCHED_GPIPE && kind != RT_SCHED_1F1B)
+    if (kind != RT_SCHED_GPIPE && kind != RT_SCHED_1F1B && kind != RT_SCHED_ZB1)
         return SC_ERRF(err, SC_ERR_INVALID,
-                       "schedule: rt_schedule_new builds \"gpipe\" and \"1f1b\"; \"%s\" lists "
-                       "come from rt_schedule_new_pipedream",
+                       "schedule: rt_schedule_new builds \"gpipe\", \"1f1b\" and \"zb1\"; \"%s\" "
+                       "lists come from rt_schedule_new_pipedream",
                        rt_schedule_kind_name(kind));
     if (stages < 1 || stages > 4096 || microbatches < 1 || microbatches > 1 << 20)
         return SC_ERRF(err, SC_ERR_INVALID,
@@ -161,7 +188,8 @@ static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int st
                            "schedule: stage %d has %d copies; valid: 1..microbatches (%d), so "
                            "that every copy runs a micro-batch",
                            st, replicas[st], microbatches);
-    rt_schedule *s = schedule_alloc(kind, stages, microbatches, (size_t)microbatches * 6 + 1);
+    /* three actions forward, three backward, a W (zb1) and the OPT */
+    rt_schedule *s = schedule_alloc(kind, stages, microbatches, (size_t)microbatches * 7 + 1);
     if (s == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory building a schedule");
     for (int st = 0; st < stages; st++) {
@@ -178,15 +206,25 @@ static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int st
                 warm = sc_pipeline_sliced_warmup(warm, sliced, microbatches);
             if (warm > microbatches)
                 warm = microbatches;
-            int f = 0, b = 0;
+            /* zb1: the W of the first `defer` backwards wait for the end (schedule.h) */
+            int defer = kind == RT_SCHED_ZB1 ? zb1_defer(stages, replicas, warm, microbatches)
+                                             : microbatches;
+            int f = 0, b = 0, w = 0;
             for (; f < warm; f++)
                 push_forward(s, st, f);
             while (f < microbatches) {
                 push_forward(s, st, f++);
                 push_backward(s, st, b++);
+                if (b > defer)
+                    push(s, st, RT_ACT_W, w++);
             }
-            while (b < microbatches)
+            while (b < microbatches) {
                 push_backward(s, st, b++);
+                if (b > defer)
+                    push(s, st, RT_ACT_W, w++);
+            }
+            while (kind == RT_SCHED_ZB1 && w < microbatches)
+                push(s, st, RT_ACT_W, w++);
         }
         push(s, st, RT_ACT_OPT, -1);
     }
@@ -284,7 +322,8 @@ sc_status rt_schedule_new_pipedream(rt_schedule **out, int stages, const int *re
 static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *slots, sc_err *err)
 {
     /* state[mb] bit flags, in the order the stage must pass them. */
-    enum { GOT_F = 1, DID_F = 2, SENT_F = 4, GOT_B = 8, DID_B = 16, SENT_B = 32 };
+    enum { GOT_F = 1, DID_F = 2, SENT_F = 4, GOT_B = 8, DID_B = 16, SENT_B = 32, DID_W = 64 };
+    bool split = s->kind == RT_SCHED_ZB1; /* a micro-batch is held until its W */
     int p = s->stages, m = s->microbatches;
     bool first = st == 0, last = st == p - 1;
     memset(state, 0, (size_t)m * sizeof *state);
@@ -344,8 +383,16 @@ static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *s
                   : (!last && !(*f & GOT_B)) ? "before its RECV_B"
                                              : NULL;
             *f |= DID_B;
-            inflight--;
+            inflight -= !split;
             since_opt++;
+            break;
+        case RT_ACT_W:
+            why = !split          ? "in a schedule that does not split the backward (only zb1)"
+                  : (*f & DID_W)  ? "twice"
+                  : !(*f & DID_B) ? "before its B"
+                                  : NULL;
+            *f |= DID_W;
+            inflight--;
             break;
         case RT_ACT_SEND_B:
             why = first           ? "the first stage sends no gradients"
@@ -370,11 +417,12 @@ static sc_status validate_stage(const rt_schedule *s, int st, int *state, int *s
                        "expected %d",
                        st, opt, since_opt, want_opt);
     for (int mb = 0; mb < m; mb++) {
-        int want = DID_F | DID_B | (first ? 0 : GOT_F | SENT_B) | (last ? 0 : SENT_F | GOT_B);
+        int want = DID_F | DID_B | (split ? DID_W : 0) | (first ? 0 : GOT_F | SENT_B) |
+                   (last ? 0 : SENT_F | GOT_B);
         if (state[mb] != want)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "schedule: stage %d does not run micro-batch %d completely (missing "
-                           "F, B or one of its sends/receives)",
+                           "F, B, W (zb1) or one of its sends/receives)",
                            st, mb);
     }
     return SC_OK;
@@ -467,7 +515,7 @@ sc_status rt_schedule_restrict(const rt_schedule *s, int stage, int replicas, in
         a[n++] = *x;
         if (x->kind == RT_ACT_F && ++inflight > *slots)
             *slots = inflight;
-        if (x->kind == RT_ACT_B)
+        if (x->kind == (s->kind == RT_SCHED_ZB1 ? RT_ACT_W : RT_ACT_B))
             inflight--;
     }
     *out = a;

@@ -29,8 +29,21 @@
  * update) after every round of r_s consecutive backwards; each copy runs its restriction, so the
  * same dry run checks that the runner's stream cannot deadlock (see rt_schedule_pipedream_warmup
  * for the rule). The runner executes that stream itself, step by step, without building lists.
+ * Zero-bubble ZB-H1 (zb1, Qi et al., ICLR 2024): each backward split into B (the input
+ * gradient, sent upstream at once) and W (the parameter gradients, action RT_ACT_W), run later.
+ * The lists are the 1f1b lists (1F1B-RR warm-up W_s with copies) with W actions inserted: stage s
+ * defers the W of its first D_s backwards, D_s = min(W_0 - W_s, m - min(W_s, m)) (s unreplicated,
+ * capped by the steady phase's length), then runs after each backward the W of its oldest
+ * pending micro-batch, and the D_s deferred ones at the end, before OPT. Unreplicated these are
+ * plan_schedule_build's zb1 lists (stage s: p-s-1 warm-up forwards, s pairs of F and B, then
+ * F B W, then B W, then s W): the last stages fill the drain, where 1f1b leaves them idle while
+ * the gradients travel back, with their W. The sends and receives are 1f1b's, in 1f1b's order,
+ * and a W waits for nothing, so the dry run is 1f1b's (deadlock-free by its argument). A
+ * micro-batch holds its slot from F to W: the stage as a whole holds at most min(W_0 + 1, m),
+ * 1f1b's count on stage 0 (min(p, m) unreplicated, on every stage: ZB-H1's memory), a copy
+ * ceil(that / r_s) (rt_schedule_slots_bound).
  * Not here: the cut micro-batches of the sliced warm-up (the runner adds them on top of 1f1b
- * lists), I/W split backward.
+ * lists).
  */
 #ifndef RT_SCHEDULE_H
 #define RT_SCHEDULE_H
@@ -41,6 +54,7 @@ typedef enum {
     RT_SCHED_GPIPE = 0,
     RT_SCHED_1F1B = 1,
     RT_SCHED_PIPEDREAM = 2, /* built by rt_schedule_new_pipedream() only */
+    RT_SCHED_ZB1 = 3,       /* 1f1b with each backward split into B and W (above) */
 } rt_schedule_kind;
 
 typedef enum {
@@ -51,6 +65,7 @@ typedef enum {
     RT_ACT_B,          /* backward of mb */
     RT_ACT_SEND_B,     /* send the gradient of mb's input to stage s-1 */
     RT_ACT_OPT,        /* optimizer step (mb = -1); pipedream: after every round of backwards */
+    RT_ACT_W,          /* zb1: the parameter gradients of mb, after its B (the input gradient) */
 } rt_action_kind;
 
 typedef struct {
@@ -63,18 +78,18 @@ typedef struct {
     int stages, microbatches;
     int *count;          /* [stages]: actions per stage */
     rt_action **actions; /* [stages][count[s]] */
-    int *slots;          /* [stages]: most micro-batches in flight (F done, B not yet) */
+    int *slots;          /* [stages]: most micro-batches in flight (F done, B not yet; zb1: W) */
     int *replicas;       /* [stages]: copies of each stage (pipedream only; NULL otherwise) */
 } rt_schedule;
 
-/* Parses "gpipe" or "1f1b". "pipedream", "sliced" and "unequal" are SC_ERR_UNSUPPORTED here (the
- * runner builds the first two on 1f1b lists, "unequal" on gpipe lists). */
+/* Parses "gpipe", "1f1b" or "zb1". "pipedream", "sliced" and "unequal" are SC_ERR_UNSUPPORTED here
+ * (the runner builds the first two on 1f1b lists, "unequal" on gpipe lists). */
 sc_status rt_schedule_kind_parse(const char *s, const char *what, rt_schedule_kind *out,
                                  sc_err *err);
 const char *rt_schedule_kind_name(rt_schedule_kind kind);
 
-/* Builds and validates the schedule of `stages` stages and `microbatches` micro-batches (gpipe or
- * 1f1b; RT_SCHED_PIPEDREAM is SC_ERR_INVALID here: use rt_schedule_new_pipedream). */
+/* Builds and validates the schedule of `stages` stages and `microbatches` micro-batches (gpipe,
+ * 1f1b or zb1; RT_SCHED_PIPEDREAM is SC_ERR_INVALID here: use rt_schedule_new_pipedream). */
 sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, int microbatches,
                           sc_err *err);
 /* The same for stages of replicas[st] copies (NULL: one each): 1f1b warms up stage s with
@@ -97,12 +112,14 @@ int rt_schedule_sliced_slots_bound(int stages, const int *replicas, int stage, i
 void rt_schedule_destroy(rt_schedule **s);
 
 /* Validates any schedule (also hand-made ones, for tests); fills s->slots. A synchronous list has
- * one OPT, at its end; a pipedream list of stage s one after every r_s-th backward (and no
+ * one OPT, at its end; a zb1 list one W for each micro-batch, after its B, and no other list
+ * has W; a pipedream list of stage s one after every r_s-th backward (and no
  * backward after the last). */
 sc_status rt_schedule_validate(rt_schedule *s, sc_err *err);
 
 /* Activation slots one copy of stage `stage` needs, replicas[st] copies of stage st (NULL: one
- * each): ceil(m / r_s) for gpipe, min(W_s / r_s + 1, ceil(m / r_s)) for 1f1b
+ * each): ceil(m / r_s) for gpipe, min(W_s / r_s + 1, ceil(m / r_s)) for 1f1b, ceil(min(W_0 + 1,
+ * m) / r_s) for zb1 (min(p, m) unreplicated)
  * (sc_pipeline_copy_slots; min(p-s, m) unreplicated), W_s / r_s + 1 for pipedream, whose stream
  * crosses steps (p-s unreplicated). The copy that runs the most micro-batches (copy 0) needs
  * exactly that many, the others at most that (tested against rt_schedule_restrict). */

@@ -39,8 +39,9 @@ const char *rt_tl_kind_name(int kind)
                                         "send_gradient",
                                         "recv_gradient",
                                         "allreduce",
-                                        "optimizer"};
-    return kind >= RT_TL_FORWARD && kind <= RT_TL_OPTIMIZER ? names[kind] : names[0];
+                                        "optimizer",
+                                        "weight_gradient"};
+    return kind >= RT_TL_FORWARD && kind <= RT_TL_WEIGHT_GRADIENT ? names[kind] : names[0];
 }
 
 sc_status rt_timeline_new(rt_timeline **out, int entries, int events_per_entry, sc_err *err)

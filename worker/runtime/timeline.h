@@ -36,6 +36,7 @@ typedef enum {
     RT_TL_RECV_GRADIENT = 6,
     RT_TL_ALLREDUCE = 7,
     RT_TL_OPTIMIZER = 8,
+    RT_TL_WEIGHT_GRADIENT = 9, /* zb1's W; its B is recorded as RT_TL_BACKWARD */
 } rt_tl_kind;
 
 /* Short name of a kind ("forward", "send_activation", ...); "?" outside the enum. */
