@@ -305,7 +305,7 @@ static void test_zb1_job(void **state)
     char *plan = NULL;
     sc_err err;
     sc_err_clear(&err);
-    assert_int_equal(coord_plan_job(&spec, f.w, 4, &plan, &err), SC_OK);
+    assert_int_equal(coord_plan_job(&spec, f.w, 4, 0, &plan, &err), SC_OK);
     json_error_t jerr;
     json_t *root = json_loads(plan, 0, &jerr);
     assert_non_null(root);
