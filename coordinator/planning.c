@@ -397,12 +397,16 @@ char *coord_profile_frozen(const char *profile_json, int frozen_blocks)
             json_object_set_new(b, "backward_s", json_real(0));
         if (json_object_get(b, "optimizer_s") != NULL)
             json_object_set_new(b, "optimizer_s", json_real(0));
+        if (json_object_get(b, "wgrad_s") != NULL) /* zb1's W: part of the backward */
+            json_object_set_new(b, "wgrad_s", json_real(0));
         size_t k;
         json_t *e;
         json_array_foreach(json_object_get(b, "by_microbatch_size"), k, e)
         {
             if (json_object_get(e, "backward_s") != NULL)
                 json_object_set_new(e, "backward_s", json_real(0));
+            if (json_object_get(e, "wgrad_s") != NULL)
+                json_object_set_new(e, "wgrad_s", json_real(0));
         }
     }
     char *text = json_dumps(root, JSON_COMPACT);

@@ -437,6 +437,8 @@ static void test_equivalence_frozen(void **state)
         {{GPT_JSON, "gpipe", 2, 8, 4, 3, "sgd", "zmq", NULL, NULL, NULL, 0}, 1, false},
         {{GPT_JSON, "gpipe", 2, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, 2, true},
         {{GPT_JSON, "sliced", 4, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 2}, 2, false},
+        {{GPT_JSON, "zb1", 4, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0}, 2, false},
+        {{GPT_JSON, "zb1", 2, 8, 4, 3, "sgd", "zmq", NULL, NULL, NULL, 0}, 1, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         g_frozen = cases[i].frozen;
