@@ -27,6 +27,9 @@ struct kn_stage {
     const kn_block **blocks;
     size_t *poff; /* parameter offset of each block in the stage's range */
     size_t nparams;
+    /* Parameters before the first block that learns (cfg.frozen_blocks): gradients and
+     * optimizer state are kept only from there on, nlearn of them (opt: per state array). */
+    size_t learn_off, nlearn;
     float *params, *grads, *opt;
     double *norms; /* CUDA: nb doubles on the device for kn_stage_grad_sq_norms */
     char *arena;
@@ -100,6 +103,12 @@ static sc_status alloc_floats(kn_stage *st, size_t n, float **out, sc_err *err)
     return SC_OK;
 }
 
+/* Block i's gradients (i >= cfg.frozen_blocks: the frozen blocks before keep none). */
+static float *grad_of(const kn_stage *st, int i)
+{
+    return st->grads + (st->poff[i] - st->learn_off);
+}
+
 sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage_cfg *cfg,
                            sc_err *err)
 {
@@ -168,9 +177,17 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating a stage");
         goto fail;
     }
-    size_t nopt = st->nparams * (size_t)kn_optim_state_per_param(cfg->optim.kind);
+    if (cfg->frozen_blocks < 0 || cfg->frozen_blocks > st->nb) {
+        rc = SC_ERRF(err, SC_ERR_INVALID, "cannot freeze %d blocks of a %d-block stage",
+                     cfg->frozen_blocks, st->nb);
+        goto fail;
+    }
+    st->frozen = cfg->frozen_blocks;
+    st->learn_off = st->frozen < st->nb ? st->poff[st->frozen] : st->nparams;
+    st->nlearn = st->nparams - st->learn_off;
+    size_t nopt = st->nlearn * (size_t)kn_optim_state_per_param(cfg->optim.kind);
     SC_CHECK_GOTO(alloc_floats(st, st->nparams, &st->params, err), fail);
-    SC_CHECK_GOTO(alloc_floats(st, st->nparams, &st->grads, err), fail);
+    SC_CHECK_GOTO(alloc_floats(st, st->nlearn, &st->grads, err), fail);
     SC_CHECK_GOTO(alloc_floats(st, nopt, &st->opt, err), fail);
     SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[0], err), fail);
     SC_CHECK_GOTO(alloc_floats(st, st->gbuf_floats, &st->gbuf[1], err), fail);
@@ -479,7 +496,7 @@ static sc_status backward_walk(kn_stage *st, int slot, kn_bwd_part part, const f
         bool model_input = st->cfg.first_block + i == 0;
         float *din = model_input || part == KN_BWD_WEIGHT ? NULL : st->gbuf[cur];
         SC_CHECK(kn_block_backward_part(
-            st->ctx, st->blocks[i], part, st->params + st->poff[i], st->grads + st->poff[i], in,
+            st->ctx, st->blocks[i], part, st->params + st->poff[i], grad_of(st, i), in,
             slot_stash(st, slot, i), slot_output(st, slot, i), dout, din,
             split ? slot_wstash(st, slot, i) : NULL, tgt, st->ws, n, dloss, err));
         dout = din;
@@ -640,7 +657,7 @@ sc_status kn_stage_grad_input_to_host(kn_stage *st, float *host, sc_err *err)
 
 sc_status kn_stage_zero_grads(kn_stage *st, sc_err *err)
 {
-    return kn_ctx_zero(st->ctx, st->grads, st->nparams * sizeof(float), err);
+    return kn_ctx_zero(st->ctx, st->grads, st->nlearn * sizeof(float), err);
 }
 
 void kn_stage_set_lr(kn_stage *st, float lr)
@@ -665,11 +682,12 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
         for (int k = 0; k < b->ntensors; k++) {
             const kn_tensor *tn = &b->tensors[k];
             size_t off = st->poff[i] + tn->offset;
-            float *p = st->params + off, *g = st->grads + off;
+            size_t lo = off - st->learn_off; /* i >= frozen >= cfg.frozen_blocks */
+            float *p = st->params + off, *g = st->grads + lo;
             float wd = tn->decay ? o->weight_decay : 0.0f;
             int rc = 0;
             if (o->kind == KN_OPT_ADAMW) {
-                float *m = st->opt + off, *v = st->opt + st->nparams + off;
+                float *m = st->opt + lo, *v = st->opt + st->nlearn + lo;
 #ifdef SC_HAVE_CUDA
                 if (st->cfg.device.kind == KN_DEV_CUDA)
                     rc = kn_adamw_step_cuda(st->ctx, p, g, m, v, tn->count, o->lr, o->beta1,
@@ -679,7 +697,7 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
                     (st->ctx->cpu_fast ? kn_adamw_step_fast : kn_adamw_step_cpu)(
                         p, g, m, v, tn->count, o->lr, o->beta1, o->beta2, o->eps, wd, st->t);
             } else {
-                float *v = st->opt + off;
+                float *v = st->opt + lo;
 #ifdef SC_HAVE_CUDA
                 if (st->cfg.device.kind == KN_DEV_CUDA)
                     rc = kn_sgd_step_cuda(st->ctx, p, g, v, tn->count, o->lr, o->momentum, wd);
@@ -704,6 +722,11 @@ sc_status kn_stage_set_frozen_blocks(kn_stage *st, int count, sc_err *err)
     if (count < 0 || count > st->nb)
         return SC_ERRF(err, SC_ERR_INVALID, "cannot freeze %d blocks of a %d-block stage", count,
                        st->nb);
+    if (count < st->cfg.frozen_blocks)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "cannot freeze %d blocks of a stage made with %d frozen: they keep no "
+                       "gradients or optimizer state; valid: %d to %d",
+                       count, st->cfg.frozen_blocks, st->cfg.frozen_blocks, st->nb);
     st->frozen = count;
     return SC_OK;
 }
@@ -725,24 +748,37 @@ sc_status kn_stage_params_from_host(kn_stage *st, const float *host, sc_err *err
 
 sc_status kn_stage_grads_to_host(kn_stage *st, float *host, sc_err *err)
 {
-    return kn_ctx_download(st->ctx, host, st->grads, st->nparams * sizeof(float), err);
+    memset(host, 0, st->learn_off * sizeof(float)); /* frozen: no gradient */
+    return kn_ctx_download(st->ctx, host + st->learn_off, st->grads, st->nlearn * sizeof(float),
+                           err);
 }
 
 sc_status kn_stage_grads_from_host(kn_stage *st, const float *host, sc_err *err)
 {
-    return kn_ctx_upload(st->ctx, st->grads, host, st->nparams * sizeof(float), err);
+    return kn_ctx_upload(st->ctx, st->grads, host + st->learn_off, st->nlearn * sizeof(float), err);
 }
 
 static size_t opt_floats(const kn_stage *st);
 
+/* Each optimizer state array k is nparams floats on the host, nlearn on the device. */
 sc_status kn_stage_opt_state_to_host(kn_stage *st, float *host, sc_err *err)
 {
-    return kn_ctx_download(st->ctx, host, st->opt, opt_floats(st) * sizeof(float), err);
+    for (int k = 0; k < kn_optim_state_per_param(st->cfg.optim.kind); k++) {
+        float *h = host + (size_t)k * st->nparams;
+        memset(h, 0, st->learn_off * sizeof(float)); /* frozen: no state kept */
+        SC_CHECK(kn_ctx_download(st->ctx, h + st->learn_off, st->opt + (size_t)k * st->nlearn,
+                                 st->nlearn * sizeof(float), err));
+    }
+    return SC_OK;
 }
 
 sc_status kn_stage_opt_state_from_host(kn_stage *st, const float *host, sc_err *err)
 {
-    return kn_ctx_upload(st->ctx, st->opt, host, opt_floats(st) * sizeof(float), err);
+    for (int k = 0; k < kn_optim_state_per_param(st->cfg.optim.kind); k++)
+        SC_CHECK(kn_ctx_upload(st->ctx, st->opt + (size_t)k * st->nlearn,
+                               host + (size_t)k * st->nparams + st->learn_off,
+                               st->nlearn * sizeof(float), err));
+    return SC_OK;
 }
 
 size_t kn_stage_opt_state_count(const kn_stage *st)
@@ -774,6 +810,16 @@ float *kn_stage_grads_device(kn_stage *st)
     return st->grads;
 }
 
+size_t kn_stage_grad_count(const kn_stage *st)
+{
+    return st->nlearn;
+}
+
+kn_optim_kind kn_stage_optim_kind(const kn_stage *st)
+{
+    return st->cfg.optim.kind;
+}
+
 sc_status kn_stage_grad_sq_norms(kn_stage *st, double *per_block, sc_err *err)
 {
 #ifdef SC_HAVE_CUDA
@@ -781,8 +827,10 @@ sc_status kn_stage_grad_sq_norms(kn_stage *st, double *per_block, sc_err *err)
         /* on the device: nb doubles come back, not the gradients */
         SC_CHECK(kn_ctx_zero(st->ctx, st->norms, (size_t)st->nb * sizeof(double), err));
         for (int i = 0; i < st->nb; i++) {
-            int rc = kn_sq_sum_add_cuda(st->ctx, st->grads + st->poff[i], st->blocks[i]->params,
-                                        st->norms + i);
+            if (i < st->cfg.frozen_blocks)
+                continue; /* no gradient kept: 0 */
+            int rc =
+                kn_sq_sum_add_cuda(st->ctx, grad_of(st, i), st->blocks[i]->params, st->norms + i);
             if (rc != 0)
                 return SC_ERRF(err, SC_ERR_CUDA, "gradient norms (%s): %s", st->blocks[i]->name,
                                kn_cuda_error_string(rc));
@@ -792,104 +840,12 @@ sc_status kn_stage_grad_sq_norms(kn_stage *st, double *per_block, sc_err *err)
 #endif
     (void)err;
     for (int i = 0; i < st->nb; i++)
-        per_block[i] = kn_sq_sum_cpu(st->grads + st->poff[i], st->blocks[i]->params);
+        per_block[i] =
+            i < st->cfg.frozen_blocks ? 0.0 : kn_sq_sum_cpu(grad_of(st, i), st->blocks[i]->params);
     return SC_OK;
 }
-
-#define PARAM_MAGIC "SCKNPRM1"
-
-/* File layout: this header (native byte order), the parameters, then the optimizer state
- * (opt_count floats) that lets a resumed run continue exactly where it stopped. */
-typedef struct {
-    char magic[8];
-    uint32_t first_block, last_block;
-    uint64_t count;
-    uint32_t opt_kind, step;
-    uint64_t opt_count;
-} param_header;
 
 static size_t opt_floats(const kn_stage *st)
 {
     return st->nparams * (size_t)kn_optim_state_per_param(st->cfg.optim.kind);
-}
-
-sc_status kn_stage_save(kn_stage *st, const char *path, sc_err *err)
-{
-    size_t nopt = opt_floats(st);
-    float *host = malloc((st->nparams + nopt) * sizeof *host + 1);
-    SC_ALLOC_CHECK(host, err);
-    sc_status rc = kn_stage_params_to_host(st, host, err);
-    if (rc == SC_OK)
-        rc = kn_ctx_download(st->ctx, host + st->nparams, st->opt, nopt * sizeof *host, err);
-    if (rc != SC_OK) {
-        free(host);
-        return rc;
-    }
-    param_header h;
-    memset(&h, 0, sizeof h);
-    memcpy(h.magic, PARAM_MAGIC, 8);
-    h.first_block = (uint32_t)st->cfg.first_block;
-    h.last_block = (uint32_t)st->cfg.last_block;
-    h.count = st->nparams;
-    h.opt_kind = (uint32_t)st->cfg.optim.kind;
-    h.step = (uint32_t)st->t;
-    h.opt_count = nopt;
-    FILE *f = fopen(path, "wb");
-    if (f == NULL) {
-        free(host);
-        return SC_ERRF(err, SC_ERR_IO, "%s: cannot create the parameter file", path);
-    }
-    size_t ok = fwrite(&h, sizeof h, 1, f);
-    ok += fwrite(host, sizeof *host, st->nparams + nopt, f) == st->nparams + nopt;
-    free(host);
-    if (fclose(f) != 0 || ok != 2)
-        return SC_ERRF(err, SC_ERR_IO, "%s: writing the parameter file failed", path);
-    return SC_OK;
-}
-
-sc_status kn_stage_load(kn_stage *st, const char *path, sc_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return SC_ERRF(err, SC_ERR_IO, "%s: cannot open the parameter file", path);
-    param_header h;
-    sc_status rc = SC_OK;
-    float *host = NULL;
-    size_t nopt = opt_floats(st);
-    if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, PARAM_MAGIC, 8) != 0) {
-        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: not a stagecraft parameter file", path);
-        goto out;
-    }
-    if ((int)h.first_block != st->cfg.first_block || (int)h.last_block != st->cfg.last_block ||
-        h.count != st->nparams) {
-        rc = SC_ERRF(err, SC_ERR_INVALID,
-                     "%s: holds blocks [%u, %u] with %llu parameters, the stage has blocks "
-                     "[%d, %d] with %zu",
-                     path, h.first_block, h.last_block, (unsigned long long)h.count,
-                     st->cfg.first_block, st->cfg.last_block, st->nparams);
-        goto out;
-    }
-    host = malloc((st->nparams + nopt) * sizeof *host + 1);
-    if (host == NULL) {
-        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory loading %s", path);
-        goto out;
-    }
-    if (fread(host, sizeof *host, st->nparams, f) != st->nparams) {
-        rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated parameter file", path);
-        goto out;
-    }
-    rc = kn_stage_params_from_host(st, host, err);
-    /* the optimizer state comes along only for the same optimizer; another one starts fresh */
-    if (rc == SC_OK && h.opt_kind == (uint32_t)st->cfg.optim.kind && h.opt_count == nopt) {
-        if (fread(host + st->nparams, sizeof *host, nopt, f) != nopt) {
-            rc = SC_ERRF(err, SC_ERR_PARSE, "%s: truncated optimizer state", path);
-            goto out;
-        }
-        rc = kn_ctx_upload(st->ctx, st->opt, host + st->nparams, nopt * sizeof *host, err);
-        st->t = (int)h.step;
-    }
-out:
-    free(host);
-    fclose(f);
-    return rc;
 }

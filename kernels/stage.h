@@ -50,6 +50,9 @@ typedef struct {
      * backward may run as kn_stage_backward_input then kn_stage_backward_weight (zb1). B then
      * reuses parts of the slot's stash for W, so kn_stage_gather is refused on such a stage. */
     bool split_backward;
+    /* The stage's first blocks frozen from the start (kn_stage_set_frozen_blocks): no gradient
+     * or optimizer memory is allocated for them, and the stage cannot thaw them (0: none). */
+    int frozen_blocks;
     kn_optim_cfg optim;
 } kn_stage_cfg;
 
@@ -148,33 +151,38 @@ sc_status kn_stage_zero_grads(kn_stage *st, sc_err *err);
 sc_status kn_stage_step(kn_stage *st, sc_err *err);
 void kn_stage_set_lr(kn_stage *st, float lr);
 
-/* Freezing (a frozen prefix of the model): the stage's first `count` blocks (0..block count)
- * get no gradients and no optimizer updates, and backward stops before them; the stage then
- * yields no input gradient (kn_stage_grad_input is NULL), as the blocks before it are frozen
- * too. Gradients already accumulated for those blocks are left as they are. */
+/* Freezing (a frozen prefix of the model): the stage's first `count` blocks (cfg.frozen_blocks
+ * to block count) get no gradients and no optimizer updates, and backward stops before them; the
+ * stage then yields no input gradient (kn_stage_grad_input is NULL), as the blocks before it are
+ * frozen too. Gradients already accumulated for those blocks are left as they are. */
 sc_status kn_stage_set_frozen_blocks(kn_stage *st, int count, sc_err *err);
 int kn_stage_frozen_blocks(const kn_stage *st);
 
-/* Parameters / gradients as one flat array in block order (host copies). */
+/* Parameters / gradients as one flat array in block order (host copies; the gradients of blocks
+ * frozen from the start, cfg.frozen_blocks, read as zeros and are not written). */
 sc_status kn_stage_params_to_host(kn_stage *st, float *host, sc_err *err);
 sc_status kn_stage_params_from_host(kn_stage *st, const float *host, sc_err *err);
 sc_status kn_stage_grads_to_host(kn_stage *st, float *host, sc_err *err);
 /* Replaces the gradients (an all-reduce's result, say). */
 sc_status kn_stage_grads_from_host(kn_stage *st, const float *host, sc_err *err);
 /* The optimizer state (kn_stage_opt_state_count floats: AdamW's m then v, each in parameter
- * order; SGD's velocity) and the count of steps taken (AdamW's bias correction), for
- * checkpoints kept by the caller. */
+ * order; SGD's velocity; zeros, not written, for blocks frozen from the start) and the count of
+ * steps taken (AdamW's bias correction), for checkpoints kept by the caller. */
 size_t kn_stage_opt_state_count(const kn_stage *st);
 sc_status kn_stage_opt_state_to_host(kn_stage *st, float *host, sc_err *err);
 sc_status kn_stage_opt_state_from_host(kn_stage *st, const float *host, sc_err *err);
 uint64_t kn_stage_step_count(const kn_stage *st);
 sc_status kn_stage_set_step_count(kn_stage *st, uint64_t steps, sc_err *err);
 
-/* The one contiguous parameter and gradient allocations (device, kn_stage_param_count floats,
- * block order), for transports: all-reduce of the gradients of a replicated stage, broadcast or
- * stashing of weights. Valid for the stage's lifetime; write them only between steps. */
+/* The one contiguous parameter and gradient allocations (device, block order), for transports:
+ * all-reduce of the gradients of a replicated stage, broadcast or stashing of weights. The
+ * parameters are kn_stage_param_count floats; the gradients kn_stage_grad_count, those of the
+ * blocks after the ones frozen from the start. Valid for the stage's lifetime; write them only
+ * between steps. */
 float *kn_stage_params_device(kn_stage *st);
 float *kn_stage_grads_device(kn_stage *st);
+size_t kn_stage_grad_count(const kn_stage *st);
+kn_optim_kind kn_stage_optim_kind(const kn_stage *st);
 
 /* Squared L2 norm of each block's gradient (kn_stage_last_block - kn_stage_first_block + 1
  * values, each square added in double: kn_sq_sum_cpu), the per-layer statistic the freezing

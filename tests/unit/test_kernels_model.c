@@ -589,6 +589,78 @@ static void test_stage_range_and_save_load(void **state)
     kn_model_destroy(&m);
 }
 
+/* A stage made with its first blocks frozen (cfg.frozen_blocks) keeps no gradient or optimizer
+ * memory for them and trains exactly as a stage frozen after it was made; its optimizer state
+ * reads as zeros there, and its parameter file loads into either kind of stage. */
+static void test_frozen_from_start(void **state)
+{
+    (void)state;
+    kn_model *m = model_from(GPT_TINY("true"));
+    sc_err err;
+    sc_err_clear(&err);
+    batch b = make_batch(m, 2);
+    kn_stage *ref = whole(m, 2, kn_optim_adamw_default());
+    assert_int_equal(kn_stage_set_frozen_blocks(ref, 3, &err), SC_OK);
+    kn_stage_cfg cfg = kn_stage_cfg_default(0, kn_model_block_count(m) - 1, CPU, 2);
+    cfg.optim = kn_optim_adamw_default();
+    cfg.frozen_blocks = 3;
+    kn_stage *st = NULL;
+    assert_int_equal(kn_stage_new_cfg(&st, m, &cfg, &err), SC_OK);
+    size_t np = kn_stage_param_count(st), nfrozen = 0;
+    for (int i = 0; i < 3; i++)
+        nfrozen += kn_model_block(m, i)->params;
+    /* gradients, m and v of the frozen blocks are not allocated */
+    assert_int_equal(kn_stage_memory_bytes(ref) - kn_stage_memory_bytes(st), nfrozen * 4 * 3);
+    assert_int_equal(kn_stage_grad_count(st), np - nfrozen);
+    assert_int_equal(kn_stage_grad_count(ref), np);
+    assert_int_equal(kn_stage_set_frozen_blocks(st, 2, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "made with 3 frozen"));
+    for (int step = 0; step < 2; step++) {
+        kn_stage *both[2] = {ref, st};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(kn_stage_zero_grads(both[k], &err), SC_OK);
+            loss_of(both[k], &b);
+            assert_int_equal(kn_stage_backward(both[k], 0, NULL, &err), SC_OK);
+            assert_int_equal(kn_stage_step(both[k], &err), SC_OK);
+        }
+    }
+    float *p0 = malloc(np * 4), *p1 = malloc(np * 4);
+    assert_int_equal(kn_stage_params_to_host(ref, p0, &err), SC_OK);
+    assert_int_equal(kn_stage_params_to_host(st, p1, &err), SC_OK);
+    assert_memory_equal(p0, p1, np * 4);
+    double norms[6];
+    assert_int_equal(kn_stage_grad_sq_norms(st, norms, &err), SC_OK);
+    assert_true(norms[0] == 0 && norms[2] == 0 && norms[3] > 0);
+    size_t nopt = kn_stage_opt_state_count(st);
+    assert_int_equal(nopt, kn_stage_opt_state_count(ref));
+    float *o0 = malloc(nopt * 4), *o1 = malloc(nopt * 4);
+    assert_int_equal(kn_stage_opt_state_to_host(ref, o0, &err), SC_OK);
+    assert_int_equal(kn_stage_opt_state_to_host(st, o1, &err), SC_OK);
+    for (int k = 0; k < 2; k++) { /* m, then v: zeros where frozen, the reference's after */
+        for (size_t i = 0; i < nfrozen; i++)
+            assert_true(o1[k * np + i] == 0.0f);
+        assert_memory_equal(o1 + k * np + nfrozen, o0 + k * np + nfrozen, (np - nfrozen) * 4);
+    }
+    /* the file of the frozen stage loads into a stage made without frozen blocks */
+    char path[] = "/tmp/kn-frozen-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(kn_stage_save(st, path, &err), SC_OK);
+    kn_stage *back = whole(m, 2, kn_optim_adamw_default());
+    assert_int_equal(kn_stage_load(back, path, &err), SC_OK);
+    assert_int_equal(kn_stage_params_to_host(back, p0, &err), SC_OK);
+    assert_memory_equal(p0, p1, np * 4);
+    assert_int_equal(kn_stage_step_count(back), 2);
+    unlink(path);
+    free(p0), free(p1), free(o0), free(o1);
+    free_batch(&b);
+    kn_stage_destroy(&back);
+    kn_stage_destroy(&ref);
+    kn_stage_destroy(&st);
+    kn_model_destroy(&m);
+}
+
 static void test_frozen_prefix(void **state)
 {
     (void)state;
@@ -936,6 +1008,7 @@ int main(void)
         cmocka_unit_test(test_slots_and_smaller_batches),
         cmocka_unit_test(test_stage_range_and_save_load),
         cmocka_unit_test(test_frozen_prefix),
+        cmocka_unit_test(test_frozen_from_start),
         cmocka_unit_test(test_gather_equals_direct),
         cmocka_unit_test(test_gather_refusals),
         cmocka_unit_test(test_resume_is_exact),

@@ -237,7 +237,6 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     scfg.split_backward = skind == RT_SCHED_ZB1 && !r->pipedream && r->halved == 0;
     scfg.gather_microbatch = r->gather_cap; /* one more slot, counted in the stage's memory */
     scfg.optim = r->optim;
-    SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));
     if (c->frozen_blocks < 0 || c->frozen_blocks >= kn_model_block_count(r->model))
         return SC_ERRF(err, SC_ERR_INVALID,
                        "runner: %d frozen blocks of a %d-block model; valid: 0 to %d (the last "
@@ -248,8 +247,10 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
                        "runner: frozen blocks need a schedule that flushes every step, not "
                        "pipedream");
+    /* the stage's share of the prefix: no gradient or optimizer memory for it */
     int local = c->frozen_blocks - c->first_block;
-    SC_CHECK(kn_stage_set_frozen_blocks(r->st, local < 0 ? 0 : local > r->nb ? r->nb : local, err));
+    scfg.frozen_blocks = local < 0 ? 0 : local > r->nb ? r->nb : local;
+    SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));
     r->frozen_all = c->frozen_blocks > c->last_block;
     r->grad_upstream = !r->first && c->first_block > c->frozen_blocks;
     r->in_elems = kn_stage_input_per_sample(r->st);

@@ -83,7 +83,8 @@ sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool me
 {
     if (r->ar != NULL) {
         SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err)); /* the gradients are complete */
-        return rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), r->np, mean, loss_sum, err);
+        return rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), kn_stage_grad_count(r->st),
+                                mean, loss_sum, err);
     }
     SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
     SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, err));
