@@ -14,8 +14,8 @@ start_worker b
 wait_alive 20 2 || fail "workers did not register"
 
 # a slower build (sanitizers) trains a narrower model: what is checked is the order of events
-width=64
-[ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && width=16
+width=64 steps=1500
+[ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && width=16 steps=800
 spec() { # NAME WORKERS STEPS
     cat <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "$1",
@@ -35,7 +35,7 @@ out=$("$sc" submit "$work/bad.json" 2>&1)
 [ $? -ne 0 ] && grep -q "max" <<<"$out" && pass "max below min is refused: $out" || fail "bad spec: $out"
 
 # 2. it starts on the two workers there are, then grows onto a third
-spec elastic '{"min": 1, "max": 3}' 1500 >"$work/elastic.json"
+spec elastic '{"min": 1, "max": 3}' $steps >"$work/elastic.json"
 "$sc" submit "$work/elastic.json" >/dev/null || fail "submit"
 job="job-1"
 wait_for 120 is_state $job running || fail "$job is $(job_state $job): $(field $job reason)"
@@ -71,12 +71,12 @@ wait_for 500 is_state $job succeeded || fail "$job is $(job_state $job): $(field
 
 # 4. the same job on two fixed workers ends with the same parameters (within rounding: the
 # copies of a replicated stage sum their gradients in another order)
-spec fixed 2 1500 >"$work/fixed.json"
+spec fixed 2 $steps >"$work/fixed.json"
 "$sc" submit "$work/fixed.json" >/dev/null || fail "submit fixed"
 wait_for 500 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
 params() {
     local s=0 f n
-    while f="$work/wstate/checkpoints/$1/stage$s-step1500.ckpt" && [ -f "$f" ]; do
+    while f="$work/wstate/checkpoints/$1/stage$s-step$steps.ckpt" && [ -f "$f" ]; do
         n=$(od -An -t u8 -j 48 -N 8 "$f" | tr -d ' ')
         dd if="$f" bs=4 skip=18 count="$n" status=none
         s=$((s + 1))
