@@ -7,13 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "coordinator/store.h"
+
+#define LOG "freezing"
 
 struct coord_freezing {
     char job_id[COORD_ID_MAX];
     uint64_t interval;
-    double percentile;
+    double percentile, max_change;
     int n_blocks;
     int frozen;
     uint64_t next_end;  /* the step that ends the interval under way */
@@ -41,7 +44,7 @@ static void job_free(coord_freezing *j)
 }
 
 int coord_freezing_start(coord_freezing **all, const char *job_id, uint64_t interval,
-                         double percentile, int n_blocks, int frozen)
+                         double percentile, double max_change, int n_blocks, int frozen)
 {
     coord_freezing *j = job_of(*all, job_id);
     if (j != NULL) {
@@ -60,6 +63,7 @@ int coord_freezing_start(coord_freezing **all, const char *job_id, uint64_t inte
     sc_strlcpy(j->job_id, job_id, sizeof j->job_id);
     j->interval = interval > 0 ? interval : 1;
     j->percentile = percentile;
+    j->max_change = max_change;
     j->n_blocks = n_blocks;
     j->frozen = frozen > 0 && frozen < n_blocks ? frozen : 0;
     j->next_end = 0; /* set by the first report */
@@ -96,7 +100,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 int coord_freezing_decide(const double *g_before, const double *g_now, int n, int frozen,
-                          double percentile, double *tau)
+                          double percentile, double max_change, double *tau)
 {
     *tau = 0;
     double *r = calloc((size_t)(n > 0 ? n : 1), sizeof *r);
@@ -115,6 +119,8 @@ int coord_freezing_decide(const double *g_before, const double *g_now, int n, in
     int lo = (int)floor(at);
     int hi = lo + 1 < m ? lo + 1 : lo;
     *tau = r[lo] + (at - lo) * (r[hi] - r[lo]);
+    if (max_change > 0 && *tau > max_change)
+        *tau = max_change;
     free(r);
     int end = frozen;
     for (int l = frozen; l < n; l++) {
@@ -144,7 +150,18 @@ int coord_freezing_close(coord_freezing *all, const char *job_id, uint64_t step,
     if (j->have_before) {
         double tau;
         want = coord_freezing_decide(j->g_before, g_now, j->n_blocks, j->frozen, j->percentile,
-                                     &tau);
+                                     j->max_change, &tau);
+        char list[512] = "";
+        for (int l = j->frozen; l < j->n_blocks; l++) {
+            size_t used = strlen(list);
+            if (j->g_before[l] > 0 && used + 16 < sizeof list)
+                snprintf(list + used, sizeof list - used, " %d:%.3g", l,
+                         fabs(j->g_before[l] - g_now[l]) / j->g_before[l]);
+        }
+        SC_LOG_DEBUG(LOG,
+                     "job %s: gradient change per learning block over steps %llu-%llu:%s; tau %.3g",
+                     job_id, (unsigned long long)(j->next_end - j->interval + 1),
+                     (unsigned long long)j->next_end, list, tau);
         if (want > j->frozen && why != NULL) {
             /* the change of the last block to freeze, against the threshold */
             int l = want - 1;
@@ -153,9 +170,9 @@ int coord_freezing_close(coord_freezing *all, const char *job_id, uint64_t step,
             double rl = j->g_before[l] > 0 ? fabs(j->g_before[l] - g_now[l]) / j->g_before[l] : 0;
             snprintf(why, size,
                      "freezing blocks %d-%d: their gradient norms changed less than tau %.3g "
-                     "(the %.0fth percentile of the learning blocks' change) over steps %llu-%llu "
-                     "(block %d: %.3g)",
-                     j->frozen, want - 1, tau, j->percentile,
+                     "(the %.0fth percentile of the learning blocks' change, at most %.3g) over "
+                     "steps %llu-%llu (block %d: %.3g)",
+                     j->frozen, want - 1, tau, j->percentile, j->max_change,
                      (unsigned long long)(j->next_end - j->interval + 1),
                      (unsigned long long)j->next_end, l, rl);
         }

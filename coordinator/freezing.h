@@ -6,8 +6,10 @@
  *
  *   r_l = |G_l(before) - G_l(now)| / G_l(before)
  *
- * tau is the p-th percentile of r over the blocks still learning (those with parameters), and the
- * frozen prefix grows to end before the first learning block with r_l >= tau. It only grows
+ * tau is the p-th percentile of r over the blocks still learning (those with parameters), capped
+ * at max_change (a block whose gradient still changes by more than that has not converged,
+ * whatever the others do), and the frozen prefix grows to end before the first learning block
+ * with r_l >= tau. It only grows
  * (nothing un-freezes), and the block that changes most never freezes, so the prefix always
  * leaves a block to train. Blocks without parameters (their norm is 0) join a prefix that
  * reaches past them and never stop one.
@@ -25,11 +27,11 @@
 typedef struct coord_freezing coord_freezing;
 
 /* Starts (or finds) job `job_id`'s policy: `interval` steps per comparison, the `percentile`
- * (1..99) that sets tau, `n_blocks` blocks in the model, `frozen` blocks frozen already (a job
- * resumed after the coordinator restarted). Returns the prefix frozen now (a job already known
- * keeps its own, or `frozen` when larger). */
+ * (1..99) that sets tau and its cap `max_change` (> 0), `n_blocks` blocks in the model, `frozen`
+ * blocks frozen already (a job resumed after the coordinator restarted). Returns the prefix
+ * frozen now (a job already known keeps its own, or `frozen` when larger). */
 int coord_freezing_start(coord_freezing **all, const char *job_id, uint64_t interval,
-                         double percentile, int n_blocks, int frozen);
+                         double percentile, double max_change, int n_blocks, int frozen);
 
 /* One stage's report of `step`: squared L2 norms of the gradients of blocks first_block..
  * first_block + n - 1, before the optimizer step. */
@@ -54,8 +56,8 @@ void coord_freezing_free(coord_freezing **all);
 
 /* The policy's decision on one comparison, for tests: the new prefix end (>= frozen) given the
  * mean norms of the interval before (g_before) and of the last (g_now) for n blocks; *tau gets
- * the threshold (0 when no block could be compared). */
+ * the threshold, capped (0 when no block could be compared). */
 int coord_freezing_decide(const double *g_before, const double *g_now, int n, int frozen,
-                          double percentile, double *tau);
+                          double percentile, double max_change, double *tau);
 
 #endif /* COORD_FREEZING_H */

@@ -329,7 +329,7 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
             int n_blocks = (int)json_integer_value(json_object_get(end, "last_block")) + 1;
             int frozen = (int)json_integer_value(json_object_get(plan, "frozen_blocks"));
             coord_freezing_start(&c->freezing, id, spec->freeze_interval, spec->freeze_percentile,
-                                 n_blocks, frozen);
+                                 spec->freeze_max_change, n_blocks, frozen);
             p->freeze = true;
         }
         if (why != NULL)

@@ -81,12 +81,14 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
     return SC_OK;
 }
 
-/* "freeze": "off" (the default), "auto" (a look every tenth of the steps, tau at the median),
- * or {"interval": STEPS, "percentile": P}. */
+/* "freeze": "off" (the default), "auto" (a look every tenth of the steps, tau at the median and
+ * at most FREEZE_MAX_CHANGE), or {"interval": STEPS, "percentile": P, "max_change": C}. */
+#define FREEZE_MAX_CHANGE 0.1
 static sc_status parse_freeze(const sc_jnode *root, coord_jobspec *spec, sc_err *err)
 {
     spec->freeze_interval = 0;
     spec->freeze_percentile = 50;
+    spec->freeze_max_change = FREEZE_MAX_CHANGE;
     if (!sc_jnode_has(root, "freeze"))
         return SC_OK;
     sc_jnode f;
@@ -102,10 +104,12 @@ static sc_status parse_freeze(const sc_jnode *root, coord_jobspec *spec, sc_err 
         SC_CHECK(sc_json_opt_int(&f, "interval", 1, INT64_C(1) << 40, (int64_t)tenth, &v, err));
         spec->freeze_interval = (uint64_t)v;
         SC_CHECK(sc_json_opt_number(&f, "percentile", 1, 99, 50, &spec->freeze_percentile, err));
+        SC_CHECK(sc_json_opt_number(&f, "max_change", 1e-6, 1e6, FREEZE_MAX_CHANGE,
+                                    &spec->freeze_max_change, err));
     } else {
         return sc_jnode_fail(&f, err, SC_ERR_INVALID,
                              "expected \"off\", \"auto\" or {\"interval\": STEPS, "
-                             "\"percentile\": 1..99}");
+                             "\"percentile\": 1..99, \"max_change\": C}");
     }
     if (spec->freeze_interval > 0 &&
         (strcmp(spec->schedule, "pipedream") == 0 || strcmp(spec->strategy, "pipedream") == 0))

@@ -55,6 +55,7 @@ typedef struct {
     uint64_t freeze_interval;  /* "freeze": steps between two looks of the freezing policy
                                 * (coordinator/freezing.h); 0: the job freezes nothing */
     double freeze_percentile;  /* the percentile of the blocks' gradient change that sets tau */
+    double freeze_max_change;  /* and tau's cap: the most change a converged block shows */
 } coord_jobspec;
 
 /* Parses and validates a job spec. `source` names it in errors (a file name, or "request").

@@ -19,27 +19,31 @@ static void test_decide(void **state)
     double tau;
     /* changes r = 0.1, 0.2, 0.5, 0.05, 0.8: the median is 0.2; the prefix ends before block 1 */
     const double before[] = {10, 10, 10, 10, 10}, now[] = {9, 12, 5, 9.5, 2};
-    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 50, &tau), 1);
+    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 50, 0, &tau), 1);
     assert_true(fabs(tau - 0.2) < 1e-12);
     /* a low percentile freezes nothing: the first block is at the threshold */
-    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 10, &tau), 0);
+    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 10, 0, &tau), 0);
     assert_true(fabs(tau - 0.07) < 1e-12); /* between 0.05 and 0.1 */
     /* a high one freezes up to the block that changes most of those before it */
-    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 90, &tau), 4);
+    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 90, 0, &tau), 4);
+    /* tau is capped: a block still changing by 20% has not converged, whatever the others do */
+    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 90, 0.15, &tau), 1);
+    assert_true(fabs(tau - 0.15) < 1e-12);
+    assert_int_equal(coord_freezing_decide(before, now, 5, 0, 50, 0.05, &tau), 0);
     /* only the blocks after the frozen prefix count: from block 2, r = 0.5, 0.05, 0.8 */
-    assert_int_equal(coord_freezing_decide(before, now, 5, 2, 50, &tau), 2);
+    assert_int_equal(coord_freezing_decide(before, now, 5, 2, 50, 0, &tau), 2);
     assert_true(fabs(tau - 0.5) < 1e-12);
     /* blocks without parameters (norm 0) join a prefix that reaches past them (block 0), stop
      * none, and are left out where the prefix stops after them (block 2): r = 0.01, 0.02, 0.5 */
     const double b2[] = {0, 10, 0, 10, 10}, n2[] = {0, 9.9, 0, 9.8, 5};
-    assert_int_equal(coord_freezing_decide(b2, n2, 5, 0, 50, &tau), 2);
+    assert_int_equal(coord_freezing_decide(b2, n2, 5, 0, 50, 0, &tau), 2);
     assert_true(fabs(tau - 0.02) < 1e-12);
     /* but alone they are no freeze */
     const double b3[] = {0, 10, 10}, n3[] = {0, 1, 9.9};
-    assert_int_equal(coord_freezing_decide(b3, n3, 3, 0, 50, &tau), 0);
+    assert_int_equal(coord_freezing_decide(b3, n3, 3, 0, 50, 0, &tau), 0);
     /* one learning block left never freezes */
     const double b4[] = {10, 10}, n4[] = {10, 10};
-    assert_int_equal(coord_freezing_decide(b4, n4, 2, 1, 50, &tau), 1);
+    assert_int_equal(coord_freezing_decide(b4, n4, 2, 1, 50, 0, &tau), 1);
 }
 
 /* Two stages of blocks 0-1 and 2-3 report every step; intervals of 10 steps. */
@@ -47,7 +51,7 @@ static void test_intervals(void **state)
 {
     (void)state;
     coord_freezing *all = NULL;
-    assert_int_equal(coord_freezing_start(&all, "job-1", 10, 50, 4, 0), 0);
+    assert_int_equal(coord_freezing_start(&all, "job-1", 10, 50, 0.1, 4, 0), 0);
     char why[512] = "";
     for (uint64_t step = 1; step <= 30; step++) {
         /* block 0's norm settles after the first interval; the others keep falling */
@@ -74,7 +78,7 @@ static void test_intervals(void **state)
     coord_freezing_set(all, "job-1", 4); /* never the whole model */
     assert_int_equal(coord_freezing_frozen(all, "job-1"), 1);
     /* a restarted coordinator's start keeps the larger prefix of the last plan */
-    assert_int_equal(coord_freezing_start(&all, "job-1", 10, 50, 4, 2), 2);
+    assert_int_equal(coord_freezing_start(&all, "job-1", 10, 50, 0.1, 4, 2), 2);
     /* bad norms are left out, not summed */
     double bad[2] = {NAN, -1};
     coord_freezing_observe(all, "job-1", 2, bad, 2, 31);

@@ -94,6 +94,7 @@ static void test_worker_names_and_defaults(void **state)
     assert_int_equal(coord_jobspec_parse("job.json", text2, strlen(text2), &spec, &err), SC_OK);
     assert_int_equal(spec.freeze_interval, 1); /* 3 steps: at least 1 */
     assert_true(spec.freeze_percentile == 50);
+    assert_true(spec.freeze_max_change == 0.1);
     coord_jobspec_clear(&spec);
     snprintf(text2, sizeof text2, "%.*s, \"freeze\": {\"interval\": 7, \"percentile\": 30}}",
              (int)(strlen(elastic) - 1), elastic);
@@ -159,7 +160,9 @@ static void test_bad_specs(void **state)
                  "$.freeze: expected one of \"off\", \"auto\"");
     expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": 3,",
                  "$.freeze: expected \"off\", \"auto\" or {\"interval\": STEPS, \"percentile\": "
-                 "1..99}");
+                 "1..99, \"max_change\": C}");
+    expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": {\"max_change\": 0},",
+                 "$.freeze.max_change: expected a number in [1e-06, 1e+06]");
     expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": {\"percentile\": 100},",
                  "$.freeze.percentile: expected a number in [1, 99]");
     expect_error("\"seed\": 1,", "\"seed\": 1, \"freeze\": {\"interval\": 0},",
