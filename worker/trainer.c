@@ -434,7 +434,8 @@ static void report_copies(wk_trainer *t, Stagecraft__IterationReport *r)
 
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
- * paused there for a move, or their checkpoint files after a re-plan. */
+ * paused there for a move, their checkpoint files after a re-plan, or the copies they hold of
+ * lost or corrupt checkpoints (ckpt_copier.h). */
 static sc_status resume(wk_trainer *t, sc_err *err)
 {
     sc_err own;
@@ -442,10 +443,14 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     if (rt_runner_load(t->runner, t->checkpoint_dir, t->resume_step, &own) == SC_OK)
         return SC_OK;
     size_t n = json_array_size(t->sources);
-    if (n == 0 || (own.code != SC_ERR_NOT_FOUND && own.code != SC_ERR_INVALID)) {
+    if (n == 0 ||
+        (own.code != SC_ERR_NOT_FOUND && own.code != SC_ERR_INVALID && own.code != SC_ERR_PARSE)) {
         *err = own;
         return own.code;
     }
+    if (own.code == SC_ERR_PARSE)
+        SC_LOG_WARN(LOG, "job %s stage %u: %s; asking the other workers for a copy", t->job_id,
+                    t->stage, own.msg);
     /* this worker's own server first: the blocks it kept when it paused stay here */
     const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
     const char **src = calloc(n + 1, sizeof *src);
@@ -465,6 +470,8 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     sc_status rc = wk_blocks_fetch(src, k, t->job_id, t->resume_step, model, first, last,
                                    FETCH_TIMEOUT_MS, self != NULL, &im, &fs, err);
     free(src);
+    if (rc != SC_OK && own.code == SC_ERR_PARSE) /* say why the own file did not do either */
+        sc_err_prefix(err, "%s; and from the other workers", own.msg);
     if (rc == SC_OK) {
         rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
         if (rc == SC_OK)

@@ -3,7 +3,8 @@
 # another worker of the job (checkpoint_replicas, default 1). A worker killed (-9) whose state
 # folder is deleted, replaced by a new worker: the job resumes from its last complete checkpoint,
 # the lost stage taken from the copy, and ends with the parameters of an uninterrupted run, bit
-# for bit. The same loss with checkpoint_replicas 0 fails the job, saying why.
+# for bit. The same loss with checkpoint_replicas 0 fails the job, saying why. A worker's own
+# checkpoint found corrupt when it restarts is taken from the copy instead.
 # Usage: test_checkpoint_copies.sh PATH/TO/stagecraft
 sc=${1:?usage: test_checkpoint_copies.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -95,9 +96,35 @@ rm -rf "$work/wc"
 kill -CONT "$a_pid"
 wait_for 30 is_state "$id" recovering || fail "$id is $(job_state "$id") after c was killed"
 start_worker d --state "$work/wd"
+d_pid=$worker_pid
 wait_for 300 is_state "$id" failed && field "$id" reason | grep -q "no intact checkpoint to resume from" &&
     pass "without copies the job failed: $(field "$id" reason | cut -c1-160)" ||
     fail "$id is $(job_state "$id"): $(field "$id" reason)"
+
+# 4. a worker's own checkpoint corrupt when it restarts (same name and state folder): the stage
+#    is taken from the copy on the other worker, from the same step, not an older one
+spec corrupt >"$work/corrupt.json"
+id=$(submit "$work/corrupt.json")
+freeze_when_known 120 "$id" 40 "$a_pid" "$d_pid" ||
+    fail "$id did not complete the checkpoint of step 40: $("$sc" status "$id" | sed -n 2,3p)"
+last=$(field "$id" last_checkpoint_step)
+kill -KILL "$a_pid"; wait "$a_pid" 2>/dev/null
+kill -CONT "$d_pid"
+wait_for 30 is_state "$id" recovering || fail "$id is $(job_state "$id") after a was killed"
+f=$(ls "$work"/wa/checkpoints/"$id"/stage[01]-step"$last".ckpt 2>/dev/null | head -n 1)
+[ -n "$f" ] && truncate -s -8 "$f" || fail "a holds no checkpoint of step $last to corrupt"
+start_worker a --state "$work/wa"
+a_pid=$worker_pid
+wait_for 300 is_state "$id" succeeded || fail "$id is $(job_state "$id"): $(field "$id" reason)"
+resumed=$(history "$id" | sed -n 's/^running: training on 2 stage(s) from the checkpoint of step \([0-9]*\).*/\1/p' | tail -n 1)
+[ "$resumed" = "$last" ] && ! history "$id" | grep -q "instead of step" &&
+    pass "a corrupt own checkpoint of step $last: resumed from the copy, same step" ||
+    fail "resumed from '$resumed', expected $last: $(history "$id")"
+grep -q "not serving .*$(basename "$f"): .*truncated" "$work"/a.log &&
+    pass "the corrupt file was refused, naming why: $(grep -h -o "not serving .*truncated.*" "$work"/a.log | head -n 1 | sed "s|$work/||g")" ||
+    fail "a's log does not say it refused $(basename "$f")"
+same_params "$id" && pass "and ends with the parameters of the uninterrupted run, bit for bit" ||
+    fail "$id ends with other parameters than $ref"
 
 # a bad checkpoint_replicas is refused at submit, naming the key and the range
 spec bad ', "checkpoint_replicas": 9' >"$work/bad.json"
