@@ -470,8 +470,12 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     sc_status rc = wk_blocks_fetch(src, k, t->job_id, t->resume_step, model, first, last,
                                    FETCH_TIMEOUT_MS, self != NULL, &im, &fs, err);
     free(src);
-    if (rc != SC_OK && own.code == SC_ERR_PARSE) /* say why the own file did not do either */
-        sc_err_prefix(err, "%s; and from the other workers", own.msg);
+    if (rc != SC_OK && own.code == SC_ERR_PARSE) { /* the own file's fault is the news */
+        SC_LOG_WARN(LOG, "job %s stage %u: no copy either: %s", t->job_id, t->stage, err->msg);
+        *err = own;
+        sc_err_prefix(err, "no other worker holds an intact copy either");
+        rc = own.code;
+    }
     if (rc == SC_OK) {
         rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
         if (rc == SC_OK)
