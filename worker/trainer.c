@@ -487,8 +487,11 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     }
     rt_stage_image_clear(&im);
     /* A checkpoint taken over (a re-plan, or a copy of a lost worker's) becomes this stage's
-     * own, so that it is here, and copied from here, should the workers it came from go too. */
-    if (rc == SC_OK && t->resume_step == t->last_checkpoint && t->replica == 0) {
+     * own, so that it is here should the workers it came from go too; never over a file of
+     * another block range of that name (an older plan's), which other stages may still take
+     * their blocks from. */
+    if (rc == SC_OK && t->resume_step == t->last_checkpoint && t->replica == 0 &&
+        (own.code == SC_ERR_NOT_FOUND || own.code == SC_ERR_PARSE)) {
         sc_err why;
         sc_err_clear(&why);
         if (make_dirs(t->checkpoint_dir, &why) != SC_OK ||
@@ -561,8 +564,6 @@ static void *train_main(void *arg)
         push_resume_error(t, &err);
         return NULL;
     }
-    if (t->resume_step > 0 && t->resume_step == t->last_checkpoint)
-        wk_copier_due(t->copier, t->resume_step); /* the copies of a new plan's holders */
     uint64_t last_ckpt = t->last_checkpoint;
     char ckpt_error[400] = ""; /* why the latest checkpoint failed, "" when it was written */
     for (uint64_t step = t->resume_step + 1; step <= t->steps && !atomic_load(&t->stop); step++) {
