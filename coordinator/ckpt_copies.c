@@ -63,8 +63,7 @@ json_t *coord_ckpt_copies_payload(const json_t *plan, const char *const *endpoin
     for (size_t s = 0; s < ns; s++) {
         json_t *devs = json_object_get(json_array_get(stages, s), "devices");
         json_int_t d = json_integer_value(json_array_get(devs, 0));
-        owner[s] = json_is_integer(json_array_get(devs, 0)) && d >= 0 && (size_t)d < n &&
-                           serves[d]
+        owner[s] = json_is_integer(json_array_get(devs, 0)) && d >= 0 && (size_t)d < n && serves[d]
                        ? (int)d
                        : -1;
     }
@@ -75,12 +74,12 @@ json_t *coord_ckpt_copies_payload(const json_t *plan, const char *const *endpoin
         json_t *st = json_array_get(stages, s);
         json_t *hs = json_array();
         for (int j = 0; j < count[s]; j++)
-            json_array_append_new(hs, json_string(endpoints[holders[s * COORD_MAX_CKPT_COPIES + j]]));
-        json_array_append_new(
-            out, json_pack("{s:I, s:O, s:O, s:s, s:o}", "stage", (json_int_t)s, "first_block",
-                           json_object_get(st, "first_block"), "last_block",
-                           json_object_get(st, "last_block"), "source", endpoints[owner[s]],
-                           "holders", hs));
+            json_array_append_new(hs,
+                                  json_string(endpoints[holders[s * COORD_MAX_CKPT_COPIES + j]]));
+        json_array_append_new(out, json_pack("{s:I, s:O, s:O, s:s, s:o}", "stage", (json_int_t)s,
+                                             "first_block", json_object_get(st, "first_block"),
+                                             "last_block", json_object_get(st, "last_block"),
+                                             "source", endpoints[owner[s]], "holders", hs));
     }
     free(owner);
     free(holders);

@@ -257,13 +257,12 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
     }
     free(eps);
     free(hosts);
-    json_t *payload =
-        json_pack("{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:o*}", "stage_endpoints", endpoints,
-                  "steps", (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
-                  "checkpoint_every", (json_int_t)spec->checkpoint_every, "checkpoint_keep",
-                  (json_int_t)spec->checkpoint_keep, "run", (json_int_t)run, "state_sources",
-                  sources, "last_checkpoint", (json_int_t)last_checkpoint, "checkpoint_copies",
-                  copy_list);
+    json_t *payload = json_pack(
+        "{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:o*}", "stage_endpoints", endpoints, "steps",
+        (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step, "checkpoint_every",
+        (json_int_t)spec->checkpoint_every, "checkpoint_keep", (json_int_t)spec->checkpoint_keep,
+        "run", (json_int_t)run, "state_sources", sources, "last_checkpoint",
+        (json_int_t)last_checkpoint, "checkpoint_copies", copy_list);
     char *text = json_dumps(payload, JSON_COMPACT);
     char reason[COORD_REASON_MAX], from[64] = "";
     if (resume_step > 0)

@@ -183,8 +183,9 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         }
     }
     /* complete: written by every stage and held by every copy (ckpt_copies.h) */
-    uint64_t ckpt = coord_ckpt_complete(written, (size_t)p->n_stages, p->copies, &p->copied[0][0],
-                                        p->last_checkpoint < written ? p->last_checkpoint : written);
+    uint64_t ckpt =
+        coord_ckpt_complete(written, (size_t)p->n_stages, p->copies, &p->copied[0][0],
+                            p->last_checkpoint < written ? p->last_checkpoint : written);
     throughput_update(p, done, sc_clock_now_s());
     sc_err err;
     sc_err_clear(&err);

@@ -414,8 +414,8 @@ static void report_copies(wk_trainer *t, Stagecraft__IterationReport *r)
     size_t n = wk_copier_held(t->copier, held, WK_COPIER_MAX);
     if (n == 0)
         return;
-    char *block = malloc(n * (sizeof(Stagecraft__CheckpointCopy *) +
-                              sizeof(Stagecraft__CheckpointCopy)));
+    char *block =
+        malloc(n * (sizeof(Stagecraft__CheckpointCopy *) + sizeof(Stagecraft__CheckpointCopy)));
     if (block == NULL)
         return;
     Stagecraft__CheckpointCopy **ptrs = (Stagecraft__CheckpointCopy **)block;
@@ -496,9 +496,10 @@ static sc_status resume(wk_trainer *t, sc_err *err)
         sc_err_clear(&why);
         if (make_dirs(t->checkpoint_dir, &why) != SC_OK ||
             rt_runner_save(t->runner, t->checkpoint_dir, t->resume_step, &why) != SC_OK)
-            SC_LOG_WARN(LOG, "job %s stage %u: the checkpoint of step %llu taken over is not "
-                        "kept here: %s", t->job_id, t->stage, (unsigned long long)t->resume_step,
-                        why.msg);
+            SC_LOG_WARN(LOG,
+                        "job %s stage %u: the checkpoint of step %llu taken over is not "
+                        "kept here: %s",
+                        t->job_id, t->stage, (unsigned long long)t->resume_step, why.msg);
     }
     return rc;
 }
@@ -659,8 +660,7 @@ static sc_status copies_from(wk_trainer *t, json_t *list, sc_err *err)
                            "%s: expected {\"stage\", \"first_block\", \"last_block\", "
                            "\"source\", \"holders\"}",
                            what);
-        if ((rc = jwhole(e, "stage", -1, 0, (double)t->n_stages - 1, what, &stage, err)) !=
-                SC_OK ||
+        if ((rc = jwhole(e, "stage", -1, 0, (double)t->n_stages - 1, what, &stage, err)) != SC_OK ||
             (rc = jwhole(e, "first_block", -1, 0, WK_BLOCKS_MAX, what, &first, err)) != SC_OK ||
             (rc = jwhole(e, "last_block", -1, first, WK_BLOCKS_MAX, what, &last, err)) != SC_OK)
             return rc;
@@ -668,9 +668,8 @@ static sc_status copies_from(wk_trainer *t, json_t *list, sc_err *err)
             const char *h = json_string_value(json_array_get(holders, k));
             if (h == NULL || strcmp(h, self) != 0)
                 continue;
-            if (t->copier == NULL &&
-                (rc = wk_copier_new(&t->copier, t->job_id, t->checkpoint_dir,
-                                    rt_runner_model(t->runner), err)) != SC_OK)
+            if (t->copier == NULL && (rc = wk_copier_new(&t->copier, t->job_id, t->checkpoint_dir,
+                                                         rt_runner_model(t->runner), err)) != SC_OK)
                 return rc;
             if ((rc = wk_copier_add(t->copier, (uint32_t)stage, (uint32_t)k, source, (int)first,
                                     (int)last, err)) != SC_OK) {

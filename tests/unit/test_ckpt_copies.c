@@ -24,7 +24,7 @@
 #include "worker/blocks/ckpt_copier.h"
 #include "worker/runtime/runner.h"
 
-#define H(s, j) holders[(s) * COORD_MAX_CKPT_COPIES + (j)]
+#define H(s, j) holders[(s)*COORD_MAX_CKPT_COPIES + (j)]
 
 static void two_workers_hold_each_others_stage(void **state)
 {
@@ -86,9 +86,10 @@ static void complete_waits_for_every_copy(void **state)
 static void payload_names_writer_and_holders(void **state)
 {
     (void)state;
-    json_t *plan = json_loads("{\"stages\": [{\"first_block\": 0, \"last_block\": 1, \"devices\": "
-                              "[1]}, {\"first_block\": 2, \"last_block\": 4, \"devices\": [0, 2]}]}",
-                              0, NULL);
+    json_t *plan =
+        json_loads("{\"stages\": [{\"first_block\": 0, \"last_block\": 1, \"devices\": "
+                   "[1]}, {\"first_block\": 2, \"last_block\": 4, \"devices\": [0, 2]}]}",
+                   0, NULL);
     assert_non_null(plan);
     const char *eps[3] = {"tcp://h0:1", "tcp://h1:1", "tcp://h2:1"};
     bool used[3] = {true, true, true};
@@ -219,9 +220,8 @@ static void copier_takes_checkpoints_and_refuses_bad_files(void **state)
     assert_int_equal(system(path), 0);
     const char *src[1] = {wk_block_server_endpoint(sb)};
     wk_fetch_stats fs;
-    assert_int_equal(wk_blocks_fetch(src, 1, "job-1", 4, model, 1, nb - 1, 5000, false, &got, &fs,
-                                     &err),
-                     SC_OK);
+    assert_int_equal(
+        wk_blocks_fetch(src, 1, "job-1", 4, model, 1, nb - 1, 5000, false, &got, &fs, &err), SC_OK);
     assert_memory_equal(got.params, im.params, im.nparams * sizeof(float));
     rt_stage_image_clear(&got);
 
@@ -232,9 +232,9 @@ static void copier_takes_checkpoints_and_refuses_bad_files(void **state)
     fputs("SCRTCKPT but not a checkpoint at all", f);
     fclose(f);
     sc_err_clear(&err);
-    assert_int_equal(wk_blocks_fetch(src, 1, "job-1", 6, model, 1, nb - 1, 5000, false, &got, &fs,
-                                     &err),
-                     SC_ERR_NOT_FOUND);
+    assert_int_equal(
+        wk_blocks_fetch(src, 1, "job-1", 6, model, 1, nb - 1, 5000, false, &got, &fs, &err),
+        SC_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "stage1-step6.ckpt"));
     assert_non_null(strstr(err.msg, "refused"));
 

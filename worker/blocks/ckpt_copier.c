@@ -19,10 +19,10 @@
 #include "worker/runtime/runner.h"
 
 #define LOG "copies"
-#define DUE_MAX 64          /* steps due and not copied yet */
+#define DUE_MAX 64            /* steps due and not copied yet */
 #define FETCH_TIMEOUT_MS 5000 /* a writer's block server silent this long: asked again later */
-#define RETRY_MS 100        /* between asks for a step the writer does not hold yet */
-#define PASS_OVER_S 5.0     /* a step still missing this long is passed over for a newer one */
+#define RETRY_MS 100          /* between asks for a step the writer does not hold yet */
+#define PASS_OVER_S 5.0       /* a step still missing this long is passed over for a newer one */
 
 typedef struct {
     uint32_t stage, copy;
@@ -113,8 +113,8 @@ static sc_status copy_one(wk_copier *c, const target *t, uint64_t step, sc_err *
     rt_stage_image im;
     wk_fetch_stats fs;
     uint64_t t0 = sc_clock_now_ns();
-    SC_CHECK(wk_blocks_fetch(src, 1, c->job_id, step, c->model, t->first, t->last,
-                             FETCH_TIMEOUT_MS, false, &im, &fs, err));
+    SC_CHECK(wk_blocks_fetch(src, 1, c->job_id, step, c->model, t->first, t->last, FETCH_TIMEOUT_MS,
+                             false, &im, &fs, err));
     char path[1400];
     snprintf(path, sizeof path, "%s/stage%u-step%" PRIu64 ".ckpt", c->dir, t->stage, step);
     sc_status rc = make_dir(c->dir, err);
@@ -220,7 +220,8 @@ void wk_copier_due(wk_copier *c, uint64_t step)
     uint64_t last = c->due_count ? c->due[(c->due_head + c->due_count - 1) % DUE_MAX] : 0;
     if (step > last) {
         if (c->due_count == DUE_MAX) { /* far behind: the oldest due step goes */
-            SC_LOG_WARN(LOG, "job %s: %d checkpoints wait for their copies; not copying step %" PRIu64,
+            SC_LOG_WARN(LOG,
+                        "job %s: %d checkpoints wait for their copies; not copying step %" PRIu64,
                         c->job_id, DUE_MAX, c->due[c->due_head]);
             c->due_head = (c->due_head + 1) % DUE_MAX;
             c->due_count--;

@@ -37,8 +37,8 @@ typedef struct {
 
 /* A copier of job `job_id` whose copies go to `dir`/replicas/ (dir: the job's checkpoint
  * folder); `model` (borrowed, outlives the copier) says how images are cut by block. */
-sc_status wk_copier_new(wk_copier **out, const char *job_id, const char *dir,
-                        const kn_model *model, sc_err *err);
+sc_status wk_copier_new(wk_copier **out, const char *job_id, const char *dir, const kn_model *model,
+                        sc_err *err);
 /* Holds copies of stage `stage` (blocks first..last), written by the worker whose block server is
  * `source`, as its holder number `copy`. Before wk_copier_start only. */
 sc_status wk_copier_add(wk_copier *c, uint32_t stage, uint32_t copy, const char *source, int first,
