@@ -10,6 +10,7 @@ void coord_ckpt_choose_holders(size_t n_stages, const int *owner, const bool *us
 {
     if (k > COORD_MAX_CKPT_COPIES)
         k = COORD_MAX_CKPT_COPIES;
+    int *load = calloc(n ? n : 1, sizeof *load); /* stages each worker holds copies of */
     for (size_t s = 0; s < n_stages; s++) {
         int *h = &holders[s * COORD_MAX_CKPT_COPIES];
         count[s] = 0;
@@ -20,14 +21,17 @@ void coord_ckpt_choose_holders(size_t n_stages, const int *owner, const bool *us
         for (int pass = 0; pass < 2 && count[s] < k; pass++) {
             for (size_t step = 1; step < n && count[s] < k; step++) {
                 size_t i = ((size_t)w + step) % n;
-                if (!used[i] || !serves[i])
+                if (!used[i] || !serves[i] || load == NULL || load[i] >= COORD_MAX_CKPT_HELD)
                     continue;
                 bool same = hosts == NULL || strcmp(hosts[i], hosts[w]) == 0;
-                if (same == (pass == 1))
+                if (same == (pass == 1)) {
                     h[count[s]++] = (int)i;
+                    load[i]++;
+                }
             }
         }
     }
+    free(load);
 }
 
 uint64_t coord_ckpt_complete(uint64_t written, size_t n_stages, const int *count,

@@ -18,11 +18,14 @@
 #include <stdint.h>
 
 #define COORD_MAX_CKPT_COPIES 8 /* "checkpoint_replicas" at most */
+#define COORD_MAX_CKPT_HELD 8   /* stages one worker holds copies of at most (the worker's
+                                 * WK_COPIER_MAX) */
 
 /* Chooses the holders of each of n_stages stages' copies: up to k of the n workers, never the
  * stage's writer (owner[s], an index into the n workers), only workers the plan uses (used[i])
  * that serve blocks (serves[i]); workers on another host than the writer's first (hosts[i];
- * hosts NULL: all on one), then in the order after the writer, so that copies spread.
+ * hosts NULL: all on one), then in the order after the writer, so that copies spread; a worker
+ * holds copies of at most COORD_MAX_CKPT_HELD stages.
  * holders[s * COORD_MAX_CKPT_COPIES + j] gets the index of holder j; count[s] how many there are
  * (fewer than k when the plan has too few other workers). */
 void coord_ckpt_choose_holders(size_t n_stages, const int *owner, const bool *used,

@@ -47,6 +47,7 @@ struct wk_trainer {
     wk_block_server *blocks; /* where a paused stage keeps its state (may be NULL) */
     json_t *sources;         /* START's "state_sources": block servers to resume from, or NULL */
     wk_copier *copier;       /* copies of other stages' checkpoints held here, or NULL */
+    char *model_json;        /* the job's model, for the copier */
 
     pthread_mutex_t lock; /* guards the queue */
     wk_trainer_msg queue[QUEUE_MAX];
@@ -274,6 +275,12 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     t->n_stages = req->n_stages;
     t->replica = req->replica;
     snprintf(t->checkpoint_dir, sizeof t->checkpoint_dir, "%s/%s", checkpoint_dir, req->job_id);
+    t->model_json = strdup(req->model_json ? req->model_json : "");
+    if (t->model_json == NULL) {
+        wk_trainer_destroy(&t);
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     rc = rt_runner_new(&t->runner, &cfg, err);
     if (rc != SC_OK) {
         wk_trainer_destroy(&t);
@@ -669,7 +676,7 @@ static sc_status copies_from(wk_trainer *t, json_t *list, sc_err *err)
             if (h == NULL || strcmp(h, self) != 0)
                 continue;
             if (t->copier == NULL && (rc = wk_copier_new(&t->copier, t->job_id, t->checkpoint_dir,
-                                                         rt_runner_model(t->runner), err)) != SC_OK)
+                                                         t->model_json, err)) != SC_OK)
                 return rc;
             if ((rc = wk_copier_add(t->copier, (uint32_t)stage, (uint32_t)k, source, (int)first,
                                     (int)last, err)) != SC_OK) {
@@ -813,8 +820,9 @@ void wk_trainer_destroy(wk_trainer **tp)
         rt_runner_abort(t->runner);
     if (t->started)
         pthread_join(t->thread, NULL);
-    wk_copier_destroy(&t->copier); /* before the runner: it reads the runner's model */
+    wk_copier_destroy(&t->copier);
     rt_runner_destroy(&t->runner);
+    free(t->model_json);
     json_decref(t->endpoints);
     json_decref(t->sources);
     wk_trainer_msg m;

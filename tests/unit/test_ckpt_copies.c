@@ -65,6 +65,30 @@ static void holders_prefer_other_hosts_and_skip_unused(void **state)
     assert_int_equal(count[1], 0);
 }
 
+static void no_worker_holds_more_than_it_can(void **state)
+{
+    (void)state;
+    /* ten writers on host a, one worker on host b: b is everyone's first choice, up to its cap */
+    enum { N = 11 };
+    const char *hosts[N];
+    bool used[N], serves[N];
+    int owner[N - 1], holders[(N - 1) * COORD_MAX_CKPT_COPIES], count[N - 1];
+    for (int i = 0; i < N; i++) {
+        hosts[i] = i == N - 1 ? "b" : "a";
+        used[i] = serves[i] = true;
+    }
+    for (int s = 0; s < N - 1; s++)
+        owner[s] = s;
+    coord_ckpt_choose_holders(N - 1, owner, used, serves, hosts, N, 1, holders, count);
+    int on_b = 0;
+    for (int s = 0; s < N - 1; s++) {
+        assert_int_equal(count[s], 1);
+        assert_int_not_equal(H(s, 0), s);
+        on_b += H(s, 0) == N - 1;
+    }
+    assert_int_equal(on_b, COORD_MAX_CKPT_HELD);
+}
+
 static void complete_waits_for_every_copy(void **state)
 {
     (void)state;
@@ -180,7 +204,7 @@ static void copier_takes_checkpoints_and_refuses_bad_files(void **state)
     char bjob[96];
     snprintf(bjob, sizeof bjob, "%s/job-1", b);
     wk_copier *c = NULL;
-    assert_int_equal(wk_copier_new(&c, "job-1", bjob, model, &err), SC_OK);
+    assert_int_equal(wk_copier_new(&c, "job-1", bjob, MLP_JSON, &err), SC_OK);
     /* bad targets are refused by name */
     assert_int_equal(wk_copier_add(c, 1, 0, "nowhere", 1, nb - 1, &err), SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "tcp://HOST:PORT"));
@@ -265,6 +289,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(two_workers_hold_each_others_stage),
         cmocka_unit_test(holders_prefer_other_hosts_and_skip_unused),
+        cmocka_unit_test(no_worker_holds_more_than_it_can),
         cmocka_unit_test(complete_waits_for_every_copy),
         cmocka_unit_test(payload_names_writer_and_holders),
         cmocka_unit_test(copier_takes_checkpoints_and_refuses_bad_files),

@@ -34,11 +34,11 @@ typedef struct {
 struct wk_copier {
     char job_id[64];
     char dir[1200]; /* JOB/replicas */
-    const kn_model *model;
+    kn_model *model; /* owned: the thread may outlive the trainer that made it */
     target t[WK_COPIER_MAX];
     size_t n;
     pthread_t thread;
-    bool running, stop;
+    bool running, stop, orphan; /* orphan: destroyed while running; the thread frees */
     pthread_mutex_t lock; /* guards everything below, t[].held and stop */
     pthread_cond_t wake;
     uint64_t due[DUE_MAX];
@@ -46,15 +46,20 @@ struct wk_copier {
     wk_copier_stats stats;
 };
 
-sc_status wk_copier_new(wk_copier **out, const char *job_id, const char *dir, const kn_model *model,
-                        sc_err *err)
+sc_status wk_copier_new(wk_copier **out, const char *job_id, const char *dir,
+                        const char *model_json, sc_err *err)
 {
     *out = NULL;
     wk_copier *c = calloc(1, sizeof *c);
     SC_ALLOC_CHECK(c, err);
+    sc_status rc = kn_model_parse(&c->model, "the job's model", model_json ? model_json : "",
+                                  model_json ? strlen(model_json) : 0, err);
+    if (rc != SC_OK) {
+        free(c);
+        return rc;
+    }
     sc_strlcpy(c->job_id, job_id, sizeof c->job_id);
     snprintf(c->dir, sizeof c->dir, "%s/" WK_BLOCKS_COPIES_DIR, dir);
-    c->model = model;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->wake, NULL);
     *out = c;
@@ -115,6 +120,13 @@ static sc_status copy_one(wk_copier *c, const target *t, uint64_t step, sc_err *
     uint64_t t0 = sc_clock_now_ns();
     SC_CHECK(wk_blocks_fetch(src, 1, c->job_id, step, c->model, t->first, t->last, FETCH_TIMEOUT_MS,
                              false, &im, &fs, err));
+    pthread_mutex_lock(&c->lock);
+    bool stopped = c->stop; /* a copy of a stage replaced meanwhile is not written */
+    pthread_mutex_unlock(&c->lock);
+    if (stopped) {
+        rt_stage_image_clear(&im);
+        return SC_ERRF(err, SC_ERR_CANCELLED, "the copier of job %s stopped", c->job_id);
+    }
     char path[1400];
     snprintf(path, sizeof path, "%s/stage%u-step%" PRIu64 ".ckpt", c->dir, t->stage, step);
     sc_status rc = make_dir(c->dir, err);
@@ -145,6 +157,14 @@ static void wait_ms(wk_copier *c, int ms)
     pthread_cond_timedwait(&c->wake, &c->lock, &until);
 }
 
+static void free_copier(wk_copier *c)
+{
+    kn_model_destroy(&c->model);
+    pthread_cond_destroy(&c->wake);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
 static void *copier_main(void *arg)
 {
     wk_copier *c = arg;
@@ -172,7 +192,7 @@ static void *copier_main(void *arg)
             }
             all = false;
             absent = absent || rc == SC_ERR_NOT_FOUND;
-            if (rc != SC_ERR_NOT_FOUND)
+            if (rc != SC_ERR_NOT_FOUND && rc != SC_ERR_CANCELLED)
                 SC_LOG_WARN(LOG, "job %s: copy of stage %u of step %" PRIu64 " failed: %s",
                             c->job_id, t.stage, step, err.msg);
         }
@@ -194,7 +214,10 @@ static void *copier_main(void *arg)
             wait_ms(c, RETRY_MS);
         }
     }
+    bool orphan = c->orphan;
     pthread_mutex_unlock(&c->lock);
+    if (orphan)
+        free_copier(c);
     return NULL;
 }
 
@@ -274,14 +297,18 @@ void wk_copier_destroy(wk_copier **cp)
     if (cp == NULL || *cp == NULL)
         return;
     wk_copier *c = *cp;
+    *cp = NULL;
+    if (!c->running) {
+        free_copier(c);
+        return;
+    }
+    /* the thread may be waiting on a writer that is gone (up to FETCH_TIMEOUT_MS): it is not
+     * waited for; it sees the stop, drops what it was taking, and frees the copier itself */
+    pthread_t thread = c->thread;
     pthread_mutex_lock(&c->lock);
     c->stop = true;
+    c->orphan = true;
     pthread_cond_broadcast(&c->wake);
     pthread_mutex_unlock(&c->lock);
-    if (c->running)
-        pthread_join(c->thread, NULL);
-    pthread_cond_destroy(&c->wake);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-    *cp = NULL;
+    pthread_detach(thread);
 }

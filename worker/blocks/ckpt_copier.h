@@ -36,9 +36,9 @@ typedef struct {
 } wk_copier_stats;
 
 /* A copier of job `job_id` whose copies go to `dir`/replicas/ (dir: the job's checkpoint
- * folder); `model` (borrowed, outlives the copier) says how images are cut by block. */
-sc_status wk_copier_new(wk_copier **out, const char *job_id, const char *dir, const kn_model *model,
-                        sc_err *err);
+ * folder); the model (its JSON, parsed into the copier's own) says how images are cut by block. */
+sc_status wk_copier_new(wk_copier **out, const char *job_id, const char *dir,
+                        const char *model_json, sc_err *err);
 /* Holds copies of stage `stage` (blocks first..last), written by the worker whose block server is
  * `source`, as its holder number `copy`. Before wk_copier_start only. */
 sc_status wk_copier_add(wk_copier *c, uint32_t stage, uint32_t copy, const char *source, int first,
@@ -55,7 +55,8 @@ void wk_copier_stats_get(wk_copier *c, wk_copier_stats *out);
 /* Every stage holds the checkpoint of `step` with its copies: deletes the copies older than the
  * `keep` newest at or before it (rt_checkpoint_prune; keep 0 deletes nothing). */
 sc_status wk_copier_complete(wk_copier *c, uint64_t step, uint64_t keep, sc_err *err);
-/* Stops the thread (a copy under way finishes or times out first) and frees. Accepts NULL. */
+/* Stops the copier and returns at once: a copy under way is dropped when its answer comes (or
+ * times out), never written, and the thread then frees what it holds. Accepts NULL. */
 void wk_copier_destroy(wk_copier **c);
 
 #endif /* WK_CKPT_COPIER_H */
