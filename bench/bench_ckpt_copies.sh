@@ -23,7 +23,13 @@ done
 command -v jq >/dev/null || { echo "bench_ckpt_copies: needs jq" >&2; exit 2; }
 work=$(mktemp -d /tmp/stagecraft-bench-copies.XXXXXX)
 pids=()
-trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
 "$sc" coordinator --listen 127.0.0.1:0 --state "$work/state" >"$work/coord.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do grep -q "listening on port" "$work/coord.log" && break; sleep 0.1; done

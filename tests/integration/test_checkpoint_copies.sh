@@ -45,7 +45,7 @@ spec ref >"$work/ref.json"
 ref=$(submit "$work/ref.json")
 wait_for 300 is_state "$ref" succeeded || fail "$ref is $(job_state "$ref"): $(field "$ref" reason)"
 for w in a b; do
-    ls "$work/w$w/checkpoints/$ref/replicas/" 2>/dev/null | grep -q "^stage[01]-step[0-9]*\.ckpt$" ||
+    compgen -G "$work/w$w/checkpoints/$ref/replicas/stage[01]-step*.ckpt" >/dev/null ||
         fail "worker $w holds no copy of the other stage: $(ls -R "$work/w$w/checkpoints/$ref" 2>&1)"
 done
 for s in 0 1; do # kept aside: b's disk goes below
