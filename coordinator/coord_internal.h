@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "coordinator/ckpt_copies.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/registry.h"
@@ -34,6 +35,10 @@ typedef struct {
     /* last completed step and checkpoint of each replica of each stage */
     uint64_t step[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     uint64_t checkpoint[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    /* the workers holding copies of each stage's checkpoints (ckpt_copies.h): how many, and the
+     * newest step each one reported holding */
+    int copies[COORD_MAX_STAGES];
+    uint64_t copied[COORD_MAX_STAGES][COORD_MAX_CKPT_COPIES];
     double iteration_s[COORD_MAX_STAGES];
     double busy_s[COORD_MAX_STAGES];
     double loss;               /* from the last stage */

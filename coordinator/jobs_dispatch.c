@@ -243,12 +243,27 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
             json_array_append_new(sources, json_string(endpoint));
     }
     pthread_mutex_unlock(&c->lock);
-    json_t *payload =
-        json_pack("{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "stage_endpoints", endpoints, "steps",
-                  (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step,
-                  "checkpoint_every", (json_int_t)spec->checkpoint_every, "checkpoint_keep",
-                  (json_int_t)spec->checkpoint_keep, "run", (json_int_t)run, "state_sources",
-                  sources, "last_checkpoint", (json_int_t)last_checkpoint);
+    /* who holds a copy of each stage's checkpoints, so that they survive a lost disk */
+    int copies[COORD_MAX_STAGES] = {0};
+    json_t *copy_list = NULL;
+    const char **eps = calloc(n ? n : 1, sizeof *eps), **hosts = calloc(n ? n : 1, sizeof *hosts);
+    if (spec->checkpoint_every > 0 && spec->checkpoint_replicas > 0 && eps != NULL &&
+        hosts != NULL && n_stages <= COORD_MAX_STAGES) {
+        for (size_t i = 0; i < n; i++) {
+            eps[i] = ws[i].hw != NULL ? ws[i].hw->state_endpoint : NULL;
+            hosts[i] = ws[i].hw != NULL && ws[i].hw->hostname != NULL ? ws[i].hw->hostname : "";
+        }
+        copy_list = coord_ckpt_copies_payload(plan, eps, hosts, used, n,
+                                              (int)spec->checkpoint_replicas, copies);
+    }
+    free(eps);
+    free(hosts);
+    json_t *payload = json_pack(
+        "{s:O, s:I, s:I, s:I, s:I, s:I, s:o, s:I, s:o*}", "stage_endpoints", endpoints, "steps",
+        (json_int_t)spec->steps, "resume_step", (json_int_t)resume_step, "checkpoint_every",
+        (json_int_t)spec->checkpoint_every, "checkpoint_keep", (json_int_t)spec->checkpoint_keep,
+        "run", (json_int_t)run, "state_sources", sources, "last_checkpoint",
+        (json_int_t)last_checkpoint, "checkpoint_copies", copy_list);
     char *text = json_dumps(payload, JSON_COMPACT);
     char reason[COORD_REASON_MAX], from[64] = "";
     if (resume_step > 0)
@@ -301,6 +316,11 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
             for (int k = 0; k < p->replicas[s]; k++) {
                 p->step[s][k] = resume_step;
                 p->checkpoint[s][k] = last_checkpoint;
+            }
+            p->copies[s] = copies[s];
+            for (int j = 0; j < copies[s]; j++)
+                p->copied[s][j] = last_checkpoint;
+            for (int k = 0; k < p->replicas[s]; k++) {
                 /* the plan's device ids index ws[] */
                 json_int_t d = json_integer_value(json_array_get(devs, (size_t)k));
                 if (d >= 0 && (size_t)d < n) {

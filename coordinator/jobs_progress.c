@@ -175,6 +175,12 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         p->step[s][k] = r->step;
     if (r->checkpoint_step > p->checkpoint[s][k])
         p->checkpoint[s][k] = r->checkpoint_step;
+    for (size_t i = 0; i < r->n_checkpoint_copies; i++) {
+        const Stagecraft__CheckpointCopy *cc = r->checkpoint_copies[i];
+        if (cc != NULL && (int)cc->stage < p->n_stages && (int)cc->copy < p->copies[cc->stage] &&
+            cc->step > p->copied[cc->stage][cc->copy])
+            p->copied[cc->stage][cc->copy] = cc->step;
+    }
     if (!r->parked) {
         p->iteration_s[s] = r->iteration_s;
         p->busy_s[s] = r->busy_s;
@@ -205,13 +211,17 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         coord_jobs_shutdown_left(c, p->job_id);
     }
     /* the job is as far as its slowest replica of any stage */
-    uint64_t done = UINT64_MAX, ckpt = UINT64_MAX;
+    uint64_t done = UINT64_MAX, written = UINT64_MAX;
     for (int i = 0; i < p->n_stages; i++) {
         for (int j = 0; j < p->replicas[i]; j++) {
             done = p->step[i][j] < done ? p->step[i][j] : done;
-            ckpt = p->checkpoint[i][j] < ckpt ? p->checkpoint[i][j] : ckpt;
+            written = p->checkpoint[i][j] < written ? p->checkpoint[i][j] : written;
         }
     }
+    /* complete: written by every stage and held by every copy (ckpt_copies.h) */
+    uint64_t ckpt =
+        coord_ckpt_complete(written, (size_t)p->n_stages, p->copies, &p->copied[0][0],
+                            p->last_checkpoint < written ? p->last_checkpoint : written);
     throughput_update(p, done, sc_clock_now_s());
     sc_err err;
     sc_err_clear(&err);
@@ -238,6 +248,18 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     sc_strfmt(reason, sizeof reason, "trained %llu steps; final loss %.4f",
               (unsigned long long)done, p->loss);
     p->finished = true;
+    if (written > p->complete_sent) {
+        /* the job is done: its copies no longer matter for a restart, the written steps do */
+        p->complete_sent = written;
+        coord_store_job_set_progress(c->store, p->job_id, done, written, NULL);
+        for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
+            const coord_worker *w = coord_registry_at(c->registry, i);
+            if (strcmp(w->job_id, p->job_id) == 0)
+                coord_queue_command_locked(c, w->rec.id,
+                                           STAGECRAFT__COMMAND_KIND__COMMAND_CHECKPOINT_COMPLETE,
+                                           p->job_id, written, NULL, NULL);
+        }
+    }
     if (coord_store_job_transition(c->store, id, COORD_JOB_SUCCEEDED, reason, &err) == SC_OK)
         SC_LOG_INFO(LOG, "job %s succeeded: %s (last report from %s)", id, reason, worker_id);
     /* the workers drop the finished stage and are free for the next job */

@@ -7,6 +7,7 @@
 
 #include "common/sc_json.h"
 #include "common/sc_util.h"
+#include "coordinator/ckpt_copies.h"
 #include "coordinator/store.h"
 #include "kernels/model.h"
 #include "proto/sc_wire.h"
@@ -220,6 +221,8 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     /* 0 keeps every checkpoint, as releases before this key did */
     SC_CHECK(sc_json_opt_int(&root, "checkpoint_keep", 0, 1000000, 2, &v, err));
     spec->checkpoint_keep = (uint64_t)v;
+    SC_CHECK(sc_json_opt_int(&root, "checkpoint_replicas", 0, COORD_MAX_CKPT_COPIES, 1, &v, err));
+    spec->checkpoint_replicas = (uint32_t)v;
     SC_CHECK(sc_json_opt_int(&root, "stages", 0, spec->workers, 0, &v, err));
     spec->max_stages = (uint32_t)v;
 

@@ -47,6 +47,8 @@ typedef struct {
     double momentum;
     uint64_t checkpoint_every; /* 0 = never */
     uint64_t checkpoint_keep;  /* complete checkpoints each worker keeps (default 2; 0 = all) */
+    uint32_t checkpoint_replicas; /* other workers that hold a copy of each stage's checkpoints
+                                   * (default 1; 0 = only the writer's own disk) */
     uint32_t max_stages;       /* "stages": at most this many pipeline stages; 0 = any */
     char transport[8];         /* data plane: "auto" (default: nccl where every stage boundary
                                 * can take it, else zmq), "zmq" or "nccl" */

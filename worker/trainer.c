@@ -16,6 +16,8 @@
 #include "common/sc_util.h"
 #include "worker/blocks/block_fetch.h"
 #include "worker/blocks/block_server.h"
+#include "worker/blocks/block_wire.h"
+#include "worker/blocks/ckpt_copier.h"
 #include "worker/runtime/runner.h"
 #include "worker/transport/transport.h"
 
@@ -45,6 +47,8 @@ struct wk_trainer {
     pthread_cond_t resume;
     wk_block_server *blocks; /* where a paused stage keeps its state (may be NULL) */
     json_t *sources;         /* START's "state_sources": block servers to resume from, or NULL */
+    wk_copier *copier;       /* copies of other stages' checkpoints held here, or NULL */
+    char *model_json;        /* the job's model, for the copier */
 
     pthread_mutex_t lock; /* guards the queue */
     wk_trainer_msg queue[QUEUE_MAX];
@@ -87,6 +91,9 @@ void wk_trainer_msg_clear(wk_trainer_msg *m)
     if (m->report.checkpoint_error != protobuf_c_empty_string)
         free(m->report.checkpoint_error);
     m->report.checkpoint_error = NULL;
+    free(m->report.checkpoint_copies); /* one block: the pointers, then the messages */
+    m->report.checkpoint_copies = NULL;
+    m->report.n_checkpoint_copies = 0;
 }
 
 static const char *jstr(json_t *o, const char *key, const char *def)
@@ -278,6 +285,12 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     t->n_stages = req->n_stages;
     t->replica = req->replica;
     snprintf(t->checkpoint_dir, sizeof t->checkpoint_dir, "%s/%s", checkpoint_dir, req->job_id);
+    t->model_json = strdup(req->model_json ? req->model_json : "");
+    if (t->model_json == NULL) {
+        wk_trainer_destroy(&t);
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     rc = rt_runner_new(&t->runner, &cfg, err);
     if (rc != SC_OK) {
         wk_trainer_destroy(&t);
@@ -410,9 +423,36 @@ static void report_init(const wk_trainer *t, uint64_t step, wk_trainer_msg *m)
     m->report.step = step;
 }
 
+/* Puts the copies this worker holds of other stages' checkpoints in report r (none when there
+ * are none or memory is short: the coordinator keeps what it last heard). */
+static void report_copies(wk_trainer *t, Stagecraft__IterationReport *r)
+{
+    wk_copy_held held[WK_COPIER_MAX];
+    size_t n = wk_copier_held(t->copier, held, WK_COPIER_MAX);
+    if (n == 0)
+        return;
+    char *block =
+        malloc(n * (sizeof(Stagecraft__CheckpointCopy *) + sizeof(Stagecraft__CheckpointCopy)));
+    if (block == NULL)
+        return;
+    Stagecraft__CheckpointCopy **ptrs = (Stagecraft__CheckpointCopy **)block;
+    Stagecraft__CheckpointCopy *msgs =
+        (Stagecraft__CheckpointCopy *)(block + n * sizeof(Stagecraft__CheckpointCopy *));
+    for (size_t i = 0; i < n; i++) {
+        stagecraft__checkpoint_copy__init(&msgs[i]);
+        msgs[i].stage = held[i].stage;
+        msgs[i].copy = held[i].copy;
+        msgs[i].step = held[i].step;
+        ptrs[i] = &msgs[i];
+    }
+    r->checkpoint_copies = ptrs;
+    r->n_checkpoint_copies = n;
+}
+
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
- * paused there for a move, or their checkpoint files after a re-plan. */
+ * paused there for a move, their checkpoint files after a re-plan, or the copies they hold of
+ * lost or corrupt checkpoints (ckpt_copier.h). */
 static sc_status resume(wk_trainer *t, sc_err *err)
 {
     sc_err own;
@@ -423,10 +463,14 @@ static sc_status resume(wk_trainer *t, sc_err *err)
         return SC_OK;
     }
     size_t n = json_array_size(t->sources);
-    if (n == 0 || (own.code != SC_ERR_NOT_FOUND && own.code != SC_ERR_INVALID)) {
+    if (n == 0 ||
+        (own.code != SC_ERR_NOT_FOUND && own.code != SC_ERR_INVALID && own.code != SC_ERR_PARSE)) {
         *err = own;
         return own.code;
     }
+    if (own.code == SC_ERR_PARSE)
+        SC_LOG_WARN(LOG, "job %s stage %u: %s; asking the other workers for a copy", t->job_id,
+                    t->stage, own.msg);
     /* this worker's own server first: the blocks it kept when it paused stay here */
     const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
     const char **src = calloc(n + 1, sizeof *src);
@@ -446,6 +490,12 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     sc_status rc = wk_blocks_fetch(src, k, t->job_id, t->resume_step, model, first, last,
                                    FETCH_TIMEOUT_MS, self != NULL, &im, &fs, err);
     free(src);
+    if (rc != SC_OK && own.code == SC_ERR_PARSE) { /* the own file's fault is the news */
+        SC_LOG_WARN(LOG, "job %s stage %u: no copy either: %s", t->job_id, t->stage, err->msg);
+        *err = own;
+        sc_err_prefix(err, "no other worker holds an intact copy either");
+        rc = own.code;
+    }
     if (rc == SC_OK) {
         rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
         if (rc == SC_OK)
@@ -456,6 +506,21 @@ static sc_status resume(wk_trainer *t, sc_err *err)
                         fs.bytes - fs.local_bytes, fs.local_bytes, fs.pieces, fs.seconds);
     }
     rt_stage_image_clear(&im);
+    /* A checkpoint taken over (a re-plan, or a copy of a lost worker's) becomes this stage's
+     * own, so that it is here should the workers it came from go too; never over a file of
+     * another block range of that name (an older plan's), which other stages may still take
+     * their blocks from. */
+    if (rc == SC_OK && t->resume_step == t->last_checkpoint && t->replica == 0 &&
+        (own.code == SC_ERR_NOT_FOUND || own.code == SC_ERR_PARSE)) {
+        sc_err why;
+        sc_err_clear(&why);
+        if (make_dirs(t->checkpoint_dir, &why) != SC_OK ||
+            rt_runner_save(t->runner, t->checkpoint_dir, t->resume_step, &why) != SC_OK)
+            SC_LOG_WARN(LOG,
+                        "job %s stage %u: the checkpoint of step %llu taken over is not "
+                        "kept here: %s",
+                        t->job_id, t->stage, (unsigned long long)t->resume_step, why.msg);
+    }
     return rc;
 }
 
@@ -556,6 +621,7 @@ static void *train_main(void *arg)
                 last_ckpt = step;
                 ckpt_error[0] = '\0';
             }
+            wk_copier_due(t->copier, step);
         }
         atomic_store(&t->step, step);
         wk_trainer_msg m;
@@ -567,6 +633,7 @@ static void *train_main(void *arg)
         m.report.backward_s = rep.backward_s;
         m.report.samples_per_s = rep.samples_per_s;
         m.report.checkpoint_step = last_ckpt;
+        report_copies(t, &m.report);
         if (ckpt_error[0] != '\0') {
             char *copy = strdup(ckpt_error);
             if (copy != NULL)
@@ -586,6 +653,52 @@ static void *train_main(void *arg)
             return NULL;
     }
     return NULL;
+}
+
+/* START's "checkpoint_copies" (absent: none): per stage, the block server of its writer
+ * ("source") and of the workers that hold copies ("holders"); a copier for the stages whose
+ * holders name this worker's block server. Malformed entries are refused, naming the entry. */
+static sc_status copies_from(wk_trainer *t, json_t *list, sc_err *err)
+{
+    if (list == NULL)
+        return SC_OK;
+    if (!json_is_array(list))
+        return SC_ERRF(err, SC_ERR_INVALID, "START: checkpoint_copies must be an array");
+    const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
+    sc_status rc = SC_OK;
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        double stage, first, last;
+        json_t *holders = json_object_get(e, "holders");
+        const char *source = json_string_value(json_object_get(e, "source"));
+        char what[64];
+        sc_strfmt(what, sizeof what, "START: checkpoint_copies[%zu]", i);
+        if (!json_is_object(e) || source == NULL || !json_is_array(holders))
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "%s: expected {\"stage\", \"first_block\", \"last_block\", "
+                           "\"source\", \"holders\"}",
+                           what);
+        if ((rc = jwhole(e, "stage", -1, 0, (double)t->n_stages - 1, what, &stage, err)) != SC_OK ||
+            (rc = jwhole(e, "first_block", -1, 0, WK_BLOCKS_MAX, what, &first, err)) != SC_OK ||
+            (rc = jwhole(e, "last_block", -1, first, WK_BLOCKS_MAX, what, &last, err)) != SC_OK)
+            return rc;
+        for (size_t k = 0; self != NULL && k < json_array_size(holders); k++) {
+            const char *h = json_string_value(json_array_get(holders, k));
+            if (h == NULL || strcmp(h, self) != 0)
+                continue;
+            if (t->copier == NULL && (rc = wk_copier_new(&t->copier, t->job_id, t->checkpoint_dir,
+                                                         t->model_json, err)) != SC_OK)
+                return rc;
+            if ((rc = wk_copier_add(t->copier, (uint32_t)stage, (uint32_t)k, source, (int)first,
+                                    (int)last, err)) != SC_OK) {
+                sc_err_prefix(err, "%s", what);
+                return rc;
+            }
+        }
+    }
+    return t->copier != NULL ? wk_copier_start(t->copier, err) : SC_OK;
 }
 
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
@@ -647,6 +760,10 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
         json_decref(p);
         return SC_ERRF(err, SC_ERR_INVALID, "START: state_sources must be an array of endpoints");
     }
+    if ((rc = copies_from(t, json_object_get(p, "checkpoint_copies"), err)) != SC_OK) {
+        json_decref(p);
+        return rc;
+    }
     t->sources = json_incref(sources);
     t->endpoints = json_incref(eps);
     t->steps = (uint64_t)steps;
@@ -685,8 +802,11 @@ uint64_t wk_start_run(const char *payload_json)
 
 sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *err)
 {
-    if (t->replica != 0 || t->checkpoint_keep == 0)
-        return SC_OK; /* copy 0 writes (and so deletes) the stage's checkpoints */
+    if (t->checkpoint_keep == 0)
+        return SC_OK;
+    sc_status copies = wk_copier_complete(t->copier, step, t->checkpoint_keep, err);
+    if (t->replica != 0)
+        return copies; /* copy 0 writes (and so deletes) the stage's checkpoints */
     size_t deleted = 0;
     sc_status rc = rt_checkpoint_prune(t->checkpoint_dir, (int)t->stage, step, t->checkpoint_keep,
                                        &deleted, err);
@@ -717,7 +837,9 @@ void wk_trainer_destroy(wk_trainer **tp)
         rt_runner_abort(t->runner);
     if (t->started)
         pthread_join(t->thread, NULL);
+    wk_copier_destroy(&t->copier);
     rt_runner_destroy(&t->runner);
+    free(t->model_json);
     json_decref(t->endpoints);
     json_decref(t->sources);
     wk_trainer_msg m;

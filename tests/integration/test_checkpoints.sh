@@ -54,8 +54,10 @@ err=$("$sc" submit "$work/bad.json" 2>&1 >/dev/null); rc=$?
     pass "checkpoint_keep -1 refused at submit: $err" || fail "checkpoint_keep -1: exit $rc: $err"
 
 # 2. a corrupt newest checkpoint: the job recovers from the step before it, says so, and ends
-#    with the weights of an uninterrupted run (the same spec run first, to its end)
-job corrupt 200 ', "checkpoint_every": 2, "checkpoint_keep": 3' >"$work/corrupt.json"
+#    with the weights of an uninterrupted run (the same spec run first, to its end). Without
+#    copies of the checkpoints on other workers (with them, the copy is taken instead:
+#    test_checkpoint_copies.sh)
+job corrupt 200 ', "checkpoint_every": 2, "checkpoint_keep": 3, "checkpoint_replicas": 0' >"$work/corrupt.json"
 ref=$(submit "$work/corrupt.json")
 wait_for 120 is_state "$ref" succeeded || fail "reference job $ref is $(job_state "$ref")"
 id=$(submit "$work/corrupt.json")
@@ -97,8 +99,8 @@ for s in 0 1; do
         fail "stage $s: the run resumed from step $prev differs from the uninterrupted one"
 done
 
-# 3. no intact checkpoint at all: the job fails, naming why
-job none 400 ', "checkpoint_every": 2' >"$work/none.json"
+# 3. no intact checkpoint at all (and no copies): the job fails, naming why
+job none 400 ', "checkpoint_every": 2, "checkpoint_replicas": 0' >"$work/none.json"
 id=$(submit "$work/none.json")
 wait_for 60 sh -c "[ \"\$('$sc' status $id --json | sed -n 's/^  \"last_checkpoint_step\": \([0-9]*\),/\1/p')\" -ge 6 ]" ||
     fail "$id did not checkpoint step 6: $("$sc" status "$id" | sed -n 2,3p)"

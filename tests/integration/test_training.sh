@@ -32,7 +32,7 @@ for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog $
 loss_of() { "$sc" status "$1" --json | sed -n 's/^  "reason": "trained [0-9]* steps; final loss \([0-9.]*\)".*/\1/p'; }
 
 # 1. an uninterrupted run
-job plain 200 >"$work/plain.json"
+job plain 400 >"$work/plain.json"
 "$sc" submit "$work/plain.json" >/dev/null || fail "submit plain"
 wait_for 120 is_state job-1 succeeded && pass "job-1 trained to success" ||
     fail "job-1 is $(job_state job-1): $("$sc" status job-1 | sed -n 2p)"
@@ -56,9 +56,9 @@ reds=$(echo "$plan1" | sed -n 's/.*"replica_reduce":\[\([^]]*\)\].*/\1/p')
     fail "plan replica_reduce '[$reds]' for $cuts single-copy stages"
 
 # 2. the same job, with a worker killed mid-training and started again
-job killed 200 >"$work/killed.json"
+job killed 400 >"$work/killed.json"
 "$sc" submit "$work/killed.json" >/dev/null || fail "submit killed"
-# The coordinator resumes from the last step it knows every stage saved, from reports that go
+# The coordinator resumes from the last step it knows every stage saved (and copied), from reports that go
 # out at most every 50 ms while a step takes a few ms: freeze both workers as soon as it knows
 # one (>= 10), so the job cannot end before b is killed and it has a checkpoint to resume from.
 freeze_when_known 60 job-2 10 "$a_pid" "$b_pid" ||
@@ -75,13 +75,13 @@ wait_for 6 is_state job-2 recovering &&
 start_worker b
 wait_for 120 is_state job-2 succeeded && pass "job-2 resumed and trained to success" ||
     fail "job-2 is $(job_state job-2): $("$sc" status job-2 | sed -n 2p)"
-"$sc" status job-2 | grep -q "step:    200 of 200" || fail "job-2 step: $("$sc" status job-2 | sed -n 3p)"
+"$sc" status job-2 | grep -q "step:    400 of 400" || fail "job-2 step: $("$sc" status job-2 | sed -n 3p)"
 grep -q "from the checkpoint of step" "$work/coord.log" || fail "job-2 did not resume from a checkpoint"
 
 # 3. the resumed run ends with the uninterrupted run's weights and optimizer state, bit for bit
 for s in 0 1; do
-    f1=$(ls "$work"/wstate/checkpoints/job-1/stage$s-step200.ckpt 2>/dev/null | head -1)
-    f2=$(ls "$work"/wstate/checkpoints/job-2/stage$s-step200.ckpt 2>/dev/null | head -1)
+    f1=$(ls "$work"/wstate/checkpoints/job-1/stage$s-step400.ckpt 2>/dev/null | head -1)
+    f2=$(ls "$work"/wstate/checkpoints/job-2/stage$s-step400.ckpt 2>/dev/null | head -1)
     if [ -z "$f1" ] || [ -z "$f2" ]; then
         fail "stage $s: missing final checkpoints ('$f1', '$f2')"
     elif cmp -s "$f1" "$f2"; then

@@ -44,6 +44,7 @@ static void test_good_spec(void **state)
     assert_true(spec.lr == 3e-4);
     assert_int_equal(spec.checkpoint_every, 50);
     assert_int_equal(spec.checkpoint_keep, 2);   /* not given: the newest 2 complete ones */
+    assert_int_equal(spec.checkpoint_replicas, 1); /* not given: one copy on another worker */
     assert_string_equal(spec.transport, "auto"); /* not given: the coordinator picks */
     coord_jobspec_clear(&spec);
 }
@@ -182,6 +183,12 @@ static void test_bad_specs(void **state)
     expect_error("\"checkpoint_every\": 50",
                  "\"checkpoint_every\": 50, \"checkpoint_keep\": \"all\"",
                  "$.checkpoint_keep: expected an integer");
+    expect_error("\"checkpoint_every\": 50",
+                 "\"checkpoint_every\": 50, \"checkpoint_replicas\": 9",
+                 "$.checkpoint_replicas: expected an integer in [0, 8], got 9");
+    expect_error("\"checkpoint_every\": 50",
+                 "\"checkpoint_every\": 50, \"checkpoint_replicas\": true",
+                 "$.checkpoint_replicas: expected an integer");
     expect_error("\"stagecraft-job\"", "\"stagecraft-plan\"",
                  "$.format: expected \"stagecraft-job\", got \"stagecraft-plan\"");
     expect_error("\"version\": 1", "\"version\": 2", "newer than this stagecraft reads");

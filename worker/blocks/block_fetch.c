@@ -137,7 +137,7 @@ sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_
                 r.a.last > (uint32_t)last ||
                 r.a.nparams != wk_blocks_offset(counts, next, (int)r.a.last + 1)) {
                 size_t used = strlen(tried);
-                snprintf(tried + used, sizeof tried - used, "%s%.100s: %.100s", used ? "; " : "",
+                snprintf(tried + used, sizeof tried - used, "%s%.100s: %.200s", used ? "; " : "",
                          sources[i], r.a.status != WK_BLOCKS_OK ? r.a.message : "wrong blocks");
                 answer_close(&r);
                 continue;

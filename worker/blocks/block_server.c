@@ -147,6 +147,49 @@ static sc_status cut(const rt_stage_image *im, const wk_block_request *rq, const
     return SC_OK;
 }
 
+/* The answer for a request from a checkpoint file of the request's step in `dir` holding block
+ * rq->first. SC_ERR_NOT_FOUND when there is none; a file that does not read (corrupt,
+ * truncated, not a checkpoint) is logged and passed over, never served. */
+static sc_status from_files(const char *dir, const wk_block_request *rq, const uint64_t *counts,
+                            wk_block_answer *a, float **params, float **state, sc_err *skipped,
+                            sc_err *err)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return SC_ERR_NOT_FOUND;
+    struct dirent *e;
+    sc_status rc = SC_ERR_NOT_FOUND;
+    while (rc == SC_ERR_NOT_FOUND && (e = readdir(d)) != NULL) {
+        int stage;
+        uint64_t step;
+        char again[300], path[1500];
+        if (sscanf(e->d_name, "stage%d-step%" SCNu64 ".ckpt", &stage, &step) != 2 ||
+            step != rq->step)
+            continue;
+        snprintf(again, sizeof again, "stage%d-step%" PRIu64 ".ckpt", stage, step);
+        if (strcmp(again, e->d_name) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        rt_stage_image im;
+        sc_err why;
+        sc_err_clear(&why);
+        if (rt_stage_image_read(path, &im, &why) != SC_OK) {
+            SC_LOG_WARN(LOG, "not serving %s: %s", path, why.msg);
+            /* for the asker: the file's name and why, without this worker's folders */
+            size_t at = strncmp(why.msg, path, strlen(path)) == 0 ? strlen(path) : 0;
+            at += strncmp(why.msg + at, ": ", 2) == 0 ? 2 : 0;
+            skipped->code = why.code;
+            sc_strfmt(skipped->msg, sizeof skipped->msg, "%s: %s", e->d_name, why.msg + at);
+            continue;
+        }
+        if (holds(&im, rq->step, rq->first, counts, rq->nblocks))
+            rc = cut(&im, rq, counts, a, params, state, err);
+        rt_stage_image_clear(&im);
+    }
+    closedir(d);
+    return rc;
+}
+
 /* The answer for a request from a kept image of the job's step holding block rq->first (cut
  * under the lock, nothing else copied), else from a checkpoint file of that step.
  * SC_ERR_NOT_FOUND when there is none. */
@@ -168,35 +211,18 @@ static sc_status take_blocks(wk_block_server *s, const wk_block_request *rq, con
     pthread_mutex_unlock(&s->lock);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/%s", s->checkpoint_dir, rq->job_id);
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return SC_ERRF(err, SC_ERR_NOT_FOUND, "no state of job %s here", rq->job_id);
-    struct dirent *e;
-    sc_status rc = SC_ERR_NOT_FOUND;
-    while (rc == SC_ERR_NOT_FOUND && (e = readdir(d)) != NULL) {
-        int stage;
-        uint64_t step;
-        char again[300], path[1500];
-        if (sscanf(e->d_name, "stage%d-step%" SCNu64 ".ckpt", &stage, &step) != 2 ||
-            step != rq->step)
-            continue;
-        snprintf(again, sizeof again, "stage%d-step%" PRIu64 ".ckpt", stage, step);
-        if (strcmp(again, e->d_name) != 0)
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        rt_stage_image im;
-        sc_err why;
-        sc_err_clear(&why);
-        if (rt_stage_image_read(path, &im, &why) != SC_OK) {
-            SC_LOG_WARN(LOG, "not serving %s: %s", path, why.msg);
-            continue;
-        }
-        if (holds(&im, rq->step, rq->first, counts, rq->nblocks))
-            rc = cut(&im, rq, counts, a, params, state, err);
-        rt_stage_image_clear(&im);
+    sc_err skipped;
+    sc_err_clear(&skipped);
+    sc_status rc = from_files(dir, rq, counts, a, params, state, &skipped, err);
+    if (rc == SC_ERR_NOT_FOUND) { /* the copies this worker holds of other workers' stages */
+        snprintf(dir, sizeof dir, "%s/%s/" WK_BLOCKS_COPIES_DIR, s->checkpoint_dir, rq->job_id);
+        rc = from_files(dir, rq, counts, a, params, state, &skipped, err);
     }
-    closedir(d);
-    if (rc == SC_ERR_NOT_FOUND)
+    if (rc == SC_ERR_NOT_FOUND && skipped.msg[0] != '\0')
+        SC_ERRF(err, SC_ERR_NOT_FOUND,
+                "no intact state of block %u of job %s at step %llu here (refused %.100s)",
+                rq->first, rq->job_id, (unsigned long long)rq->step, skipped.msg);
+    else if (rc == SC_ERR_NOT_FOUND)
         SC_ERRF(err, SC_ERR_NOT_FOUND, "no state of block %u of job %s at step %llu here",
                 rq->first, rq->job_id, (unsigned long long)rq->step);
     return rc;

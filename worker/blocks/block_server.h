@@ -2,7 +2,8 @@
  * The worker's block server: what a worker holds of a job's state, served to the workers that
  * take its blocks over (a rebalance's move) or resume them (a recovery). It answers from the
  * images kept when a stage pauses for a move (wk_block_server_keep), else from the job's
- * checkpoint files in this worker's checkpoint folder. One thread, one ZeroMQ ROUTER socket.
+ * checkpoint files in this worker's checkpoint folder, then from the copies of other workers'
+ * checkpoints it holds (JOB/replicas/, ckpt_copier.h). One thread, one ZeroMQ ROUTER socket.
  *
  * A kept image is dropped when the job keeps a newer one, when wk_block_server_drop names its job
  * or every job but one, or WK_BLOCKS_KEEP_S seconds after it was last kept or served.
@@ -14,6 +15,8 @@
 #include "worker/runtime/runner.h"
 
 #define WK_BLOCKS_KEEP_S 600
+/* where, in a job's checkpoint folder, the copies of other workers' checkpoints go */
+#define WK_BLOCKS_COPIES_DIR "replicas"
 
 typedef struct wk_block_server wk_block_server;
 

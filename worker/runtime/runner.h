@@ -322,6 +322,9 @@ uint64_t rt_checkpoint_checksum(const float *params, size_t np, const float *sta
 /* Reads a checkpoint file whole (header, sizes against the file's length, checksum); errors as
  * rt_runner_load's. */
 sc_status rt_stage_image_read(const char *path, rt_stage_image *im, sc_err *err);
+/* Writes image `im` as stage `stage`'s checkpoint file `path`, as rt_runner_save does (a
+ * temporary name renamed, so a crash never leaves a partial file under the final name). */
+sc_status rt_stage_image_write(const char *path, int stage, const rt_stage_image *im, sc_err *err);
 /* The stage's state after `step` (pipedream: drained first with rt_runner_flush). */
 sc_status rt_runner_snapshot(rt_runner *r, uint64_t step, rt_stage_image *im, sc_err *err);
 /* Loads an image of this stage's exact block range, sizes and optimizer (SC_ERR_INVALID naming

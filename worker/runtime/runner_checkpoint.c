@@ -166,31 +166,46 @@ sc_status rt_runner_save(rt_runner *r, const char *dir, uint64_t step, sc_err *e
                        r->s, pd_inflight(r));
     if (r->rep > 0)
         return SC_OK; /* the replicas are bit-identical: replica 0 writes for all */
-    char path[1200], tmp[1300];
+    char path[1200];
     rt_runner_checkpoint_path(r, dir, step, path, sizeof path);
+    SC_CHECK(newest_params(r, r->params, err));
+    SC_CHECK(kn_stage_opt_state_to_host(r->st, r->state, err));
+    rt_stage_image im = {.step = step,
+                         .first_block = r->first_block,
+                         .last_block = r->last_block,
+                         .optim_kind = (int)r->optim.kind,
+                         .opt_t = kn_stage_step_count(r->st),
+                         .nparams = r->np,
+                         .nstate = r->nstate,
+                         .params = r->params,
+                         .state = r->state};
+    return rt_stage_image_write(path, r->s, &im, err);
+}
+
+sc_status rt_stage_image_write(const char *path, int stage, const rt_stage_image *im, sc_err *err)
+{
+    char tmp[1300];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     ckpt_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, CKPT_MAGIC, 8);
     h.version = CKPT_VERSION;
-    h.stage = (uint32_t)r->s;
-    h.first_block = (uint32_t)r->first_block;
-    h.last_block = (uint32_t)r->last_block;
-    h.optim_kind = (uint32_t)r->optim.kind;
-    h.step = step;
-    h.opt_t = kn_stage_step_count(r->st);
-    h.nparams = r->np;
-    h.nstate = r->nstate;
-    SC_CHECK(newest_params(r, r->params, err));
-    SC_CHECK(kn_stage_opt_state_to_host(r->st, r->state, err));
-    h.checksum = rt_checkpoint_checksum(r->params, r->np, r->state, r->nstate);
+    h.stage = (uint32_t)stage;
+    h.first_block = (uint32_t)im->first_block;
+    h.last_block = (uint32_t)im->last_block;
+    h.optim_kind = (uint32_t)im->optim_kind;
+    h.step = im->step;
+    h.opt_t = im->opt_t;
+    h.nparams = im->nparams;
+    h.nstate = im->nstate;
+    h.checksum = rt_checkpoint_checksum(im->params, im->nparams, im->state, im->nstate);
     FILE *f = fopen(tmp, "wb");
     if (f == NULL)
         return SC_ERRF(err, SC_ERR_IO, "%s: cannot create the checkpoint: %s", tmp,
                        strerror(errno));
     bool ok = fwrite(&h, sizeof h, 1, f) == 1;
-    ok = ok && fwrite(r->params, sizeof(float), r->np, f) == r->np;
-    ok = ok && fwrite(r->state, sizeof(float), r->nstate, f) == r->nstate;
+    ok = ok && fwrite(im->params, sizeof(float), im->nparams, f) == im->nparams;
+    ok = ok && fwrite(im->state, sizeof(float), im->nstate, f) == im->nstate;
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
