@@ -126,5 +126,27 @@ for f in "${freezes[@]}"; do
     awk -v a="$f_last" -v b="$p_last" -v c="$f_wall" -v d="$p_wall" -v g="$f_tail" -v h="$p_tail" 'BEGIN {
         printf "    against \"off\": last-tenth iteration %.2fx, wall time %.2fx, tail loss %+.2f%%\n",
             a / b, c / d, 100 * (g - h) / h }'
+    # within the job (the same host load, nearer in time): before the first freeze, after the last
+    steps_at=$(jq -r '[.transitions[] | select(.to == "running" and (.reason | test("frozen")))
+        | .reason | capture("after step (?<s>[0-9]+)").s | tonumber] | "\(min // 0) \(max // 0)"' \
+        "$work/frozen$i.status")
+    read -r s_first s_last <<<"$steps_at"
+    if [ "$s_first" -gt 0 ]; then
+        awk -v a="$s_first" -v b="$s_last" -v n="$steps" '
+            { t[NR] = $1; s[NR] = $2 }
+            END {
+                for (i = 1; i <= NR; i++) {
+                    if (s[i] >= 10 && x0 == "") { x0 = t[i]; xs0 = s[i] }
+                    if (s[i] <= a) { x1 = t[i]; xs1 = s[i] }
+                    if (s[i] >= b + 10 && y0 == "") { y0 = t[i]; ys0 = s[i] }
+                    if (s[i] < n) { y1 = t[i]; ys1 = s[i] }
+                }
+                before = xs1 > xs0 ? (x1 - x0) / (xs1 - xs0) : 0
+                after = ys1 > ys0 ? (y1 - y0) / (ys1 - ys0) : 0
+                if (before > 0 && after > 0)
+                    printf "    within the job: %.4f s per iteration before the first freeze, %.4f s after the last (%.2fx)\n",
+                        before, after, after / before
+            }' "$work/frozen$i.poll"
+    fi
     i=$((i + 1))
 done
