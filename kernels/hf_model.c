@@ -1,0 +1,357 @@
+/*
+ * kn hf model: config.json to blocks, block tensors to and from checkpoint tensor names.
+ * One table per architecture maps each block tensor onto the checkpoint's name, shape and
+ * layout; reading and exporting both walk it, so a model written is read back the same.
+ */
+#include "kernels/hf_model.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/sc_util.h"
+#include "kernels/model_internal.h"
+#include "kernels/safetensors.h"
+
+typedef enum { HF_GPT2 = 0 } hf_arch;
+
+struct kn_hf {
+    char dir[PATH_MAX];
+    hf_arch arch;
+    int positions; /* rows of the position embedding (n_positions) */
+    bool tied;
+    json_t *config; /* the config as read, written back on export */
+};
+
+void kn_hf_destroy(kn_hf **p)
+{
+    if (p == NULL || *p == NULL)
+        return;
+    json_decref((*p)->config);
+    free(*p);
+    *p = NULL;
+}
+
+/* An optional integer that may also be null (transformers writes "n_inner": null). */
+static sc_status opt_int_or_null(const sc_jnode *cfg, const char *key, int64_t min, int64_t max,
+                                 int64_t def, int64_t *out, sc_err *err)
+{
+    sc_jnode v;
+    if (sc_jnode_member(cfg, key, &v, NULL) == SC_OK && json_is_null(v.value)) {
+        *out = def;
+        return SC_OK;
+    }
+    return sc_json_opt_int(cfg, key, min, max, def, out, err);
+}
+
+/* The first of `keys` present (older and newer names of one setting), else keys[0]. */
+static const char *key_present(const sc_jnode *cfg, const char *const *keys)
+{
+    for (const char *const *k = keys; *k != NULL; k++)
+        if (sc_jnode_has(cfg, *k))
+            return *k;
+    return keys[0];
+}
+
+static sc_status refuse(const sc_jnode *cfg, const char *key, sc_err *err, const char *what)
+{
+    sc_jnode v;
+    SC_CHECK(sc_jnode_member(cfg, key, &v, err));
+    return sc_jnode_fail(&v, err, SC_ERR_UNSUPPORTED, "%s", what);
+}
+
+static const char *const gpt2_acts[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
+
+static sc_status build_gpt2(kn_model *m, kn_hf *hf, const sc_jnode *cfg, int64_t seq_len,
+                            bool split, sc_err *err)
+{
+    static const char *const ctx_keys[] = {"n_positions", "n_ctx", NULL};
+    static const char *const width_keys[] = {"n_embd", "hidden_size", NULL};
+    static const char *const layer_keys[] = {"n_layer", "num_hidden_layers", NULL};
+    static const char *const head_keys[] = {"n_head", "num_attention_heads", NULL};
+    int64_t V, P, C, L, NH, inner;
+    SC_CHECK(sc_json_get_int(cfg, "vocab_size", 1, 1 << 24, &V, err));
+    SC_CHECK(sc_json_get_int(cfg, key_present(cfg, ctx_keys), 1, 1 << 16, &P, err));
+    SC_CHECK(sc_json_get_int(cfg, key_present(cfg, width_keys), 1, 1 << 16, &C, err));
+    SC_CHECK(sc_json_get_int(cfg, key_present(cfg, layer_keys), 1, 1000, &L, err));
+    SC_CHECK(sc_json_get_int(cfg, key_present(cfg, head_keys), 1, 1 << 16, &NH, err));
+    if (C % NH != 0)
+        return refuse(cfg, key_present(cfg, head_keys), err,
+                      "the width is not divisible by the number of heads");
+    SC_CHECK(opt_int_or_null(cfg, "n_inner", 1, 1 << 20, 4 * C, &inner, err));
+    if (inner != 4 * C)
+        return refuse(cfg, "n_inner", err,
+                      "only an MLP of 4 * n_embd is implemented (n_inner null or 4 * n_embd)");
+    int act = 0;
+    if (sc_jnode_has(cfg, "activation_function"))
+        SC_CHECK(sc_json_get_enum(cfg, "activation_function", gpt2_acts, &act, err));
+    double eps;
+    SC_CHECK(sc_json_opt_number(cfg, "layer_norm_epsilon", 0, 1, 1e-5, &eps, err));
+    if (fabs(eps - 1e-5) > 1e-12)
+        return refuse(cfg, "layer_norm_epsilon", err,
+                      "only layer_norm_epsilon 1e-05 is implemented (GPT-2's)");
+    bool flag;
+    SC_CHECK(sc_json_opt_bool(cfg, "scale_attn_by_inverse_layer_idx", false, &flag, err));
+    if (flag)
+        return refuse(cfg, "scale_attn_by_inverse_layer_idx", err,
+                      "scale_attn_by_inverse_layer_idx is not implemented (valid: false)");
+    SC_CHECK(sc_json_opt_bool(cfg, "scale_attn_weights", true, &flag, err));
+    if (!flag)
+        return refuse(cfg, "scale_attn_weights", err,
+                      "unscaled attention is not implemented (valid: true)");
+    SC_CHECK(sc_json_opt_bool(cfg, "add_cross_attention", false, &flag, err));
+    if (flag)
+        return refuse(cfg, "add_cross_attention", err,
+                      "cross-attention is not implemented (valid: false)");
+    SC_CHECK(sc_json_opt_bool(cfg, "tie_word_embeddings", true, &hf->tied, err));
+    if (seq_len == 0)
+        seq_len = P;
+    if (seq_len > P)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "seq_len %lld exceeds the checkpoint's %lld positions (%s)",
+                       (long long)seq_len, (long long)P, key_present(cfg, ctx_keys));
+    hf->arch = HF_GPT2;
+    hf->positions = (int)P;
+    SC_CHECK(
+        kn_model_gpt_blocks(m, (int)V, (int)seq_len, (int)L, (int)C, (int)NH, split, (int)P, err));
+    if (hf->tied) {
+        m->tied = true;
+        m->tie.block[0] = 0;
+        m->tie.tensor[0] = 0;             /* embed: wte */
+        m->tie.block[1] = m->nblocks - 1; /* head: head.w */
+        m->tie.tensor[1] = 2;
+    }
+    snprintf(m->name, sizeof m->name, "gpt2-L%d-C%d", (int)L, (int)C);
+    return SC_OK;
+}
+
+static const char *const model_types[] = {"gpt2", NULL};
+
+sc_status kn_hf_build(kn_model *m, const sc_jnode *spec, sc_err *err)
+{
+    const char *dir;
+    int64_t seq_len;
+    bool split;
+    SC_CHECK(sc_json_get_string(spec, "path", &dir, err));
+    SC_CHECK(sc_json_opt_int(spec, "seq_len", 1, 1 << 16, 0, &seq_len, err));
+    SC_CHECK(sc_json_opt_bool(spec, "split_blocks", false, &split, err));
+    kn_hf *hf = calloc(1, sizeof *hf);
+    SC_ALLOC_CHECK(hf, err);
+    m->hf = hf; /* freed with the model */
+    if (strlen(dir) >= sizeof hf->dir - 16) {
+        sc_jnode p;
+        SC_CHECK(sc_jnode_member(spec, "path", &p, err));
+        return sc_jnode_fail(&p, err, SC_ERR_INVALID, "path too long");
+    }
+    sc_strlcpy(hf->dir, dir, sizeof hf->dir);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    sc_jdoc *doc = NULL;
+    SC_CHECK(sc_jdoc_load(&doc, path, 16 << 20, err));
+    sc_jnode cfg = sc_jdoc_root(doc);
+    int type = 0;
+    sc_status rc = sc_jnode_expect_object(&cfg, err);
+    if (rc == SC_OK)
+        rc = sc_json_get_enum(&cfg, "model_type", model_types, &type, err);
+    if (rc == SC_OK)
+        rc = build_gpt2(m, hf, &cfg, seq_len, split, err);
+    if (rc == SC_OK) {
+        hf->config = json_deep_copy(cfg.value);
+        if (hf->config == NULL)
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading %s", path);
+    }
+    sc_jdoc_destroy(&doc);
+    return rc;
+}
+
+/* --- tensor names --------------------------------------------------------------------------- */
+
+/* Where a block tensor lives in the checkpoint: its name, its shape there and whether it is
+ * stored transposed (Conv1D's [in, out] against the linear kernels' (out, in)). */
+typedef struct {
+    char name[128];
+    int ndim;
+    int64_t dims[2];
+    bool transpose;
+    bool skip_on_export; /* the second copy of a tied tensor */
+} hf_slot;
+
+typedef struct {
+    const char *ours, *theirs;
+    int in_mult, out_mult; /* shape [in_mult * C, out_mult * C]; out_mult 0 for a vector */
+} gpt2_entry;
+
+static const gpt2_entry gpt2_layer[] = {
+    {"ln1.w", "ln_1.weight", 1, 0},
+    {"ln1.b", "ln_1.bias", 1, 0},
+    {"qkv.w", "attn.c_attn.weight", 1, 3},
+    {"qkv.b", "attn.c_attn.bias", 3, 0},
+    {"attproj.w", "attn.c_proj.weight", 1, 1},
+    {"attproj.b", "attn.c_proj.bias", 1, 0},
+    {"ln2.w", "ln_2.weight", 1, 0},
+    {"ln2.b", "ln_2.bias", 1, 0},
+    {"fc.w", "mlp.c_fc.weight", 1, 4},
+    {"fc.b", "mlp.c_fc.bias", 4, 0},
+    {"fcproj.w", "mlp.c_proj.weight", 4, 1},
+    {"fcproj.b", "mlp.c_proj.bias", 1, 0},
+};
+
+static sc_status gpt2_slot(const kn_model *m, const char *prefix, int b, int t, hf_slot *s,
+                           sc_err *err)
+{
+    const kn_block *blk = kn_model_block(m, b);
+    const kn_tensor *tn = &blk->tensors[t];
+    int64_t C = blk->C, V = blk->V;
+    memset(s, 0, sizeof *s);
+    if (blk->kind == KN_BLOCK_EMBED) {
+        snprintf(s->name, sizeof s->name, "%s%s.weight", prefix, tn->name);
+        s->ndim = 2;
+        s->dims[0] = t == 0 ? V : m->hf->positions;
+        s->dims[1] = C;
+        return SC_OK;
+    }
+    if (blk->kind == KN_BLOCK_GPT_HEAD) {
+        s->ndim = t == 2 ? 2 : 1;
+        s->dims[0] = t == 2 ? V : C;
+        s->dims[1] = C;
+        if (t < 2)
+            snprintf(s->name, sizeof s->name, "%sln_f.%s", prefix, t == 0 ? "weight" : "bias");
+        else if (m->hf->tied)
+            snprintf(s->name, sizeof s->name, "%swte.weight", prefix);
+        else
+            snprintf(s->name, sizeof s->name, "lm_head.weight");
+        s->skip_on_export = t == 2 && m->hf->tied;
+        return SC_OK;
+    }
+    int layer;
+    if (sscanf(blk->name, "layer%d", &layer) != 1)
+        return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: no layer index", blk->name);
+    for (size_t k = 0; k < sizeof gpt2_layer / sizeof gpt2_layer[0]; k++) {
+        const gpt2_entry *e = &gpt2_layer[k];
+        if (strcmp(e->ours, tn->name) != 0)
+            continue;
+        snprintf(s->name, sizeof s->name, "%sh.%d.%s", prefix, layer, e->theirs);
+        s->ndim = e->out_mult ? 2 : 1;
+        s->dims[0] = e->in_mult * C;
+        s->dims[1] = e->out_mult * C;
+        s->transpose = e->out_mult != 0;
+        return SC_OK;
+    }
+    return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: tensor %s has no checkpoint name", blk->name,
+                   tn->name);
+}
+
+/* GPT-2 checkpoints name the body "transformer.h.0..." (GPT2LMHeadModel) or "h.0..."
+ * (GPT2Model, older conversions). */
+static const char *gpt2_prefix(const kn_st *st)
+{
+    static const char *const probes[] = {"wte.weight", "ln_f.weight", "h.0.ln_1.weight"};
+    for (size_t k = 0; k < 3; k++) {
+        char n[64];
+        snprintf(n, sizeof n, "transformer.%s", probes[k]);
+        if (kn_st_has(st, n))
+            return "transformer.";
+    }
+    return "";
+}
+
+sc_status kn_hf_read_block(const kn_model *m, int i, float *params, sc_err *err)
+{
+    kn_st *st = NULL;
+    SC_CHECK(kn_st_open(&st, m->hf->dir, err));
+    const char *prefix = gpt2_prefix(st);
+    const kn_block *blk = kn_model_block(m, i);
+    sc_status rc = SC_OK;
+    for (int t = 0; t < blk->ntensors && rc == SC_OK; t++) {
+        hf_slot s;
+        rc = gpt2_slot(m, prefix, i, t, &s, err);
+        if (rc == SC_OK && !kn_st_has(st, s.name))
+            rc = SC_ERRF(err, SC_ERR_NOT_FOUND,
+                         "%s: the checkpoint has no tensor \"%s\" (block %s, tensor %s)",
+                         m->hf->dir, s.name, blk->name, blk->tensors[t].name);
+        if (rc == SC_OK)
+            rc = kn_st_read(st, s.name, s.ndim, s.dims, s.transpose,
+                            params + blk->tensors[t].offset, err);
+    }
+    kn_st_close(&st);
+    return rc;
+}
+
+/* --- export --------------------------------------------------------------------------------- */
+
+/* The config of a "gpt" model written as GPT-2's. */
+static json_t *gpt_config(const kn_model *m)
+{
+    const kn_block *b = kn_model_block(m, 0);
+    int L = 0;
+    for (int i = 0; i < kn_model_block_count(m); i++) {
+        kn_block_kind k = kn_model_block(m, i)->kind;
+        L += k == KN_BLOCK_GPT_LAYER || k == KN_BLOCK_GPT_ATTN;
+    }
+    return json_pack("{s:s, s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:n, s:s, s:f, s:b, s:s}",
+                     "model_type", "gpt2", "architectures", "GPT2LMHeadModel", "vocab_size", b->V,
+                     "n_positions", b->T, "n_ctx", b->T, "n_embd", b->C, "n_layer", L, "n_head",
+                     b->NH, "n_inner", "activation_function", "gelu_new", "layer_norm_epsilon",
+                     1e-5, "tie_word_embeddings", 0, "torch_dtype", "float32");
+}
+
+static sc_status write_config(json_t *cfg, const char *dir, sc_err *err)
+{
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (json_dump_file(cfg, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
+        return SC_ERRF(err, SC_ERR_IO, "%s: cannot write", path);
+    return SC_OK;
+}
+
+sc_status kn_hf_export(const kn_model *m, const float *const *block_params, const char *dir,
+                       sc_err *err)
+{
+    kn_model_kind kind = kn_model_get_kind(m);
+    if (kind != KN_MODEL_HF && kind != KN_MODEL_GPT)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "model %s: only GPT-shaped models are exported (kind \"hf\" or \"gpt\")",
+                       kn_model_name(m));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return SC_ERRF(err, SC_ERR_IO, "%s: %s", dir, strerror(errno));
+    /* a "gpt" model is written through the same table as a GPT-2 with an untied head */
+    kn_hf gpt = {.arch = HF_GPT2, .tied = false};
+    kn_model shadow;
+    const kn_model *mm = m;
+    if (m->hf == NULL) {
+        shadow = *m;
+        gpt.positions = kn_model_block(m, 0)->T;
+        shadow.hf = &gpt;
+        mm = &shadow;
+    }
+    json_t *cfg = m->hf != NULL ? json_deep_copy(m->hf->config) : gpt_config(m);
+    if (cfg == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
+    if (json_object_get(cfg, "architectures") == NULL)
+        json_object_set_new(cfg, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+    kn_st_writer *w = NULL;
+    sc_status rc = kn_st_writer_new(&w, err);
+    for (int i = 0; rc == SC_OK && i < kn_model_block_count(m); i++) {
+        const kn_block *blk = kn_model_block(m, i);
+        for (int t = 0; rc == SC_OK && t < blk->ntensors; t++) {
+            hf_slot s;
+            rc = gpt2_slot(mm, "transformer.", i, t, &s, err);
+            if (rc == SC_OK && !s.skip_on_export)
+                rc = kn_st_writer_add(w, s.name, s.ndim, s.dims,
+                                      block_params[i] + blk->tensors[t].offset, s.transpose, err);
+        }
+    }
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (rc == SC_OK)
+        rc = kn_st_writer_save(w, path, err);
+    if (rc == SC_OK)
+        rc = write_config(cfg, dir, err);
+    kn_st_writer_destroy(&w);
+    json_decref(cfg);
+    return rc;
+}
