@@ -27,6 +27,8 @@ const cli_command cli_commands[] = {
      CMD_TRACE_USAGE, cmd_trace},
     {"profile", "measure each block of a model on this machine (profile JSON)", CMD_PROFILE_USAGE,
      cmd_profile},
+    {"export", "write a trained model as a Hugging Face checkpoint folder", CMD_EXPORT_USAGE,
+     cmd_export},
     {"plan", "compare pipeline partitioning strategies offline (table, JSON, trace)",
      CMD_PLAN_USAGE, cmd_plan},
     {"demo", "train a small GPT on a local cluster of workers", CMD_DEMO_USAGE, cmd_demo},

@@ -155,6 +155,17 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
     "  --out FILE            write the JSON to FILE instead of stdout\n"
 int cmd_profile(const cli_command *self, int argc, char **argv);
 
+#define CMD_EXPORT_USAGE                                                                           \
+    "usage: stagecraft export --model SPEC --checkpoints DIR --out DIR [--step N] [--json]\n\n"    \
+    "Writes the model trained by a job as a Hugging Face checkpoint folder: config.json and\n"     \
+    "model.safetensors (float32), names and layout as transformers' from_pretrained expects.\n"    \
+    "SPEC is the job's model (kind \"hf\", or \"gpt\", written as GPT-2); DIR holds the stage\n"   \
+    "checkpoints (stageS-stepN.ckpt, the workers' checkpoint folder of the job, gathered in one\n" \
+    "folder when the stages ran on several machines).\n"                                           \
+    "  --step N   the checkpoint step (default: the newest that every stage saved)\n"              \
+    "  --json     print {\"out\", \"step\", \"model\"}\n"
+int cmd_export(const cli_command *self, int argc, char **argv);
+
 #define CMD_PLAN_USAGE                                                                             \
     "usage: stagecraft plan --model FILE (--cluster FILE | --gpus N --bandwidth B [--memory M])\n" \
     "                       [--batch B] [--microbatches M|auto] [--stages N]\n"                   \

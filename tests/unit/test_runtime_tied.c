@@ -1,7 +1,8 @@
 /* worker/runtime/runner with a tied tensor (a GPT-2 checkpoint with tie_word_embeddings): a 2-
  * and a 3-stage pipeline, the embedding in the first stage and the head in the last, end every
  * step where one stage holding both ends, bit for bit (gpipe and 1f1b, zmq and local links), and
- * the two copies stay identical; set-ups the relay does not serve are refused. */
+ * the two copies stay identical; set-ups the relay does not serve are refused; the stages'
+ * checkpoints export (runtime/export_hf) to a folder that reads back as the trained weights. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,10 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/sc_json.h"
 #include "kernels/hf_model.h"
 #include "kernels/model.h"
+#include "worker/runtime/export_hf.h"
 #include "worker/runtime/runner.h"
 
 static char g_dir[64];
@@ -117,7 +121,7 @@ static void *run(void *arg)
 
 /* Trains `stages` stages for `steps` steps; returns all parameters in block order. */
 static float *train(int stages, const char *schedule, const char *transport, int steps,
-                    size_t *count)
+                    const char *save_dir, size_t *count)
 {
     rt_runner *rn[3] = {0};
     sc_err err;
@@ -154,6 +158,8 @@ static float *train(int stages, const char *schedule, const char *transport, int
     for (int s = 0; s < stages; s++) {
         assert_int_equal(rt_runner_params_to_host(rn[s], all + off, &err), SC_OK);
         off += rt_runner_param_count(rn[s]);
+        if (save_dir != NULL)
+            assert_int_equal(rt_runner_save(rn[s], save_dir, (uint64_t)steps, &err), SC_OK);
         rt_runner_destroy(&rn[s]);
     }
     *count = total;
@@ -186,20 +192,74 @@ static void test_pipeline_equals_one_stage(void **state)
     (void)state;
     size_t a, b, n, n1, nk;
     tie_offsets(&a, &b, &n);
-    float *one = train(1, "gpipe", "zmq", 3, &n1);
+    float *one = train(1, "gpipe", "zmq", 3, NULL, &n1);
     assert_memory_equal(one + a, one + b, n * sizeof(float));
     static const struct {
         int stages;
         const char *schedule, *transport;
     } cases[] = {{2, "gpipe", "zmq"}, {3, "1f1b", "zmq"}, {3, "gpipe", "local"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        float *p = train(cases[k].stages, cases[k].schedule, cases[k].transport, 3, &nk);
+        float *p = train(cases[k].stages, cases[k].schedule, cases[k].transport, 3, NULL, &nk);
         assert_int_equal(nk, n1);
         assert_memory_equal(p + a, p + b, n * sizeof(float)); /* the copies agree */
         assert_memory_equal(p, one, n1 * sizeof(float));      /* and equal one stage */
         free(p);
     }
     free(one);
+}
+
+/* A 3-stage run's checkpoints exported (rt_export_hf) read back as the trained parameters, bit
+ * for bit; a stage's file missing is refused naming the step. */
+static void test_export_from_checkpoints(void **state)
+{
+    (void)state;
+    char ck[128], out[128], spec[400];
+    snprintf(ck, sizeof ck, "%s/ckpt", g_dir);
+    snprintf(out, sizeof out, "%s/export", g_dir);
+    assert_int_equal(mkdir(ck, 0755), 0);
+    size_t n;
+    float *p = train(3, "gpipe", "zmq", 2, ck, &n);
+    sc_jdoc *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_jdoc_parse(&doc, "m", g_model, strlen(g_model), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc);
+    kn_model *m = NULL;
+    assert_int_equal(kn_model_from_node(&m, &root, &err), SC_OK);
+    sc_jdoc_destroy(&doc);
+    uint64_t step = 0;
+    sc_status rc = rt_export_hf(m, ck, 0, out, &step, &err);
+    if (rc != SC_OK)
+        print_error("%s\n", err.msg);
+    assert_int_equal(rc, SC_OK);
+    assert_int_equal(step, 2);
+    snprintf(spec, sizeof spec,
+             "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": "
+             "\"hf\", \"path\": \"%s\"}",
+             out);
+    kn_model *back = NULL;
+    assert_int_equal(kn_model_parse(&back, "back", spec, strlen(spec), &err), SC_OK);
+    assert_true(kn_model_get_tie(back, NULL));
+    size_t off = 0;
+    for (int i = 0; i < kn_model_block_count(back); i++) {
+        size_t cnt = kn_model_block(back, i)->params;
+        float *b = malloc(cnt * sizeof *b);
+        assert_int_equal(kn_model_fill_block(back, i, b, &err), SC_OK);
+        assert_memory_equal(b, p + off, cnt * sizeof *b);
+        off += cnt;
+        free(b);
+    }
+    assert_int_equal(off, n);
+    /* stage 1's file gone: the stages found do not cover the model */
+    char path[200];
+    snprintf(path, sizeof path, "%s/stage1-step2.ckpt", ck);
+    assert_int_equal(unlink(path), 0);
+    sc_err_clear(&err);
+    assert_int_equal(rt_export_hf(m, ck, 2, out, NULL, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "cover blocks [0, 0]"));
+    kn_model_destroy(&back);
+    kn_model_destroy(&m);
+    free(p);
 }
 
 static void test_unsupported_refused(void **state)
@@ -218,6 +278,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline_equals_one_stage),
+        cmocka_unit_test(test_export_from_checkpoints),
         cmocka_unit_test(test_unsupported_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
