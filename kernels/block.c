@@ -9,6 +9,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/block_llama.h"
 #include "kernels/conv2d.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
@@ -283,6 +284,17 @@ static void mlp_segments(const kn_block *blk, size_t *seg, int *n)
 
 /* --- blocks --------------------------------------------------------------------------------- */
 
+/* The Llama blocks have CPU kernels only. */
+static sc_status llama_on_cpu(const kn_ctx *c, const kn_block *blk, sc_err *err)
+{
+    if (c->dev.kind != KN_DEV_CPU)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "block %s: the Llama blocks run on CPU stages only (no CUDA kernels yet); "
+                       "valid device: cpu",
+                       blk->name);
+    return SC_OK;
+}
+
 void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEGMENTS_MAX],
                              int *n_segments)
 {
@@ -313,6 +325,12 @@ void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEG
     case KN_BLOCK_FC_LOSS: /* probs (fout) */
         per_sample[n++] = (size_t)blk->fout;
         break;
+    case KN_BLOCK_TOK_EMBED:
+        break;
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        kn_llama_stash_segments(blk, per_sample, &n);
+        break;
     }
     *n_segments = n;
 }
@@ -341,6 +359,10 @@ size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
         kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
         return kn_conv2d_col_floats(&s) + (size_t)B * blk->out_floats;
     }
+    case KN_BLOCK_TOK_EMBED:
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        return kn_llama_ws_floats(blk, B);
     }
     return 0;
 }
@@ -407,6 +429,11 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
             kn_maxpool2d_forward_cpu(out, x, B, blk->cin, blk->h, blk->w, blk->k, blk->stride),
             kn_maxpool2d_forward_cuda(c, out, x, B, blk->cin, blk->h, blk->w, blk->k, blk->stride));
         return SC_OK;
+    case KN_BLOCK_TOK_EMBED:
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        CHK(llama_on_cpu(c, blk, err));
+        return kn_llama_forward(c, blk, params, in, out, stash, targets, ws, B, err);
     }
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
 }
@@ -488,6 +515,12 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
                  kn_maxpool2d_backward_cuda(c, din, dout, x, B, blk->cin, blk->h, blk->w, blk->k,
                                             blk->stride));
         return SC_OK;
+    case KN_BLOCK_TOK_EMBED:
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        CHK(llama_on_cpu(c, blk, err));
+        return kn_llama_backward(c, blk, params, grads, in, stash, dout, din, targets, ws, B, dloss,
+                                 err);
     }
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
 }

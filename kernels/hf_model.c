@@ -14,10 +14,11 @@
 #include <sys/stat.h>
 
 #include "common/sc_util.h"
+#include "kernels/block_llama.h"
 #include "kernels/model_internal.h"
 #include "kernels/safetensors.h"
 
-typedef enum { HF_GPT2 = 0 } hf_arch;
+typedef enum { HF_GPT2 = 0, HF_LLAMA } hf_arch;
 
 struct kn_hf {
     char dir[PATH_MAX];
@@ -129,7 +130,149 @@ static sc_status build_gpt2(kn_model *m, kn_hf *hf, const sc_jnode *cfg, int64_t
     return SC_OK;
 }
 
-static const char *const model_types[] = {"gpt2", NULL};
+static const char *const llama_acts[] = {"silu", NULL};
+
+/* The rotary base: "rope_theta" (older transformers) or "rope_parameters": {"rope_theta",
+ * "rope_type"} (newer); any scaling is refused naming its key. */
+static sc_status llama_rope(const sc_jnode *cfg, double *theta, sc_err *err)
+{
+    sc_jnode v;
+    if (sc_jnode_member(cfg, "rope_scaling", &v, NULL) == SC_OK && !json_is_null(v.value)) {
+        json_t *type = json_object_get(v.value, "rope_type");
+        if (type == NULL)
+            type = json_object_get(v.value, "type");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "default") != 0)
+            return sc_jnode_fail(&v, err, SC_ERR_UNSUPPORTED,
+                                 "rope scaling is not implemented (valid: null or rope_type "
+                                 "\"default\")");
+    }
+    SC_CHECK(sc_json_opt_number(cfg, "rope_theta", 1, 1e12, 10000.0, theta, err));
+    sc_jnode rp;
+    if (sc_jnode_member(cfg, "rope_parameters", &rp, NULL) == SC_OK && !json_is_null(rp.value)) {
+        SC_CHECK(sc_jnode_expect_object(&rp, err));
+        static const char *const types[] = {"default", NULL};
+        int t;
+        if (sc_jnode_has(&rp, "rope_type"))
+            SC_CHECK(sc_json_get_enum(&rp, "rope_type", types, &t, err));
+        SC_CHECK(sc_json_opt_number(&rp, "rope_theta", 1, 1e12, *theta, theta, err));
+    }
+    return SC_OK;
+}
+
+static sc_status build_llama(kn_model *m, kn_hf *hf, const sc_jnode *cfg, int64_t seq_len,
+                             sc_err *err)
+{
+    int64_t V, C, FF, L, NH, NKV, P, hd;
+    SC_CHECK(sc_json_get_int(cfg, "vocab_size", 1, 1 << 24, &V, err));
+    SC_CHECK(sc_json_get_int(cfg, "hidden_size", 1, 1 << 16, &C, err));
+    SC_CHECK(sc_json_get_int(cfg, "intermediate_size", 1, 1 << 20, &FF, err));
+    SC_CHECK(sc_json_get_int(cfg, "num_hidden_layers", 1, 1000, &L, err));
+    SC_CHECK(sc_json_get_int(cfg, "num_attention_heads", 1, 1 << 12, &NH, err));
+    SC_CHECK(opt_int_or_null(cfg, "num_key_value_heads", 1, 1 << 12, NH, &NKV, err));
+    SC_CHECK(sc_json_opt_int(cfg, "max_position_embeddings", 1, 1 << 24, 2048, &P, err));
+    if (C % NH != 0 || (C / NH) % 2 != 0)
+        return refuse(cfg, "num_attention_heads", err,
+                      "hidden_size must be a multiple of num_attention_heads with an even head "
+                      "size (rotary pairs)");
+    SC_CHECK(opt_int_or_null(cfg, "head_dim", 1, 1 << 12, C / NH, &hd, err));
+    if (hd != C / NH)
+        return refuse(cfg, "head_dim", err,
+                      "only head_dim = hidden_size / num_attention_heads is implemented");
+    if (NH % NKV != 0)
+        return refuse(cfg, "num_key_value_heads", err,
+                      "num_attention_heads must be a multiple of num_key_value_heads");
+    int act = 0;
+    if (sc_jnode_has(cfg, "hidden_act"))
+        SC_CHECK(sc_json_get_enum(cfg, "hidden_act", llama_acts, &act, err));
+    bool flag;
+    SC_CHECK(sc_json_opt_bool(cfg, "attention_bias", false, &flag, err));
+    if (flag)
+        return refuse(cfg, "attention_bias", err,
+                      "attention biases are not implemented (valid: false)");
+    SC_CHECK(sc_json_opt_bool(cfg, "mlp_bias", false, &flag, err));
+    if (flag)
+        return refuse(cfg, "mlp_bias", err, "MLP biases are not implemented (valid: false)");
+    int64_t tp;
+    SC_CHECK(sc_json_opt_int(cfg, "pretraining_tp", 1, 1 << 10, 1, &tp, err));
+    if (tp != 1)
+        return refuse(cfg, "pretraining_tp", err, "only pretraining_tp 1 is implemented");
+    double eps, theta;
+    SC_CHECK(sc_json_opt_number(cfg, "rms_norm_eps", 0, 1, 1e-6, &eps, err));
+    SC_CHECK(llama_rope(cfg, &theta, err));
+    SC_CHECK(sc_json_opt_bool(cfg, "tie_word_embeddings", false, &hf->tied, err));
+    if (seq_len == 0)
+        seq_len = P < 1 << 16 ? P : 1 << 16;
+    if (seq_len > P)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "seq_len %lld exceeds the checkpoint's %lld positions "
+                       "(max_position_embeddings)",
+                       (long long)seq_len, (long long)P);
+    hf->arch = HF_LLAMA;
+    hf->positions = (int)P;
+    int T = (int)seq_len;
+    m->layers = (int)L;
+    m->T = T;
+    m->C = (int)C;
+    m->targets_per_sample = T;
+    m->classes = (int)V;
+    SC_CHECK(kn_model_blocks_reserve(m, 2 + (int)L, err));
+    size_t QD = (size_t)C, KD = (size_t)NKV * (size_t)(C / NH);
+    for (int i = 0; i < 2 + L; i++) {
+        kn_block_kind kind = i == 0       ? KN_BLOCK_TOK_EMBED
+                             : i == L + 1 ? KN_BLOCK_LLAMA_HEAD
+                                          : KN_BLOCK_LLAMA_LAYER;
+        kn_block *b = kn_model_block_add(m, kind,
+                                         kind == KN_BLOCK_TOK_EMBED    ? "embed"
+                                         : kind == KN_BLOCK_LLAMA_HEAD ? "head"
+                                                                       : "layer%d",
+                                         i - 1, 0);
+        b->V = (int)V;
+        b->T = T;
+        b->C = (int)C;
+        b->NH = (int)NH;
+        b->NKV = (int)NKV;
+        b->FF = (int)FF;
+        b->eps = (float)eps;
+        b->rope_theta = (float)theta;
+        b->in_floats = (size_t)T * C;
+        b->out_floats = (size_t)T * C;
+        /* the weights come from the checkpoint; these initial values are never used */
+        if (kind == KN_BLOCK_TOK_EMBED) {
+            b->in_floats = T;
+            b->in_tokens = true;
+            kn_model_tensor_add(b, "wte", (size_t)V * C, true, 0.02f, 0);
+        } else if (kind == KN_BLOCK_LLAMA_HEAD) {
+            b->out_floats = T;
+            b->has_loss = true;
+            kn_model_tensor_add(b, "norm.w", C, false, 0, 1);
+            kn_model_tensor_add(b, "head.w", (size_t)V * C, true, 0.02f, 0);
+            b->stash_floats = kn_llama_head_stash(T, (int)C, (int)V);
+        } else {
+            kn_model_tensor_add(b, "rms1.w", C, false, 0, 1);
+            kn_model_tensor_add(b, "q.w", QD * C, true, 0.02f, 0);
+            kn_model_tensor_add(b, "k.w", KD * C, true, 0.02f, 0);
+            kn_model_tensor_add(b, "v.w", KD * C, true, 0.02f, 0);
+            kn_model_tensor_add(b, "o.w", (size_t)C * QD, true, 0.02f, 0);
+            kn_model_tensor_add(b, "rms2.w", C, false, 0, 1);
+            kn_model_tensor_add(b, "gate.w", (size_t)FF * C, true, 0.02f, 0);
+            kn_model_tensor_add(b, "up.w", (size_t)FF * C, true, 0.02f, 0);
+            kn_model_tensor_add(b, "down.w", (size_t)C * FF, true, 0.02f, 0);
+            b->stash_floats =
+                kn_llama_layer_stash(T, (int)C, (int)NH, (int)NKV, (int)(C / NH), (int)FF);
+        }
+    }
+    if (hf->tied) {
+        m->tied = true;
+        m->tie.block[0] = 0;
+        m->tie.tensor[0] = 0;
+        m->tie.block[1] = m->nblocks - 1;
+        m->tie.tensor[1] = 1;
+    }
+    snprintf(m->name, sizeof m->name, "llama-L%d-C%d", (int)L, (int)C);
+    return SC_OK;
+}
+
+static const char *const model_types[] = {"gpt2", "llama", NULL};
 
 sc_status kn_hf_build(kn_model *m, const sc_jnode *spec, sc_err *err)
 {
@@ -157,8 +300,10 @@ sc_status kn_hf_build(kn_model *m, const sc_jnode *spec, sc_err *err)
     sc_status rc = sc_jnode_expect_object(&cfg, err);
     if (rc == SC_OK)
         rc = sc_json_get_enum(&cfg, "model_type", model_types, &type, err);
-    if (rc == SC_OK)
+    if (rc == SC_OK && type == HF_GPT2)
         rc = build_gpt2(m, hf, &cfg, seq_len, split, err);
+    else if (rc == SC_OK)
+        rc = build_llama(m, hf, &cfg, seq_len, err);
     if (rc == SC_OK) {
         hf->config = json_deep_copy(cfg.value);
         if (hf->config == NULL)
@@ -245,6 +390,72 @@ static sc_status gpt2_slot(const kn_model *m, const char *prefix, int b, int t, 
                    tn->name);
 }
 
+typedef struct {
+    const char *ours, *theirs;
+} llama_entry;
+
+static const llama_entry llama_layer[] = {
+    {"rms1.w", "input_layernorm.weight"}, {"q.w", "self_attn.q_proj.weight"},
+    {"k.w", "self_attn.k_proj.weight"},   {"v.w", "self_attn.v_proj.weight"},
+    {"o.w", "self_attn.o_proj.weight"},   {"rms2.w", "post_attention_layernorm.weight"},
+    {"gate.w", "mlp.gate_proj.weight"},   {"up.w", "mlp.up_proj.weight"},
+    {"down.w", "mlp.down_proj.weight"},
+};
+
+/* Llama tensors are nn.Linear weights, (out, in) as the linear kernels hold them. */
+static sc_status llama_slot(const kn_model *m, int b, int t, hf_slot *s, sc_err *err)
+{
+    const kn_block *blk = kn_model_block(m, b);
+    const kn_tensor *tn = &blk->tensors[t];
+    int64_t C = blk->C, V = blk->V, KD = (int64_t)blk->NKV * (C / blk->NH);
+    memset(s, 0, sizeof *s);
+    if (blk->kind == KN_BLOCK_TOK_EMBED || (blk->kind == KN_BLOCK_LLAMA_HEAD && t == 1)) {
+        bool tied_copy = blk->kind == KN_BLOCK_LLAMA_HEAD && m->hf->tied;
+        snprintf(s->name, sizeof s->name, "%s",
+                 blk->kind == KN_BLOCK_TOK_EMBED || tied_copy ? "model.embed_tokens.weight"
+                                                              : "lm_head.weight");
+        s->ndim = 2;
+        s->dims[0] = V;
+        s->dims[1] = C;
+        s->skip_on_export = tied_copy;
+        return SC_OK;
+    }
+    if (blk->kind == KN_BLOCK_LLAMA_HEAD) {
+        snprintf(s->name, sizeof s->name, "model.norm.weight");
+        s->ndim = 1;
+        s->dims[0] = C;
+        return SC_OK;
+    }
+    int layer;
+    if (sscanf(blk->name, "layer%d", &layer) != 1)
+        return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: no layer index", blk->name);
+    for (size_t k = 0; k < sizeof llama_layer / sizeof llama_layer[0]; k++) {
+        if (strcmp(llama_layer[k].ours, tn->name) != 0)
+            continue;
+        snprintf(s->name, sizeof s->name, "model.layers.%d.%s", layer, llama_layer[k].theirs);
+        s->ndim = tn->name[0] == 'r' ? 1 : 2; /* the norms are vectors */
+        s->dims[0] = tn->name[0] == 'r' ? C : (int64_t)(tn->count / (size_t)C);
+        s->dims[1] = C;
+        if (strcmp(tn->name, "k.w") == 0 || strcmp(tn->name, "v.w") == 0)
+            s->dims[0] = KD;
+        if (strcmp(tn->name, "o.w") == 0 || strcmp(tn->name, "down.w") == 0) {
+            s->dims[0] = C;
+            s->dims[1] = (int64_t)(tn->count / (size_t)C);
+        }
+        return SC_OK;
+    }
+    return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: tensor %s has no checkpoint name", blk->name,
+                   tn->name);
+}
+
+static sc_status slot_of(const kn_model *m, const char *prefix, int b, int t, hf_slot *s,
+                         sc_err *err)
+{
+    if (m->hf->arch == HF_LLAMA)
+        return llama_slot(m, b, t, s, err);
+    return gpt2_slot(m, prefix, b, t, s, err);
+}
+
 /* GPT-2 checkpoints name the body "transformer.h.0..." (GPT2LMHeadModel) or "h.0..."
  * (GPT2Model, older conversions). */
 static const char *gpt2_prefix(const kn_st *st)
@@ -268,7 +479,7 @@ sc_status kn_hf_read_block(const kn_model *m, int i, float *params, sc_err *err)
     sc_status rc = SC_OK;
     for (int t = 0; t < blk->ntensors && rc == SC_OK; t++) {
         hf_slot s;
-        rc = gpt2_slot(m, prefix, i, t, &s, err);
+        rc = slot_of(m, prefix, i, t, &s, err);
         if (rc == SC_OK && !kn_st_has(st, s.name))
             rc = SC_ERRF(err, SC_ERR_NOT_FOUND,
                          "%s: the checkpoint has no tensor \"%s\" (block %s, tensor %s)",
@@ -332,14 +543,16 @@ sc_status kn_hf_export(const kn_model *m, const float *const *block_params, cons
     if (cfg == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
     if (json_object_get(cfg, "architectures") == NULL)
-        json_object_set_new(cfg, "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+        json_object_set_new(
+            cfg, "architectures",
+            json_pack("[s]", mm->hf->arch == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
     kn_st_writer *w = NULL;
     sc_status rc = kn_st_writer_new(&w, err);
     for (int i = 0; rc == SC_OK && i < kn_model_block_count(m); i++) {
         const kn_block *blk = kn_model_block(m, i);
         for (int t = 0; rc == SC_OK && t < blk->ntensors; t++) {
             hf_slot s;
-            rc = gpt2_slot(mm, "transformer.", i, t, &s, err);
+            rc = slot_of(mm, "transformer.", i, t, &s, err);
             if (rc == SC_OK && !s.skip_on_export)
                 rc = kn_st_writer_add(w, s.name, s.ndim, s.dims,
                                       block_params[i] + blk->tensors[t].offset, s.transpose, err);

@@ -33,6 +33,10 @@ typedef enum {
     KN_BLOCK_FC_LOSS,   /* (in) -> loss (1): cross-entropy(x @ w^T + b) */
     KN_BLOCK_CONV_RELU, /* (cin,h,w) -> (cout,h',w'): relu(conv(x)) */
     KN_BLOCK_MAXPOOL,   /* (c,h,w) -> (c,h/2,w/2) */
+    /* Llama (block_llama.c; CPU only) */
+    KN_BLOCK_TOK_EMBED,   /* tokens (T) -> (T,C): wte[tokens], no positions */
+    KN_BLOCK_LLAMA_LAYER, /* (T,C) -> (T,C): RMSNorm, rotary GQA attention, RMSNorm, SwiGLU */
+    KN_BLOCK_LLAMA_HEAD,  /* (T,C) -> losses (T): cross-entropy(rms(x) @ head^T) */
 } kn_block_kind;
 
 #define KN_NAME_MAX 32
@@ -53,6 +57,9 @@ typedef struct {
     kn_block_kind kind;
     /* GPT */
     int T, C, NH, V;
+    /* Llama: key/value heads, MLP width, norm epsilon, rotary base */
+    int NKV, FF;
+    float eps, rope_theta;
     /* fully connected */
     int fin, fout;
     /* conv / pool: input (cin, h, w), output channels, kernel, stride, padding */

@@ -354,6 +354,16 @@ bool kn_st_has(const kn_st *st, const char *name)
     return find(st, name) != NULL;
 }
 
+size_t kn_st_tensor_count(const kn_st *st)
+{
+    return st->ntensors;
+}
+
+const char *kn_st_tensor_name(const kn_st *st, size_t i)
+{
+    return i < st->ntensors ? st->tensors[i].name : NULL;
+}
+
 sc_status kn_st_shape(const kn_st *st, const char *name, int *ndim, int64_t dims[KN_ST_DIMS_MAX],
                       kn_st_dtype *dtype, sc_err *err)
 {

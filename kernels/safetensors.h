@@ -39,6 +39,9 @@ sc_status kn_st_open_file(kn_st **out, const char *path, sc_err *err);
 void kn_st_close(kn_st **st);
 
 bool kn_st_has(const kn_st *st, const char *name);
+/* The tensors, in header order over the shards: count and the i-th name (borrowed). */
+size_t kn_st_tensor_count(const kn_st *st);
+const char *kn_st_tensor_name(const kn_st *st, size_t i);
 /* Shape of tensor `name` (SC_ERR_NOT_FOUND naming it when absent); dims may be NULL. */
 sc_status kn_st_shape(const kn_st *st, const char *name, int *ndim, int64_t dims[KN_ST_DIMS_MAX],
                       kn_st_dtype *dtype, sc_err *err);

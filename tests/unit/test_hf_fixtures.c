@@ -1,5 +1,6 @@
 /*
- * kernels hf models against transformers itself: the checkpoints in tests/data/hf/ were written
+ * kernels hf models (GPT-2 and Llama, tied and untied heads) against transformers itself: the
+ * checkpoints in tests/data/hf/ were written
  * by transformers' save_pretrained (tests/data/hf/make_fixtures.py) with its logits, losses and
  * the weights after one SGD step on fixed tokens. stagecraft reads each folder and must give
  * the per-position losses and the mean loss within 1e-5, the logits within 1e-4 relative, and
@@ -178,8 +179,9 @@ static void check_logits(const fixture *f)
     const kn_block *hb = kn_model_block(f->m, nb - 1);
     float *hp = malloc(hb->params * sizeof *hp);
     assert_int_equal(kn_model_fill_block(f->m, nb - 1, hp, &err), SC_OK);
-    const float *g = hp + hb->tensors[0].offset, *b = hp + hb->tensors[1].offset;
-    const float *w = hp + hb->tensors[2].offset;
+    bool rms = hb->kind == KN_BLOCK_LLAMA_HEAD; /* RMSNorm, no bias; else LayerNorm */
+    const float *g = hp + hb->tensors[0].offset, *b = rms ? NULL : hp + hb->tensors[1].offset;
+    const float *w = hp + hb->tensors[rms ? 1 : 2].offset;
     float *want = malloc((size_t)B * T * V * sizeof *want);
     const int64_t dims[3] = {B, T, V};
     assert_int_equal(kn_st_read(f->exp, "logits", 3, dims, false, want, &err), SC_OK);
@@ -188,15 +190,15 @@ static void check_logits(const fixture *f)
         const float *r = x + (size_t)i * C;
         double mean = 0, var = 0;
         for (int c = 0; c < C; c++)
-            mean += r[c];
+            mean += rms ? 0 : r[c];
         mean /= C;
         for (int c = 0; c < C; c++)
             var += (r[c] - mean) * (r[c] - mean);
-        double rs = 1.0 / sqrt(var / C + 1e-5);
+        double rs = 1.0 / sqrt(var / C + (rms ? hb->eps : 1e-5));
         for (int v = 0; v < V; v++) {
             double s = 0;
             for (int c = 0; c < C; c++)
-                s += ((r[c] - mean) * rs * g[c] + b[c]) * w[(size_t)v * C + c];
+                s += ((r[c] - mean) * rs * g[c] + (rms ? 0 : b[c])) * w[(size_t)v * C + c];
             double d = fabs(s - want[(size_t)i * V + v]);
             worst = fmax(worst, d);
             worst_rel = fmax(worst_rel, d / fmax(1.0, fabs(want[(size_t)i * V + v])));
@@ -210,8 +212,9 @@ static void check_logits(const fixture *f)
     kn_stage_destroy(&body);
 }
 
-/* Every tensor after the step against transformers' ("sgd." + its name): the parameters are
- * exported (names and layout as transformers writes them) and compared name by name. */
+/* Every tensor after the step against transformers' ("sgd." + its name, each parameter listed
+ * once): the parameters are exported (names and layout as transformers writes them) and
+ * compared name by name. */
 static void check_sgd(const fixture *f, const float *params)
 {
     const float **bp = calloc((size_t)f->nb, sizeof *bp);
@@ -228,25 +231,13 @@ static void check_sgd(const fixture *f, const float *params)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     kn_st *got = NULL;
     assert_int_equal(kn_st_open_file(&got, path, &err), SC_OK);
-    static const char *const layer[] = {
-        "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-    char names[64][96];
-    int n = 0;
-    snprintf(names[n++], 96, "transformer.wte.weight");
-    snprintf(names[n++], 96, "transformer.wpe.weight");
-    snprintf(names[n++], 96, "transformer.ln_f.weight");
-    snprintf(names[n++], 96, "transformer.ln_f.bias");
-    for (int l = 0; l < f->nb - 2; l++)
-        for (size_t k = 0; k < sizeof layer / sizeof layer[0]; k++)
-            snprintf(names[n++], 96, "transformer.h.%d.%s", l, layer[k]);
-    if (!kn_model_get_tie(f->m, NULL))
-        snprintf(names[n++], 96, "lm_head.weight");
     double worst = 0;
-    for (int i = 0; i < n; i++) {
-        char key[160];
-        snprintf(key, sizeof key, "sgd.%.95s", names[i]);
+    int n = 0;
+    for (size_t i = 0; i < kn_st_tensor_count(f->exp); i++) {
+        const char *key = kn_st_tensor_name(f->exp, i), *name = key + 4;
+        if (strncmp(key, "sgd.", 4) != 0)
+            continue;
+        n++;
         int nd;
         int64_t d[KN_ST_DIMS_MAX];
         assert_int_equal(kn_st_shape(f->exp, key, &nd, d, NULL, &err), SC_OK);
@@ -255,7 +246,7 @@ static void check_sgd(const fixture *f, const float *params)
             cnt *= (size_t)d[k];
         float *a = malloc(cnt * sizeof *a), *b = malloc(cnt * sizeof *b);
         assert_int_equal(kn_st_read(f->exp, key, nd, d, false, a, &err), SC_OK);
-        if (kn_st_read(got, names[i], nd, d, false, b, &err) != SC_OK)
+        if (kn_st_read(got, name, nd, d, false, b, &err) != SC_OK)
             fail_msg("%s", err.msg);
         for (size_t j = 0; j < cnt; j++)
             worst = fmax(worst, fabs((double)a[j] - b[j]));
@@ -306,11 +297,25 @@ static void test_gpt2_untied(void **state)
     run_fixture("gpt2-untied");
 }
 
+static void test_llama_tied(void **state)
+{
+    (void)state;
+    run_fixture("llama-tied");
+}
+
+static void test_llama_untied(void **state)
+{
+    (void)state;
+    run_fixture("llama-untied");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2_tied),
         cmocka_unit_test(test_gpt2_untied),
+        cmocka_unit_test(test_llama_tied),
+        cmocka_unit_test(test_llama_untied),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
