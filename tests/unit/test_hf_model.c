@@ -774,6 +774,51 @@ static void test_bad_configs_refused(void **state)
     remove_dir(dir);
 }
 
+/* Llama configs: what is not implemented is refused naming the key. */
+static void expect_llama_error(const char *extra, sc_status want, const char *needle)
+{
+    char dir[64], path[256], text[1024];
+    make_dir(dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(text, sizeof text,
+             "{\"model_type\": \"llama\", \"vocab_size\": 32, \"hidden_size\": 16, "
+             "\"intermediate_size\": 24, \"num_hidden_layers\": 1, \"num_attention_heads\": 4, "
+             "\"max_position_embeddings\": 8%s}",
+             extra);
+    write_text(path, text);
+    sc_err err;
+    kn_model *m = hf_model(dir, 8, &err, want);
+    if (want == SC_OK) {
+        assert_non_null(m);
+        assert_int_equal(kn_model_block_count(m), 3);
+        assert_true(kn_model_block(m, 1)->rope_theta == 500000.0f);
+        assert_int_equal(kn_model_block(m, 1)->NKV, 2);
+        kn_model_destroy(&m);
+    } else if (strstr(err.msg, needle) == NULL) {
+        fail_msg("error \"%s\" does not name \"%s\"", err.msg, needle);
+    }
+    remove_dir(dir);
+}
+
+static void test_llama_configs(void **state)
+{
+    (void)state;
+    expect_llama_error(", \"num_key_value_heads\": 2, \"rope_parameters\": {\"rope_theta\": "
+                       "500000.0, \"rope_type\": \"default\"}",
+                       SC_OK, NULL);
+    expect_llama_error(", \"num_key_value_heads\": 2, \"rope_theta\": 500000.0, "
+                       "\"rope_scaling\": null",
+                       SC_OK, NULL);
+    expect_llama_error(", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
+                       SC_ERR_UNSUPPORTED, "rope_scaling");
+    expect_llama_error(", \"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 4.0}",
+                       SC_ERR_INVALID, "rope_type");
+    expect_llama_error(", \"attention_bias\": true", SC_ERR_UNSUPPORTED, "attention_bias");
+    expect_llama_error(", \"num_key_value_heads\": 3", SC_ERR_UNSUPPORTED, "num_key_value_heads");
+    expect_llama_error(", \"hidden_act\": \"gelu\"", SC_ERR_INVALID, "hidden_act");
+    expect_llama_error(", \"head_dim\": 8", SC_ERR_UNSUPPORTED, "head_dim");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -785,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_export_gpt_kind),
         cmocka_unit_test(test_bad_checkpoints_refused),
         cmocka_unit_test(test_bad_configs_refused),
+        cmocka_unit_test(test_llama_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
