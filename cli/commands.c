@@ -27,6 +27,7 @@ const cli_command cli_commands[] = {
      CMD_TRACE_USAGE, cmd_trace},
     {"profile", "measure each block of a model on this machine (profile JSON)", CMD_PROFILE_USAGE,
      cmd_profile},
+    {"eval", "mean next-token loss of a language model on token shards", CMD_EVAL_USAGE, cmd_eval},
     {"export", "write a trained model as a Hugging Face checkpoint folder", CMD_EXPORT_USAGE,
      cmd_export},
     {"plan", "compare pipeline partitioning strategies offline (table, JSON, trace)",

@@ -17,7 +17,7 @@ static const char *const schedules[] = {"auto", "gpipe", "1f1b", "pipedream", "s
 static const char *const strategies[] = {"hetero", "uniform", "blockpartition", "minmax",
                                          "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
-static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
+static const char *const model_kinds[] = {"gpt", "vgg", "mlp", "hf", NULL};
 
 /* A name `stagecraft worker --name` would take (see worker/agent.c): any other one could never
  * register, and a job naming it would wait for it for good. */
