@@ -284,17 +284,6 @@ static void mlp_segments(const kn_block *blk, size_t *seg, int *n)
 
 /* --- blocks --------------------------------------------------------------------------------- */
 
-/* The Llama blocks have CPU kernels only. */
-static sc_status llama_on_cpu(const kn_ctx *c, const kn_block *blk, sc_err *err)
-{
-    if (c->dev.kind != KN_DEV_CPU)
-        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "block %s: the Llama blocks run on CPU stages only (no CUDA kernels yet); "
-                       "valid device: cpu",
-                       blk->name);
-    return SC_OK;
-}
-
 void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEGMENTS_MAX],
                              int *n_segments)
 {
@@ -362,7 +351,7 @@ size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
     case KN_BLOCK_TOK_EMBED:
     case KN_BLOCK_LLAMA_LAYER:
     case KN_BLOCK_LLAMA_HEAD:
-        return kn_llama_ws_floats(blk, B);
+        return kn_llama_ws_floats(blk, B, gpu);
     }
     return 0;
 }
@@ -432,7 +421,6 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
     case KN_BLOCK_TOK_EMBED:
     case KN_BLOCK_LLAMA_LAYER:
     case KN_BLOCK_LLAMA_HEAD:
-        CHK(llama_on_cpu(c, blk, err));
         return kn_llama_forward(c, blk, params, in, out, stash, targets, ws, B, err);
     }
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
@@ -518,7 +506,6 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
     case KN_BLOCK_TOK_EMBED:
     case KN_BLOCK_LLAMA_LAYER:
     case KN_BLOCK_LLAMA_HEAD:
-        CHK(llama_on_cpu(c, blk, err));
         return kn_llama_backward(c, blk, params, grads, in, stash, dout, din, targets, ws, B, dloss,
                                  err);
     }

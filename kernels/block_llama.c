@@ -3,37 +3,108 @@
  *   x1 = x + o(attn(rope(q(rms1(x))), rope(k(rms1(x))), v(rms1(x))))
  *   out = x1 + down(silu(gate(rms2(x1))) * up(rms2(x1)))
  * and the head cross-entropy(head(rms(x))), all projections without bias, as transformers'
- * LlamaForCausalLM. The stash keeps what the backward reads, rotated q and k included.
+ * LlamaForCausalLM. The stash keeps what the backward reads, rotated q and k included. Each op
+ * goes to the CPU reference or to the CUDA launcher of the context's device (OP below), as in
+ * block.c.
  */
 #include "kernels/block_llama.h"
 
 #include <string.h>
 
+#include "kernels/activation.h"
 #include "kernels/crossentropy.h"
 #include "kernels/linear.h"
 #include "kernels/llama.h"
 
-static void lin_fwd(const kn_ctx *c, float *out, const float *x, const float *w, int N, int IC,
-                    int OC)
+/* OP(what, cpu_call, gpu_call): the call for the context's device; a CUDA error returns
+ * SC_ERR_CUDA naming the op and the block (variables c, b and err in scope). */
+#ifdef SC_HAVE_CUDA
+#define OP(what, cpu_call, gpu_call)                                                               \
+    do {                                                                                           \
+        if (c->dev.kind == KN_DEV_CUDA) {                                                          \
+            int rc_ = kn_cuda_enter(c);                                                            \
+            if (rc_ == 0)                                                                          \
+                rc_ = (gpu_call);                                                                  \
+            if (rc_ != 0)                                                                          \
+                return SC_ERRF(err, SC_ERR_CUDA, "%s (%s): %s", what, b->name,                     \
+                               kn_cuda_error_string(rc_));                                         \
+        } else {                                                                                   \
+            cpu_call;                                                                              \
+        }                                                                                          \
+    } while (0)
+#else
+/* CPU-only build: the context, block and error record exist for the CUDA branch alone */
+#define OP(what, cpu_call, gpu_call)                                                               \
+    do {                                                                                           \
+        (void)c;                                                                                   \
+        (void)b;                                                                                   \
+        (void)err;                                                                                 \
+        cpu_call;                                                                                  \
+    } while (0)
+#endif
+#define CHK(expr) SC_CHECK(expr)
+
+static sc_status lin_fwd(kn_ctx *c, const kn_block *b, float *out, const float *x, const float *w,
+                         int N, int IC, int OC, sc_err *err)
 {
-    (c->cpu_fast ? kn_linear_forward_fast : kn_linear_forward_cpu)(out, x, w, NULL, N, IC, OC);
+    OP("linear forward",
+       (c->cpu_fast ? kn_linear_forward_fast : kn_linear_forward_cpu)(out, x, w, NULL, N, IC, OC),
+       kn_linear_forward_cuda(c, out, x, w, NULL, N, IC, OC));
+    return SC_OK;
 }
 
-/* dx (overwritten; skipped when NULL) and dw (+=) */
-static void lin_bwd(const kn_ctx *c, float *dx, float *dw, const float *dout, const float *x,
-                    const float *w, int N, int IC, int OC)
+/* dx (overwritten) and dw (+=) */
+static sc_status lin_bwd(kn_ctx *c, const kn_block *b, float *dx, float *dw, const float *dout,
+                         const float *x, const float *w, int N, int IC, int OC, sc_err *err)
 {
-    if (dx != NULL)
-        (c->cpu_fast ? kn_linear_backward_input_fast : kn_linear_backward_input_cpu)(dx, dout, w, N,
-                                                                                     IC, OC);
-    (c->cpu_fast ? kn_linear_backward_weight_fast : kn_linear_backward_weight_cpu)(dw, NULL, dout,
-                                                                                   x, N, IC, OC);
+    OP("linear backward (input)",
+       (c->cpu_fast ? kn_linear_backward_input_fast : kn_linear_backward_input_cpu)(dx, dout, w, N,
+                                                                                    IC, OC),
+       kn_linear_backward_input_cuda(c, dx, dout, w, N, IC, OC));
+    OP("linear backward (weight)",
+       (c->cpu_fast ? kn_linear_backward_weight_fast
+                    : kn_linear_backward_weight_cpu)(dw, NULL, dout, x, N, IC, OC),
+       kn_linear_backward_weight_cuda(c, dw, NULL, dout, x, N, IC, OC));
+    return SC_OK;
 }
 
-static void add_into(float *a, const float *b, size_t n)
+static void add_cpu(float *a, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        a[i] += b[i];
+        a[i] += x[i];
+}
+
+/* a += x */
+static sc_status add_into(kn_ctx *c, const kn_block *b, float *a, const float *x, size_t n,
+                          sc_err *err)
+{
+    OP("residual add", add_cpu(a, x, n), kn_residual_forward_cuda(c, a, a, x, n));
+    return SC_OK;
+}
+
+static sc_status rms_fwd(kn_ctx *c, const kn_block *b, float *out, float *rstd, const float *x,
+                         const float *w, int N, sc_err *err)
+{
+    OP("rmsnorm forward", kn_rmsnorm_forward_cpu(out, rstd, x, w, N, b->C, b->eps),
+       kn_rmsnorm_forward_cuda(c, out, rstd, x, w, N, b->C, b->eps));
+    return SC_OK;
+}
+
+static sc_status rms_bwd(kn_ctx *c, const kn_block *b, float *dx, float *dw, const float *dout,
+                         const float *x, const float *w, const float *rstd, int N, sc_err *err)
+{
+    OP("rmsnorm backward", kn_rmsnorm_backward_cpu(dx, dw, dout, x, w, rstd, N, b->C),
+       kn_rmsnorm_backward_cuda(c, dx, dw, dout, x, w, rstd, N, b->C));
+    return SC_OK;
+}
+
+static sc_status rope(kn_ctx *c, const kn_block *b, float *x, int N, int H, int inverse,
+                      sc_err *err)
+{
+    int D = b->C / b->NH;
+    OP("rotary", kn_rope_cpu(x, N, b->T, H, D, b->rope_theta, inverse),
+       kn_rope_cuda(c, x, N, b->T, H, D, b->rope_theta, inverse));
+    return SC_OK;
 }
 
 /* --- layer ---------------------------------------------------------------------------------- */
@@ -94,79 +165,86 @@ static lparams lparams_at(const float *p, const kn_block *b)
     return l;
 }
 
-static void layer_forward(const kn_ctx *c, const kn_block *b, const float *params, const float *x,
-                          float *out, float *stash, int B)
+static sc_status layer_forward(kn_ctx *c, const kn_block *b, const float *params, const float *x,
+                               float *out, float *stash, int B, sc_err *err)
 {
     int T = b->T, C = b->C, NH = b->NH, NKV = b->NKV, D = C / NH, FF = b->FF, N = B * T;
     int QD = NH * D, KD = NKV * D;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)N * C, NF = (size_t)N * FF;
     lparams p = lparams_at(params, b);
     lstash s = lstash_at(stash, b, B);
-    kn_rmsnorm_forward_cpu(s.xn1, s.rstd1, x, p.rms1, N, C, b->eps);
-    lin_fwd(c, s.q, s.xn1, p.q, N, C, QD);
-    lin_fwd(c, s.k, s.xn1, p.k, N, C, KD);
-    lin_fwd(c, s.v, s.xn1, p.v, N, C, KD);
-    kn_rope_cpu(s.q, N, T, NH, D, b->rope_theta, 0);
-    kn_rope_cpu(s.k, N, T, NKV, D, b->rope_theta, 0);
-    kn_gqa_forward_cpu(s.y, s.att, s.q, s.k, s.v, B, T, NH, NKV, D);
-    lin_fwd(c, s.x1, s.y, p.o, N, QD, C);
-    add_into(s.x1, x, NC);
-    kn_rmsnorm_forward_cpu(s.xn2, s.rstd2, s.x1, p.rms2, N, C, b->eps);
-    lin_fwd(c, s.gate, s.xn2, p.gate, N, C, FF);
-    lin_fwd(c, s.up, s.xn2, p.up, N, C, FF);
-    kn_swiglu_forward_cpu(s.h, s.gate, s.up, (size_t)N * FF);
-    lin_fwd(c, out, s.h, p.down, N, FF, C);
-    add_into(out, s.x1, NC);
+    CHK(rms_fwd(c, b, s.xn1, s.rstd1, x, p.rms1, N, err));
+    CHK(lin_fwd(c, b, s.q, s.xn1, p.q, N, C, QD, err));
+    CHK(lin_fwd(c, b, s.k, s.xn1, p.k, N, C, KD, err));
+    CHK(lin_fwd(c, b, s.v, s.xn1, p.v, N, C, KD, err));
+    CHK(rope(c, b, s.q, N, NH, 0, err));
+    CHK(rope(c, b, s.k, N, NKV, 0, err));
+    OP("attention forward", kn_gqa_forward_cpu(s.y, s.att, s.q, s.k, s.v, B, T, NH, NKV, D),
+       kn_gqa_forward_cuda(c, s.y, s.att, s.q, s.k, s.v, B, T, NH, NKV, D));
+    CHK(lin_fwd(c, b, s.x1, s.y, p.o, N, QD, C, err));
+    CHK(add_into(c, b, s.x1, x, NC, err));
+    CHK(rms_fwd(c, b, s.xn2, s.rstd2, s.x1, p.rms2, N, err));
+    CHK(lin_fwd(c, b, s.gate, s.xn2, p.gate, N, C, FF, err));
+    CHK(lin_fwd(c, b, s.up, s.xn2, p.up, N, C, FF, err));
+    OP("swiglu forward", kn_swiglu_forward_cpu(s.h, s.gate, s.up, NF),
+       kn_swiglu_forward_cuda(c, s.h, s.gate, s.up, NF));
+    CHK(lin_fwd(c, b, out, s.h, p.down, N, FF, C, err));
+    return add_into(c, b, out, s.x1, NC, err);
 }
 
-static void layer_backward(const kn_ctx *c, const kn_block *b, const float *params, float *grads,
-                           const float *x, float *stash, const float *dout, float *din, float *ws,
-                           int B)
+static sc_status layer_backward(kn_ctx *c, const kn_block *b, const float *params, float *grads,
+                                const float *x, float *stash, const float *dout, float *din,
+                                float *ws, int B, sc_err *err)
 {
     int T = b->T, C = b->C, NH = b->NH, NKV = b->NKV, D = C / NH, FF = b->FF, N = B * T;
     int QD = NH * D, KD = NKV * D;
-    size_t NC = (size_t)N * C;
+    size_t NC = (size_t)N * C, NF = (size_t)N * FF;
     lparams p = lparams_at(params, b);
     lstash s = lstash_at(stash, b, B);
     float *g[9];
     for (int i = 0; i < 9; i++)
         g[i] = grads + b->tensors[i].offset;
     float *dx1 = ws, *dxn = dx1 + NC, *tmp = dxn + NC, *dh = tmp + NC;
-    float *dgate = dh + (size_t)N * FF, *dup = dgate + (size_t)N * FF;
-    float *dy = dup + (size_t)N * FF, *dq = dy + (size_t)N * QD, *dk = dq + (size_t)N * QD;
+    float *dgate = dh + NF, *dup = dgate + NF;
+    float *dy = dup + NF, *dq = dy + (size_t)N * QD, *dk = dq + (size_t)N * QD;
     float *dv = dk + (size_t)N * KD, *scratch = dv + (size_t)N * KD;
 
-    memcpy(dx1, dout, NC * sizeof(float));
-    lin_bwd(c, dh, g[8], dout, s.h, p.down, N, FF, C);
-    kn_swiglu_backward_cpu(dgate, dup, dh, s.gate, s.up, (size_t)N * FF);
-    lin_bwd(c, dxn, g[6], dgate, s.xn2, p.gate, N, C, FF);
-    lin_bwd(c, tmp, g[7], dup, s.xn2, p.up, N, C, FF);
-    add_into(dxn, tmp, NC);
-    kn_rmsnorm_backward_cpu(tmp, g[5], dxn, s.x1, p.rms2, s.rstd2, N, C);
-    add_into(dx1, tmp, NC);
+    CHK(kn_ctx_copy(c, dx1, dout, NC * sizeof(float), err));
+    CHK(lin_bwd(c, b, dh, g[8], dout, s.h, p.down, N, FF, C, err));
+    OP("swiglu backward", kn_swiglu_backward_cpu(dgate, dup, dh, s.gate, s.up, NF),
+       kn_swiglu_backward_cuda(c, dgate, dup, dh, s.gate, s.up, NF));
+    CHK(lin_bwd(c, b, dxn, g[6], dgate, s.xn2, p.gate, N, C, FF, err));
+    CHK(lin_bwd(c, b, tmp, g[7], dup, s.xn2, p.up, N, C, FF, err));
+    CHK(add_into(c, b, dxn, tmp, NC, err));
+    CHK(rms_bwd(c, b, tmp, g[5], dxn, s.x1, p.rms2, s.rstd2, N, err));
+    CHK(add_into(c, b, dx1, tmp, NC, err));
 
-    lin_bwd(c, dy, g[4], dx1, s.y, p.o, N, QD, C);
-    kn_gqa_backward_cpu(dq, dk, dv, scratch, dy, s.q, s.k, s.v, s.att, B, T, NH, NKV, D);
-    kn_rope_cpu(dq, N, T, NH, D, b->rope_theta, 1);
-    kn_rope_cpu(dk, N, T, NKV, D, b->rope_theta, 1);
-    lin_bwd(c, dxn, g[1], dq, s.xn1, p.q, N, C, QD);
-    lin_bwd(c, tmp, g[2], dk, s.xn1, p.k, N, C, KD);
-    add_into(dxn, tmp, NC);
-    lin_bwd(c, tmp, g[3], dv, s.xn1, p.v, N, C, KD);
-    add_into(dxn, tmp, NC);
-    kn_rmsnorm_backward_cpu(din, g[0], dxn, x, p.rms1, s.rstd1, N, C);
-    add_into(din, dx1, NC);
+    CHK(lin_bwd(c, b, dy, g[4], dx1, s.y, p.o, N, QD, C, err));
+    OP("attention backward",
+       kn_gqa_backward_cpu(dq, dk, dv, scratch, dy, s.q, s.k, s.v, s.att, B, T, NH, NKV, D),
+       kn_gqa_backward_cuda(c, dq, dk, dv, scratch, dy, s.q, s.k, s.v, s.att, B, T, NH, NKV, D));
+    CHK(rope(c, b, dq, N, NH, 1, err));
+    CHK(rope(c, b, dk, N, NKV, 1, err));
+    CHK(lin_bwd(c, b, dxn, g[1], dq, s.xn1, p.q, N, C, QD, err));
+    CHK(lin_bwd(c, b, tmp, g[2], dk, s.xn1, p.k, N, C, KD, err));
+    CHK(add_into(c, b, dxn, tmp, NC, err));
+    CHK(lin_bwd(c, b, tmp, g[3], dv, s.xn1, p.v, N, C, KD, err));
+    CHK(add_into(c, b, dxn, tmp, NC, err));
+    CHK(rms_bwd(c, b, din, g[0], dxn, x, p.rms1, s.rstd1, N, err));
+    return add_into(c, b, din, dx1, NC, err);
 }
 
 /* --- blocks --------------------------------------------------------------------------------- */
 
-size_t kn_llama_ws_floats(const kn_block *b, int B)
+size_t kn_llama_ws_floats(const kn_block *b, int B, bool gpu)
 {
     size_t N = (size_t)B * b->T, C = (size_t)b->C;
     switch (b->kind) {
     case KN_BLOCK_LLAMA_LAYER: {
         size_t D = C / (size_t)b->NH, QD = (size_t)b->NH * D, KD = (size_t)b->NKV * D;
-        return 3 * N * C + 3 * N * (size_t)b->FF + 2 * N * QD + 2 * N * KD + (size_t)b->T;
+        /* attention scratch: a row of T on the CPU, every (B, NH, T, T) score on a GPU */
+        size_t scratch = gpu ? (size_t)B * b->NH * b->T * b->T : (size_t)b->T;
+        return 3 * N * C + 3 * N * (size_t)b->FF + 2 * N * QD + 2 * N * KD + scratch;
     }
     case KN_BLOCK_LLAMA_HEAD:
         return N * (size_t)b->V + N * C;
@@ -193,18 +271,22 @@ sc_status kn_llama_forward(kn_ctx *c, const kn_block *b, const float *params, co
     (void)ws;
     int N = B * b->T, C = b->C, V = b->V;
     switch (b->kind) {
-    case KN_BLOCK_TOK_EMBED:
-        kn_tok_embed_forward_cpu(out, in, params + b->tensors[0].offset, N, C);
+    case KN_BLOCK_TOK_EMBED: {
+        const float *wte = params + b->tensors[0].offset;
+        OP("embedding forward", kn_tok_embed_forward_cpu(out, in, wte, N, C),
+           kn_tok_embed_forward_cuda(c, out, in, wte, N, C, V));
         return SC_OK;
+    }
     case KN_BLOCK_LLAMA_LAYER:
-        layer_forward(c, b, params, in, out, stash, B);
-        return SC_OK;
+        return layer_forward(c, b, params, in, out, stash, B, err);
     case KN_BLOCK_LLAMA_HEAD: {
         float *xn = stash, *rstd = xn + (size_t)N * C, *probs = rstd + N;
-        kn_rmsnorm_forward_cpu(xn, rstd, in, params + b->tensors[0].offset, N, C, b->eps);
-        lin_fwd(c, probs, xn, params + b->tensors[1].offset, N, C, V);
-        (c->cpu_fast ? kn_crossentropy_forward_fast
-                     : kn_crossentropy_forward_cpu)(out, probs, probs, targets, N, V);
+        CHK(rms_fwd(c, b, xn, rstd, in, params + b->tensors[0].offset, N, err));
+        CHK(lin_fwd(c, b, probs, xn, params + b->tensors[1].offset, N, C, V, err));
+        OP("cross-entropy forward",
+           (c->cpu_fast ? kn_crossentropy_forward_fast
+                        : kn_crossentropy_forward_cpu)(out, probs, probs, targets, N, V),
+           kn_crossentropy_forward_cuda(c, out, probs, probs, targets, N, V));
         return SC_OK;
     }
     default:
@@ -219,22 +301,25 @@ sc_status kn_llama_backward(kn_ctx *c, const kn_block *b, const float *params, f
     int N = B * b->T, C = b->C, V = b->V;
     float *stash = (float *)stash_c; /* shares the pointer helpers with the forward */
     switch (b->kind) {
-    case KN_BLOCK_TOK_EMBED:
-        kn_tok_embed_backward_cpu(grads + b->tensors[0].offset, dout, in, N, C);
+    case KN_BLOCK_TOK_EMBED: {
+        float *dwte = grads + b->tensors[0].offset;
+        OP("embedding backward", kn_tok_embed_backward_cpu(dwte, dout, in, N, C),
+           kn_tok_embed_backward_cuda(c, dwte, dout, in, N, C, V));
         return SC_OK;
+    }
     case KN_BLOCK_LLAMA_LAYER:
-        layer_backward(c, b, params, grads, in, stash, dout, din, ws, B);
-        return SC_OK;
+        return layer_backward(c, b, params, grads, in, stash, dout, din, ws, B, err);
     case KN_BLOCK_LLAMA_HEAD: {
         const float *xn = stash, *rstd = xn + (size_t)N * C, *probs = rstd + N;
         float *dlogits = ws, *dxn = ws + (size_t)N * V;
         size_t ow = b->tensors[1].offset;
-        (c->cpu_fast ? kn_crossentropy_backward_fast
-                     : kn_crossentropy_backward_cpu)(dlogits, probs, targets, dloss, N, V);
-        lin_bwd(c, dxn, grads + ow, dlogits, xn, params + ow, N, C, V);
-        kn_rmsnorm_backward_cpu(din, grads + b->tensors[0].offset, dxn, in,
-                                params + b->tensors[0].offset, rstd, N, C);
-        return SC_OK;
+        OP("cross-entropy backward",
+           (c->cpu_fast ? kn_crossentropy_backward_fast
+                        : kn_crossentropy_backward_cpu)(dlogits, probs, targets, dloss, N, V),
+           kn_crossentropy_backward_cuda(c, dlogits, probs, targets, dloss, N, V));
+        CHK(lin_bwd(c, b, dxn, grads + ow, dlogits, xn, params + ow, N, C, V, err));
+        return rms_bwd(c, b, din, grads + b->tensors[0].offset, dxn, in,
+                       params + b->tensors[0].offset, rstd, N, err);
     }
     default:
         return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: not a Llama block", b->name);

@@ -9,6 +9,9 @@
  *   Conv1D weights (stored [in, out]) are transposed into the (out, in) layout of the linear
  *   kernels. With tie_word_embeddings (the default) the head's projection is the token
  *   embedding, held twice (kn_model_tie).
+ *   model_type "llama": embed (token embedding), layerN (RMSNorm, rotary attention with grouped
+ *   key/value heads, SwiGLU; block_llama.c) and head, no biases, tied or untied head; the
+ *   rotary base from "rope_theta" or "rope_parameters"; rope scaling is refused.
  * Configs and names are read as older and newer transformers write them: "n_ctx" for
  * "n_positions", "torch_dtype" or "dtype" (ignored: every dtype is converted to float), tensor
  * names with or without the "transformer." prefix. What is not implemented (another activation,

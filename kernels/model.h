@@ -33,7 +33,7 @@ typedef enum {
     KN_BLOCK_FC_LOSS,   /* (in) -> loss (1): cross-entropy(x @ w^T + b) */
     KN_BLOCK_CONV_RELU, /* (cin,h,w) -> (cout,h',w'): relu(conv(x)) */
     KN_BLOCK_MAXPOOL,   /* (c,h,w) -> (c,h/2,w/2) */
-    /* Llama (block_llama.c; CPU only) */
+    /* Llama (block_llama.c) */
     KN_BLOCK_TOK_EMBED,   /* tokens (T) -> (T,C): wte[tokens], no positions */
     KN_BLOCK_LLAMA_LAYER, /* (T,C) -> (T,C): RMSNorm, rotary GQA attention, RMSNorm, SwiGLU */
     KN_BLOCK_LLAMA_HEAD,  /* (T,C) -> losses (T): cross-entropy(rms(x) @ head^T) */
