@@ -81,6 +81,31 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
     return SC_OK;
 }
 
+/* A model with a tied embedding and head (kn_model_tie) relays that tensor's gradient between
+ * its end stages through host memory at each synchronous step (worker/runtime/runner_tie.c): the
+ * data plane is zmq ("auto" becomes it) and the schedule not pipedream. */
+static sc_status tied_model_rules(coord_jobspec *spec, const sc_jnode *root, sc_err *err)
+{
+    sc_jnode n;
+    if (strcmp(spec->transport, "nccl") == 0) {
+        SC_CHECK(sc_jnode_member(root, "transport", &n, err));
+        return sc_jnode_fail(&n, err, SC_ERR_INVALID,
+                             "the model ties its embedding and output projection, whose "
+                             "gradients travel between stages through host memory: expected "
+                             "\"zmq\" or \"auto\"");
+    }
+    sc_strlcpy(spec->transport, "zmq", sizeof spec->transport);
+    if (strcmp(spec->schedule, "pipedream") == 0 || strcmp(spec->strategy, "pipedream") == 0) {
+        const char *key = strcmp(spec->schedule, "pipedream") == 0 ? "schedule" : "strategy";
+        SC_CHECK(sc_jnode_member(root, key, &n, err));
+        return sc_jnode_fail(&n, err, SC_ERR_INVALID,
+                             "the model ties its embedding and output projection, whose "
+                             "gradients are summed at each synchronous step: pipedream is not "
+                             "supported for it");
+    }
+    return SC_OK;
+}
+
 static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), model, data, opt;
@@ -105,6 +130,7 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     /* The model builder validates the rest (sizes, heads, configs) with its own messages. */
     kn_model *built = NULL;
     SC_CHECK(kn_model_from_node(&built, &model, err));
+    bool tied = kn_model_get_tie(built, NULL);
     kn_model_destroy(&built);
     /* Workers receive the model as a stand-alone stagecraft-model document. */
     json_t *standalone = json_deep_copy(model.value);
@@ -189,6 +215,8 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     if (sc_jnode_has(&root, "transport"))
         SC_CHECK(sc_json_get_enum(&root, "transport", transports, &which, err));
     sc_strlcpy(spec->transport, s, sizeof spec->transport);
+    if (tied)
+        SC_CHECK(tied_model_rules(spec, &root, err));
 
     static const char *const rebalances[] = {"auto", "off", NULL};
     spec->rebalance_auto = true;
