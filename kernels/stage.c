@@ -639,7 +639,6 @@ static sc_status tie_sum(kn_stage *st, sc_err *err)
 sc_status kn_stage_step(kn_stage *st, sc_err *err)
 {
     const kn_optim_cfg *o = &st->cfg.optim;
-    SC_CHECK(tie_sum(st, err));
 #ifdef SC_HAVE_CUDA
     if (st->cfg.device.kind == KN_DEV_CUDA) {
         int rc = kn_cuda_enter(st->ctx);
@@ -648,6 +647,7 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
                            st->cfg.device.index, kn_cuda_error_string(rc));
     }
 #endif
+    SC_CHECK(tie_sum(st, err));
     st->t++;
     for (int i = st->frozen; i < st->nb; i++) {
         const kn_block *b = st->blocks[i];
