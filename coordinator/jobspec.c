@@ -217,6 +217,21 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     sc_strlcpy(spec->transport, s, sizeof spec->transport);
     if (tied)
         SC_CHECK(tied_model_rules(spec, &root, err));
+    /* "export": DIR, written by the stages at the last step (worker/runtime/export_hf.h) */
+    if (sc_jnode_has(&root, "export")) {
+        sc_jnode ex;
+        SC_CHECK(sc_json_get_string(&root, "export", &s, err));
+        SC_CHECK(sc_jnode_member(&root, "export", &ex, err));
+        if (s[0] != '/')
+            return sc_jnode_fail(&ex, err, SC_ERR_INVALID,
+                                 "expected an absolute folder path (every stage's worker writes "
+                                 "its part there)");
+        if (strcmp(spec->model_kind, "hf") != 0 && strcmp(spec->model_kind, "gpt") != 0)
+            return sc_jnode_fail(&ex, err, SC_ERR_INVALID,
+                                 "a %s model is not exported; valid for model kinds \"hf\" and "
+                                 "\"gpt\"",
+                                 spec->model_kind);
+    }
 
     static const char *const rebalances[] = {"auto", "off", NULL};
     spec->rebalance_auto = true;

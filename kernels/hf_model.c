@@ -519,45 +519,85 @@ static sc_status write_config(json_t *cfg, const char *dir, sc_err *err)
     return SC_OK;
 }
 
-sc_status kn_hf_export(const kn_model *m, const float *const *block_params, const char *dir,
-                       sc_err *err)
+/* The model as the export tables see it: an "hf" model itself, a "gpt" one through `shadow`, a
+ * GPT-2 with an untied head and seq_len positions (`gpt` holds its record). NULL for other
+ * kinds. */
+static const kn_model *export_view(const kn_model *m, kn_model *shadow, kn_hf *gpt)
 {
-    kn_model_kind kind = kn_model_get_kind(m);
-    if (kind != KN_MODEL_HF && kind != KN_MODEL_GPT)
-        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "model %s: only GPT-shaped models are exported (kind \"hf\" or \"gpt\")",
-                       kn_model_name(m));
+    if (m->hf != NULL)
+        return m;
+    if (kn_model_get_kind(m) != KN_MODEL_GPT)
+        return NULL;
+    memset(gpt, 0, sizeof *gpt);
+    gpt->arch = HF_GPT2;
+    gpt->positions = kn_model_block(m, 0)->T;
+    *shadow = *m;
+    shadow->hf = gpt;
+    return shadow;
+}
+
+static sc_status unsupported(const kn_model *m, sc_err *err)
+{
+    return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                   "model %s: only GPT-shaped models are exported (kind \"hf\" or \"gpt\")",
+                   kn_model_name(m));
+}
+
+static sc_status make_dir(const char *dir, sc_err *err)
+{
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return SC_ERRF(err, SC_ERR_IO, "%s: %s", dir, strerror(errno));
-    /* a "gpt" model is written through the same table as a GPT-2 with an untied head */
-    kn_hf gpt = {.arch = HF_GPT2, .tied = false};
-    kn_model shadow;
-    const kn_model *mm = m;
-    if (m->hf == NULL) {
-        shadow = *m;
-        gpt.positions = kn_model_block(m, 0)->T;
-        shadow.hf = &gpt;
-        mm = &shadow;
+    return SC_OK;
+}
+
+/* Blocks [first, last] into the writer; block_params[i - first] holds block i's. A tied copy is
+ * left out (written with the embedding). *bytes (may be NULL) adds their float32 size. */
+static sc_status add_blocks(const kn_model *mm, kn_st_writer *w, int first, int last,
+                            const float *const *block_params, size_t *bytes, sc_err *err)
+{
+    for (int i = first; i <= last; i++) {
+        const kn_block *blk = kn_model_block(mm, i);
+        for (int t = 0; t < blk->ntensors; t++) {
+            hf_slot s;
+            SC_CHECK(slot_of(mm, "transformer.", i, t, &s, err));
+            if (s.skip_on_export)
+                continue;
+            SC_CHECK(kn_st_writer_add(w, s.name, s.ndim, s.dims,
+                                      block_params[i - first] + blk->tensors[t].offset, s.transpose,
+                                      err));
+            if (bytes != NULL)
+                *bytes += blk->tensors[t].count * sizeof(float);
+        }
     }
+    return SC_OK;
+}
+
+static json_t *export_config(const kn_model *m, const kn_model *mm)
+{
     json_t *cfg = m->hf != NULL ? json_deep_copy(m->hf->config) : gpt_config(m);
-    if (cfg == NULL)
-        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
-    if (json_object_get(cfg, "architectures") == NULL)
+    if (cfg != NULL && json_object_get(cfg, "architectures") == NULL)
         json_object_set_new(
             cfg, "architectures",
             json_pack("[s]", mm->hf->arch == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
+    return cfg;
+}
+
+sc_status kn_hf_export(const kn_model *m, const float *const *block_params, const char *dir,
+                       sc_err *err)
+{
+    kn_model shadow;
+    kn_hf gpt;
+    const kn_model *mm = export_view(m, &shadow, &gpt);
+    if (mm == NULL)
+        return unsupported(m, err);
+    SC_CHECK(make_dir(dir, err));
+    json_t *cfg = export_config(m, mm);
+    if (cfg == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
     kn_st_writer *w = NULL;
     sc_status rc = kn_st_writer_new(&w, err);
-    for (int i = 0; rc == SC_OK && i < kn_model_block_count(m); i++) {
-        const kn_block *blk = kn_model_block(m, i);
-        for (int t = 0; rc == SC_OK && t < blk->ntensors; t++) {
-            hf_slot s;
-            rc = slot_of(mm, "transformer.", i, t, &s, err);
-            if (rc == SC_OK && !s.skip_on_export)
-                rc = kn_st_writer_add(w, s.name, s.ndim, s.dims,
-                                      block_params[i] + blk->tensors[t].offset, s.transpose, err);
-        }
-    }
+    if (rc == SC_OK)
+        rc = add_blocks(mm, w, 0, kn_model_block_count(m) - 1, block_params, NULL, err);
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (rc == SC_OK)
@@ -565,6 +605,87 @@ sc_status kn_hf_export(const kn_model *m, const float *const *block_params, cons
     if (rc == SC_OK)
         rc = write_config(cfg, dir, err);
     kn_st_writer_destroy(&w);
+    json_decref(cfg);
+    return rc;
+}
+
+static void part_name(char *buf, size_t size, int part, int nparts)
+{
+    snprintf(buf, size, "model-%05d-of-%05d.safetensors", part + 1, nparts);
+}
+
+sc_status kn_hf_export_part(const kn_model *m, int part, int nparts, int first, int last,
+                            const float *params, const char *dir, sc_err *err)
+{
+    kn_model shadow;
+    kn_hf gpt;
+    const kn_model *mm = export_view(m, &shadow, &gpt);
+    if (mm == NULL)
+        return unsupported(m, err);
+    SC_CHECK(make_dir(dir, err));
+    int n = last - first + 1;
+    const float **bp = calloc((size_t)n, sizeof *bp);
+    SC_ALLOC_CHECK(bp, err);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        bp[i] = params + off;
+        off += kn_model_block(m, first + i)->params;
+    }
+    kn_st_writer *w = NULL;
+    sc_status rc = kn_st_writer_new(&w, err);
+    if (rc == SC_OK)
+        rc = add_blocks(mm, w, first, last, bp, NULL, err);
+    char path[PATH_MAX + 64], name[64];
+    part_name(name, sizeof name, part, nparts);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (rc == SC_OK)
+        rc = kn_st_writer_save(w, path, err);
+    kn_st_writer_destroy(&w);
+    free(bp);
+    return rc;
+}
+
+sc_status kn_hf_export_index(const kn_model *m, int nparts, const int *cuts, const char *dir,
+                             sc_err *err)
+{
+    kn_model shadow;
+    kn_hf gpt;
+    const kn_model *mm = export_view(m, &shadow, &gpt);
+    if (mm == NULL)
+        return unsupported(m, err);
+    SC_CHECK(make_dir(dir, err));
+    json_t *map = json_object(), *cfg = export_config(m, mm);
+    uint64_t total = 0;
+    sc_status rc = map != NULL && cfg != NULL
+                       ? SC_OK
+                       : SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
+    for (int k = 0; rc == SC_OK && k < nparts; k++) {
+        char name[64];
+        part_name(name, sizeof name, k, nparts);
+        for (int i = cuts[k]; rc == SC_OK && i < cuts[k + 1]; i++) {
+            const kn_block *blk = kn_model_block(mm, i);
+            for (int t = 0; rc == SC_OK && t < blk->ntensors; t++) {
+                hf_slot s;
+                rc = slot_of(mm, "transformer.", i, t, &s, err);
+                if (rc != SC_OK || s.skip_on_export)
+                    continue;
+                json_object_set_new(map, s.name, json_string(name));
+                total += blk->tensors[t].count * sizeof(float);
+            }
+        }
+    }
+    if (rc == SC_OK) {
+        json_t *index = json_pack("{s:{s:I}, s:O}", "metadata", "total_size", (json_int_t)total,
+                                  "weight_map", map);
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        if (index == NULL || json_dump_file(index, path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
+            rc = SC_ERRF(err, SC_ERR_IO, "%s: cannot write", path);
+        json_decref(index);
+    }
+    if (rc == SC_OK)
+        rc = write_config(cfg, dir, err);
+    json_decref(map);
     json_decref(cfg);
     return rc;
 }

@@ -43,4 +43,15 @@ sc_status kn_hf_read_block(const kn_model *m, int i, float *params, sc_err *err)
 sc_status kn_hf_export(const kn_model *m, const float *const *block_params, const char *dir,
                        sc_err *err);
 
+/* The same folder in parts, one per pipeline stage, as transformers' sharded checkpoints:
+ * part `part` of `nparts` is DIR/model-0000P-of-0000N.safetensors holding blocks [first, last],
+ * whose parameters lie in `params` one block after the other (a stage's flat parameters); the
+ * index (DIR/model.safetensors.index.json, naming each tensor's part; cuts[k] is part k's first
+ * block, cuts[nparts] the block count) and config.json come from kn_hf_export_index. Each part
+ * is written by the process that holds it; nothing is shared but the folder. */
+sc_status kn_hf_export_part(const kn_model *m, int part, int nparts, int first, int last,
+                            const float *params, const char *dir, sc_err *err);
+sc_status kn_hf_export_index(const kn_model *m, int nparts, const int *cuts, const char *dir,
+                             sc_err *err);
+
 #endif /* KN_HF_MODEL_H */

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fine-tuning from a Hugging Face checkpoint folder across worker processes: a tied Llama and a
 # tied GPT-2 read from tests/data/hf each train as a 2-stage pipeline (the embedding in one
-# stage, its tied copy in the head of the other), their stage checkpoints export to a folder
-# that stagecraft reads back and evaluates; when a Python with transformers is at hand
-# (STAGECRAFT_PYTHON, else python3), transformers loads the exported folder and gives the same
-# loss on the same token windows.
+# stage, its tied copy in the head of the other); their stage checkpoints export to a folder
+# (`stagecraft export`) that stagecraft reads back and evaluates, and the job's own "export"
+# writes the same weights as one part per stage; when a Python with transformers is at hand
+# (STAGECRAFT_PYTHON, else python3), transformers loads the job's export (sharded) and gives the
+# same loss on the same token windows.
 # Usage: test_hf_models.sh PATH/TO/stagecraft
 sc=${1:?usage: test_hf_models.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -54,7 +55,7 @@ finetune() {
 {"format": "stagecraft-job", "version": 1, "name": "$name", "model": $model,
  "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4, "schedule": "1f1b",
  "strategy": "uniform", "workers": 2, "steps": 12, "seed": 3, "checkpoint_every": 6,
- "optimizer": {"kind": "adamw", "lr": 0.003}}
+ "optimizer": {"kind": "adamw", "lr": 0.003}, "export": "$work/final-$name"}
 JSON
     id=$("$sc" submit "$work/job-$name.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
     wait_for 240 is_state "$id" succeeded && pass "$name fine-tuned as 2 stages ($id)" ||
@@ -71,12 +72,17 @@ JSON
     fi
     tuned=$(ev "$out")
     orig=$(ev "$data/$name")
+    # the job's own export at its end: one part per stage and an index, the same weights
+    final=$(ev "$work/final-$name")
+    [ -f "$work/final-$name/model.safetensors.index.json" ] && [ "$final" = "$tuned" ] &&
+        pass "$name: the job's \"export\" wrote 2 parts and an index, eval $final" ||
+        fail "$name: the job's export: '$final' ($(ls "$work/final-$name" 2>&1 | tr '\n' ' '))"
     [ -n "$tuned" ] && [ -n "$orig" ] && [ "$tuned" != "$orig" ] &&
         pass "$name: eval of the export $tuned, of the original $orig" ||
         fail "$name eval: '$tuned' / '$orig'"
 
     if $have_transformers; then
-        ref=$("$py" "$work/hf_loss.py" "$out" "$work/tokens.bin" 2>/dev/null)
+        ref=$("$py" "$work/hf_loss.py" "$work/final-$name" "$work/tokens.bin" 2>/dev/null)
         got=$(echo "$tuned" | sed 's/.*"loss": \([0-9.e+-]*\).*/\1/')
         awk -v a="$got" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-4) }' &&
             pass "$name: transformers loads the export: loss $ref, stagecraft $got" ||

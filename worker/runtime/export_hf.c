@@ -121,3 +121,25 @@ done:
     free(bp);
     return rc;
 }
+
+sc_status rt_export_hf_stage(rt_runner *r, int replica, int stage, int n_stages, const int *cuts,
+                             const char *dir, sc_err *err)
+{
+    if (replica > 0)
+        return SC_OK;
+    const kn_model *m = rt_runner_model(r);
+    int first = rt_runner_first_block(r), last = rt_runner_last_block(r);
+    if (cuts[stage] != first || cuts[stage + 1] != last + 1)
+        return SC_ERRF(err, SC_ERR_INTERNAL,
+                       "export: stage %d holds blocks [%d, %d], the plan says [%d, %d]", stage,
+                       first, last, cuts[stage], cuts[stage + 1] - 1);
+    float *params = malloc(rt_runner_param_count(r) * sizeof *params + 1);
+    SC_ALLOC_CHECK(params, err);
+    sc_status rc = rt_runner_params_to_host(r, params, err);
+    if (rc == SC_OK)
+        rc = kn_hf_export_part(m, stage, n_stages, first, last, params, dir, err);
+    if (rc == SC_OK && stage == 0)
+        rc = kn_hf_export_index(m, n_stages, cuts, dir, err);
+    free(params);
+    return rc;
+}

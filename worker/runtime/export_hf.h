@@ -22,4 +22,12 @@
 sc_status rt_export_hf(const kn_model *m, const char *ckpt_dir, uint64_t step, const char *out_dir,
                        uint64_t *step_used, sc_err *err);
 
+/* The job option "export": DIR at the end of training: this runner's stage writes its part of
+ * the folder (kn_hf_export_part, part = stage, with the newest parameters), and stage 0 also the
+ * index and config.json. `cuts` holds the n_stages + 1 first blocks of the plan's stages (the
+ * last = the block count). Copy 0 of a replicated stage writes for all. */
+struct rt_runner;
+sc_status rt_export_hf_stage(struct rt_runner *r, int replica, int stage, int n_stages,
+                             const int *cuts, const char *dir, sc_err *err);
+
 #endif /* RT_EXPORT_HF_H */
