@@ -117,6 +117,10 @@ static void test_bad_specs(void **state)
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
                  "$.model.kind: expected one of \"gpt\", \"vgg\", \"mlp\", \"hf\", got \"rnn\"");
     expect_error("\"heads\": 4", "\"heads\": 3", "$.model");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": \"out\"",
+                 "$.export: expected an absolute folder path");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": 3",
+                 "$.export");
     expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
     expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
                  "$.data: missing required field \"path\"");
