@@ -216,7 +216,7 @@ static sc_status open_shard(kn_st *st, int i, sc_err *err)
                        sh->path, (unsigned long long)hlen, sh->size);
     sh->data_off = 8 + (size_t)hlen;
     json_error_t je;
-    json_t *root = json_loadb((const char *)sh->map + 8, (size_t)hlen, 0, &je);
+    json_t *root = json_loadb((const char *)sh->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL || !json_is_object(root)) {
         json_decref(root);
         return SC_ERRF(err, SC_ERR_PARSE, "%s: header is not a JSON object (%s)", sh->path,
