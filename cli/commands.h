@@ -155,6 +155,32 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
     "  --out FILE            write the JSON to FILE instead of stdout\n"
 int cmd_profile(const cli_command *self, int argc, char **argv);
 
+#define CMD_EVAL_USAGE                                                                             \
+    "usage: stagecraft eval --model SPEC|DIR --data PATH [--seq-len T] [--batch B]\n"              \
+    "                       [--batches N] [--device cpu|cuda:N] [--json]\n\n"                      \
+    "Mean next-token cross-entropy of a language model over llm.c token shards (the `tokens`\n"    \
+    "data format; PATH may be a glob), read in order as llm.c reads them: batch b takes tokens\n"  \
+    "[b*B*T, b*B*T + B*T + 1) of the concatenated shards, the first B*T the inputs (B rows of\n"   \
+    "T), the same span shifted by one the targets.\n"                                              \
+    "  --model SPEC|DIR  a model spec file, or a Hugging Face checkpoint folder\n"                 \
+    "  --seq-len T       context per row (default: the model's; a folder's can be shortened)\n"    \
+    "  --batch B         rows per batch (default 4)\n"                                             \
+    "  --batches N       batches (default: every full batch in the data)\n"                        \
+    "  --device DEV      cpu (default) or cuda:N\n"                                                \
+    "  --json            print {\"loss\": L, \"tokens\": N*B*T}\n"
+int cmd_eval(const cli_command *self, int argc, char **argv);
+
+#define CMD_EXPORT_USAGE                                                                           \
+    "usage: stagecraft export --model SPEC --checkpoints DIR --out DIR [--step N] [--json]\n\n"    \
+    "Writes the model trained by a job as a Hugging Face checkpoint folder: config.json and\n"     \
+    "model.safetensors (float32), names and layout as transformers' from_pretrained expects.\n"    \
+    "SPEC is the job's model (kind \"hf\", or \"gpt\", written as GPT-2); DIR holds the stage\n"   \
+    "checkpoints (stageS-stepN.ckpt, the workers' checkpoint folder of the job, gathered in one\n" \
+    "folder when the stages ran on several machines).\n"                                           \
+    "  --step N   the checkpoint step (default: the newest that every stage saved)\n"              \
+    "  --json     print {\"out\", \"step\", \"model\"}\n"
+int cmd_export(const cli_command *self, int argc, char **argv);
+
 #define CMD_PLAN_USAGE                                                                             \
     "usage: stagecraft plan --model FILE (--cluster FILE | --gpus N --bandwidth B [--memory M])\n" \
     "                       [--batch B] [--microbatches M|auto] [--stages N]\n"                   \

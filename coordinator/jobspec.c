@@ -18,7 +18,7 @@ static const char *const schedules[] = {"auto",   "gpipe",   "1f1b", "pipedream"
 static const char *const strategies[] = {"hetero", "uniform", "blockpartition", "minmax",
                                          "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
-static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
+static const char *const model_kinds[] = {"gpt", "vgg", "mlp", "hf", NULL};
 
 /* A name `stagecraft worker --name` would take (see worker/agent.c): any other one could never
  * register, and a job naming it would wait for it for good. */
@@ -121,6 +121,31 @@ static sc_status parse_freeze(const sc_jnode *root, coord_jobspec *spec, sc_err 
     return SC_OK;
 }
 
+/* A model with a tied embedding and head (kn_model_tie) relays that tensor's gradient between
+ * its end stages through host memory at each synchronous step (worker/runtime/runner_tie.c): the
+ * data plane is zmq ("auto" becomes it) and the schedule not pipedream. */
+static sc_status tied_model_rules(coord_jobspec *spec, const sc_jnode *root, sc_err *err)
+{
+    sc_jnode n;
+    if (strcmp(spec->transport, "nccl") == 0) {
+        SC_CHECK(sc_jnode_member(root, "transport", &n, err));
+        return sc_jnode_fail(&n, err, SC_ERR_INVALID,
+                             "the model ties its embedding and output projection, whose "
+                             "gradients travel between stages through host memory: expected "
+                             "\"zmq\" or \"auto\"");
+    }
+    sc_strlcpy(spec->transport, "zmq", sizeof spec->transport);
+    if (strcmp(spec->schedule, "pipedream") == 0 || strcmp(spec->strategy, "pipedream") == 0) {
+        const char *key = strcmp(spec->schedule, "pipedream") == 0 ? "schedule" : "strategy";
+        SC_CHECK(sc_jnode_member(root, key, &n, err));
+        return sc_jnode_fail(&n, err, SC_ERR_INVALID,
+                             "the model ties its embedding and output projection, whose "
+                             "gradients are summed at each synchronous step: pipedream is not "
+                             "supported for it");
+    }
+    return SC_OK;
+}
+
 static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), model, data, opt;
@@ -145,6 +170,7 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     /* The model builder validates the rest (sizes, heads, configs) with its own messages. */
     kn_model *built = NULL;
     SC_CHECK(kn_model_from_node(&built, &model, err));
+    bool tied = kn_model_get_tie(built, NULL);
     kn_model_destroy(&built);
     /* Workers receive the model as a stand-alone stagecraft-model document. */
     json_t *standalone = json_deep_copy(model.value);
@@ -231,6 +257,23 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     if (sc_jnode_has(&root, "transport"))
         SC_CHECK(sc_json_get_enum(&root, "transport", transports, &which, err));
     sc_strlcpy(spec->transport, s, sizeof spec->transport);
+    if (tied)
+        SC_CHECK(tied_model_rules(spec, &root, err));
+    /* "export": DIR, written by the stages at the last step (worker/runtime/export_hf.h) */
+    if (sc_jnode_has(&root, "export")) {
+        sc_jnode ex;
+        SC_CHECK(sc_json_get_string(&root, "export", &s, err));
+        SC_CHECK(sc_jnode_member(&root, "export", &ex, err));
+        if (s[0] != '/')
+            return sc_jnode_fail(&ex, err, SC_ERR_INVALID,
+                                 "expected an absolute folder path (every stage's worker writes "
+                                 "its part there)");
+        if (strcmp(spec->model_kind, "hf") != 0 && strcmp(spec->model_kind, "gpt") != 0)
+            return sc_jnode_fail(&ex, err, SC_ERR_INVALID,
+                                 "a %s model is not exported; valid for model kinds \"hf\" and "
+                                 "\"gpt\"",
+                                 spec->model_kind);
+    }
 
     static const char *const rebalances[] = {"auto", "off", NULL};
     spec->rebalance_auto = true;
@@ -240,6 +283,14 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     }
 
     SC_CHECK(parse_freeze(&root, spec, err));
+    if (tied && spec->freeze_interval > 0) {
+        sc_jnode f;
+        SC_CHECK(sc_jnode_member(&root, "freeze", &f, err));
+        return sc_jnode_fail(&f, err, SC_ERR_UNSUPPORTED,
+                             "the model ties its embedding and output projection: freezing the "
+                             "embedding would leave its copy in the head learning; expected "
+                             "\"off\" for such a model");
+    }
 
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
     spec->lr = 3e-4;

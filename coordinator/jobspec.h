@@ -27,7 +27,7 @@ typedef enum {
 typedef struct {
     char name[128];
     char *model_json;       /* owned: the model as a stagecraft-model document */
-    char model_kind[16];    /* "gpt", "vgg", "mlp" */
+    char model_kind[16];    /* "gpt", "vgg", "mlp", "hf" */
     coord_data_kind data_kind;
     char data_path[1024];   /* "" for synthetic */
     uint32_t batch_size;

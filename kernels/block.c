@@ -9,6 +9,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/block_llama.h"
 #include "kernels/conv2d.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
@@ -360,6 +361,12 @@ void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEG
     case KN_BLOCK_FC_LOSS: /* probs (fout) */
         per_sample[n++] = (size_t)blk->fout;
         break;
+    case KN_BLOCK_TOK_EMBED:
+        break;
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        kn_llama_stash_segments(blk, per_sample, &n);
+        break;
     }
     *n_segments = n;
 }
@@ -388,6 +395,10 @@ size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
         kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
         return kn_conv2d_col_floats(&s) + (size_t)B * blk->out_floats;
     }
+    case KN_BLOCK_TOK_EMBED:
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        return kn_llama_ws_floats(blk, B, gpu);
     }
     return 0;
 }
@@ -454,6 +465,10 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
             kn_maxpool2d_forward_cpu(out, x, B, blk->cin, blk->h, blk->w, blk->k, blk->stride),
             kn_maxpool2d_forward_cuda(c, out, x, B, blk->cin, blk->h, blk->w, blk->k, blk->stride));
         return SC_OK;
+    case KN_BLOCK_TOK_EMBED:
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        return kn_llama_forward(c, blk, params, in, out, stash, targets, ws, B, err);
     }
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
 }
@@ -475,6 +490,9 @@ size_t kn_block_wstash_floats(const kn_block *blk)
         return blk->out_floats;
     case KN_BLOCK_FC_LOSS: /* W recomputes the logits' gradient */
     case KN_BLOCK_MAXPOOL: /* no parameters */
+    case KN_BLOCK_TOK_EMBED: /* no split: the whole backward in B */
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
         return 0;
     }
     return 0;
@@ -584,6 +602,14 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
                      kn_maxpool2d_backward_cuda(c, din, dout, x, B, blk->cin, blk->h, blk->w,
                                                 blk->k, blk->stride));
         return SC_OK;
+    case KN_BLOCK_TOK_EMBED:
+    case KN_BLOCK_LLAMA_LAYER:
+    case KN_BLOCK_LLAMA_HEAD:
+        /* no split of their own (block.h): the whole backward runs as B, W has nothing left */
+        if (part == KN_BWD_WEIGHT)
+            return SC_OK;
+        return kn_llama_backward(c, blk, params, grads, in, stash, dout, din, targets, ws, B, dloss,
+                                 err);
     }
     return SC_ERRF(err, SC_ERR_INTERNAL, "block %s: unknown kind %d", blk->name, (int)blk->kind);
 }

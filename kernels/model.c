@@ -11,22 +11,11 @@
 #include <string.h>
 
 #include "common/sc_util.h"
-
-struct kn_model {
-    kn_model_kind kind;
-    char name[64];
-    uint64_t seed;
-    bool cpu_reference; /* "cpu_kernels": "reference" */
-    int nblocks, cap;
-    kn_block *blocks;
-    int targets_per_sample;
-    int classes;
-    int layers, T, C; /* GPT, for the FLOP count */
-    size_t params;
-};
+#include "kernels/hf_model.h"
+#include "kernels/model_internal.h"
 
 /* Each builder reserves its exact block count once its sizes are validated. */
-static sc_status blocks_reserve(kn_model *m, int count, sc_err *err)
+sc_status kn_model_blocks_reserve(kn_model *m, int count, sc_err *err)
 {
     m->blocks = calloc((size_t)count, sizeof *m->blocks);
     if (m->blocks == NULL)
@@ -35,7 +24,7 @@ static sc_status blocks_reserve(kn_model *m, int count, sc_err *err)
     return SC_OK;
 }
 
-static kn_block *block_add(kn_model *m, kn_block_kind kind, const char *fmt, int a, int b)
+kn_block *kn_model_block_add(kn_model *m, kn_block_kind kind, const char *fmt, int a, int b)
 {
     assert(m->nblocks < m->cap);
     kn_block *blk = &m->blocks[m->nblocks++];
@@ -45,8 +34,8 @@ static kn_block *block_add(kn_model *m, kn_block_kind kind, const char *fmt, int
     return blk;
 }
 
-static void tensor_add(kn_block *blk, const char *name, size_t count, bool decay, float std,
-                       float cst)
+void kn_model_tensor_add(kn_block *blk, const char *name, size_t count, bool decay, float std,
+                         float cst)
 {
     assert(blk->ntensors < KN_BLOCK_TENSORS_MAX);
     kn_tensor *t = &blk->tensors[blk->ntensors++];
@@ -75,22 +64,22 @@ static size_t mlp_stash(int T, int C)
 
 static void gpt_attn_tensors(kn_block *b, int C, float std, float proj_std)
 {
-    tensor_add(b, "ln1.w", C, false, 0, 1);
-    tensor_add(b, "ln1.b", C, false, 0, 0);
-    tensor_add(b, "qkv.w", 3 * (size_t)C * C, true, std, 0);
-    tensor_add(b, "qkv.b", 3 * (size_t)C, false, 0, 0);
-    tensor_add(b, "attproj.w", (size_t)C * C, true, proj_std, 0);
-    tensor_add(b, "attproj.b", C, false, 0, 0);
+    kn_model_tensor_add(b, "ln1.w", C, false, 0, 1);
+    kn_model_tensor_add(b, "ln1.b", C, false, 0, 0);
+    kn_model_tensor_add(b, "qkv.w", 3 * (size_t)C * C, true, std, 0);
+    kn_model_tensor_add(b, "qkv.b", 3 * (size_t)C, false, 0, 0);
+    kn_model_tensor_add(b, "attproj.w", (size_t)C * C, true, proj_std, 0);
+    kn_model_tensor_add(b, "attproj.b", C, false, 0, 0);
 }
 
 static void gpt_mlp_tensors(kn_block *b, int C, float std, float proj_std)
 {
-    tensor_add(b, "ln2.w", C, false, 0, 1);
-    tensor_add(b, "ln2.b", C, false, 0, 0);
-    tensor_add(b, "fc.w", 4 * (size_t)C * C, true, std, 0);
-    tensor_add(b, "fc.b", 4 * (size_t)C, false, 0, 0);
-    tensor_add(b, "fcproj.w", 4 * (size_t)C * C, true, proj_std, 0);
-    tensor_add(b, "fcproj.b", C, false, 0, 0);
+    kn_model_tensor_add(b, "ln2.w", C, false, 0, 1);
+    kn_model_tensor_add(b, "ln2.b", C, false, 0, 0);
+    kn_model_tensor_add(b, "fc.w", 4 * (size_t)C * C, true, std, 0);
+    kn_model_tensor_add(b, "fc.b", 4 * (size_t)C, false, 0, 0);
+    kn_model_tensor_add(b, "fcproj.w", 4 * (size_t)C * C, true, proj_std, 0);
+    kn_model_tensor_add(b, "fcproj.b", C, false, 0, 0);
 }
 
 static void gpt_shape(kn_block *b, int V, int T, int C, int NH)
@@ -127,48 +116,55 @@ static sc_status build_gpt(kn_model *m, const sc_jnode *root, sc_err *err)
         return sc_jnode_fail(&h, err, SC_ERR_INVALID, "heads %lld exceeds width %lld",
                              (long long)NH, (long long)C);
     }
-    m->layers = (int)L;
-    m->T = (int)T;
-    m->C = (int)C;
-    m->targets_per_sample = (int)T;
-    m->classes = (int)V;
-    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    SC_CHECK(blocks_reserve(m, 2 + (int)L * (split ? 2 : 1), err));
+    SC_CHECK(kn_model_gpt_blocks(m, (int)V, (int)T, (int)L, (int)C, (int)NH, split, (int)T, err));
+    snprintf(m->name, sizeof m->name, "gpt-L%d-C%d", (int)L, (int)C);
+    return SC_OK;
+}
 
-    kn_block *b = block_add(m, KN_BLOCK_EMBED, "embed", 0, 0);
+sc_status kn_model_gpt_blocks(kn_model *m, int V, int T, int L, int C, int NH, bool split,
+                              int positions, sc_err *err)
+{
+    m->layers = L;
+    m->T = T;
+    m->C = C;
+    m->targets_per_sample = T;
+    m->classes = V;
+    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    SC_CHECK(kn_model_blocks_reserve(m, 2 + L * (split ? 2 : 1), err));
+
+    kn_block *b = kn_model_block_add(m, KN_BLOCK_EMBED, "embed", 0, 0);
     gpt_shape(b, V, T, C, NH);
     b->in_floats = T;
     b->in_tokens = true;
-    tensor_add(b, "wte", (size_t)V * C, true, std, 0);
-    tensor_add(b, "wpe", (size_t)T * C, true, 0.01f, 0);
+    kn_model_tensor_add(b, "wte", (size_t)V * C, true, std, 0);
+    kn_model_tensor_add(b, "wpe", (size_t)positions * C, true, 0.01f, 0);
     for (int l = 0; l < L; l++) {
         if (split) {
-            b = block_add(m, KN_BLOCK_GPT_ATTN, "layer%d.attn", l, 0);
+            b = kn_model_block_add(m, KN_BLOCK_GPT_ATTN, "layer%d.attn", l, 0);
             gpt_shape(b, V, T, C, NH);
             gpt_attn_tensors(b, C, std, proj_std);
             b->stash_floats = attn_stash(T, C, NH);
-            b = block_add(m, KN_BLOCK_GPT_MLP, "layer%d.mlp", l, 0);
+            b = kn_model_block_add(m, KN_BLOCK_GPT_MLP, "layer%d.mlp", l, 0);
             gpt_shape(b, V, T, C, NH);
             gpt_mlp_tensors(b, C, std, proj_std);
             b->stash_floats = mlp_stash(T, C);
         } else {
-            b = block_add(m, KN_BLOCK_GPT_LAYER, "layer%d", l, 0);
+            b = kn_model_block_add(m, KN_BLOCK_GPT_LAYER, "layer%d", l, 0);
             gpt_shape(b, V, T, C, NH);
             gpt_attn_tensors(b, C, std, proj_std);
             gpt_mlp_tensors(b, C, std, proj_std);
             b->stash_floats = attn_stash(T, C, NH) + (size_t)T * C + mlp_stash(T, C);
         }
     }
-    b = block_add(m, KN_BLOCK_GPT_HEAD, "head", 0, 0);
+    b = kn_model_block_add(m, KN_BLOCK_GPT_HEAD, "head", 0, 0);
     gpt_shape(b, V, T, C, NH);
     b->out_floats = T;
     b->has_loss = true;
-    tensor_add(b, "lnf.w", C, false, 0, 1);
-    tensor_add(b, "lnf.b", C, false, 0, 0);
-    tensor_add(b, "head.w", (size_t)V * C, true, std, 0);
+    kn_model_tensor_add(b, "lnf.w", C, false, 0, 1);
+    kn_model_tensor_add(b, "lnf.b", C, false, 0, 0);
+    kn_model_tensor_add(b, "head.w", (size_t)V * C, true, std, 0);
     /* lnf (T,C), mean/rstd (T), probs (T,V) */
     b->stash_floats = (size_t)T * C + 2 * (size_t)T + (size_t)T * V;
-    snprintf(m->name, sizeof m->name, "gpt-L%d-C%d", (int)L, (int)C);
     return SC_OK;
 }
 
@@ -176,15 +172,15 @@ static sc_status build_gpt(kn_model *m, const sc_jnode *root, sc_err *err)
 
 static void fc_block(kn_model *m, bool last, int idx, int fin, int fout)
 {
-    kn_block *b = last ? block_add(m, KN_BLOCK_FC_LOSS, "head", 0, 0)
-                       : block_add(m, KN_BLOCK_FC_RELU, "fc%d", idx, 0);
+    kn_block *b = last ? kn_model_block_add(m, KN_BLOCK_FC_LOSS, "head", 0, 0)
+                       : kn_model_block_add(m, KN_BLOCK_FC_RELU, "fc%d", idx, 0);
     b->fin = fin;
     b->fout = fout;
     b->in_floats = fin;
     /* He init for ReLU layers, 1/sqrt(fan_in) for the logits */
-    tensor_add(b, "w", (size_t)fin * fout, true,
-               last ? 1.0f / sqrtf((float)fin) : sqrtf(2.0f / (float)fin), 0);
-    tensor_add(b, "b", fout, false, 0, 0);
+    kn_model_tensor_add(b, "w", (size_t)fin * fout, true,
+                        last ? 1.0f / sqrtf((float)fin) : sqrtf(2.0f / (float)fin), 0);
+    kn_model_tensor_add(b, "b", fout, false, 0, 0);
     if (last) {
         b->has_loss = true;
         b->out_floats = 1;
@@ -204,7 +200,7 @@ static sc_status build_mlp(kn_model *m, const sc_jnode *root, sc_err *err)
         sc_jnode e = sc_jnode_element(&sizes, i);
         SC_CHECK(sc_jnode_int(&e, i + 1 == n ? 2 : 1, 1 << 24, &dims[i], err));
     }
-    SC_CHECK(blocks_reserve(m, (int)n - 1, err));
+    SC_CHECK(kn_model_blocks_reserve(m, (int)n - 1, err));
     for (size_t i = 0; i + 1 < n; i++)
         fc_block(m, i + 2 == n, (int)i, (int)dims[i], (int)dims[i + 1]);
     m->targets_per_sample = 1;
@@ -246,11 +242,11 @@ static sc_status build_vgg(kn_model *m, const sc_jnode *root, sc_err *err)
     int stack = 1, within = 1, count = 3; /* the classifier */
     for (const int *l = vgg_layers[cfg]; *l >= 0; l++)
         count++;
-    SC_CHECK(blocks_reserve(m, count, err));
+    SC_CHECK(kn_model_blocks_reserve(m, count, err));
     for (const int *l = vgg_layers[cfg]; *l >= 0; l++) {
         kn_block *b;
         if (*l == 0) {
-            b = block_add(m, KN_BLOCK_MAXPOOL, "pool%d", stack, 0);
+            b = kn_model_block_add(m, KN_BLOCK_MAXPOOL, "pool%d", stack, 0);
             b->cin = b->cout = c;
             b->h = h;
             b->w = w;
@@ -263,7 +259,7 @@ static sc_status build_vgg(kn_model *m, const sc_jnode *root, sc_err *err)
             within = 1;
             continue;
         }
-        b = block_add(m, KN_BLOCK_CONV_RELU, "conv%d_%d", stack, within++);
+        b = kn_model_block_add(m, KN_BLOCK_CONV_RELU, "conv%d_%d", stack, within++);
         b->cin = c;
         b->h = h;
         b->w = w;
@@ -273,8 +269,8 @@ static sc_status build_vgg(kn_model *m, const sc_jnode *root, sc_err *err)
         b->pad = 1;
         b->in_floats = (size_t)c * h * w;
         b->out_floats = (size_t)b->cout * h * w;
-        tensor_add(b, "w", (size_t)b->cout * c * 9, true, sqrtf(2.0f / (float)(c * 9)), 0);
-        tensor_add(b, "b", b->cout, false, 0, 0);
+        kn_model_tensor_add(b, "w", (size_t)b->cout * c * 9, true, sqrtf(2.0f / (float)(c * 9)), 0);
+        kn_model_tensor_add(b, "b", b->cout, false, 0, 0);
         c = b->cout;
     }
     /* classifier: CIFAR-sized inputs get 512-wide hidden layers, ImageNet-sized the paper's 4096 */
@@ -291,7 +287,7 @@ static sc_status build_vgg(kn_model *m, const sc_jnode *root, sc_err *err)
 
 /* --- spec ---------------------------------------------------------------------------------- */
 
-static const char *const model_kinds[] = {"gpt", "vgg", "mlp", NULL};
+static const char *const model_kinds[] = {"gpt", "vgg", "mlp", "hf", NULL};
 static const char *const cpu_kernel_kinds[] = {"fast", "reference", NULL};
 
 sc_status kn_model_from_node(kn_model **out, const sc_jnode *root, sc_err *err)
@@ -318,6 +314,8 @@ sc_status kn_model_from_node(kn_model **out, const sc_jnode *root, sc_err *err)
         rc = build_gpt(m, root, err);
     else if (kind == KN_MODEL_VGG)
         rc = build_vgg(m, root, err);
+    else if (kind == KN_MODEL_HF)
+        rc = kn_hf_build(m, root, err);
     else
         rc = build_mlp(m, root, err);
     if (rc != SC_OK) {
@@ -362,6 +360,7 @@ void kn_model_destroy(kn_model **model)
 {
     if (model == NULL || *model == NULL)
         return;
+    kn_hf_destroy(&(*model)->hf);
     free((*model)->blocks);
     free(*model);
     *model = NULL;
@@ -460,9 +459,24 @@ void kn_model_init_block(const kn_model *m, int i, float *params)
     }
 }
 
+sc_status kn_model_fill_block(const kn_model *m, int i, float *params, sc_err *err)
+{
+    if (m->hf != NULL)
+        return kn_hf_read_block(m, i, params, err);
+    kn_model_init_block(m, i, params);
+    return SC_OK;
+}
+
+bool kn_model_get_tie(const kn_model *m, kn_model_tie *tie)
+{
+    if (m->tied && tie != NULL)
+        *tie = m->tie;
+    return m->tied;
+}
+
 double kn_model_train_flops_per_sample(const kn_model *m)
 {
-    if (m->kind == KN_MODEL_GPT)
+    if (m->kind == KN_MODEL_GPT || m->kind == KN_MODEL_HF)
         return (6.0 * (double)m->params + 6.0 * m->layers * m->C * m->T) * m->T;
     double macs = 0;
     for (int i = 0; i < m->nblocks; i++) {

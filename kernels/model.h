@@ -20,7 +20,8 @@
 #include "common/sc_json.h"
 #include "common/sc_status.h"
 
-typedef enum { KN_MODEL_GPT = 0, KN_MODEL_VGG, KN_MODEL_MLP } kn_model_kind;
+/* KN_MODEL_HF: a model read from a Hugging Face checkpoint folder (hf_model.h) */
+typedef enum { KN_MODEL_GPT = 0, KN_MODEL_VGG, KN_MODEL_MLP, KN_MODEL_HF } kn_model_kind;
 
 typedef enum {
     KN_BLOCK_EMBED = 0, /* tokens (T) -> (T,C) */
@@ -32,6 +33,10 @@ typedef enum {
     KN_BLOCK_FC_LOSS,   /* (in) -> loss (1): cross-entropy(x @ w^T + b) */
     KN_BLOCK_CONV_RELU, /* (cin,h,w) -> (cout,h',w'): relu(conv(x)) */
     KN_BLOCK_MAXPOOL,   /* (c,h,w) -> (c,h/2,w/2) */
+    /* Llama (block_llama.c) */
+    KN_BLOCK_TOK_EMBED,   /* tokens (T) -> (T,C): wte[tokens], no positions */
+    KN_BLOCK_LLAMA_LAYER, /* (T,C) -> (T,C): RMSNorm, rotary GQA attention, RMSNorm, SwiGLU */
+    KN_BLOCK_LLAMA_HEAD,  /* (T,C) -> losses (T): cross-entropy(rms(x) @ head^T) */
 } kn_block_kind;
 
 #define KN_NAME_MAX 32
@@ -52,6 +57,9 @@ typedef struct {
     kn_block_kind kind;
     /* GPT */
     int T, C, NH, V;
+    /* Llama: key/value heads, MLP width, norm epsilon, rotary base */
+    int NKV, FF;
+    float eps, rope_theta;
     /* fully connected */
     int fin, fout;
     /* conv / pool: input (cin, h, w), output channels, kernel, stride, padding */
@@ -101,6 +109,22 @@ void kn_model_set_cpu_reference(kn_model *m, bool reference);
 
 /* Writes block i's initial parameters (block->params floats) into host memory. */
 void kn_model_init_block(const kn_model *m, int i, float *params);
+/* Block i's starting parameters: a checkpoint's tensors for a model read from one (only those
+ * of block i are read; a missing tensor or a wrong shape is an error naming it), else
+ * kn_model_init_block. */
+sc_status kn_model_fill_block(const kn_model *m, int i, float *params, sc_err *err);
+
+/* A tied tensor: tensor tensor[0] of block block[0] and tensor tensor[1] of block block[1]
+ * (block[0] < block[1]) are one parameter held twice (GPT-2's token embedding and output
+ * projection). Both copies start equal; whoever steps them adds the two gradients first and
+ * gives each copy the sum, so they stay equal (kn_stage_step within a stage, the runtime across
+ * stages). */
+typedef struct {
+    int block[2];
+    int tensor[2];
+} kn_model_tie;
+/* True (and *tie set) when the model has one. */
+bool kn_model_get_tie(const kn_model *m, kn_model_tie *tie);
 
 /* FLOPs of one training step (forward + backward) per sample, for MFU figures: for a GPT,
  * T tokens of 6N + 6*L*C*T each; otherwise 6 per multiply-add of the linear and conv layers

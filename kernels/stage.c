@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/activation.h"
 #include "kernels/block.h"
 #include "kernels/device_impl.h"
 
@@ -203,15 +204,16 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
     st->arena = arena;
     st->mem_bytes += arena_bytes;
 
-    /* initial parameters: generated block by block on the host from the model's seed */
+    /* initial parameters, block by block on the host: from the model's seed or its checkpoint */
     float *host = malloc(st->nparams * sizeof *host + 1);
     if (host == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory initialising %zu parameters", st->nparams);
         goto fail;
     }
-    for (int i = 0; i < st->nb; i++)
-        kn_model_init_block(model, cfg->first_block + i, host + st->poff[i]);
-    rc = kn_ctx_upload(st->ctx, st->params, host, st->nparams * sizeof *host, err);
+    for (int i = 0; i < st->nb && rc == SC_OK; i++)
+        rc = kn_model_fill_block(model, cfg->first_block + i, host + st->poff[i], err);
+    if (rc == SC_OK)
+        rc = kn_ctx_upload(st->ctx, st->params, host, st->nparams * sizeof *host, err);
     free(host);
     if (rc != SC_OK)
         goto fail;
@@ -665,6 +667,56 @@ void kn_stage_set_lr(kn_stage *st, float lr)
     st->cfg.optim.lr = lr;
 }
 
+/* Where copy k (0, 1) of the model's tied tensor lies in the stage's flat parameters: false
+ * when the stage does not hold that copy. */
+static bool tie_copy(const kn_stage *st, int k, size_t *offset, size_t *count)
+{
+    kn_model_tie tie;
+    if (!kn_model_get_tie(st->model, &tie))
+        return false;
+    int i = tie.block[k] - st->cfg.first_block;
+    if (i < 0 || i >= st->nb)
+        return false;
+    const kn_tensor *tn = &st->blocks[i]->tensors[tie.tensor[k]];
+    *offset = st->poff[i] + tn->offset;
+    *count = tn->count;
+    return true;
+}
+
+bool kn_stage_tie_part(const kn_stage *st, size_t *offset, size_t *count)
+{
+    size_t o[2], n[2];
+    bool has0 = tie_copy(st, 0, &o[0], &n[0]), has1 = tie_copy(st, 1, &o[1], &n[1]);
+    if (has0 == has1)
+        return false;
+    *offset = has0 ? o[0] : o[1];
+    *count = has0 ? n[0] : n[1];
+    return true;
+}
+
+/* Both copies of the tied tensor here: each gets the sum of their gradients (kn_model_tie). */
+static sc_status tie_sum(kn_stage *st, sc_err *err)
+{
+    size_t o0, o1, n;
+    if (!tie_copy(st, 0, &o0, &n) || !tie_copy(st, 1, &o1, &n))
+        return SC_OK;
+    if (o0 < st->learn_off || o1 < st->learn_off)
+        return SC_OK; /* a copy in a frozen block keeps no gradient (jobs refuse freezing these) */
+    float *a = st->grads + (o0 - st->learn_off), *b = st->grads + (o1 - st->learn_off);
+#ifdef SC_HAVE_CUDA
+    if (st->cfg.device.kind == KN_DEV_CUDA) {
+        int rc = kn_residual_forward_cuda(st->ctx, a, a, b, n);
+        if (rc != 0)
+            return SC_ERRF(err, SC_ERR_CUDA, "tied gradient sum: %s", kn_cuda_error_string(rc));
+        return kn_ctx_copy(st->ctx, b, a, n * sizeof(float), err);
+    }
+#endif
+    (void)err;
+    for (size_t j = 0; j < n; j++)
+        a[j] = b[j] = a[j] + b[j];
+    return SC_OK;
+}
+
 sc_status kn_stage_step(kn_stage *st, sc_err *err)
 {
     const kn_optim_cfg *o = &st->cfg.optim;
@@ -676,6 +728,7 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
                            st->cfg.device.index, kn_cuda_error_string(rc));
     }
 #endif
+    SC_CHECK(tie_sum(st, err));
     st->t++;
     for (int i = st->frozen; i < st->nb; i++) {
         const kn_block *b = st->blocks[i];

@@ -149,6 +149,11 @@ sc_status kn_stage_zero_grads(kn_stage *st, sc_err *err);
 /* One optimizer step over all parameters with the stage's optimizer config (lr may be changed
  * between steps with kn_stage_set_lr). Weight decay applies to matrices only. */
 sc_status kn_stage_step(kn_stage *st, sc_err *err);
+/* A model with a tied tensor (kn_model_tie): kn_stage_step first gives both copies the sum of
+ * their gradients when the stage holds both. When it holds only one, this says where (offset and
+ * count in the stage's flat parameters, as kn_stage_grads_to_host lays them out) and returns
+ * true: the caller adds the other stage's gradient of that tensor into it before the step. */
+bool kn_stage_tie_part(const kn_stage *st, size_t *offset, size_t *count);
 void kn_stage_set_lr(kn_stage *st, float lr);
 
 /* Freezing (a frozen prefix of the model): the stage's first `count` blocks (cfg.frozen_blocks

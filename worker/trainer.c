@@ -18,6 +18,7 @@
 #include "worker/blocks/block_server.h"
 #include "worker/blocks/block_wire.h"
 #include "worker/blocks/ckpt_copier.h"
+#include "worker/runtime/export_hf.h"
 #include "worker/runtime/runner.h"
 #include "worker/transport/transport.h"
 
@@ -49,6 +50,9 @@ struct wk_trainer {
     json_t *sources;         /* START's "state_sources": block servers to resume from, or NULL */
     wk_copier *copier;       /* copies of other stages' checkpoints held here, or NULL */
     char *model_json;        /* the job's model, for the copier */
+    /* the job's "export": DIR, "" for none; the plan's stage cuts (n_stages + 1 first blocks) */
+    char export_dir[1100];
+    int *export_cuts;
 
     pthread_mutex_t lock; /* guards the queue */
     wk_trainer_msg queue[QUEUE_MAX];
@@ -129,6 +133,23 @@ static int replicas_of(json_t *stages, int s)
 {
     size_t n = json_array_size(json_object_get(json_array_get(stages, (size_t)s), "devices"));
     return n > 0 ? (int)n : 1;
+}
+
+/* The job's "export": DIR and the plan's stage cuts, for the export at the last step. */
+static sc_status export_setup(wk_trainer *t, json_t *job, json_t *stages, sc_err *err)
+{
+    const char *dir = json_string_value(json_object_get(job, "export"));
+    if (dir == NULL || dir[0] == '\0')
+        return SC_OK;
+    sc_strlcpy(t->export_dir, dir, sizeof t->export_dir);
+    t->export_cuts = calloc((size_t)t->n_stages + 1, sizeof *t->export_cuts);
+    SC_ALLOC_CHECK(t->export_cuts, err);
+    for (uint32_t s = 0; s < t->n_stages; s++) {
+        json_t *st = json_array_get(stages, s);
+        t->export_cuts[s] = (int)json_integer_value(json_object_get(st, "first_block"));
+        t->export_cuts[s + 1] = (int)json_integer_value(json_object_get(st, "last_block")) + 1;
+    }
+    return SC_OK;
 }
 
 sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest *req,
@@ -291,7 +312,9 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
         goto out;
     }
-    rc = rt_runner_new(&t->runner, &cfg, err);
+    rc = export_setup(t, job, stages, err);
+    if (rc == SC_OK)
+        rc = rt_runner_new(&t->runner, &cfg, err);
     if (rc != SC_OK) {
         wk_trainer_destroy(&t);
         goto out;
@@ -608,6 +631,14 @@ static void *train_main(void *arg)
                 return NULL;
             }
         }
+        if (step == t->steps && t->export_dir[0] != '\0') {
+            sc_err_clear(&err);
+            if (rt_export_hf_stage(t->runner, (int)t->replica, (int)t->stage, (int)t->n_stages,
+                                   t->export_cuts, t->export_dir, &err) != SC_OK) {
+                push_error(t, err.code, "export at the last step failed: %s", err.msg);
+                return NULL;
+            }
+        }
         if (save) {
             sc_err_clear(&err);
             if (make_dirs(t->checkpoint_dir, &err) != SC_OK ||
@@ -842,6 +873,7 @@ void wk_trainer_destroy(wk_trainer **tp)
     free(t->model_json);
     json_decref(t->endpoints);
     json_decref(t->sources);
+    free(t->export_cuts);
     wk_trainer_msg m;
     while (wk_trainer_pop(t, &m))
         wk_trainer_msg_clear(&m);

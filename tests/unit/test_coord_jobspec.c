@@ -133,8 +133,12 @@ static void test_bad_specs(void **state)
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"zigzag\"",
                  "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
-                 "$.model.kind: expected one of \"gpt\", \"vgg\", \"mlp\", got \"rnn\"");
+                 "$.model.kind: expected one of \"gpt\", \"vgg\", \"mlp\", \"hf\", got \"rnn\"");
     expect_error("\"heads\": 4", "\"heads\": 3", "$.model");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": \"out\"",
+                 "$.export: expected an absolute folder path");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": 3",
+                 "$.export");
     expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
     expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
                  "$.data: missing required field \"path\"");
@@ -234,6 +238,38 @@ static void test_unprintable_and_unregistrable_names(void **state)
 
 /* Micro-batches of the workers' largest size are accepted, and so is an open count whatever the
  * batch (the coordinator profiles sizes up to the limit). */
+/* A tied checkpoint (GPT-2 from tests/data/hf): the data plane becomes zmq, nccl and pipedream
+ * are refused naming the key. */
+static void test_tied_model(void **state)
+{
+    (void)state;
+    char text[2048];
+    const char *const tails[] = {"", ", \"transport\": \"nccl\"", ", \"schedule\": \"pipedream\""};
+    for (int k = 0; k < 3; k++) {
+        snprintf(text, sizeof text,
+                 "{\"format\": \"stagecraft-job\", \"version\": 1, \"name\": \"t\", \"model\": "
+                 "{\"kind\": \"hf\", \"path\": \"%s/hf/gpt2-tied\", \"seq_len\": 8}, "
+                 "\"data\": {\"kind\": \"synthetic\"}, \"batch_size\": 4, \"workers\": 2, "
+                 "\"steps\": 3%s}",
+                 SC_TEST_DATA_DIR, tails[k]);
+        coord_jobspec spec;
+        sc_err err;
+        sc_err_clear(&err);
+        sc_status rc = coord_jobspec_parse("job.json", text, strlen(text), &spec, &err);
+        if (k == 0) {
+            if (rc != SC_OK)
+                fail_msg("%s", err.msg);
+            assert_string_equal(spec.transport, "zmq");
+            assert_string_equal(spec.model_kind, "hf");
+            coord_jobspec_clear(&spec);
+        } else {
+            assert_int_equal(rc, SC_ERR_INVALID);
+            assert_non_null(strstr(err.msg, k == 1 ? "$.transport" : "$.schedule"));
+            assert_non_null(strstr(err.msg, "ties"));
+        }
+    }
+}
+
 static void test_microbatch_limit(void **state)
 {
     (void)state;
@@ -277,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_unprintable_and_unregistrable_names),
         cmocka_unit_test(test_microbatch_limit),
+        cmocka_unit_test(test_tied_model),
         cmocka_unit_test(test_oversized_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

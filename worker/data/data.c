@@ -420,3 +420,9 @@ sc_status rt_data_batch(const rt_data *d, uint64_t step, int first, int n, void 
     }
     return SC_OK;
 }
+
+void rt_data_stream(const rt_data *d, const uint16_t **tokens, size_t *n)
+{
+    *tokens = d->tokens;
+    *n = d->tokens != NULL ? d->ntokens : 0;
+}

@@ -56,6 +56,11 @@ void rt_data_destroy(rt_data **d);
 /* Samples in the source (windows for token sources, records for cifar10; 0 for synthetic). */
 size_t rt_data_size(const rt_data *d);
 
+/* The whole token stream of a text or tokens source (the shards concatenated in the order
+ * their glob sorts), for readers that walk it in order (evaluation); NULL and 0 for the other
+ * sources. Borrowed: valid until rt_data_destroy. */
+void rt_data_stream(const rt_data *d, const uint16_t **tokens, size_t *n);
+
 /* Samples [first, first + n) of the batch of `step`: `inputs` (n * input_elems int32 or floats;
  * may be NULL) and `targets` (n * targets_per_sample int32; may be NULL). */
 sc_status rt_data_batch(const rt_data *d, uint64_t step, int first, int n, void *inputs,

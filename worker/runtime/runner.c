@@ -110,6 +110,8 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->ver_fwd);
     free(r->stash_g);
     free(r->events);
+    free(r->tie_own);
+    free(r->tie_peer);
     rt_timeline_destroy(&r->tl);
     free(r);
     *rp = NULL;
@@ -302,6 +304,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
         if (!r->red_in || !r->red_sum || !r->link_prev || !r->link_next || !r->link_peer)
             return SC_ERRF(err, SC_ERR_NOMEM, "out of memory allocating replica buffers");
     }
+    SC_CHECK(rt_runner_tie_setup(r, c, err));
     if (r->p > 1 || r->nrep > 1) {
         SC_CHECK(rt_runner_open_transports(r, c, dev, err));
         SC_CHECK(rt_runner_device_boundaries(r, c, dev, err));

@@ -80,6 +80,8 @@ static size_t message_bound(const rt_runner *r)
     size_t reduce = r->np * sizeof(float) + sizeof(double);
     if (r->nrep > 1 && reduce > most)
         most = reduce;
+    if (r->tie_n * sizeof(float) > most) /* the tied gradient relayed at OPT (runner_tie.c) */
+        most = r->tie_n * sizeof(float);
     return most;
 }
 

@@ -290,6 +290,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
             t0 = rt_now(&t0_ns);
             rt_timeline_add(r->tl, RT_TL_ALLREDUCE, -1, step, reduced_ns, t0_ns);
         }
+        SC_CHECK(rt_runner_tie_exchange(r, step, err));
         SC_CHECK(rt_runner_optimizer_apply(r, err));
         rep->optimizer_s += sc_clock_now_s() - t0;
         break;

@@ -144,6 +144,10 @@ struct rt_runner {
     /* The measured events of the last iterations (timeline.h): recorded by the calling thread
      * around each action, read by any thread through rt_runner_timeline. */
     rt_timeline *tl;
+    /* The tied tensor across stages (runner_tie.c): relayed at OPT when tie_relay. */
+    bool tie_relay;
+    size_t tie_n;              /* floats of the tied tensor */
+    float *tie_own, *tie_peer; /* [tie_n] */
 };
 
 /* The monotonic clock in ns, and the same reading in seconds (exactly sc_clock_now_s()'s), so
@@ -225,6 +229,15 @@ sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool me
                                   double *loss_sum, sc_err *err);
 /* The optimizer step on the device, after the gradient norms (r->norms). */
 sc_status rt_runner_optimizer_apply(rt_runner *r, sc_err *err);
+
+/* ---- runner_tie.c ---- */
+
+/* rt_runner_new, after the stage: whether the model's tied tensor spans stages (then tie_relay),
+ * refusing the set-ups the relay does not serve. */
+sc_status rt_runner_tie_setup(rt_runner *r, const rt_runner_cfg *c, sc_err *err);
+/* At OPT, before the step: both end stages get the tied tensor's summed gradient; stages in
+ * between pass the two gradients on. Nothing without tie_relay. */
+sc_status rt_runner_tie_exchange(rt_runner *r, uint64_t step, sc_err *err);
 
 /* ---- runner_pipedream.c ---- */
 
