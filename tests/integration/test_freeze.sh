@@ -3,7 +3,8 @@
 # intervals, freezes a growing prefix of blocks, and moves the job to a plan where the frozen
 # blocks run forward only, through the rebalancing path; the history says which blocks froze
 # and why; nothing un-freezes; the job ends with a loss close to the same job trained without
-# freezing; a job that freezes nothing ends with the reference's parameters bit for bit.
+# freezing; a job that freezes nothing ends with the reference's parameters bit for bit; the
+# default cap on tau freezes nothing in a training whose blocks all still change.
 # Usage: test_freeze.sh PATH/TO/stagecraft
 sc=${1:?usage: test_freeze.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -44,8 +45,9 @@ done
 [ $same -eq 2 ] && pass "a job whose freezing never comes ends with the reference's parameters" ||
     fail "job-2 differs from job-1 ($same of 2 stages equal)"
 
-# 2. freezing every 40 steps: a prefix freezes, the job moves to forward-only blocks
-spec frozen '{"interval": 40, "percentile": 50}' >"$work/frozen.json"
+# 2. freezing every 40 steps, tau the median without a cap (the training here changes every
+#    block by 20-40% an interval): a prefix freezes, the job moves to forward-only blocks
+spec frozen '{"interval": 40, "percentile": 50, "max_change": 1000}' >"$work/frozen.json"
 "$sc" submit "$work/frozen.json" >/dev/null || fail "submit frozen"
 wait_for 280 is_state job-3 succeeded || fail "job-3 is $(job_state job-3): $(field job-3 reason)"
 h=$(history job-3)
@@ -68,5 +70,13 @@ l_ref=$(loss_of job-1) l_frz=$(loss_of job-3)
 awk -v a="$l_frz" -v b="$l_ref" 'BEGIN { d = (a - b) / b; exit !(d < 0.05 && d > -0.05) }' &&
     pass "final loss $l_frz within 5% of the unfrozen job's $l_ref" ||
     fail "final loss $l_frz against $l_ref without freezing"
+
+# 3. the default policy caps tau at a 10% change: a training whose every block still changes by
+#    20-40% an interval freezes nothing
+spec capped '{"interval": 40}' >"$work/capped.json"
+"$sc" submit "$work/capped.json" >/dev/null || fail "submit capped"
+wait_for 280 is_state job-4 succeeded || fail "job-4 is $(job_state job-4): $(field job-4 reason)"
+history job-4 | grep -q "freezing blocks" && fail "the capped policy froze: $(history job-4)" ||
+    pass "the default cap froze nothing while every block still learned"
 
 finish
