@@ -12,7 +12,7 @@ shift 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-    names=(jobspec model profile cluster topology rpc control checkpoint data)
+    names=(jobspec model profile cluster topology rpc control checkpoint data safetensors)
 fi
 case $seconds in '' | *[!0-9]*) echo "run.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 mkdir -p "$build/crashes"
