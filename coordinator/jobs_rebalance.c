@@ -75,6 +75,31 @@ static size_t plan_stage_count(const char *plan_json)
     return n;
 }
 
+/* Whether two plans run the same stages on the same workers (same blocks, same worker ids in
+ * order, same schedule and micro-batch count): moving from one to the other changes nothing. */
+static bool same_stages(const char *a_json, const char *b_json)
+{
+    json_t *a = a_json != NULL ? json_loads(a_json, 0, NULL) : NULL;
+    json_t *b = b_json != NULL ? json_loads(b_json, 0, NULL) : NULL;
+    json_t *sa = json_object_get(a, "stages"), *sb = json_object_get(b, "stages");
+    bool same = a != NULL && b != NULL && json_array_size(sa) == json_array_size(sb) &&
+                json_array_size(sa) > 0 &&
+                json_equal(json_object_get(a, "schedule"), json_object_get(b, "schedule")) &&
+                json_equal(json_object_get(json_object_get(a, "microbatches"), "count"),
+                           json_object_get(json_object_get(b, "microbatches"), "count")) &&
+                json_integer_value(json_object_get(a, "frozen_blocks")) ==
+                    json_integer_value(json_object_get(b, "frozen_blocks"));
+    for (size_t i = 0; same && i < json_array_size(sa); i++) {
+        json_t *x = json_array_get(sa, i), *y = json_array_get(sb, i);
+        same = json_equal(json_object_get(x, "first_block"), json_object_get(y, "first_block")) &&
+               json_equal(json_object_get(x, "last_block"), json_object_get(y, "last_block")) &&
+               json_equal(json_object_get(x, "worker_ids"), json_object_get(y, "worker_ids"));
+    }
+    json_decref(a);
+    json_decref(b);
+    return same;
+}
+
 /* Under c->lock: sends every worker of the job the pause step. */
 static void send_pause(coord *c, coord_progress *p)
 {
@@ -353,7 +378,6 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     double current = running_plan != NULL && (size_t)n_stages == plan_stage_count(running_plan)
                          ? coord_plan_replay_scaled_s(running_plan, stage_factor)
                          : 0;
-    free(running_plan);
     if (current <= 0)
         current = measured;
     coord_jobspec spec;
@@ -424,7 +448,10 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     pthread_mutex_lock(&c->lock);
     double needed = coord_speeds_gain_needed(c->speeds, job_id, GAIN_MIN);
     pthread_mutex_unlock(&c->lock);
-    bool worth = out->gain > needed && saved > cost;
+    /* a re-plan onto the very stages the job runs (a strategy whose cut the speeds do not
+     * change, say) moves nothing: whatever it predicts is no gain */
+    bool same = same_stages(running_plan, out->plan_json);
+    bool worth = out->gain > needed && saved > cost && !same;
     if (dry_run || (!force && !worth)) {
         sc_strfmt(out->message, sizeof out->message,
                   "%s; predicted %.4g s per iteration now (%.4g s measured), %.4g s re-planned "
@@ -433,7 +460,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                   change, current, measured, out->new_s, 100 * out->gain, 100 * needed, saved,
                   (unsigned long long)(steps > done ? steps - done : 0), cost,
                   move_measured > 0 ? ", measured on the last move" : "",
-                  dry_run ? ": dry run, nothing changed" : ": not worth a move");
+                  dry_run ? ": dry run, nothing changed"
+                  : same  ? ": the re-plan keeps the same stages"
+                          : ": not worth a move");
         pthread_mutex_lock(&c->lock);
         p = coord_jobs_progress(c, job_id);
         if (p != NULL && !dry_run)
@@ -498,6 +527,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     SC_LOG_INFO(LOG, "job %s: %s", job_id, out->message);
     pthread_mutex_unlock(&c->lock);
 out:
+    free(running_plan);
     free(ids);
     free(plan_json);
     free(factor);

@@ -14,7 +14,7 @@ start_worker b
 wait_alive 20 2 || fail "workers did not register"
 
 # a slower build (sanitizers) trains a narrower model: what is checked is the order of events
-width=64 steps=1500
+width=64 steps=3000
 [ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && width=16 steps=800
 spec() { # NAME WORKERS STEPS
     cat <<JSON
