@@ -254,7 +254,7 @@ static sc_status st_alloc(kn_st **out, int nshards, sc_err *err)
 sc_status kn_st_open_file(kn_st **out, const char *path, sc_err *err)
 {
     *out = NULL;
-    kn_st *st;
+    kn_st *st = NULL;
     SC_CHECK(st_alloc(&st, 1, err));
     sc_strlcpy(st->shards[0].path, path, sizeof st->shards[0].path);
     sc_status rc = open_shard(st, 0, err);
