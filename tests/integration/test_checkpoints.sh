@@ -57,7 +57,9 @@ err=$("$sc" submit "$work/bad.json" 2>&1 >/dev/null); rc=$?
 #    with the weights of an uninterrupted run (the same spec run first, to its end). Without
 #    copies of the checkpoints on other workers (with them, the copy is taken instead:
 #    test_checkpoint_copies.sh)
-job corrupt 200 ', "checkpoint_every": 2, "checkpoint_keep": 3, "checkpoint_replicas": 0' >"$work/corrupt.json"
+# (600 steps: on a loaded machine a status poll can take longer than 200 steps of this model, and
+#  the job ended before the workers could be frozen)
+job corrupt 600 ', "checkpoint_every": 2, "checkpoint_keep": 3, "checkpoint_replicas": 0' >"$work/corrupt.json"
 ref=$(submit "$work/corrupt.json")
 wait_for 120 is_state "$ref" succeeded || fail "reference job $ref is $(job_state "$ref")"
 id=$(submit "$work/corrupt.json")
@@ -93,8 +95,8 @@ prev=$((last - 2))
 grep -q "resuming from the checkpoint of step $prev instead of step $last" "$work/coord.log" ||
     fail "the coordinator's log lacks the fallback"
 for s in 0 1; do
-    cmp -s "$work/wstate/checkpoints/$ref/stage$s-step200.ckpt" \
-        "$work/wstate/checkpoints/$id/stage$s-step200.ckpt" &&
+    cmp -s "$work/wstate/checkpoints/$ref/stage$s-step600.ckpt" \
+        "$work/wstate/checkpoints/$id/stage$s-step600.ckpt" &&
         pass "stage $s: resumed from step $prev == uninterrupted run" ||
         fail "stage $s: the run resumed from step $prev differs from the uninterrupted one"
 done
