@@ -15,8 +15,10 @@ const cli_command *cli_find(const char *name);
 
 #define CMD_VERSION_USAGE                                                                          \
     "usage: stagecraft version [--json]\n\n"                                                       \
-    "Prints the stagecraft version, the wire protocol version and whether this build has CUDA.\n"  \
-    "  --json   print {\"version\": ..., \"protocol\": ..., \"build\": ...}\n"
+    "Prints the stagecraft version, the wire protocol version, whether this build has CUDA and,\n" \
+    "if it has, where the GPU backend module loads from or why it does not load on this host.\n"   \
+    "  --json   print {\"version\": ..., \"protocol\": ..., \"build\": ..., \"gpu_backend\": "     \
+    "...}\n"
 int cmd_version(const cli_command *self, int argc, char **argv);
 
 #define CMD_HELP_USAGE                                                                             \

@@ -119,6 +119,23 @@ if(SC_CUDA_ENABLED)
                                                   INTERFACE_INCLUDE_DIRECTORIES "${SC_NCCL_INCLUDE}")
     endif()
     set(SC_BUILD_KIND "CUDA ${CUDAToolkit_VERSION} (nvcc ${SC_NVCC}, NCCL ${SC_NCCL_LIB})")
+    # The GPU backend module (gpu/) and the programs that load it must agree on every type and
+    # function they share: its interface is named by the version and a digest of the headers
+    # both are built from (configure runs again when one changes).
+    file(GLOB _abi_headers ${PROJECT_SOURCE_DIR}/common/*.h ${PROJECT_SOURCE_DIR}/kernels/*.h
+         ${PROJECT_SOURCE_DIR}/kernels/*.cuh ${PROJECT_SOURCE_DIR}/worker/transport/*.h)
+    list(SORT _abi_headers)
+    set(_abi_text "")
+    foreach(_h ${_abi_headers})
+        file(READ ${_h} _t)
+        string(APPEND _abi_text "${_t}")
+    endforeach()
+    string(SHA256 _abi_digest "${_abi_text}")
+    string(SUBSTRING "${_abi_digest}" 0 16 _abi_digest)
+    set(SC_GPU_MODULE_ABI "${PROJECT_VERSION}-${_abi_digest}")
+    set(SC_GPU_MODULE_BUILD_PATH "${CMAKE_BINARY_DIR}/lib/libstagecraft-gpu.so")
+    set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+                 ${_abi_headers})
 else()
     set(SC_BUILD_KIND "CPU-only (${SC_CUDA_WHY})")
 endif()

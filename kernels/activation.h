@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,12 +33,16 @@ void kn_gelu_backward_fast(float *dinp, const float *inp, const float *dout, siz
 void kn_residual_forward_fast(float *out, const float *a, const float *b, size_t n);
 
 #ifdef SC_HAVE_CUDA
-int kn_gelu_forward_cuda(kn_ctx *ctx, float *out, const float *inp, size_t n);
-int kn_gelu_backward_cuda(kn_ctx *ctx, float *dinp, const float *inp, const float *dout, size_t n);
-int kn_relu_forward_cuda(kn_ctx *ctx, float *out, const float *inp, size_t n);
-int kn_relu_backward_cuda(kn_ctx *ctx, float *dinp, const float *out, const float *dout, size_t n);
-int kn_residual_forward_cuda(kn_ctx *ctx, float *out, const float *a, const float *b, size_t n);
-int kn_residual_backward_cuda(kn_ctx *ctx, float *da, float *db, const float *dout, size_t n);
+KN_GPU_FN(int, kn_gelu_forward_cuda, (kn_ctx *ctx, float *out, const float *inp, size_t n));
+KN_GPU_FN(int, kn_gelu_backward_cuda,
+          (kn_ctx *ctx, float *dinp, const float *inp, const float *dout, size_t n));
+KN_GPU_FN(int, kn_relu_forward_cuda, (kn_ctx *ctx, float *out, const float *inp, size_t n));
+KN_GPU_FN(int, kn_relu_backward_cuda,
+          (kn_ctx *ctx, float *dinp, const float *out, const float *dout, size_t n));
+KN_GPU_FN(int, kn_residual_forward_cuda,
+          (kn_ctx *ctx, float *out, const float *a, const float *b, size_t n));
+KN_GPU_FN(int, kn_residual_backward_cuda,
+          (kn_ctx *ctx, float *da, float *db, const float *dout, size_t n));
 #endif
 
 #ifdef __cplusplus

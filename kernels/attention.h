@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,10 +33,12 @@ void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const
                                 const float *att, int B, int T, int C, int NH);
 
 #ifdef SC_HAVE_CUDA
-int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, float *ws, const float *qkv,
-                              int B, int T, int C, int NH);
-int kn_attention_backward_cuda(kn_ctx *ctx, float *dqkv, float *ws, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int C, int NH);
+KN_GPU_FN(int, kn_attention_forward_cuda,
+          (kn_ctx *ctx, float *out, float *att, float *ws, const float *qkv, int B, int T, int C,
+           int NH));
+KN_GPU_FN(int, kn_attention_backward_cuda,
+          (kn_ctx *ctx, float *dqkv, float *ws, const float *dout, const float *qkv,
+           const float *att, int B, int T, int C, int NH));
 #endif
 
 #ifdef __cplusplus

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,8 +25,15 @@ typedef struct {
     int cout, k, stride, pad;
 } kn_conv2d_shape;
 
-int kn_conv2d_out_h(const kn_conv2d_shape *s);
-int kn_conv2d_out_w(const kn_conv2d_shape *s);
+static inline int kn_conv2d_out_h(const kn_conv2d_shape *s)
+{
+    return (s->h + 2 * s->pad - s->k) / s->stride + 1;
+}
+
+static inline int kn_conv2d_out_w(const kn_conv2d_shape *s)
+{
+    return (s->w + 2 * s->pad - s->k) / s->stride + 1;
+}
 /* column buffer, floats: cin*k*k*out_h*out_w */
 size_t kn_conv2d_col_floats(const kn_conv2d_shape *s);
 
@@ -55,16 +63,20 @@ void kn_maxpool2d_backward_cpu(float *dinp, const float *dout, const float *inp,
                                int H, int W, int K, int S);
 
 #ifdef SC_HAVE_CUDA
-int kn_conv2d_forward_cuda(kn_ctx *ctx, float *out, float *col, const float *inp, const float *w,
-                           const float *b, int B, const kn_conv2d_shape *s);
-int kn_conv2d_backward_input_cuda(kn_ctx *ctx, float *dinp, float *col, const float *dout,
-                                  const float *w, int B, const kn_conv2d_shape *s);
-int kn_conv2d_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db, float *col, const float *dout,
-                                   const float *inp, int B, const kn_conv2d_shape *s);
-int kn_maxpool2d_forward_cuda(kn_ctx *ctx, float *out, const float *inp, int B, int C, int H, int W,
-                              int K, int S);
-int kn_maxpool2d_backward_cuda(kn_ctx *ctx, float *dinp, const float *dout, const float *inp, int B,
-                               int C, int H, int W, int K, int S);
+KN_GPU_FN(int, kn_conv2d_forward_cuda,
+          (kn_ctx *ctx, float *out, float *col, const float *inp, const float *w, const float *b,
+           int B, const kn_conv2d_shape *s));
+KN_GPU_FN(int, kn_conv2d_backward_input_cuda,
+          (kn_ctx *ctx, float *dinp, float *col, const float *dout, const float *w, int B,
+           const kn_conv2d_shape *s));
+KN_GPU_FN(int, kn_conv2d_backward_weight_cuda,
+          (kn_ctx *ctx, float *dw, float *db, float *col, const float *dout, const float *inp,
+           int B, const kn_conv2d_shape *s));
+KN_GPU_FN(int, kn_maxpool2d_forward_cuda,
+          (kn_ctx *ctx, float *out, const float *inp, int B, int C, int H, int W, int K, int S));
+KN_GPU_FN(int, kn_maxpool2d_backward_cuda,
+          (kn_ctx *ctx, float *dinp, const float *dout, const float *inp, int B, int C, int H,
+           int W, int K, int S));
 #endif
 
 #ifdef __cplusplus

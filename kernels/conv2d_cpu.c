@@ -15,16 +15,6 @@
 #include <cblas.h>
 #endif
 
-int kn_conv2d_out_h(const kn_conv2d_shape *s)
-{
-    return (s->h + 2 * s->pad - s->k) / s->stride + 1;
-}
-
-int kn_conv2d_out_w(const kn_conv2d_shape *s)
-{
-    return (s->w + 2 * s->pad - s->k) / s->stride + 1;
-}
-
 size_t kn_conv2d_col_floats(const kn_conv2d_shape *s)
 {
     return (size_t)s->cin * s->k * s->k * kn_conv2d_out_h(s) * kn_conv2d_out_w(s);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,10 +32,12 @@ void kn_crossentropy_backward_fast(float *dlogits, const float *probs, const int
                                    float dloss, int N, int V);
 
 #ifdef SC_HAVE_CUDA
-int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *probs, const float *logits,
-                                 const int32_t *targets, int N, int V);
-int kn_crossentropy_backward_cuda(kn_ctx *ctx, float *dlogits, const float *probs,
-                                  const int32_t *targets, float dloss, int N, int V);
+KN_GPU_FN(int, kn_crossentropy_forward_cuda,
+          (kn_ctx *ctx, float *losses, float *probs, const float *logits, const int32_t *targets,
+           int N, int V));
+KN_GPU_FN(int, kn_crossentropy_backward_cuda,
+          (kn_ctx *ctx, float *dlogits, const float *probs, const int32_t *targets, float dloss,
+           int N, int V));
 #endif
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "kernels/device_impl.h"
+#include "kernels/gpu_backend.h"
 #include "kernels/threads_cpu.h"
 
 bool kn_built_with_cuda(void)
@@ -26,7 +27,8 @@ bool kn_built_with_cuda(void)
 int kn_cuda_device_count(void)
 {
 #ifdef SC_HAVE_CUDA
-    return kn_cuda_count();
+    /* no GPU backend here (no CUDA libraries): no usable device */
+    return kn_gpu_backend_load(NULL) == SC_OK ? kn_cuda_count() : 0;
 #else
     return 0;
 #endif
@@ -56,6 +58,11 @@ sc_status kn_device_parse(const char *s, const char *what, kn_device *out, sc_er
     if (!kn_built_with_cuda())
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
                        "%s: '%s' asked for, but this build has no CUDA (valid: cpu)", what, s);
+    sc_status loaded = kn_gpu_backend_load(err);
+    if (loaded != SC_OK) {
+        sc_err_prefix(err, "%s: '%s' asked for (valid here: cpu)", what, s);
+        return loaded;
+    }
     int n = kn_cuda_device_count();
     if (idx >= n)
         return SC_ERRF(err, SC_ERR_INVALID, "%s: '%s' asked for, but %d CUDA device%s visible",
@@ -76,7 +83,8 @@ void kn_device_format(kn_device dev, char *buf, size_t size)
 void kn_device_name(kn_device dev, char *buf, size_t size)
 {
 #ifdef SC_HAVE_CUDA
-    if (dev.kind == KN_DEV_CUDA && kn_cuda_name(dev.index, buf, size) == 0)
+    if (dev.kind == KN_DEV_CUDA && kn_gpu_backend_load(NULL) == SC_OK &&
+        kn_cuda_name(dev.index, buf, size) == 0)
         return;
 #endif
     kn_device_format(dev, buf, size);
@@ -94,6 +102,11 @@ sc_status kn_ctx_new(kn_ctx **out, kn_device dev, bool allow_tf32, sc_err *err)
         (void)kn_cpu_threads(); /* the default thread count, applied before the first product */
     if (dev.kind == KN_DEV_CUDA) {
 #ifdef SC_HAVE_CUDA
+        sc_status loaded = kn_gpu_backend_load(err);
+        if (loaded != SC_OK) {
+            free(ctx);
+            return loaded;
+        }
         int rc = kn_cuda_ctx_open(ctx);
         if (rc != 0) {
             kn_cuda_ctx_close(ctx);

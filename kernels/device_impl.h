@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "kernels/device.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,21 +32,22 @@ struct kn_ctx {
 #ifdef SC_HAVE_CUDA
 /* device_cuda.cu: each returns 0 or a cudaError_t / cublasStatus_t value; the message for a
  * nonzero code comes from kn_cuda_error_string. */
-int kn_cuda_count(void);
-int kn_cuda_name(int index, char *buf, size_t size);
-int kn_cuda_ctx_open(struct kn_ctx *ctx);
-void kn_cuda_ctx_close(struct kn_ctx *ctx);
-int kn_cuda_alloc(struct kn_ctx *ctx, size_t bytes, void **out);
-void kn_cuda_free(struct kn_ctx *ctx, void *p);
-int kn_cuda_memcpy(struct kn_ctx *ctx, void *dst, const void *src, size_t bytes, int kind);
-int kn_cuda_memset0(struct kn_ctx *ctx, void *p, size_t bytes);
-int kn_cuda_sync(struct kn_ctx *ctx);
+KN_GPU_FN(int, kn_cuda_count, (void));
+KN_GPU_FN(int, kn_cuda_name, (int index, char *buf, size_t size));
+KN_GPU_FN(int, kn_cuda_ctx_open, (struct kn_ctx *ctx));
+KN_GPU_FN(void, kn_cuda_ctx_close, (struct kn_ctx *ctx));
+KN_GPU_FN(int, kn_cuda_alloc, (struct kn_ctx *ctx, size_t bytes, void **out));
+KN_GPU_FN(void, kn_cuda_free, (struct kn_ctx *ctx, void *p));
+KN_GPU_FN(int, kn_cuda_memcpy,
+          (struct kn_ctx *ctx, void *dst, const void *src, size_t bytes, int kind));
+KN_GPU_FN(int, kn_cuda_memset0, (struct kn_ctx *ctx, void *p, size_t bytes));
+KN_GPU_FN(int, kn_cuda_sync, (struct kn_ctx *ctx));
 /* Makes the context's device current for this thread: the CUDA launchers (kernels/ .cu files) use
  * the current device, and one thread may drive stages on several GPUs. */
-int kn_cuda_enter(struct kn_ctx *ctx);
-int kn_cuda_time_begin(struct kn_ctx *ctx);
-int kn_cuda_time_end(struct kn_ctx *ctx, double *seconds);
-const char *kn_cuda_error_string(int code);
+KN_GPU_FN(int, kn_cuda_enter, (struct kn_ctx *ctx));
+KN_GPU_FN(int, kn_cuda_time_begin, (struct kn_ctx *ctx));
+KN_GPU_FN(int, kn_cuda_time_end, (struct kn_ctx *ctx, double *seconds));
+KN_GPU_FN(const char *, kn_cuda_error_string, (int code));
 enum { KN_COPY_H2D = 1, KN_COPY_D2H = 2, KN_COPY_D2D = 3 };
 #endif
 

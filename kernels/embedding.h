@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,10 +26,12 @@ void kn_embedding_backward_cpu(float *dwte, float *dwpe, const float *dout, cons
                                int B, int T, int C);
 
 #ifdef SC_HAVE_CUDA
-int kn_embedding_forward_cuda(kn_ctx *ctx, float *out, const int32_t *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C, int V);
-int kn_embedding_backward_cuda(kn_ctx *ctx, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int B, int T, int C, int V);
+KN_GPU_FN(int, kn_embedding_forward_cuda,
+          (kn_ctx *ctx, float *out, const int32_t *tokens, const float *wte, const float *wpe,
+           int B, int T, int C, int V));
+KN_GPU_FN(int, kn_embedding_backward_cuda,
+          (kn_ctx *ctx, float *dwte, float *dwpe, const float *dout, const int32_t *tokens, int B,
+           int T, int C, int V));
 #endif
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,11 +34,12 @@ void kn_layernorm_backward_fast(float *dinp, float *dw, float *db, const float *
                                 const float *rstd, int N, int C);
 
 #ifdef SC_HAVE_CUDA
-int kn_layernorm_forward_cuda(kn_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
-int kn_layernorm_backward_cuda(kn_ctx *ctx, float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C);
+KN_GPU_FN(int, kn_layernorm_forward_cuda,
+          (kn_ctx *ctx, float *out, float *mean, float *rstd, const float *inp, const float *w,
+           const float *b, int N, int C));
+KN_GPU_FN(int, kn_layernorm_backward_cuda,
+          (kn_ctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+           const float *w, const float *mean, const float *rstd, int N, int C));
 #endif
 
 #ifdef __cplusplus

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,12 +36,14 @@ void kn_linear_backward_weight_fast(float *dw, float *db, const float *dout, con
                                     int N, int IC, int OC);
 
 #ifdef SC_HAVE_CUDA
-int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp, const float *w,
-                           const float *b, int N, int IC, int OC);
-int kn_linear_backward_input_cuda(kn_ctx *ctx, float *dinp, const float *dout, const float *w,
-                                  int N, int IC, int OC);
-int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db, const float *dout,
-                                   const float *inp, int N, int IC, int OC);
+KN_GPU_FN(int, kn_linear_forward_cuda,
+          (kn_ctx *ctx, float *out, const float *inp, const float *w, const float *b, int N, int IC,
+           int OC));
+KN_GPU_FN(int, kn_linear_backward_input_cuda,
+          (kn_ctx *ctx, float *dinp, const float *dout, const float *w, int N, int IC, int OC));
+KN_GPU_FN(int, kn_linear_backward_weight_cuda,
+          (kn_ctx *ctx, float *dw, float *db, const float *dout, const float *inp, int N, int IC,
+           int OC));
 #endif
 
 #ifdef __cplusplus

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,23 +56,30 @@ void kn_gqa_backward_cpu(float *dq, float *dk, float *dv, float *scratch, const 
                          int T, int NH, int NKV, int D);
 
 #ifdef SC_HAVE_CUDA
-int kn_tok_embed_forward_cuda(kn_ctx *ctx, float *out, const int32_t *tokens, const float *wte,
-                              int N, int C, int V);
-int kn_tok_embed_backward_cuda(kn_ctx *ctx, float *dwte, const float *dout, const int32_t *tokens,
-                               int N, int C, int V);
-int kn_rmsnorm_forward_cuda(kn_ctx *ctx, float *out, float *rstd, const float *x, const float *w,
-                            int N, int C, float eps);
-int kn_rmsnorm_backward_cuda(kn_ctx *ctx, float *dx, float *dw, const float *dout, const float *x,
-                             const float *w, const float *rstd, int N, int C);
-int kn_rope_cuda(kn_ctx *ctx, float *x, int N, int T, int H, int D, float theta, int inverse);
-int kn_swiglu_forward_cuda(kn_ctx *ctx, float *h, const float *gate, const float *up, size_t n);
-int kn_swiglu_backward_cuda(kn_ctx *ctx, float *dgate, float *dup, const float *dh,
-                            const float *gate, const float *up, size_t n);
-int kn_gqa_forward_cuda(kn_ctx *ctx, float *y, float *att, const float *q, const float *k,
-                        const float *v, int B, int T, int NH, int NKV, int D);
-int kn_gqa_backward_cuda(kn_ctx *ctx, float *dq, float *dk, float *dv, float *ds, const float *dy,
-                         const float *q, const float *k, const float *v, const float *att, int B,
-                         int T, int NH, int NKV, int D);
+KN_GPU_FN(int, kn_tok_embed_forward_cuda,
+          (kn_ctx *ctx, float *out, const int32_t *tokens, const float *wte, int N, int C, int V));
+KN_GPU_FN(int, kn_tok_embed_backward_cuda,
+          (kn_ctx *ctx, float *dwte, const float *dout, const int32_t *tokens, int N, int C,
+           int V));
+KN_GPU_FN(int, kn_rmsnorm_forward_cuda,
+          (kn_ctx *ctx, float *out, float *rstd, const float *x, const float *w, int N, int C,
+           float eps));
+KN_GPU_FN(int, kn_rmsnorm_backward_cuda,
+          (kn_ctx *ctx, float *dx, float *dw, const float *dout, const float *x, const float *w,
+           const float *rstd, int N, int C));
+KN_GPU_FN(int, kn_rope_cuda,
+          (kn_ctx *ctx, float *x, int N, int T, int H, int D, float theta, int inverse));
+KN_GPU_FN(int, kn_swiglu_forward_cuda,
+          (kn_ctx *ctx, float *h, const float *gate, const float *up, size_t n));
+KN_GPU_FN(int, kn_swiglu_backward_cuda,
+          (kn_ctx *ctx, float *dgate, float *dup, const float *dh, const float *gate,
+           const float *up, size_t n));
+KN_GPU_FN(int, kn_gqa_forward_cuda,
+          (kn_ctx *ctx, float *y, float *att, const float *q, const float *k, const float *v, int B,
+           int T, int NH, int NKV, int D));
+KN_GPU_FN(int, kn_gqa_backward_cuda,
+          (kn_ctx *ctx, float *dq, float *dk, float *dv, float *ds, const float *dy, const float *q,
+           const float *k, const float *v, const float *att, int B, int T, int NH, int NKV, int D));
 #endif
 
 #ifdef __cplusplus

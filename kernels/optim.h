@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kernels/device_impl.h"
+#include "kernels/gpu_fn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,11 +50,13 @@ double kn_sq_sum_cpu(const float *x, size_t n);
 #ifdef SC_HAVE_CUDA
 /* adds kn_sq_sum_cpu(x, n) (in another order of additions) into *out, a double in device
  * memory */
-int kn_sq_sum_add_cuda(kn_ctx *ctx, const float *x, size_t n, double *out);
-int kn_sgd_step_cuda(kn_ctx *ctx, float *p, const float *g, float *v, size_t n, float lr,
-                     float momentum, float wd);
-int kn_adamw_step_cuda(kn_ctx *ctx, float *p, const float *g, float *m, float *v, size_t n,
-                       float lr, float beta1, float beta2, float eps, float wd, int t);
+KN_GPU_FN(int, kn_sq_sum_add_cuda, (kn_ctx *ctx, const float *x, size_t n, double *out));
+KN_GPU_FN(int, kn_sgd_step_cuda,
+          (kn_ctx *ctx, float *p, const float *g, float *v, size_t n, float lr, float momentum,
+           float wd));
+KN_GPU_FN(int, kn_adamw_step_cuda,
+          (kn_ctx *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
+           float beta1, float beta2, float eps, float wd, int t));
 #endif
 
 #ifdef __cplusplus

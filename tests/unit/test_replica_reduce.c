@@ -174,9 +174,10 @@ static void test_allreduce_new(void **state)
     assert_non_null(strstr(err.msg, "CUDA and NCCL"));
     assert_null(a);
 #else
-    if (rc == SC_ERR_UNSUPPORTED) { /* no device on this machine */
+    if (rc == SC_ERR_UNSUPPORTED) { /* no device, or no CUDA libraries, on this machine */
         assert_null(a);
-        assert_non_null(strstr(err.msg, "no CUDA device is visible"));
+        assert_true(strstr(err.msg, "no CUDA device is visible") != NULL ||
+                    strstr(err.msg, "the GPU backend") != NULL);
         return;
     }
     /* a GPU is here: copy 0 publishes an id, copy 1 nothing; nothing runs unjoined */

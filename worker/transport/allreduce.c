@@ -1,13 +1,13 @@
 /*
- * rt allreduce: its endpoints (every build) and, in builds without CUDA + NCCL, the refusal.
- * The NCCL implementation is allreduce_nccl.c.
+ * rt allreduce: its endpoints and the check of its configuration (every build, and the GPU
+ * backend module). The NCCL implementation is allreduce_nccl.c, reached through gpu_calls.c.
  */
 #include "worker/transport/allreduce.h"
 
 #include <string.h>
 
 #include "worker/transport/nccl_endpoint.h"
-#include "worker/transport/transport_impl.h"
+#include "worker/transport/transport.h"
 
 #define REDUCE_EP_V1 RT_REDUCE_SCHEME "v1/"
 #define REDUCE_EP_FORM RT_REDUCE_SCHEME "v1/<256 hex digits>"
@@ -64,56 +64,3 @@ sc_status rt_allreduce_cfg_check(const rt_allreduce_cfg *cfg, sc_err *err)
                        cfg->timeout_ms);
     return SC_OK;
 }
-
-#ifndef SC_HAVE_NCCL
-
-struct rt_allreduce {
-    int unused;
-};
-
-sc_status rt_allreduce_new(rt_allreduce **out, const rt_allreduce_cfg *cfg, sc_err *err)
-{
-    *out = NULL;
-    SC_CHECK(rt_allreduce_cfg_check(cfg, err));
-    return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                   "the GPU all-reduce of replicated stages needs a build with CUDA and NCCL "
-                   "(this one has none); replicas all-reduce in host memory instead "
-                   "(replica_reduce \"host\")");
-}
-
-void rt_allreduce_destroy(rt_allreduce **a)
-{
-    if (a != NULL)
-        *a = NULL;
-}
-
-const char *rt_allreduce_endpoint(const rt_allreduce *a)
-{
-    (void)a;
-    return "";
-}
-
-sc_status rt_allreduce_connect(rt_allreduce *a, const char *rank0_endpoint, sc_err *err)
-{
-    (void)a;
-    (void)rank0_endpoint;
-    return SC_ERRF(err, SC_ERR_UNSUPPORTED, "the GPU all-reduce needs CUDA and NCCL");
-}
-
-sc_status rt_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mean, double *scalar,
-                           sc_err *err)
-{
-    (void)a;
-    (void)dev_grads;
-    (void)n;
-    (void)mean;
-    (void)scalar;
-    return SC_ERRF(err, SC_ERR_UNSUPPORTED, "the GPU all-reduce needs CUDA and NCCL");
-}
-
-void rt_allreduce_abort(rt_allreduce *a)
-{
-    (void)a;
-}
-
-#endif /* !SC_HAVE_NCCL */

@@ -17,6 +17,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "worker/transport/allreduce.h"
+#include "worker/transport/gpu_module.h"
 #include "worker/transport/nccl_wait.h"
 #include "worker/transport/transport.h"
 
@@ -27,7 +28,7 @@ struct rt_allreduce {
     ncclUniqueId id;
     ncclComm_t comm;
     bool live;   /* comm made (joined or joining) */
-    bool joined; /* rt_allreduce_connect succeeded */
+    bool joined; /* rt_nccl_allreduce_connect succeeded */
     bool broken;
     char why[320];
     cudaStream_t stream;
@@ -147,7 +148,7 @@ static sc_status setup(rt_allreduce *a, sc_err *err)
     return SC_OK;
 }
 
-sc_status rt_allreduce_new(rt_allreduce **out, const rt_allreduce_cfg *cfg, sc_err *err)
+sc_status rt_nccl_allreduce_new(rt_allreduce **out, const rt_allreduce_cfg *cfg, sc_err *err)
 {
     *out = NULL;
     SC_CHECK(rt_allreduce_cfg_check(cfg, err));
@@ -157,14 +158,14 @@ sc_status rt_allreduce_new(rt_allreduce **out, const rt_allreduce_cfg *cfg, sc_e
     atomic_init(&a->aborted, false);
     sc_status rc = setup(a, err);
     if (rc != SC_OK) {
-        rt_allreduce_destroy(&a);
+        rt_nccl_allreduce_destroy(&a);
         return rc;
     }
     *out = a;
     return SC_OK;
 }
 
-void rt_allreduce_destroy(rt_allreduce **ap)
+void rt_nccl_allreduce_destroy(rt_allreduce **ap)
 {
     if (ap == NULL || *ap == NULL)
         return;
@@ -200,12 +201,12 @@ void rt_allreduce_destroy(rt_allreduce **ap)
     *ap = NULL;
 }
 
-const char *rt_allreduce_endpoint(const rt_allreduce *a)
+const char *rt_nccl_allreduce_endpoint(const rt_allreduce *a)
 {
     return a->endpoint;
 }
 
-sc_status rt_allreduce_connect(rt_allreduce *a, const char *rank0_endpoint, sc_err *err)
+sc_status rt_nccl_allreduce_connect(rt_allreduce *a, const char *rank0_endpoint, sc_err *err)
 {
     SC_CHECK(usable(a, err));
     if (a->live)
@@ -237,13 +238,13 @@ sc_status rt_allreduce_connect(rt_allreduce *a, const char *rank0_endpoint, sc_e
     return SC_OK;
 }
 
-sc_status rt_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mean, double *scalar,
-                           sc_err *err)
+sc_status rt_nccl_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mean,
+                                double *scalar, sc_err *err)
 {
     SC_CHECK(usable(a, err));
     if (!a->joined)
         return SC_ERRF(err, SC_ERR_PRECONDITION,
-                       "replica all-reduce: not connected (call rt_allreduce_connect)");
+                       "replica all-reduce: not connected (call rt_nccl_allreduce_connect)");
     CUDA_TRY(err, cudaSetDevice(a->cfg.device), "cudaSetDevice");
     uint64_t deadline = rt_nccl_deadline_after(a->cfg.timeout_ms);
     *a->host_scalar = *scalar;
@@ -285,7 +286,7 @@ sc_status rt_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mea
     return SC_OK;
 }
 
-void rt_allreduce_abort(rt_allreduce *a)
+void rt_nccl_allreduce_abort(rt_allreduce *a)
 {
     if (a != NULL)
         atomic_store(&a->aborted, true);

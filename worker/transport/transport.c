@@ -79,15 +79,13 @@ sc_status rt_transport_new(rt_transport **out, const rt_transport_cfg *cfg, sc_e
         t->ops = &rt_transport_local_ops;
         break;
     case RT_TRANSPORT_NCCL:
-#ifdef SC_HAVE_NCCL
-        t->ops = &rt_transport_nccl_ops;
+        t->ops = rt_gpu_nccl_ops(err);
+        if (t->ops == NULL) {
+            free(t);
+            sc_err_prefix(err, "transport: the nccl kind (valid without it: \"zmq\", \"local\")");
+            return err != NULL ? err->code : SC_ERR_UNSUPPORTED;
+        }
         break;
-#else
-        free(t);
-        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "transport: the nccl kind needs a build with CUDA and NCCL (this one is "
-                       "CPU-only); use \"zmq\" or \"local\"");
-#endif
     default:
         free(t);
         return SC_ERRF(err, SC_ERR_INVALID, "transport: unknown kind %d", (int)cfg->kind);

@@ -1,18 +1,17 @@
 /*
- * Device payloads of the local transport (transport_impl.h, rt_dev_*): a message between two
- * stages of one process that run on GPUs is copied device to device into a buffer of a pool,
- * and from there into the receiver's memory, instead of through host memory.
+ * Device payloads of the local transport (rt_dev_* of transport_impl.h, which reach these through
+ * gpu_calls.c; part of the GPU backend module): a message between two stages of one process
+ * that run on GPUs is copied device to device into a buffer of a pool, and from there into the
+ * receiver's memory, instead of through host memory.
  * Invariant: a pool buffer is freed only when no transport with device payloads is open any
  * more (cudaFree waits for the whole device, which a running stage must never do); until then
  * released buffers are reused for messages of at most their size.
  */
+#include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "worker/transport/transport_impl.h"
-
-#ifdef SC_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#include "worker/transport/gpu_module.h"
 
 typedef struct devbuf {
     struct devbuf *next;
@@ -32,7 +31,7 @@ static sc_status cuda_fail(sc_err *err, cudaError_t e, const char *what, int dev
                    cudaGetErrorString(e));
 }
 
-sc_status rt_dev_open(int device, void **stream, sc_err *err)
+sc_status rt_cuda_dev_open(int device, void **stream, sc_err *err)
 {
     *stream = NULL;
     cudaError_t e = cudaSetDevice(device);
@@ -49,7 +48,7 @@ sc_status rt_dev_open(int device, void **stream, sc_err *err)
     return SC_OK;
 }
 
-void rt_dev_close(void *stream)
+void rt_cuda_dev_close(void *stream)
 {
     if (stream == NULL)
         return;
@@ -72,7 +71,7 @@ void rt_dev_close(void *stream)
     pthread_mutex_unlock(&g_pool_lock);
 }
 
-sc_status rt_dev_alloc(int device, size_t bytes, void **out, sc_err *err)
+sc_status rt_cuda_dev_alloc(int device, size_t bytes, void **out, sc_err *err)
 {
     *out = NULL;
     pthread_mutex_lock(&g_pool_lock);
@@ -108,7 +107,7 @@ sc_status rt_dev_alloc(int device, size_t bytes, void **out, sc_err *err)
     return SC_OK;
 }
 
-void rt_dev_release(void *p)
+void rt_cuda_dev_release(void *p)
 {
     if (p == NULL)
         return;
@@ -121,8 +120,8 @@ void rt_dev_release(void *p)
     pthread_mutex_unlock(&g_pool_lock);
 }
 
-sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size_t bytes,
-                      sc_err *err)
+sc_status rt_cuda_dev_copy(int device, void *stream, void *dst, const void *src, size_t bytes,
+                           sc_err *err)
 {
     if (bytes == 0)
         return SC_OK;
@@ -134,43 +133,3 @@ sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size
         e = cudaStreamSynchronize((cudaStream_t)stream);
     return e == cudaSuccess ? SC_OK : cuda_fail(err, e, "copying a message", device);
 }
-
-#else /* no CUDA: no device payloads (rt_transport_new refuses them first) */
-
-static sc_status no_cuda(int device, sc_err *err)
-{
-    return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                   "local transport: device payloads (cuda:%d) need a build with CUDA", device);
-}
-
-sc_status rt_dev_open(int device, void **stream, sc_err *err)
-{
-    *stream = NULL;
-    return no_cuda(device, err);
-}
-
-void rt_dev_close(void *stream)
-{
-    (void)stream;
-}
-
-sc_status rt_dev_alloc(int device, size_t bytes, void **out, sc_err *err)
-{
-    (void)bytes;
-    *out = NULL;
-    return no_cuda(device, err);
-}
-
-void rt_dev_release(void *p)
-{
-    (void)p;
-}
-
-sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size_t bytes,
-                      sc_err *err)
-{
-    (void)stream, (void)dst, (void)src, (void)bytes;
-    return no_cuda(device, err);
-}
-
-#endif

@@ -12,7 +12,8 @@
 #include "worker/transport/transport.h"
 #include "worker/transport/transport_msg.h"
 
-/* Device payloads (transport_devmem.c; CUDA builds, else SC_ERR_UNSUPPORTED): a stream of
+/* Device payloads (gpu_calls.c, from the GPU backend's transport_devmem.c; SC_ERR_UNSUPPORTED
+ * without CUDA in the build or the backend on the host): a stream of
  * `device` per transport; pool buffers (released buffers are reused; all are freed once no
  * transport holds a stream); a copy between any host and device pointers, done on return
  * (stream NULL: the default stream). */
@@ -57,9 +58,9 @@ struct rt_transport {
 
 extern const rt_transport_ops rt_transport_zmq_ops;
 extern const rt_transport_ops rt_transport_local_ops;
-#ifdef SC_HAVE_NCCL
-extern const rt_transport_ops rt_transport_nccl_ops;
-#endif
+/* The nccl transport's operations from the GPU backend module (gpu_calls.c); NULL with err set
+ * without CUDA + NCCL in the build or the backend on the host. */
+const rt_transport_ops *rt_gpu_nccl_ops(sc_err *err);
 
 /* A short name of the transport for messages: its endpoint, or "nccl stage transport" (an nccl
  * endpoint is some 500 characters of hex). */

@@ -60,8 +60,9 @@
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
-#include "worker/transport/nccl_wait.h"
+#include "worker/transport/gpu_module.h"
 #include "worker/transport/nccl_endpoint.h"
+#include "worker/transport/nccl_wait.h"
 #include "worker/transport/transport_impl.h"
 
 #define WIRE_MAGIC 0x5343524eu /* "SCRN" */
