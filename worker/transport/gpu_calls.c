@@ -162,11 +162,16 @@ static sc_status no_cuda(const char *what, sc_err *err)
                    what);
 }
 
+static sc_status no_devmem(int device, sc_err *err)
+{
+    return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                   "local transport: device payloads (cuda:%d) need a build with CUDA", device);
+}
+
 sc_status rt_dev_open(int device, void **stream, sc_err *err)
 {
-    (void)device;
     *stream = NULL;
-    return no_cuda("local transport: device payloads", err);
+    return no_devmem(device, err);
 }
 
 void rt_dev_close(void *stream)
@@ -176,9 +181,9 @@ void rt_dev_close(void *stream)
 
 sc_status rt_dev_alloc(int device, size_t bytes, void **out, sc_err *err)
 {
-    (void)device, (void)bytes;
+    (void)bytes;
     *out = NULL;
-    return no_cuda("local transport: device payloads", err);
+    return no_devmem(device, err);
 }
 
 void rt_dev_release(void *p)
@@ -189,8 +194,8 @@ void rt_dev_release(void *p)
 sc_status rt_dev_copy(int device, void *stream, void *dst, const void *src, size_t bytes,
                       sc_err *err)
 {
-    (void)device, (void)stream, (void)dst, (void)src, (void)bytes;
-    return no_cuda("local transport: device payloads", err);
+    (void)stream, (void)dst, (void)src, (void)bytes;
+    return no_devmem(device, err);
 }
 
 const rt_transport_ops *rt_gpu_nccl_ops(sc_err *err)
