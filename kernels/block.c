@@ -9,6 +9,7 @@
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/block_dispatch.h"
 #include "kernels/block_llama.h"
 #include "kernels/conv2d.h"
 #include "kernels/crossentropy.h"
@@ -16,30 +17,9 @@
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
 
-#ifdef SC_HAVE_CUDA
-#define DISPATCH(what, cpu_call, gpu_call)                                                         \
-    do {                                                                                           \
-        if (c->dev.kind == KN_DEV_CUDA) {                                                          \
-            int rc_ = kn_cuda_enter(c);                                                            \
-            if (rc_ == 0)                                                                          \
-                rc_ = (gpu_call);                                                                  \
-            if (rc_ != 0)                                                                          \
-                return SC_ERRF(err, SC_ERR_CUDA, "%s (%s): %s", what, blk->name,                   \
-                               kn_cuda_error_string(rc_));                                         \
-        } else {                                                                                   \
-            cpu_call;                                                                              \
-        }                                                                                          \
-    } while (0)
-#else
-/* CPU-only build: the context, block and error record exist for the CUDA branch alone */
-#define DISPATCH(what, cpu_call, gpu_call)                                                         \
-    do {                                                                                           \
-        (void)c;                                                                                   \
-        (void)blk;                                                                                 \
-        (void)err;                                                                                 \
-        cpu_call;                                                                                  \
-    } while (0)
-#endif
+/* DISPATCH(what, cpu_call, gpu_call): the op on the context's device (block_dispatch.h; the
+ * block is blk) */
+#define DISPATCH(what, cpu_call, gpu_call) KN_DISPATCH(blk, what, cpu_call, gpu_call)
 
 #define CHK(expr) SC_CHECK(expr)
 

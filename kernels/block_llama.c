@@ -12,36 +12,14 @@
 #include <string.h>
 
 #include "kernels/activation.h"
+#include "kernels/block_dispatch.h"
 #include "kernels/crossentropy.h"
 #include "kernels/linear.h"
 #include "kernels/llama.h"
 
-/* OP(what, cpu_call, gpu_call): the call for the context's device; a CUDA error returns
- * SC_ERR_CUDA naming the op and the block (variables c, b and err in scope). */
-#ifdef SC_HAVE_CUDA
-#define OP(what, cpu_call, gpu_call)                                                               \
-    do {                                                                                           \
-        if (c->dev.kind == KN_DEV_CUDA) {                                                          \
-            int rc_ = kn_cuda_enter(c);                                                            \
-            if (rc_ == 0)                                                                          \
-                rc_ = (gpu_call);                                                                  \
-            if (rc_ != 0)                                                                          \
-                return SC_ERRF(err, SC_ERR_CUDA, "%s (%s): %s", what, b->name,                     \
-                               kn_cuda_error_string(rc_));                                         \
-        } else {                                                                                   \
-            cpu_call;                                                                              \
-        }                                                                                          \
-    } while (0)
-#else
-/* CPU-only build: the context, block and error record exist for the CUDA branch alone */
-#define OP(what, cpu_call, gpu_call)                                                               \
-    do {                                                                                           \
-        (void)c;                                                                                   \
-        (void)b;                                                                                   \
-        (void)err;                                                                                 \
-        cpu_call;                                                                                  \
-    } while (0)
-#endif
+/* OP(what, cpu_call, gpu_call): the op on the context's device (block_dispatch.h; the block
+ * is b) */
+#define OP(what, cpu_call, gpu_call) KN_DISPATCH(b, what, cpu_call, gpu_call)
 #define CHK(expr) SC_CHECK(expr)
 
 static sc_status lin_fwd(kn_ctx *c, const kn_block *b, float *out, const float *x, const float *w,
