@@ -15,7 +15,8 @@
  * sample (256 by default) and prints hetero's worst simulated iteration over exhaustive's and
  * both search times. --zb1 simulates 1f1b and zb1 on p equal stages with m micro-batches
  * (forward f, backward 2f of which half is the weight gradient, transfers of 0 or f/10 each way)
- * and prints both bubble fractions, their ratio and the most micro-batches a stage stashes.
+ * and prints both bubble fractions, their ratio and the most micro-batches a stage stashes;
+ * then both on two stages of 2 and 1 copies, the copies' all-reduce after the last W.
  */
 #include <math.h>
 #include <stdint.h>
@@ -182,6 +183,37 @@ static int zb1_bubble(void)
                 printf("%3d %4d %6s %12.4f %12.4f %8.3f %12.0f %12.0f\n", p, m, ci ? "f/10" : "0",
                        bubble[0], bubble[1], bubble[1] / bubble[0], stash[0], stash[1]);
             }
+    /* replicated: stage 0 of two copies each twice as slow (forward 2f, backward 4f of which
+     * half W), stage 1 of one (f, 2f); the copies' all-reduce and update after their last W,
+     * 4f (stage 1's update f/2); no transfers */
+    printf("\nreplicated (copies 2, 1; copy of stage 0 at half speed; all-reduce 4f after the "
+           "last W)\n%4s %14s %14s %8s %16s %16s\n",
+           "m", "iteration_1f1b", "iteration_zb1", "ratio", "stash_1f1b(0,1)", "stash_zb1(0,1)");
+    for (int m = 4; m <= 32; m *= 2) {
+        double it[2], stash[2][2];
+        for (int k = 0; k < 2; k++) {
+            const int reps[2] = {2, 1};
+            plan_sim_stage st[2] = {{.fwd_s = 2e-3, .bwd_s = 4e-3, .wgrad_s = 2e-3, .opt_s = 4e-3},
+                                    {.fwd_s = 1e-3, .bwd_s = 2e-3, .wgrad_s = 1e-3, .opt_s = 5e-4}};
+            plan_schedule *s = NULL;
+            plan_sim_result r;
+            sc_err err;
+            if (plan_schedule_build_replicated(&s, k ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B, 2, m, 0,
+                                               reps, &err) != SC_OK ||
+                plan_sim_run(s, st, m, 1, 0, &r, &err) != SC_OK) {
+                fprintf(stderr, "bench_planner: %s\n", err.msg);
+                plan_schedule_destroy(&s);
+                return 1;
+            }
+            it[k] = r.iteration_s;
+            stash[k][0] = r.peak_inflight[0];
+            stash[k][1] = r.peak_inflight[1];
+            plan_sim_result_free(&r);
+            plan_schedule_destroy(&s);
+        }
+        printf("%4d %14.1f %14.1f %8.3f %11.0f, %2.0f %11.0f, %2.0f\n", m, it[0] * 1e3, it[1] * 1e3,
+               it[1] / it[0], stash[0][0], stash[0][1], stash[1][0], stash[1][1]);
+    }
     return 0;
 }
 

@@ -332,8 +332,10 @@ planning:;
     if (frozen > 0)
         sc_strfmt(frozen_note, sizeof frozen_note, ", blocks 0-%d frozen", frozen - 1);
     sc_strfmt(reason, sizeof reason,
-              "planned with %s: %zu stage(s), predicted %.4g s per iteration%s%s",
+              "planned with %s, schedule %s%s: %zu stage(s), predicted %.4g s per iteration%s%s",
               json_string_value(json_object_get(plan_now, "strategy")),
+              json_string_value(json_object_get(plan_now, "schedule")),
+              strcmp(spec.schedule, "auto") == 0 ? " (auto: the fastest predicted)" : "",
               json_array_size(json_object_get(plan_now, "stages")),
               json_number_value(json_object_get(plan_now, "iteration_time_s")),
               rebalancing ? " (measured speeds)" : "", frozen_note);

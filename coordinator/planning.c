@@ -335,10 +335,10 @@ static sc_status run_strategy(const coord_jobspec *spec, int strategy, int micro
                               plan_profile *profile, plan_cluster *cluster, json_t **plan_out,
                               sc_err *err)
 {
-    const char *sched =
-        strcmp(spec->schedule, "auto") == 0 || strcmp(spec->schedule, "unequal") == 0
-            ? "1f1b"
-            : spec->schedule;
+    /* auto: the planner's pick among the synchronous schedules the workers run (gpipe, 1f1b,
+     * sliced, zb1), by predicted iteration time among the plans that fit memory (plan_run);
+     * unequal plans as 1f1b here (umpipe's own sizes decide its order) */
+    const char *sched = strcmp(spec->schedule, "unequal") == 0 ? "1f1b" : spec->schedule;
     plan_request req;
     memset(&req, 0, sizeof req);
     req.profile = profile;
@@ -347,6 +347,7 @@ static sc_status run_strategy(const coord_jobspec *spec, int strategy, int micro
     req.microbatches = microbatches;
     req.max_stages = (int)spec->max_stages;
     req.schedule = (plan_sched_kind)plan_sched_parse(sched);
+    req.runtime_zb1 = 1; /* the workers run zb1 (worker/runtime/schedule.h) */
     plan_result res;
     memset(&res, 0, sizeof res);
     sc_status rc = plan_run(&req, (plan_strategy)strategy, &res, err);

@@ -57,16 +57,15 @@ static bool runs_weight(kn_bwd_part part)
     return part != KN_BWD_INPUT;
 }
 
-/* LayerNorm backward, the parts `part` asks for (the kernels skip a NULL part) */
+/* LayerNorm backward. Its parameter gradients run with the input gradient, in B as in the full
+ * backward (one call, the same bits): they are reductions over what B has at hand, and deferring
+ * them would keep dout and the LayerNorm's input until W, where nothing else reads them. W runs
+ * nothing here. */
 static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, kn_bwd_part part, float *dx, float *dw,
                         float *db, const float *dout, const float *x, const float *w,
                         const float *mean, const float *rstd, int N, int C, sc_err *err)
 {
     if (!runs_input(part))
-        dx = NULL;
-    if (!runs_weight(part))
-        dw = db = NULL;
-    if (dx == NULL && dw == NULL)
         return SC_OK;
     DISPATCH("layernorm backward",
              CPU_PICK(kn_layernorm_backward_fast(dx, dw, db, dout, x, w, mean, rstd, N, C),
@@ -204,9 +203,18 @@ static sc_status attn_forward(kn_ctx *c, const kn_block *blk, const float *p, co
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
 }
 
-/* Split parts: what W reads is kept between B and W, dqkv in the stash's qkv (which only the
- * attention backward reads, and B has run it) and in `wst` two (B,T,C) tensors, the block's
- * output gradient and dln. The full backward keeps dqkv and dln in `ws` instead. */
+/* Where the split attention keeps its output gradient for W (the projection's weight gradient
+ * reads it): over the attention probabilities, which only B reads, when they are as large
+ * (NH * T >= C), else in the W stash. */
+static bool attn_dout_over_att(const kn_block *blk)
+{
+    return (size_t)blk->NH * blk->T >= (size_t)blk->C;
+}
+
+/* Split parts: what W reads is kept between B and W, all of it over stash parts only B reads:
+ * dqkv over the stash's qkv, the block's output gradient over the probabilities
+ * (attn_dout_over_att; else in `wst`). The LayerNorm's gradients run in B (ln_bwd). The full
+ * backward keeps dqkv and dln in `ws`. */
 static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, const float *p,
                                float *g, const float *x, float *stash, const float *dout,
                                float *din, float *wst, float *ws, int B, sc_err *err)
@@ -217,12 +225,10 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
     float *dln1w = g, *dln1b = g + C, *dqkvw = g + 2 * C, *dqkvb = dqkvw + 3 * (size_t)C * C;
     float *dprojw = dqkvb + 3 * C, *dprojb = dprojw + (size_t)C * C;
     attn_stash s = attn_stash_at(stash, B, T, C, NH);
-    float *datty = ws, *aws = ws + 5 * BTC, *dqkv = ws + BTC;
-    float *dln = part == KN_BWD_FULL ? dqkv + 3 * BTC : wst + BTC;
-    if (part == KN_BWD_INPUT) /* the projection's weight gradient reads it in W */
-        CHK(kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err));
+    float *datty = ws, *aws = ws + 5 * BTC, *dqkv = ws + BTC, *dln = dqkv + 3 * BTC;
+    float *keep = attn_dout_over_att(blk) ? s.att : wst; /* W's copy of dout */
     if (part == KN_BWD_WEIGHT)
-        dout = wst;
+        dout = keep;
     /* the residual passes dout straight to the input; the branch adds to it below */
     if (runs_input(part))
         CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
@@ -232,8 +238,10 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
                  CPU_PICK(kn_attention_backward_fast(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
                           kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH)),
                  kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
-    if (part == KN_BWD_INPUT) /* W's copy, over the qkv the backward no longer reads */
+    if (part == KN_BWD_INPUT) { /* W's copies, over what the backward no longer reads */
         CHK(kn_ctx_copy(c, s.qkv, dqkv, 3 * BTC * sizeof(float), err));
+        CHK(kn_ctx_copy(c, keep, dout, BTC * sizeof(float), err));
+    }
     if (part == KN_BWD_WEIGHT)
         dqkv = s.qkv;
     CHK(lin_bwd(c, blk, part, dln, dqkvw, dqkvb, dqkv, s.ln, qkvw, BT, C, 3 * C, err));
@@ -260,11 +268,12 @@ static sc_status mlp_forward(kn_ctx *c, const kn_block *blk, const float *p, con
 }
 
 /* Split parts: dfch, the gradient of the GELU's input, is kept in the stash's fch (which only
- * the GELU backward reads: it writes its result there, element by element), and in `wst` the
- * block's output gradient and dln, two (B,T,C) tensors. */
+ * the GELU backward reads: it writes its result there, element by element), and the block's
+ * output gradient at `keep` (the W stash; a GPT layer passes its stashed MLP input, which only
+ * the LayerNorm's backward reads, in B). The LayerNorm's gradients run in B (ln_bwd). */
 static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, const float *p,
                               float *g, const float *x, float *stash, const float *dout, float *din,
-                              float *wst, float *ws, int B, sc_err *err)
+                              float *keep, float *ws, int B, sc_err *err)
 {
     int T = blk->T, C = blk->C, BT = B * T;
     size_t BTC = (size_t)BT * C;
@@ -272,13 +281,11 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, 
     float *dlnw = g, *dlnb = g + C, *dfcw = g + 2 * C, *dfcb = dfcw + 4 * (size_t)C * C;
     float *dprojw = dfcb + 4 * C, *dprojb = dprojw + 4 * (size_t)C * C;
     mlp_stash s = mlp_stash_at(stash, B, T, C);
-    float *dfch = ws, *dln = part == KN_BWD_FULL ? ws + 4 * BTC : wst + BTC;
+    float *dfch = ws, *dln = ws + 4 * BTC;
     /* the GELU backward's result: in place in the full backward, over fch in the split one */
     float *dgelu = part == KN_BWD_FULL ? dfch : s.fch;
-    if (part == KN_BWD_INPUT)
-        CHK(kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err));
     if (part == KN_BWD_WEIGHT)
-        dout = wst;
+        dout = keep;
     if (runs_input(part))
         CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
     CHK(lin_bwd(c, blk, part, dfch, dprojw, dprojb, dout, s.fchg, projw, BT, 4 * C, C, err));
@@ -289,7 +296,11 @@ static sc_status mlp_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part, 
                  kn_gelu_backward_cuda(c, dgelu, s.fch, dfch, 4 * BTC));
     dfch = dgelu;
     CHK(lin_bwd(c, blk, part, dln, dfcw, dfcb, dfch, s.ln, fcw, BT, C, 4 * C, err));
-    return ln_bwd(c, blk, part, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err);
+    CHK(ln_bwd(c, blk, part, din, dlnw, dlnb, dln, x, lnw, s.mean, s.rstd, BT, C, err));
+    /* after the LayerNorm's backward, which may read `keep` as its input x */
+    if (part == KN_BWD_INPUT)
+        CHK(kn_ctx_copy(c, keep, dout, BTC * sizeof(float), err));
+    return SC_OK;
 }
 
 /* The segments attn_stash_at / mlp_stash_at lay out, per sample, in the same order. */
@@ -457,14 +468,14 @@ size_t kn_block_wstash_floats(const kn_block *blk)
 {
     size_t TC = (size_t)blk->T * blk->C;
     switch (blk->kind) {
-    case KN_BLOCK_EMBED:    /* the output gradient */
-    case KN_BLOCK_GPT_HEAD: /* dln; W recomputes the logits' gradient from the stashed probs */
+    case KN_BLOCK_EMBED:    /* no input gradient: its whole backward runs in B */
+    case KN_BLOCK_GPT_HEAD: /* W recomputes the logits' gradient from the stashed probs */
+        return 0;
+    case KN_BLOCK_GPT_ATTN:  /* dqkv over the stashed qkv, the output gradient over the probs */
+    case KN_BLOCK_GPT_LAYER: /* the same; the MLP's output gradient over its stashed input */
+        return attn_dout_over_att(blk) ? 0 : TC;
+    case KN_BLOCK_GPT_MLP: /* the output gradient; dfch over the stashed fch */
         return TC;
-    case KN_BLOCK_GPT_ATTN: /* the output gradient and dln; dqkv goes over the stashed qkv */
-    case KN_BLOCK_GPT_MLP:  /* the same; dfch over the stashed fch */
-        return 2 * TC;
-    case KN_BLOCK_GPT_LAYER:
-        return 4 * TC;
     case KN_BLOCK_FC_RELU: /* the pre-activation gradients */
     case KN_BLOCK_CONV_RELU:
         return blk->out_floats;
@@ -503,16 +514,14 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
                        blk->name);
     switch (blk->kind) {
     case KN_BLOCK_EMBED: {
-        /* no input gradient: B keeps the output gradient, W is the whole backward */
+        /* no input gradient: the whole backward runs in B (W would only keep dout longer) */
         const int32_t *tok = in;
         float *dwte = g0, *dwpe = grads + blk->tensors[1].offset;
-        size_t BTC = (size_t)B * blk->T * blk->C;
-        if (part == KN_BWD_INPUT)
-            return kn_ctx_copy(c, wst, dout, BTC * sizeof(float), err);
-        const float *d = part == KN_BWD_WEIGHT ? wst : dout;
+        if (part == KN_BWD_WEIGHT)
+            return SC_OK;
         DISPATCH("embedding backward",
-                 kn_embedding_backward_cpu(dwte, dwpe, d, tok, B, blk->T, blk->C),
-                 kn_embedding_backward_cuda(c, dwte, dwpe, d, tok, B, blk->T, blk->C, blk->V));
+                 kn_embedding_backward_cpu(dwte, dwpe, dout, tok, B, blk->T, blk->C),
+                 kn_embedding_backward_cuda(c, dwte, dwpe, dout, tok, B, blk->T, blk->C, blk->V));
         return SC_OK;
     }
     case KN_BLOCK_GPT_ATTN:
@@ -523,9 +532,9 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
         size_t BTC = (size_t)B * blk->T * blk->C;
         float *mid = stash + attn_stash_floats(B, blk->T, blk->C, blk->NH);
         float *mstash = mid + BTC;
-        float *dmid = ws, *mwst = split ? wst + 2 * BTC : NULL; /* [attention's][MLP's] */
+        float *dmid = ws;
         size_t o = blk->tensors[6].offset;
-        CHK(mlp_backward(c, blk, part, params + o, grads + o, mid, mstash, dout, dmid, mwst,
+        CHK(mlp_backward(c, blk, part, params + o, grads + o, mid, mstash, dout, dmid, mid,
                          ws + BTC, B, err));
         return attn_backward(c, blk, part, p0, g0, x, stash, dmid, din, wst, ws + BTC, B, err);
     }
@@ -533,7 +542,7 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
         int T = blk->T, C = blk->C, V = blk->V, BT = B * T;
         const float *ln = stash, *mean = ln + (size_t)BT * C, *rstd = mean + BT;
         const float *probs = rstd + BT;
-        float *dlogits = ws, *dln = split ? wst : ws + (size_t)BT * V;
+        float *dlogits = ws, *dln = ws + (size_t)BT * V;
         size_t ow = blk->tensors[2].offset;
         /* W recomputes dlogits (elementwise, same bits) rather than keeping (B,T,V) floats */
         CHK(ce_bwd(c, blk, dlogits, probs, targets, dloss, BT, V, err));

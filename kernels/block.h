@@ -47,9 +47,14 @@ sc_status kn_block_backward(kn_ctx *c, const kn_block *blk, const float *params,
  * (the output gradients of the parameterised ops) is kept in the block's W stash, `wst`,
  * kn_block_wstash_floats() floats per sample, written by B and read by W; the rest of what W
  * reads (the input, stash, output, targets) stays in the slot until W has run, and gradients
- * W can recompute from it elementwise (cross-entropy's) are recomputed instead of kept. B may
- * also write what W reads over stash parts only B reads (a GPT block's qkv and pre-GELU
- * activations become their gradients), so after B the stash no longer holds the forward's.
+ * W can recompute from it elementwise (cross-entropy's) are recomputed instead of kept. B
+ * writes what W reads over stash parts only B reads where they are large enough (a GPT block's
+ * qkv and pre-GELU activations become their gradients, its attention probabilities and a
+ * layer's stashed MLP input its output gradients), so after B the stash no longer holds the
+ * forward's, and a GPT layer's W stash is empty (NH * T >= C): a slot under zb1 is the size of
+ * the fused backward's. Cheap weight gradients whose inputs W would otherwise keep run in B:
+ * LayerNorm's (dln and the LayerNorm input would outlive B) and the embedding's (no input
+ * gradient: its whole backward).
  * KN_BWD_WEIGHT neither reads `dout` nor writes `din`; KN_BWD_FULL ignores `wst` (may be NULL).
  * A block kind without a split of its own would run its full backward as B and nothing as W
  * (every kind of model.h has a real split). */

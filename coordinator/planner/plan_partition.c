@@ -261,10 +261,15 @@ int plan_search_sliced_tries(const plan_search_cfg *cfg, int stages)
 
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s)
 {
-    int after = 0;
-    for (int i = s; i < p->n_stages; i++)
-        after += p->n_dev[i];
+    int after = 0, all = 0;
+    for (int i = 0; i < p->n_stages; i++) {
+        all += p->n_dev[i];
+        after += i >= s ? p->n_dev[i] : 0;
+    }
     double inflight = search_stash(cfg, p->n_stages, after, p->n_dev[s]);
+    if (cfg->sched == PLAN_SCHED_ZB1) /* the plan known whole: stage 0's warm-up exactly */
+        inflight = plan_stash_count_zb1_copy(sc_pipeline_warmup(all, p->n_dev[0]) + 1, p->n_dev[s],
+                                             cfg->n_micro);
     return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
                             plan_weight_versions(cfg->sched, after, p->n_dev[s]));
 }

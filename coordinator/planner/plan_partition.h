@@ -114,12 +114,20 @@ static inline double plan_stash_count_copy(plan_sched_kind k, int after, int cop
         return sc_pipeline_copy_slots(after, copies, m);
     }
 }
-/* zb1 (ZB-H1, no copies): every stage keeps a micro-batch's inputs from its F to its W, at most
- * min(p, m) of them (plan_schedule_build): 1F1B's first stage's count, on every stage. Counted
- * whole: that the input gradient (B) done frees part of them is not modelled. */
+/* zb1 (ZB-H1): every stage keeps a micro-batch's inputs from its F to its W, at most
+ * min(W_0 + 1, m) of them (plan_schedule_build_replicated): 1F1B's first stage's count, on every
+ * stage; unreplicated W_0 + 1 = p, min(p, m). A copy of a stage of `copies` keeps its share,
+ * ceil(that / copies) (rt_schedule_slots_bound). `first` is W_0 + 1: the plan's stage count
+ * unreplicated, with copies sc_pipeline_warmup(all copies, stage 0's copies) + 1. Counted whole:
+ * that the input gradient (B) done frees part of them is not modelled. */
+static inline double plan_stash_count_zb1_copy(int first, int copies, int m)
+{
+    int held = first < m ? first : m;
+    return (held + copies - 1) / copies;
+}
 static inline double plan_stash_count_zb1(int n_stages, int m)
 {
-    return n_stages < m ? n_stages : m;
+    return plan_stash_count_zb1_copy(n_stages, 1, m);
 }
 /* Micro-batches stage s keeps stashed under schedule `k` with m micro-batches, no stage
  * replicated: plan_stash_count_copy(k, n_stages - s, 1, m), or plan_stash_count_zb1. */
@@ -156,16 +164,13 @@ double plan_lower_bound_replicated(const plan_cost *c);
  * schedule k (docs/design/runtime.md, "Replicated stages"): the synchronous schedules route
  * micro-batch j to copy j mod r and need one on every copy, r <= m (sliced: its halves only
  * add micro-batches, so m is enough); pipedream's rounds of r minibatches must not straddle
- * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 is modelled
- * without copies (the runtime runs it with copies too, but the planner does not plan them):
- * r = 1 only. One copy always runs; m below 1 counts as 1.
+ * steps, so m must be a multiple of every stage's copies, i.e. r divides m. zb1 is synchronous:
+ * r <= m. One copy always runs; m below 1 counts as 1.
  * Inline: the DPs ask for every cell. */
 static inline int plan_replicas_runnable(plan_sched_kind k, int m, int r)
 {
     if (r <= 1)
         return 1;
-    if (k == PLAN_SCHED_ZB1)
-        return 0;
     m = m > 1 ? m : 1;
     return k == PLAN_SCHED_PIPEDREAM ? m % r == 0 : r <= m;
 }

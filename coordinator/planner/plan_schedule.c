@@ -122,29 +122,40 @@ static void push_w(plan_schedule *s, int st, int u)
     plan_schedule_push(s, st, PLAN_ACT_W, u, NULL);
 }
 
-/* ZB-H1 on stage st of p (plan_schedule_build): warm-up, s deferred pairs, F-B-W, B-W, the
- * deferred W. Each stage's W run in micro-batch order. */
-static void zero_bubble_h1(plan_schedule *s, int st)
+/* ZB-H1 on stage st (plan_schedule_build_replicated): 1F1B over units with `warm` warm-up
+ * forwards (1F1B-RR's with copies), the W of the first `defer` backwards deferred to the end and
+ * every later backward followed by the W of the oldest one pending. Unreplicated, warm =
+ * p-st-1 and defer = st (capped by the steady phase): warm-up, st deferred pairs, F-B-W, B-W,
+ * the deferred W. Each stage's W run in unit order; the runtime's rule (rt_schedule). */
+static void zero_bubble_h1(plan_schedule *s, int st, int warm, int defer)
 {
-    int n = s->n_units, p = s->n_stages;
-    int f = 0, b = 0, w = 0, warm = p - st - 1 < n ? p - st - 1 : n;
+    int n = s->n_units, f = 0, b = 0, w = 0;
+    warm = warm < n ? warm : n;
     while (f < warm)
         push_f(s, st, f++);
-    for (int k = 0; k < st && f < n; k++) {
-        push_f(s, st, f++);
-        push_b(s, st, b++);
-    }
     while (f < n) {
         push_f(s, st, f++);
         push_b(s, st, b++);
-        push_w(s, st, w++);
+        if (b > defer)
+            push_w(s, st, w++);
     }
     while (b < n) {
         push_b(s, st, b++);
-        push_w(s, st, w++);
+        if (b > defer)
+            push_w(s, st, w++);
     }
     while (w < n)
         push_w(s, st, w++);
+}
+
+/* zb1's deferred W on a stage warming up with `warm` forwards, stage 0 with `warm0`: W_0 - W_s
+ * (st unreplicated), at most the steady phase's n - warm backwards. */
+static int zb1_defer(int warm0, int warm, int n)
+{
+    warm0 = warm0 < n ? warm0 : n;
+    warm = warm < n ? warm : n;
+    int d = warm0 - warm > 0 ? warm0 - warm : 0;
+    return d < n - warm ? d : n - warm;
 }
 
 /* 1F1B over units: `warm` forwards, then one forward / one backward, then the drain. */
@@ -183,10 +194,6 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
     }
     if (!copies)
         replicas = NULL;
-    if (kind == PLAN_SCHED_ZB1 && replicas != NULL)
-        return SC_ERRF(err, SC_ERR_INVALID,
-                       "schedule zb1: replicated stages are not modelled (every stage 1 copy); "
-                       "use gpipe, 1f1b or sliced for plans with copies");
     if (n_micro < 1)
         return SC_ERRF(err, SC_ERR_INVALID, "a schedule needs at least one micro-batch, got %d",
                        n_micro);
@@ -209,6 +216,11 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
         }
         memcpy(s->replicas, replicas, (size_t)p * sizeof *replicas);
     }
+    /* zb1: stage 0's warm-up, from every stage's copies */
+    int all = 0;
+    for (int st = 0; st < p; st++)
+        all += replicas != NULL ? replicas[st] : 1;
+    int warm0 = replicas != NULL ? sc_pipeline_warmup(all, replicas[0]) : p - 1;
     int after = 0;
     for (int st = p - 1; st >= 0; st--) {
         int r = replicas != NULL ? replicas[st] : 1;
@@ -235,7 +247,7 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
             break;
         }
         case PLAN_SCHED_ZB1:
-            zero_bubble_h1(s, st);
+            zero_bubble_h1(s, st, warm_rr, zb1_defer(warm0, warm_rr, s->n_units));
             break;
         default:
             plan_schedule_destroy(&s);

@@ -93,8 +93,11 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
  * copies' all-reduce and update) after every r-th backward, as the runtime runs its rounds; an
  * unreplicated one steps after every backward inside B, as before. The vector is kept in
  * s->replicas when some count exceeds 1 (plan_sim then plays every copy), NULL otherwise.
- * Errors: those of plan_schedule_build, a count below 1 (SC_ERR_INVALID naming the stage), zb1
- * with a stage of more than one copy (not modelled). */
+ * zb1 with copies: the 1F1B-RR lists with W inserted as the runtime does (rt_schedule): stage
+ * i defers the W of its first min(W_0 - W_i, m - W_i) backwards, then runs after each backward
+ * the W of its oldest pending unit, the deferred ones before OPT, so the copies' all-reduce
+ * (OPT) follows the last W; a copy holds ceil(min(W_0 + 1, m) / r_i) units (F to W).
+ * Errors: those of plan_schedule_build, a count below 1 (SC_ERR_INVALID naming the stage). */
 sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind kind, int n_stages,
                                          int n_micro, int sliced, const int *replicas, sc_err *err);
 

@@ -289,8 +289,8 @@ static void test_no_replicas_for_one_sample(void **state)
         }
 }
 
-/* A job naming zb1 gets a zb1 plan the workers run: no stage replicated (the planner does not
- * model zb1's copies), the split's W share stated. */
+/* A job naming zb1 gets a zb1 plan the workers run: copies of a stage at most the
+ * micro-batches (each copy runs one at least), the split's W share stated. */
 static void test_zb1_job(void **state)
 {
     (void)state;
@@ -311,12 +311,88 @@ static void test_zb1_job(void **state)
     assert_non_null(root);
     assert_string_equal(json_string_value(json_object_get(root, "schedule")), "zb1");
     assert_non_null(json_object_get(root, "backward_split"));
+    json_int_t m =
+        json_integer_value(json_object_get(json_object_get(root, "microbatches"), "count"));
     size_t i;
     json_t *st;
     json_array_foreach(json_object_get(root, "stages"), i, st)
-        assert_int_equal(json_array_size(json_object_get(st, "devices")), 1);
+    {
+        size_t r = json_array_size(json_object_get(st, "devices"));
+        assert_true(r >= 1 && (json_int_t)r <= m);
+    }
     json_decref(root);
     free(plan);
+}
+
+/* A profile of four equal blocks (forward 1 s, backward 2 s a sample) whose backward is W for
+ * `w` of its 2 s, each of `pb` parameter bytes (200000000: a device of 1 GiB holds one block
+ * with its gradient and optimizer state, so a pipeline of four stages). */
+#define PROFILE_W(w, pb)                                                                           \
+    "{\"format\": \"stagecraft-profile\", \"version\": 1, \"model\": \"m\", "                      \
+    "\"microbatch_size\": 1, \"blocks\": ["                                                        \
+    "{\"name\": \"b0\", \"forward_s\": 1, \"backward_s\": 2, \"wgrad_s\": " w ", "                 \
+    "\"activation_bytes\": 0, \"parameter_bytes\": " pb "},"                                       \
+    "{\"name\": \"b1\", \"forward_s\": 1, \"backward_s\": 2, \"wgrad_s\": " w ", "                 \
+    "\"activation_bytes\": 0, \"parameter_bytes\": " pb "},"                                       \
+    "{\"name\": \"b2\", \"forward_s\": 1, \"backward_s\": 2, \"wgrad_s\": " w ", "                 \
+    "\"activation_bytes\": 0, \"parameter_bytes\": " pb "},"                                       \
+    "{\"name\": \"b3\", \"forward_s\": 1, \"backward_s\": 2, \"wgrad_s\": " w ", "                 \
+    "\"activation_bytes\": 0, \"parameter_bytes\": " pb "}]}"
+
+/* The plan of a job with schedule auto on `n` CPU workers of `profile`; the caller
+ * json_decref()s it. */
+static json_t *auto_plan(const char *profile, int n)
+{
+    fleet f;
+    for (int i = 0; i < n; i++) {
+        add(&f, i, "a", "cpu", 0, 64);
+        f.w[i].profile_json = profile;
+    }
+    coord_jobspec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.batch_size = 16;
+    snprintf(spec.schedule, sizeof spec.schedule, "auto");
+    snprintf(spec.strategy, sizeof spec.strategy, "hetero");
+    char *plan = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_plan_job(&spec, f.w, (size_t)n, 0, &plan, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_loads(plan, 0, &jerr);
+    assert_non_null(root);
+    free(plan);
+    return root;
+}
+
+static const char *sched_of(json_t *plan)
+{
+    return json_string_value(json_object_get(plan, "schedule"));
+}
+
+/* schedule auto takes the fastest predicted schedule: zb1 on a pipeline whose backward is half
+ * W (its idle time is (p-1)(F+B-W) against 1f1b's (p-1)(F+B+W)), with the pick stated in the
+ * note; not zb1 on one worker (one stage, nothing to gain: a tie keeps 1f1b) nor where W takes no
+ * time (zb1's lists are 1f1b's then, so no faster). */
+static void test_auto_picks_zb1_where_it_wins(void **state)
+{
+    (void)state;
+    json_t *p = auto_plan(PROFILE_W("1", "200000000"), 4);
+    assert_string_equal(sched_of(p), "zb1");
+    assert_true(json_array_size(json_object_get(p, "stages")) > 1);
+    assert_non_null(json_object_get(p, "backward_split"));
+    assert_non_null(strstr(json_string_value(json_object_get(p, "note")), "auto: zb1"));
+    double zb1_s = json_number_value(json_object_get(p, "iteration_time_s"));
+    json_decref(p);
+
+    p = auto_plan(PROFILE_W("1", "4"), 1);
+    assert_string_equal(sched_of(p), "1f1b");
+    assert_int_equal(json_array_size(json_object_get(p, "stages")), 1);
+    json_decref(p);
+
+    p = auto_plan(PROFILE_W("0", "200000000"), 4);
+    assert_string_equal(sched_of(p), "1f1b");
+    assert_true(json_number_value(json_object_get(p, "iteration_time_s")) > zb1_s);
+    json_decref(p);
 }
 
 /* A server's NIC figure is the least measured link of its workers, marked "measured"; with no
@@ -363,9 +439,13 @@ static void test_measured_links(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compute_slots),     cmocka_unit_test(test_types_by_measured_speed),
-        cmocka_unit_test(test_shared_prediction), cmocka_unit_test(test_no_replicas_for_one_sample),
-        cmocka_unit_test(test_zb1_job),           cmocka_unit_test(test_measured_links),
+        cmocka_unit_test(test_compute_slots),
+        cmocka_unit_test(test_types_by_measured_speed),
+        cmocka_unit_test(test_shared_prediction),
+        cmocka_unit_test(test_no_replicas_for_one_sample),
+        cmocka_unit_test(test_zb1_job),
+        cmocka_unit_test(test_measured_links),
+        cmocka_unit_test(test_auto_picks_zb1_where_it_wins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,6 +29,11 @@ static const char *const specs[] = {
     HDR "\"kind\": \"mlp\", \"sizes\": [6, 10, 8, 3]}",
     HDR "\"kind\": \"vgg\", \"config\": \"vgg11\", \"image\": [2, 32, 32], \"classes\": 3, "
         "\"width_divisor\": 32}",
+    /* heads * seq_len < width: the attention's output gradient waits for W in the W stash */
+    HDR "\"kind\": \"gpt\", \"vocab\": 11, \"seq_len\": 3, \"layers\": 2, \"width\": 8, "
+        "\"heads\": 2, \"split_blocks\": true}",
+    HDR "\"kind\": \"gpt\", \"vocab\": 11, \"seq_len\": 3, \"layers\": 2, \"width\": 8, "
+        "\"heads\": 2, \"split_blocks\": false}",
 };
 
 static uint64_t rng = 11;
@@ -207,10 +212,30 @@ static void test_split_equals_fused_fast(void **state)
 static void test_wstash_sizes(void **state)
 {
     (void)state;
-    kn_model *m = model_from(specs[1], true); /* embed, layer0, layer1, head: T 5, C 8 */
-    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 0)), 5 * 8);
-    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 1)), 4 * 5 * 8);
-    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 3)), 5 * 8);
+    /* embed, layer0, layer1, head: T 5, C 8, 2 heads. W's inputs all lie over stash parts only
+     * B reads; the embedding and LayerNorms finish in B: nothing more than the fused backward */
+    kn_model *m = model_from(specs[1], true);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(kn_block_wstash_floats(kn_model_block(m, i)), 0);
+    kn_model_destroy(&m);
+    m = model_from(specs[0], true); /* embed, attn0, mlp0, attn1, mlp1, head */
+    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 1)), 0);
+    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 2)), 5 * 8); /* the MLP's dout */
+    kn_model_destroy(&m);
+    m = model_from(specs[5], true); /* T 3: 2 heads x 3 positions < 8, dout in the W stash */
+    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 1)), 3 * 8);
+    assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 3)), 0);
+    kn_model_destroy(&m);
+    /* so a GPT stage under zb1 takes the memory of the fused backward's, whatever its blocks:
+     * its peak is the slots it holds times the same bytes */
+    m = model_from(specs[1], true);
+    for (int a = 0; a < 4; a++)
+        for (int b = a; b < 4; b++) {
+            kn_stage *fused = stage_of(m, a, b, 3, false), *split = stage_of(m, a, b, 3, true);
+            assert_int_equal(kn_stage_memory_bytes(split), kn_stage_memory_bytes(fused));
+            kn_stage_destroy(&fused);
+            kn_stage_destroy(&split);
+        }
     kn_model_destroy(&m);
     m = model_from(specs[2], true); /* fc0 (6 -> 10), fc1 (10 -> 8), head (8 -> 3) */
     assert_int_equal(kn_block_wstash_floats(kn_model_block(m, 0)), 10);

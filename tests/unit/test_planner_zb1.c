@@ -1,5 +1,6 @@
 /* The zero-bubble schedule ZB-H1 (zb1) in coordinator/planner: its action lists (every unit's
- * W after its B, the validator's new rules, no copies), the simulator's B/W split (a hand-built
+ * W after its B, the validator's new rules), the simulator's B/W split (also with copies: the
+ * all-reduce after the last W) (a hand-built
  * timeline; the bubble below 1f1b's at the same stages and micro-batches with the same peak of
  * stashed micro-batches; shared processors), the planner's memory count, that `auto` picks zb1
  * only when the request says the runtime runs it, the assumption stated in the plan, and W in
@@ -16,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_pipeline.h"
 #include "coordinator/planner/plan.h"
+#include "coordinator/planner/plan_partition.h"
 #include "coordinator/planner/plan_schedule.h"
 #include "coordinator/planner/plan_sim.h"
 
@@ -80,15 +83,11 @@ static void test_lists(void **state)
     assert_int_equal(plan_sched_parse("auto"), PLAN_SCHED_AUTO);
     assert_string_equal(plan_sched_name(PLAN_SCHED_ZB1), "zb1");
 
-    /* no copies */
+    /* copies as the synchronous schedules: one micro-batch at least for each */
     plan_schedule *s = NULL;
-    int reps[2] = {2, 1};
-    sc_err_clear(&err);
-    assert_int_equal(plan_schedule_build_replicated(&s, PLAN_SCHED_ZB1, 2, 4, 0, reps, &err),
-                     SC_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "zb1"));
-    assert_false(plan_replicas_runnable(PLAN_SCHED_ZB1, 8, 2));
+    assert_true(plan_replicas_runnable(PLAN_SCHED_ZB1, 8, 2));
     assert_true(plan_replicas_runnable(PLAN_SCHED_ZB1, 8, 1));
+    assert_false(plan_replicas_runnable(PLAN_SCHED_ZB1, 2, 3));
 
     /* the validator: a W outside zb1, a missing W, a W before its B */
     assert_int_equal(plan_schedule_new(&s, 1, 1, &err), SC_OK);
@@ -148,6 +147,129 @@ static void test_by_hand(void **state)
     }
     plan_sim_result_free(&a);
     plan_sim_result_free(&z);
+}
+
+/* Replicated stages, by hand: stage 0 of two copies, stage 1 of one; forward, B and W 1 s each,
+ * no transfers, the copies' all-reduce and update (OPT) 5 s on stage 0, 0.5 s on stage 1.
+ * Stage 0 warms up with W_0 = 2 forwards (1F1B-RR over 3 copies), stage 1 with none and defers
+ * W_0 - W_1 = 2 W. Lists: copy 0 F0 F2 B0 W0 B2 W2 OPT, copy 1 F1 F3 B1 W1 B3 W3 OPT, stage 1
+ * F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 OPT. Stage 1 runs F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 back
+ * to back from 1 s to 13 s (OPT to 13.5 s); copy 1 ends its last W (W3, after B3 from 10 s) at
+ * 12 s, copy 0 its own (W2) at 9 s: they meet there, and the all-reduce after the last W ends
+ * the iteration at 17 s. A copy holds ceil(min(W_0 + 1, m) / r) units, F to W: 2 on stage 0's,
+ * 3 on stage 1. */
+static void test_replicated_by_hand(void **state)
+{
+    (void)state;
+    plan_schedule *s = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    int reps[2] = {2, 1};
+    assert_int_equal(plan_schedule_build_replicated(&s, PLAN_SCHED_ZB1, 2, 4, 0, reps, &err),
+                     SC_OK);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+    /* the OPT, the copies' all-reduce, follows every stage's last W */
+    for (int i = 0; i < 2; i++) {
+        int n = s->n_actions[i];
+        assert_int_equal(s->actions[i][n - 1].kind, PLAN_ACT_OPT);
+        assert_int_equal(s->actions[i][n - 2].kind, PLAN_ACT_W);
+    }
+    plan_sim_stage st[2] = {{.fwd_s = 1, .bwd_s = 2, .wgrad_s = 1, .opt_s = 5},
+                            {.fwd_s = 1, .bwd_s = 2, .wgrad_s = 1, .opt_s = 0.5}};
+    plan_sim_result r;
+    assert_int_equal(plan_sim_run(s, st, 4, 1, 1, &r, &err), SC_OK);
+    assert_float_equal(r.iteration_s, 17, 1e-12);
+    assert_float_equal(r.peak_inflight[0], 2, 0);
+    assert_float_equal(r.peak_inflight[1], 3, 0);
+    assert_float_equal(plan_stash_count_zb1_copy(sc_pipeline_warmup(3, 2) + 1, 2, 4), 2, 0);
+    assert_float_equal(plan_stash_count_zb1_copy(sc_pipeline_warmup(3, 2) + 1, 1, 4), 3, 0);
+    /* the all-reduce starts when both copies of stage 0 have run their last W */
+    double opt_start = -1, last_w = 0;
+    for (int e = 0; e < r.n_events; e++) {
+        const plan_sim_event *x = &r.events[e];
+        if (x->lane != 0)
+            continue;
+        if (x->kind == PLAN_ACT_OPT)
+            opt_start = x->start_s > opt_start ? x->start_s : opt_start;
+        if (x->kind == PLAN_ACT_W && x->start_s + x->dur_s > last_w)
+            last_w = x->start_s + x->dur_s;
+    }
+    assert_float_equal(last_w, 12, 1e-12);
+    assert_float_equal(opt_start, 12, 1e-12);
+    plan_sim_result_free(&r);
+    /* the same copies under 1f1b: the backward whole (B + W) on the critical path */
+    plan_schedule *o = NULL;
+    assert_int_equal(plan_schedule_build_replicated(&o, PLAN_SCHED_1F1B, 2, 4, 0, reps, &err),
+                     SC_OK);
+    plan_sim_result a;
+    assert_int_equal(plan_sim_run(o, st, 4, 1, 0, &a, &err), SC_OK);
+    assert_true(a.iteration_s > 17);
+    plan_sim_result_free(&a);
+    plan_schedule_destroy(&o);
+    plan_schedule_destroy(&s);
+}
+
+/* A forward and a backward of unit u on stage st of P, with their transfers. */
+static void push_fwd(plan_schedule *s, int st, int u)
+{
+    if (st > 0)
+        plan_schedule_push(s, st, PLAN_ACT_RECV_F, u, NULL);
+    plan_schedule_push(s, st, PLAN_ACT_F, u, NULL);
+    if (st < s->n_stages - 1)
+        plan_schedule_push(s, st, PLAN_ACT_SEND_F, u, NULL);
+}
+
+static void push_bwd(plan_schedule *s, int st, int u)
+{
+    if (st < s->n_stages - 1)
+        plan_schedule_push(s, st, PLAN_ACT_RECV_B, u, NULL);
+    plan_schedule_push(s, st, PLAN_ACT_B, u, NULL);
+    if (st > 0)
+        plan_schedule_push(s, st, PLAN_ACT_SEND_B, u, NULL);
+}
+
+/* Why zb1 holds min(p, m) on every stage (ZB-H1's memory) rather than 1f1b's p-s: the same
+ * lists with every stage capped at p-s micro-batches from F to W must run each W right after its
+ * B while forwards are left (only the drain may defer W), and then lose the whole gain: p = 4,
+ * m = 8, F = B = W = 1 gives 1f1b's 33 s, against zb1's 27 s. */
+static void test_capped_at_1f1b_memory(void **state)
+{
+    (void)state;
+    enum { P = 4, M = 8 };
+    plan_schedule *s = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_schedule_new(&s, P, M, &err), SC_OK);
+    s->kind = PLAN_SCHED_ZB1;
+    for (int st = 0; st < P; st++) {
+        int warm = P - st - 1 < M ? P - st - 1 : M, f = 0, b = 0, w = 0;
+        while (f < warm)
+            push_fwd(s, st, f++);
+        while (b < M) {
+            if (f < M)
+                push_fwd(s, st, f++);
+            push_bwd(s, st, b++);
+            if (f < M) /* a forward is left: it needs the slot W frees */
+                plan_schedule_push(s, st, PLAN_ACT_W, w++, &err);
+        }
+        while (w < M)
+            plan_schedule_push(s, st, PLAN_ACT_W, w++, &err);
+        plan_schedule_push(s, st, PLAN_ACT_OPT, -1, &err);
+    }
+    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+    plan_sim_stage st[P];
+    for (int i = 0; i < P; i++)
+        st[i] = (plan_sim_stage){.fwd_s = 1, .bwd_s = 2, .wgrad_s = 1};
+    plan_sim_result capped, z;
+    assert_int_equal(plan_sim_run(s, st, M, 1, 0, &capped, &err), SC_OK);
+    simulate(PLAN_SCHED_ZB1, P, M, 1, 0, &z);
+    for (int i = 0; i < P; i++)
+        assert_float_equal(capped.peak_inflight[i], P - i, 0);
+    assert_float_equal(capped.iteration_s, 33, 1e-12);
+    assert_float_equal(z.iteration_s, 27, 1e-12);
+    plan_sim_result_free(&capped);
+    plan_sim_result_free(&z);
+    plan_schedule_destroy(&s);
 }
 
 static void test_bubble_below_1f1b(void **state)
@@ -397,6 +519,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lists),
         cmocka_unit_test(test_by_hand),
+        cmocka_unit_test(test_replicated_by_hand),
+        cmocka_unit_test(test_capped_at_1f1b_memory),
         cmocka_unit_test(test_bubble_below_1f1b),
         cmocka_unit_test(test_shared),
         cmocka_unit_test(test_planner),

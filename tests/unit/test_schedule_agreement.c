@@ -1,6 +1,6 @@
 /*
  * The planner simulates the schedules the runtime runs: for every synchronous schedule (gpipe,
- * 1f1b, sliced), with and without replicated stages, and zb1 without, the planner's per-stage
+ * 1f1b, sliced, zb1), with and without replicated stages, the planner's per-stage
  * order of forwards, backwards and (zb1) weight gradients (coordinator/planner/plan_schedule)
  * equals the runtime's action lists (worker/runtime/schedule), unit for unit.
  */
@@ -108,6 +108,7 @@ static void test_replicated(void **state)
                     continue;
                 check(0, p, m, 0, vecs[v]);
                 check(1, p, m, 0, vecs[v]);
+                check(3, p, m, 0, vecs[v]);
                 for (int k = 1; k <= p - 1 && k <= m; k++)
                     check(2, p, m, k, vecs[v]);
             }
