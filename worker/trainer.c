@@ -261,6 +261,10 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
                      err)) != SC_OK)
         goto out;
     cfg.frozen_blocks = (int)frozen;
+    /* the gradient norms feed the freezing policy alone: absent or "off", none are computed */
+    json_t *freeze = json_object_get(job, "freeze");
+    cfg.skip_grad_norms =
+        freeze == NULL || (json_is_string(freeze) && strcmp(json_string_value(freeze), "off") == 0);
     cfg.batch_size = (int)batch;
     cfg.microbatches = unequal ? n_sizes[1] : (int)count;
     cfg.seed = (uint64_t)seed;

@@ -100,6 +100,8 @@ static const per_stage_sizes *g_per_stage;
 /* The model's frozen prefix (rt_runner_cfg.frozen_blocks; the reference freezes the same blocks).
  * Tests set it around one run only. */
 static int g_frozen;
+/* rt_runner_cfg.skip_grad_norms of every runner (a test sets it around one run only) */
+static bool g_skip_norms;
 
 static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
 {
@@ -126,6 +128,7 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.sliced_warmup = rs->slice_k;
     c.stage_memory_path = g_stage_memory_path;
     c.frozen_blocks = g_frozen;
+    c.skip_grad_norms = g_skip_norms;
     if (g_per_stage != NULL) {
         c.microbatch_sizes = g_per_stage->sizes[stage];
         c.microbatches = g_per_stage->counts[stage];
@@ -232,8 +235,8 @@ static float *train_pipeline(const run_spec *rs, size_t *count, rt_report *repor
     pipeline_open(rs, rn);
     pipeline_run(rs, rn, 1, rs->steps, reports);
     for (int s = 0; s < rs->stages; s++) {
-        g_grad_sq_sum[s] = 0.0;
-        for (int b = 0; b < reports[s].n_blocks; b++)
+        g_grad_sq_sum[s] = reports[s].grad_sq_norms == NULL ? -1.0 : 0.0; /* -1: none */
+        for (int b = 0; b < reports[s].n_blocks && reports[s].grad_sq_norms != NULL; b++)
             g_grad_sq_sum[s] += reports[s].grad_sq_norms[b];
         reports[s].grad_sq_norms = NULL;
     }
@@ -386,6 +389,28 @@ static void check_equivalence(const run_spec *rs)
     free(ref);
     free(pipe);
     free(init);
+}
+
+/* A job that never freezes skips the per-block gradient norms: its reports carry none, and it
+ * trains to the same parameters, bit for bit, as with them. */
+static void test_grad_norms_skipped(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "1f1b", 2, 8, 4, 3, "adamw", "zmq", NULL, NULL, NULL, 0};
+    rt_report reports[2];
+    size_t n_with = 0, n_without = 0;
+    float *with = train_pipeline(&rs, &n_with, reports);
+    for (int s = 0; s < rs.stages; s++)
+        assert_true(g_grad_sq_sum[s] > 0.0);
+    g_skip_norms = true;
+    float *without = train_pipeline(&rs, &n_without, reports);
+    g_skip_norms = false;
+    for (int s = 0; s < rs.stages; s++)
+        assert_true(g_grad_sq_sum[s] == -1.0); /* no norms reported */
+    assert_int_equal(n_with, n_without);
+    assert_memory_equal(with, without, n_with * sizeof *with);
+    free(with);
+    free(without);
 }
 
 static void test_equivalence_gpt(void **state)
@@ -2500,6 +2525,7 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence_gpt),
+        cmocka_unit_test(test_grad_norms_skipped),
         cmocka_unit_test(test_timeline_records),
         cmocka_unit_test(test_checkpoint_prune),
         cmocka_unit_test(test_equivalence_gpt_text),

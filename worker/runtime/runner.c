@@ -254,6 +254,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     scfg.frozen_blocks = local < 0 ? 0 : local > r->nb ? r->nb : local;
     SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));
     r->frozen_all = c->frozen_blocks > c->last_block;
+    r->grad_norms = !c->skip_grad_norms;
     r->grad_upstream = !r->first && c->first_block > c->frozen_blocks;
     r->in_elems = kn_stage_input_per_sample(r->st);
     r->in_tokens = kn_stage_input_is_tokens(r->st);

@@ -142,6 +142,10 @@ typedef struct {
      * wholly inside the prefix runs no backward and takes no gradient; the stage where the
      * prefix ends sends none upstream. The flushing schedules only (not pipedream). */
     int frozen_blocks;
+    /* Skip the per-block squared gradient norms of each step (the reports' grad_sq_norms, which
+     * only the freezing policy reads; then NULL): a job that never freezes saves a pass over its
+     * gradients each step. false: computed. */
+    bool skip_grad_norms;
     /* Tests only: take the device-memory data path (a GPU stage's, with a transport that takes
      * device memory) on any device. On a CPU stage that memory is host memory, so the path's
      * buffers and order run, and are checked, without a GPU. false in real jobs. */
@@ -225,7 +229,8 @@ typedef struct {
                                   * backward cut) */
     int n_blocks;                /* last_block - first_block + 1 */
     const double *grad_sq_norms; /* [n_blocks] squared L2 norm of each block's gradient before
-                                  * the step; owned by the runner, valid until the next step */
+                                  * the step; owned by the runner, valid until the next step;
+                                  * NULL with cfg.skip_grad_norms */
     /* pipedream only (else NULL / 0), owned by the runner like the above: [microbatches] the
      * weight version (optimizer steps taken on this stage) each micro-batch's forward of this step
      * used (UINT64_MAX for those another copy of the stage ran); the forwards and backwards run by

@@ -370,7 +370,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rep.microbatches = r->own_mbs;
     rep.slots = r->slots + (r->gather_cap > 0 ? 1 : 0);
     rep.n_blocks = r->nb;
-    rep.grad_sq_norms = r->norms;
+    rep.grad_sq_norms = r->grad_norms ? r->norms : NULL;
     rt_timeline_commit(r->tl);
     if (report != NULL)
         *report = rep;

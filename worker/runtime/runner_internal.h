@@ -45,6 +45,7 @@ struct rt_runner {
      * all-reduce); the stage sends its input gradient upstream (not the first stage, nor one
      * whose upstream neighbour is frozen whole) */
     bool frozen_all, grad_upstream;
+    bool grad_norms; /* the reports carry per-block gradient norms (!cfg.skip_grad_norms) */
     double extra_f_s, extra_b_s, extra_o_s;
     kn_model *model;
     kn_stage *st;

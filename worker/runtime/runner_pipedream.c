@@ -205,7 +205,7 @@ static void pd_finish(rt_runner *r, rt_report *rep, double t0)
     rep->inflight_end = pd_inflight(r);
     rep->slots = r->slots;
     rep->n_blocks = r->nb;
-    rep->grad_sq_norms = r->norms;
+    rep->grad_sq_norms = r->grad_norms ? r->norms : NULL;
 }
 
 /* One step of the stream: the stage's m forwards of `step` (this copy's own run, the others'

@@ -97,7 +97,8 @@ sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool me
 sc_status rt_runner_optimizer_apply(rt_runner *r, sc_err *err)
 {
     rt_runner_extra_compute(r->extra_o_s);
-    SC_CHECK(kn_stage_grad_sq_norms(r->st, r->norms, err));
+    if (r->grad_norms)
+        SC_CHECK(kn_stage_grad_sq_norms(r->st, r->norms, err));
     SC_CHECK(kn_stage_step(r->st, err));
     if (r->pipedream)
         SC_CHECK(kn_stage_params_to_host(r->st, r->params, err));
