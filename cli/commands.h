@@ -215,15 +215,23 @@ int cmd_export(const cli_command *self, int argc, char **argv);
 int cmd_plan(const cli_command *self, int argc, char **argv);
 
 #define CMD_DEMO_USAGE                                                                             \
-    "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"   \
-    "                       [--keep]\n\n"                                                          \
-    "Starts a coordinator and N workers (default 4) on this machine, trains a small GPT on the\n" \
-    "bytes of a text file with a planned N-stage pipeline, shows step, loss and throughput as\n"  \
-    "it goes, and ends with a summary: plan, predicted vs measured iteration time, loss curve.\n" \
-    "  --steps N      training steps (default 300)\n"                                             \
-    "  --data FILE    text to train on (default " "/usr/share/common-licenses/GPL-3" ")\n"         \
-    "  --device D     auto (a GPU when there is one), cpu or cuda\n"                              \
-    "  --keep         keep the scratch folder with the logs\n"
+    "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"    \
+    "                       [--finetune DIR|none] [--finetune-steps N] [--keep]\n\n"               \
+    "Starts a coordinator and N workers (default 4) on this machine, trains a small GPT on the\n"  \
+    "bytes of a text file with a planned N-stage pipeline, shows step, loss and throughput as\n"   \
+    "it goes, and ends with a summary: plan, predicted vs measured iteration time, loss curve.\n"  \
+    "Then fine-tunes a Hugging Face checkpoint folder of a small Llama (96-token vocabulary:\n"    \
+    "the text's printable ASCII) as a 2-stage job on the same workers, exports the job's\n"        \
+    "checkpoint (export JOB) and shows the loss on held-out text before and after.\n"              \
+    "  --steps N      training steps (default 300)\n"                                              \
+    "  --data FILE    text to train on (default "                                                  \
+    "/usr/share/common-licenses/GPL-3"                                                             \
+    ")\n"                                                                                          \
+    "  --device D     auto (a GPU when there is one), cpu or cuda\n"                               \
+    "  --finetune DIR the checkpoint folder to fine-tune (default: the source tree's\n"            \
+    "                 tests/data/hf/llama-tied, when this binary was built in it); none: skip\n"   \
+    "  --finetune-steps N  fine-tuning steps (default 500)\n"                                      \
+    "  --keep         keep the scratch folder with the logs (and the exported folder)\n"
 int cmd_demo(const cli_command *self, int argc, char **argv);
 
 #endif /* SC_CLI_COMMANDS_H */
