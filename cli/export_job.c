@@ -104,14 +104,13 @@ sc_status cli_export_job(const char *addr, const char *token, const char *job_id
         goto out;
     }
     for (size_t s = 0; s < cp->n_stages && rc == SC_OK; s++) {
-        rc = fetch_stage(cp->stages[s], job_id, cp->step, m, timeout_ms, &im[s], &res->bytes, err);
-        for (size_t b = 0;
-             rc == SC_OK && b < cp->stages[s]->last_block + 1u - cp->stages[s]->first_block; b++) {
-            int blk = (int)cp->stages[s]->first_block + (int)b;
-            size_t off = 0;
-            for (int i = (int)cp->stages[s]->first_block; i < blk; i++)
-                off += kn_model_block(m, i)->params;
-            bp[blk] = im[s].params + off;
+        const Stagecraft__CheckpointStage *st = cp->stages[s];
+        rc = fetch_stage(st, job_id, cp->step, m, timeout_ms, &im[s], &res->bytes, err);
+        /* each block's parameters within the stage's image, one block after the other */
+        size_t off = 0;
+        for (int b = (int)st->first_block; rc == SC_OK && b <= (int)st->last_block; b++) {
+            bp[b] = im[s].params + off;
+            off += kn_model_block(m, b)->params;
         }
     }
     for (int b = 0; rc == SC_OK && b < nb; b++)

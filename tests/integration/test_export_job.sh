@@ -124,13 +124,15 @@ refused "JOB with --checkpoints" "not both" "$id" --out "$work/x" --checkpoints 
 job plain 400 "" >"$work/plain.json"
 plain=$(submit "$work/plain.json")
 refused "a job with no checkpoint" "has no complete checkpoint" "$plain" --out "$work/x"
-"$sc" cancel "$plain" >/dev/null
-wait_for 60 is_state "$plain" cancelled || fail "$plain did not cancel: $(job_state "$plain")"
+# (cancelled, or done already on a fast machine: either frees the workers for the next)
+ended() { is_state "$1" cancelled || is_state "$1" succeeded; }
+"$sc" cancel "$plain" >/dev/null 2>&1
+wait_for 60 ended "$plain" || fail "$plain did not end: $(job_state "$plain")"
 job mlp 400 ', "checkpoint_every": 5' '{"kind": "mlp", "sizes": [32, 64, 64, 10]}' >"$work/mlp.json"
 mlp=$(submit "$work/mlp.json")
 refused "an mlp job" 'kind "hf" (GPT-2, Llama)' "$mlp" --out "$work/x"
-"$sc" cancel "$mlp" >/dev/null
-wait_for 60 is_state "$mlp" cancelled || fail "$mlp did not cancel: $(job_state "$mlp")"
+"$sc" cancel "$mlp" >/dev/null 2>&1
+wait_for 60 ended "$mlp" || fail "$mlp did not end: $(job_state "$mlp")"
 
 # workers that do not answer (stopped): every one asked is named with why
 kill -STOP "$a_pid" "$b_pid"
