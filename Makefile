@@ -32,7 +32,7 @@ build: build/CMakeCache.txt
 demo: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 	cmake --build build -j $(JOBS)
-	./build/cli/stagecraft demo $(DEMO_FLAGS)
+	./build/cli/stagecraft demo --finetune tests/data/hf/llama-tied $(DEMO_FLAGS)
 
 lab-demo: deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)

@@ -2,12 +2,14 @@
  * `stagecraft demo`: a whole cluster on this machine. Starts a coordinator and N workers as
  * child processes of this binary, submits a small GPT trained on a text file with a planned
  * N-stage pipeline, shows progress as it trains, and ends with a summary (loss curve, plan,
- * predicted vs measured iteration time). Everything it starts is stopped on exit, also on
- * Ctrl-C.
+ * predicted vs measured iteration time). Then, with a Hugging Face checkpoint folder (by default
+ * the repository's tiny Llama), fine-tunes it on the same cluster and exports the result
+ * (demo_finetune.h). Everything it starts is stopped on exit, also on Ctrl-C.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/demo_finetune.h"
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "kernels/device.h"
@@ -131,17 +134,20 @@ static const char *state_name(int s)
 
 int cmd_demo(const cli_command *self, int argc, char **argv)
 {
-    enum { O_WORKERS = 1, O_STEPS, O_DATA, O_DEVICE, O_KEEP };
+    enum { O_WORKERS = 1, O_STEPS, O_DATA, O_DEVICE, O_KEEP, O_FINETUNE, O_FINETUNE_STEPS };
     static const struct option opts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
         {"data", required_argument, NULL, O_DATA},
         {"device", required_argument, NULL, O_DEVICE},
         {"keep", no_argument, NULL, O_KEEP},
+        {"finetune", required_argument, NULL, O_FINETUNE},
+        {"finetune-steps", required_argument, NULL, O_FINETUNE_STEPS},
         {NULL, 0, NULL, 0},
     };
-    int64_t workers = 4, steps = 300;
-    const char *data = DEMO_DEFAULT_DATA, *device = "auto";
+    int64_t workers = 4, steps = 300, ft_steps = 500;
+    const char *data = DEMO_DEFAULT_DATA, *device = "auto", *finetune = NULL;
+    char ft_dir[PATH_MAX];
     int keep = 0, c;
     json_t *last = NULL; /* the job's last status */
     sc_err err;
@@ -167,6 +173,13 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         case O_KEEP:
             keep = 1;
             break;
+        case O_FINETUNE:
+            finetune = optarg;
+            break;
+        case O_FINETUNE_STEPS:
+            if (sc_parse_int64(optarg, 1, 1000000, "--finetune-steps", &ft_steps, &err) != SC_OK)
+                return cli_report(self, &err);
+            break;
         }
     }
     if (optind < argc)
@@ -185,6 +198,19 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
                                "--data %s: %lld bytes, fewer than one sample of the demo's GPT "
                                "needs (%d); any text file of at least %d bytes will do",
                                data, (long long)sb.st_size, DEMO_SEQ_LEN + 1, DEMO_SEQ_LEN + 1);
+    if (finetune == NULL)
+        finetune = demo_finetune_default(ft_dir, sizeof ft_dir) ? ft_dir : "none";
+    else if (strcmp(finetune, "none") != 0) {
+        /* the job names it to the workers, which run elsewhere than this folder */
+        char cfg_path[PATH_MAX + 16];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", finetune);
+        if (realpath(finetune, ft_dir) == NULL || access(cfg_path, R_OK) != 0)
+            return cli_usage_error(self,
+                                   "--finetune %s: not a Hugging Face checkpoint folder "
+                                   "(config.json and model.safetensors), or none",
+                                   finetune);
+        finetune = ft_dir;
+    }
     int gpus = kn_cuda_device_count();
     if (strcmp(device, "auto") == 0)
         device = gpus > 0 ? "cuda" : "cpu";
@@ -201,6 +227,7 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     if (mkdtemp(procs.dir) == NULL)
         return cli_usage_error(self, "cannot create a scratch folder in /tmp: %s", strerror(errno));
     int rc = CLI_FAILURE;
+    char *token = NULL; /* the client token, once the coordinator wrote it */
 
     char log[128], state[96];
     snprintf(log, sizeof log, "%s/coordinator.log", procs.dir);
@@ -216,10 +243,9 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     char *join = read_token(procs.dir, "join.token");
-    char *token = read_token(procs.dir, "client.token");
+    token = read_token(procs.dir, "client.token");
     if (join == NULL || token == NULL) {
         free(join);
-        free(token);
         fprintf(stderr, "stagecraft demo: no tokens in %s\n", state);
         goto out;
     }
@@ -271,7 +297,6 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     sc_status s = cli_call(addr, "/stagecraft.Coordinator/SubmitJob", &req.base,
                            &stagecraft__submit_job_response__descriptor, &m, &err);
     free(job_text);
-    free(token);
     if (s != SC_OK) {
         cli_report(self, &err);
         goto out;
@@ -367,7 +392,20 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     printf("\n  result: %s (%s)\n", state_name(last_state),
            json_string_value(json_object_get(last, "reason")));
     rc = last_state == 6 ? CLI_OK : CLI_FAILURE;
+    if (rc == CLI_OK && strcmp(finetune, "none") != 0) {
+        demo_finetune_cfg ft = {.addr = addr,
+                                .token = token,
+                                .scratch = procs.dir,
+                                .checkpoint = finetune,
+                                .text = data,
+                                .stages = 2,
+                                .steps = (int)ft_steps};
+        rc = demo_finetune(&ft, &stop) == 0 ? CLI_OK : CLI_FAILURE;
+    } else if (rc == CLI_OK) {
+        printf("\n(no Hugging Face checkpoint folder to fine-tune: --finetune DIR shows it)\n");
+    }
 out:
+    free(token);
     json_decref(last);
     stop_all(&procs);
     if (keep || rc != CLI_OK) {

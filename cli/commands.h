@@ -173,14 +173,22 @@ int cmd_profile(const cli_command *self, int argc, char **argv);
 int cmd_eval(const cli_command *self, int argc, char **argv);
 
 #define CMD_EXPORT_USAGE                                                                           \
-    "usage: stagecraft export --model SPEC --checkpoints DIR --out DIR [--step N] [--json]\n\n"    \
+    "usage: stagecraft export JOB --out DIR [--step N] [--coordinator HOST:PORT]\n"                \
+    "                         [--token-file FILE] [--timeout-ms MS] [--json]\n"                    \
+    "       stagecraft export --model SPEC --checkpoints DIR --out DIR [--step N] [--json]\n\n"    \
     "Writes the model trained by a job as a Hugging Face checkpoint folder: config.json and\n"     \
     "model.safetensors (float32), names and layout as transformers' from_pretrained expects.\n"    \
-    "SPEC is the job's model (kind \"hf\", or \"gpt\", written as GPT-2); DIR holds the stage\n"   \
-    "checkpoints (stageS-stepN.ckpt, the workers' checkpoint folder of the job, gathered in one\n" \
-    "folder when the stages ran on several machines).\n"                                           \
-    "  --step N   the checkpoint step (default: the newest that every stage saved)\n"              \
-    "  --json     print {\"out\", \"step\", \"model\"}\n"
+    "Models of kind \"hf\" (GPT-2, Llama) and \"gpt\" (written as GPT-2) are exported.\n"          \
+    "With JOB: the coordinator names the job's last complete checkpoint and the workers that\n"    \
+    "hold each stage of it; the blocks are fetched from their block servers to this machine.\n"    \
+    "A job read from a Hugging Face folder needs that folder's config.json here too.\n"            \
+    "With --model and --checkpoints: SPEC is the job's model, DIR holds its stage checkpoints\n"   \
+    "(stageS-stepN.ckpt: the workers' checkpoint folders of the job, gathered in one).\n"          \
+    "  --step N           the checkpoint step (default: the last complete one)\n"                  \
+    "  --coordinator H:P  the coordinator (else STAGECRAFT_COORDINATOR, else 127.0.0.1:7070)\n"    \
+    "  --token-file F     client token (else STAGECRAFT_TOKEN)\n"                                  \
+    "  --timeout-ms MS    a worker silent this long is skipped for the next (default 10000)\n"     \
+    "  --json             print {\"out\", \"step\", \"model\"} (and \"job\")\n"
 int cmd_export(const cli_command *self, int argc, char **argv);
 
 #define CMD_PLAN_USAGE                                                                             \
@@ -209,15 +217,23 @@ int cmd_export(const cli_command *self, int argc, char **argv);
 int cmd_plan(const cli_command *self, int argc, char **argv);
 
 #define CMD_DEMO_USAGE                                                                             \
-    "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"   \
-    "                       [--keep]\n\n"                                                          \
-    "Starts a coordinator and N workers (default 4) on this machine, trains a small GPT on the\n" \
-    "bytes of a text file with a planned N-stage pipeline, shows step, loss and throughput as\n"  \
-    "it goes, and ends with a summary: plan, predicted vs measured iteration time, loss curve.\n" \
-    "  --steps N      training steps (default 300)\n"                                             \
-    "  --data FILE    text to train on (default " "/usr/share/common-licenses/GPL-3" ")\n"         \
-    "  --device D     auto (a GPU when there is one), cpu or cuda\n"                              \
-    "  --keep         keep the scratch folder with the logs\n"
+    "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"    \
+    "                       [--finetune DIR|none] [--finetune-steps N] [--keep]\n\n"               \
+    "Starts a coordinator and N workers (default 4) on this machine, trains a small GPT on the\n"  \
+    "bytes of a text file with a planned N-stage pipeline, shows step, loss and throughput as\n"   \
+    "it goes, and ends with a summary: plan, predicted vs measured iteration time, loss curve.\n"  \
+    "Then fine-tunes a Hugging Face checkpoint folder of a small Llama (96-token vocabulary:\n"    \
+    "the text's printable ASCII) as a 2-stage job on the same workers, exports the job's\n"        \
+    "checkpoint (export JOB) and shows the loss on held-out text before and after.\n"              \
+    "  --steps N      training steps (default 300)\n"                                              \
+    "  --data FILE    text to train on (default "                                                  \
+    "/usr/share/common-licenses/GPL-3"                                                             \
+    ")\n"                                                                                          \
+    "  --device D     auto (a GPU when there is one), cpu or cuda\n"                               \
+    "  --finetune DIR the checkpoint folder to fine-tune (default: the source tree's\n"            \
+    "                 tests/data/hf/llama-tied, when this binary was built in it); none: skip\n"   \
+    "  --finetune-steps N  fine-tuning steps (default 500)\n"                                      \
+    "  --keep         keep the scratch folder with the logs (and the exported folder)\n"
 int cmd_demo(const cli_command *self, int argc, char **argv);
 
 #endif /* SC_CLI_COMMANDS_H */

@@ -7,10 +7,10 @@
  * jobs_dispatch.c (profiling, assignment and start), jobs_transports.c (the data plane recorded
  * in the plan), jobs_progress.c (running jobs' progress and reports), jobs_recovery.c (lost
  * workers, worker errors, heartbeat repair), jobs_trace.c (a running job's measured timeline,
- * from its workers).
+ * from its workers), jobs_export.c (where a job's checkpoint can be fetched from).
  *
- * Everything here but coord_driver_main and coord_jobs_trace runs under c->lock and never waits
- * on the network.
+ * Everything here but coord_driver_main, coord_jobs_trace and coord_jobs_checkpoint_source runs
+ * under c->lock and never waits on the network.
  */
 #ifndef COORD_JOBS_H
 #define COORD_JOBS_H
@@ -110,5 +110,17 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
  * (caller frees). */
 sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **json,
                            coord_trace_summary *sum, int *answered, json_t *missing, sc_err *err);
+
+/* ---- jobs_export.c (takes c->lock itself) ---- */
+
+/* Where job `job_id`'s checkpoint of `step` (0: its last complete one) can be fetched from, for
+ * `stagecraft export JOB`: {"step", "model_json", "model_kind", "stages": [{"stage",
+ * "first_block", "last_block", "sources": [{"worker_id", "endpoint", "state"}]}]}, each stage's
+ * sources its own workers first, then every other worker not dead that serves blocks (caller
+ * decrefs). Errors: an unknown job (SC_ERR_NOT_FOUND), a model that is not exported
+ * (SC_ERR_UNSUPPORTED naming the kinds that are), no complete checkpoint yet
+ * (SC_ERR_PRECONDITION), a step past the last complete one (SC_ERR_INVALID). */
+sc_status coord_jobs_checkpoint_source(coord *c, const char *job_id, uint64_t step, json_t **out,
+                                       sc_err *err);
 
 #endif /* COORD_JOBS_H */

@@ -1,8 +1,8 @@
 /*
  * The Coordinator gRPC service: RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob,
- * ListWorkers, GetTrace. Handlers run on the RPC layer's pool; they take c->lock only around
- * registry and store work, and build responses in call-owned memory (sc_rpc_ctx_alloc), so nothing
- * they return points into shared state.
+ * ListWorkers, GetTrace, GetCheckpoint. Handlers run on the RPC layer's pool; they take c->lock
+ * only around registry and store work, and build responses in call-owned memory (sc_rpc_ctx_alloc),
+ * so nothing they return points into shared state.
  */
 #include "coordinator/service.h"
 
@@ -465,6 +465,57 @@ static sc_status get_trace(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protobu
     return SC_OK;
 }
 
+/* Where a job's checkpoint can be fetched from (stagecraft export JOB): needs the client token,
+ * since what it names are the job's weights. */
+static sc_status get_checkpoint(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
+                                ProtobufCMessage **out, void *user, sc_err *err)
+{
+    coord *c = user;
+    const Stagecraft__GetCheckpointRequest *req = (const void *)msg;
+    SC_CHECK(require_client_token(c, ctx, "GetCheckpoint", err));
+    json_t *src = NULL;
+    SC_CHECK(coord_jobs_checkpoint_source(c, req->job_id ? req->job_id : "", req->step, &src, err));
+    Stagecraft__GetCheckpointResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_checkpoint_response__descriptor);
+    resp->step = (uint64_t)json_integer_value(json_object_get(src, "step"));
+    resp->model_json =
+        sc_rpc_ctx_strdup(ctx, json_string_value(json_object_get(src, "model_json")));
+    resp->model_kind =
+        sc_rpc_ctx_strdup(ctx, json_string_value(json_object_get(src, "model_kind")));
+    json_t *stages = json_object_get(src, "stages");
+    size_t ns = json_array_size(stages);
+    resp->stages = sc_rpc_ctx_alloc(ctx, (ns ? ns : 1) * sizeof *resp->stages);
+    for (size_t s = 0; resp->stages != NULL && s < ns; s++) {
+        json_t *js = json_array_get(stages, s), *list = json_object_get(js, "sources");
+        Stagecraft__CheckpointStage *st =
+            (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__checkpoint_stage__descriptor);
+        st->stage = (uint32_t)s;
+        st->first_block = (uint32_t)json_integer_value(json_object_get(js, "first_block"));
+        st->last_block = (uint32_t)json_integer_value(json_object_get(js, "last_block"));
+        size_t nsrc = json_array_size(list);
+        st->sources = sc_rpc_ctx_alloc(ctx, (nsrc ? nsrc : 1) * sizeof *st->sources);
+        for (size_t k = 0; st->sources != NULL && k < nsrc; k++) {
+            json_t *e = json_array_get(list, k);
+            Stagecraft__CheckpointSource *cs =
+                (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__checkpoint_source__descriptor);
+            cs->worker_id =
+                sc_rpc_ctx_strdup(ctx, json_string_value(json_object_get(e, "worker_id")));
+            cs->endpoint =
+                sc_rpc_ctx_strdup(ctx, json_string_value(json_object_get(e, "endpoint")));
+            cs->state = sc_rpc_ctx_strdup(ctx, json_string_value(json_object_get(e, "state")));
+            st->sources[k] = cs;
+        }
+        st->n_sources = st->sources != NULL ? nsrc : 0;
+        resp->stages[s] = st;
+    }
+    resp->n_stages = resp->stages != NULL ? ns : 0;
+    json_decref(src);
+    if (resp->model_json == NULL || resp->model_kind == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory describing the checkpoint");
+    *out = &resp->base;
+    return SC_OK;
+}
+
 #define METHOD(svc, name, lower, handler)                                                         \
     {"/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                      \
      &stagecraft__##lower##_response__descriptor, handler, NULL, NULL}
@@ -478,5 +529,6 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "RebalanceJob", rebalance_job, rebalance_job),
     METHOD("Coordinator", "ListWorkers", list_workers, list_workers),
     METHOD("Coordinator", "GetTrace", get_trace, get_trace),
+    METHOD("Coordinator", "GetCheckpoint", get_checkpoint, get_checkpoint),
 };
 const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;

@@ -1,6 +1,6 @@
 /*
  * The Coordinator gRPC service: the method table the coordinator's RPC server serves
- * (RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob, ListWorkers, GetTrace).
+ * (RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob, ListWorkers, GetTrace, GetCheckpoint).
  *
  * Each handler expects the coordinator as its method's user pointer: coord_new copies the table
  * and sets it. The handlers do not start or drive jobs: they change the store and wake the

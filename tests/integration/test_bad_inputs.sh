@@ -32,6 +32,8 @@ expect_usage "demo --data of a FIFO" "*--data $work/fifo: not a regular file*" \
     "$sc" demo --data "$work/fifo"
 expect_usage "demo --data of a missing file" "*--data $work/none: No such file*" \
     "$sc" demo --data "$work/none"
+expect_usage "demo --finetune of a folder without config.json" \
+    "*--finetune $work: not a Hugging Face checkpoint folder*" "$sc" demo --finetune "$work"
 
 # worker --name over the limit of 127 characters is refused, not cut to 127 (a job listing the
 # long name would wait for good); 127 characters serve. No coordinator: the first check happens
