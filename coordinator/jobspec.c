@@ -171,6 +171,7 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     kn_model *built = NULL;
     SC_CHECK(kn_model_from_node(&built, &model, err));
     bool tied = kn_model_get_tie(built, NULL);
+    spec->tied = tied;
     kn_model_destroy(&built);
     /* Workers receive the model as a stand-alone stagecraft-model document. */
     json_t *standalone = json_deep_copy(model.value);

@@ -289,6 +289,64 @@ static void test_no_replicas_for_one_sample(void **state)
         }
 }
 
+/* A model whose embedding and head are tied relays their gradients between its end stages, one
+ * copy each: where its strategy would replicate stages, it gets an unreplicated plan, saying
+ * why. The same job untied keeps the copies (so the check means something). */
+static void test_no_replicas_for_tied_model(void **state)
+{
+    (void)state;
+    /* the first block's parameters are costly to all-reduce, the others' are not: hetero keeps
+     * the first block on one worker and replicates the rest */
+    static const char *const profile =
+        "{\"format\": \"stagecraft-profile\", \"version\": 1, \"model\": \"m\", "
+        "\"microbatch_size\": 1, \"blocks\": ["
+        "{\"name\": \"b0\", \"forward_s\": 0.001, \"backward_s\": 0.002, \"activation_bytes\": 0, "
+        "\"parameter_bytes\": 100000000},"
+        "{\"name\": \"b1\", \"forward_s\": 0.001, \"backward_s\": 0.002, \"activation_bytes\": 0, "
+        "\"parameter_bytes\": 4},"
+        "{\"name\": \"b2\", \"forward_s\": 0.001, \"backward_s\": 0.002, \"activation_bytes\": 0, "
+        "\"parameter_bytes\": 4},"
+        "{\"name\": \"b3\", \"forward_s\": 0.001, \"backward_s\": 0.002, \"activation_bytes\": 0, "
+        "\"parameter_bytes\": 4}]}";
+    fleet f;
+    for (int i = 0; i < 8; i++) {
+        add(&f, i, "a", "cpu", 0, 64);
+        f.w[i].profile_json = profile;
+    }
+    for (int tied = 0; tied < 2; tied++) {
+        coord_jobspec spec;
+        memset(&spec, 0, sizeof spec);
+        spec.batch_size = 8;
+        spec.tied = tied;
+        snprintf(spec.schedule, sizeof spec.schedule, "1f1b");
+        snprintf(spec.strategy, sizeof spec.strategy, "hetero");
+        char *plan = NULL;
+        sc_err err;
+        sc_err_clear(&err);
+        assert_int_equal(coord_plan_job(&spec, f.w, 8, 0, &plan, &err), SC_OK);
+        json_error_t jerr;
+        json_t *root = json_loads(plan, 0, &jerr);
+        assert_non_null(root);
+        size_t i, most = 0, stages = json_array_size(json_object_get(root, "stages"));
+        json_t *st;
+        json_array_foreach(json_object_get(root, "stages"), i, st)
+        {
+            size_t r = json_array_size(json_object_get(st, "devices"));
+            most = r > most ? r : most;
+        }
+        if (!tied) {
+            assert_true(most > 1 && stages > 1); /* replicated stages of a pipeline */
+        } else {
+            assert_true(most == 1 || stages == 1);
+            const char *note = json_string_value(json_object_get(root, "note"));
+            assert_non_null(note);
+            assert_non_null(strstr(note, "tied embedding and head"));
+        }
+        json_decref(root);
+        free(plan);
+    }
+}
+
 /* A job naming zb1 gets a zb1 plan the workers run: copies of a stage at most the
  * micro-batches (each copy runs one at least), the split's W share stated. */
 static void test_zb1_job(void **state)
@@ -443,6 +501,7 @@ int main(void)
         cmocka_unit_test(test_types_by_measured_speed),
         cmocka_unit_test(test_shared_prediction),
         cmocka_unit_test(test_no_replicas_for_one_sample),
+        cmocka_unit_test(test_no_replicas_for_tied_model),
         cmocka_unit_test(test_zb1_job),
         cmocka_unit_test(test_measured_links),
         cmocka_unit_test(test_auto_picks_zb1_where_it_wins),
