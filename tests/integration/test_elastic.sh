@@ -8,7 +8,9 @@
 sc=${1:?usage: test_elastic.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
-start_coordinator coord "$work/state" --heartbeat-ms 200 --reprofile-ms 1000
+# heartbeats may be late on a loaded machine: a worker counts as dead after 10 s without one
+start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 25 --dead-after 50 \
+    --reprofile-ms 1000
 start_worker a
 start_worker b
 wait_alive 20 2 || fail "workers did not register"

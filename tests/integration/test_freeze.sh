@@ -9,7 +9,8 @@
 sc=${1:?usage: test_freeze.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 
-start_coordinator coord "$work/state" --heartbeat-ms 200
+# heartbeats may be late on a loaded machine: a worker counts as dead after 10 s without one
+start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 25 --dead-after 50
 start_worker a
 start_worker b
 wait_alive 20 2 || fail "workers did not register"
