@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# An elastic job ("workers": {"min": 1, "max": 3}) starts on the two workers there are, grows
-# onto a third that joins while it runs (profiled, then a rebalance moves blocks onto it), and
-# goes on when that worker leaves (its blocks move to the two left before it goes); it ends
-# with the same parameters as the same job on two fixed workers. A job that asks for more than
-# there are still waits for its least.
+# An elastic job ("workers": {"min": 1, "max": 3}) starts on the one worker there is, grows onto
+# a second that joins while it runs (profiled, then a rebalance moves blocks onto it), and goes
+# on when that worker leaves (its blocks move back before it goes); it ends with the same
+# parameters as the same job on one fixed worker. A job that asks for more than there are still
+# waits for its least. One worker growing to two gains on any machine of two cores or more (a
+# third CPU worker on two cores would only share them, and the planner says so).
 # Usage: test_elastic.sh PATH/TO/stagecraft
 sc=${1:?usage: test_elastic.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -12,8 +13,7 @@ sc=${1:?usage: test_elastic.sh PATH/TO/stagecraft}
 start_coordinator coord "$work/state" --heartbeat-ms 200 --suspect-after 25 --dead-after 50 \
     --reprofile-ms 1000
 start_worker a
-start_worker b
-wait_alive 20 2 || fail "workers did not register"
+wait_alive 20 1 || fail "worker a did not register"
 
 # a slower build (sanitizers) trains a narrower model: what is checked is the order of events
 width=64 steps=3000
@@ -36,23 +36,23 @@ spec bad '{"min": 3, "max": 2}' 10 >"$work/bad.json"
 out=$("$sc" submit "$work/bad.json" 2>&1)
 [ $? -ne 0 ] && grep -q "max" <<<"$out" && pass "max below min is refused: $out" || fail "bad spec: $out"
 
-# 2. it starts on the two workers there are, then grows onto a third
+# 2. it starts on the one worker there is, then grows onto a second
 spec elastic '{"min": 1, "max": 3}' $steps >"$work/elastic.json"
 "$sc" submit "$work/elastic.json" >/dev/null || fail "submit"
 job="job-1"
 wait_for 120 is_state $job running || fail "$job is $(job_state $job): $(field $job reason)"
-[ "$(n_workers $job)" -le 2 ] && pass "it starts on $(n_workers $job) of the 2 workers there are" ||
+[ "$(n_workers $job)" -eq 1 ] && pass "it starts on the 1 worker there is" ||
     fail "it runs on $(n_workers $job) workers"
 start_worker c
 c_pid=$worker_pid
-wait_alive 20 3 || fail "worker c did not register"
+wait_alive 20 2 || fail "worker c did not register"
 c=$(id_of c)
 grown() { uses $job "$c" && is_state $job running; }
 wait_for 120 grown && pass "it grew onto the worker that joined ($(n_workers $job) workers)" ||
     fail "$job does not use c: $(history $job)"
 history $job | grep -q "^rebalancing:" && pass "by a rebalance" || fail "history: $(history $job)"
 
-# 3. the worker leaves: its blocks move to the others first, and the job goes on without it,
+# 3. the worker leaves: its blocks move to the other first, and the job goes on without it,
 # losing no step
 had=$(history $job | grep -c "^rebalancing:")
 kill -TERM "$c_pid"
@@ -71,9 +71,9 @@ h=$(history $job)
     pass "by a rebalance, without recovering from a checkpoint" || fail "history: $h"
 wait_for 500 is_state $job succeeded || fail "$job is $(job_state $job): $(field $job reason)"
 
-# 4. the same job on two fixed workers ends with the same parameters (within rounding: the
+# 4. the same job on one fixed worker ends with the same parameters (within rounding: the
 # copies of a replicated stage sum their gradients in another order)
-spec fixed 2 $steps >"$work/fixed.json"
+spec fixed 1 $steps >"$work/fixed.json"
 "$sc" submit "$work/fixed.json" >/dev/null || fail "submit fixed"
 wait_for 500 is_state job-2 succeeded || fail "job-2 is $(job_state job-2): $(field job-2 reason)"
 params() {
@@ -97,7 +97,7 @@ rel=$(paste <(od -An -v -t f4 -w4 "$work/p1") <(od -An -v -t f4 -w4 "$work/p2") 
 # 5. an elastic job waits for its least
 spec waits '{"min": 3, "max": 4}' 10 >"$work/waits.json"
 "$sc" submit "$work/waits.json" >/dev/null || fail "submit waits"
-wait_for 30 grep -q "waiting for at least 3 worker(s): 2 alive and free" <(field job-3 reason) &&
+wait_for 30 grep -q "waiting for at least 3 worker(s): 1 alive and free" <(field job-3 reason) &&
     pass "a job whose least is not there waits: $(field job-3 reason)" ||
     fail "job-3 is $(job_state job-3): $(field job-3 reason)"
 "$sc" cancel job-3 >/dev/null
