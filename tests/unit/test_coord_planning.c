@@ -249,6 +249,21 @@ static void test_shared_prediction(void **state)
     plan_profile_destroy(&p);
 }
 
+/* coord_plan_job's plan for `spec` on the first n workers of `f`, parsed; the caller
+ * json_decref()s it. */
+static json_t *plan_of(const coord_jobspec *spec, const fleet *f, int n)
+{
+    char *plan = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_plan_job(spec, f->w, (size_t)n, 0, &plan, &err), SC_OK);
+    json_error_t jerr;
+    json_t *root = json_loads(plan, 0, &jerr);
+    assert_non_null(root);
+    free(plan);
+    return root;
+}
+
 /* A job the runtime cannot replicate (one sample a batch: one micro-batch) gets the strategy's
  * own plan without copies, not a replicated plan that the coordinator would have to replace. */
 static void test_no_replicas_for_one_sample(void **state)
@@ -266,13 +281,7 @@ static void test_no_replicas_for_one_sample(void **state)
             spec.batch_size = 1;
             snprintf(spec.schedule, sizeof spec.schedule, "%s", schedules[j]);
             snprintf(spec.strategy, sizeof spec.strategy, "%s", strategies[k]);
-            char *plan = NULL;
-            sc_err err;
-            sc_err_clear(&err);
-            assert_int_equal(coord_plan_job(&spec, f.w, 8, 0, &plan, &err), SC_OK);
-            json_error_t jerr;
-            json_t *root = json_loads(plan, 0, &jerr);
-            assert_non_null(root);
+            json_t *root = plan_of(&spec, &f, 8);
             assert_string_equal(json_string_value(json_object_get(root, "strategy")),
                                 strategies[k]);
             const char *note = json_string_value(json_object_get(root, "note"));
@@ -285,7 +294,6 @@ static void test_no_replicas_for_one_sample(void **state)
             json_array_foreach(json_object_get(root, "stages"), i, st)
                 assert_int_equal(json_array_size(json_object_get(st, "devices")), 1);
             json_decref(root);
-            free(plan);
         }
 }
 
@@ -320,13 +328,7 @@ static void test_no_replicas_for_tied_model(void **state)
         spec.tied = tied;
         snprintf(spec.schedule, sizeof spec.schedule, "1f1b");
         snprintf(spec.strategy, sizeof spec.strategy, "hetero");
-        char *plan = NULL;
-        sc_err err;
-        sc_err_clear(&err);
-        assert_int_equal(coord_plan_job(&spec, f.w, 8, 0, &plan, &err), SC_OK);
-        json_error_t jerr;
-        json_t *root = json_loads(plan, 0, &jerr);
-        assert_non_null(root);
+        json_t *root = plan_of(&spec, &f, 8);
         size_t i, most = 0, stages = json_array_size(json_object_get(root, "stages"));
         json_t *st;
         json_array_foreach(json_object_get(root, "stages"), i, st)
@@ -343,7 +345,6 @@ static void test_no_replicas_for_tied_model(void **state)
             assert_non_null(strstr(note, "tied embedding and head"));
         }
         json_decref(root);
-        free(plan);
     }
 }
 
@@ -360,13 +361,7 @@ static void test_zb1_job(void **state)
     spec.batch_size = 16;
     snprintf(spec.schedule, sizeof spec.schedule, "zb1");
     snprintf(spec.strategy, sizeof spec.strategy, "hetero");
-    char *plan = NULL;
-    sc_err err;
-    sc_err_clear(&err);
-    assert_int_equal(coord_plan_job(&spec, f.w, 4, 0, &plan, &err), SC_OK);
-    json_error_t jerr;
-    json_t *root = json_loads(plan, 0, &jerr);
-    assert_non_null(root);
+    json_t *root = plan_of(&spec, &f, 4);
     assert_string_equal(json_string_value(json_object_get(root, "schedule")), "zb1");
     assert_non_null(json_object_get(root, "backward_split"));
     json_int_t m =
@@ -379,7 +374,6 @@ static void test_zb1_job(void **state)
         assert_true(r >= 1 && (json_int_t)r <= m);
     }
     json_decref(root);
-    free(plan);
 }
 
 /* A profile of four equal blocks (forward 1 s, backward 2 s a sample) whose backward is W for
@@ -411,15 +405,7 @@ static json_t *auto_plan(const char *profile, int n)
     spec.batch_size = 16;
     snprintf(spec.schedule, sizeof spec.schedule, "auto");
     snprintf(spec.strategy, sizeof spec.strategy, "hetero");
-    char *plan = NULL;
-    sc_err err;
-    sc_err_clear(&err);
-    assert_int_equal(coord_plan_job(&spec, f.w, (size_t)n, 0, &plan, &err), SC_OK);
-    json_error_t jerr;
-    json_t *root = json_loads(plan, 0, &jerr);
-    assert_non_null(root);
-    free(plan);
-    return root;
+    return plan_of(&spec, &f, n);
 }
 
 static const char *sched_of(json_t *plan)
