@@ -427,6 +427,15 @@ static void test_unsupported_refused(void **state)
     assert_int_equal(rt_runner_new(&r, &c, &err), SC_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "ties"));
     assert_null(r);
+    /* the relay passes through host memory: not over nccl, replicated or not */
+    c = cfg_for(2, 1, "1f1b", "zmq");
+    c.transport = "nccl";
+    c.replicas = 2;
+    c.replica = 1;
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_new(&r, &c, &err), SC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "not \"nccl\""));
+    assert_null(r);
 }
 
 int main(void)
