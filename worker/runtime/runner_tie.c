@@ -10,11 +10,12 @@
  * copy of a stage already holds the same reduced gradient. Copy 0 of each end stage sends its
  * own; copy 0 of each stage in between passes it on (received in its inbox, sent over the link
  * to copy 0 of the stage after it); the hop into an end stage goes to every copy of that stage
- * (the stage before the last sends to all its links_next, the stage after the first to all its
- * links_prev). So every copy of both end stages receives the other end's reduced gradient, and
+ * (over all of link_next in the stage before the last, all of link_prev in the one after the
+ * first). So every copy of both end stages receives the other end's reduced gradient, and
  * no copy shares anything with its peers: the path also serves copies that all-reduce on their
- * GPUs (replica_reduce "nccl", which opens no host links between them). Copies other than 0 of
- * a stage in between take no part.
+ * GPUs (replica_reduce "nccl", which opens no host links between them; no test covers that
+ * pairing yet, it needs two GPUs a stage). Copies other than 0 of a stage in between take no
+ * part.
  * Not here: when OPT runs (runner_exec.c), the in-stage sum (kernels/stage.c), the copies'
  * all-reduce (runner_update.c).
  * Invariant: every copy of both end stages adds the same two float arrays (a + b == b + a bit for
