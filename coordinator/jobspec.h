@@ -28,7 +28,7 @@ typedef struct {
     char name[128];
     char *model_json;       /* owned: the model as a stagecraft-model document */
     char model_kind[16];    /* "gpt", "vgg", "mlp", "hf" */
-    bool tied; /* the model ties its embedding and head (kn_model_tie): no replicated stages */
+    bool tied; /* the model ties its embedding and head (kn_model_tie): zmq, not pipedream */
     coord_data_kind data_kind;
     char data_path[1024];   /* "" for synthetic */
     uint32_t batch_size;

@@ -198,8 +198,9 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
 /* Whether the runtime can run the plan's replicated stages: the synchronous schedules (gpipe,
  * 1f1b, sliced, zb1) when every replica has at least one micro-batch, asynchronous pipedream
  * (1F1B-RR) when the micro-batch count is a multiple of every stage's copies (so rounds of
- * copies never straddle steps); not unequal (sizes per stage), and not a model whose tied
- * embedding and head the plan puts in different stages. */
+ * copies never straddle steps); not unequal (sizes per stage). A model whose tied embedding and
+ * head lie in different stages runs with copies too (worker/runtime/runner_tie.c relays the
+ * copies' reduced gradients between the end stages); its job never runs pipedream (jobspec.c). */
 static int most_replicas(json_t *plan);
 static int replicas_lcm(json_t *plan);
 
@@ -209,16 +210,12 @@ static bool is_pipedream(json_t *plan)
     return sched != NULL && strcmp(sched, "pipedream") == 0;
 }
 
-static bool runtime_runs(const coord_jobspec *spec, json_t *plan)
+static bool runtime_runs(json_t *plan)
 {
     const char *sched = json_string_value(json_object_get(plan, "schedule"));
     int most = most_replicas(plan);
     if (most == 1)
         return true;
-    /* a tied embedding and head relay their gradients between the end stages, one copy each
-     * (worker/runtime/runner_tie.c); a model in one stage keeps both copies there */
-    if (spec->tied && json_array_size(json_object_get(plan, "stages")) > 1)
-        return false;
     json_int_t m =
         json_integer_value(json_object_get(json_object_get(plan, "microbatches"), "count"));
     if (is_pipedream(plan))
@@ -281,7 +278,7 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
                        spec->strategy);
     SC_CHECK(
         run_strategy(spec, strategy, (int)spec->microbatches, profile, cluster, plan_out, err));
-    if (runtime_runs(spec, *plan_out))
+    if (runtime_runs(*plan_out))
         return SC_OK;
     json_t *alt = NULL;
     sc_err sub;
@@ -295,7 +292,7 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
         if (spec->batch_size % (uint32_t)m != 0 || m % unit != 0)
             continue;
         if (run_strategy(spec, strategy, m, profile, cluster, &alt, &sub) == SC_OK &&
-            runtime_runs(spec, alt)) {
+            runtime_runs(alt)) {
             char note[512];
             sc_strfmt(note, sizeof note,
                       "%d micro-batches so that each of up to %d replicas of a stage gets one", m,
@@ -327,8 +324,7 @@ static sc_status run_planner(const coord_jobspec *spec, plan_profile *profile,
               "%s's plan (predicted %.4g s per iteration) is one the runtime cannot run (it "
               "replicates stages only with gpipe, 1f1b, sliced or zb1 and at least as many "
               "micro-batches as replicas, or pipedream and micro-batches a multiple of every "
-              "stage's copies, and never those of a model whose tied embedding and head lie in "
-              "different stages), so this is %s's plan",
+              "stage's copies), so this is %s's plan",
               spec->strategy, json_number_value(json_object_get(*plan_out, "iteration_time_s")),
               plan_strategy_name((plan_strategy)fallback));
     json_object_set_new(alt, "note", json_string(note));

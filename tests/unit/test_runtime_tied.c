@@ -1,9 +1,11 @@
 /* worker/runtime/runner with a tied tensor (a GPT-2 checkpoint with tie_word_embeddings): a 2-
  * and a 3-stage pipeline, the embedding in the first stage and the head in the last, end every
  * step where one stage holding both ends, bit for bit (gpipe, 1f1b and zb1; zmq and local links;
- * sliced within rounding), and
- * the two copies stay identical; set-ups the relay does not serve are refused; the stages'
- * checkpoints export (runtime/export_hf) to a folder that reads back as the trained weights. */
+ * sliced within rounding), and the two copies stay identical; with replicated stages (the ends,
+ * and one between them) every copy of both end stages holds the same tied tensor and the job
+ * equals one stage within the all-reduce's rounding; set-ups the relay does not serve are
+ * refused; the stages' checkpoints export (runtime/export_hf) to a folder that reads back as the
+ * trained weights. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -80,6 +82,7 @@ static int teardown(void **state)
 }
 
 enum { NB = 4 }; /* embed, layer0, layer1, head */
+static int g_microbatches = 2;
 
 static rt_runner_cfg cfg_for(int stages, int s, const char *schedule, const char *transport)
 {
@@ -92,7 +95,7 @@ static rt_runner_cfg cfg_for(int stages, int s, const char *schedule, const char
     c.last_block = cut[stages][s + 1] - 1;
     c.schedule = schedule;
     c.batch_size = 4;
-    c.microbatches = 2;
+    c.microbatches = g_microbatches;
     c.seed = 3;
     c.data_kind = "synthetic";
     c.optimizer = "adamw";
@@ -274,6 +277,146 @@ static void test_export_from_checkpoints(void **state)
     free(p);
 }
 
+/* Replicated stages: reps[s] copies of stage s, each a runner connected to every copy of its
+ * neighbours and its peers (rt_runner_connect_group); trained `steps` steps. Every copy of a
+ * stage ends bit-identical to its copy 0, and every copy of both end stages holds the same tied
+ * tensor in both places; returns copy 0's parameters of every stage in block order. */
+enum { MAX_RUNNERS = 12 };
+static float *train_replicated(int stages, const int *reps, const char *schedule,
+                               const char *transport, int steps, size_t *count)
+{
+    rt_runner *rn[MAX_RUNNERS] = {0};
+    int base[4], n = 0;
+    sc_err err;
+    sc_err_clear(&err);
+    for (int s = 0; s < stages; s++) {
+        base[s] = n;
+        for (int k = 0; k < reps[s]; k++, n++) {
+            assert_true(n < MAX_RUNNERS);
+            rt_runner_cfg c = cfg_for(stages, s, schedule, transport);
+            c.replicas = reps[s];
+            c.replica = k;
+            c.prev_replicas = s > 0 ? reps[s - 1] : 1;
+            c.next_replicas = s < stages - 1 ? reps[s + 1] : 1;
+            c.stage_replicas = reps;
+            sc_status rc = rt_runner_new(&rn[n], &c, &err);
+            if (rc != SC_OK)
+                print_error("stage %d copy %d: %s\n", s, k, err.msg);
+            assert_int_equal(rc, SC_OK);
+        }
+    }
+    for (int s = 0; s < stages; s++)
+        for (int k = 0; k < reps[s]; k++) {
+            const char *prev[4] = {0}, *next[4] = {0}, *peers[4] = {0};
+            int np = s > 0 ? reps[s - 1] : 0, nn = s < stages - 1 ? reps[s + 1] : 0;
+            for (int j = 0; j < np; j++)
+                prev[j] = rt_runner_endpoint(rn[base[s - 1] + j]);
+            for (int j = 0; j < nn; j++)
+                next[j] = rt_runner_endpoint(rn[base[s + 1] + j]);
+            for (int j = 0; j < reps[s]; j++)
+                peers[j] = j == k ? NULL : rt_runner_endpoint(rn[base[s] + j]);
+            sc_status rc =
+                rt_runner_connect_group(rn[base[s] + k], prev, np, next, nn, peers, reps[s], &err);
+            if (rc != SC_OK)
+                print_error("connect stage %d copy %d: %s\n", s, k, err.msg);
+            assert_int_equal(rc, SC_OK);
+        }
+    pthread_t th[MAX_RUNNERS];
+    job jobs[MAX_RUNNERS];
+    for (int i = 0; i < n; i++) {
+        jobs[i] = (job){.r = rn[i], .steps = steps};
+        assert_int_equal(pthread_create(&th[i], NULL, run, &jobs[i]), 0);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].rc != SC_OK)
+            print_error("runner %d: %s\n", i, jobs[i].err.msg);
+        assert_int_equal(jobs[i].rc, SC_OK);
+    }
+    size_t total = 0, a, b, tn;
+    tie_offsets(&a, &b, &tn);
+    for (int s = 0; s < stages; s++)
+        total += rt_runner_param_count(rn[base[s]]);
+    float *all = malloc(total * sizeof *all), *copy = malloc(total * sizeof *copy);
+    assert_non_null(all);
+    assert_non_null(copy);
+    /* copy k of the job: copy k of every stage that has one, else its copy 0 */
+    int most = 1;
+    for (int s = 0; s < stages; s++)
+        most = reps[s] > most ? reps[s] : most;
+    for (int k = 0; k < most; k++) {
+        float *dst = k == 0 ? all : copy;
+        size_t off = 0;
+        for (int s = 0; s < stages; s++) {
+            rt_runner *r = rn[base[s] + (k < reps[s] ? k : 0)];
+            assert_int_equal(rt_runner_params_to_host(r, dst + off, &err), SC_OK);
+            off += rt_runner_param_count(r);
+        }
+        assert_memory_equal(dst + a, dst + b, tn * sizeof(float)); /* the tied copies agree */
+        if (k > 0)
+            assert_memory_equal(copy, all, total * sizeof(float)); /* copies of a stage agree */
+    }
+    for (int i = 0; i < n; i++)
+        rt_runner_destroy(&rn[i]);
+    free(copy);
+    *count = total;
+    return all;
+}
+
+/* The relative L2 distance of p from ref within the replicated schedules' all-reduce rounding
+ * (1e-5), the weights having moved from init. */
+static void assert_close(const float *p, const float *ref, const float *init, size_t n)
+{
+    double diff = 0.0, norm = 0.0, moved = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)p[i] - ref[i]) * ((double)p[i] - ref[i]);
+        norm += (double)ref[i] * ref[i];
+        moved += ((double)ref[i] - init[i]) * ((double)ref[i] - init[i]);
+    }
+    if (sqrt(diff / norm) > 1e-5)
+        print_error("relative difference %g (weights moved %g)\n", sqrt(diff / norm),
+                    sqrt(moved / norm));
+    assert_true(sqrt(diff / norm) <= 1e-5);
+    assert_true(sqrt(moved / norm) > 1e-3);
+}
+
+/* Replicated end stages (and a replicated stage between them): every copy of both end stages
+ * ends with the same tied tensor, and the job equals one stage within the all-reduce's rounding,
+ * on 2 and 3 stages and every synchronous schedule that runs copies. */
+static void test_replicated_stages(void **state)
+{
+    (void)state;
+    size_t n1, nk;
+    g_microbatches = 4;
+    float *init = train(1, "gpipe", "zmq", 0, NULL, &n1);
+    float *one = train(1, "gpipe", "zmq", 3, NULL, &n1);
+    g_microbatches = 2;
+    static const int r22[] = {2, 2}, r21[] = {2, 1}, r13[] = {1, 3}, r212[] = {2, 1, 2},
+                     r121[] = {1, 2, 1}, r222[] = {2, 2, 2}, r132[] = {1, 3, 2};
+    static const struct {
+        int stages;
+        const int *reps;
+        const char *schedule, *transport;
+        int microbatches; /* sliced: 2 of 2 samples, run as halves (which count as copies' own) */
+    } cases[] = {
+        {2, r22, "gpipe", "zmq", 4},     {2, r21, "1f1b", "local", 4},   {2, r13, "zb1", "zmq", 4},
+        {3, r212, "1f1b", "zmq", 4},     {3, r121, "gpipe", "local", 4}, {3, r222, "zb1", "zmq", 4},
+        {3, r132, "sliced", "local", 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        g_microbatches = cases[k].microbatches;
+        float *p = train_replicated(cases[k].stages, cases[k].reps, cases[k].schedule,
+                                    cases[k].transport, 3, &nk);
+        assert_int_equal(nk, n1);
+        assert_close(p, one, init, n1);
+        free(p);
+    }
+    g_microbatches = 2;
+    free(one);
+    free(init);
+}
+
 static void test_unsupported_refused(void **state)
 {
     (void)state;
@@ -284,6 +427,15 @@ static void test_unsupported_refused(void **state)
     assert_int_equal(rt_runner_new(&r, &c, &err), SC_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "ties"));
     assert_null(r);
+    /* the relay passes through host memory: not over nccl, replicated or not */
+    c = cfg_for(2, 1, "1f1b", "zmq");
+    c.transport = "nccl";
+    c.replicas = 2;
+    c.replica = 1;
+    sc_err_clear(&err);
+    assert_int_equal(rt_runner_new(&r, &c, &err), SC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "not \"nccl\""));
+    assert_null(r);
 }
 
 int main(void)
@@ -291,6 +443,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pipeline_equals_one_stage),
         cmocka_unit_test(test_export_from_checkpoints),
+        cmocka_unit_test(test_replicated_stages),
         cmocka_unit_test(test_unsupported_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
