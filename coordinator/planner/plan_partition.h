@@ -213,6 +213,17 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
  * takes for p. */
 int *plan_partition_copies(const plan_partition *p);
 
+/* zb1's memory budget for p: w_defer[s] (n_stages entries) = plan_schedule_zb1_caps over the
+ * stages' stash bytes per micro-batch (plan_cost_stash, what a micro-batch keeps from F to W),
+ * so that no copy holds more bytes than 1F1B's peak stage does. */
+sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
+                                   int *w_defer, sc_err *err);
+/* The schedule the runtime runs p with: plan_schedule_build_replicated with p's copies, and for
+ * zb1 plan_schedule_build_zb1 with plan_partition_zb1_defer's caps. */
+sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p,
+                                  plan_sched_kind kind, int units, int sliced,
+                                  plan_schedule **out, sc_err *err);
+
 /* Plays schedule `s` (n_micro micro-batches; built for p's copies, SC_ERR_INVALID otherwise)
  * over the partition's stage costs `stages`, with
  * the stages on a server that has compute_slots sharing them (a stage counts on the server of
