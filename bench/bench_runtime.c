@@ -161,8 +161,7 @@ static int measure_x(const char *model, int nblocks, const char *schedule, int p
 static int measure(const char *model, int nblocks, const char *schedule, int p, int m, int batch,
                    double f_s, int iters, double *bubble, double *iter_s)
 {
-    return measure_x(model, nblocks, schedule, p, m, batch, f_s, NULL, iters, bubble, iter_s,
-                     NULL);
+    return measure_x(model, nblocks, schedule, p, m, batch, f_s, NULL, iters, bubble, iter_s, NULL);
 }
 
 /* The simulator's bubble (mean over stages of 1 - busy / iteration) for p equal stand-in stages:
@@ -198,8 +197,7 @@ static size_t stage_bytes(const char *model, int a, int b, int slots, int sample
     sc_err_clear(&err);
     size_t bytes = 0;
     char text[512]; /* a model document: the model with its format header */
-    snprintf(text, sizeof text, "{\"format\": \"stagecraft-model\", \"version\": 1, %s",
-             model + 1);
+    snprintf(text, sizeof text, "{\"format\": \"stagecraft-model\", \"version\": 1, %s", model + 1);
     if (kn_model_parse(&m, "bench", text, strlen(text), &err) != SC_OK)
         fprintf(stderr, "bench_runtime: %s\n", err.msg);
     else {
@@ -216,8 +214,7 @@ static size_t stage_bytes(const char *model, int a, int b, int slots, int sample
 
 /* The bytes of one activation slot (a micro-batch held) of each of p even stages of `model`: a
  * stage's bytes with two slots less those with one. */
-static void slot_bytes(const char *model, int nblocks, int p, int samples, bool split,
-                       double *out)
+static void slot_bytes(const char *model, int nblocks, int p, int samples, bool split, double *out)
 {
     for (int s = 0; s < p; s++) {
         int a = s * nblocks / p, b = (s + 1) * nblocks / p - 1;
@@ -251,7 +248,7 @@ static int zb1_row(const char *model, int nblocks, int row, int p, int m, int ba
     }
     printf("%-6s %2d %2d %9.3f", zb_names[row], p, m, *bubble);
     if (f_ms > 0) { /* the stand-in: ZB-H1's reference and the simulator */
-        double ref = row == ZB_1F1B  ? (double)(p - 1) / (m + p - 1)
+        double ref = row == ZB_1F1B ? (double)(p - 1) / (m + p - 1)
                      : row == ZB_H1 ? (double)(p - 1) / (3 * m + p - 1)
                                     : -1;
         double sim = predict_bubble(row == ZB_1F1B ? PLAN_SCHED_1F1B : PLAN_SCHED_ZB1, p, m, f_ms,
@@ -294,9 +291,9 @@ static void zb1_cap_cost(void)
                 plan_sim_stage st[MAX_STAGES];
                 for (int i = 0; i < p; i++)
                     st[i] = (plan_sim_stage){.fwd_s = 1, .bwd_s = 2, .wgrad_s = 1};
-                sc_status rc = r == 0 ? plan_schedule_build(&sch, PLAN_SCHED_1F1B, p, m, 0, &err)
-                                      : plan_schedule_build_zb1(&sch, p, m, NULL,
-                                                                r == 1 ? full : caps, &err);
+                sc_status rc =
+                    r == 0 ? plan_schedule_build(&sch, PLAN_SCHED_1F1B, p, m, 0, &err)
+                           : plan_schedule_build_zb1(&sch, p, m, NULL, r == 1 ? full : caps, &err);
                 iter[r] = bub[r] = peak[r] = -1;
                 if (rc == SC_OK && plan_sim_run(sch, st, m, 1.0, 0, &res, &err) == SC_OK) {
                     iter[r] = res.iteration_s;
@@ -322,11 +319,12 @@ static void zb1_cap_cost(void)
 static int zb1_table(double f_ms, int iters)
 {
     double slot[MAX_STAGES];
-    printf("zb1 table (stand-in): tiny GPT, forward %.1f ms, backward %.1f ms per micro-batch (zb1: "
-           "B and W %.1f ms each); micro-batches of 4 samples; held = most micro-batches each "
-           "stage held (F to B, zb1 F to W); peak = the most bytes any stage held (held x its "
-           "slot's bytes); zb1 = capped to 1f1b's peak bytes, zb1-h1 = ZB-H1 uncapped\n",
-           f_ms, 2 * f_ms, f_ms);
+    printf(
+        "zb1 table (stand-in): tiny GPT, forward %.1f ms, backward %.1f ms per micro-batch (zb1: "
+        "B and W %.1f ms each); micro-batches of 4 samples; held = most micro-batches each "
+        "stage held (F to B, zb1 F to W); peak = the most bytes any stage held (held x its "
+        "slot's bytes); zb1 = capped to 1f1b's peak bytes, zb1-h1 = ZB-H1 uncapped\n",
+        f_ms, 2 * f_ms, f_ms);
     printf("%-6s %2s %2s %9s %9s %9s %12s %9s %10s %8s\n", "sched", "p", "m", "measured",
            "reference", "simulated", "iteration_ms", "held", "peak_KB", "peak/1f1b");
     const int ps[] = {2, 4}, ms[] = {4, 8, 16};
@@ -338,8 +336,8 @@ static int zb1_table(double f_ms, int iters)
                 int p = ps[pi], m = ms[mi];
                 double bubble, it, peak;
                 extra_out x = {0};
-                if (zb1_row(TINY_GPT, TINY_BLOCKS, k, p, m, 4 * m, f_ms, iters, slot, &bubble,
-                            &it, &peak, &x) != 0)
+                if (zb1_row(TINY_GPT, TINY_BLOCKS, k, p, m, 4 * m, f_ms, iters, slot, &bubble, &it,
+                            &peak, &x) != 0)
                     return 1;
                 top = k == ZB_1F1B ? peak : top;
                 printf(" %8.2f\n", top > 0 ? peak / top : 0.0);

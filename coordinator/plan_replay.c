@@ -118,10 +118,9 @@ sc_status coord_plan_replay(const char *plan_json, const double *stage_factor, b
         json_t *d = json_object_get(json_array_get(stages, (size_t)i), "deferred_w");
         w_defer[i] = json_is_integer(d) ? (int)json_integer_value(d) : m;
     }
-    rc = kind == PLAN_SCHED_ZB1
-             ? plan_schedule_build_zb1(&s, S, m, out->replicas, w_defer, err)
-             : plan_schedule_build_replicated(&s, (plan_sched_kind)kind, S, m, sliced,
-                                              out->replicas, err);
+    rc = kind == PLAN_SCHED_ZB1 ? plan_schedule_build_zb1(&s, S, m, out->replicas, w_defer, err)
+                                : plan_schedule_build_replicated(&s, (plan_sched_kind)kind, S, m,
+                                                                 sliced, out->replicas, err);
     free(w_defer);
     if (rc == SC_OK)
         rc = plan_schedule_validate(s, err);

@@ -220,9 +220,8 @@ sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, 
                                    int *w_defer, sc_err *err);
 /* The schedule the runtime runs p with: plan_schedule_build_replicated with p's copies, and for
  * zb1 plan_schedule_build_zb1 with plan_partition_zb1_defer's caps. */
-sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p,
-                                  plan_sched_kind kind, int units, int sliced,
-                                  plan_schedule **out, sc_err *err);
+sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p, plan_sched_kind kind,
+                                  int units, int sliced, plan_schedule **out, sc_err *err);
 
 /* Plays schedule `s` (n_micro micro-batches; built for p's copies, SC_ERR_INVALID otherwise)
  * over the partition's stage costs `stages`, with

@@ -75,9 +75,8 @@ sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, 
     return SC_OK;
 }
 
-sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p,
-                                  plan_sched_kind kind, int units, int sliced,
-                                  plan_schedule **out, sc_err *err)
+sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p, plan_sched_kind kind,
+                                  int units, int sliced, plan_schedule **out, sc_err *err)
 {
     *out = NULL;
     if (kind != PLAN_SCHED_ZB1)

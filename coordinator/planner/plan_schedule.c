@@ -170,8 +170,7 @@ static int zb1_warm(int n_stages, const int *replicas, int st)
 
 int plan_schedule_zb1_defer(int n_stages, const int *replicas, int n_micro, int stage)
 {
-    return zb1_defer(zb1_warm(n_stages, replicas, 0), zb1_warm(n_stages, replicas, stage),
-                     n_micro);
+    return zb1_defer(zb1_warm(n_stages, replicas, 0), zb1_warm(n_stages, replicas, stage), n_micro);
 }
 
 int plan_schedule_zb1_held(int n_stages, const int *replicas, int n_micro, int stage, int defer)
@@ -275,8 +274,7 @@ static sc_status build(plan_schedule **out, plan_sched_kind kind, int n_stages, 
     for (int u = 0; u < 2 * sliced; u++)
         s->frac[u] = 0.5;
     int p = n_stages;
-    if (kind == PLAN_SCHED_ZB1 &&
-        (s->w_defer = calloc((size_t)p, sizeof *s->w_defer)) == NULL) {
+    if (kind == PLAN_SCHED_ZB1 && (s->w_defer = calloc((size_t)p, sizeof *s->w_defer)) == NULL) {
         plan_schedule_destroy(&s);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
     }

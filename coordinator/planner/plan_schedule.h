@@ -114,7 +114,8 @@ sc_status plan_schedule_build_zb1(plan_schedule **out, int n_stages, int n_micro
 int plan_schedule_zb1_defer(int n_stages, const int *replicas, int n_micro, int stage);
 
 /* Units one copy of `stage` holds from F to W under zb1 when it defers `defer` W:
- * ceil(min(min(W_i, m) + 1 + defer, m) / r_i); defer 0 is 1F1B's count (min(p-i, m) unreplicated). */
+ * ceil(min(min(W_i, m) + 1 + defer, m) / r_i); defer 0 gives 1F1B's count (unreplicated
+ * min(p-i, m)). */
 int plan_schedule_zb1_held(int n_stages, const int *replicas, int n_micro, int stage, int defer);
 
 /* The memory budget of zb1's deferred W: w_defer[i] = the most W stage i may defer, at most D_i,

@@ -578,7 +578,8 @@ static void test_caps(void **state)
             int d = cap[st], most = plan_schedule_zb1_defer(p, r, m, st);
             assert_true(d >= 0 && d <= most);
             assert_true(plan_schedule_zb1_held(p, r, m, st, d) * bytes[st] <= budget);
-            assert_true(d == most || plan_schedule_zb1_held(p, r, m, st, d + 1) * bytes[st] > budget);
+            assert_true(d == most ||
+                        plan_schedule_zb1_held(p, r, m, st, d + 1) * bytes[st] > budget);
         }
     }
 }

@@ -89,8 +89,8 @@
  * and gradients through the runner's host buffers.
  * Invariant: no more than the schedule's activation slots (per copy: gpipe ceil(m / r_s), 1f1b
  * min(W_s / r_s + 1, ceil(m / r_s)), pipedream W_s / r_s + 1; min(p-s, m) and p-s unreplicated:
- * rt_schedule_slots_bound; zb1 rt_schedule_zb1_slots_bound) are ever in flight; each iteration checks it and fails
- * with SC_ERR_INTERNAL otherwise.
+ * rt_schedule_slots_bound; zb1 rt_schedule_zb1_slots_bound) are ever in flight; each iteration
+ * checks it and fails with SC_ERR_INTERNAL otherwise.
  * (A backward cut's gather slot holds no forward of its own and is not counted there; the
  * report's `slots` includes it.)
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.

@@ -155,8 +155,8 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
 /* Stage st's 1F1B-RR warm-up, at most m forwards. */
 static int zb1_warm(int stages, const int *replicas, int st, int m)
 {
-    int warm = sc_pipeline_warmup(copies_after(stages, replicas, st),
-                                  replicas != NULL ? replicas[st] : 1);
+    int warm =
+        sc_pipeline_warmup(copies_after(stages, replicas, st), replicas != NULL ? replicas[st] : 1);
     return warm < m ? warm : m;
 }
 
@@ -224,10 +224,9 @@ static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int st
             if (warm > microbatches)
                 warm = microbatches;
             /* zb1: the W of the first `defer` backwards wait for the end (schedule.h) */
-            int defer =
-                kind == RT_SCHED_ZB1
-                    ? rt_schedule_zb1_defer(stages, replicas, st, microbatches, w_defer)
-                    : microbatches;
+            int defer = kind == RT_SCHED_ZB1
+                            ? rt_schedule_zb1_defer(stages, replicas, st, microbatches, w_defer)
+                            : microbatches;
             int f = 0, b = 0, w = 0;
             for (; f < warm; f++)
                 push_forward(s, st, f);
@@ -262,8 +261,8 @@ sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, i
     return schedule_build(out, kind, stages, microbatches, 0, replicas, NULL, err);
 }
 
-sc_status rt_schedule_new_zb1(rt_schedule **out, int stages, int microbatches,
-                              const int *replicas, const int *w_defer, sc_err *err)
+sc_status rt_schedule_new_zb1(rt_schedule **out, int stages, int microbatches, const int *replicas,
+                              const int *w_defer, sc_err *err)
 {
     *out = NULL;
     for (int st = 0; w_defer != NULL && st < stages; st++)

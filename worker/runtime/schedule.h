@@ -111,8 +111,8 @@ sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, i
 /* zb1 with stage st deferring at most w_defer[st] weight gradients (>= 0; NULL: ZB-H1's D_s
  * on every stage, rt_schedule_new_replicated's lists); a stage never defers more than D_s. A
  * negative entry is SC_ERR_INVALID; the other errors as rt_schedule_new_replicated's. */
-sc_status rt_schedule_new_zb1(rt_schedule **out, int stages, int microbatches,
-                              const int *replicas, const int *w_defer, sc_err *err);
+sc_status rt_schedule_new_zb1(rt_schedule **out, int stages, int microbatches, const int *replicas,
+                              const int *w_defer, sc_err *err);
 /* The W that stage `stage` defers under zb1: min(w_defer[stage], D_s), D_s = min(W_0 - W_s, m -
  * min(W_s, m)) (s unreplicated; w_defer NULL or a negative entry: D_s). */
 int rt_schedule_zb1_defer(int stages, const int *replicas, int stage, int microbatches,
