@@ -119,7 +119,9 @@ static inline double plan_stash_count_copy(plan_sched_kind k, int after, int cop
  * stage; unreplicated W_0 + 1 = p, min(p, m). A copy of a stage of `copies` keeps its share,
  * ceil(that / copies) (rt_schedule_slots_bound). `first` is W_0 + 1: the plan's stage count
  * unreplicated, with copies sc_pipeline_warmup(all copies, stage 0's copies) + 1. Counted whole:
- * that the input gradient (B) done frees part of them is not modelled. */
+ * that the input gradient (B) done frees part of them is not modelled. ZB-H1's uncapped count:
+ * a plan's capped deferral (plan_partition_zb1_defer) holds this many or fewer, so the searches
+ * take it as a bound. */
 static inline double plan_stash_count_zb1_copy(int first, int copies, int m)
 {
     int held = first < m ? first : m;

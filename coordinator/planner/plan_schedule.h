@@ -79,7 +79,8 @@ typedef struct plan_schedule {
  * micro-batch) while forwards are left, then B, W, then its s deferred W: the last stages,
  * which 1F1B leaves idle at the drain while the gradients travel back, fill that time with
  * their W. A stage holds at most min(p, m) micro-batches' inputs (from F to W): 1F1B's peak,
- * that of its first stage, on every stage. Stage 0 runs each W right after its B.
+ * that of its first stage, on every stage (ZB-H1's lists; plan_schedule_build_zb1 caps the
+ * deferral where a stage's micro-batches take more bytes). Stage 0 runs each W right after its B.
  * Errors: n_stages < 1, n_micro < 1 (SC_ERR_INVALID). */
 sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
                               int sliced, sc_err *err);
