@@ -24,11 +24,16 @@
  * at 1/r of each micro-batch's time).
  *
  * A fourth, "zb1" (alone with --zb1): the zero-bubble schedule against 1f1b with the same
- * stages and micro-batches, on the stand-in pipeline (backward stand-in split half B, half W,
- * as the runner splits extra_backward_s; the reference is ZB-H1's (p-1)(F+B-W) idle time per
- * stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the same lists) and on the
- * real GPT over 2 stages (real B and W kernels: the W share of the backward is measured), with
- * the most micro-batches any stage held at once (activation slots in use) for both.
+ * stages and micro-batches, twice: as jobs run it, each stage's deferred W capped so that it
+ * holds no more bytes than 1f1b's fullest stage (plan_schedule_zb1_caps over the stages' slot
+ * bytes, measured as a stage's bytes with two slots less those with one; rt_runner_cfg
+ * zb1_defer), and uncapped (ZB-H1, "zb1-h1"). On the stand-in pipeline (backward stand-in split
+ * half B, half W, as the runner splits extra_backward_s; the reference is ZB-H1's (p-1)(F+B-W)
+ * idle time per stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the same lists)
+ * and on the real GPT over 2 stages (real B and W kernels: the W share of the backward is
+ * measured), with the most micro-batches each stage held at once (activation slots in use) and
+ * the peak bytes over stages (held x slot bytes). Then the simulator alone: what the cap costs
+ * on p equal stages whose last stage's slot is larger than the others'.
  *
  * Usage: bench_runtime [--iters N] [--forward-ms F] [--replicated] [--zb1]
  */
