@@ -270,7 +270,8 @@ double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partit
     if (cfg->sched == PLAN_SCHED_ZB1) { /* the plan known whole: stage 0's warm-up exactly */
         inflight = plan_stash_count_zb1_copy(sc_pipeline_warmup(all, p->n_dev[0]) + 1, p->n_dev[s],
                                              cfg->n_micro);
-        /* and the deferral capped to 1f1b's peak memory, as the plan runs (uncapped: a bound) */
+        /* and the deferral capped to 1f1b's peak memory and the stage's devices, as the plan
+         * runs (out of memory: ZB-H1's count, a bound) */
         int *w_defer = malloc((size_t)p->n_stages * sizeof *w_defer);
         if (w_defer != NULL && cfg->n_micro > 0 &&
             plan_partition_zb1_defer(cfg->cost, p, cfg->n_micro, w_defer, NULL) == SC_OK)

@@ -10,6 +10,7 @@
  */
 #include "coordinator/planner/plan_partition.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,9 +69,22 @@ sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, 
 {
     double *slot = malloc((size_t)p->n_stages * sizeof *slot);
     SC_ALLOC_CHECK(slot, err);
+    const int *reps = plan_partition_copies(p);
     for (int s = 0; s < p->n_stages; s++) /* what a micro-batch keeps from F to W */
         slot[s] = plan_cost_stash(c, p->first[s], p->last[s]);
-    plan_schedule_zb1_caps(p->n_stages, plan_partition_copies(p), n_micro, slot, w_defer);
+    plan_schedule_zb1_caps(p->n_stages, reps, n_micro, slot, w_defer);
+    /* and within the stage's smallest device, where 1f1b's count fits (the searches count 1f1b's
+     * stash for zb1, so zb1 fits wherever 1f1b does) */
+    for (int s = 0; s < p->n_stages; s++) {
+        double room = HUGE_VAL;
+        for (int i = 0; i < p->n_dev[s]; i++)
+            room = fmin(room, dev_memory(c, p->devs[p->dev_start[s] + i]));
+        while (w_defer[s] > 0 &&
+               plan_cost_memory(c, p->first[s], p->last[s],
+                                plan_schedule_zb1_held(p->n_stages, reps, n_micro, s, w_defer[s]),
+                                0) > room)
+            w_defer[s]--;
+    }
     free(slot);
     return SC_OK;
 }

@@ -462,8 +462,13 @@ static void test_measured_split(void **state)
 }
 
 /* Memory binds: block 0 stashes 100 bytes a micro-batch, block 1 300; m = 4. On two stages
- * 1F1B stashes 2 and 1 micro-batches (200 and 300 bytes), zb1 2 on each (200 and 600); on one
- * stage both stash 1 (400). */
+ * 1F1B stashes 2 and 1 micro-batches (200 and 300 bytes); ZB-H1 would stash 2 on each (200 and
+ * 600), which fits neither 450 nor 350, but zb1's budget holds stage 1 to 1f1b's peak, 300, so
+ * it defers no W there and zb1 plans the two stages wherever 1f1b does (before the budget zb1
+ * fell back to one stage at 450 and found nothing at 350). Then the device's own room: block 0
+ * stashing 300, block 1 100 with 130 bytes of parameters (520 with gradients and moments) on
+ * devices of 650: the budget (1f1b's 600) would let stage 1 hold 2 (720 bytes), more than its
+ * device, so it holds 1 (620). */
 static void test_memory(void **state)
 {
     (void)state;
@@ -482,35 +487,55 @@ static void test_memory(void **state)
         plan_request req = {
             .profile = p, .cluster = c, .batch = 4, .microbatches = 4, .schedule = PLAN_SCHED_1F1B};
         plan_result r;
-        for (int strat = PLAN_STRAT_MINMAX; strat <= PLAN_STRAT_EXHAUSTIVE;
-             strat += PLAN_STRAT_EXHAUSTIVE - PLAN_STRAT_MINMAX) {
-            req.schedule = PLAN_SCHED_1F1B;
-            assert_int_equal(plan_run(&req, (plan_strategy)strat, &r, &err), SC_OK);
-            assert_int_equal(r.part->n_stages, 2);
-            assert_true(r.fits_memory);
-            plan_result_free(&r);
-            req.schedule = PLAN_SCHED_ZB1;
-            sc_err_clear(&err);
-            sc_status rc = plan_run(&req, (plan_strategy)strat, &r, &err);
-            if (k == 0) { /* 450: only one stage fits zb1 */
-                assert_int_equal(rc, SC_OK);
-                assert_int_equal(r.part->n_stages, 1);
-                assert_float_equal(r.peak_memory_bytes[0], 400, 1e-9);
+        static const plan_strategy strats[] = {PLAN_STRAT_MINMAX, PLAN_STRAT_EXHAUSTIVE};
+        for (int i = 0; i < 2; i++) {
+            plan_strategy strat = strats[i];
+            for (int z = 0; z < 2; z++) {
+                req.schedule = z ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B;
+                sc_err_clear(&err);
+                if (plan_run(&req, strat, &r, &err) != SC_OK)
+                    fail_msg("%s %s at %g: %s", plan_strategy_name(strat),
+                             plan_sched_name(req.schedule), mem[k], err.msg);
+                if (r.part->n_stages != 2)
+                    fail_msg("%s %s at %g: %d stages", plan_strategy_name(strat),
+                             plan_sched_name(req.schedule), mem[k], r.part->n_stages);
                 assert_true(r.fits_memory);
-            } else { /* 350: nothing fits zb1 */
-                assert_int_equal(rc, SC_ERR_TOO_LARGE);
+                assert_float_equal(r.peak_memory_bytes[0], 200, 1e-9);
+                assert_float_equal(r.peak_memory_bytes[1], 300, 1e-9);
+                if (z) {
+                    assert_int_equal(r.w_defer[0], 0);
+                    assert_int_equal(r.w_defer[1], 0);
+                }
+                plan_result_free(&r);
             }
-            plan_result_free(&r);
         }
-        /* hetero, which searches stage counts itself, agrees */
+        /* hetero, which searches stage counts and copies itself, finds a zb1 plan that fits */
         req.schedule = PLAN_SCHED_ZB1;
-        sc_status rc = plan_run(&req, PLAN_STRAT_HETERO, &r, &err);
-        assert_int_equal(rc, k == 0 ? SC_OK : SC_ERR_TOO_LARGE);
-        if (k == 0)
-            assert_int_equal(r.part->n_stages, 1);
+        assert_int_equal(plan_run(&req, PLAN_STRAT_HETERO, &r, &err), SC_OK);
+        assert_true(r.fits_memory);
         plan_result_free(&r);
         plan_cluster_destroy(&c);
     }
+    p->blocks[0].stash_bytes = 300;
+    p->blocks[1].stash_bytes = 100;
+    p->blocks[1].parameter_bytes = 130;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e10, 650, &err), SC_OK);
+    plan_request req = {
+        .profile = p, .cluster = c, .batch = 4, .microbatches = 4, .schedule = PLAN_SCHED_ZB1};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_int_equal(r.part->n_stages, 2);
+    assert_true(r.fits_memory);
+    assert_int_equal(r.w_defer[1], 0);
+    assert_float_equal(r.sim.peak_inflight[1], 1, 0);
+    assert_float_equal(r.peak_memory_bytes[1], 620, 1e-9);
+    int caps[2];
+    double bytes[2] = {300, 100};
+    plan_schedule_zb1_caps(2, NULL, 4, bytes, caps); /* the byte budget alone would allow 1 */
+    assert_int_equal(caps[1], 1);
+    plan_result_free(&r);
+    plan_cluster_destroy(&c);
     plan_profile_destroy(&p);
 }
 
