@@ -98,17 +98,14 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
     /* Bound before anything reads the affinity mask (the --threads default) or starts a thread;
      * the threads OpenBLAS started at load time move with the process. */
     char numa_name[256];
+    topo_bind_result bound = {0};
     if (numa != NULL) {
         int64_t node = 0;
-        topo_bind_result bound;
         if (sc_parse_int64(numa, 0, INT32_MAX, "--numa-node", &node, &err) != SC_OK)
             return cli_usage_error(self, "%s", err.msg);
         if (topo_bind_numa_node((int)node, "--numa-node", &bound, &err) != SC_OK)
             return err.code == SC_ERR_INVALID ? cli_usage_error(self, "%s", err.msg)
                                               : cli_report(self, &err);
-        SC_LOG_INFO("worker", "--numa-node %d: bound to CPUs %s (%d cores, %d hardware threads)%s",
-                    bound.os_index, bound.cpus, bound.n_cores, bound.n_pus,
-                    bound.memory_bound ? " and memory to the node" : "");
         if (!bound.memory_bound)
             SC_LOG_WARN("worker",
                         "--numa-node %d: memory binding refused (%s); the CPUs stay bound, so "
@@ -132,6 +129,14 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         (sc_parse_int64(threads, 1, KN_CPU_THREADS_MAX, "--threads", &nthreads, &err) != SC_OK ||
          kn_cpu_set_threads((int)nthreads, "--threads", &err) != SC_OK))
         return cli_usage_error(self, "%s", err.msg);
+    if (numa != NULL) /* the thread count read after the binding: its default follows it */
+        SC_LOG_INFO("worker",
+                    "--numa-node %d: bound to CPUs %s (%d core%s, %d hardware thread%s)%s; the "
+                    "CPU kernels use %d thread%s",
+                    bound.os_index, bound.cpus, bound.n_cores, bound.n_cores == 1 ? "" : "s",
+                    bound.n_pus, bound.n_pus == 1 ? "" : "s",
+                    bound.memory_bound ? " and memory to the node" : "", kn_cpu_threads(),
+                    kn_cpu_threads() == 1 ? "" : "s");
     if (cli_coordinator_addr(coord_flag, &cfg.coordinator, &err) != SC_OK ||
         (cfg.listen_addr != NULL &&
          sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK))

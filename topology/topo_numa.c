@@ -117,11 +117,14 @@ sc_status topo_numa_find(const topo_numa_node *nodes, size_t n, int os_index, co
     if (valid[0] == '\0')
         return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has no NUMA node with CPUs",
                        what, os_index);
-    size_t n_valid = topo_numa_worker_nodes(nodes, n);
-    return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has NUMA node%s %s%s%s%s", what,
-                   os_index, n_valid == 1 ? "" : "s", valid,
-                   memory_only[0] ? " (and memory-only node" : "", memory_only,
-                   memory_only[0] ? ", which has no CPUs)" : "");
+    size_t n_valid = topo_numa_worker_nodes(nodes, n), n_memory = n - n_valid;
+    if (n_memory == 0)
+        return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has NUMA node%s %s", what,
+                       os_index, n_valid == 1 ? "" : "s", valid);
+    return SC_ERRF(err, SC_ERR_INVALID,
+                   "%s %d: this machine has NUMA node%s %s (node%s %s ha%s memory only, no CPUs)",
+                   what, os_index, n_valid == 1 ? "" : "s", valid, n_memory == 1 ? "" : "s",
+                   memory_only, n_memory == 1 ? "s" : "ve");
 }
 
 sc_status topo_numa_copy(topo_numa_node **out, const topo_numa_node *nodes, size_t n,

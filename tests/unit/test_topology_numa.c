@@ -106,8 +106,8 @@ static void test_find_names_valid_nodes(void **state)
                                  "nodes with CPUs: 0, 1");
     sc_err_clear(&err);
     assert_int_equal(topo_numa_find(nodes, 3, 5, "--numa-node", &at, &err), SC_ERR_INVALID);
-    assert_string_equal(err.msg, "--numa-node 5: this machine has NUMA nodes 0, 1 (and "
-                                 "memory-only node 2, which has no CPUs)");
+    assert_string_equal(err.msg, "--numa-node 5: this machine has NUMA nodes 0, 1 (node 2 has "
+                                 "memory only, no CPUs)");
     sc_err_clear(&err);
     assert_int_equal(topo_numa_find(nodes, 1, 1, "--numa-node", &at, &err), SC_ERR_INVALID);
     assert_string_equal(err.msg, "--numa-node 1: this machine has NUMA node 0");
