@@ -32,7 +32,9 @@ int cmd_help(const cli_command *self, int argc, char **argv);
     "Shows the hardware stagecraft plans with: per server, the GPUs (memory, NUMA node, PCIe\n"    \
     "root port), the CPU when no GPU is usable, the NICs, and the links between devices\n"         \
     "(NVLink, PCIe uplinks, socket interconnect, NICs) with their bandwidths and which devices\n"  \
-    "share them. Without --xml: this machine (hwloc + the CUDA driver when present).\n"           \
+    "share them, and the NUMA nodes with the CPU workers to run (one per NUMA node:\n"          \
+    "`stagecraft worker --numa-node N`). Without --xml: this machine (hwloc + the CUDA driver\n"  \
+    "when present).\n"                                                                             \
     "  --xml FILE ...     hwloc XML exports (`lstopo --of xml`), one server each; files from\n"   \
     "                     the same host name merge into one server\n"                            \
     "  --json             print the cluster JSON (format stagecraft-cluster) for\n"               \
