@@ -1,7 +1,8 @@
 /*
  * `stagecraft topo`: show the hardware of this machine, or of hwloc XML exports (one server
  * each), as a tree and link table or as the cluster JSON that `stagecraft plan --cluster`
- * reads; or, with --cpu-workers, the NUMA nodes to start one CPU worker on each. Parsing flags and printing only; discovery and the model live in topology/.
+ * reads; or, with --cpu-workers, the NUMA nodes to start one CPU worker on each. Parsing flags and
+ * printing only; discovery and the model live in topology/.
  */
 #include <stdio.h>
 #include <stdlib.h>

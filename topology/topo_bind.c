@@ -25,8 +25,7 @@ static int count_cores(hwloc_topology_t t, hwloc_const_bitmap_t set)
     return n;
 }
 
-sc_status topo_bind_numa_node(int os_index, const char *what, topo_bind_result *out,
-                              sc_err *err)
+sc_status topo_bind_numa_node(int os_index, const char *what, topo_bind_result *out, sc_err *err)
 {
     memset(out, 0, sizeof(*out));
     out->os_index = os_index;

@@ -43,7 +43,6 @@ typedef struct topo_bind_result {
  * machine (HWLOC_XMLFILE or HWLOC_SYNTHETIC set); SC_ERR_PERMISSION when the kernel refuses
  * the CPU binding. Call it before starting threads that should not move while they run.
  */
-sc_status topo_bind_numa_node(int os_index, const char *what, topo_bind_result *out,
-                              sc_err *err);
+sc_status topo_bind_numa_node(int os_index, const char *what, topo_bind_result *out, sc_err *err);
 
 #endif /* SC_TOPO_BIND_H */

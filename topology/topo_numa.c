@@ -59,7 +59,8 @@ sc_status topo_numa_read(hwloc_topology_t t, topo_numa_node **out, size_t *n_out
         } else {
             for (int c = 0; c < n_cores; c++) {
                 hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, (unsigned)c);
-                d->n_cores += core->cpuset != NULL && hwloc_bitmap_intersects(core->cpuset, o->cpuset);
+                d->n_cores +=
+                    core->cpuset != NULL && hwloc_bitmap_intersects(core->cpuset, o->cpuset);
             }
         }
         if (d->n_pus > 0)
@@ -115,8 +116,8 @@ sc_status topo_numa_find(const topo_numa_node *nodes, size_t n, int os_index, co
                        what, os_index, os_index, valid[0] ? valid : "none");
     }
     if (valid[0] == '\0')
-        return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has no NUMA node with CPUs",
-                       what, os_index);
+        return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has no NUMA node with CPUs", what,
+                       os_index);
     size_t n_valid = topo_numa_worker_nodes(nodes, n), n_memory = n - n_valid;
     if (n_memory == 0)
         return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has NUMA node%s %s", what,
@@ -127,8 +128,7 @@ sc_status topo_numa_find(const topo_numa_node *nodes, size_t n, int os_index, co
                    memory_only, n_memory == 1 ? "s" : "ve");
 }
 
-sc_status topo_numa_copy(topo_numa_node **out, const topo_numa_node *nodes, size_t n,
-                         sc_err *err)
+sc_status topo_numa_copy(topo_numa_node **out, const topo_numa_node *nodes, size_t n, sc_err *err)
 {
     *out = NULL;
     if (n == 0)

@@ -40,8 +40,7 @@ sc_status topo_numa_find(const topo_numa_node *nodes, size_t n, int os_index, co
                          size_t *index, sc_err *err);
 
 /* Copies n nodes into a new array *out (NULL when n is 0) the caller frees with free(). */
-sc_status topo_numa_copy(topo_numa_node **out, const topo_numa_node *nodes, size_t n,
-                         sc_err *err);
+sc_status topo_numa_copy(topo_numa_node **out, const topo_numa_node *nodes, size_t n, sc_err *err);
 
 /* The cluster JSON's per-server keys: "numa_nodes_detail" (every node: os_index, cpus, cores,
  * pus, memory_bytes) and "cpu_workers" ({"layout": "one_per_numa_node" | "one",

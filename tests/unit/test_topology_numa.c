@@ -26,8 +26,7 @@
 
 /* 2 packages of 4 cores with 2 hardware threads each, numbered as Linux numbers them on x86:
  * the first threads of all cores, then the second ones (core 0 holds PUs 0 and 8). */
-#define TWO_NODES                                                                                  \
-    "package:2 numa:1 core:4 pu:2(indexes=0,8,1,9,2,10,3,11,4,12,5,13,6,14,7,15)"
+#define TWO_NODES "package:2 numa:1 core:4 pu:2(indexes=0,8,1,9,2,10,3,11,4,12,5,13,6,14,7,15)"
 
 static topo_server *load_synthetic(const char *desc)
 {
@@ -88,8 +87,7 @@ static void test_find_names_valid_nodes(void **state)
     size_t at = 99;
     assert_int_equal(topo_numa_find(s->numa_nodes, 2, 1, "--numa-node", &at, &err), SC_OK);
     assert_int_equal(at, 1);
-    assert_int_equal(topo_numa_find(s->numa_nodes, 2, 3, "--numa-node", &at, &err),
-                     SC_ERR_INVALID);
+    assert_int_equal(topo_numa_find(s->numa_nodes, 2, 3, "--numa-node", &at, &err), SC_ERR_INVALID);
     assert_string_equal(err.msg, "--numa-node 3: this machine has NUMA nodes 0, 1");
     topo_server_destroy(&s);
 
@@ -153,8 +151,7 @@ static void test_json_keys(void **state)
         assert_true(json_is_integer(json_object_get(d, "memory_bytes")));
     }
     json_t *workers = json_object_get(server, "cpu_workers");
-    assert_string_equal(json_string_value(json_object_get(workers, "layout")),
-                        "one_per_numa_node");
+    assert_string_equal(json_string_value(json_object_get(workers, "layout")), "one_per_numa_node");
     json_t *ids = json_object_get(workers, "numa_nodes");
     assert_int_equal(json_array_size(ids), 2);
     assert_int_equal(json_integer_value(json_array_get(ids, 0)), 0);
