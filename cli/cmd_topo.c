@@ -80,7 +80,7 @@ int cmd_topo(const cli_command *self, int argc, char **argv)
         if (cpu_workers) {
             /* one line per CPU worker to start: the NUMA node it binds to */
             for (size_t i = 0; i < server->n_numa_nodes; i++)
-                if (server->numa_nodes[i].n_pus > 0)
+                if (server->numa_nodes[i].worker)
                     printf("%d\n", server->numa_nodes[i].os_index);
             goto out;
         }

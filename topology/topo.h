@@ -101,6 +101,10 @@ typedef struct topo_numa_node {
     int n_cores;           /* physical cores with a PU in this node; 0: a memory-only node */
     int n_pus;             /* processing units (hardware threads) */
     uint64_t memory_bytes; /* local memory, 0 unknown */
+    /* The layout starts a CPU worker here: the node has PUs and none of them belongs to a node
+     * of lower os index. False for a second node over the same CPUs (HBM or CXL memory next to
+     * DDR, KNL's MCDRAM), which --numa-node still accepts. */
+    bool worker;
     /* PU os indexes in Linux cpulist syntax, "0-15,32-47"; "" for a memory-only node. A list
      * too long for the buffer ends in "..." (a node of thousands of scattered PUs). */
     char cpus[TOPO_CPULIST_MAX];

@@ -29,10 +29,49 @@ static void cpulist(hwloc_const_bitmap_t set, char *out, size_t size)
     sc_strlcpy(out + strlen(out), "...", size - strlen(out));
 }
 
-static int cmp_node(const void *a, const void *b)
+static int cmp_obj(const void *a, const void *b)
 {
-    const topo_numa_node *x = a, *y = b;
+    hwloc_obj_t x = *(hwloc_obj_t const *)a, y = *(hwloc_obj_t const *)b;
     return (x->os_index > y->os_index) - (x->os_index < y->os_index);
+}
+
+/* Cores and PUs below every normal object, indexed by depth and logical index: one walk up
+ * from each core and PU, so the cost stays linear in the topology's size whatever an export
+ * holds (a count per NUMA node by cpuset intersection would be quadratic). */
+typedef struct {
+    int depth;
+    size_t *offset; /* first slot of each depth */
+    int *cores, *pus;
+} below_counts;
+
+static void count_up(const below_counts *b, hwloc_obj_t o, int *counts)
+{
+    for (hwloc_obj_t a = o; a != NULL; a = a->parent)
+        if (a->depth >= 0 && a->depth < b->depth)
+            counts[b->offset[a->depth] + a->logical_index]++;
+}
+
+static sc_status below_counts_new(below_counts *b, hwloc_topology_t t, sc_err *err)
+{
+    memset(b, 0, sizeof(*b));
+    b->depth = hwloc_topology_get_depth(t);
+    b->offset = calloc((size_t)b->depth + 1, sizeof(*b->offset));
+    SC_ALLOC_CHECK(b->offset, err);
+    for (int d = 0; d < b->depth; d++)
+        b->offset[d + 1] = b->offset[d] + (size_t)hwloc_get_nbobjs_by_depth(t, d);
+    b->cores = calloc(b->offset[b->depth] + 1, sizeof(*b->cores));
+    b->pus = calloc(b->offset[b->depth] + 1, sizeof(*b->pus));
+    if (b->cores == NULL || b->pus == NULL) {
+        free(b->offset);
+        free(b->cores);
+        free(b->pus);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory counting cores");
+    }
+    for (hwloc_obj_t c = NULL; (c = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_CORE, c)) != NULL;)
+        count_up(b, c, b->cores);
+    for (hwloc_obj_t p = NULL; (p = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_PU, p)) != NULL;)
+        count_up(b, p, b->pus);
+    return SC_OK;
 }
 
 sc_status topo_numa_read(hwloc_topology_t t, topo_numa_node **out, size_t *n_out, sc_err *err)
@@ -42,33 +81,52 @@ sc_status topo_numa_read(hwloc_topology_t t, topo_numa_node **out, size_t *n_out
     int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
     if (n <= 0)
         return SC_OK;
+    below_counts b;
+    SC_CHECK(below_counts_new(&b, t, err));
     topo_numa_node *nodes = calloc((size_t)n, sizeof(*nodes));
-    SC_ALLOC_CHECK(nodes, err);
-    int n_cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+    hwloc_obj_t *objs = calloc((size_t)n, sizeof(*objs));
+    hwloc_bitmap_t taken = hwloc_bitmap_alloc(); /* the CPUs of the nodes with a worker */
+    if (nodes == NULL || objs == NULL || taken == NULL) {
+        free(b.offset);
+        free(b.cores);
+        free(b.pus);
+        free(nodes);
+        free(objs);
+        hwloc_bitmap_free(taken);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading NUMA nodes");
+    }
+    for (int i = 0; i < n; i++)
+        objs[i] = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    qsort(objs, (size_t)n, sizeof(*objs), cmp_obj);
+    bool any_core = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE) > 0;
     for (int i = 0; i < n; i++) {
-        hwloc_obj_t o = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)i);
+        hwloc_obj_t o = objs[i];
         topo_numa_node *d = &nodes[i];
         d->os_index = (int)o->os_index;
         d->memory_bytes = o->attr != NULL ? o->attr->numanode.local_memory : 0;
-        if (o->cpuset == NULL)
+        /* a node is attached to the object whose CPUs are its CPUs (through memory-side
+         * caches, which are memory objects too) */
+        hwloc_obj_t p = o->parent;
+        while (p != NULL && p->depth < 0)
+            p = p->parent;
+        if (p == NULL || p->depth >= b.depth)
             continue;
-        d->n_pus = hwloc_get_nbobjs_inside_cpuset_by_type(t, o->cpuset, HWLOC_OBJ_PU);
-        /* a core counts where its PUs are; an export without cores counts PUs */
-        if (n_cores <= 0) {
-            d->n_cores = d->n_pus;
-        } else {
-            for (int c = 0; c < n_cores; c++) {
-                hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, (unsigned)c);
-                d->n_cores +=
-                    core->cpuset != NULL && hwloc_bitmap_intersects(core->cpuset, o->cpuset);
-            }
-        }
-        if (d->n_pus > 0)
-            cpulist(o->cpuset, d->cpus, sizeof(d->cpus));
-        else
+        size_t slot = b.offset[p->depth] + p->logical_index;
+        d->n_pus = b.pus[slot];
+        d->n_cores = any_core ? b.cores[slot] : d->n_pus; /* an export without cores: PUs */
+        if (d->n_pus == 0) {
             d->n_cores = 0;
+            continue;
+        }
+        cpulist(o->cpuset, d->cpus, sizeof(d->cpus));
+        d->worker = !hwloc_bitmap_intersects(o->cpuset, taken);
+        hwloc_bitmap_or(taken, taken, o->cpuset);
     }
-    qsort(nodes, (size_t)n, sizeof(*nodes), cmp_node);
+    free(b.offset);
+    free(b.cores);
+    free(b.pus);
+    free(objs);
+    hwloc_bitmap_free(taken);
     *out = nodes;
     *n_out = (size_t)n;
     return SC_OK;
@@ -78,7 +136,7 @@ size_t topo_numa_worker_nodes(const topo_numa_node *nodes, size_t n)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        k += nodes[i].n_pus > 0;
+        k += nodes[i].worker;
     return k;
 }
 
@@ -118,7 +176,10 @@ sc_status topo_numa_find(const topo_numa_node *nodes, size_t n, int os_index, co
     if (valid[0] == '\0')
         return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has no NUMA node with CPUs", what,
                        os_index);
-    size_t n_valid = topo_numa_worker_nodes(nodes, n), n_memory = n - n_valid;
+    size_t n_valid = 0;
+    for (size_t i = 0; i < n; i++)
+        n_valid += nodes[i].n_pus > 0;
+    size_t n_memory = n - n_valid;
     if (n_memory == 0)
         return SC_ERRF(err, SC_ERR_INVALID, "%s %d: this machine has NUMA node%s %s", what,
                        os_index, n_valid == 1 ? "" : "s", valid);
@@ -159,6 +220,7 @@ json_t *topo_numa_json_detail(const topo_numa_node *nodes, size_t n)
         bad |= set_new(o, "cores", json_integer(d->n_cores));
         bad |= set_new(o, "pus", json_integer(d->n_pus));
         bad |= set_new(o, "memory_bytes", json_integer((json_int_t)d->memory_bytes));
+        bad |= set_new(o, "worker", json_boolean(d->worker));
     }
     if (bad) {
         json_decref(arr);
@@ -175,7 +237,7 @@ json_t *topo_numa_json_workers(const topo_numa_node *nodes, size_t n)
     if (!bad)
         bad |= set_new(o, "layout", json_string(k > 1 ? "one_per_numa_node" : "one"));
     for (size_t i = 0; i < n && !bad; i++)
-        if (nodes[i].n_pus > 0)
+        if (nodes[i].worker)
             bad |= json_array_append_new(ids, json_integer(nodes[i].os_index)) != 0;
     if (!bad) {
         bad |= set_new(o, "numa_nodes", ids);
@@ -208,8 +270,9 @@ void topo_numa_print(const topo_numa_node *nodes, size_t n, int cores, FILE *out
             const topo_numa_node *d = &nodes[i];
             fmt_gb(d->memory_bytes, mem, sizeof(mem));
             if (d->n_pus > 0)
-                fprintf(out, "%s node %d CPUs %s (%d cores, %s)", i ? ";" : "", d->os_index,
-                        d->cpus, d->n_cores, mem);
+                fprintf(out, "%s node %d CPUs %s (%d cores, %s%s)", i ? ";" : "", d->os_index,
+                        d->cpus, d->n_cores, mem,
+                        d->worker ? "" : "; CPUs of a lower node: no worker of its own");
             else
                 fprintf(out, "%s node %d no CPUs (%s)", i ? ";" : "", d->os_index, mem);
         }
@@ -218,7 +281,7 @@ void topo_numa_print(const topo_numa_node *nodes, size_t n, int cores, FILE *out
     size_t k = topo_numa_worker_nodes(nodes, n);
     if (k <= 1) {
         for (size_t i = 0; i < n; i++)
-            if (nodes[i].n_pus > 0)
+            if (nodes[i].worker)
                 cores = nodes[i].n_cores;
         fprintf(out, "  CPU workers: one worker, %d cores: stagecraft worker\n", cores);
         return;
@@ -226,7 +289,7 @@ void topo_numa_print(const topo_numa_node *nodes, size_t n, int cores, FILE *out
     fprintf(out, "  CPU workers: one per NUMA node:");
     size_t shown = 0;
     for (size_t i = 0; i < n; i++)
-        if (nodes[i].n_pus > 0)
+        if (nodes[i].worker)
             fprintf(out, "%s stagecraft worker --numa-node %d (%d cores)", shown++ ? "," : "",
                     nodes[i].os_index, nodes[i].n_cores);
     fprintf(out, "\n");

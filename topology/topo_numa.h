@@ -11,9 +11,10 @@
  * What it does not do: it does not bind anything (topo_bind.h does, on the live machine), and
  * it does not weigh GPUs: the layout is the CPU's alone.
  *
- * Key invariant: nodes are in increasing os index, and a node runs a worker exactly when it has
- * at least one PU (n_pus > 0); memory-only nodes (CXL, HBM in flat mode, nodes whose CPUs the
- * cgroup withholds) are listed but never offered.
+ * Key invariant: nodes are in increasing os index, and a node runs a worker (worker = true)
+ * exactly when it has PUs and none of them is a PU of a node of lower os index, so no two
+ * workers of the layout share a CPU: a second node over the same CPUs (HBM, CXL or MCDRAM
+ * memory beside DDR) and a node without CPUs (its CPUs withheld by the cgroup) get none.
  */
 #ifndef SC_TOPO_NUMA_H
 #define SC_TOPO_NUMA_H
@@ -26,12 +27,12 @@
 
 struct json_t; /* jansson's */
 
-/* Number of nodes that run a CPU worker (those with PUs); 0 when none has any. */
+/* Number of nodes that run a CPU worker (worker = true); 0 when none has PUs. */
 size_t topo_numa_worker_nodes(const topo_numa_node *nodes, size_t n);
 
 /*
- * Finds the node of os index `os_index` among those that run a worker; *index is its position
- * in `nodes`. SC_ERR_INVALID otherwise, the message starting with `what` and `os_index` and
+ * Finds the node of os index `os_index` among those with PUs (a worker may bind to a node the
+ * layout does not use, e.g. HBM beside DDR); *index is its position in `nodes`. SC_ERR_INVALID otherwise, the message starting with `what` and `os_index` and
  * naming the valid nodes: "--numa-node 3: this machine has NUMA nodes 0, 1", or, for a node
  * without CPUs, "--numa-node 2: NUMA node 2 has no CPUs this process may use; nodes with CPUs:
  * 0, 1".

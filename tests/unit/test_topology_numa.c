@@ -69,6 +69,25 @@ static void test_nodes_of_two_packages(void **state)
     }
     topo_server_destroy(&s);
 
+    /* DDR and HBM nodes over the same CPUs (flat mode): one worker per package, on the node of
+     * lower os index; the other is listed and still accepted by --numa-node */
+    s = load_synthetic("package:2 [numa(memory=64GB)] [numa(memory=16GB)] core:2 pu:1");
+    assert_int_equal(s->n_numa_nodes, 4);
+    static const char *shared_cpus[4] = {"0-1", "0-1", "2-3", "2-3"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_string_equal(s->numa_nodes[i].cpus, shared_cpus[i]);
+        assert_int_equal(s->numa_nodes[i].n_cores, 2);
+    }
+    assert_int_equal(topo_numa_worker_nodes(s->numa_nodes, 4), 2);
+    assert_true(s->numa_nodes[0].worker && !s->numa_nodes[1].worker);
+    assert_true(s->numa_nodes[2].worker && !s->numa_nodes[3].worker);
+    size_t at = 0;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(topo_numa_find(s->numa_nodes, 4, 1, "--numa-node", &at, &err), SC_OK);
+    assert_int_equal(at, 1);
+    topo_server_destroy(&s);
+
     /* no NUMA level in the description: hwloc's one node holds every CPU */
     s = load_synthetic("core:3 pu:2");
     assert_int_equal(s->n_numa_nodes, 1);
@@ -93,8 +112,8 @@ static void test_find_names_valid_nodes(void **state)
 
     /* a memory-only node (CXL memory) is named, never offered */
     topo_numa_node nodes[3] = {
-        {.os_index = 0, .n_cores = 2, .n_pus = 2, .cpus = "0-1"},
-        {.os_index = 1, .n_cores = 2, .n_pus = 2, .cpus = "2-3"},
+        {.os_index = 0, .n_cores = 2, .n_pus = 2, .cpus = "0-1", .worker = true},
+        {.os_index = 1, .n_cores = 2, .n_pus = 2, .cpus = "2-3", .worker = true},
         {.os_index = 2, .memory_bytes = 1ull << 30},
     };
     assert_int_equal(topo_numa_worker_nodes(nodes, 3), 2);
