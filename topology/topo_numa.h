@@ -32,10 +32,10 @@ size_t topo_numa_worker_nodes(const topo_numa_node *nodes, size_t n);
 
 /*
  * Finds the node of os index `os_index` among those with PUs (a worker may bind to a node the
- * layout does not use, e.g. HBM beside DDR); *index is its position in `nodes`. SC_ERR_INVALID otherwise, the message starting with `what` and `os_index` and
- * naming the valid nodes: "--numa-node 3: this machine has NUMA nodes 0, 1", or, for a node
- * without CPUs, "--numa-node 2: NUMA node 2 has no CPUs this process may use; nodes with CPUs:
- * 0, 1".
+ * layout does not use, e.g. HBM beside DDR); *index is its position in `nodes`. SC_ERR_INVALID
+ * otherwise, the message starting with `what` and `os_index` and naming the valid nodes:
+ * "--numa-node 3: this machine has NUMA nodes 0, 1", or, for a node without CPUs, "--numa-node 2:
+ * NUMA node 2 has no CPUs this process may use; nodes with CPUs: 0, 1".
  */
 sc_status topo_numa_find(const topo_numa_node *nodes, size_t n, int os_index, const char *what,
                          size_t *index, sc_err *err);
