@@ -150,7 +150,7 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
 #define CMD_PROFILE_USAGE                                                                          \
     "usage: stagecraft profile --model SPEC [--device cpu|cuda:N] [--microbatch 1,2,4]\n"          \
     "                          [--warmup N] [--repeats N] [--microbatch-size N] [--tf32]\n"        \
-    "                          [--out FILE] [--json]\n\n"                                          \
+    "                          [--sustained-ms MS] [--out FILE] [--json]\n\n"                      \
     "Measures each block of the model in SPEC (a stagecraft-model JSON file) on one device:\n"     \
     "forward and backward time per micro-batch size (median of the repeats after the warm-up;\n"   \
     "CUDA events on a GPU), output activation, parameter and stash bytes. Writes the\n"            \
@@ -160,6 +160,9 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
     "  --warmup N            untimed iterations per size (default 2)\n"                            \
     "  --repeats N           timed iterations per size (default 5)\n"                              \
     "  --microbatch-size N   size of the top-level times (default: the largest measured)\n"        \
+    "  --sustained-ms MS     time passes for at least MS per size and take the long-run speed\n"   \
+    "                        (what a worker does: a CPU quota or power cap throttles only\n"       \
+    "                        after a burst); default 0: medians of the repeats\n"                  \
     "  --tf32                let GPU matmuls use TF32 tensor cores\n"                              \
     "  --out FILE            write the JSON to FILE instead of stdout\n"
 int cmd_profile(const cli_command *self, int argc, char **argv);
