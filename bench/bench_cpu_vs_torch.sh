@@ -10,7 +10,8 @@
 # --threads N` on this machine, synthetic data, one micro-batch per step) trains the same model,
 # and its iteration time is read from `stagecraft status --json` near the job's end (batch /
 # samples_per_s over the last seconds: wall-clock, control and data overheads included), against
-# PyTorch's step; status's measured_iteration_s (the stage's own timing) is printed beside it.
+# PyTorch's mean step (a mean against a mean: the job's figure is no best-of); status's
+# measured_iteration_s (the stage's own timing) is printed beside it.
 #
 # usage: bench/bench_cpu_vs_torch.sh BUILD_DIR [--steps N] [--venv DIR] [--models a,b,c] [--job]
 #   BUILD_DIR  a build with bench/bench_kernels (RelWithDebInfo or Release), and cli/stagecraft
@@ -141,7 +142,7 @@ for m in ${models//,/ }; do
     spec "$@"
     T=$2
     for t in 1 "$cores"; do
-        sck="" pt="" params=""
+        sck="" pt="" ptm="" params=""
         for _ in 1 2; do
             out=$("$bk" --model "$tmp/model.json" --batch "$batch" --steps "$steps" --threads "$t" --no-matmul)
             sck=$(min "$sck" "$(echo "$out" | field step_ms)")
@@ -150,6 +151,7 @@ for m in ${models//,/ }; do
                 out=$("$py" "$here/bench_cpu_vs_torch.py" --threads "$t" --steps "$steps" \
                     --gpt "$(echo "$dims" | tr ' ' ',')" --batch "$batch")
                 pt=$(min "$pt" "$(echo "$out" | field step_ms)")
+                ptm=$(min "$ptm" "$(echo "$out" | field mean_ms)")
                 tparams=$(echo "$out" | field params)
                 [ "$tparams" = "$params" ] ||
                     echo "note: parameter counts differ: stagecraft $params, PyTorch $tparams"
@@ -161,7 +163,8 @@ for m in ${models//,/ }; do
             js=$(job_iteration "$t" $dims "$batch" "$job_steps")
             if [ -n "$js" ]; then
                 set -- $js
-                row "  one-worker job (stage alone $(printf %.1f "$2") ms)" "$t" "$1" "$pt" $((batch * T))
+                # a job's iteration is a mean over many steps: against PyTorch's mean step
+                row "  one-worker job (stage alone $(printf %.1f "$2") ms)" "$t" "$1" "$ptm" $((batch * T))
             fi
         fi
     done
