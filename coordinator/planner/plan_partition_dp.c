@@ -57,6 +57,11 @@ int plan_dp_extract(const dp_tables *t, const int *order, int d, int L, plan_par
     while (n > 0) {
         size_t at = (size_t)s * plane + (size_t)d * W + n;
         int k = t->k[at], r = t->r[at];
+        if (r == 0) { /* the plane below's plan, with fewer stages */
+            assert(s > 1);
+            s--;
+            continue;
+        }
         st_first[ns] = k;
         st_d[ns] = d - r;
         st_r[ns] = r;
@@ -89,10 +94,13 @@ int plan_dp_same_run(const plan_cluster *cl, const int *order, int d, int max_re
 
 /* One plane of plan_dp_order: rows 1..D of f (splits kk, copies rr), each stage's predecessors
  * read from `prev`: the plane itself without a cap (its rows above are done by then), the plane
- * below with one. */
+ * below with one (`below` set). Then a cell starts from the plane below's value, with fewer
+ * stages, marked by 0 copies: a stage added must beat it, which stops the scans early; and
+ * predecessors where the plane below holds nothing are skipped: its rows past prev_rows, and
+ * in row 0 every prefix but the empty one. */
 static void dp_plane(const plan_search_cfg *cfg, const int *order, int D, int W, int max_rep,
-                     int mem_D, double cap, const double *prev, double *f, int *kk, int *rr,
-                     int *mem_cut)
+                     int mem_D, double cap, const double *prev, int below, int prev_rows, double *f,
+                     int *kk, int *rr, int *mem_cut)
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
@@ -116,12 +124,19 @@ static void dp_plane(const plan_search_cfg *cfg, const int *order, int D, int W,
         for (int n = 1; n <= L; n++) {
             double best = cap;
             int bk = -1, br = 1;
+            if (below && prev[(size_t)d * W + n] < best) {
+                best = prev[(size_t)d * W + n];
+                bk = n;
+                br = 0;
+            }
             for (int r = 1; r <= run; r++) {
                 if (!plan_replicas_runnable(cfg->sched, cfg->n_micro, r))
                     continue;   /* copies the runtime would refuse for this micro-batch count */
                 int s0 = d - r; /* position of the stage's first device */
                 const double *prevrow = prev + (size_t)s0 * W;
-                for (int k = n - 1; k >= 0; k--) {
+                if (below && s0 > prev_rows)
+                    continue;
+                for (int k = below && s0 == 0 ? 0 : n - 1; k >= 0; k--) {
                     double work = plan_cost_work(c, type, k, n - 1);
                     double ts = r > 1 ? work / r + allreduce_share_s(
                                                        c, plan_cost_params(c, k, n - 1), r, intra)
@@ -164,26 +179,28 @@ double plan_dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order,
 {
     int L = t->L, W = L + 1;
     assert(D <= t->D && L == cfg->cost->n_blocks);
-    /* with a cap, rows past t->rows hold no plan; the memory bound still counts every device
-     * of the prefix, as without one */
-    int rows = D < t->rows ? D : t->rows;
+    /* with a cap no plan has more devices than plan_dp_rows, so the memory bound counts those
+     * of the prefix up to there; the planes are cleared whole, so that rows past it read as
+     * nothing found */
+    int rows = plan_dp_rows(t, D, max_rep), clear = t->S > 0 ? t->rows : rows;
     size_t plane = (size_t)(t->rows + 1) * (size_t)W;
     double *f = t->f;
     for (int s = 0; s <= t->S; s++) {
         double *fs = f + (size_t)s * plane;
-        for (size_t i = 0; i < (size_t)(rows + 1) * W; i++)
+        for (size_t i = 0; i < (size_t)(clear + 1) * W; i++)
             fs[i] = HUGE_VAL;
         fs[0] = 0; /* the empty prefix: every plane may start there */
     }
     if (t->S == 0) {
-        dp_plane(cfg, order, rows, W, max_rep, D, cap, f, f, t->k, t->r, mem_cut);
+        dp_plane(cfg, order, rows, W, max_rep, rows, cap, f, 0, rows, f, t->k, t->r, mem_cut);
     } else {
         for (int s = 1; s <= t->S; s++) {
             /* at most s stages of at most max_rep copies each */
             int rs = s * max_rep < rows ? s * max_rep : rows;
+            int below_rs = (s - 1) * max_rep < rows ? (s - 1) * max_rep : rows;
             size_t at = (size_t)s * plane;
-            dp_plane(cfg, order, rs, W, max_rep, D, cap, f + at - plane, f + at, t->k + at,
-                     t->r + at, mem_cut);
+            dp_plane(cfg, order, rs, W, max_rep, rows, cap, f + at - plane, 1, below_rs, f + at,
+                     t->k + at, t->r + at, mem_cut);
         }
     }
     double best = cap;
@@ -253,7 +270,8 @@ double plan_dp_order_fit(const plan_search_cfg *cfg, dp_tables *t, const int *or
         free(bound);
         return HUGE_VAL;
     }
-    for (int k = D - 1; k >= 1 && bound[k] < (v < cap ? v : cap); k--) {
+    /* with a cap, longer prefixes than plan_dp_rows solve as that one did */
+    for (int k = plan_dp_rows(t, D, max_rep) - 1; k >= 1 && bound[k] < (v < cap ? v : cap); k--) {
         /* a result equal to the best so far is kept: it uses fewer devices */
         double vk = plan_dp_order(cfg, t, order, k, max_rep, v < cap ? nextafter(v, HUGE_VAL) : cap,
                                   out, NULL);

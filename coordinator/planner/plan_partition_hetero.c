@@ -373,6 +373,8 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
             if (pass == 0 && !isfinite(row[d]))
                 continue;
             if (pass == 1) {
+                if (d > plan_dp_rows(t, D, max_rep)) /* past a stage cap's rows: no plan */
+                    break;
                 if (bound[d] * (cfg->n_micro > 0 ? cfg->n_micro : 1) >= best)
                     continue;
                 /* its best may lie on a shorter row: only row d itself is this pass's */
@@ -498,8 +500,16 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
             double w = plan_cost_work(c, dev_type(c, d), l, l);
             biggest = w > biggest ? w : biggest;
         }
-    /* and under a stage cap that binds (h.t.S), which without copies leaves devices idle */
-    h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb || h.t.S > 0 ? DP_MAX_COPIES : 1;
+    h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb ? DP_MAX_COPIES : 1;
+    /* and under a stage cap that binds (h.t.S), which without copies leaves devices idle: the
+     * copies a stage needs on average to use every device. Each DP then costs about S times
+     * max_rep squared times one without (a plane per stage, scans r times as long for r
+     * copies), so fewer orders are tried. */
+    if (h.max_rep == 1 && h.t.S > 0) {
+        int want = (D + h.t.S - 1) / h.t.S;
+        h.max_rep = want < DP_MAX_COPIES ? want : DP_MAX_COPIES;
+        h.max_evals = h.max_evals / h.t.S > 16 ? h.max_evals / h.t.S : 16;
+    }
     h.tr[0].max_rep = h.max_rep;
     h.tr[1].max_rep = 1;
     h.n_tracks = h.ties && h.max_rep > 1 ? 2 : 1;

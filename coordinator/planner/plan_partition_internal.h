@@ -94,7 +94,7 @@ typedef struct dp_tables {
     int D, L, S, rows;
     double *f; /* the planes */
     int *k;    /* split */
-    int *r;    /* replicas of the last stage */
+    int *r;    /* replicas of the last stage; 0: the plane below's cell (fewer stages) */
 } dp_tables;
 
 /* Tables for D devices, L blocks and at most S stages (0: no cap; pass 0 too when S >= D or
@@ -112,6 +112,15 @@ static inline double plan_dp_value(const dp_tables *t, int d, int n)
         return HUGE_VAL;
     size_t plane = (size_t)(t->rows + 1) * (size_t)(t->L + 1);
     return t->f[(size_t)t->S * plane + (size_t)d * (size_t)(t->L + 1) + (size_t)n];
+}
+
+/* The rows plan_dp_order fills for a prefix of D devices and stages of at most max_rep copies:
+ * D, or under a cap at most S x max_rep (no plan of S stages uses more devices). Prefixes
+ * longer than that solve as that one does. */
+static inline int plan_dp_rows(const dp_tables *t, int D, int max_rep)
+{
+    int rows = D < t->rows ? D : t->rows;
+    return t->S > 0 && t->S * max_rep < rows ? t->S * max_rep : rows;
 }
 
 /* Rebuilds the partition ending at the answer's row d (the first d devices of `order`) for L
