@@ -12,16 +12,21 @@
 #    reports it) beside batch / the measured iteration time (the slowest stage's own timing).
 #
 # Each job runs STEPS steps (default 120); figures are taken at its end, from the last 5-10 s.
+# The GPT has LAYERS layers (default 8) of WIDTH (default 128), sequence 64, vocabulary 256:
+# enough layers that a plan can give each worker a number of them close to its share.
 # Usage (root): bench/bench_lab.sh PATH/TO/stagecraft [--steps N] [--link RATE] [--only 1|2]
+#                                  [--layers N] [--width N]
 set -euo pipefail
 sc=$(readlink -f "${1:?usage: bench_lab.sh PATH/TO/stagecraft [--steps N] [--link RATE] [--only 1|2]}")
 shift
-steps=120 link=10mbit only=""
+steps=120 link=10mbit only="" layers=8 width=128
 while [ $# -gt 0 ]; do
     case $1 in
     --steps) steps=$2; shift 2 ;;
     --link) link=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --width) width=$2; shift 2 ;;
     *) echo "bench_lab: unknown flag $1" >&2; exit 2 ;;
     esac
 done
@@ -50,7 +55,7 @@ batch=16
 job() {
     cat <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "bench-$1",
- "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": 4, "width": 128, "heads": 4},
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": $layers, "width": $width, "heads": 4},
  "data": {"kind": "synthetic"}, "batch_size": $batch, "microbatches": 4, "schedule": "1f1b",
  "strategy": "$1", "workers": $2, "steps": $steps, "seed": 7,
  "optimizer": {"kind": "adamw", "lr": 0.003}}
@@ -102,7 +107,7 @@ header() {
 }
 
 if [ "$only" != 2 ]; then
-    echo "== 1. planning for unequal workers: CPU shares 0.45 0.45 0.25 0.15, links 1gbit, $steps steps"
+    echo "== 1. planning for unequal workers: CPU shares 0.45 0.45 0.25 0.15, links 1gbit, GPT of $layers layers of width $width, $steps steps"
     header
     uniform_tput=""
     run uniform uniform 4

@@ -24,11 +24,16 @@
  * at 1/r of each micro-batch's time).
  *
  * A fourth, "zb1" (alone with --zb1): the zero-bubble schedule against 1f1b with the same
- * stages and micro-batches, on the stand-in pipeline (backward stand-in split half B, half W,
- * as the runner splits extra_backward_s; the reference is ZB-H1's (p-1)(F+B-W) idle time per
- * stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the same lists) and on the
- * real GPT over 2 stages (real B and W kernels: the W share of the backward is measured), with
- * the most micro-batches any stage held at once (activation slots in use) for both.
+ * stages and micro-batches, twice: as jobs run it, each stage's deferred W capped so that it
+ * holds no more bytes than 1f1b's fullest stage (plan_schedule_zb1_caps over the stages' slot
+ * bytes, measured as a stage's bytes with two slots less those with one; rt_runner_cfg
+ * zb1_defer), and uncapped (ZB-H1, "zb1-h1"). On the stand-in pipeline (backward stand-in split
+ * half B, half W, as the runner splits extra_backward_s; the reference is ZB-H1's (p-1)(F+B-W)
+ * idle time per stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the same lists)
+ * and on the real GPT over 2 stages (real B and W kernels: the W share of the backward is
+ * measured), with the most micro-batches each stage held at once (activation slots in use) and
+ * the peak bytes over stages (held x slot bytes). Then the simulator alone: what the cap costs
+ * on p equal stages whose last stage's slot is larger than the others'.
  *
  * Usage: bench_runtime [--iters N] [--forward-ms F] [--replicated] [--zb1]
  */
@@ -93,7 +98,8 @@ typedef struct {
 /* Runs one configuration; returns 0 and the mean bubble and iteration time (and, with x, the
  * peak and W share), or 1. */
 static int measure_x(const char *model, int nblocks, const char *schedule, int p, int m, int batch,
-                     double f_s, int iters, double *bubble, double *iter_s, extra_out *x)
+                     double f_s, const int *w_defer, int iters, double *bubble, double *iter_s,
+                     extra_out *x)
 {
     rt_runner *r[MAX_STAGES] = {0};
     job jobs[MAX_STAGES];
@@ -115,6 +121,7 @@ static int measure_x(const char *model, int nblocks, const char *schedule, int p
         c.bind_endpoint = "local://";
         c.extra_forward_s = f_s / (batch / m); /* per sample: a micro-batch takes f_s */
         c.extra_backward_s = 2.0 * c.extra_forward_s;
+        c.zb1_defer = w_defer; /* zb1: the memory budget's caps (NULL: ZB-H1's deferral) */
         if (rt_runner_new(&r[s], &c, &err) != SC_OK)
             rc = 1;
     }
@@ -159,12 +166,13 @@ static int measure_x(const char *model, int nblocks, const char *schedule, int p
 static int measure(const char *model, int nblocks, const char *schedule, int p, int m, int batch,
                    double f_s, int iters, double *bubble, double *iter_s)
 {
-    return measure_x(model, nblocks, schedule, p, m, batch, f_s, iters, bubble, iter_s, NULL);
+    return measure_x(model, nblocks, schedule, p, m, batch, f_s, NULL, iters, bubble, iter_s, NULL);
 }
 
 /* The simulator's bubble (mean over stages of 1 - busy / iteration) for p equal stand-in stages:
- * forward f_s, backward 2 f_s, half of it W under zb1; no transfers or optimizer time. */
-static double predict_bubble(plan_sched_kind k, int p, int m, double f_s)
+ * forward f_s, backward 2 f_s, half of it W under zb1 (with w_defer: its capped deferral); no
+ * transfers or optimizer time. */
+static double predict_bubble(plan_sched_kind k, int p, int m, double f_s, const int *w_defer)
 {
     plan_schedule *s = NULL;
     plan_sim_result res;
@@ -174,8 +182,9 @@ static double predict_bubble(plan_sched_kind k, int p, int m, double f_s)
     for (int i = 0; i < p; i++)
         st[i] = (plan_sim_stage){.fwd_s = f_s, .bwd_s = 2 * f_s, .wgrad_s = f_s};
     double b = -1;
-    if (plan_schedule_build(&s, k, p, m, 0, &err) == SC_OK &&
-        plan_sim_run(s, st, m, 1.0, 0, &res, &err) == SC_OK) {
+    sc_status rc = k == PLAN_SCHED_ZB1 ? plan_schedule_build_zb1(&s, p, m, NULL, w_defer, &err)
+                                       : plan_schedule_build(&s, k, p, m, 0, &err);
+    if (rc == SC_OK && plan_sim_run(s, st, m, 1.0, 0, &res, &err) == SC_OK) {
         b = 1.0 - 3 * f_s * m / res.iteration_s;
         plan_sim_result_free(&res);
     }
@@ -183,22 +192,21 @@ static double predict_bubble(plan_sched_kind k, int p, int m, double f_s)
     return b;
 }
 
-/* Bytes of a stage of blocks [a, b] of REAL_GPT with `slots` slots of 8 samples, the slots
- * keeping W stashes (zb1) or not; 0 on error. */
-static size_t stage_bytes(int a, int b, int slots, bool split)
+/* Bytes of a stage of blocks [a, b] of `model` (a model object without its format header) with
+ * `slots` slots of `samples` samples, the slots keeping W stashes (zb1) or not; 0 on error. */
+static size_t stage_bytes(const char *model, int a, int b, int slots, int samples, bool split)
 {
     kn_model *m = NULL;
     kn_stage *st = NULL;
     sc_err err;
     sc_err_clear(&err);
     size_t bytes = 0;
-    char text[512]; /* a model document: REAL_GPT with its format header */
-    snprintf(text, sizeof text, "{\"format\": \"stagecraft-model\", \"version\": 1, %s",
-             REAL_GPT + 1);
-    if (kn_model_parse(&m, "real", text, strlen(text), &err) != SC_OK)
+    char text[512]; /* a model document: the model with its format header */
+    snprintf(text, sizeof text, "{\"format\": \"stagecraft-model\", \"version\": 1, %s", model + 1);
+    if (kn_model_parse(&m, "bench", text, strlen(text), &err) != SC_OK)
         fprintf(stderr, "bench_runtime: %s\n", err.msg);
     else {
-        kn_stage_cfg cfg = kn_stage_cfg_default(a, b, (kn_device){KN_DEV_CPU, 0}, 8);
+        kn_stage_cfg cfg = kn_stage_cfg_default(a, b, (kn_device){KN_DEV_CPU, 0}, samples);
         cfg.slots = slots;
         cfg.split_backward = split;
         if (kn_stage_new_cfg(&st, m, &cfg, &err) == SC_OK)
@@ -209,71 +217,164 @@ static size_t stage_bytes(int a, int b, int slots, bool split)
     return bytes;
 }
 
+/* The bytes of one activation slot (a micro-batch held) of each of p even stages of `model`: a
+ * stage's bytes with two slots less those with one. */
+static void slot_bytes(const char *model, int nblocks, int p, int samples, bool split, double *out)
+{
+    for (int s = 0; s < p; s++) {
+        int a = s * nblocks / p, b = (s + 1) * nblocks / p - 1;
+        out[s] = (double)stage_bytes(model, a, b, 2, samples, split) -
+                 (double)stage_bytes(model, a, b, 1, samples, split);
+    }
+}
+
+/* The schedules of the zb1 tables: 1f1b, zb1 as jobs run it (its deferral capped to 1f1b's peak
+ * bytes, plan_schedule_zb1_caps over the stages' measured slot bytes) and ZB-H1 uncapped. */
+enum { ZB_1F1B, ZB_CAPPED, ZB_H1, ZB_ROWS };
+static const char *const zb_names[ZB_ROWS] = {"1f1b", "zb1", "zb1-h1"};
+
+/* One row of a zb1 table: runs it, prints the held counts per stage and the peak bytes over
+ * stages (held x slot), and returns 0 with that peak in *peak, or 1. */
+static int zb1_row(const char *model, int nblocks, int row, int p, int m, int batch, double f_ms,
+                   int iters, const double *slot, double *bubble, double *it, double *peak,
+                   extra_out *x)
+{
+    int caps[MAX_STAGES];
+    plan_schedule_zb1_caps(p, NULL, m, slot, caps);
+    if (measure_x(model, nblocks, row == ZB_1F1B ? "1f1b" : "zb1", p, m, batch, f_ms / 1000.0,
+                  row == ZB_CAPPED ? caps : NULL, iters, bubble, it, x) != 0)
+        return 1;
+    *peak = 0;
+    char held[64] = "";
+    for (int s = 0, n = 0; s < p; s++) {
+        double b = x->stage_peak[s] * slot[s];
+        *peak = b > *peak ? b : *peak;
+        n += snprintf(held + n, sizeof held - (size_t)n, "%s%d", s ? "," : "", x->stage_peak[s]);
+    }
+    printf("%-6s %2d %2d %9.3f", zb_names[row], p, m, *bubble);
+    if (f_ms > 0) { /* the stand-in: ZB-H1's reference and the simulator */
+        double ref = row == ZB_1F1B ? (double)(p - 1) / (m + p - 1)
+                     : row == ZB_H1 ? (double)(p - 1) / (3 * m + p - 1)
+                                    : -1;
+        double sim = predict_bubble(row == ZB_1F1B ? PLAN_SCHED_1F1B : PLAN_SCHED_ZB1, p, m, f_ms,
+                                    row == ZB_CAPPED ? caps : NULL);
+        if (ref >= 0)
+            printf(" %9.3f", ref);
+        else
+            printf(" %9s", "-");
+        printf(" %9.3f", sim);
+    }
+    printf(" %12.1f %9s %10.1f", *it * 1e3, held, *peak / 1e3);
+    return 0;
+}
+
+/* The simulator on p equal stages (F = B = W = 1, no transfers), every slot 1 byte but the last
+ * stage's `big`: iteration and bubble of 1f1b, ZB-H1 and capped zb1, and their peak bytes. */
+static void zb1_cap_cost(void)
+{
+    printf("\nzb1's cap, simulated: p equal stages (F = B = W = 1, no transfers), the last "
+           "stage's slot `last` times the others'; peak = most bytes any stage holds / 1f1b's\n");
+    printf("%2s %3s %5s %-12s %9s %9s %9s %9s %9s %9s %8s %8s\n", "p", "m", "last", "caps",
+           "iter_1f1b", "iter_h1", "iter_zb1", "bub_1f1b", "bub_h1", "bub_zb1", "peak_h1",
+           "peak_zb1");
+    const int ps[] = {2, 4, 4, 8}, ms[] = {8, 8, 32, 32};
+    const double bigs[] = {1, 1.25, 1.5, 2, 4};
+    for (int c = 0; c < 4; c++)
+        for (int k = 0; k < 5; k++) {
+            int p = ps[c], m = ms[c], caps[MAX_STAGES], full[MAX_STAGES];
+            double slot[MAX_STAGES], iter[3], bub[3], peak[3];
+            for (int s = 0; s < p; s++)
+                slot[s] = s == p - 1 ? bigs[k] : 1;
+            plan_schedule_zb1_caps(p, NULL, m, slot, caps);
+            for (int s = 0; s < p; s++)
+                full[s] = m; /* at least ZB-H1's */
+            for (int r = 0; r < 3; r++) {
+                plan_schedule *sch = NULL;
+                plan_sim_result res;
+                sc_err err;
+                sc_err_clear(&err);
+                plan_sim_stage st[MAX_STAGES];
+                for (int i = 0; i < p; i++)
+                    st[i] = (plan_sim_stage){.fwd_s = 1, .bwd_s = 2, .wgrad_s = 1};
+                sc_status rc =
+                    r == 0 ? plan_schedule_build(&sch, PLAN_SCHED_1F1B, p, m, 0, &err)
+                           : plan_schedule_build_zb1(&sch, p, m, NULL, r == 1 ? full : caps, &err);
+                iter[r] = bub[r] = peak[r] = -1;
+                if (rc == SC_OK && plan_sim_run(sch, st, m, 1.0, 0, &res, &err) == SC_OK) {
+                    iter[r] = res.iteration_s;
+                    bub[r] = res.bubble_fraction;
+                    peak[r] = 0;
+                    for (int i = 0; i < p; i++)
+                        peak[r] = res.peak_inflight[i] * slot[i] > peak[r]
+                                      ? res.peak_inflight[i] * slot[i]
+                                      : peak[r];
+                    plan_sim_result_free(&res);
+                }
+                plan_schedule_destroy(&sch);
+            }
+            char cs[64] = "";
+            for (int s = 0, n = 0; s < p; s++)
+                n += snprintf(cs + n, sizeof cs - (size_t)n, "%s%d", s ? "," : "", caps[s]);
+            printf("%2d %3d %5.2f %-12s %9.0f %9.0f %9.0f %9.4f %9.4f %9.4f %8.2f %8.2f\n", p, m,
+                   bigs[k], cs, iter[0], iter[1], iter[2], bub[0], bub[1], bub[2],
+                   peak[1] / peak[0], peak[2] / peak[0]);
+        }
+}
+
 static int zb1_table(double f_ms, int iters)
 {
+    double slot[MAX_STAGES];
     printf(
         "zb1 table (stand-in): tiny GPT, forward %.1f ms, backward %.1f ms per micro-batch (zb1: "
-        "B and W %.1f ms each); peak = most micro-batches any stage held (F to B, zb1 F to W)\n",
+        "B and W %.1f ms each); micro-batches of 4 samples; held = most micro-batches each "
+        "stage held (F to B, zb1 F to W); peak = the most bytes any stage held (held x its "
+        "slot's bytes); zb1 = capped to 1f1b's peak bytes, zb1-h1 = ZB-H1 uncapped\n",
         f_ms, 2 * f_ms, f_ms);
-    printf("%-5s %2s %2s %9s %10s %10s %12s %5s\n", "sched", "p", "m", "measured", "reference",
-           "simulated", "iteration_ms", "peak");
+    printf("%-6s %2s %2s %9s %9s %9s %12s %9s %10s %8s\n", "sched", "p", "m", "measured",
+           "reference", "simulated", "iteration_ms", "held", "peak_KB", "peak/1f1b");
     const int ps[] = {2, 4}, ms[] = {4, 8, 16};
-    for (int pi = 0; pi < 2; pi++)
-        for (int mi = 0; mi < 3; mi++)
-            for (int k = 0; k < 2; k++) {
+    for (int pi = 0; pi < 2; pi++) {
+        slot_bytes(TINY_GPT, TINY_BLOCKS, ps[pi], 4, true, slot);
+        for (int mi = 0; mi < 3; mi++) {
+            double top = 0;
+            for (int k = 0; k < ZB_ROWS; k++) {
                 int p = ps[pi], m = ms[mi];
-                const char *sched = k ? "zb1" : "1f1b";
-                double bubble, it;
+                double bubble, it, peak;
                 extra_out x = {0};
-                if (measure_x(TINY_GPT, TINY_BLOCKS, sched, p, m, 4 * m, f_ms / 1000.0, iters,
-                              &bubble, &it, &x) != 0)
+                if (zb1_row(TINY_GPT, TINY_BLOCKS, k, p, m, 4 * m, f_ms, iters, slot, &bubble, &it,
+                            &peak, &x) != 0)
                     return 1;
-                /* ZB-H1 (F = B = W): each stage idles (p-1)(F + B - W) against 1f1b's
-                 * (p-1)(F + B + W) */
-                double ref = k ? (double)(p - 1) / (3 * m + p - 1) : (double)(p - 1) / (m + p - 1);
-                double sim = predict_bubble(k ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B, p, m, f_ms);
-                printf("%-5s %2d %2d %9.3f %10.3f %10.3f %12.1f %5d\n", sched, p, m, bubble, ref,
-                       sim, it * 1e3, x.peak);
+                top = k == ZB_1F1B ? peak : top;
+                printf(" %8.2f\n", top > 0 ? peak / top : 0.0);
                 fflush(stdout);
             }
-    printf("\nzb1 table (real): GPT L4 C64 T32, batch 16, 2 stages, real compute only; W share = "
-           "the measured W time over the backward's (B + W)\n");
-    printf("%-5s %2s %2s %9s %12s %5s %8s\n", "sched", "p", "m", "measured", "iteration_ms", "peak",
-           "W_share");
-    int held[2][2] = {{0, 0}, {0, 0}}; /* [1f1b, zb1][stage] */
-    for (int mi = 0; mi < 3; mi++)
-        for (int k = 0; k < 2; k++) {
-            int m = (int[]){2, 4, 8}[mi];
-            const char *sched = k ? "zb1" : "1f1b";
-            double bubble, it;
-            extra_out x = {0};
-            if (measure_x(REAL_GPT, REAL_BLOCKS, sched, 2, m, 16, 0.0, iters, &bubble, &it, &x) !=
-                0)
-                return 1;
-            printf("%-5s %2d %2d %9.3f %12.1f %5d %8.3f\n", sched, 2, m, bubble, it * 1e3, x.peak,
-                   x.wgrad_share);
-            fflush(stdout);
-            if (m == 2) /* micro-batches of 8 samples */
-                for (int s = 0; s < 2; s++)
-                    held[k][s] = x.stage_peak[s];
         }
-    /* activation memory: the micro-batches each stage held at most in the runs above (measured)
-     * times the bytes of a slot (a stage's bytes with two slots less those with one) */
-    printf("\nactivation memory, REAL_GPT split as above, m = 2 (micro-batches of 8 samples): "
-           "the most slots each stage held (measured) x bytes a slot (input, stashes, outputs, "
-           "zb1's W stashes)\n");
-    double top[2] = {0, 0};
-    for (int s = 0; s < 2; s++) {
-        int a = s * REAL_BLOCKS / 2, b = (s + 1) * REAL_BLOCKS / 2 - 1;
-        double o = (double)stage_bytes(a, b, 2, false) - (double)stage_bytes(a, b, 1, false);
-        double z = (double)stage_bytes(a, b, 2, true) - (double)stage_bytes(a, b, 1, true);
-        printf("stage %d: 1f1b %d x %.3f MB = %.3f MB, zb1 %d x %.3f MB = %.3f MB\n", s, held[0][s],
-               o / 1e6, held[0][s] * o / 1e6, held[1][s], z / 1e6, held[1][s] * z / 1e6);
-        top[0] = held[0][s] * o > top[0] ? held[0][s] * o : top[0];
-        top[1] = held[1][s] * z > top[1] ? held[1][s] * z : top[1];
     }
-    printf("peak over stages: 1f1b %.3f MB, zb1 %.3f MB (zb1 / 1f1b %.2f)\n", top[0] / 1e6,
-           top[1] / 1e6, top[0] > 0 ? top[1] / top[0] : 0.0);
+    printf("slot bytes per stage (p = 4):");
+    slot_bytes(TINY_GPT, TINY_BLOCKS, 4, 4, true, slot);
+    for (int s = 0; s < 4; s++)
+        printf(" %.0f", slot[s]);
+    printf("\n\nzb1 table (real): GPT L4 C64 T32, batch 16, 2 stages, real compute only; W share = "
+           "the measured W time over the backward's (B + W); peak in KB as above\n");
+    printf("%-6s %2s %2s %9s %12s %9s %10s %8s %8s\n", "sched", "p", "m", "measured",
+           "iteration_ms", "held", "peak_KB", "peak/1f1b", "W_share");
+    for (int mi = 0; mi < 3; mi++) {
+        int m = (int[]){2, 4, 8}[mi];
+        double top = 0;
+        slot_bytes(REAL_GPT, REAL_BLOCKS, 2, 16 / m, true, slot);
+        for (int k = 0; k < ZB_ROWS; k++) {
+            double bubble, it, peak;
+            extra_out x = {0};
+            if (zb1_row(REAL_GPT, REAL_BLOCKS, k, 2, m, 16, 0.0, iters, slot, &bubble, &it, &peak,
+                        &x) != 0)
+                return 1;
+            top = k == ZB_1F1B ? peak : top;
+            printf(" %8.2f %8.3f\n", top > 0 ? peak / top : 0.0, x.wgrad_share);
+            fflush(stdout);
+        }
+        printf("slot bytes per stage (m = %d): %.0f %.0f\n", m, slot[0], slot[1]);
+    }
+    zb1_cap_cost();
     return 0;
 }
 

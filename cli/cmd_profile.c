@@ -78,7 +78,7 @@ static int out_path_error(const char *path)
 int cmd_profile(const cli_command *self, int argc, char **argv)
 {
     const char *model_path = NULL, *device = "cpu", *sizes = "1", *out_path = NULL;
-    int64_t warmup = 2, repeats = 5, main_size = 0;
+    int64_t warmup = 2, repeats = 5, main_size = 0, sustained_ms = 0;
     bool tf32 = false;
     sc_err err;
     sc_err_clear(&err);
@@ -107,6 +107,9 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
         } else if (strcmp(a, "--repeats") == 0) {
             if (sc_parse_int64(v, 1, 10000, "--repeats", &repeats, &err) != SC_OK)
                 return cli_usage_error(self, "%s", err.msg);
+        } else if (strcmp(a, "--sustained-ms") == 0) {
+            if (sc_parse_int64(v, 0, 600000, "--sustained-ms", &sustained_ms, &err) != SC_OK)
+                return cli_usage_error(self, "%s", err.msg);
         } else if (strcmp(a, "--microbatch-size") == 0) {
             if (sc_parse_int64(v, 1, 1 << 20, "--microbatch-size", &main_size, &err) != SC_OK)
                 return cli_usage_error(self, "%s", err.msg);
@@ -127,6 +130,7 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
     cfg.warmup = (int)warmup;
     cfg.repeats = (int)repeats;
     cfg.allow_tf32 = tf32;
+    cfg.min_time_s = (double)sustained_ms / 1000.0;
     int rc = parse_sizes(self, sizes, &cfg);
     if (rc != CLI_OK)
         return rc;

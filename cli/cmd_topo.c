@@ -1,7 +1,8 @@
 /*
  * `stagecraft topo`: show the hardware of this machine, or of hwloc XML exports (one server
  * each), as a tree and link table or as the cluster JSON that `stagecraft plan --cluster`
- * reads. Parsing flags and printing only; discovery and the model live in topology/.
+ * reads; or, with --cpu-workers, the NUMA nodes to start one CPU worker on each. Parsing flags and
+ * printing only; discovery and the model live in topology/.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,10 +11,11 @@
 #include "cli/commands.h"
 #include "topology/topo.h"
 #include "topology/topo_cluster.h"
+#include "topology/topo_numa.h"
 
 int cmd_topo(const cli_command *self, int argc, char **argv)
 {
-    int json = 0, measure = 1, use_cuda = 1;
+    int json = 0, measure = 1, use_cuda = 1, cpu_workers = 0;
     const char *export_xml = NULL;
     const char **files = calloc((size_t)argc, sizeof(*files));
     if (files == NULL) {
@@ -29,6 +31,8 @@ int cmd_topo(const cli_command *self, int argc, char **argv)
             measure = 0;
         } else if (strcmp(a, "--no-cuda") == 0) {
             use_cuda = 0;
+        } else if (strcmp(a, "--cpu-workers") == 0) {
+            cpu_workers = 1;
         } else if (strcmp(a, "--xml") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '-') {
                 free(files);
@@ -52,6 +56,11 @@ int cmd_topo(const cli_command *self, int argc, char **argv)
         free(files);
         return cli_usage_error(self, "--export-xml writes one server: give at most one --xml FILE");
     }
+    if (cpu_workers && (n_files > 1 || json || export_xml != NULL)) {
+        free(files);
+        return cli_usage_error(self, "--cpu-workers prints one server's layout: give at most one "
+                                     "--xml FILE, and no --json or --export-xml");
+    }
 
     sc_err err;
     sc_err_clear(&err);
@@ -64,10 +73,17 @@ int cmd_topo(const cli_command *self, int argc, char **argv)
     for (size_t f = 0; f < (n_files ? n_files : 1); f++) {
         topo_cfg cfg = {0};
         cfg.xml_path = n_files ? files[f] : NULL;
-        cfg.use_cuda = use_cuda;
-        cfg.measure = measure;
+        cfg.use_cuda = use_cuda && !cpu_workers; /* the layout needs CPUs and nodes only */
+        cfg.measure = measure && !cpu_workers;
         if (topo_server_new(&server, &cfg, &err) != SC_OK)
             goto fail;
+        if (cpu_workers) {
+            /* one line per CPU worker to start: the NUMA node it binds to */
+            for (size_t i = 0; i < server->n_numa_nodes; i++)
+                if (server->numa_nodes[i].worker)
+                    printf("%d\n", server->numa_nodes[i].os_index);
+            goto out;
+        }
         if (export_xml != NULL) {
             size_t len = 0;
             if (topo_server_export_xml(server, &text, &len, &err) != SC_OK)

@@ -1,12 +1,17 @@
-/* `stagecraft worker`: runs a worker agent until SIGINT or SIGTERM. */
+/* `stagecraft worker`: runs a worker agent until SIGINT or SIGTERM; with --numa-node, bound to
+ * one NUMA node first (topology/topo_bind.h). */
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "kernels/threads_cpu.h"
+#include "topology/topo_bind.h"
 #include "worker/agent.h"
 
 int cmd_worker(const cli_command *self, int argc, char **argv)
@@ -22,7 +27,8 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         O_CERT,
         O_KEY,
         O_CA,
-        O_THREADS
+        O_THREADS,
+        O_NUMA
     };
     static const struct option opts[] = {
         {"coordinator", required_argument, NULL, O_COORD},
@@ -36,11 +42,12 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         {"tls-key", required_argument, NULL, O_KEY},
         {"tls-ca", required_argument, NULL, O_CA},
         {"threads", required_argument, NULL, O_THREADS},
+        {"numa-node", required_argument, NULL, O_NUMA},
         {NULL, 0, NULL, 0},
     };
     wk_agent_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
-    const char *coord_flag = NULL, *join_file = NULL, *threads = NULL;
+    const char *coord_flag = NULL, *join_file = NULL, *threads = NULL, *numa = NULL;
     int c;
     while ((c = cli_getopt(self, argc, argv, opts)) != -1) {
         switch (c) {
@@ -79,18 +86,57 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         case O_THREADS:
             threads = optarg;
             break;
+        case O_NUMA:
+            numa = optarg;
+            break;
         }
     }
     if (optind < argc)
         return cli_usage_error(self, "unexpected argument '%s'", argv[optind]);
     sc_err err;
     sc_err_clear(&err);
+    /* Bound before anything reads the affinity mask (the --threads default) or starts a thread;
+     * the threads OpenBLAS started at load time move with the process. */
+    char numa_name[256];
+    topo_bind_result bound = {0};
+    if (numa != NULL) {
+        int64_t node = 0;
+        if (sc_parse_int64(numa, 0, INT32_MAX, "--numa-node", &node, &err) != SC_OK)
+            return cli_usage_error(self, "%s", err.msg);
+        if (topo_bind_numa_node((int)node, "--numa-node", &bound, &err) != SC_OK)
+            return err.code == SC_ERR_INVALID ? cli_usage_error(self, "%s", err.msg)
+                                              : cli_report(self, &err);
+        if (!bound.memory_bound)
+            SC_LOG_WARN("worker",
+                        "--numa-node %d: memory binding refused (%s); the CPUs stay bound, so "
+                        "first touch keeps the worker's memory on the node",
+                        bound.os_index, bound.memory_note);
+        if (cfg.name == NULL) { /* two such workers on one host need two names */
+            char host[200] = "worker";
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = '\0';
+            snprintf(numa_name, sizeof numa_name, "%s-%s-numa%d", host,
+                     cfg.device ? cfg.device : "cpu", bound.os_index);
+            for (char *p = numa_name; *p; p++)
+                if (*p == ':')
+                    *p = '-';
+            cfg.name = numa_name;
+        }
+    }
     /* the CPU kernels' threads, for the stages and the profiles this worker runs */
     int64_t nthreads = 0;
     if (threads != NULL &&
         (sc_parse_int64(threads, 1, KN_CPU_THREADS_MAX, "--threads", &nthreads, &err) != SC_OK ||
          kn_cpu_set_threads((int)nthreads, "--threads", &err) != SC_OK))
         return cli_usage_error(self, "%s", err.msg);
+    if (numa != NULL) /* the thread count read after the binding: its default follows it */
+        SC_LOG_INFO("worker",
+                    "--numa-node %d: bound to CPUs %s (%d core%s, %d hardware thread%s)%s; the "
+                    "CPU kernels use %d thread%s",
+                    bound.os_index, bound.cpus, bound.n_cores, bound.n_cores == 1 ? "" : "s",
+                    bound.n_pus, bound.n_pus == 1 ? "" : "s",
+                    bound.memory_bound ? " and memory to the node" : "", kn_cpu_threads(),
+                    kn_cpu_threads() == 1 ? "" : "s");
     if (cli_coordinator_addr(coord_flag, &cfg.coordinator, &err) != SC_OK ||
         (cfg.listen_addr != NULL &&
          sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK))

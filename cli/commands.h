@@ -28,18 +28,22 @@ int cmd_help(const cli_command *self, int argc, char **argv);
 
 #define CMD_TOPO_USAGE                                                                             \
     "usage: stagecraft topo [--xml FILE ...] [--json] [--no-measure] [--no-cuda]\n"                 \
-    "                       [--export-xml FILE]\n\n"                                               \
+    "                       [--export-xml FILE] [--cpu-workers]\n\n"                               \
     "Shows the hardware stagecraft plans with: per server, the GPUs (memory, NUMA node, PCIe\n"    \
     "root port), the CPU when no GPU is usable, the NICs, and the links between devices\n"         \
     "(NVLink, PCIe uplinks, socket interconnect, NICs) with their bandwidths and which devices\n"  \
-    "share them. Without --xml: this machine (hwloc + the CUDA driver when present).\n"           \
+    "share them, and the NUMA nodes with the CPU workers to run (one per NUMA node:\n"          \
+    "`stagecraft worker --numa-node N`). Without --xml: this machine (hwloc + the CUDA driver\n"  \
+    "when present).\n"                                                                             \
     "  --xml FILE ...     hwloc XML exports (`lstopo --of xml`), one server each; files from\n"   \
     "                     the same host name merge into one server\n"                            \
     "  --json             print the cluster JSON (format stagecraft-cluster) for\n"               \
     "                     `stagecraft plan --cluster`\n"                                          \
     "  --no-measure       skip the short probes (memory bandwidth, GEMM, copies) on this machine\n"\
     "  --no-cuda          do not load the CUDA driver\n"                                          \
-    "  --export-xml FILE  also write the (single) server's topology as hwloc XML\n"
+    "  --export-xml FILE  also write the (single) server's topology as hwloc XML\n"              \
+    "  --cpu-workers      print only the NUMA nodes to run one CPU worker on each (os index,\n"  \
+    "                     one a line): `stagecraft worker --numa-node N` for each\n"
 int cmd_topo(const cli_command *self, int argc, char **argv);
 
 #define CMD_COORDINATOR_USAGE                                                                      \
@@ -69,7 +73,7 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv);
 #define CMD_WORKER_USAGE                                                                           \
     "usage: stagecraft worker [--coordinator HOST:PORT] [--device cpu|cuda:N] [--name NAME]\n"    \
     "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n"     \
-    "                         [--threads N]\n\n"                                                 \
+    "                         [--threads N] [--numa-node N]\n\n"                                 \
     "Runs a worker agent for one device: registers with the coordinator, heartbeats, profiles\n" \
     "and runs the stages it is assigned. Re-registers when the coordinator comes back.\n"        \
     "  --coordinator HOST:PORT  default STAGECRAFT_COORDINATOR, else 127.0.0.1:7070\n"            \
@@ -81,7 +85,10 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv);
     "  --join-token-file FILE   the coordinator's join token (else STAGECRAFT_JOIN_TOKEN)\n"     \
     "  --tls-cert/--tls-key/--tls-ca  TLS for gRPC, as on the coordinator\n"                    \
     "  --threads N              CPU threads of the kernels (default: the cores of the\n"        \
-    "                           affinity mask, capped by the cgroup CPU quota)\n"
+    "                           affinity mask, capped by the cgroup CPU quota)\n"              \
+    "  --numa-node N            bind the worker's threads and memory to NUMA node N (hwloc os\n" \
+    "                           index; `stagecraft topo` shows the layout); --threads then\n"  \
+    "                           defaults to that node's CPUs\n"
 int cmd_worker(const cli_command *self, int argc, char **argv);
 
 #define CMD_SUBMIT_USAGE                                                                           \
@@ -143,7 +150,7 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
 #define CMD_PROFILE_USAGE                                                                          \
     "usage: stagecraft profile --model SPEC [--device cpu|cuda:N] [--microbatch 1,2,4]\n"          \
     "                          [--warmup N] [--repeats N] [--microbatch-size N] [--tf32]\n"        \
-    "                          [--out FILE] [--json]\n\n"                                          \
+    "                          [--sustained-ms MS] [--out FILE] [--json]\n\n"                      \
     "Measures each block of the model in SPEC (a stagecraft-model JSON file) on one device:\n"     \
     "forward and backward time per micro-batch size (median of the repeats after the warm-up;\n"   \
     "CUDA events on a GPU), output activation, parameter and stash bytes. Writes the\n"            \
@@ -153,6 +160,9 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
     "  --warmup N            untimed iterations per size (default 2)\n"                            \
     "  --repeats N           timed iterations per size (default 5)\n"                              \
     "  --microbatch-size N   size of the top-level times (default: the largest measured)\n"        \
+    "  --sustained-ms MS     time passes for at least MS per size and take the long-run speed\n"   \
+    "                        (what a worker does: a CPU quota or power cap throttles only\n"       \
+    "                        after a burst); default 0: medians of the repeats\n"                  \
     "  --tf32                let GPU matmuls use TF32 tensor cores\n"                              \
     "  --out FILE            write the JSON to FILE instead of stdout\n"
 int cmd_profile(const cli_command *self, int argc, char **argv);

@@ -112,8 +112,16 @@ sc_status coord_plan_replay(const char *plan_json, const double *stage_factor, b
         st[i].fwd_s *= f;
         st[i].bwd_s *= f;
     }
-    rc = plan_schedule_build_replicated(&s, (plan_sched_kind)kind, S, m, sliced, out->replicas,
-                                        err);
+    /* zb1: the deferral each stage runs with (the plan's deferred_w; absent: ZB-H1's) */
+    int *w_defer = kind == PLAN_SCHED_ZB1 ? calloc((size_t)S, sizeof *w_defer) : NULL;
+    for (int i = 0; w_defer != NULL && i < S; i++) {
+        json_t *d = json_object_get(json_array_get(stages, (size_t)i), "deferred_w");
+        w_defer[i] = json_is_integer(d) ? (int)json_integer_value(d) : m;
+    }
+    rc = kind == PLAN_SCHED_ZB1 ? plan_schedule_build_zb1(&s, S, m, out->replicas, w_defer, err)
+                                : plan_schedule_build_replicated(&s, (plan_sched_kind)kind, S, m,
+                                                                 sliced, out->replicas, err);
+    free(w_defer);
     if (rc == SC_OK)
         rc = plan_schedule_validate(s, err);
     if (rc == SC_OK)

@@ -2,17 +2,24 @@
  * kn profile: one single-block stage per block, sized for the largest micro-batch, timed with
  * the context's timers (events on a GPU, so the times are device times, not launch times), the
  * blocks of a chain run one after the other as a stage runs them.
+ * Sustained (cfg.min_time_s > 0) on a CPU device with one kernel thread, a block's time is its
+ * share of the passes' thread CPU time times the passes' wall time: a CPU quota (a container's
+ * limit, the lab's cgroups) stalls the thread wherever the quota runs out, so one block's own
+ * wall times carry stalls its neighbours' work caused and scatter from pass to pass, while its
+ * CPU time is its own work and whole passes take what the quota lets them take together.
  */
 #include "kernels/profile.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "kernels/block.h"
 #include "kernels/stage.h"
+#include "kernels/threads_cpu.h"
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -51,6 +58,10 @@ typedef struct {
     kn_stage **st;   /* [n] */
     double *fw, *bw, *wg;             /* [n][repeats]: pass k's times in slot k % repeats */
     double *fw_sum, *bw_sum, *wg_sum; /* [n]: every timed pass's times added */
+    /* [n] each: the same passes' thread CPU seconds, when `cpu_clock` (below) */
+    double *fw_cpu, *bw_cpu, *wg_cpu;
+    bool cpu_clock;     /* a one-thread CPU device: a block's work is its thread's CPU time */
+    double pass_wall_s; /* the timed passes' wall time, first forward to last backward, added */
     void *dev_in, *dev_tgt, *dev_dout;
     kn_ctx *ctx0; /* the first stage's: where the chain's inputs live */
 } chain;
@@ -73,6 +84,18 @@ static void chain_free(chain *c)
     free(c->fw_sum);
     free(c->bw_sum);
     free(c->wg_sum);
+    free(c->fw_cpu);
+    free(c->bw_cpu);
+    free(c->wg_cpu);
+}
+
+/* The calling thread's CPU time in seconds. */
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Random inputs of the chain's first block, targets, and a random gradient into its last
@@ -125,25 +148,30 @@ out:
 static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
 {
     const void *in = c->dev_in;
+    double wall0 = sc_clock_now_s();
     for (int i = 0; i < c->n; i++) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
-        double t;
+        double t, cpu0 = c->cpu_clock ? thread_cpu_s() : 0;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_forward(c->st[i], 0, in, c->dev_tgt, n, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
         if (it >= 0) {
             c->fw[(size_t)i * repeats + it % repeats] = t;
             c->fw_sum[i] += t;
+            if (c->cpu_clock)
+                c->fw_cpu[i] += thread_cpu_s() - cpu0;
         }
         in = kn_stage_output(c->st[i], 0);
     }
     for (int i = c->n - 1; i >= 0; i--) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
         const float *dout = i == c->n - 1 ? c->dev_dout : kn_stage_grad_input(c->st[i + 1]);
-        double t, w;
+        double t, w, cpu0 = c->cpu_clock ? thread_cpu_s() : 0, cpu1 = 0;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_backward_input(c->st[i], 0, dout, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
+        if (c->cpu_clock)
+            cpu1 = thread_cpu_s();
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_backward_weight(c->st[i], 0, err));
         SC_CHECK(kn_ctx_time_end(ctx, &w, err));
@@ -152,8 +180,15 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
             c->bw_sum[i] += t + w;
             c->wg[(size_t)i * repeats + it % repeats] = w;
             c->wg_sum[i] += w;
+            if (c->cpu_clock) {
+                double cpu2 = thread_cpu_s();
+                c->bw_cpu[i] += cpu2 - cpu0;
+                c->wg_cpu[i] += cpu2 - cpu1;
+            }
         }
     }
+    if (it >= 0)
+        c->pass_wall_s += sc_clock_now_s() - wall0;
     for (int i = 0; i < c->n; i++)
         SC_CHECK(kn_stage_zero_grads(c->st[i], err));
     return SC_OK;
@@ -163,9 +198,10 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
  * slots (which the sizes' passes no longer need); `it` < 0: untimed. */
 static sc_status optimizer_pass(chain *c, int repeats, int it, sc_err *err)
 {
+    double wall0 = sc_clock_now_s();
     for (int i = 0; i < c->n; i++) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
-        double norm, t;
+        double norm, t, cpu0 = c->cpu_clock ? thread_cpu_s() : 0;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_grad_sq_norms(c->st[i], &norm, err));
         SC_CHECK(kn_stage_step(c->st[i], err));
@@ -173,9 +209,26 @@ static sc_status optimizer_pass(chain *c, int repeats, int it, sc_err *err)
         if (it >= 0) {
             c->fw[(size_t)i * repeats + it % repeats] = t;
             c->fw_sum[i] += t;
+            if (c->cpu_clock)
+                c->fw_cpu[i] += thread_cpu_s() - cpu0;
         }
     }
+    if (it >= 0)
+        c->pass_wall_s += sc_clock_now_s() - wall0;
     return SC_OK;
+}
+
+/* Zeroes the sums of the timed passes before those of another size (or of the optimizer). */
+static void clear_sums(chain *c)
+{
+    size_t bytes = (size_t)c->n * sizeof(double);
+    memset(c->fw_sum, 0, bytes);
+    memset(c->bw_sum, 0, bytes);
+    memset(c->wg_sum, 0, bytes);
+    memset(c->fw_cpu, 0, bytes);
+    memset(c->bw_cpu, 0, bytes);
+    memset(c->wg_cpu, 0, bytes);
+    c->pass_wall_s = 0;
 }
 
 /* Whether a size needs another timed pass after `k`, the first of which began at `start_s`:
@@ -201,9 +254,13 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
     c.fw_sum = calloc((size_t)n, sizeof *c.fw_sum);
     c.bw_sum = calloc((size_t)n, sizeof *c.bw_sum);
     c.wg_sum = calloc((size_t)n, sizeof *c.wg_sum);
+    c.fw_cpu = calloc((size_t)n, sizeof *c.fw_cpu);
+    c.bw_cpu = calloc((size_t)n, sizeof *c.bw_cpu);
+    c.wg_cpu = calloc((size_t)n, sizeof *c.wg_cpu);
     sc_status rc = SC_OK;
     if (c.st == NULL || c.fw == NULL || c.bw == NULL || c.wg == NULL || c.fw_sum == NULL ||
-        c.bw_sum == NULL || c.wg_sum == NULL) {
+        c.bw_sum == NULL || c.wg_sum == NULL || c.fw_cpu == NULL || c.bw_cpu == NULL ||
+        c.wg_cpu == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling");
         goto out;
     }
@@ -229,22 +286,30 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
         pb->npoints = cfg->nsizes;
     }
     bool sustained = cfg->min_time_s > 0;
+    c.cpu_clock = sustained && cfg->device.kind == KN_DEV_CPU && kn_cpu_threads() == 1;
     for (int s = 0; s < cfg->nsizes; s++) {
         for (int it = 0; it < cfg->warmup; it++)
             SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, -1, err), out);
-        memset(c.fw_sum, 0, (size_t)n * sizeof *c.fw_sum);
-        memset(c.bw_sum, 0, (size_t)n * sizeof *c.bw_sum);
-        memset(c.wg_sum, 0, (size_t)n * sizeof *c.wg_sum);
+        clear_sums(&c);
         double start = sc_clock_now_s();
         int k = 0;
         while (more_passes(cfg, k, start))
             SC_CHECK_GOTO(chain_pass(&c, cfg->sizes[s], R, k++, err), out);
+        double cpu_total = 0;
+        for (int i = 0; c.cpu_clock && i < n; i++)
+            cpu_total += c.fw_cpu[i] + c.bw_cpu[i];
         for (int i = 0; i < n; i++) {
             kn_profile_point *pt = &out[a + i].points[s];
             pt->size = cfg->sizes[s];
-            pt->forward_s = sustained ? c.fw_sum[i] / k : median(c.fw + (size_t)i * R, R);
-            pt->backward_s = sustained ? c.bw_sum[i] / k : median(c.bw + (size_t)i * R, R);
-            pt->wgrad_s = sustained ? c.wg_sum[i] / k : median(c.wg + (size_t)i * R, R);
+            if (cpu_total > 0) {
+                pt->forward_s = c.fw_cpu[i] / cpu_total * c.pass_wall_s / k;
+                pt->backward_s = c.bw_cpu[i] / cpu_total * c.pass_wall_s / k;
+                pt->wgrad_s = c.wg_cpu[i] / cpu_total * c.pass_wall_s / k;
+            } else {
+                pt->forward_s = sustained ? c.fw_sum[i] / k : median(c.fw + (size_t)i * R, R);
+                pt->backward_s = sustained ? c.bw_sum[i] / k : median(c.bw + (size_t)i * R, R);
+                pt->wgrad_s = sustained ? c.wg_sum[i] / k : median(c.wg + (size_t)i * R, R);
+            }
             if (pt->wgrad_s > pt->backward_s) /* medians of different passes */
                 pt->wgrad_s = pt->backward_s;
         }
@@ -254,13 +319,18 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
      * depend on the micro-batch size). */
     for (int it = 0; it < cfg->warmup; it++)
         SC_CHECK_GOTO(optimizer_pass(&c, R, -1, err), out);
-    memset(c.fw_sum, 0, (size_t)n * sizeof *c.fw_sum);
+    clear_sums(&c);
     double start = sc_clock_now_s();
     int k = 0;
     while (more_passes(cfg, k, start))
         SC_CHECK_GOTO(optimizer_pass(&c, R, k++, err), out);
+    double cpu_total = 0;
+    for (int i = 0; c.cpu_clock && i < n; i++)
+        cpu_total += c.fw_cpu[i];
     for (int i = 0; i < n; i++)
-        out[a + i].optimizer_s = sustained ? c.fw_sum[i] / k : median(c.fw + (size_t)i * R, R);
+        out[a + i].optimizer_s = cpu_total > 0 ? c.fw_cpu[i] / cpu_total * c.pass_wall_s / k
+                                 : sustained   ? c.fw_sum[i] / k
+                                               : median(c.fw + (size_t)i * R, R);
 out:
     chain_free(&c);
     return rc;

@@ -142,6 +142,7 @@ sc_status topo_server_new(topo_server **out, const topo_cfg *cfg, sc_err *err)
         rc = SC_ERRF(err, SC_ERR_INVALID, "%s: the topology has no processing unit", source);
         goto fail;
     }
+    SC_CHECK_GOTO(topo_numa_read(t, &s->numa_nodes, &s->n_numa_nodes, err), fail);
     s->host_memory_bytes = root->total_memory;
     hwloc_obj_t pkg = hwloc_get_obj_by_type(t, HWLOC_OBJ_PACKAGE, 0);
     const char *cpu = pkg ? topo_obj_info(pkg, "CPUModel") : "";
@@ -214,6 +215,7 @@ void topo_server_destroy(topo_server **sp)
     free(s->ports);
     free(s->nics);
     free(s->nvlink_bytes_per_s);
+    free(s->numa_nodes);
     free(s);
     *sp = NULL;
 }

@@ -93,6 +93,23 @@ typedef struct topo_nic {
     topo_source bw_source;
 } topo_nic;
 
+/* A NUMA node: its memory and the CPUs nearest to it. With hwloc's default view, CPUs and
+ * memory outside this process's cgroup cpuset are left out. */
+#define TOPO_CPULIST_MAX 512
+typedef struct topo_numa_node {
+    int os_index;          /* hwloc os index: the N of numactl --cpunodebind=N, --numa-node N */
+    int n_cores;           /* physical cores with a PU in this node; 0: a memory-only node */
+    int n_pus;             /* processing units (hardware threads) */
+    uint64_t memory_bytes; /* local memory, 0 unknown */
+    /* The layout starts a CPU worker here: the node has PUs and none of them belongs to a node
+     * of lower os index. False for a second node over the same CPUs (HBM or CXL memory next to
+     * DDR, KNL's MCDRAM), which --numa-node still accepts. */
+    bool worker;
+    /* PU os indexes in Linux cpulist syntax, "0-15,32-47"; "" for a memory-only node. A list
+     * too long for the buffer ends in "..." (a node of thousands of scattered PUs). */
+    char cpus[TOPO_CPULIST_MAX];
+} topo_numa_node;
+
 typedef struct topo_server {
     char hostname[256];
     char source[256]; /* "live", a file name, "synthetic", or the cfg's source_name */
@@ -111,6 +128,9 @@ typedef struct topo_server {
     /* NVLink bandwidth between devices i and j at nvlink_bytes_per_s[i * n_devices + j]: direct
      * links plus the path through NVSwitches; NULL when the topology has no NVLink data. */
     double *nvlink_bytes_per_s;
+    /* The NUMA nodes by os index (every topology has at least one); n_numa counts them too. */
+    topo_numa_node *numa_nodes;
+    size_t n_numa_nodes;
     /* Human notes about what was ignored ("2 NVIDIA PCI devices without a compute driver"). */
     char notes[512];
 

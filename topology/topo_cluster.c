@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/sc_util.h"
+#include "topology/topo_numa.h"
 
 #define ASSUMED_NIC_BYTES_PER_S 1.25e9 /* 10 Gb/s Ethernet, when a server shows no NIC */
 
@@ -35,6 +36,8 @@ typedef struct cserver {
     topo_nic *nics;
     size_t n_nics;
     char notes[512];
+    topo_numa_node *numa; /* the first report's NUMA nodes */
+    size_t n_numa_nodes;
     int *gid; /* global id per device, -1 when unusable */
     double intra_bw, nic_bw;
     bool nic_assumed;
@@ -87,6 +90,7 @@ static void cserver_free(cserver *s)
     free(s->nvlink);
     free(s->ports);
     free(s->nics);
+    free(s->numa);
     free(s->gid);
 }
 
@@ -317,6 +321,8 @@ static sc_status merge_report(cserver *cs, const topo_server *s, sc_err *err)
         cs->n_cores = s->n_cores;
         cs->host_memory_bytes = s->host_memory_bytes;
         cs->socket_link_bytes_per_s = s->socket_link_bytes_per_s;
+        SC_CHECK_GOTO(topo_numa_copy(&cs->numa, s->numa_nodes, s->n_numa_nodes, err), out);
+        cs->n_numa_nodes = s->n_numa_nodes;
     }
     if (s->host_mem_bw_bytes_per_s > cs->host_mem_bw_bytes_per_s)
         cs->host_mem_bw_bytes_per_s = s->host_mem_bw_bytes_per_s;
@@ -669,6 +675,8 @@ sc_status topo_cluster_to_json(const topo_cluster *c, char **out, sc_err *err)
         bad |= set_new(js, "nics", jnics);
         bad |= set_new(js, "numa_nodes", json_integer(cs->n_numa));
         bad |= set_new(js, "cpu_cores", json_integer(cs->n_cores));
+        bad |= set_new(js, "numa_nodes_detail", topo_numa_json_detail(cs->numa, cs->n_numa_nodes));
+        bad |= set_new(js, "cpu_workers", topo_numa_json_workers(cs->numa, cs->n_numa_nodes));
         bad |= set_new(js, "host_memory_bytes", json_integer((json_int_t)cs->host_memory_bytes));
         if (cs->host_mem_bw_bytes_per_s > 0)
             bad |= set_new(js, "host_memory_bandwidth_bytes_per_s",
@@ -823,6 +831,7 @@ void topo_cluster_print(const topo_cluster *c, FILE *out)
             fprintf(out, " (copy %s/s measured)", b);
         }
         fprintf(out, "\n");
+        topo_numa_print(cs->numa, cs->n_numa_nodes, cs->n_cores, out);
         for (size_t i = 0; i < cs->n; i++) {
             const topo_device *d = &cs->devs[i];
             fmt_bytes((double)d->memory_bytes, a, sizeof(a));

@@ -1,6 +1,7 @@
 /*
  * Internals shared by the files that load one server's topology (topo.c, topo_info.c,
- * topo_devices.c, topo_links.c); not part of the interface, which is topo.h.
+ * topo_devices.c, topo_links.c, topo_numa.c) and by topo_bind.c; not part of the interface,
+ * which is topo.h.
  *
  * What they share: the figures assumed where a topology says nothing, the names of the
  * "Stagecraft*" info attributes a live load writes into the hwloc topology (so an XML export
@@ -73,6 +74,12 @@ void topo_obj_busid(hwloc_obj_t pci, char *out, size_t size);
 /* Writes what this load learned into the hwloc objects (see INFO_*); an attribute the object
  * already has keeps its first value. */
 void topo_annotate(const topo_server *s, hwloc_topology_t t);
+
+/* ---- NUMA nodes (topo_numa.c) ---------------------------------------------------------- */
+
+/* The topology's NUMA nodes by os index into a new array *out (free()); *n is 0 and *out NULL
+ * when it has none. */
+sc_status topo_numa_read(hwloc_topology_t t, topo_numa_node **out, size_t *n, sc_err *err);
 
 /* ---- devices (topo_devices.c) --------------------------------------------------------------- */
 

@@ -24,6 +24,7 @@
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
+#include "kernels/threads_cpu.h"
 #include "proto/sc_control.h"
 #include "proto/sc_wire.h"
 #include "worker/blocks/block_server.h"
@@ -300,6 +301,9 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     SC_CHECK_GOTO(sc_rpc_client_new(&a->coord, a->coordinator, &ccfg, err), fail);
     SC_LOG_INFO(LOG, "worker '%s' (%s, %s) serving on %s", a->name, device,
                 a->shared.hardware->devices[0]->name, a->endpoint);
+    if (strncmp(device, "cpu", 3) == 0) /* what its stages and profiles will run with */
+        SC_LOG_INFO(LOG, "CPU kernels: %d threads (%d cores available to this process)",
+                    kn_cpu_threads(), kn_cpu_cores_available());
     *out = a;
     return SC_OK;
 fail:

@@ -182,8 +182,9 @@ static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req
     cfg.repeats = 3;
     /* Sustained speed: a worker capped by a CPU quota runs its first milliseconds of every
      * CFS period at full speed, so short passes alone would profile it as uncapped; 100 ms
-     * spans twenty periods of 5 ms (the period the uneven lab sets). */
-    cfg.min_time_s = 0.1;
+     * spans twenty periods of 5 ms (the period the uneven lab sets); 200 ms holds a stall
+     * more or less (a period at most) to a few percent of a slow worker's passes. */
+    cfg.min_time_s = 0.2;
     int n = kn_model_block_count(model);
     kn_profile_block *blocks = rc == SC_OK ? calloc((size_t)n, sizeof *blocks) : NULL;
     if (rc == SC_OK && blocks == NULL)

@@ -188,6 +188,20 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
         stage_reps[s] = replicas_of(stages, (int)s);
     cfg.stage_replicas = stage_reps;
     cfg.schedule = jstr(plan, "schedule", "1f1b");
+    /* zb1: the W each stage may defer within 1f1b's peak memory ("deferred_w"; absent from
+     * older plans: ZB-H1's deferral) */
+    int w_defer[256], n_defer = 0;
+    for (uint32_t s = 0; s < req->n_stages; s++) {
+        json_t *st = json_array_get(stages, s);
+        double d;
+        if (json_object_get(st, "deferred_w") == NULL)
+            break;
+        if ((rc = jwhole(st, "deferred_w", 0, 0, INT_MAX, "the plan's stages[].deferred_w", &d,
+                         err)) != SC_OK)
+            goto out;
+        w_defer[n_defer++] = (int)d;
+    }
+    cfg.zb1_defer = n_defer == (int)req->n_stages ? w_defer : NULL;
     /* UMPIPE plans: each stage cuts the batch into its own sizes (fill-drain order); the
      * neighbours' cuts tell the runner how to re-slice activations and gradients between them.
      * Rows 0..2: the previous, this and the next stage's forward sizes ("sizes"); rows 3, 4: this

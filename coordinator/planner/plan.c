@@ -60,6 +60,7 @@ void plan_result_free(plan_result *r)
     plan_partition_destroy(&r->part);
     free(r->compute_s);
     free(r->peak_memory_bytes);
+    free(r->w_defer);
     free(r->fwd_sizes);
     free(r->bwd_sizes);
     plan_sim_result_free(&r->sim);
@@ -85,9 +86,10 @@ static sc_status simulate(const plan_request *req, const plan_cost *c, const pla
     sc_status rc;
     plan_sim_stage *st = calloc((size_t)S, sizeof *st);
     SC_ALLOC_CHECK(st, err);
-    SC_CHECK_GOTO(plan_schedule_build_replicated(&s, req->schedule, S,
-                                                 sched_units(req->schedule, p->n_devs, m), sliced,
-                                                 plan_partition_copies(p), err),
+    /* zb1: with its deferred W capped to 1f1b's peak memory, as the runtime runs it */
+    SC_CHECK_GOTO(plan_partition_schedule(c, p, req->schedule,
+                                          sched_units(req->schedule, p->n_devs, m), sliced, &s,
+                                          err),
                   done);
     SC_CHECK_GOTO(plan_schedule_validate(s, err), done);
     plan_partition_sim_stages(c, p, st);
@@ -455,6 +457,14 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
     out->bubble_fraction = out->sim.bubble_fraction;
     out->throughput_samples_per_s = out->iteration_time_s > 0 ? batch / out->iteration_time_s : 0;
     out->fits_memory = memory_of(req, cost, out->part, &out->sim, out->peak_memory_bytes);
+    if (req->schedule == PLAN_SCHED_ZB1) { /* the plan's deferred_w, for the runtime */
+        out->w_defer = calloc((size_t)S, sizeof *out->w_defer);
+        if (out->w_defer == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        SC_CHECK_GOTO(plan_partition_zb1_defer(cost, out->part, m, out->w_defer, err), done);
+    }
     for (int s = 0; s < S; s++)
         out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
     out->bottleneck_s = plan_partition_bottleneck(cost, out->part);

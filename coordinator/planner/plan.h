@@ -86,6 +86,9 @@ typedef struct plan_result {
     plan_partition *part;
     double *compute_s;         /* (n_stages) */
     double *peak_memory_bytes; /* (n_stages) */
+    int *w_defer;              /* (n_stages) zb1: the W each stage defers within 1f1b's peak
+                                * memory (plan_partition_zb1_defer; JSON stages[].deferred_w);
+                                * NULL for the other schedules */
     int n_micro;
     double micro_size; /* samples per micro-batch (equal sizes) */
     int sliced;        /* warm-up micro-batches cut in halves (sliced schedule) */

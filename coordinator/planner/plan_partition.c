@@ -267,9 +267,18 @@ double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partit
         after += i >= s ? p->n_dev[i] : 0;
     }
     double inflight = search_stash(cfg, p->n_stages, after, p->n_dev[s]);
-    if (cfg->sched == PLAN_SCHED_ZB1) /* the plan known whole: stage 0's warm-up exactly */
+    if (cfg->sched == PLAN_SCHED_ZB1) { /* the plan known whole: stage 0's warm-up exactly */
         inflight = plan_stash_count_zb1_copy(sc_pipeline_warmup(all, p->n_dev[0]) + 1, p->n_dev[s],
                                              cfg->n_micro);
+        /* and the deferral capped to 1f1b's peak memory and the stage's devices, as the plan
+         * runs (out of memory: ZB-H1's count, a bound) */
+        int *w_defer = malloc((size_t)p->n_stages * sizeof *w_defer);
+        if (w_defer != NULL && cfg->n_micro > 0 &&
+            plan_partition_zb1_defer(cfg->cost, p, cfg->n_micro, w_defer, NULL) == SC_OK)
+            inflight = plan_schedule_zb1_held(p->n_stages, plan_partition_copies(p), cfg->n_micro,
+                                              s, w_defer[s]);
+        free(w_defer);
+    }
     return plan_cost_memory(cfg->cost, p->first[s], p->last[s], inflight,
                             plan_weight_versions(cfg->sched, after, p->n_dev[s]));
 }

@@ -120,7 +120,9 @@ static inline double plan_stash_count_copy(plan_sched_kind k, int after, int cop
  * stage; unreplicated W_0 + 1 = p, min(p, m). A copy of a stage of `copies` keeps its share,
  * ceil(that / copies) (rt_schedule_slots_bound). `first` is W_0 + 1: the plan's stage count
  * unreplicated, with copies sc_pipeline_warmup(all copies, stage 0's copies) + 1. Counted whole:
- * that the input gradient (B) done frees part of them is not modelled. */
+ * that the input gradient (B) done frees part of them is not modelled. ZB-H1's uncapped count:
+ * a plan's capped deferral (plan_partition_zb1_defer) holds this many or fewer, and fits where
+ * 1F1B's count does, which the searches count for zb1. */
 static inline double plan_stash_count_zb1_copy(int first, int copies, int m)
 {
     int held = first < m ? first : m;
@@ -213,6 +215,18 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
 /* p->n_dev when some stage of p has copies, else NULL: what plan_schedule_build_replicated
  * takes for p. */
 int *plan_partition_copies(const plan_partition *p);
+
+/* zb1's memory budget for p: w_defer[s] (n_stages entries) = plan_schedule_zb1_caps over the
+ * stages' stash bytes per micro-batch (plan_cost_stash, what a micro-batch keeps from F to W),
+ * so that no copy holds more bytes than 1F1B's peak stage does, and lowered further until the
+ * stage fits its smallest device (plan_cost_memory; down to 0, 1F1B's count): a zb1 plan fits
+ * wherever the same partition under 1F1B fits. */
+sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
+                                   int *w_defer, sc_err *err);
+/* The schedule the runtime runs p with: plan_schedule_build_replicated with p's copies, and for
+ * zb1 plan_schedule_build_zb1 with plan_partition_zb1_defer's caps. */
+sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p, plan_sched_kind kind,
+                                  int units, int sliced, plan_schedule **out, sc_err *err);
 
 /* Plays schedule `s` (n_micro micro-batches; built for p's copies, SC_ERR_INVALID otherwise)
  * over the partition's stage costs `stages`, with

@@ -187,8 +187,7 @@ static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_parti
     double eff = cfg->slice_efficiency > 0 ? cfg->slice_efficiency : 0.9;
     plan_schedule *s = NULL;
     plan_sim_result r;
-    SC_CHECK(plan_schedule_build_replicated(&s, cfg->sched, S, units, halves,
-                                            plan_partition_copies(cand), err));
+    SC_CHECK(plan_partition_schedule(cfg->cost, cand, cfg->sched, units, halves, &s, err));
     plan_partition_sim_stages(cfg->cost, cand, st);
     sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, eff, 0, &r, err);
     plan_schedule_destroy(&s);

@@ -50,8 +50,8 @@ double plan_group_min_bw(const plan_cluster *cl, const int *a, int na, const int
 static inline double search_stash(const plan_search_cfg *cfg, int n_stages, int after, int copies)
 {
     int k = cfg->sliced;
-    if (cfg->sched == PLAN_SCHED_ZB1) /* W_0 + 1 taken as the most stages or copies known */
-        return plan_stash_count_zb1_copy(n_stages > after ? n_stages : after, copies, cfg->n_micro);
+    if (cfg->sched == PLAN_SCHED_ZB1) /* 1F1B's: zb1's capped deferral fits where it does */
+        return plan_stash_count_copy(PLAN_SCHED_1F1B, after, copies, cfg->n_micro);
     if (cfg->sched != PLAN_SCHED_SLICED || k <= 0)
         return plan_stash_count_copy(cfg->sched, after, copies, cfg->n_micro);
     k = k < n_stages - 1 ? k : n_stages - 1;

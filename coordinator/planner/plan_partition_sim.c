@@ -10,6 +10,7 @@
  */
 #include "coordinator/planner/plan_partition.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,48 @@ int *plan_partition_copies(const plan_partition *p)
     for (int s = 0; s < p->n_stages; s++)
         any |= p->n_dev[s] > 1;
     return any ? p->n_dev : NULL;
+}
+
+sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
+                                   int *w_defer, sc_err *err)
+{
+    double *slot = malloc((size_t)p->n_stages * sizeof *slot);
+    SC_ALLOC_CHECK(slot, err);
+    const int *reps = plan_partition_copies(p);
+    for (int s = 0; s < p->n_stages; s++) /* what a micro-batch keeps from F to W */
+        slot[s] = plan_cost_stash(c, p->first[s], p->last[s]);
+    plan_schedule_zb1_caps(p->n_stages, reps, n_micro, slot, w_defer);
+    /* and within the stage's smallest device, where 1f1b's count fits (the searches count 1f1b's
+     * stash for zb1, so zb1 fits wherever 1f1b does) */
+    for (int s = 0; s < p->n_stages; s++) {
+        double room = HUGE_VAL;
+        for (int i = 0; i < p->n_dev[s]; i++)
+            room = fmin(room, dev_memory(c, p->devs[p->dev_start[s] + i]));
+        while (w_defer[s] > 0 &&
+               plan_cost_memory(c, p->first[s], p->last[s],
+                                plan_schedule_zb1_held(p->n_stages, reps, n_micro, s, w_defer[s]),
+                                0) > room)
+            w_defer[s]--;
+    }
+    free(slot);
+    return SC_OK;
+}
+
+sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p, plan_sched_kind kind,
+                                  int units, int sliced, plan_schedule **out, sc_err *err)
+{
+    *out = NULL;
+    if (kind != PLAN_SCHED_ZB1)
+        return plan_schedule_build_replicated(out, kind, p->n_stages, units, sliced,
+                                              plan_partition_copies(p), err);
+    int *w_defer = malloc((size_t)p->n_stages * sizeof *w_defer);
+    SC_ALLOC_CHECK(w_defer, err);
+    sc_status rc = plan_partition_zb1_defer(c, p, units, w_defer, err);
+    if (rc == SC_OK)
+        rc = plan_schedule_build_zb1(out, p->n_stages, units, plan_partition_copies(p), w_defer,
+                                     err);
+    free(w_defer);
+    return rc;
 }
 
 sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,

@@ -41,6 +41,7 @@ void plan_schedule_destroy(plan_schedule **sp)
     free(s->n_actions);
     free(s->frac);
     free(s->replicas);
+    free(s->w_defer);
     free(s);
     *sp = NULL;
 }
@@ -158,6 +159,48 @@ static int zb1_defer(int warm0, int warm, int n)
     return d < n - warm ? d : n - warm;
 }
 
+/* R_s and W_s of stage st (NULL replicas: p-st and p-st-1). */
+static int zb1_warm(int n_stages, const int *replicas, int st)
+{
+    int after = 0;
+    for (int i = st; i < n_stages; i++)
+        after += replicas != NULL ? replicas[i] : 1;
+    return sc_pipeline_warmup(after, replicas != NULL ? replicas[st] : 1);
+}
+
+int plan_schedule_zb1_defer(int n_stages, const int *replicas, int n_micro, int stage)
+{
+    return zb1_defer(zb1_warm(n_stages, replicas, 0), zb1_warm(n_stages, replicas, stage), n_micro);
+}
+
+int plan_schedule_zb1_held(int n_stages, const int *replicas, int n_micro, int stage, int defer)
+{
+    int warm = zb1_warm(n_stages, replicas, stage), r = replicas != NULL ? replicas[stage] : 1;
+    warm = warm < n_micro ? warm : n_micro;
+    int held = warm + 1 + defer;
+    held = held < n_micro ? held : n_micro;
+    return (held + r - 1) / r;
+}
+
+void plan_schedule_zb1_caps(int n_stages, const int *replicas, int n_micro,
+                            const double *slot_bytes, int *w_defer)
+{
+    /* 1f1b's peak over the stages, bytes on one copy: zb1 without deferral holds 1f1b's count */
+    double budget = 0;
+    for (int st = 0; st < n_stages; st++) {
+        double b = plan_schedule_zb1_held(n_stages, replicas, n_micro, st, 0) * slot_bytes[st];
+        budget = b > budget ? b : budget;
+    }
+    for (int st = 0; st < n_stages; st++) {
+        int d = plan_schedule_zb1_defer(n_stages, replicas, n_micro, st);
+        /* the most W within the budget; 0 always fits (1f1b's own count) */
+        while (d > 0 &&
+               plan_schedule_zb1_held(n_stages, replicas, n_micro, st, d) * slot_bytes[st] > budget)
+            d--;
+        w_defer[st] = d;
+    }
+}
+
 /* 1F1B over units: `warm` forwards, then one forward / one backward, then the drain. */
 static void one_f_one_b(plan_schedule *s, int st, int warm, int round)
 {
@@ -181,8 +224,31 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
     return plan_schedule_build_replicated(out, kind, n_stages, n_micro, sliced, NULL, err);
 }
 
+static sc_status build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
+                       int sliced, const int *replicas, const int *w_defer, sc_err *err);
+
 sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind kind, int n_stages,
                                          int n_micro, int sliced, const int *replicas, sc_err *err)
+{
+    return build(out, kind, n_stages, n_micro, sliced, replicas, NULL, err);
+}
+
+sc_status plan_schedule_build_zb1(plan_schedule **out, int n_stages, int n_micro,
+                                  const int *replicas, const int *w_defer, sc_err *err)
+{
+    *out = NULL;
+    for (int st = 0; w_defer != NULL && st < n_stages; st++)
+        if (w_defer[st] < 0)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "zb1 schedule: stage %d may defer %d weight gradients (W); valid: 0 or "
+                           "more (a stage defers at most ZB-H1's count whatever the cap)",
+                           st, w_defer[st]);
+    return build(out, PLAN_SCHED_ZB1, n_stages, n_micro, 0, replicas, w_defer, err);
+}
+
+/* plan_schedule_build_replicated, and for zb1 with w_defer (NULL: none) its caps. */
+static sc_status build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
+                       int sliced, const int *replicas, const int *w_defer, sc_err *err)
 {
     *out = NULL;
     int copies = 0; /* R_i, summed from the last stage back; 0: every stage one copy */
@@ -208,6 +274,10 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
     for (int u = 0; u < 2 * sliced; u++)
         s->frac[u] = 0.5;
     int p = n_stages;
+    if (kind == PLAN_SCHED_ZB1 && (s->w_defer = calloc((size_t)p, sizeof *s->w_defer)) == NULL) {
+        plan_schedule_destroy(&s);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for a schedule");
+    }
     if (replicas != NULL) {
         s->replicas = malloc((size_t)p * sizeof *s->replicas);
         if (s->replicas == NULL) {
@@ -246,9 +316,14 @@ sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind ki
             one_f_one_b(s, st, sc_pipeline_sliced_warmup(warm_rr, sliced, s->n_units), 0);
             break;
         }
-        case PLAN_SCHED_ZB1:
-            zero_bubble_h1(s, st, warm_rr, zb1_defer(warm0, warm_rr, s->n_units));
+        case PLAN_SCHED_ZB1: {
+            int d = zb1_defer(warm0, warm_rr, s->n_units);
+            if (w_defer != NULL && w_defer[st] < d)
+                d = w_defer[st];
+            s->w_defer[st] = d;
+            zero_bubble_h1(s, st, warm_rr, d);
             break;
+        }
         default:
             plan_schedule_destroy(&s);
             return SC_ERRF(err, SC_ERR_INVALID, "unknown schedule kind %d", (int)kind);

@@ -67,6 +67,8 @@ typedef struct plan_schedule {
     int weight_versions;   /* extra weight copies a stage keeps (PipeDream stashing) */
     int *replicas;         /* (n_stages) copies of each stage (plan_schedule_build_replicated);
                             * NULL: one each */
+    int *w_defer;          /* (n_stages) zb1: the W each stage defers (its list's); NULL for the
+                            * other schedules */
 } plan_schedule;
 
 /* Builds a schedule of kind `kind` over n_stages stages and n_micro micro-batches.
@@ -77,7 +79,8 @@ typedef struct plan_schedule {
  * micro-batch) while forwards are left, then B, W, then its s deferred W: the last stages,
  * which 1F1B leaves idle at the drain while the gradients travel back, fill that time with
  * their W. A stage holds at most min(p, m) micro-batches' inputs (from F to W): 1F1B's peak,
- * that of its first stage, on every stage. Stage 0 runs each W right after its B.
+ * that of its first stage, on every stage (ZB-H1's lists; plan_schedule_build_zb1 caps the
+ * deferral where a stage's micro-batches take more bytes). Stage 0 runs each W right after its B.
  * Errors: n_stages < 1, n_micro < 1 (SC_ERR_INVALID). */
 sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_stages, int n_micro,
                               int sliced, sc_err *err);
@@ -100,6 +103,30 @@ sc_status plan_schedule_build(plan_schedule **out, plan_sched_kind kind, int n_s
  * Errors: those of plan_schedule_build, a count below 1 (SC_ERR_INVALID naming the stage). */
 sc_status plan_schedule_build_replicated(plan_schedule **out, plan_sched_kind kind, int n_stages,
                                          int n_micro, int sliced, const int *replicas, sc_err *err);
+
+/* zb1 with a memory budget: stage i defers min(w_defer[i], D_i) W (D_i the deferral above,
+ * ZB-H1's; w_defer NULL: D_i everywhere, plan_schedule_build_replicated's lists); the runtime's
+ * rt_schedule_new_zb1, list for list. A negative entry is SC_ERR_INVALID; other errors as
+ * plan_schedule_build_replicated's. s->w_defer holds the deferral each stage got. */
+sc_status plan_schedule_build_zb1(plan_schedule **out, int n_stages, int n_micro,
+                                  const int *replicas, const int *w_defer, sc_err *err);
+
+/* ZB-H1's deferral D_i of stage `stage`: min(W_0 - W_i, m - min(W_i, m)) (i unreplicated). */
+int plan_schedule_zb1_defer(int n_stages, const int *replicas, int n_micro, int stage);
+
+/* Units one copy of `stage` holds from F to W under zb1 when it defers `defer` W:
+ * ceil(min(min(W_i, m) + 1 + defer, m) / r_i); defer 0 gives 1F1B's count (unreplicated
+ * min(p-i, m)). */
+int plan_schedule_zb1_held(int n_stages, const int *replicas, int n_micro, int stage, int defer);
+
+/* The memory budget of zb1's deferred W: w_defer[i] = the most W stage i may defer, at most D_i,
+ * so that its bytes in flight on a copy, plan_schedule_zb1_held(.., i, w_defer[i]) *
+ * slot_bytes[i], stay within 1F1B's peak over the stages, the largest plan_schedule_zb1_held(..,
+ * j, 0) * slot_bytes[j] (slot_bytes: a micro-batch's bytes held from F to W on stage i; the plan's
+ * "deferred_w"). Equal slots give D_i on every stage (ZB-H1's lists); where a later stage's slot
+ * is the largest its deferral shrinks, down to 0 (1F1B's order with each W after its B). */
+void plan_schedule_zb1_caps(int n_stages, const int *replicas, int n_micro,
+                            const double *slot_bytes, int *w_defer);
 
 /* An empty schedule (no actions) to fill by hand with plan_schedule_push. */
 sc_status plan_schedule_new(plan_schedule **out, int n_stages, int n_units, sc_err *err);

@@ -3,7 +3,8 @@
 # fakes on PATH that record what they are asked, and Slurm's variables are set by hand. One
 # worker per GPU Slurm allocated, named and given a state folder after the GPU's index on the
 # node (SLURM_STEP_GPUS, CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE, a one-node job's
-# SLURM_JOB_GPUS), a CPU worker where none; a failed worker's exit status becomes the script's
+# SLURM_JOB_GPUS), where none a CPU worker per NUMA node that `stagecraft topo --cpu-workers`
+# lists (bound with --numa-node, one worker for one node or STAGECRAFT_CPU_WORKERS=one); a failed worker's exit status becomes the script's
 # (at once with the default, after the others end with STAGECRAFT_ON_WORKER_FAILURE=keep);
 # no coordinator address or join token: exit 2 saying what to set. test_slurm runs it on a real
 # cluster.
@@ -20,10 +21,12 @@ cat >"$work/bin/srun" <<'EOF'
 while [ $# -gt 0 ] && [ "$1" != bash ]; do shift; done
 exec "$@"
 EOF
-# stagecraft: records its arguments; the worker of device $FAKE_FAIL_DEVICE exits 3 after a
-# moment, the others run until SIGTERM
+# stagecraft: `topo --cpu-workers` prints the NUMA nodes $FAKE_NUMA_NODES (default 0); a worker
+# records its arguments; the worker of device $FAKE_FAIL_DEVICE exits 3 after a moment, the
+# others run until SIGTERM
 cat >"$work/bin/stagecraft" <<'EOF'
 #!/bin/bash
+if [ "$1" = topo ]; then printf '%s\n' ${FAKE_NUMA_NODES:-0}; exit 0; fi
 echo "$*" >>"$FAKE_LOG"
 echo "$STAGECRAFT_COORDINATOR $STAGECRAFT_JOIN_TOKEN" >>"$FAKE_LOG.env"
 if [ "$3" = "${FAKE_FAIL_DEVICE:-}" ]; then sleep 0.5; exit 3; fi
@@ -72,6 +75,15 @@ run "${ok[@]}" SLURM_JOB_GPUS=7 SLURM_JOB_NUM_NODES=2
 expect "another node's SLURM_JOB_GPUS is not this node's" "cpu $host-cpu $host-cpu;"
 run "${ok[@]}" CUDA_VISIBLE_DEVICES=NoDevFiles
 expect "no GPU allocated" "cpu $host-cpu $host-cpu;"
+run "${ok[@]}" FAKE_NUMA_NODES="0 1"
+expect "no GPU, two NUMA nodes" "cpu $host-cpu-numa0 $host-cpu-numa0;cpu $host-cpu-numa1 $host-cpu-numa1;"
+[ "$(grep -c -- "--numa-node" "$work/fake.log")" -eq 2 ] && grep -q -- "-numa0 .*--numa-node 0$" "$work/fake.log" &&
+    grep -q -- "-numa1 .*--numa-node 1$" "$work/fake.log" && pass "each is bound to its node" ||
+    fail "the CPU workers were started as: $(cat "$work/fake.log")"
+run "${ok[@]}" FAKE_NUMA_NODES="0 1" STAGECRAFT_CPU_WORKERS=one
+expect "STAGECRAFT_CPU_WORKERS=one" "cpu $host-cpu $host-cpu;"
+run "${ok[@]}" FAKE_NUMA_NODES="0 1" SLURM_STEP_GPUS=0
+expect "GPU workers are not split by node" "cuda:0 $host-cuda0 $host-cuda0;"
 
 # failures
 run "${ok[@]}" SLURM_STEP_GPUS=0,1 FAKE_FAIL_DEVICE=cuda:1
@@ -113,5 +125,8 @@ run STAGECRAFT_ON_WORKER_FAILURE=keep
 run "${ok[@]}" STAGECRAFT_ON_WORKER_FAILURE=sometimes
 [ $rc -eq 2 ] && echo "$out" | grep -q "valid: stop, keep" && pass "a bad setting is named: $out" ||
     fail "STAGECRAFT_ON_WORKER_FAILURE=sometimes: exit $rc: $out"
+run "${ok[@]}" STAGECRAFT_CPU_WORKERS=many
+[ $rc -eq 2 ] && echo "$out" | grep -q "valid: numa, one" && pass "a bad STAGECRAFT_CPU_WORKERS is named: $out" ||
+    fail "STAGECRAFT_CPU_WORKERS=many: exit $rc: $out"
 
 finish

@@ -148,10 +148,11 @@ else
     echo "note: 5 umpipe plans kept backward_sizes == sizes; the separate backward cut is covered by unit tests only this run"
 fi
 
-# 5. schedules through the coordinator: gpipe, 1f1b and sliced warm-up compute the same update
+# 5. schedules through the coordinator: gpipe, 1f1b, sliced warm-up and zb1 (its workers
+#    deferring the W the plan's deferred_w allows: the head's stage none) compute the same update
 #    (same loss); asynchronous pipedream (weights updated per micro-batch, drained at the
 #    checkpoints) trains too (reference CPU kernels, as in 4)
-for sch in gpipe 1f1b sliced pipedream; do
+for sch in gpipe 1f1b sliced zb1 pipedream; do
     sed "s/SCH/$sch/" >"$work/s-$sch.json" <<'JSON'
 {"format": "stagecraft-job", "version": 1, "name": "SCH",
  "model": {"kind": "gpt", "vocab": 256, "seq_len": 16, "layers": 2, "width": 32, "heads": 2,
@@ -161,17 +162,23 @@ for sch in gpipe 1f1b sliced pipedream; do
 JSON
 done
 sync_losses=""
-for sch in gpipe 1f1b sliced pipedream; do
+for sch in gpipe 1f1b sliced zb1 pipedream; do
     id=$("$sc" submit "$work/s-$sch.json" --json | sed -n 's/.*"job_id": "\(job-[0-9]*\)".*/\1/p')
     if wait_for 60 is_state "$id" succeeded; then
         [ "$sch" = pipedream ] || sync_losses="$sync_losses $(loss_of "$id")"
         pass "$sch job trained (final loss $(loss_of "$id"))"
+        if [ "$sch" = zb1 ]; then # every stage told the W it may defer
+            dw=$("$sc" status "$id" --json | jq -c '[.plan.stages[] | .deferred_w]')
+            echo "$dw" | jq -e 'length > 0 and all(type == "number" and . >= 0)' >/dev/null &&
+                pass "the zb1 plan gives every stage its deferred_w $dw" ||
+                fail "the zb1 plan's deferred_w: $dw"
+        fi
     else
         fail "$sch job $id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
     fi
 done
 [ "$(echo "$sync_losses" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)" -eq 1 ] &&
-    pass "gpipe, 1f1b and sliced reach the same loss" || fail "losses differ:$sync_losses"
+    pass "gpipe, 1f1b, sliced and zb1 reach the same loss" || fail "losses differ:$sync_losses"
 
 # 5b. asynchronous pipedream with a replicated stage (1F1B-RR): PipeDream's planner on the two
 #     workers tends to give both to one stage; the coordinator now keeps such a plan (before, it

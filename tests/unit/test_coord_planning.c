@@ -372,6 +372,9 @@ static void test_zb1_job(void **state)
     {
         size_t r = json_array_size(json_object_get(st, "devices"));
         assert_true(r >= 1 && (json_int_t)r <= m);
+        /* the W the stage may defer within 1f1b's peak memory, which its workers read */
+        assert_true(json_is_integer(json_object_get(st, "deferred_w")));
+        assert_true(json_integer_value(json_object_get(st, "deferred_w")) >= 0);
     }
     json_decref(root);
 }

@@ -462,8 +462,13 @@ static void test_measured_split(void **state)
 }
 
 /* Memory binds: block 0 stashes 100 bytes a micro-batch, block 1 300; m = 4. On two stages
- * 1F1B stashes 2 and 1 micro-batches (200 and 300 bytes), zb1 2 on each (200 and 600); on one
- * stage both stash 1 (400). */
+ * 1F1B stashes 2 and 1 micro-batches (200 and 300 bytes); ZB-H1 would stash 2 on each (200 and
+ * 600), which fits neither 450 nor 350, but zb1's budget holds stage 1 to 1f1b's peak, 300, so
+ * it defers no W there and zb1 plans the two stages wherever 1f1b does (before the budget zb1
+ * fell back to one stage at 450 and found nothing at 350). Then the device's own room: block 0
+ * stashing 300, block 1 100 with 130 bytes of parameters (520 with gradients and moments) on
+ * devices of 650: the budget (1f1b's 600) would let stage 1 hold 2 (720 bytes), more than its
+ * device, so it holds 1 (620). */
 static void test_memory(void **state)
 {
     (void)state;
@@ -482,35 +487,207 @@ static void test_memory(void **state)
         plan_request req = {
             .profile = p, .cluster = c, .batch = 4, .microbatches = 4, .schedule = PLAN_SCHED_1F1B};
         plan_result r;
-        for (int strat = PLAN_STRAT_MINMAX; strat <= PLAN_STRAT_EXHAUSTIVE;
-             strat += PLAN_STRAT_EXHAUSTIVE - PLAN_STRAT_MINMAX) {
-            req.schedule = PLAN_SCHED_1F1B;
-            assert_int_equal(plan_run(&req, (plan_strategy)strat, &r, &err), SC_OK);
-            assert_int_equal(r.part->n_stages, 2);
-            assert_true(r.fits_memory);
-            plan_result_free(&r);
-            req.schedule = PLAN_SCHED_ZB1;
-            sc_err_clear(&err);
-            sc_status rc = plan_run(&req, (plan_strategy)strat, &r, &err);
-            if (k == 0) { /* 450: only one stage fits zb1 */
-                assert_int_equal(rc, SC_OK);
-                assert_int_equal(r.part->n_stages, 1);
-                assert_float_equal(r.peak_memory_bytes[0], 400, 1e-9);
+        static const plan_strategy strats[] = {PLAN_STRAT_MINMAX, PLAN_STRAT_EXHAUSTIVE};
+        for (int i = 0; i < 2; i++) {
+            plan_strategy strat = strats[i];
+            for (int z = 0; z < 2; z++) {
+                req.schedule = z ? PLAN_SCHED_ZB1 : PLAN_SCHED_1F1B;
+                sc_err_clear(&err);
+                if (plan_run(&req, strat, &r, &err) != SC_OK)
+                    fail_msg("%s %s at %g: %s", plan_strategy_name(strat),
+                             plan_sched_name(req.schedule), mem[k], err.msg);
+                if (r.part->n_stages != 2)
+                    fail_msg("%s %s at %g: %d stages", plan_strategy_name(strat),
+                             plan_sched_name(req.schedule), mem[k], r.part->n_stages);
                 assert_true(r.fits_memory);
-            } else { /* 350: nothing fits zb1 */
-                assert_int_equal(rc, SC_ERR_TOO_LARGE);
+                assert_float_equal(r.peak_memory_bytes[0], 200, 1e-9);
+                assert_float_equal(r.peak_memory_bytes[1], 300, 1e-9);
+                if (z) {
+                    assert_int_equal(r.w_defer[0], 0);
+                    assert_int_equal(r.w_defer[1], 0);
+                }
+                plan_result_free(&r);
             }
-            plan_result_free(&r);
         }
-        /* hetero, which searches stage counts itself, agrees */
+        /* hetero, which searches stage counts and copies itself, finds a zb1 plan that fits */
         req.schedule = PLAN_SCHED_ZB1;
-        sc_status rc = plan_run(&req, PLAN_STRAT_HETERO, &r, &err);
-        assert_int_equal(rc, k == 0 ? SC_OK : SC_ERR_TOO_LARGE);
-        if (k == 0)
-            assert_int_equal(r.part->n_stages, 1);
+        assert_int_equal(plan_run(&req, PLAN_STRAT_HETERO, &r, &err), SC_OK);
+        assert_true(r.fits_memory);
         plan_result_free(&r);
         plan_cluster_destroy(&c);
     }
+    p->blocks[0].stash_bytes = 300;
+    p->blocks[1].stash_bytes = 100;
+    p->blocks[1].parameter_bytes = 130;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_new_uniform(&c, 2, 1e10, 650, &err), SC_OK);
+    plan_request req = {
+        .profile = p, .cluster = c, .batch = 4, .microbatches = 4, .schedule = PLAN_SCHED_ZB1};
+    plan_result r;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_MINMAX, &r, &err), SC_OK);
+    assert_int_equal(r.part->n_stages, 2);
+    assert_true(r.fits_memory);
+    assert_int_equal(r.w_defer[1], 0);
+    assert_float_equal(r.sim.peak_inflight[1], 1, 0);
+    assert_float_equal(r.peak_memory_bytes[1], 620, 1e-9);
+    int caps[2];
+    double bytes[2] = {300, 100};
+    plan_schedule_zb1_caps(2, NULL, 4, bytes, caps); /* the byte budget alone would allow 1 */
+    assert_int_equal(caps[1], 1);
+    plan_result_free(&r);
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
+}
+
+/* plan_schedule_zb1_caps: equal slots keep ZB-H1's deferral on every stage (no copies); a larger
+ * slot later in the pipeline holds its stage back to 1f1b's peak in bytes; with copies the
+ * budget is per copy; on pseudo-random slots every stage gets the most W within the budget. */
+static void test_caps(void **state)
+{
+    (void)state;
+    int cap[8];
+    double ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 12; m++) {
+            plan_schedule_zb1_caps(p, NULL, m, ones, cap);
+            for (int st = 0; st < p; st++)
+                assert_int_equal(cap[st], plan_schedule_zb1_defer(p, NULL, m, st));
+        }
+    static const struct {
+        int m;
+        double bytes[4];
+        int want[4];
+    } cases[] = {
+        {8, {1, 1, 1, 4}, {0, 1, 2, 0}},   /* the head: 1f1b's peak is the last stage's */
+        {8, {1, 1, 1, 2}, {0, 1, 2, 1}},   /* budget 4: the last stage may hold 2 */
+        {8, {1, 1, 1, 1.5}, {0, 1, 2, 1}}, /* 3 x 1.5 > 4 */
+        {8, {4, 1, 1, 1}, {0, 1, 2, 3}},   /* the first stage's the largest: ZB-H1's */
+        {8, {1, 2, 1, 1}, {0, 0, 2, 3}},   /* budget 6: stage 1 holds 3 x 2 already */
+        {2, {1, 1, 1, 4}, {0, 0, 1, 0}},   /* m < p: at most m held */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_schedule_zb1_caps(4, NULL, cases[i].m, cases[i].bytes, cap);
+        for (int st = 0; st < 4; st++)
+            if (cap[st] != cases[i].want[st])
+                fail_msg("case %zu stage %d: cap %d, want %d", i, st, cap[st], cases[i].want[st]);
+    }
+    /* two copies of stage 0, equal slots: a copy of stage 0 holds 2 under 1f1b, stage 1 one;
+     * uncapped, stage 1 would hold W_0 + 1 = 3 (ZB-H1 counts the copies together) */
+    int reps[2] = {2, 1};
+    plan_schedule_zb1_caps(2, reps, 4, ones, cap);
+    assert_int_equal(cap[0], 0);
+    assert_int_equal(cap[1], 1);
+    assert_int_equal(plan_schedule_zb1_defer(2, reps, 4, 1), 2);
+    assert_int_equal(plan_schedule_zb1_held(2, reps, 4, 1, 2), 3);
+    assert_int_equal(plan_schedule_zb1_held(2, reps, 4, 1, 1), 2);
+    assert_int_equal(plan_schedule_zb1_held(2, reps, 4, 0, 0), 2);
+    /* pseudo-random slots and copies: within the budget, and one more W would break it */
+    unsigned seed = 1;
+    for (int trial = 0; trial < 2000; trial++) {
+        seed = seed * 1103515245u + 12345u;
+        int p = 1 + (int)(seed >> 16) % 6, m = 1 + (int)(seed >> 8) % 12, r[6];
+        double bytes[6];
+        for (int st = 0; st < p; st++) {
+            seed = seed * 1103515245u + 12345u;
+            bytes[st] = 1 + (seed >> 16) % 1000;
+            r[st] = 1 + (int)(seed >> 4) % 2;
+            r[st] = r[st] <= m ? r[st] : 1;
+        }
+        plan_schedule_zb1_caps(p, r, m, bytes, cap);
+        double budget = 0;
+        for (int st = 0; st < p; st++) {
+            double b = plan_schedule_zb1_held(p, r, m, st, 0) * bytes[st];
+            budget = b > budget ? b : budget;
+        }
+        for (int st = 0; st < p; st++) {
+            int d = cap[st], most = plan_schedule_zb1_defer(p, r, m, st);
+            assert_true(d >= 0 && d <= most);
+            assert_true(plan_schedule_zb1_held(p, r, m, st, d) * bytes[st] <= budget);
+            assert_true(d == most ||
+                        plan_schedule_zb1_held(p, r, m, st, d + 1) * bytes[st] > budget);
+        }
+    }
+}
+
+/* Four equal blocks but the last (a GPT's head) stashing four times as much, on four devices:
+ * the zb1 plan defers no W on the last stage and no more on the others than 1f1b's peak allows
+ * (deferred_w in the plan), its peak memory is 1f1b's, and its simulated time lies between
+ * ZB-H1's uncapped lists and 1f1b's on the same stages: the cap's cost in bubble. */
+static void test_planner_caps(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_profile_new(&p, 4, &err), SC_OK);
+    for (int l = 0; l < 4; l++) {
+        p->blocks[l].forward_s = 0.01;
+        p->blocks[l].backward_s = 0.02;
+        p->blocks[l].activation_bytes = 1e3;
+        p->blocks[l].stash_bytes = l == 3 ? 4e6 : 1e6;
+        p->blocks[l].parameter_bytes = 1e3;
+    }
+    assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e10, 0, &err), SC_OK);
+    plan_request req = {.profile = p,
+                        .cluster = c,
+                        .batch = 8,
+                        .microbatches = 8,
+                        .max_stages = 4,
+                        .schedule = PLAN_SCHED_ZB1};
+    plan_result z, a;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &z, &err), SC_OK);
+    req.schedule = PLAN_SCHED_1F1B;
+    assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &a, &err), SC_OK);
+    assert_int_equal(z.part->n_stages, 4);
+    assert_int_equal(a.part->n_stages, 4);
+    assert_non_null(z.w_defer);
+    assert_null(a.w_defer);
+    static const int want[4] = {0, 1, 2, 0};
+    double peak_z = 0, peak_a = 0;
+    for (int s = 0; s < 4; s++) {
+        assert_int_equal(z.w_defer[s], want[s]);
+        assert_float_equal(z.sim.peak_inflight[s], 4 - s + want[s], 0);
+        peak_z = z.peak_memory_bytes[s] > peak_z ? z.peak_memory_bytes[s] : peak_z;
+        peak_a = a.peak_memory_bytes[s] > peak_a ? a.peak_memory_bytes[s] : peak_a;
+    }
+    assert_float_equal(peak_z, peak_a, 1e-6 * peak_a);
+    assert_true(z.iteration_time_s < a.iteration_time_s);
+    /* the same caps on equal stages (F = B = W = 1): 1f1b 33, ZB-H1 27 (the last stage holding
+     * 4 x 4 where 1f1b's peak is 4), capped 30: the last stage runs each W on the critical path,
+     * (p-1) W more than ZB-H1, half its gain over 1f1b */
+    plan_sim_result capped, h, o;
+    plan_schedule *s = NULL;
+    plan_sim_stage st[4];
+    for (int i = 0; i < 4; i++)
+        st[i] = (plan_sim_stage){.fwd_s = 1, .bwd_s = 2, .wgrad_s = 1};
+    assert_int_equal(plan_schedule_build_zb1(&s, 4, 8, NULL, want, &err), SC_OK);
+    assert_int_equal(plan_schedule_validate(s, &err), SC_OK);
+    assert_int_equal(plan_sim_run(s, st, 8, 1, 0, &capped, &err), SC_OK);
+    plan_schedule_destroy(&s);
+    simulate(PLAN_SCHED_ZB1, 4, 8, 1, 0, &h);
+    simulate(PLAN_SCHED_1F1B, 4, 8, 1, 0, &o);
+    assert_float_equal(capped.iteration_s, 30, 1e-12);
+    assert_float_equal(h.iteration_s, 27, 1e-12);
+    assert_float_equal(o.iteration_s, 33, 1e-12);
+    plan_sim_result_free(&capped);
+    plan_sim_result_free(&h);
+    plan_sim_result_free(&o);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    req.schedule = PLAN_SCHED_ZB1;
+    assert_int_equal(plan_write_json(f, &req, &z, 1, &err), SC_OK);
+    long n = ftell(f);
+    rewind(f);
+    char *text = calloc((size_t)n + 1, 1);
+    assert_non_null(text);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    assert_non_null(strstr(text, "\"deferred_w\": 2}"));
+    assert_non_null(strstr(text, "\"deferred_w\": 0}]"));
+    free(text);
+    plan_result_free(&z);
+    plan_result_free(&a);
+    plan_cluster_destroy(&c);
     plan_profile_destroy(&p);
 }
 
@@ -526,6 +703,8 @@ int main(void)
         cmocka_unit_test(test_planner),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_measured_split),
+        cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_planner_caps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

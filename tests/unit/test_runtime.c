@@ -102,6 +102,8 @@ static const per_stage_sizes *g_per_stage;
 static int g_frozen;
 /* rt_runner_cfg.skip_grad_norms of every runner (a test sets it around one run only) */
 static bool g_skip_norms;
+/* rt_runner_cfg.zb1_defer of every runner (zb1's deferral caps; a test sets it around one run) */
+static const int *g_zb1_defer;
 
 static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
 {
@@ -129,6 +131,7 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.stage_memory_path = g_stage_memory_path;
     c.frozen_blocks = g_frozen;
     c.skip_grad_norms = g_skip_norms;
+    c.zb1_defer = g_zb1_defer;
     if (g_per_stage != NULL) {
         c.microbatch_sizes = g_per_stage->sizes[stage];
         c.microbatches = g_per_stage->counts[stage];
@@ -363,8 +366,14 @@ static void check_equivalence(const run_spec *rs)
         int me = g_per_stage != NULL ? g_per_stage->counts[s] : effective_microbatches(rs);
         bool fill_drain =
             strcmp(rs->schedule, "gpipe") == 0 || strcmp(rs->schedule, "unequal") == 0;
-        /* zb1 holds a micro-batch from F to W: min(p, m) on every stage */
-        int held = strcmp(rs->schedule, "zb1") == 0 ? rs->stages : rs->stages - s;
+        /* zb1 holds a micro-batch from F to W: min(p, m) on every stage, with capped deferral
+         * p-s + min(cap, s) (s W deferred at most, fewer when m is short) */
+        int held = rs->stages - s;
+        if (strcmp(rs->schedule, "zb1") == 0) {
+            int warm = rs->stages - s - 1 < me ? rs->stages - s - 1 : me;
+            int d = s < me - warm ? s : me - warm;
+            held += g_zb1_defer != NULL && g_zb1_defer[s] < d ? g_zb1_defer[s] : d;
+        }
         int bound = fill_drain ? me : (held < me ? held : me);
         if (strcmp(rs->schedule, "sliced") == 0) {
             /* the warm-up covers p-s-1 micro-batches' worth, the k halves counted as halves */
@@ -669,6 +678,42 @@ static void test_equivalence_zb1(void **state)
             assert_true(rz[st].wgrad_s > 0.0 && rz[st].wgrad_s <= rz[st].backward_s);
             assert_true(ro[st].wgrad_s == 0.0);
         }
+        free(pz);
+        free(po);
+    }
+}
+
+/* zb1 with its deferred W capped (the plan's deferred_w: a GPT whose head stage has the largest
+ * slot): the parameters of one-process training, bit for bit those of uncapped zb1 and of 1f1b
+ * (the caps move W, never the order of a stage's gradient additions), each stage holding
+ * p-s + min(cap, s) micro-batches and allocating exactly that many slots. */
+static void test_equivalence_zb1_capped(void **state)
+{
+    (void)state;
+    static const int caps[][4] = {{0, 1, 2, 0}, {0, 0, 0, 0}, {0, 1, 1, 1}};
+    const run_spec specs[] = {
+        {GPT_JSON, "zb1", 4, 8, 8, 3, "adamw", "local", NULL, NULL, NULL, 0},
+        {GPT_JSON, "zb1", 4, 8, 4, 2, "sgd", "zmq", NULL, NULL, NULL, 0},
+        {MLP_JSON, "zb1", 3, 8, 4, 3, "adamw", "local", NULL, NULL, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        g_zb1_defer = caps[i];
+        check_equivalence(&specs[i]);
+        size_t nc = 0, nz = 0, no = 0;
+        rt_report rc[8], rz[8], ro[8];
+        float *pc = train_pipeline(&specs[i], &nc, rc);
+        g_zb1_defer = NULL;
+        run_spec o = specs[i];
+        float *pz = train_pipeline(&specs[i], &nz, rz);
+        o.schedule = "1f1b";
+        float *po = train_pipeline(&o, &no, ro);
+        assert_int_equal(nc, nz);
+        assert_int_equal(nc, no);
+        assert_memory_equal(pc, pz, nc * sizeof *pc);
+        assert_memory_equal(pc, po, nc * sizeof *pc);
+        for (int st = 0; st < specs[i].stages; st++)
+            assert_true(rc[st].slots <= rz[st].slots && rc[st].slots >= ro[st].slots);
+        free(pc);
         free(pz);
         free(po);
     }
@@ -2531,6 +2576,7 @@ int main(void)
         cmocka_unit_test(test_equivalence_gpt_text),
         cmocka_unit_test(test_equivalence_vgg_mlp),
         cmocka_unit_test(test_equivalence_zb1),
+        cmocka_unit_test(test_equivalence_zb1_capped),
         cmocka_unit_test(test_equivalence_unequal_sliced),
         cmocka_unit_test(test_stage_memory_path),
         cmocka_unit_test(test_equivalence_frozen),

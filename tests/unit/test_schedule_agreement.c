@@ -2,7 +2,8 @@
  * The planner simulates the schedules the runtime runs: for every synchronous schedule (gpipe,
  * 1f1b, sliced, zb1), with and without replicated stages, the planner's per-stage
  * order of forwards, backwards and (zb1) weight gradients (coordinator/planner/plan_schedule)
- * equals the runtime's action lists (worker/runtime/schedule), unit for unit.
+ * equals the runtime's action lists (worker/runtime/schedule), unit for unit; also zb1 with its
+ * deferred W capped to a memory budget (the plan's deferred_w), with the same deferral and slots.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,6 +46,48 @@ static int planner_order(const plan_schedule *s, int st, int *out)
             out[n++] = 1000 + a->unit;
     }
     return n;
+}
+
+/* The same stage lists, action for action in the compute order. */
+static void same_lists(const rt_schedule *rs, const plan_schedule *ps, const char *what)
+{
+    int a[96], b[96];
+    for (int st = 0; st < rs->stages; st++) {
+        int na = runtime_order(rs, st, a), nb = planner_order(ps, st, b);
+        if (na != nb)
+            fail_msg("%s stage %d: runtime %d actions, planner %d", what, st, na, nb);
+        for (int i = 0; i < na; i++)
+            if (a[i] != b[i])
+                fail_msg("%s stage %d action %d: runtime %d, planner %d", what, st, i, a[i], b[i]);
+    }
+}
+
+/* zb1 with the deferral capped per stage (cap NULL: ZB-H1's): the lists, the deferral each
+ * stage runs and the slots one copy holds agree. */
+static void check_zb1(int p, int m, const int *replicas, const int *cap)
+{
+    sc_err err;
+    sc_err_clear(&err);
+    rt_schedule *rs = NULL;
+    plan_schedule *ps = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "zb1 p=%d m=%d copies %s caps %s", p, m,
+             replicas ? "given" : "none", cap ? "given" : "none");
+    if (rt_schedule_new_zb1(&rs, p, m, replicas, cap, &err) != SC_OK)
+        fail_msg("runtime %s: %s", what, err.msg);
+    if (plan_schedule_build_zb1(&ps, p, m, replicas, cap, &err) != SC_OK)
+        fail_msg("planner %s: %s", what, err.msg);
+    same_lists(rs, ps, what);
+    for (int st = 0; st < p; st++) {
+        int d = rt_schedule_zb1_defer(p, replicas, st, m, cap);
+        assert_int_equal(ps->w_defer[st], d);
+        assert_int_equal(rt_schedule_zb1_defer(p, replicas, st, m, NULL),
+                         plan_schedule_zb1_defer(p, replicas, m, st));
+        assert_int_equal(rt_schedule_zb1_slots_bound(p, replicas, st, m, cap),
+                         plan_schedule_zb1_held(p, replicas, m, st, d));
+    }
+    rt_schedule_destroy(&rs);
+    plan_schedule_destroy(&ps);
 }
 
 /* kind: 0 gpipe, 1 1f1b, 2 sliced with k halved micro-batches, 3 zb1. */
@@ -114,11 +157,52 @@ static void test_replicated(void **state)
             }
 }
 
+/* zb1 under a memory budget: hand-made caps and the caps plan_schedule_zb1_caps derives from
+ * stash bytes per stage (equal, the last stage's the largest, pseudo-random), with and without
+ * copies: the runtime given the planner's caps runs the lists the planner simulated. */
+static void test_zb1_capped(void **state)
+{
+    (void)state;
+    static const int vecs[][5] = {{1, 1, 1, 1, 1}, {2, 1, 1, 1, 1}, {1, 2, 1, 1, 1},
+                                  {1, 1, 3, 1, 1}, {2, 2, 1, 1, 1}, {1, 1, 1, 2, 1}};
+    unsigned seed = 7;
+    for (size_t v = 0; v < sizeof vecs / sizeof vecs[0]; v++)
+        for (int p = 1; p <= 5; p++)
+            for (int m = 1; m <= 12; m++) {
+                const int *reps = v == 0 ? NULL : vecs[v];
+                int most = 1;
+                for (int st = 0; st < p; st++)
+                    most = vecs[v][st] > most ? vecs[v][st] : most;
+                if (m < most)
+                    continue;
+                int cap[5];
+                for (int pat = 0; pat < 3; pat++) {
+                    for (int st = 0; st < p; st++)
+                        cap[st] = pat == 0 ? 0 : pat == 1 ? 1 : (st * 5 + m) % 4;
+                    check_zb1(p, m, reps, cap);
+                }
+                check_zb1(p, m, reps, NULL);
+                for (int kind = 0; kind < 4; kind++) {
+                    double bytes[5];
+                    for (int st = 0; st < p; st++) {
+                        seed = seed * 1103515245u + 12345u;
+                        bytes[st] = kind == 0   ? 1.0
+                                    : kind == 1 ? (st == p - 1 ? 3.0 : 1.0)
+                                    : kind == 2 ? (st == p - 1 ? 1.2 : 1.0)
+                                                : 1.0 + (seed >> 16) % 100;
+                    }
+                    plan_schedule_zb1_caps(p, reps, m, bytes, cap);
+                    check_zb1(p, m, reps, cap);
+                }
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unreplicated),
         cmocka_unit_test(test_replicated),
+        cmocka_unit_test(test_zb1_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

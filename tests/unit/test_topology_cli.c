@@ -97,6 +97,61 @@ static void test_bad_input_exit_2(void **state)
     }
 }
 
+/* The NUMA layout through the binary: the human line, --cpu-workers, and the JSON keys of a
+ * two-node export (gpu_server.xml) and a one-node one (mixed_vendor.xml). */
+static void test_cpu_worker_layout(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(run("topo --xml " DATA "gpu_server.xml", &out), 0);
+    assert_non_null(strstr(out, "\n  numa: node 0 CPUs 0-3 (4 cores, 34.4 GB); node 1 CPUs 4-7 "
+                                "(4 cores, 34.4 GB)\n"));
+    assert_non_null(strstr(out, "\n  CPU workers: one per NUMA node: stagecraft worker "
+                                "--numa-node 0 (4 cores), stagecraft worker --numa-node 1 (4 "
+                                "cores)\n"));
+    free(out);
+    assert_int_equal(run("topo --cpu-workers --xml " DATA "gpu_server.xml", &out), 0);
+    assert_string_equal(out, "0\n1\n");
+    free(out);
+    assert_int_equal(run("topo --xml " DATA "mixed_vendor.xml", &out), 0);
+    assert_non_null(strstr(out, "\n  CPU workers: one worker, 4 cores: stagecraft worker\n"));
+    free(out);
+    assert_int_equal(run("topo --cpu-workers --xml " DATA "mixed_vendor.xml", &out), 0);
+    assert_string_equal(out, "0\n");
+    free(out);
+
+    assert_int_equal(run("topo --json --xml " DATA "gpu_server.xml", &out), 0);
+    sc_jdoc *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_jdoc_parse(&doc, "stdout", out, strlen(out), &err), SC_OK);
+    sc_jnode root = sc_jdoc_root(doc), servers, s0, detail, node1, workers, ids;
+    assert_int_equal(sc_json_get_array(&root, "servers", 1, 1, &servers, &err), SC_OK);
+    s0 = sc_jnode_element(&servers, 0);
+    assert_int_equal(sc_json_get_array(&s0, "numa_nodes_detail", 2, 2, &detail, &err), SC_OK);
+    node1 = sc_jnode_element(&detail, 1);
+    const char *text = NULL;
+    assert_int_equal(sc_json_get_string(&node1, "cpus", &text, &err), SC_OK);
+    assert_string_equal(text, "4-7");
+    int64_t v = 0;
+    assert_int_equal(sc_json_get_int(&node1, "os_index", 0, 1000, &v, &err), SC_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(sc_json_get_int(&node1, "cores", 0, 1000, &v, &err), SC_OK);
+    assert_int_equal(v, 4);
+    assert_int_equal(sc_json_get_object(&s0, "cpu_workers", &workers, &err), SC_OK);
+    assert_int_equal(sc_json_get_array(&workers, "numa_nodes", 2, 2, &ids, &err), SC_OK);
+    assert_int_equal(sc_json_get_string(&workers, "layout", &text, &err), SC_OK);
+    assert_string_equal(text, "one_per_numa_node");
+    sc_jdoc_destroy(&doc);
+    free(out);
+
+    /* --cpu-workers prints one server's layout */
+    assert_int_equal(
+        run("topo --cpu-workers --xml " DATA "gpu_server.xml " DATA "cpu_only.xml", &out), 2);
+    assert_non_null(strstr(out, "--cpu-workers prints one server's layout"));
+    free(out);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -112,6 +167,7 @@ int main(void)
         cmocka_unit_test(test_json_output),
         cmocka_unit_test(test_human_output),
         cmocka_unit_test(test_bad_input_exit_2),
+        cmocka_unit_test(test_cpu_worker_layout),
         cmocka_unit_test(test_help),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

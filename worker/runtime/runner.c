@@ -226,6 +226,8 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
      * plan_pipedream's dry runs checked a copy never holds more */
     int bound = r->halved > 0
                     ? rt_schedule_sliced_slots_bound(r->p, r->stage_reps, r->s, r->m, r->halved)
+                : skind == RT_SCHED_ZB1 && !r->pipedream
+                    ? rt_schedule_zb1_slots_bound(r->p, r->stage_reps, r->s, r->m, c->zb1_defer)
                     : rt_schedule_slots_bound(r->pipedream ? RT_SCHED_PIPEDREAM : skind, r->p,
                                               r->stage_reps, r->s, r->m);
     if (r->slots > bound)

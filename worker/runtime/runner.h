@@ -89,8 +89,8 @@
  * and gradients through the runner's host buffers.
  * Invariant: no more than the schedule's activation slots (per copy: gpipe ceil(m / r_s), 1f1b
  * min(W_s / r_s + 1, ceil(m / r_s)), pipedream W_s / r_s + 1; min(p-s, m) and p-s unreplicated:
- * rt_schedule_slots_bound) are ever in flight; each iteration checks it and fails
- * with SC_ERR_INTERNAL otherwise.
+ * rt_schedule_slots_bound; zb1 rt_schedule_zb1_slots_bound) are ever in flight; each iteration
+ * checks it and fails with SC_ERR_INTERNAL otherwise.
  * (A backward cut's gather slot holds no forward of its own and is not counted there; the
  * report's `slots` includes it.)
  * Threading: all calls on a runner come from one thread; rt_runner_abort() from any thread.
@@ -200,6 +200,13 @@ typedef struct {
      * of the device gradients, rt allreduce; copy 0 joins the communicator's id to its
      * endpoint, so every copy must get copy 0's endpoint as peer endpoint 0). */
     const char *replica_reduce;
+    /* Schedule "zb1" with a memory budget: the most weight gradients (W) each stage defers,
+     * [n_stages] values >= 0 (the plan's stages[].deferred_w, from plan_schedule_zb1_caps),
+     * borrowed during rt_runner_new only; a stage defers min(this, ZB-H1's count) and allocates
+     * the slots that holds (rt_schedule_new_zb1, rt_schedule_zb1_slots_bound). Every stage must
+     * be given the same vector. NULL (the default): ZB-H1's deferral on every stage. Ignored by
+     * the other schedules. */
+    const int *zb1_defer;
 } rt_runner_cfg;
 
 /* pipedream: one forward or backward run by rt_runner_step / rt_runner_flush, in order. */

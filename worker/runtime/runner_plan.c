@@ -117,11 +117,15 @@ static sc_status plan_pipedream(rt_runner *r, sc_err *err)
     return rc;
 }
 
-/* The synchronous lists: gpipe or 1f1b over r->m micro-batches, or sliced (r->halved > 0). */
-static sc_status new_schedule(rt_runner *r, rt_schedule_kind skind, sc_err *err)
+/* The synchronous lists: gpipe, 1f1b or zb1 (with the configured deferral caps) over r->m
+ * micro-batches, or sliced (r->halved > 0). */
+static sc_status new_schedule(rt_runner *r, const rt_runner_cfg *c, rt_schedule_kind skind,
+                              sc_err *err)
 {
     if (r->halved > 0)
         return rt_schedule_new_sliced(&r->sched, r->p, r->m, r->halved, r->stage_reps, err);
+    if (skind == RT_SCHED_ZB1)
+        return rt_schedule_new_zb1(&r->sched, r->p, r->m, r->stage_reps, c->zb1_defer, err);
     return rt_schedule_new_replicated(&r->sched, skind, r->p, r->m, r->stage_reps, err);
 }
 
@@ -156,7 +160,7 @@ sc_status rt_runner_plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_sched
     if (!r->group) {
         /* the copies of stages further on still set the warm-up (1, 1, 4: stage 0 warms up
          * with 5 forwards) */
-        SC_CHECK(new_schedule(r, skind, err));
+        SC_CHECK(new_schedule(r, c, skind, err));
         r->own_mbs = r->m;
         r->own_samples = r->batch;
         r->slots = r->sched->slots[r->s];
@@ -172,7 +176,7 @@ sc_status rt_runner_plan_replicas(rt_runner *r, const rt_runner_cfg *c, rt_sched
                        "next_replicas %d) but only %d micro-batches; every replica needs one: "
                        "microbatches >= replicas",
                        most, r->s, r->nrep, r->nrep_prev, r->nrep_next, r->m);
-    SC_CHECK(new_schedule(r, skind, err));
+    SC_CHECK(new_schedule(r, c, skind, err));
     SC_CHECK(rt_schedule_validate_replicas(r->sched, r->stage_reps, err));
     SC_CHECK(
         rt_schedule_restrict(r->sched, r->s, r->nrep, r->rep, &r->acts, &r->nacts, &r->slots, err));

@@ -70,12 +70,8 @@ int rt_schedule_slots_bound(rt_schedule_kind kind, int stages, const int *replic
     int r = replicas != NULL ? replicas[stage] : 1;
     if (kind == RT_SCHED_GPIPE)
         return (microbatches + r - 1) / r;
-    if (kind == RT_SCHED_ZB1) { /* F to W: at most stage 0's 1f1b count, whole */
-        int r0 = replicas != NULL ? replicas[0] : 1;
-        int held = sc_pipeline_warmup(copies_after(stages, replicas, 0), r0) + 1;
-        held = held < microbatches ? held : microbatches;
-        return (held + r - 1) / r;
-    }
+    if (kind == RT_SCHED_ZB1) /* F to W: at most stage 0's 1f1b count, whole */
+        return rt_schedule_zb1_slots_bound(stages, replicas, stage, microbatches, NULL);
     int after = copies_after(stages, replicas, stage);
     return sc_pipeline_copy_slots(after, r, kind == RT_SCHED_PIPEDREAM ? 0 : microbatches);
 }
@@ -156,21 +152,42 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
     return rt_schedule_new_replicated(out, kind, stages, microbatches, NULL, err);
 }
 
-/* zb1's deferred W on a stage that warms up with `warm` forwards: W_0 - W_s, at most the
- * steady phase's m - warm backwards. */
-static int zb1_defer(int stages, const int *replicas, int warm, int m)
+/* Stage st's 1F1B-RR warm-up, at most m forwards. */
+static int zb1_warm(int stages, const int *replicas, int st, int m)
 {
-    int w0 =
-        sc_pipeline_warmup(copies_after(stages, replicas, 0), replicas != NULL ? replicas[0] : 1);
-    w0 = w0 < m ? w0 : m;
-    int d = w0 - warm;
-    d = d > 0 ? d : 0;
-    return d < m - warm ? d : m - warm;
+    int warm =
+        sc_pipeline_warmup(copies_after(stages, replicas, st), replicas != NULL ? replicas[st] : 1);
+    return warm < m ? warm : m;
 }
 
-/* rt_schedule_new_replicated, and with sliced > 0 rt_schedule_new_sliced's lists (1f1b only). */
+int rt_schedule_zb1_defer(int stages, const int *replicas, int stage, int microbatches,
+                          const int *w_defer)
+{
+    int m = microbatches, warm = zb1_warm(stages, replicas, stage, m);
+    int d = zb1_warm(stages, replicas, 0, m) - warm; /* W_0 - W_s, at most the steady phase */
+    d = d > 0 ? d : 0;
+    d = d < m - warm ? d : m - warm;
+    if (w_defer != NULL && w_defer[stage] >= 0 && w_defer[stage] < d)
+        d = w_defer[stage];
+    return d;
+}
+
+int rt_schedule_zb1_slots_bound(int stages, const int *replicas, int stage, int microbatches,
+                                const int *w_defer)
+{
+    int r = replicas != NULL ? replicas[stage] : 1, m = microbatches;
+    /* F to W: the warm-up, the deferred and the one in hand, consecutive micro-batches */
+    int held = zb1_warm(stages, replicas, stage, m) + 1 +
+               rt_schedule_zb1_defer(stages, replicas, stage, m, w_defer);
+    held = held < m ? held : m;
+    return (held + r - 1) / r;
+}
+
+/* rt_schedule_new_replicated, with sliced > 0 rt_schedule_new_sliced's lists (1f1b only), and
+ * with w_defer (zb1 only) rt_schedule_new_zb1's. */
 static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int stages,
-                                int microbatches, int sliced, const int *replicas, sc_err *err)
+                                int microbatches, int sliced, const int *replicas,
+                                const int *w_defer, sc_err *err)
 {
     *out = NULL;
     if (kind != RT_SCHED_GPIPE && kind != RT_SCHED_1F1B && kind != RT_SCHED_ZB1)
@@ -207,8 +224,9 @@ static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int st
             if (warm > microbatches)
                 warm = microbatches;
             /* zb1: the W of the first `defer` backwards wait for the end (schedule.h) */
-            int defer = kind == RT_SCHED_ZB1 ? zb1_defer(stages, replicas, warm, microbatches)
-                                             : microbatches;
+            int defer = kind == RT_SCHED_ZB1
+                            ? rt_schedule_zb1_defer(stages, replicas, st, microbatches, w_defer)
+                            : microbatches;
             int f = 0, b = 0, w = 0;
             for (; f < warm; f++)
                 push_forward(s, st, f);
@@ -240,7 +258,20 @@ static sc_status schedule_build(rt_schedule **out, rt_schedule_kind kind, int st
 sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
                                      int microbatches, const int *replicas, sc_err *err)
 {
-    return schedule_build(out, kind, stages, microbatches, 0, replicas, err);
+    return schedule_build(out, kind, stages, microbatches, 0, replicas, NULL, err);
+}
+
+sc_status rt_schedule_new_zb1(rt_schedule **out, int stages, int microbatches, const int *replicas,
+                              const int *w_defer, sc_err *err)
+{
+    *out = NULL;
+    for (int st = 0; w_defer != NULL && st < stages; st++)
+        if (w_defer[st] < 0)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "zb1 schedule: stage %d may defer %d weight gradients (W); valid: 0 or "
+                           "more (a stage defers at most ZB-H1's count whatever the cap)",
+                           st, w_defer[st]);
+    return schedule_build(out, RT_SCHED_ZB1, stages, microbatches, 0, replicas, w_defer, err);
 }
 
 sc_status rt_schedule_new_sliced(rt_schedule **out, int stages, int units, int sliced,
@@ -252,7 +283,7 @@ sc_status rt_schedule_new_sliced(rt_schedule **out, int stages, int units, int s
                        "sliced schedule: %d halved micro-batches in %d units; valid: 0 to %d (two "
                        "units each)",
                        sliced, units, units / 2);
-    return schedule_build(out, RT_SCHED_1F1B, stages, units, sliced, replicas, err);
+    return schedule_build(out, RT_SCHED_1F1B, stages, units, sliced, replicas, NULL, err);
 }
 
 int rt_schedule_pipedream_warmup(int stages, const int *replicas, int stage)

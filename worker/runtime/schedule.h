@@ -42,6 +42,14 @@
  * micro-batch holds its slot from F to W: the stage as a whole holds at most min(W_0 + 1, m),
  * 1f1b's count on stage 0 (min(p, m) unreplicated, on every stage: ZB-H1's memory), a copy
  * ceil(that / r_s) (rt_schedule_slots_bound).
+ * zb1 with a memory budget (rt_schedule_new_zb1): ZB-H1 counts memory in micro-batches; where
+ * the stages' slots differ in bytes (a GPT's last stage holds the logits) its peak over stages
+ * exceeds 1f1b's. Each stage's deferral may then be capped, w_defer[s] (the planner's
+ * plan_schedule_zb1_caps: the most W that keep the stage's bytes in flight within 1f1b's peak
+ * over all stages, the plan's "deferred_w"): the stage defers D'_s = min(w_defer[s], D_s) and
+ * holds min(W_s + 1 + D'_s, m) micro-batches as a whole, a copy ceil(that / r_s)
+ * (rt_schedule_zb1_slots_bound). D'_s = 0 is 1f1b's list with each W right after its B. The
+ * sends and receives stay 1f1b's, so the dry run is unchanged.
  * Not here: the cut micro-batches of the sliced warm-up (the runner adds them on top of 1f1b
  * lists).
  */
@@ -100,6 +108,19 @@ sc_status rt_schedule_new(rt_schedule **out, rt_schedule_kind kind, int stages, 
  * copies of all stages after it, and lists built for different vectors may deadlock. */
 sc_status rt_schedule_new_replicated(rt_schedule **out, rt_schedule_kind kind, int stages,
                                      int microbatches, const int *replicas, sc_err *err);
+/* zb1 with stage st deferring at most w_defer[st] weight gradients (>= 0; NULL: ZB-H1's D_s
+ * on every stage, rt_schedule_new_replicated's lists); a stage never defers more than D_s. A
+ * negative entry is SC_ERR_INVALID; the other errors as rt_schedule_new_replicated's. */
+sc_status rt_schedule_new_zb1(rt_schedule **out, int stages, int microbatches, const int *replicas,
+                              const int *w_defer, sc_err *err);
+/* The W that stage `stage` defers under zb1: min(w_defer[stage], D_s), D_s = min(W_0 - W_s, m -
+ * min(W_s, m)) (s unreplicated; w_defer NULL or a negative entry: D_s). */
+int rt_schedule_zb1_defer(int stages, const int *replicas, int stage, int microbatches,
+                          const int *w_defer);
+/* The activation slots one copy of `stage` needs under that zb1: ceil(min(W_s + 1 + deferred,
+ * m) / r_s); w_defer NULL: rt_schedule_slots_bound's zb1 count. */
+int rt_schedule_zb1_slots_bound(int stages, const int *replicas, int stage, int microbatches,
+                                const int *w_defer);
 /* The sliced schedule: 1f1b over `units` units, of which the first 2 * `sliced` are the halves
  * of the first `sliced` micro-batches (units = m + sliced). Stage s warms up with as many units
  * as cover its 1f1b warm-up in micro-batches' worth, halves counted as halves
@@ -119,7 +140,7 @@ sc_status rt_schedule_validate(rt_schedule *s, sc_err *err);
 
 /* Activation slots one copy of stage `stage` needs, replicas[st] copies of stage st (NULL: one
  * each): ceil(m / r_s) for gpipe, min(W_s / r_s + 1, ceil(m / r_s)) for 1f1b, ceil(min(W_0 + 1,
- * m) / r_s) for zb1 (min(p, m) unreplicated)
+ * m) / r_s) for zb1 (min(p, m) unreplicated; capped zb1: rt_schedule_zb1_slots_bound)
  * (sc_pipeline_copy_slots; min(p-s, m) unreplicated), W_s / r_s + 1 for pipedream, whose stream
  * crosses steps (p-s unreplicated). The copy that runs the most micro-batches (copy 0) needs
  * exactly that many, the others at most that (tested against rt_schedule_restrict). */
