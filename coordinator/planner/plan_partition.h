@@ -69,8 +69,9 @@ typedef struct plan_search_cfg {
                                   (plan_replicas_runnable) */
     double slice_efficiency;   /* for simulating sliced schedules */
     long exhaustive_limit;     /* candidate plans exhaustive may try; 0 = default */
-    int max_stages;            /* 0 = as many as devices (uniform, blockpartition, minmax,
-                                  autopipe, exhaustive honour it) */
+    int max_stages;            /* 0 = as many as devices; every strategy honours it
+                                  (hetero's copies let a capped plan use more devices), but
+                                  pipedream, whose DP picks the count, refuses a plan over it */
     int select_by_sim;         /* hetero: among the best partitions for each device count,
                                   keep the one the simulator finds fastest (else the lowest
                                   bottleneck) */

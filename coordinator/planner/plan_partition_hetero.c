@@ -5,7 +5,8 @@
  * server runs) with plan_partition_dp's DP on each; with select_by_sim the simulator then
  * chooses among the best partitions for each device count (on small instances also for each
  * stage count) and hill-climbs the chosen one's cuts. Under the sliced schedule, when memory
- * ruled anything out, it searches again for each count of halved warm-up micro-batches.
+ * ruled anything out, it searches again for each count of halved warm-up micro-batches. A stage
+ * cap (cfg->max_stages) bounds every DP's stages; copies then stay allowed on any instance.
  *
  * Does not pick the micro-batch count (plan_run does); a stage's copies are alike devices of
  * one server, only as many as the runtime runs. Invariant: the partition returned fits every
@@ -219,7 +220,7 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
 {
     const plan_cost *c = cfg->cost;
     const plan_cluster *cl = c->cluster;
-    int L = c->n_blocks, S = D < L ? D : L;
+    int L = c->n_blocks, S = plan_search_max_stages(cfg); /* devices, blocks or the cap */
     size_t W = (size_t)L + 1, plane = (size_t)(D + 1) * W, n3 = (size_t)(S + 1) * plane;
     sc_status rc = SC_OK;
     double *f = malloc(n3 * sizeof(double));
@@ -343,7 +344,7 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
                                     int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
-    int L = c->n_blocks, W = L + 1;
+    int L = c->n_blocks;
     sc_status rc = SC_OK;
     plan_partition *cand = NULL;
     int D = t->D, cut = 0;
@@ -360,7 +361,7 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
     plan_dp_order(cfg, t, order, D, max_rep, HUGE_VAL, NULL, &cut);
     *mem_cut |= cut;
     for (int d = 0; d <= D; d++)
-        row[d] = t->f[(size_t)d * W + L];
+        row[d] = plan_dp_value(t, d, L);
     /* pass 0 simulates the table's plans; its memory bound counts every device of the order as
      * a stage, so where it ruled anything out, pass 1 solves the row of d devices again with d
      * as the count, looking only for bottlenecks below the row's (the row's own plan, if any,
@@ -371,11 +372,13 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
             if (pass == 0 && !isfinite(row[d]))
                 continue;
             if (pass == 1) {
+                if (d > plan_dp_rows(t, D, max_rep)) /* past a stage cap's rows: no plan */
+                    break;
                 if (bound[d] * (cfg->n_micro > 0 ? cfg->n_micro : 1) >= best)
                     continue;
                 /* its best may lie on a shorter row: only row d itself is this pass's */
                 plan_dp_order(cfg, t, order, d, max_rep, row[d], NULL, NULL);
-                if (!(t->f[(size_t)d * W + L] < row[d]))
+                if (!(plan_dp_value(t, d, L) < row[d]))
                     continue;
             }
             if (plan_dp_extract(t, order, d, L, cand) != 0) {
@@ -469,7 +472,7 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
         h.tr[i].orders = malloc((size_t)HET_TIES * (size_t)D * sizeof(int));
     }
     if (!order || !tmp || !srv || !perm || !h.tr[0].orders || !h.tr[1].orders ||
-        plan_dp_alloc(&h.t, D, L) != 0) {
+        plan_dp_alloc(&h.t, D, L, plan_search_max_stages(cfg)) != 0) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "hetero: out of memory");
         goto done;
     }
@@ -497,6 +500,15 @@ static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, 
             biggest = w > biggest ? w : biggest;
         }
     h.max_rep = (L <= 256 && D <= 32) || biggest > 0.5 * lb ? DP_MAX_COPIES : 1;
+    /* and under a stage cap that binds (h.t.S), which without copies leaves devices idle: the
+     * copies a stage needs on average to use every device. Each DP then costs about S times
+     * max_rep squared times one without (a plane per stage, scans r times as long for r
+     * copies), so fewer orders are tried. */
+    if (h.max_rep == 1 && h.t.S > 0) {
+        int want = (D + h.t.S - 1) / h.t.S;
+        h.max_rep = want < DP_MAX_COPIES ? want : DP_MAX_COPIES;
+        h.max_evals = h.max_evals / h.t.S > 16 ? h.max_evals / h.t.S : 16;
+    }
     h.tr[0].max_rep = h.max_rep;
     h.tr[1].max_rep = 1;
     h.n_tracks = h.ties && h.max_rep > 1 ? 2 : 1;

@@ -10,6 +10,9 @@
 #ifndef PLAN_PARTITION_INTERNAL_H
 #define PLAN_PARTITION_INTERNAL_H
 
+#include <math.h>
+#include <stddef.h>
+
 #include "coordinator/planner/plan_partition.h"
 
 /* ---- the cost model (plan_partition.c) ------------------------------------------------ */
@@ -67,7 +70,8 @@ static inline double search_stash(const plan_search_cfg *cfg, int n_stages, int 
 int plan_search_sliced_tries(const plan_search_cfg *cfg, int stages);
 
 /* The most stages a plan may have: a device and a block each at least, and at most
- * cfg->max_stages when that is set (uniform, blockpartition, exhaustive and autopipe). */
+ * cfg->max_stages when that is set (every strategy but pipedream, which refuses a plan over
+ * it). */
 int plan_search_max_stages(const plan_search_cfg *cfg);
 
 /* The error of a strategy that found no partition fitting the devices' memory: marks
@@ -78,34 +82,60 @@ sc_status plan_partition_no_fit(const plan_search_cfg *cfg, const char *who, pla
 
 /* ---- the DP over a device order (plan_partition_dp.c) --------------------------------- */
 
-typedef struct dp_tables {
-    int D, L;
-    double *f; /* (D+1, L+1) */
-    int *k;    /* split */
-    int *r;    /* replicas of the last stage */
-} dp_tables;
-
-/* Tables for D devices and L blocks; -1 when out of memory. plan_dp_free frees what was
- * allocated, also after a failed plan_dp_alloc or on zeroed tables. */
-void plan_dp_free(dp_tables *t);
-int plan_dp_alloc(dp_tables *t, int D, int L);
-
-/* Rebuilds the partition ending at table row d (the first d devices of `order`) for L
- * blocks. Returns -1 when out of memory. */
-int plan_dp_extract(const dp_tables *t, const int *order, int d, int L, plan_partition *out);
-
 /* The most copies of one stage any DP gives (hetero's max_rep). */
 #define DP_MAX_COPIES 8
+
+/* Without a stage cap (S 0) one plane of (D+1, L+1) cells: row d, column n holds the best
+ * partition of the first n blocks on the order's first d devices. With a cap of S stages,
+ * planes 0..S of (rows+1, L+1) cells, plane s holding the best with at most s stages (plane 0
+ * the empty plan); the cap's answers are plane S's. rows = min(D, S x DP_MAX_COPIES): no plan
+ * of S stages uses more devices, and rows beyond read as nothing found. */
+typedef struct dp_tables {
+    int D, L, S, rows;
+    double *f; /* the planes */
+    int *k;    /* split */
+    int *r;    /* replicas of the last stage; 0: the plane below's cell (fewer stages) */
+} dp_tables;
+
+/* Tables for D devices, L blocks and at most S stages (0: no cap; pass 0 too when S >= D or
+ * S >= L, which caps nothing); -1 when out of memory. plan_dp_free frees what was allocated,
+ * also after a failed plan_dp_alloc or on zeroed tables. */
+void plan_dp_free(dp_tables *t);
+int plan_dp_alloc(dp_tables *t, int D, int L, int S);
+
+/* The answer's cell (d, n) of the last plan_dp_order, d up to its D: the best bottleneck of the
+ * first n blocks on the order's first d devices (at most t->S stages when capped), HUGE_VAL
+ * when none. */
+static inline double plan_dp_value(const dp_tables *t, int d, int n)
+{
+    if (d > t->rows)
+        return HUGE_VAL;
+    size_t plane = (size_t)(t->rows + 1) * (size_t)(t->L + 1);
+    return t->f[(size_t)t->S * plane + (size_t)d * (size_t)(t->L + 1) + (size_t)n];
+}
+
+/* The rows plan_dp_order fills for a prefix of D devices and stages of at most max_rep copies:
+ * D, or under a cap at most S x max_rep (no plan of S stages uses more devices). Prefixes
+ * longer than that solve as that one does. */
+static inline int plan_dp_rows(const dp_tables *t, int D, int max_rep)
+{
+    int rows = D < t->rows ? D : t->rows;
+    return t->S > 0 && t->S * max_rep < rows ? t->S * max_rep : rows;
+}
+
+/* Rebuilds the partition ending at the answer's row d (the first d devices of `order`) for L
+ * blocks. Returns -1 when out of memory. */
+int plan_dp_extract(const dp_tables *t, const int *order, int d, int L, plan_partition *out);
 
 /* The longest run (at most max_rep) of same-type, same-server devices ending at position d-1
  * of `order`: the devices one replicated stage may take there. */
 int plan_dp_same_run(const plan_cluster *cl, const int *order, int d, int max_rep);
 
 /* Best bottleneck for the chain on devices order[0..D-1] used as a prefix (devices at the end
- * of the order may stay idle); a stage takes a run of r devices of one type on one server when
- * max_rep > 1 and the runtime runs r copies with the plan's micro-batches
- * (plan_replicas_runnable). Values >= cap are not explored. Fills `out` when the result is
- * < cap. */
+ * of the order may stay idle), in at most t->S stages when the tables have that cap; a stage
+ * takes a run of r devices of one type on one server when max_rep > 1 and the runtime runs r
+ * copies with the plan's micro-batches (plan_replicas_runnable). Values >= cap are not
+ * explored. Fills `out` when the result is < cap. D <= t->D. */
 double plan_dp_order(const plan_search_cfg *cfg, dp_tables *t, const int *order, int D, int max_rep,
                      double cap, plan_partition *out, int *mem_cut);
 

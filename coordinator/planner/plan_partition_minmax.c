@@ -327,7 +327,7 @@ sc_status plan_partition_minmax(const plan_search_cfg *cfg, plan_partition *out,
     int D = c->cluster->n_devices, L = c->n_blocks;
     dp_tables t = {0};
     int *order = malloc((size_t)D * sizeof(int));
-    if (order == NULL || plan_dp_alloc(&t, D, L) != 0) {
+    if (order == NULL || plan_dp_alloc(&t, D, L, 0) != 0) {
         free(order);
         plan_dp_free(&t);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory in minmax");

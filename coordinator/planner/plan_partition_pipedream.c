@@ -5,7 +5,9 @@
  * branching graph.txt profile to the DP over antichain states (plan_partition_pipedream_dag.c).
  *
  * Does not model unequal devices (every device counts as device 0, and the plan's note says so)
- * or memory: PipeDream's own objective, at the profile's own micro-batch size (ref_cost).
+ * or memory: PipeDream's own objective, at the profile's own micro-batch size (ref_cost). Takes
+ * no stage cap (its DP picks the count): a plan with more stages than cfg->max_stages is
+ * refused.
  * Invariant: devices are handed out in the cluster's order, a stage's copies on consecutive
  * devices of each server it spans; on a chain, the zeroed Input sources at its front join the
  * first stage.
@@ -166,6 +168,20 @@ static void pd_note_idle(const plan_search_cfg *cfg, const plan_cluster *cl, pla
              cfg->n_micro > 1 ? cfg->n_micro : 1, plan_sched_name(cfg->sched));
 }
 
+/* PipeDream's DP chooses the stage count itself, with no way to bound it: a plan over the cap
+ * is refused, naming the cap and the strategies that honour it. */
+static sc_status pd_check_cap(const plan_search_cfg *cfg, const plan_partition *out, sc_err *err)
+{
+    if (cfg->max_stages <= 0 || out->n_stages <= cfg->max_stages)
+        return SC_OK;
+    return SC_ERRF(err, SC_ERR_INVALID,
+                   "pipedream: its plan has %d stages, more than the stage limit of %d (the job's "
+                   "\"stages\", or --stages); PipeDream's DP picks the stage count itself and "
+                   "cannot be limited: drop the limit or use hetero, minmax, autopipe, uniform, "
+                   "blockpartition or exhaustive, which honour it",
+                   out->n_stages, cfg->max_stages);
+}
+
 sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *out, sc_err *err)
 {
     const plan_cost *c = cfg->ref_cost ? cfg->ref_cost : cfg->cost;
@@ -178,6 +194,7 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
         if (rc == SC_OK) {
             pd_note_types(cl, out);
             pd_note_idle(cfg, cl, out);
+            rc = pd_check_cap(cfg, out, err);
         }
         return rc;
     }
@@ -292,6 +309,7 @@ sc_status plan_partition_pipedream(const plan_search_cfg *cfg, plan_partition *o
     }
     pd_note_types(cl, out);
     pd_note_idle(cfg, cl, out);
+    rc = pd_check_cap(cfg, out, err);
     goto done;
 nomem:
     rc = SC_ERRF(err, SC_ERR_NOMEM, "pipedream: out of memory for %d states", n);
