@@ -23,7 +23,7 @@ echo
 job=$(mktemp /tmp/stagecraft-lab-job.XXXXXX.json)
 cat >"$job" <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "lab-demo",
- "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": 4, "width": 128, "heads": 4},
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": 8, "width": 128, "heads": 4},
  "data": {"kind": "synthetic"}, "batch_size": 16, "microbatches": 4, "schedule": "1f1b",
  "strategy": "hetero", "workers": 4, "steps": $steps, "seed": 7,
  "optimizer": {"kind": "adamw", "lr": 0.003}}
@@ -38,7 +38,7 @@ echo
 echo
 id=$("$sc" submit "$job" --json | sed -n 's/.*"job_id": "\([^"]*\)".*/\1/p')
 rm -f "$job"
-echo "submitted $id: a GPT of 4 layers, hetero strategy, $steps steps"
+echo "submitted $id: a GPT of 8 layers, hetero strategy, $steps steps"
 if "$sc" help trace >/dev/null 2>&1; then
     # a trace of the running job, once it has run a few steps
     while st=$("$sc" status "$id" --json) &&
