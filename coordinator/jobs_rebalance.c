@@ -4,12 +4,14 @@
  * for), the decision to re-plan, and the pause that hands the job to the driver.
  *
  *  1. Reports (coord_jobs_rebalance_observe, control loop, under c->lock) keep the speeds. When
- *     a worker's busy time is more than CHANGE off its baseline, the job is marked for
+ *     a worker's busy time is more than CHANGE off its baseline, or a link between two stages
+ *     is off its expected speed enough to matter (jobs_links.c), the job is marked for
  *     evaluation and the driver is woken.
  *  2. Evaluation (coord_jobs_rebalance, a driver thread or the RebalanceJob call; planning runs
  *     without the lock) re-plans with every worker's profile scaled by its measured factor and
- *     compares: the running plan's predicted iteration time times the measured slow-down of the
- *     whole iteration, against the new plan's. It rebalances when the gain is over GAIN_MIN and
+ *     its link by its measured link factor, and compares: the running plan replayed at the
+ *     measured speeds (compute and the measured links' transfers), and its predicted iteration
+ *     time times the measured slow-down of the whole iteration, against the new plan's. It rebalances when the gain is over GAIN_MIN and
  *     the time it saves over the remaining steps outweighs the move's estimated cost.
  *  3. The pause: every worker of the job is told to stop after a step a little ahead (REBALANCE
  *     command); when all report they paused there (IterationReport.parked), the job moves to
@@ -206,6 +208,12 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
             off = f > 0 && fabs(f - 1) > CHANGE;
         }
     }
+    if (!off) { /* or a link between two stages (jobs_links.c) */
+        double worst;
+        char why[COORD_REASON_MAX];
+        off = coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : r->iteration_s,
+                                       &worst, why, sizeof why);
+    }
     if (!off) {
         p->off_since = 0;
         p->changed_s = 0;
@@ -255,6 +263,9 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
         f[n] = measured;
         char *prof = coord_speeds_profile(c->speeds, p->job_id, w->rec.id, &cw->link_bytes_per_s);
         cw->profile_json = prof != NULL ? coord_profile_scaled(prof, measured) : NULL;
+        /* its link as its transfers measure it now, not as the model last adopted it */
+        cw->link_bytes_per_s *= coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, true) /
+                                coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, false);
         free(prof);
         n++;
         if (cw->hw == NULL || cw->profile_json == NULL)
@@ -297,6 +308,15 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
                 bs = s, bk = k;
             }
         }
+    }
+    /* a link further off its expected speed than any worker is off its time names the change */
+    double link_off = 0;
+    char link_why[COORD_REASON_MAX];
+    if (coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
+                                 &link_off, link_why, sizeof link_why) &&
+        (link_off > worst || worst <= log(1 + CHANGE))) {
+        sc_strlcpy(buf, link_why, size);
+        return;
     }
     if (bs < 0) {
         sc_strlcpy(buf, "no measured change", size);
@@ -352,6 +372,11 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         p->predicted_iteration_s *
         (p->iter_base_n >= BASE_N && p->iter_base > 0 ? p->iter_avg / p->iter_base : 1.0);
     double stage_factor[COORD_MAX_STAGES];
+    /* the plan's transfers at its links' expected and measured speeds (none measured: not
+     * played, as before links were measured) */
+    double planned_f[COORD_MAX_STAGES], planned_b[COORD_MAX_STAGES];
+    double now_f[COORD_MAX_STAGES], now_b[COORD_MAX_STAGES];
+    bool links = coord_jobs_links_transfer_s(c, p, planned_f, planned_b, now_f, now_b);
     for (int s = 0; s < p->n_stages; s++) {
         double f = 0;
         for (int k = 0; k < p->replicas[s]; k++)
@@ -376,7 +401,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     /* The running plan at the measured speeds, on the same footing as the new plan (compute
      * scaled by the measured factors). */
     double current = running_plan != NULL && (size_t)n_stages == plan_stage_count(running_plan)
-                         ? coord_plan_replay_scaled_s(running_plan, stage_factor)
+                         ? links ? coord_plan_replay_links_s(running_plan, stage_factor, planned_f,
+                                                             planned_b, now_f, now_b)
+                                 : coord_plan_replay_scaled_s(running_plan, stage_factor)
                          : 0;
     if (current <= 0)
         current = measured;
@@ -480,11 +507,12 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                      job_id);
         goto out;
     }
-    /* the measured factors become the speed model the driver plans with */
+    /* the measured factors and links become the speed model the driver plans with */
     for (size_t i = 0; i < n; i++)
         if (factor[i] != 1)
             coord_speeds_set_scale(c->speeds, job_id, ids[i],
                                    coord_speeds_scale(c->speeds, job_id, ids[i]) * factor[i]);
+    coord_speeds_links_adopt(c->speeds, job_id);
     uint64_t furthest = 0;
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)
