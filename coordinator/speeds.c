@@ -31,8 +31,11 @@ typedef struct {
     double window_s; /* when the current window began (sc_clock_now_s) */
 } worker_clock;
 
+#define LINK_MEDIAN 5 /* a link's figure follows the median of its last samples */
+
 typedef struct {
     char from[COORD_ID_MAX], to[COORD_ID_MAX];
+    double recent[LINK_MEDIAN]; /* the last samples' transit per byte, oldest overwritten */
     double s_per_byte;     /* smoothed transit per byte */
     double ref, adopted;   /* bytes/s; 0: none yet */
     double bytes;
@@ -378,7 +381,20 @@ void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char 
         sc_strlcpy(l->from, from, sizeof l->from);
         sc_strlcpy(l->to, to, sizeof l->to);
     }
-    double x = transit_s / bytes;
+    /* the median of the last samples goes into the average: one late message (the receiver
+     * descheduled as it arrived, a retransmission) moves nothing, a change moves it from its
+     * third sample on */
+    l->recent[l->samples % LINK_MEDIAN] = transit_s / bytes;
+    size_t k = l->samples + 1 < LINK_MEDIAN ? l->samples + 1 : LINK_MEDIAN;
+    double sorted[LINK_MEDIAN];
+    memcpy(sorted, l->recent, k * sizeof *sorted);
+    for (size_t i = 1; i < k; i++) /* insertion sort of at most 5 */
+        for (size_t m = i; m > 0 && sorted[m - 1] > sorted[m]; m--) {
+            double t = sorted[m];
+            sorted[m] = sorted[m - 1];
+            sorted[m - 1] = t;
+        }
+    double x = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
     l->s_per_byte = l->samples == 0 ? x : LINK_ALPHA * x + (1 - LINK_ALPHA) * l->s_per_byte;
     l->bytes = bytes;
     l->messages = messages;

@@ -87,8 +87,9 @@ void coord_speeds_drop(coord_speeds **all, const char *job_id);
  * messages' send stamps against their arrival here (the largest stamp - arrival over the last
  * CLOCK_WINDOW_S: the offset less the least one-way delay, which both workers' estimates share
  * roughly). A link's speed is bytes over transit (latency included: the effective speed of
- * messages of that size, what the transfers of the plan take), smoothed as seconds per byte
- * (EWMA, LINK_ALPHA). Its reference is its smoothed figure after its first LINK_BASE_N samples
+ * messages of that size, what the transfers of the plan take), smoothed as seconds per byte: the
+ * median of its last LINK_MEDIAN samples into an EWMA (LINK_ALPHA), so that a single late
+ * message moves nothing and a lasting change shows from its third sample. Its reference is its smoothed figure after its first LINK_BASE_N samples
  * in the job: the speed the running plan's transfers were seen to take; what a re-plan assumes
  * of a worker's link to the others is its probed link (link_probe.h) times the least ratio of
  * its outgoing links' adopted figure to their reference. */
