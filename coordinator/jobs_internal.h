@@ -117,8 +117,8 @@ void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id
  * `iteration_s` more or less; *worst is the furthest one's |log(measured / expected)| and `why`
  * names it ("link w-1 ('a') -> w-2 ('b') ... at 0.1x its expected speed (... bytes/s measured,
  * ... expected ...)"). */
-bool coord_jobs_links_changed(coord *c, const coord_progress *p, double iteration_s,
-                              double *worst, char *why, size_t size);
+bool coord_jobs_links_changed(coord *c, const coord_progress *p, double iteration_s, double *worst,
+                              char *why, size_t size);
 /* Under c->lock: per stage of p, one micro-batch's activation (to the next stage, *_f) and
  * gradient (to the previous, *_b) transfer time at the links' expected and measured speeds
  * (0 where unmeasured). Returns whether any link of the plan is measured. */

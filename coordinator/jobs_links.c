@@ -26,7 +26,7 @@
 
 #define LINK_SKIP 10     /* steps of a run whose transfers are not sampled (connecting, warm-up) */
 #define LINK_CHANGE 0.4  /* a link this far off its expected speed (either way) is a change... */
-#define LINK_WEIGHT 0.10 /* ...when its transfers then take this share of an iteration more or less */
+#define LINK_WEIGHT 0.10 /* ...when its transfers then take this share of an iteration more */
 #define LINKS_MAX 64
 
 void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id,
@@ -49,8 +49,8 @@ void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id
         if (sender[0] == '\0' ||
             !coord_speeds_transit(c->speeds, p->job_id, sender, worker_id, l->delay_s, &transit))
             continue;
-        coord_speeds_link_sample(c->speeds, p->job_id, sender, worker_id, (double)l->bytes,
-                                 transit, l->messages);
+        coord_speeds_link_sample(c->speeds, p->job_id, sender, worker_id, (double)l->bytes, transit,
+                                 l->messages);
     }
 }
 
@@ -82,8 +82,8 @@ static double step_s(const coord_link_speed *v, double bytes_per_s)
     return bytes_per_s > 0 ? v->bytes * (double)v->messages / bytes_per_s : 0;
 }
 
-bool coord_jobs_links_changed(coord *c, const coord_progress *p, double iteration_s,
-                              double *worst, char *why, size_t size)
+bool coord_jobs_links_changed(coord *c, const coord_progress *p, double iteration_s, double *worst,
+                              char *why, size_t size)
 {
     coord_link_speed v[LINKS_MAX];
     size_t n = coord_speeds_links(c->speeds, p->job_id, v, LINKS_MAX);

@@ -11,8 +11,9 @@
  *     without the lock) re-plans with every worker's profile scaled by its measured factor and
  *     its link by its measured link factor, and compares: the running plan replayed at the
  *     measured speeds (compute and the measured links' transfers), and its predicted iteration
- *     time times the measured slow-down of the whole iteration, against the new plan's. It rebalances when the gain is over GAIN_MIN and
- *     the time it saves over the remaining steps outweighs the move's estimated cost.
+ *     time times the measured slow-down of the whole iteration, against the new plan's. It
+ * rebalances when the gain is over GAIN_MIN and the time it saves over the remaining steps
+ * outweighs the move's estimated cost.
  *  3. The pause: every worker of the job is told to stop after a step a little ahead (REBALANCE
  *     command); when all report they paused there (IterationReport.parked), the job moves to
  *     rebalancing and the driver re-plans it and assigns the new stages, which take their blocks
@@ -211,8 +212,8 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     if (!off) { /* or a link between two stages (jobs_links.c) */
         double worst;
         char why[COORD_REASON_MAX];
-        off = coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : r->iteration_s,
-                                       &worst, why, sizeof why);
+        off = coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : r->iteration_s, &worst,
+                                       why, sizeof why);
     }
     if (!off) {
         p->off_since = 0;
@@ -312,7 +313,8 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
     /* a link further off its expected speed than any worker is off its time names the change */
     double link_off = 0;
     char link_why[COORD_REASON_MAX];
-    if (coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
+    if (coord_jobs_links_changed(c, p,
+                                 p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
                                  &link_off, link_why, sizeof link_why) &&
         (link_off > worst || worst <= log(1 + CHANGE))) {
         sc_strlcpy(buf, link_why, size);

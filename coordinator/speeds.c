@@ -36,8 +36,8 @@ typedef struct {
 typedef struct {
     char from[COORD_ID_MAX], to[COORD_ID_MAX];
     double recent[LINK_MEDIAN]; /* the last samples' transit per byte, oldest overwritten */
-    double s_per_byte;     /* smoothed transit per byte */
-    double ref, adopted;   /* bytes/s; 0: none yet */
+    double s_per_byte;          /* smoothed transit per byte */
+    double ref, adopted;        /* bytes/s; 0: none yet */
     double bytes;
     unsigned messages, samples;
 } link_speed;
@@ -299,8 +299,8 @@ static worker_clock *clock_of(const coord_speeds *j, const char *id)
     return NULL;
 }
 
-void coord_speeds_clock(coord_speeds *all, const char *job_id, const char *id,
-                        const char *clock_id, uint64_t sent_ns, uint64_t received_ns)
+void coord_speeds_clock(coord_speeds *all, const char *job_id, const char *id, const char *clock_id,
+                        uint64_t sent_ns, uint64_t received_ns)
 {
     coord_speeds *j = job_of(all, job_id);
     if (j == NULL || sent_ns == 0)
@@ -343,8 +343,7 @@ bool coord_speeds_transit(const coord_speeds *all, const char *job_id, const cha
 {
     const coord_speeds *j = job_of(all, job_id);
     const worker_clock *a = clock_of(j, from), *b = clock_of(j, to);
-    if (a != NULL && b != NULL && a->clock_id[0] != '\0' &&
-        strcmp(a->clock_id, b->clock_id) == 0) {
+    if (a != NULL && b != NULL && a->clock_id[0] != '\0' && strcmp(a->clock_id, b->clock_id) == 0) {
         *transit_s = delay_s; /* one kernel, one monotonic clock */
         return true;
     }

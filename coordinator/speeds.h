@@ -89,15 +89,16 @@ void coord_speeds_drop(coord_speeds **all, const char *job_id);
  * roughly). A link's speed is bytes over transit (latency included: the effective speed of
  * messages of that size, what the transfers of the plan take), smoothed as seconds per byte: the
  * median of its last LINK_MEDIAN samples into an EWMA (LINK_ALPHA), so that a single late
- * message moves nothing and a lasting change shows from its third sample. Its reference is its smoothed figure after its first LINK_BASE_N samples
- * in the job: the speed the running plan's transfers were seen to take; what a re-plan assumes
- * of a worker's link to the others is its probed link (link_probe.h) times the least ratio of
- * its outgoing links' adopted figure to their reference. */
+ * message moves nothing and a lasting change shows from its third sample. Its reference is its
+ * smoothed figure after its first LINK_BASE_N samples in the job: the speed the running plan's
+ * transfers were seen to take; what a re-plan assumes of a worker's link to the others is its
+ * probed link (link_probe.h) times the least ratio of its outgoing links' adopted figure to their
+ * reference. */
 
 /* One control message of worker `id` in job `job_id`: it stamped it sent_ns on its clock
  * `clock_id` (its kernel's boot id; "" unknown), and it arrived at received_ns here. */
-void coord_speeds_clock(coord_speeds *all, const char *job_id, const char *id,
-                        const char *clock_id, uint64_t sent_ns, uint64_t received_ns);
+void coord_speeds_clock(coord_speeds *all, const char *job_id, const char *id, const char *clock_id,
+                        uint64_t sent_ns, uint64_t received_ns);
 
 /* The transit of a message of worker `from` that worker `to` measured as `delay_s` (its arrival
  * on to's clock minus its send stamp on from's): delay_s itself when they share a clock, else

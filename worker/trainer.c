@@ -503,7 +503,8 @@ static void report_links(const rt_report *rep, Stagecraft__IterationReport *r)
     size_t n = rep->n_links > 0 ? (size_t)rep->n_links : 0;
     if (n == 0)
         return;
-    char *block = malloc(n * (sizeof(Stagecraft__LinkTransfer *) + sizeof(Stagecraft__LinkTransfer)));
+    char *block =
+        malloc(n * (sizeof(Stagecraft__LinkTransfer *) + sizeof(Stagecraft__LinkTransfer)));
     if (block == NULL)
         return;
     Stagecraft__LinkTransfer **ptrs = (Stagecraft__LinkTransfer **)block;

@@ -301,7 +301,7 @@ static void *send_when_told(void *arg)
 {
     late_send *l = arg;
     while (atomic_load(&l->go) == 0)
-        ; /* the receiver is about to wait */
+        ;                 /* the receiver is about to wait */
     sc_clock_sleep_ms(5); /* and then waits: the message comes to an empty inbox */
     float x[256] = {0};
     sc_err err;
