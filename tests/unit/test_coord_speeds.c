@@ -1,11 +1,12 @@
 /* coordinator/speeds: the links of a job's speed model: clock offsets from control messages,
  * transits corrected by them, the smoothed speed per link, its reference and the factor a
  * re-plan puts on a worker's probed link. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the four headers above first */
+#include <cmocka.h>
 
 #include <math.h>
 #include <stdlib.h>
