@@ -616,8 +616,8 @@ bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
 }
 
 /* Profiles again the workers job `id` knows but a re-plan left out (they run nothing, so only
- * a new profile tells how fast they are now); a speed that changed by more than CHANGE
- * replaces the model's and marks the job for evaluation. Network calls: takes the lock only
+ * a new profile tells how fast they are now) and probes their links again; a speed or a link
+ * that changed by more than CHANGE replaces the model's and marks the job for evaluation. Network calls: takes the lock only
  * to read and write the registry, the store and the speed model. */
 static void probe_left_out(coord *c, const char *id)
 {
@@ -628,9 +628,10 @@ static void probe_left_out(coord *c, const char *id)
     size_t total = coord_registry_count(c->registry), n = 0;
     coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
     double *before = calloc(total ? total : 1, sizeof *before);
+    double *link_before = calloc(total ? total : 1, sizeof *link_before);
     coord_job job;
     char *spec_json = NULL;
-    if (p != NULL && ws != NULL && before != NULL &&
+    if (p != NULL && ws != NULL && before != NULL && link_before != NULL &&
         coord_store_job_get(c->store, id, &job, NULL) == SC_OK) {
         spec_json = job.spec_json;
         job.spec_json = NULL;
@@ -642,7 +643,8 @@ static void probe_left_out(coord *c, const char *id)
                 continue;
             coord_chosen_worker *cw = &ws[n];
             coord_jobs_chosen_fill(cw, w);
-            char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &cw->link_bytes_per_s);
+            char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &link_before[n]);
+            cw->link_bytes_per_s = 0; /* probed again: a link that changed shows too */
             before[n] = known != NULL ? coord_profile_total_s(known) : 0;
             free(known);
             n++;
@@ -660,12 +662,22 @@ static void probe_left_out(coord *c, const char *id)
         for (size_t i = 0; i < n; i++) {
             double now = coord_profile_total_s(ws[i].profile_json);
             bool joined = before[i] <= 0; /* new to the job: an elastic job may grow onto it */
-            if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE))
+            /* a link the model has (probed, times what training measured on it) against the
+             * probe now: a link cut while the worker ran, restored since it was left out */
+            double link = ws[i].link_bytes_per_s;
+            bool link_moved = link > 0 && link_before[i] > 0 &&
+                              fabs(link / link_before[i] - 1) > CHANGE;
+            if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE && !link_moved))
                 continue;
             const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};
-            double links[1] = {ws[i].link_bytes_per_s};
+            double links[1] = {link > 0 ? link : link_before[i]};
             coord_speeds_keep(&c->speeds, id, ids, profiles, links, 1);
-            if (joined)
+            if (link_moved && fabs(now / before[i] - 1) <= CHANGE)
+                SC_LOG_INFO(LOG,
+                            "job %s: worker %s ('%s'), left out of its plan, now probes its link "
+                            "at %.3g bytes/s (%.3g in the speed model)",
+                            id, ws[i].id, ws[i].name, link, link_before[i]);
+            else if (joined)
                 SC_LOG_INFO(LOG, "job %s: worker %s ('%s') is free; profiled to grow onto it", id,
                             ws[i].id, ws[i].name);
             else
@@ -687,6 +699,7 @@ static void probe_left_out(coord *c, const char *id)
     coord_jobspec_clear(&spec);
     free(spec_json);
     free(before);
+    free(link_before);
     coord_jobs_chosen_free(ws, n);
 }
 

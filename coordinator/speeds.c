@@ -122,8 +122,9 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
         w->link = links[i];
         w->scale = 1.0;
         w->ref = 0;
-        for (size_t k = 0; k < j->n_l; k++) /* its links start again from the probe */
-            if (strcmp(j->l[k].from, ids[i]) == 0)
+        /* its links, either way, start again from the probe (which timed both directions) */
+        for (size_t k = 0; k < j->n_l; k++)
+            if (strcmp(j->l[k].from, ids[i]) == 0 || strcmp(j->l[k].to, ids[i]) == 0)
                 j->l[k].ref = j->l[k].adopted = 0, j->l[k].samples = 0;
     }
 }

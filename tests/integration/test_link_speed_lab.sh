@@ -5,7 +5,7 @@
 # to b's and the gradients back now crawl: the job rebalances onto a plan without that transfer,
 # its history naming the link with its measured and expected speeds, and the links' measured
 # speed falls to about the set rate (the messages are four times tbf's burst, which passes at line
-# speed, so at most about 4/3 of it).
+# speed, so at most about 4/3 of it). Restored, the job moves back onto both workers.
 # Needs root, iproute2 (tc with the tbf qdisc), jq and a cgroup CPU controller: skipped (exit
 # 77) without them.
 # Usage: test_link_speed_lab.sh PATH/TO/stagecraft
@@ -76,5 +76,14 @@ for dir in "$w0 $w1" "$w1 $w0"; do
         fail "link ${dir/ / -> }: measured '$got' bytes/s after a cut to $rate"
 done
 pass "after the move: $(stages job-1) stage(s) on $("$sc" status job-1 --json | jq -c '[.stage_figures[].worker_ids[]]')"
+
+# restored: the worker the plan left out is profiled and probed again (every 10 s), its link
+# is fast again, and the job moves back onto both
+had=$(rebalances job-1)
+"$lab" set --lab "$name" a rate=1gbit >/dev/null || fail "lab set a rate=1gbit"
+two_again() { more_than job-1 "$had" && is_state job-1 running && [ "$(stages job-1)" -eq 2 ]; }
+wait_for 300 two_again &&
+    pass "its uplink restored, the job moves back to 2 stages: $(history job-1 | grep '^rebalancing:' | tail -n 1 | cut -c 1-160)" ||
+    fail "no move back: $(stages job-1) stage(s), $(history job-1)"
 "$sc" cancel job-1 >/dev/null
 finish
