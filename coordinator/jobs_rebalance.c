@@ -320,6 +320,11 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
         sc_strlcpy(buf, link_why, size);
         return;
     }
+    /* nothing the job runs on changed beyond CHANGE: a worker it left out did */
+    if (p->reprobed[0] && worst <= log(1 + CHANGE)) {
+        sc_strlcpy(buf, p->reprobed, size);
+        return;
+    }
     if (bs < 0) {
         sc_strlcpy(buf, "no measured change", size);
         return;
@@ -389,6 +394,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     uint64_t done = p->stored_step, steps = p->steps;
     char change[COORD_REASON_MAX];
     describe_change(c, p, change, sizeof change);
+    p->reprobed[0] = '\0'; /* told once */
     /* a freeze the policy asked for: the workers learn the new prefix only from a new plan, so
      * it moves whatever the gain */
     int frozen = coord_freezing_frozen(c->freezing, job_id);
@@ -672,20 +678,25 @@ static void probe_left_out(coord *c, const char *id)
             const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};
             double links[1] = {link > 0 ? link : link_before[i]};
             coord_speeds_keep(&c->speeds, id, ids, profiles, links, 1);
+            p = coord_jobs_progress(c, id);
+            char what[COORD_REASON_MAX] = "";
             if (link_moved && fabs(now / before[i] - 1) <= CHANGE)
-                SC_LOG_INFO(LOG,
-                            "job %s: worker %s ('%s'), left out of its plan, now probes its link "
-                            "at %.3g bytes/s (%.3g in the speed model)",
-                            id, ws[i].id, ws[i].name, link, link_before[i]);
+                sc_strfmt(what, sizeof what,
+                          "worker %s ('%s'), left out of the plan, now probes its link at %.3g "
+                          "bytes/s (%.3g in the speed model)",
+                          ws[i].id, ws[i].name, link, link_before[i]);
+            else if (!joined)
+                sc_strfmt(what, sizeof what,
+                          "worker %s ('%s'), left out of the plan, now profiles at %.2fx the "
+                          "time it was planned with",
+                          ws[i].id, ws[i].name, now / before[i]);
+            if (p != NULL && what[0])
+                sc_strlcpy(p->reprobed, what, sizeof p->reprobed);
+            if (what[0])
+                SC_LOG_INFO(LOG, "job %s: %s", id, what);
             else if (joined)
                 SC_LOG_INFO(LOG, "job %s: worker %s ('%s') is free; profiled to grow onto it", id,
                             ws[i].id, ws[i].name);
-            else
-                SC_LOG_INFO(LOG,
-                            "job %s: worker %s ('%s'), left out of its plan, now profiles at "
-                            "%.2fx the time it was planned with",
-                            id, ws[i].id, ws[i].name, now / before[i]);
-            p = coord_jobs_progress(c, id);
             if (p != NULL && p->pause_step == 0) {
                 p->evaluate = true;
                 if (p->changed_s == 0)

@@ -83,7 +83,10 @@ had=$(rebalances job-1)
 "$lab" set --lab "$name" a rate=1gbit >/dev/null || fail "lab set a rate=1gbit"
 two_again() { more_than job-1 "$had" && is_state job-1 running && [ "$(stages job-1)" -eq 2 ]; }
 wait_for 300 two_again &&
-    pass "its uplink restored, the job moves back to 2 stages: $(history job-1 | grep '^rebalancing:' | tail -n 1 | cut -c 1-160)" ||
+    pass "its uplink restored, the job moves back to 2 stages" ||
     fail "no move back: $(stages job-1) stage(s), $(history job-1)"
+back=$(history job-1 | grep '^rebalancing:' | sed -n "$((had + 1))p")
+grep -Eq "^rebalancing: worker w-[0-9]+ \('w[01]'\), left out of the plan, now (probes its link at|profiles at)" <<<"$back" &&
+    pass "the history says why: $(cut -c 1-150 <<<"$back")..." || fail "history: $back"
 "$sc" cancel job-1 >/dev/null
 finish
