@@ -70,6 +70,10 @@ sc_status coord_jobs_add_transports(const coord_jobspec *spec, const coord_chose
 
 /* ---- jobs_dispatch.c: the calls and commands that profile, assign and start a job --------- */
 
+/* Measures the link between the coordinator and worker `w` into w->link_bytes_per_s
+ * (link_probe.h); a failure is logged and leaves it 0. A network call: without c->lock. */
+void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w);
+
 /* Profiles the model on the chosen workers (each on its own device), filling ws[i].profile_json,
  * and measures each one's link to the coordinator (ws[i].link_bytes_per_s), one worker at a time.
  * A failed probe is logged and leaves the figure 0 (the worker's report then stands); only a

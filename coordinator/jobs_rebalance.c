@@ -520,7 +520,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         if (factor[i] != 1)
             coord_speeds_set_scale(c->speeds, job_id, ids[i],
                                    coord_speeds_scale(c->speeds, job_id, ids[i]) * factor[i]);
-    coord_speeds_links_adopt(c->speeds, job_id);
+    coord_speeds_links_adopt(c->speeds, job_id, CHANGE);
     uint64_t furthest = 0;
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)
@@ -592,13 +592,70 @@ static bool candidate(coord *c, const coord_progress *p, const coord_worker *w, 
            (p->workers_max > 0 && have < p->workers_max);
 }
 
+/* Under c->lock: whether worker `w` runs job p and its link is under suspicion (speeds.h:
+ * probed slower than at first, or a link from or to it adopted slower than its reference). */
+static bool suspect(coord *c, const coord_progress *p, const coord_worker *w)
+{
+    return strcmp(w->job_id, p->job_id) == 0 && w->state == COORD_WORKER_ALIVE && !w->leaving &&
+           coord_speeds_link_suspect(c->speeds, p->job_id, w->rec.id, CHANGE);
+}
+
 static bool has_candidates(coord *c, const coord_progress *p)
 {
     size_t have = held(c, p);
     for (size_t i = 0; i < coord_registry_count(c->registry); i++)
-        if (candidate(c, p, coord_registry_at(c->registry, i), have))
+        if (candidate(c, p, coord_registry_at(c->registry, i), have) ||
+            suspect(c, p, coord_registry_at(c->registry, i)))
             return true;
     return false;
+}
+
+/* Probes again the links of job `id`'s workers under suspicion, while they train. A slow link
+ * between two workers may be either one's uplink: the probes (each worker's own path) tell
+ * which, and when it is fast again, which no transfer shows once a re-plan stopped using the
+ * link. A fresh probe replaces the worker's link in the model (and the measured links from and
+ * to it start again); one more than CHANGE off the model's figure marks the job. Network calls
+ * without the lock. */
+static void probe_suspects(coord *c, const char *id)
+{
+    pthread_mutex_lock(&c->lock);
+    coord_progress *p = coord_jobs_progress(c, id);
+    size_t total = coord_registry_count(c->registry), n = 0;
+    coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
+    double *before = calloc(total ? total : 1, sizeof *before);
+    for (size_t i = 0; p != NULL && ws != NULL && before != NULL && i < total; i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (!suspect(c, p, w))
+            continue;
+        coord_jobs_chosen_fill(&ws[n], w);
+        free(coord_speeds_profile(c->speeds, id, w->rec.id, &before[n]));
+        n++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++)
+        coord_jobs_probe_link(c, &ws[i]);
+    pthread_mutex_lock(&c->lock);
+    p = coord_jobs_progress(c, id);
+    for (size_t i = 0; p != NULL && i < n; i++) {
+        double link = ws[i].link_bytes_per_s;
+        if (!(link > 0))
+            continue;
+        coord_speeds_set_link(c->speeds, id, ws[i].id, link);
+        if (before[i] > 0 && fabs(link / before[i] - 1) <= CHANGE)
+            continue;
+        sc_strfmt(p->reprobed, sizeof p->reprobed,
+                  "worker %s ('%s') now probes its link at %.3g bytes/s (%.3g in the speed model)",
+                  ws[i].id, ws[i].name, link, before[i]);
+        SC_LOG_INFO(LOG, "job %s: %s", id, p->reprobed);
+        if (p->pause_step == 0) {
+            p->evaluate = true;
+            if (p->changed_s == 0)
+                p->changed_s = sc_clock_now_s();
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(before);
+    coord_jobs_chosen_free(ws, n);
 }
 
 bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
@@ -720,8 +777,10 @@ void coord_jobs_rebalance_tick(coord *c, const char *id)
     coord_progress *p = coord_jobs_progress(c, id);
     bool probe = p != NULL && p->probe;
     pthread_mutex_unlock(&c->lock);
-    if (probe)
+    if (probe) {
+        probe_suspects(c, id); /* first: the left-out workers' figures are read after it */
         probe_left_out(c, id);
+    }
     pthread_mutex_lock(&c->lock);
     p = coord_jobs_progress(c, id);
     bool evaluate = p != NULL && p->evaluate, leaving = p != NULL && p->leaving[0];

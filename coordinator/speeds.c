@@ -12,6 +12,7 @@ typedef struct {
     char id[COORD_ID_MAX];
     char *profile_json;
     double link, scale;
+    double link0; /* its first probed link in the job (0: none yet) */
     double ref; /* busy seconds per profiled second when first measured; 0: not yet */
 } worker_speed;
 
@@ -73,6 +74,10 @@ static worker_speed *worker_of(const coord_speeds *j, const char *id)
     return NULL;
 }
 
+/* A fresh probe of worker `id` is its link now: the measured links from and to it start again
+ * (both directions: the probe timed both, and a link's slowness may be either end's). */
+static void links_restart(coord_speeds *j, const char *id);
+
 static void job_free(coord_speeds *j)
 {
     for (size_t i = 0; i < j->n; i++)
@@ -120,13 +125,42 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
         free(w->profile_json);
         w->profile_json = strdup(profiles[i]);
         w->link = links[i];
+        if (w->link0 <= 0)
+            w->link0 = links[i];
         w->scale = 1.0;
         w->ref = 0;
-        /* its links, either way, start again from the probe (which timed both directions) */
-        for (size_t k = 0; k < j->n_l; k++)
-            if (strcmp(j->l[k].from, ids[i]) == 0 || strcmp(j->l[k].to, ids[i]) == 0)
-                j->l[k].ref = j->l[k].adopted = 0, j->l[k].samples = 0;
+        links_restart(j, ids[i]);
     }
+}
+
+void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link)
+{
+    coord_speeds *j = job_of(all, job_id);
+    worker_speed *w = worker_of(j, id);
+    if (w == NULL || !(link > 0))
+        return;
+    w->link = link;
+    if (w->link0 <= 0)
+        w->link0 = link;
+    links_restart(j, id);
+}
+
+bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, const char *id,
+                               double change)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    const worker_speed *w = worker_of(j, id);
+    if (w == NULL)
+        return false;
+    if (w->link0 > 0 && w->link < w->link0 / (1 + change))
+        return true;
+    for (size_t i = 0; i < j->n_l; i++) {
+        const link_speed *l = &j->l[i];
+        if ((strcmp(l->from, id) == 0 || strcmp(l->to, id) == 0) && l->ref > 0 &&
+            l->adopted > 0 && l->adopted < l->ref / (1 + change))
+            return true;
+    }
+    return false;
 }
 
 static void scale_node(json_t *node, double factor)
@@ -443,10 +477,22 @@ double coord_speeds_link_factor(const coord_speeds *all, const char *job_id, con
     return f > 0 ? f : 1;
 }
 
-void coord_speeds_links_adopt(coord_speeds *all, const char *job_id)
+void coord_speeds_links_adopt(coord_speeds *all, const char *job_id, double change)
 {
     coord_speeds *j = job_of(all, job_id);
-    for (size_t i = 0; j != NULL && i < j->n_l; i++)
-        if (j->l[i].ref > 0 && j->l[i].s_per_byte > 0)
-            j->l[i].adopted = 1 / j->l[i].s_per_byte;
+    for (size_t i = 0; j != NULL && i < j->n_l; i++) {
+        link_speed *l = &j->l[i];
+        if (l->ref <= 0 || l->s_per_byte <= 0)
+            continue;
+        double now = 1 / l->s_per_byte;
+        /* within `change` of its reference it is the link it was: noise is not adopted */
+        l->adopted = now > l->ref / (1 + change) && now < l->ref * (1 + change) ? 0 : now;
+    }
+}
+
+static void links_restart(coord_speeds *j, const char *id)
+{
+    for (size_t k = 0; k < j->n_l; k++)
+        if (strcmp(j->l[k].from, id) == 0 || strcmp(j->l[k].to, id) == 0)
+            j->l[k].ref = j->l[k].adopted = 0, j->l[k].samples = 0;
 }

@@ -131,8 +131,20 @@ size_t coord_speeds_links(const coord_speeds *all, const char *job_id, coord_lin
 double coord_speeds_link_factor(const coord_speeds *all, const char *job_id, const char *id,
                                 bool measured);
 
-/* A re-plan took the links' measured figures: they become what the plan expects. */
-void coord_speeds_links_adopt(coord_speeds *all, const char *job_id);
+/* A re-plan took the links' measured figures: those more than `change` off their reference
+ * become what the plan expects; the others expect their reference again. */
+void coord_speeds_links_adopt(coord_speeds *all, const char *job_id, double change);
+
+/* A fresh probe of worker `id`'s link (bytes/s > 0): it replaces the probed figure and the
+ * measured links from and to the worker start again (coord_speeds_keep's reset, profile kept). */
+void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link);
+
+/* Whether worker `id`'s link is under suspicion in job `job_id`: its probe more than `change`
+ * below its first one in the job, or a link from or to it adopted that far below its
+ * reference. Such a worker is probed again while it trains: a slow link between two workers may
+ * be either one's, and only their probes tell which, and when it is fast again. */
+bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, const char *id,
+                               double change);
 
 /* `profile_json` with every number under a key ending in "_s" (forward_s, backward_s, ...)
  * multiplied by `factor` (heap string, caller frees; NULL when it is not JSON). */

@@ -107,7 +107,8 @@ static void test_link_smoothing(void **state)
     double link = 0;
     free(coord_speeds_profile(all, "j", "a", &link));
     assert_true(near(link, 1e8, 1e-12));
-    coord_speeds_links_adopt(all, "j");
+    assert_false(coord_speeds_link_suspect(all, "j", "a", 0.4));
+    coord_speeds_links_adopt(all, "j", 0.4);
     coord_speeds_links(all, "j", v, 4);
     assert_true(near(v[0].expected, v[0].measured, 1e-12));
     assert_true(near(coord_speeds_link_factor(all, "j", "a", false), f, 1e-12));
@@ -116,13 +117,35 @@ static void test_link_smoothing(void **state)
     free(coord_speeds_profile(all, "j", "b", &link));
     assert_true(near(link, 2e8, 1e-12));
 
-    /* a fresh profile of a (its link probed again) restarts its links' reference */
+    /* adopted 10x below its reference: both ends are suspects (either uplink may be slow) */
+    assert_true(coord_speeds_link_suspect(all, "j", "a", 0.4));
+    assert_true(coord_speeds_link_suspect(all, "j", "b", 0.4));
+    /* b's probe again: the link restarts, and a is cleared with it */
+    coord_speeds_set_link(all, "j", "b", 2e8);
+    assert_int_equal(coord_speeds_links(all, "j", v, 4), 0);
+    assert_false(coord_speeds_link_suspect(all, "j", "a", 0.4));
+    assert_true(coord_speeds_link_factor(all, "j", "a", false) == 1);
+
+    /* a fresh profile of a with a slower probe: its link is that probe, and it stays a suspect
+     * (probed again while it trains) until a probe is back near its first */
     const char *ids[1] = {"a"}, *profiles[1] = {"{\"blocks\": []}"};
     const double links[1] = {5e7};
     coord_speeds_keep(&all, "j", ids, profiles, links, 1);
-    assert_int_equal(coord_speeds_links(all, "j", v, 4), 0);
     free(coord_speeds_profile(all, "j", "a", &link));
     assert_true(near(link, 5e7, 1e-12));
+    assert_true(coord_speeds_link_suspect(all, "j", "a", 0.4));
+    coord_speeds_set_link(all, "j", "a", 0.9e8);
+    assert_false(coord_speeds_link_suspect(all, "j", "a", 0.4));
+
+    /* adopting measured figures within 40% of their reference adopts nothing */
+    for (int i = 0; i < 8; i++)
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8);
+    for (int i = 0; i < 20; i++)
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.013, 8);
+    coord_speeds_links_adopt(all, "j", 0.4);
+    coord_speeds_links(all, "j", v, 4);
+    assert_true(v[0].measured < 0.8e6 && v[0].measured > 1e6 / 1.4);
+    assert_true(near(v[0].expected, 1e6, 1e-9));
     coord_speeds_free(&all);
 }
 
