@@ -680,8 +680,8 @@ bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
 
 /* Profiles again the workers job `id` knows but a re-plan left out (they run nothing, so only
  * a new profile tells how fast they are now) and probes their links again; a speed or a link
- * that changed by more than CHANGE replaces the model's and marks the job for evaluation. Network calls: takes the lock only
- * to read and write the registry, the store and the speed model. */
+ * that changed by more than CHANGE replaces the model's and marks the job for evaluation. Network
+ * calls: takes the lock only to read and write the registry, the store and the speed model. */
 static void probe_left_out(coord *c, const char *id)
 {
     pthread_mutex_lock(&c->lock);
@@ -728,8 +728,8 @@ static void probe_left_out(coord *c, const char *id)
             /* a link the model has (probed, times what training measured on it) against the
              * probe now: a link cut while the worker ran, restored since it was left out */
             double link = ws[i].link_bytes_per_s;
-            bool link_moved = link > 0 && link_before[i] > 0 &&
-                              fabs(link / link_before[i] - 1) > CHANGE;
+            bool link_moved =
+                link > 0 && link_before[i] > 0 && fabs(link / link_before[i] - 1) > CHANGE;
             if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE && !link_moved))
                 continue;
             const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};

@@ -156,8 +156,8 @@ bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, cons
         return true;
     for (size_t i = 0; i < j->n_l; i++) {
         const link_speed *l = &j->l[i];
-        if ((strcmp(l->from, id) == 0 || strcmp(l->to, id) == 0) && l->ref > 0 &&
-            l->adopted > 0 && l->adopted < l->ref / (1 + change))
+        if ((strcmp(l->from, id) == 0 || strcmp(l->to, id) == 0) && l->ref > 0 && l->adopted > 0 &&
+            l->adopted < l->ref / (1 + change))
             return true;
     }
     return false;
