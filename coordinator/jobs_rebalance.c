@@ -69,6 +69,22 @@ static double off_plan(const coord_progress *p, int s, int k)
     return f > 0 && p->scale[s][k] > 0 ? f / p->scale[s][k] : 0;
 }
 
+/* Under c->lock: whether some replica's worker is more than CHANGE off the plan's speed. Its
+ * links' figures are then no evidence of their own: a starved receiver takes its messages late
+ * and a starved sender sends them late, so a compute change shows on the links at both of its
+ * ends. While any worker is off, a re-plan takes the links as the model has them. */
+static bool compute_off(const coord_progress *p)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        for (int k = 0; k < p->replicas[s]; k++) {
+            double f = off_plan(p, s, k);
+            if (f > 0 && fabs(f - 1) > CHANGE)
+                return true;
+        }
+    }
+    return false;
+}
+
 /* The number of stages of a plan document (0 when it cannot be read). */
 static size_t plan_stage_count(const char *plan_json)
 {
@@ -265,8 +281,10 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
         char *prof = coord_speeds_profile(c->speeds, p->job_id, w->rec.id, &cw->link_bytes_per_s);
         cw->profile_json = prof != NULL ? coord_profile_scaled(prof, measured) : NULL;
         /* its link as its transfers measure it now, not as the model last adopted it */
-        cw->link_bytes_per_s *= coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, true) /
-                                coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, false);
+        if (!compute_off(p))
+            cw->link_bytes_per_s *=
+                coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, true) /
+                coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, false);
         free(prof);
         n++;
         if (cw->hw == NULL || cw->profile_json == NULL)
@@ -310,13 +328,13 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
             }
         }
     }
-    /* a link further off its expected speed than any worker is off its time names the change */
+    /* with every worker as planned, a link off its expected speed names the change */
     double link_off = 0;
     char link_why[COORD_REASON_MAX];
-    if (coord_jobs_links_changed(c, p,
+    if (!compute_off(p) &&
+        coord_jobs_links_changed(c, p,
                                  p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
-                                 &link_off, link_why, sizeof link_why) &&
-        (link_off > worst || worst <= log(1 + CHANGE))) {
+                                 &link_off, link_why, sizeof link_why)) {
         sc_strlcpy(buf, link_why, size);
         return;
     }
@@ -383,7 +401,8 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
      * played, as before links were measured) */
     double planned_f[COORD_MAX_STAGES], planned_b[COORD_MAX_STAGES];
     double now_f[COORD_MAX_STAGES], now_b[COORD_MAX_STAGES];
-    bool links = coord_jobs_links_transfer_s(c, p, planned_f, planned_b, now_f, now_b);
+    bool off = compute_off(p);
+    bool links = !off && coord_jobs_links_transfer_s(c, p, planned_f, planned_b, now_f, now_b);
     for (int s = 0; s < p->n_stages; s++) {
         double f = 0;
         for (int k = 0; k < p->replicas[s]; k++)
@@ -520,7 +539,14 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         if (factor[i] != 1)
             coord_speeds_set_scale(c->speeds, job_id, ids[i],
                                    coord_speeds_scale(c->speeds, job_id, ids[i]) * factor[i]);
-    coord_speeds_links_adopt(c->speeds, job_id, CHANGE);
+    if (!off) {
+        coord_speeds_links_adopt(c->speeds, job_id, CHANGE);
+    } else { /* what the links of the off workers measured was their compute: measured anew */
+        for (int s = 0; s < p->n_stages; s++)
+            for (int k = 0; k < p->replicas[s]; k++)
+                if (off_plan(p, s, k) > 0 && fabs(off_plan(p, s, k) - 1) > CHANGE)
+                    coord_speeds_links_restart(c->speeds, job_id, p->worker_of[s][k]);
+    }
     uint64_t furthest = 0;
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)

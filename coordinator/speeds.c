@@ -133,6 +133,13 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
     }
 }
 
+void coord_speeds_links_restart(coord_speeds *all, const char *job_id, const char *id)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j != NULL)
+        links_restart(j, id);
+}
+
 void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link)
 {
     coord_speeds *j = job_of(all, job_id);

@@ -135,6 +135,9 @@ double coord_speeds_link_factor(const coord_speeds *all, const char *job_id, con
  * become what the plan expects; the others expect their reference again. */
 void coord_speeds_links_adopt(coord_speeds *all, const char *job_id, double change);
 
+/* The measured links from and to worker `id` start again (no reference, nothing adopted). */
+void coord_speeds_links_restart(coord_speeds *all, const char *job_id, const char *id);
+
 /* A fresh probe of worker `id`'s link (bytes/s > 0): it replaces the probed figure and the
  * measured links from and to the worker start again (coord_speeds_keep's reset, profile kept). */
 void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link);
