@@ -204,6 +204,18 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
                                                 "predicted_compute_s", st->predicted_compute_s));
     }
     json_object_set_new(o, "stage_figures", stages);
+    json_t *links = json_array();
+    for (size_t i = 0; i < j->n_links; i++) {
+        const Stagecraft__LinkStatus *l = j->links[i];
+        json_array_append_new(
+            links,
+            json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i, s:i}", "from", l->from_worker, "to",
+                      l->to_worker, "measured_bytes_per_s", l->measured_bytes_per_s,
+                      "expected_bytes_per_s", l->expected_bytes_per_s, "reference_bytes_per_s",
+                      l->reference_bytes_per_s, "message_bytes", l->message_bytes,
+                      "messages_per_step", (int)l->messages_per_step, "samples", (int)l->samples));
+    }
+    json_object_set_new(o, "links", links);
     json_t *hist = json_array();
     for (size_t i = 0; i < j->n_transitions; i++)
         json_array_append_new(
@@ -345,6 +357,10 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                        100.0 * j->stages[i]->busy_fraction);
             printf("\n");
         }
+        for (size_t i = 0; i < j->n_links; i++) /* the links training measures */
+            printf("%s %s -> %s %.3g bytes/s measured, %.3g expected\n",
+                   i ? "        " : "links:  ", j->links[i]->from_worker, j->links[i]->to_worker,
+                   j->links[i]->measured_bytes_per_s, j->links[i]->expected_bytes_per_s);
         json_t *plan = json_object_get(o, "plan");
         if (json_is_object(plan))
             print_plan(plan);

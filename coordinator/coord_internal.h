@@ -79,6 +79,9 @@ typedef struct {
     uint32_t workers_max; /* an elastic job: the most workers it takes (0: not elastic) */
     uint32_t workers_min; /* and the fewest */
     char leaving[COORD_ID_MAX]; /* a worker leaving: the rebalance under way moves off it */
+    /* a worker the plan left out profiled or probed again at another speed: what changed, for
+     * the history when nothing the job runs on did ("" none) */
+    char reprobed[COORD_REASON_MAX];
     bool async;           /* pipedream: stages run minibatches ahead and drain together */
     bool evaluate;
     bool probe;           /* the driver should profile the workers a re-plan left out */

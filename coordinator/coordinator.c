@@ -480,12 +480,13 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
         break;
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT: {
         Stagecraft__IterationReport *r = env->iteration_report;
+        uint64_t received_ns = sc_clock_now_ns();
         SC_LOG_DEBUG(LOG, "report from %s: job %s step %llu loss %g", peer, r->job_id,
                      (unsigned long long)r->step, r->loss);
         pthread_mutex_lock(&c->lock);
         coord_worker *w = coord_registry_find(c->registry, peer);
         if (w != NULL && w->rec.epoch == env->epoch && strcmp(w->job_id, r->job_id) == 0)
-            coord_jobs_report(c, peer, r);
+            coord_jobs_report(c, peer, r, env->sent_ns, received_ns);
         pthread_mutex_unlock(&c->lock);
         break;
     }

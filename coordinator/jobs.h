@@ -34,8 +34,11 @@ void *coord_driver_main(void *arg);
 /* Under c->lock: the progress of a running job, or NULL. */
 coord_progress *coord_jobs_progress(coord *c, const char *job_id);
 
-/* Under c->lock: records a stage's iteration report; ends the job when every stage is done. */
-void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r);
+/* Under c->lock: records a stage's iteration report; ends the job when every stage is done.
+ * sent_ns: the report's envelope stamp (the worker's clock; 0: unknown), received_ns: when it
+ * arrived (this clock), for the clock offsets of the link figures. */
+void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r,
+                       uint64_t sent_ns, uint64_t received_ns);
 
 /* Under c->lock: whether an error of `run` (0: of no particular run, e.g. a START refused)
  * concerns job `job_id` as it is now: a run's error counts only while that run trains. */

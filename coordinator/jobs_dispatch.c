@@ -65,9 +65,7 @@ static sc_status call_worker(const coord *c, coord_chosen_worker *w, const char 
     return rc;
 }
 
-/* Measures the link between the coordinator and worker `w` into w->link_bytes_per_s; a failure
- * is logged and leaves it 0. */
-static void probe_worker(const coord *c, coord_chosen_worker *w)
+void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w)
 {
     sc_err err;
     sc_err_clear(&err);
@@ -124,7 +122,7 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
         protobuf_c_message_free_unpacked(m, NULL);
         SC_ALLOC_CHECK(ws[i].profile_json, err);
         if (ws[i].link_bytes_per_s <= 0)
-            probe_worker(c, &ws[i]);
+            coord_jobs_probe_link(c, &ws[i]);
     }
     return SC_OK;
 }

@@ -70,6 +70,10 @@ sc_status coord_jobs_add_transports(const coord_jobspec *spec, const coord_chose
 
 /* ---- jobs_dispatch.c: the calls and commands that profile, assign and start a job --------- */
 
+/* Measures the link between the coordinator and worker `w` into w->link_bytes_per_s
+ * (link_probe.h); a failure is logged and leaves it 0. A network call: without c->lock. */
+void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w);
+
 /* Profiles the model on the chosen workers (each on its own device), filling ws[i].profile_json,
  * and measures each one's link to the coordinator (ws[i].link_bytes_per_s), one worker at a time.
  * A failed probe is logged and leaves the figure 0 (the worker's report then stands); only a
@@ -103,6 +107,27 @@ void coord_jobs_progress_remove(coord *c, size_t i);
 void coord_jobs_progress_drop(coord *c, const char *job_id);
 
 /* ---- jobs_rebalance.c: measured speeds and the pause before a move ------------------------ */
+
+/* ---- jobs_links.c: the links training measures ---- */
+
+/* Under c->lock: a report of worker `worker_id` (its envelope stamped sent_ns on its clock, and
+ * it arrived at received_ns here): its clock sample, and, when the report is of a step not seen
+ * before (`fresh`; heartbeats repeat the last one), its neighbours' transfers as link samples. */
+void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id,
+                              const Stagecraft__IterationReport *r, uint64_t sent_ns,
+                              uint64_t received_ns, bool fresh);
+/* Under c->lock: whether a link between two neighbouring stages of p's plan is off its expected
+ * speed by more than LINK_CHANGE and its transfers then take more than LINK_WEIGHT of
+ * `iteration_s` more or less; *worst is the furthest one's |log(measured / expected)| and `why`
+ * names it ("link w-1 ('a') -> w-2 ('b') ... at 0.1x its expected speed (... bytes/s measured,
+ * ... expected ...)"). */
+bool coord_jobs_links_changed(coord *c, const coord_progress *p, double iteration_s, double *worst,
+                              char *why, size_t size);
+/* Under c->lock: per stage of p, one micro-batch's activation (to the next stage, *_f) and
+ * gradient (to the previous, *_b) transfer time at the links' expected and measured speeds
+ * (0 where unmeasured). Returns whether any link of the plan is measured. */
+bool coord_jobs_links_transfer_s(coord *c, const coord_progress *p, double *planned_f,
+                                 double *planned_b, double *now_f, double *now_b);
 
 /* Under c->lock: a report of one replica: keeps its measured speed, marks the job for
  * evaluation when a worker's speed changed, and follows a pause under way (parked reports).

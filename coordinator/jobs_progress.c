@@ -163,7 +163,8 @@ static void freeze_observe(coord *c, coord_progress *p, const Stagecraft__Iterat
     pthread_cond_broadcast(&c->wake);
 }
 
-void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r)
+void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r,
+                       uint64_t sent_ns, uint64_t received_ns)
 {
     coord_progress *p = coord_jobs_progress(c, r->job_id);
     /* a report of an earlier run of the job (before a re-plan), still on its way, is stale */
@@ -171,6 +172,9 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         (int)r->stage >= p->n_stages || (int)r->replica >= p->replicas[r->stage])
         return;
     int s = (int)r->stage, k = (int)r->replica;
+    /* heartbeats repeat the last report: its transfers are counted once */
+    bool fresh = r->step > p->step[s][k];
+    coord_jobs_links_observe(c, p, worker_id, r, sent_ns, received_ns, fresh);
     if (r->step > p->step[s][k])
         p->step[s][k] = r->step;
     if (r->checkpoint_step > p->checkpoint[s][k])

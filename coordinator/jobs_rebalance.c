@@ -4,13 +4,16 @@
  * for), the decision to re-plan, and the pause that hands the job to the driver.
  *
  *  1. Reports (coord_jobs_rebalance_observe, control loop, under c->lock) keep the speeds. When
- *     a worker's busy time is more than CHANGE off its baseline, the job is marked for
+ *     a worker's busy time is more than CHANGE off its baseline, or a link between two stages
+ *     is off its expected speed enough to matter (jobs_links.c), the job is marked for
  *     evaluation and the driver is woken.
  *  2. Evaluation (coord_jobs_rebalance, a driver thread or the RebalanceJob call; planning runs
  *     without the lock) re-plans with every worker's profile scaled by its measured factor and
- *     compares: the running plan's predicted iteration time times the measured slow-down of the
- *     whole iteration, against the new plan's. It rebalances when the gain is over GAIN_MIN and
- *     the time it saves over the remaining steps outweighs the move's estimated cost.
+ *     its link by its measured link factor, and compares: the running plan replayed at the
+ *     measured speeds (compute and the measured links' transfers), and its predicted iteration
+ *     time times the measured slow-down of the whole iteration, against the new plan's. It
+ * rebalances when the gain is over GAIN_MIN and the time it saves over the remaining steps
+ * outweighs the move's estimated cost.
  *  3. The pause: every worker of the job is told to stop after a step a little ahead (REBALANCE
  *     command); when all report they paused there (IterationReport.parked), the job moves to
  *     rebalancing and the driver re-plans it and assigns the new stages, which take their blocks
@@ -64,6 +67,22 @@ static double off_plan(const coord_progress *p, int s, int k)
 {
     double f = factor_of(p, s, k);
     return f > 0 && p->scale[s][k] > 0 ? f / p->scale[s][k] : 0;
+}
+
+/* Under c->lock: whether some replica's worker is more than CHANGE off the plan's speed. Its
+ * links' figures are then no evidence of their own: a starved receiver takes its messages late
+ * and a starved sender sends them late, so a compute change shows on the links at both of its
+ * ends. While any worker is off, a re-plan takes the links as the model has them. */
+static bool compute_off(const coord_progress *p)
+{
+    for (int s = 0; s < p->n_stages; s++) {
+        for (int k = 0; k < p->replicas[s]; k++) {
+            double f = off_plan(p, s, k);
+            if (f > 0 && fabs(f - 1) > CHANGE)
+                return true;
+        }
+    }
+    return false;
 }
 
 /* The number of stages of a plan document (0 when it cannot be read). */
@@ -206,6 +225,12 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
             off = f > 0 && fabs(f - 1) > CHANGE;
         }
     }
+    if (!off) { /* or a link between two stages (jobs_links.c) */
+        double worst;
+        char why[COORD_REASON_MAX];
+        off = coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : r->iteration_s, &worst,
+                                       why, sizeof why);
+    }
     if (!off) {
         p->off_since = 0;
         p->changed_s = 0;
@@ -255,6 +280,11 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
         f[n] = measured;
         char *prof = coord_speeds_profile(c->speeds, p->job_id, w->rec.id, &cw->link_bytes_per_s);
         cw->profile_json = prof != NULL ? coord_profile_scaled(prof, measured) : NULL;
+        /* its link as its transfers measure it now, not as the model last adopted it */
+        if (!compute_off(p))
+            cw->link_bytes_per_s *=
+                coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, true) /
+                coord_speeds_link_factor(c->speeds, p->job_id, w->rec.id, false);
         free(prof);
         n++;
         if (cw->hw == NULL || cw->profile_json == NULL)
@@ -297,6 +327,21 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
                 bs = s, bk = k;
             }
         }
+    }
+    /* with every worker as planned, a link off its expected speed names the change */
+    double link_off = 0;
+    char link_why[COORD_REASON_MAX];
+    if (!compute_off(p) &&
+        coord_jobs_links_changed(c, p,
+                                 p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
+                                 &link_off, link_why, sizeof link_why)) {
+        sc_strlcpy(buf, link_why, size);
+        return;
+    }
+    /* nothing the job runs on changed beyond CHANGE: a worker it left out did */
+    if (p->reprobed[0] && worst <= log(1 + CHANGE)) {
+        sc_strlcpy(buf, p->reprobed, size);
+        return;
     }
     if (bs < 0) {
         sc_strlcpy(buf, "no measured change", size);
@@ -352,6 +397,12 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         p->predicted_iteration_s *
         (p->iter_base_n >= BASE_N && p->iter_base > 0 ? p->iter_avg / p->iter_base : 1.0);
     double stage_factor[COORD_MAX_STAGES];
+    /* the plan's transfers at its links' expected and measured speeds (none measured: not
+     * played, as before links were measured) */
+    double planned_f[COORD_MAX_STAGES], planned_b[COORD_MAX_STAGES];
+    double now_f[COORD_MAX_STAGES], now_b[COORD_MAX_STAGES];
+    bool off = compute_off(p);
+    bool links = !off && coord_jobs_links_transfer_s(c, p, planned_f, planned_b, now_f, now_b);
     for (int s = 0; s < p->n_stages; s++) {
         double f = 0;
         for (int k = 0; k < p->replicas[s]; k++)
@@ -362,6 +413,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     uint64_t done = p->stored_step, steps = p->steps;
     char change[COORD_REASON_MAX];
     describe_change(c, p, change, sizeof change);
+    p->reprobed[0] = '\0'; /* told once */
     /* a freeze the policy asked for: the workers learn the new prefix only from a new plan, so
      * it moves whatever the gain */
     int frozen = coord_freezing_frozen(c->freezing, job_id);
@@ -376,7 +428,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     /* The running plan at the measured speeds, on the same footing as the new plan (compute
      * scaled by the measured factors). */
     double current = running_plan != NULL && (size_t)n_stages == plan_stage_count(running_plan)
-                         ? coord_plan_replay_scaled_s(running_plan, stage_factor)
+                         ? links ? coord_plan_replay_links_s(running_plan, stage_factor, planned_f,
+                                                             planned_b, now_f, now_b)
+                                 : coord_plan_replay_scaled_s(running_plan, stage_factor)
                          : 0;
     if (current <= 0)
         current = measured;
@@ -480,11 +534,19 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                      job_id);
         goto out;
     }
-    /* the measured factors become the speed model the driver plans with */
+    /* the measured factors and links become the speed model the driver plans with */
     for (size_t i = 0; i < n; i++)
         if (factor[i] != 1)
             coord_speeds_set_scale(c->speeds, job_id, ids[i],
                                    coord_speeds_scale(c->speeds, job_id, ids[i]) * factor[i]);
+    if (!off) {
+        coord_speeds_links_adopt(c->speeds, job_id, CHANGE);
+    } else { /* what the links of the off workers measured was their compute: measured anew */
+        for (int s = 0; s < p->n_stages; s++)
+            for (int k = 0; k < p->replicas[s]; k++)
+                if (off_plan(p, s, k) > 0 && fabs(off_plan(p, s, k) - 1) > CHANGE)
+                    coord_speeds_links_restart(c->speeds, job_id, p->worker_of[s][k]);
+    }
     uint64_t furthest = 0;
     for (int s = 0; s < p->n_stages; s++)
         for (int k = 0; k < p->replicas[s]; k++)
@@ -556,13 +618,70 @@ static bool candidate(coord *c, const coord_progress *p, const coord_worker *w, 
            (p->workers_max > 0 && have < p->workers_max);
 }
 
+/* Under c->lock: whether worker `w` runs job p and its link is under suspicion (speeds.h:
+ * probed slower than at first, or a link from or to it adopted slower than its reference). */
+static bool suspect(coord *c, const coord_progress *p, const coord_worker *w)
+{
+    return strcmp(w->job_id, p->job_id) == 0 && w->state == COORD_WORKER_ALIVE && !w->leaving &&
+           coord_speeds_link_suspect(c->speeds, p->job_id, w->rec.id, CHANGE);
+}
+
 static bool has_candidates(coord *c, const coord_progress *p)
 {
     size_t have = held(c, p);
     for (size_t i = 0; i < coord_registry_count(c->registry); i++)
-        if (candidate(c, p, coord_registry_at(c->registry, i), have))
+        if (candidate(c, p, coord_registry_at(c->registry, i), have) ||
+            suspect(c, p, coord_registry_at(c->registry, i)))
             return true;
     return false;
+}
+
+/* Probes again the links of job `id`'s workers under suspicion, while they train. A slow link
+ * between two workers may be either one's uplink: the probes (each worker's own path) tell
+ * which, and when it is fast again, which no transfer shows once a re-plan stopped using the
+ * link. A fresh probe replaces the worker's link in the model (and the measured links from and
+ * to it start again); one more than CHANGE off the model's figure marks the job. Network calls
+ * without the lock. */
+static void probe_suspects(coord *c, const char *id)
+{
+    pthread_mutex_lock(&c->lock);
+    coord_progress *p = coord_jobs_progress(c, id);
+    size_t total = coord_registry_count(c->registry), n = 0;
+    coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
+    double *before = calloc(total ? total : 1, sizeof *before);
+    for (size_t i = 0; p != NULL && ws != NULL && before != NULL && i < total; i++) {
+        const coord_worker *w = coord_registry_at(c->registry, i);
+        if (!suspect(c, p, w))
+            continue;
+        coord_jobs_chosen_fill(&ws[n], w);
+        free(coord_speeds_profile(c->speeds, id, w->rec.id, &before[n]));
+        n++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++)
+        coord_jobs_probe_link(c, &ws[i]);
+    pthread_mutex_lock(&c->lock);
+    p = coord_jobs_progress(c, id);
+    for (size_t i = 0; p != NULL && i < n; i++) {
+        double link = ws[i].link_bytes_per_s;
+        if (!(link > 0))
+            continue;
+        coord_speeds_set_link(c->speeds, id, ws[i].id, link);
+        if (before[i] > 0 && fabs(link / before[i] - 1) <= CHANGE)
+            continue;
+        sc_strfmt(p->reprobed, sizeof p->reprobed,
+                  "worker %s ('%s') now probes its link at %.3g bytes/s (%.3g in the speed model)",
+                  ws[i].id, ws[i].name, link, before[i]);
+        SC_LOG_INFO(LOG, "job %s: %s", id, p->reprobed);
+        if (p->pause_step == 0) {
+            p->evaluate = true;
+            if (p->changed_s == 0)
+                p->changed_s = sc_clock_now_s();
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(before);
+    coord_jobs_chosen_free(ws, n);
 }
 
 bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
@@ -586,9 +705,9 @@ bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
 }
 
 /* Profiles again the workers job `id` knows but a re-plan left out (they run nothing, so only
- * a new profile tells how fast they are now); a speed that changed by more than CHANGE
- * replaces the model's and marks the job for evaluation. Network calls: takes the lock only
- * to read and write the registry, the store and the speed model. */
+ * a new profile tells how fast they are now) and probes their links again; a speed or a link
+ * that changed by more than CHANGE replaces the model's and marks the job for evaluation. Network
+ * calls: takes the lock only to read and write the registry, the store and the speed model. */
 static void probe_left_out(coord *c, const char *id)
 {
     pthread_mutex_lock(&c->lock);
@@ -598,9 +717,10 @@ static void probe_left_out(coord *c, const char *id)
     size_t total = coord_registry_count(c->registry), n = 0;
     coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
     double *before = calloc(total ? total : 1, sizeof *before);
+    double *link_before = calloc(total ? total : 1, sizeof *link_before);
     coord_job job;
     char *spec_json = NULL;
-    if (p != NULL && ws != NULL && before != NULL &&
+    if (p != NULL && ws != NULL && before != NULL && link_before != NULL &&
         coord_store_job_get(c->store, id, &job, NULL) == SC_OK) {
         spec_json = job.spec_json;
         job.spec_json = NULL;
@@ -612,7 +732,8 @@ static void probe_left_out(coord *c, const char *id)
                 continue;
             coord_chosen_worker *cw = &ws[n];
             coord_jobs_chosen_fill(cw, w);
-            char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &cw->link_bytes_per_s);
+            char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &link_before[n]);
+            cw->link_bytes_per_s = 0; /* probed again: a link that changed shows too */
             before[n] = known != NULL ? coord_profile_total_s(known) : 0;
             free(known);
             n++;
@@ -630,20 +751,35 @@ static void probe_left_out(coord *c, const char *id)
         for (size_t i = 0; i < n; i++) {
             double now = coord_profile_total_s(ws[i].profile_json);
             bool joined = before[i] <= 0; /* new to the job: an elastic job may grow onto it */
-            if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE))
+            /* a link the model has (probed, times what training measured on it) against the
+             * probe now: a link cut while the worker ran, restored since it was left out */
+            double link = ws[i].link_bytes_per_s;
+            bool link_moved =
+                link > 0 && link_before[i] > 0 && fabs(link / link_before[i] - 1) > CHANGE;
+            if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE && !link_moved))
                 continue;
             const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};
-            double links[1] = {ws[i].link_bytes_per_s};
+            double links[1] = {link > 0 ? link : link_before[i]};
             coord_speeds_keep(&c->speeds, id, ids, profiles, links, 1);
-            if (joined)
+            p = coord_jobs_progress(c, id);
+            char what[COORD_REASON_MAX] = "";
+            if (link_moved && fabs(now / before[i] - 1) <= CHANGE)
+                sc_strfmt(what, sizeof what,
+                          "worker %s ('%s'), left out of the plan, now probes its link at %.3g "
+                          "bytes/s (%.3g in the speed model)",
+                          ws[i].id, ws[i].name, link, link_before[i]);
+            else if (!joined)
+                sc_strfmt(what, sizeof what,
+                          "worker %s ('%s'), left out of the plan, now profiles at %.2fx the "
+                          "time it was planned with",
+                          ws[i].id, ws[i].name, now / before[i]);
+            if (p != NULL && what[0])
+                sc_strlcpy(p->reprobed, what, sizeof p->reprobed);
+            if (what[0])
+                SC_LOG_INFO(LOG, "job %s: %s", id, what);
+            else if (joined)
                 SC_LOG_INFO(LOG, "job %s: worker %s ('%s') is free; profiled to grow onto it", id,
                             ws[i].id, ws[i].name);
-            else
-                SC_LOG_INFO(LOG,
-                            "job %s: worker %s ('%s'), left out of its plan, now profiles at "
-                            "%.2fx the time it was planned with",
-                            id, ws[i].id, ws[i].name, now / before[i]);
-            p = coord_jobs_progress(c, id);
             if (p != NULL && p->pause_step == 0) {
                 p->evaluate = true;
                 if (p->changed_s == 0)
@@ -657,6 +793,7 @@ static void probe_left_out(coord *c, const char *id)
     coord_jobspec_clear(&spec);
     free(spec_json);
     free(before);
+    free(link_before);
     coord_jobs_chosen_free(ws, n);
 }
 
@@ -666,8 +803,10 @@ void coord_jobs_rebalance_tick(coord *c, const char *id)
     coord_progress *p = coord_jobs_progress(c, id);
     bool probe = p != NULL && p->probe;
     pthread_mutex_unlock(&c->lock);
-    if (probe)
+    if (probe) {
+        probe_suspects(c, id); /* first: the left-out workers' figures are read after it */
         probe_left_out(c, id);
+    }
     pthread_mutex_lock(&c->lock);
     p = coord_jobs_progress(c, id);
     bool evaluate = p != NULL && p->evaluate, leaving = p != NULL && p->leaving[0];

@@ -3,8 +3,8 @@
  * stages' compute from the cluster's block times (the slowest copy's device), its schedule, its
  * micro-batch count and copies. What a trace draws beside the measured rows (trace.c), and what
  * the running plan would take if its stages ran at measured speeds (jobs_rebalance.c).
- * Transfers are not played (each stage's compute only); figures are meant as ratios against the
- * plan's own iteration_time_s.
+ * Transfers are played only where the caller gives their times (the links measured while the
+ * job runs, jobs_links.c); figures are meant as ratios against the plan's own iteration_time_s.
  */
 #ifndef COORD_PLAN_REPLAY_H
 #define COORD_PLAN_REPLAY_H
@@ -32,5 +32,13 @@ void coord_replay_free(coord_replay *r);
  * plan's iteration_time_s times the replay's ratio with and without the factors; 0 when it
  * cannot be replayed. */
 double coord_plan_replay_scaled_s(const char *plan_json, const double *stage_factor);
+
+/* coord_plan_replay_scaled_s with transfers: the replay as planned plays planned_f[s] (one
+ * micro-batch's activation from stage s to s + 1) and planned_b[s] (its gradient from s to
+ * s - 1), the scaled one now_f and now_b (any may be NULL: no transfers there). What the
+ * running plan takes with its compute and its links at measured speeds. */
+double coord_plan_replay_links_s(const char *plan_json, const double *stage_factor,
+                                 const double *planned_f, const double *planned_b,
+                                 const double *now_f, const double *now_b);
 
 #endif /* COORD_PLAN_REPLAY_H */

@@ -19,6 +19,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
 
@@ -228,8 +229,8 @@ static void stage_from_plan(sc_rpc_ctx *ctx, json_t *plan, Stagecraft__StageStat
 }
 
 /* Live figures of a running job: loss, throughput, per-stage busy fraction, measured vs
- * predicted iteration time, and each stage's blocks, workers and predicted compute from the
- * plan. */
+ * predicted iteration time, each stage's blocks, workers and predicted compute from the plan,
+ * and the links its transfers measure. */
 static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
 {
     json_t *plan =
@@ -254,6 +255,23 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
         }
         info->n_stages = info->stages ? (size_t)p->n_stages : 0;
     }
+    coord_link_speed links[64];
+    size_t nl = coord_speeds_links(c->speeds, info->job_id, links, 64);
+    info->links = nl ? sc_rpc_ctx_alloc(ctx, nl * sizeof *info->links) : NULL;
+    for (size_t i = 0; info->links != NULL && i < nl; i++) {
+        Stagecraft__LinkStatus *l =
+            (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__link_status__descriptor);
+        l->from_worker = sc_rpc_ctx_strdup(ctx, links[i].from);
+        l->to_worker = sc_rpc_ctx_strdup(ctx, links[i].to);
+        l->measured_bytes_per_s = links[i].measured;
+        l->expected_bytes_per_s = links[i].expected;
+        l->reference_bytes_per_s = links[i].reference;
+        l->message_bytes = links[i].bytes;
+        l->messages_per_step = links[i].messages;
+        l->samples = links[i].samples;
+        info->links[i] = l;
+    }
+    info->n_links = info->links != NULL ? nl : 0;
     pthread_mutex_unlock(&c->lock);
     json_decref(plan);
 }

@@ -12,10 +12,36 @@ typedef struct {
     char id[COORD_ID_MAX];
     char *profile_json;
     double link, scale;
+    double link0; /* its first probed link in the job (0: none yet) */
     double ref; /* busy seconds per profiled second when first measured; 0: not yet */
 } worker_speed;
 
 #define MOVE_WINDOW_S 60.0
+#define CLOCK_WINDOW_S 30.0 /* a clock estimate keeps the best sample of the last 30-60 s */
+#define LINK_ALPHA 0.2      /* weight of a new sample in a link's smoothed figure */
+#define LINK_BASE_N 8       /* samples before a link has a reference */
+#define CLOCK_ID_MAX 48
+
+/* A worker's clock against the coordinator's: the largest (stamp - arrival) of its control
+ * messages in the current window and in the one before (each is the offset less that message's
+ * one-way delay and queueing; the largest is the least delayed). */
+typedef struct {
+    char id[COORD_ID_MAX], clock_id[CLOCK_ID_MAX];
+    double cur, prev; /* seconds; valid when has_cur / has_prev */
+    bool has_cur, has_prev;
+    double window_s; /* when the current window began (sc_clock_now_s) */
+} worker_clock;
+
+#define LINK_MEDIAN 5 /* a link's figure follows the median of its last samples */
+
+typedef struct {
+    char from[COORD_ID_MAX], to[COORD_ID_MAX];
+    double recent[LINK_MEDIAN]; /* the last samples' transit per byte, oldest overwritten */
+    double s_per_byte;          /* smoothed transit per byte */
+    double ref, adopted;        /* bytes/s; 0: none yet */
+    double bytes;
+    unsigned messages, samples;
+} link_speed;
 
 struct coord_speeds {
     char job_id[COORD_ID_MAX];
@@ -25,6 +51,10 @@ struct coord_speeds {
     double move_cost_s; /* the last move's measured cost (0: none measured) */
     worker_speed *w;
     size_t n;
+    worker_clock *clk;
+    size_t n_clk;
+    link_speed *l;
+    size_t n_l;
     coord_speeds *next;
 };
 
@@ -44,11 +74,17 @@ static worker_speed *worker_of(const coord_speeds *j, const char *id)
     return NULL;
 }
 
+/* A fresh probe of worker `id` is its link now: the measured links from and to it start again
+ * (both directions: the probe timed both, and a link's slowness may be either end's). */
+static void links_restart(coord_speeds *j, const char *id);
+
 static void job_free(coord_speeds *j)
 {
     for (size_t i = 0; i < j->n; i++)
         free(j->w[i].profile_json);
     free(j->w);
+    free(j->clk);
+    free(j->l);
     free(j);
 }
 
@@ -89,9 +125,49 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
         free(w->profile_json);
         w->profile_json = strdup(profiles[i]);
         w->link = links[i];
+        if (w->link0 <= 0)
+            w->link0 = links[i];
         w->scale = 1.0;
         w->ref = 0;
+        links_restart(j, ids[i]);
     }
+}
+
+void coord_speeds_links_restart(coord_speeds *all, const char *job_id, const char *id)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j != NULL)
+        links_restart(j, id);
+}
+
+void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link)
+{
+    coord_speeds *j = job_of(all, job_id);
+    worker_speed *w = worker_of(j, id);
+    if (w == NULL || !(link > 0))
+        return;
+    w->link = link;
+    if (w->link0 <= 0)
+        w->link0 = link;
+    links_restart(j, id);
+}
+
+bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, const char *id,
+                               double change)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    const worker_speed *w = worker_of(j, id);
+    if (w == NULL)
+        return false;
+    if (w->link0 > 0 && w->link < w->link0 / (1 + change))
+        return true;
+    for (size_t i = 0; i < j->n_l; i++) {
+        const link_speed *l = &j->l[i];
+        if ((strcmp(l->from, id) == 0 || strcmp(l->to, id) == 0) && l->ref > 0 && l->adopted > 0 &&
+            l->adopted < l->ref / (1 + change))
+            return true;
+    }
+    return false;
 }
 
 static void scale_node(json_t *node, double factor)
@@ -132,7 +208,8 @@ char *coord_speeds_profile(const coord_speeds *all, const char *job_id, const ch
     const worker_speed *w = worker_of(job_of(all, job_id), id);
     if (w == NULL || w->profile_json == NULL)
         return NULL;
-    *link = w->link;
+    /* an unprobed link (0) stays unknown: the plan takes the NIC's reported figure */
+    *link = w->link * coord_speeds_link_factor(all, job_id, id, false);
     return w->scale == 1.0 ? strdup(w->profile_json)
                            : coord_profile_scaled(w->profile_json, w->scale);
 }
@@ -252,4 +329,177 @@ double coord_speeds_move_cost(const coord_speeds *all, const char *job_id)
 {
     const coord_speeds *j = job_of(all, job_id);
     return j != NULL ? j->move_cost_s : 0;
+}
+
+/* ---- links ---- */
+
+static worker_clock *clock_of(const coord_speeds *j, const char *id)
+{
+    for (size_t i = 0; j != NULL && i < j->n_clk; i++)
+        if (strcmp(j->clk[i].id, id) == 0)
+            return &j->clk[i];
+    return NULL;
+}
+
+void coord_speeds_clock(coord_speeds *all, const char *job_id, const char *id, const char *clock_id,
+                        uint64_t sent_ns, uint64_t received_ns)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j == NULL || sent_ns == 0)
+        return;
+    worker_clock *k = clock_of(j, id);
+    double now = sc_clock_now_s();
+    if (k == NULL) {
+        worker_clock *more = realloc(j->clk, (j->n_clk + 1) * sizeof *more);
+        if (more == NULL)
+            return;
+        j->clk = more;
+        k = &j->clk[j->n_clk++];
+        memset(k, 0, sizeof *k);
+        sc_strlcpy(k->id, id, sizeof k->id);
+        k->window_s = now;
+    }
+    if (clock_id != NULL && clock_id[0] != '\0')
+        sc_strlcpy(k->clock_id, clock_id, sizeof k->clock_id);
+    if (now - k->window_s >= CLOCK_WINDOW_S) { /* the clocks drift: old samples age out */
+        k->prev = k->cur, k->has_prev = k->has_cur;
+        k->has_cur = false;
+        k->window_s = now;
+    }
+    double d = ((double)sent_ns - (double)received_ns) * 1e-9;
+    if (!k->has_cur || d > k->cur)
+        k->cur = d, k->has_cur = true;
+}
+
+/* A worker's clock minus the coordinator's, less the least one-way delay seen (false: none). */
+static bool offset_of(const worker_clock *k, double *out)
+{
+    if (k == NULL || (!k->has_cur && !k->has_prev))
+        return false;
+    *out = k->has_cur && (!k->has_prev || k->cur > k->prev) ? k->cur : k->prev;
+    return true;
+}
+
+bool coord_speeds_transit(const coord_speeds *all, const char *job_id, const char *from,
+                          const char *to, double delay_s, double *transit_s)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    const worker_clock *a = clock_of(j, from), *b = clock_of(j, to);
+    if (a != NULL && b != NULL && a->clock_id[0] != '\0' && strcmp(a->clock_id, b->clock_id) == 0) {
+        *transit_s = delay_s; /* one kernel, one monotonic clock */
+        return true;
+    }
+    double oa, ob;
+    if (!offset_of(a, &oa) || !offset_of(b, &ob))
+        return false;
+    /* delay = transit + (to's clock - from's clock) */
+    *transit_s = delay_s - (ob - oa);
+    return true;
+}
+
+static link_speed *link_of(const coord_speeds *j, const char *from, const char *to)
+{
+    for (size_t i = 0; j != NULL && i < j->n_l; i++)
+        if (strcmp(j->l[i].from, from) == 0 && strcmp(j->l[i].to, to) == 0)
+            return &j->l[i];
+    return NULL;
+}
+
+void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char *from,
+                              const char *to, double bytes, double transit_s, unsigned messages)
+{
+    coord_speeds *j = job_of(all, job_id);
+    if (j == NULL || !(transit_s > 0) || !(bytes > 0))
+        return;
+    link_speed *l = link_of(j, from, to);
+    if (l == NULL) {
+        link_speed *more = realloc(j->l, (j->n_l + 1) * sizeof *more);
+        if (more == NULL)
+            return;
+        j->l = more;
+        l = &j->l[j->n_l++];
+        memset(l, 0, sizeof *l);
+        sc_strlcpy(l->from, from, sizeof l->from);
+        sc_strlcpy(l->to, to, sizeof l->to);
+    }
+    /* the median of the last samples goes into the average: one late message (the receiver
+     * descheduled as it arrived, a retransmission) moves nothing, a change moves it from its
+     * third sample on */
+    l->recent[l->samples % LINK_MEDIAN] = transit_s / bytes;
+    size_t k = l->samples + 1 < LINK_MEDIAN ? l->samples + 1 : LINK_MEDIAN;
+    double sorted[LINK_MEDIAN];
+    memcpy(sorted, l->recent, k * sizeof *sorted);
+    for (size_t i = 1; i < k; i++) /* insertion sort of at most 5 */
+        for (size_t m = i; m > 0 && sorted[m - 1] > sorted[m]; m--) {
+            double t = sorted[m];
+            sorted[m] = sorted[m - 1];
+            sorted[m - 1] = t;
+        }
+    double x = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+    l->s_per_byte = l->samples == 0 ? x : LINK_ALPHA * x + (1 - LINK_ALPHA) * l->s_per_byte;
+    l->bytes = bytes;
+    l->messages = messages;
+    if (++l->samples == LINK_BASE_N && l->ref <= 0)
+        l->ref = 1 / l->s_per_byte;
+}
+
+/* A link's figures as the view shows them. */
+static void link_view(const link_speed *l, coord_link_speed *v)
+{
+    memset(v, 0, sizeof *v);
+    sc_strlcpy(v->from, l->from, sizeof v->from);
+    sc_strlcpy(v->to, l->to, sizeof v->to);
+    v->measured = l->s_per_byte > 0 ? 1 / l->s_per_byte : 0;
+    v->reference = l->ref;
+    v->expected = l->adopted > 0 ? l->adopted : l->ref;
+    v->bytes = l->bytes;
+    v->messages = l->messages;
+    v->samples = l->samples;
+}
+
+size_t coord_speeds_links(const coord_speeds *all, const char *job_id, coord_link_speed *out,
+                          size_t max)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    size_t n = 0;
+    for (size_t i = 0; j != NULL && i < j->n_l && n < max; i++)
+        if (j->l[i].ref > 0)
+            link_view(&j->l[i], &out[n++]);
+    return n;
+}
+
+double coord_speeds_link_factor(const coord_speeds *all, const char *job_id, const char *id,
+                                bool measured)
+{
+    const coord_speeds *j = job_of(all, job_id);
+    double f = 0;
+    for (size_t i = 0; j != NULL && i < j->n_l; i++) {
+        if (j->l[i].ref <= 0 || strcmp(j->l[i].from, id) != 0)
+            continue;
+        coord_link_speed v;
+        link_view(&j->l[i], &v);
+        double r = (measured ? v.measured : v.expected) / v.reference;
+        f = f == 0 || r < f ? r : f;
+    }
+    return f > 0 ? f : 1;
+}
+
+void coord_speeds_links_adopt(coord_speeds *all, const char *job_id, double change)
+{
+    coord_speeds *j = job_of(all, job_id);
+    for (size_t i = 0; j != NULL && i < j->n_l; i++) {
+        link_speed *l = &j->l[i];
+        if (l->ref <= 0 || l->s_per_byte <= 0)
+            continue;
+        double now = 1 / l->s_per_byte;
+        /* within `change` of its reference it is the link it was: noise is not adopted */
+        l->adopted = now > l->ref / (1 + change) && now < l->ref * (1 + change) ? 0 : now;
+    }
+}
+
+static void links_restart(coord_speeds *j, const char *id)
+{
+    for (size_t k = 0; k < j->n_l; k++)
+        if (strcmp(j->l[k].from, id) == 0 || strcmp(j->l[k].to, id) == 0)
+            j->l[k].ref = j->l[k].adopted = 0, j->l[k].samples = 0;
 }

@@ -1,8 +1,9 @@
 /*
  * The speed model of each job: per worker, the profile it measured when the job was profiled,
  * its measured link, and a scale that iteration reports have since put on its times (2.0: its
- * blocks now take twice as long as profiled). Re-plans (rebalancing, and any later drive of the
- * job) use the scaled profiles instead of profiling again.
+ * blocks now take twice as long as profiled); per link between two of its workers, the speed
+ * its transfers measure as training runs (below). Re-plans (rebalancing, and any later drive of
+ * the job) use the scaled profiles and links instead of profiling again.
  *
  * All functions run under c->lock (speeds live in struct coord); nothing here plans or measures.
  */
@@ -11,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "coordinator/store.h"
 
@@ -20,12 +22,14 @@ typedef struct coord_speeds coord_speeds;
 void coord_speeds_free(coord_speeds **all);
 
 /* Keeps the freshly measured profile and link of workers ids[i] for job `job_id`; their scales
- * start again at 1 (the profile is the worker's speed now). */
+ * start again at 1 (the profile is the worker's speed now), and so do the measured links from
+ * and to them (the probe is their link now). */
 void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const *ids,
                        const char *const *profiles, const double *links, size_t n);
 
 /* A copy of worker `id`'s profile for job `job_id` with every time multiplied by its scale
- * (heap string, caller frees), and its link; NULL when the job has no profile of that worker. */
+ * (heap string, caller frees), and its link: the probed one times the adopted link factor
+ * (coord_speeds_link_factor); NULL when the job has no profile of that worker. */
 char *coord_speeds_profile(const coord_speeds *all, const char *job_id, const char *id,
                            double *link);
 
@@ -71,6 +75,79 @@ double coord_speeds_move_cost(const coord_speeds *all, const char *job_id);
 
 /* Forgets job `job_id`'s model (it ended). */
 void coord_speeds_drop(coord_speeds **all, const char *job_id);
+
+/* ---- links: measured transfers between the job's workers ----
+ *
+ * A link is one direction between two workers (activations from stage s to s+1 travel on one,
+ * the gradients back on another). Workers report, per step, the fastest message from each
+ * neighbour among those that arrived while they waited (IterationReport.links): its bytes and
+ * its delay, the receiver's monotonic clock at arrival minus the sender's at send. Where both
+ * clocks are one (the workers report the same clock_id: one kernel) that is the transit; across
+ * hosts the model removes the clocks' offset, each worker's estimated from its control
+ * messages' send stamps against their arrival here (the largest stamp - arrival over the last
+ * CLOCK_WINDOW_S: the offset less the least one-way delay, which both workers' estimates share
+ * roughly). A link's speed is bytes over transit (latency included: the effective speed of
+ * messages of that size, what the transfers of the plan take), smoothed as seconds per byte: the
+ * median of its last LINK_MEDIAN samples into an EWMA (LINK_ALPHA), so that a single late
+ * message moves nothing and a lasting change shows from its third sample. Its reference is its
+ * smoothed figure after its first LINK_BASE_N samples in the job: the speed the running plan's
+ * transfers were seen to take; what a re-plan assumes of a worker's link to the others is its
+ * probed link (link_probe.h) times the least ratio of its outgoing links' adopted figure to their
+ * reference. */
+
+/* One control message of worker `id` in job `job_id`: it stamped it sent_ns on its clock
+ * `clock_id` (its kernel's boot id; "" unknown), and it arrived at received_ns here. */
+void coord_speeds_clock(coord_speeds *all, const char *job_id, const char *id, const char *clock_id,
+                        uint64_t sent_ns, uint64_t received_ns);
+
+/* The transit of a message of worker `from` that worker `to` measured as `delay_s` (its arrival
+ * on to's clock minus its send stamp on from's): delay_s itself when they share a clock, else
+ * corrected by the clocks' estimated offsets. False when no estimate of either clock exists. */
+bool coord_speeds_transit(const coord_speeds *all, const char *job_id, const char *from,
+                          const char *to, double delay_s, double *transit_s);
+
+/* One sample of link from -> to: a message of `bytes` took `transit_s`; `messages` crossed it
+ * in the step. A transit <= 0 (clocks estimated too far apart) is no sample. */
+void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char *from,
+                              const char *to, double bytes, double transit_s, unsigned messages);
+
+typedef struct {
+    char from[COORD_ID_MAX], to[COORD_ID_MAX];
+    double measured;  /* smoothed bytes/s now */
+    double expected;  /* bytes/s the plan assumes: the reference, or the figure a re-plan adopted */
+    double reference; /* bytes/s after its first LINK_BASE_N samples (0: not yet) */
+    double bytes;     /* payload of its last sample's message */
+    unsigned messages; /* messages per step, as last reported */
+    unsigned samples;
+} coord_link_speed;
+
+/* Job `job_id`'s links with a reference (at most `max`); returns their count. */
+size_t coord_speeds_links(const coord_speeds *all, const char *job_id, coord_link_speed *out,
+                          size_t max);
+
+/* The factor on worker `id`'s probed link: the least ratio, over its outgoing links with a
+ * reference, of their figure (`measured`: now; else the adopted one) to their reference
+ * (1 without any). */
+double coord_speeds_link_factor(const coord_speeds *all, const char *job_id, const char *id,
+                                bool measured);
+
+/* A re-plan took the links' measured figures: those more than `change` off their reference
+ * become what the plan expects; the others expect their reference again. */
+void coord_speeds_links_adopt(coord_speeds *all, const char *job_id, double change);
+
+/* The measured links from and to worker `id` start again (no reference, nothing adopted). */
+void coord_speeds_links_restart(coord_speeds *all, const char *job_id, const char *id);
+
+/* A fresh probe of worker `id`'s link (bytes/s > 0): it replaces the probed figure and the
+ * measured links from and to the worker start again (coord_speeds_keep's reset, profile kept). */
+void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link);
+
+/* Whether worker `id`'s link is under suspicion in job `job_id`: its probe more than `change`
+ * below its first one in the job, or a link from or to it adopted that far below its
+ * reference. Such a worker is probed again while it trains: a slow link between two workers may
+ * be either one's, and only their probes tell which, and when it is fast again. */
+bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, const char *id,
+                               double change);
 
 /* `profile_json` with every number under a key ending in "_s" (forward_s, backward_s, ...)
  * multiplied by `factor` (heap string, caller frees; NULL when it is not JSON). */

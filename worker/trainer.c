@@ -98,6 +98,9 @@ void wk_trainer_msg_clear(wk_trainer_msg *m)
     free(m->report.checkpoint_copies); /* one block: the pointers, then the messages */
     m->report.checkpoint_copies = NULL;
     m->report.n_checkpoint_copies = 0;
+    free(m->report.links); /* one block, as the copies */
+    m->report.links = NULL;
+    m->report.n_links = 0;
 }
 
 static const char *jstr(json_t *o, const char *key, const char *def)
@@ -490,6 +493,52 @@ static void report_copies(wk_trainer *t, Stagecraft__IterationReport *r)
     r->n_checkpoint_copies = n;
 }
 
+/* The kernel's boot id: workers that report the same one read one monotonic clock, so the
+ * delays their links measure are transits as they stand ("" where it cannot be read). */
+static char g_clock_id[48];
+static pthread_once_t g_clock_once = PTHREAD_ONCE_INIT;
+
+static void clock_id_read(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f == NULL)
+        return;
+    if (fgets(g_clock_id, sizeof g_clock_id, f) == NULL)
+        g_clock_id[0] = '\0';
+    g_clock_id[strcspn(g_clock_id, "\n")] = '\0';
+    fclose(f);
+}
+
+/* Puts the step's transfer figures (rt_report.links) in report r (none when memory is short). */
+static void report_links(const rt_report *rep, Stagecraft__IterationReport *r)
+{
+    pthread_once(&g_clock_once, clock_id_read);
+    r->clock_id = g_clock_id; /* static: never freed */
+    size_t n = rep->n_links > 0 ? (size_t)rep->n_links : 0;
+    if (n == 0)
+        return;
+    char *block =
+        malloc(n * (sizeof(Stagecraft__LinkTransfer *) + sizeof(Stagecraft__LinkTransfer)));
+    if (block == NULL)
+        return;
+    Stagecraft__LinkTransfer **ptrs = (Stagecraft__LinkTransfer **)block;
+    Stagecraft__LinkTransfer *msgs =
+        (Stagecraft__LinkTransfer *)(block + n * sizeof(Stagecraft__LinkTransfer *));
+    for (size_t i = 0; i < n; i++) {
+        const rt_link_sample *l = &rep->links[i];
+        stagecraft__link_transfer__init(&msgs[i]);
+        msgs[i].from_next = l->from_next;
+        msgs[i].from_replica = l->from_copy > 0 ? (uint32_t)l->from_copy : 0;
+        msgs[i].messages = l->messages;
+        msgs[i].clean = l->clean;
+        msgs[i].bytes = l->bytes;
+        msgs[i].delay_s = l->delay_s;
+        ptrs[i] = &msgs[i];
+    }
+    r->links = ptrs;
+    r->n_links = n;
+}
+
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
  * paused there for a move, their checkpoint files after a re-plan, or the copies they hold of
@@ -683,6 +732,7 @@ static void *train_main(void *arg)
         m.report.samples_per_s = rep.samples_per_s;
         m.report.checkpoint_step = last_ckpt;
         report_copies(t, &m.report);
+        report_links(&rep, &m.report);
         if (ckpt_error[0] != '\0') {
             char *copy = strdup(ckpt_error);
             if (copy != NULL)

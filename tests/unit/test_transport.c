@@ -1,5 +1,6 @@
 /* worker/transport: round trips over zmq (loopback) and local queues, out-of-order delivery,
- * size checks, a vanished peer (timeout / unavailable, never a hang) and abort. */
+ * size checks, a vanished peer (timeout / unavailable, never a hang), abort, and the link
+ * figures of received messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -286,6 +288,95 @@ static void test_zmq_message_limit(void **state)
     rt_transport_destroy(&b);
 }
 
+/* Link figures (rt_transport_link_take): a message queued before the receive asked for it is
+ * counted but not timed (it waited behind the receiver, not on the link); one that arrives
+ * while the receiver waits is timed, with its bytes and the sending copy. */
+typedef struct {
+    rt_transport *t;
+    uint64_t step;
+    atomic_int go;
+} late_send;
+
+static void *send_when_told(void *arg)
+{
+    late_send *l = arg;
+    while (atomic_load(&l->go) == 0)
+        ;                 /* the receiver is about to wait */
+    sc_clock_sleep_ms(5); /* and then waits: the message comes to an empty inbox */
+    float x[256] = {0};
+    sc_err err;
+    sc_err_clear(&err);
+    rt_transport_send(l->t, RT_MSG_ACTIVATION, l->step, 0, x, sizeof x, &err);
+    return NULL;
+}
+
+static void link_figures(rt_transport_kind kind, const char *ep)
+{
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.kind = kind;
+    c.bind_endpoint = ep;
+    c.timeout_ms = 5000;
+    c.copy = 3;
+    rt_transport *a = NULL, *b = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&a, &c, &err), SC_OK);
+    c.copy = 0;
+    assert_int_equal(rt_transport_new(&b, &c, &err), SC_OK);
+    assert_int_equal(rt_transport_connect(a, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(a), "", &err), SC_OK);
+    rt_link_sample got[RT_LINK_MAX];
+    assert_int_equal(rt_transport_link_take(b, got, RT_LINK_MAX), 0);
+
+    float x[256] = {0}, y[256];
+    if (kind == RT_TRANSPORT_LOCAL) { /* local queues at once: it waits before the receive */
+        assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 1, 0, x, sizeof x, &err), SC_OK);
+        assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 1, 0, y, sizeof y, &err), SC_OK);
+        assert_int_equal(rt_transport_link_take(b, got, RT_LINK_MAX), 1);
+        assert_int_equal(got[0].messages, 1);
+        assert_int_equal(got[0].clean, 0);
+        assert_int_equal(got[0].bytes, 0);
+        assert_false(got[0].from_next);
+        assert_int_equal(got[0].from_copy, 3);
+    }
+    /* sent while the receiver waits: timed. A descheduled receiver can miss its first look
+     * until the message is there, so of 10 rounds one timed message is asked for, not ten. */
+    int timed = 0;
+    for (uint64_t step = 2; step < 12; step++) {
+        late_send l = {.t = a, .step = step};
+        atomic_init(&l.go, 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, send_when_told, &l), 0);
+        uint64_t t0 = sc_clock_now_ns();
+        atomic_store(&l.go, 1);
+        assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, step, 0, y, sizeof y, &err),
+                         SC_OK);
+        double most = (double)(sc_clock_now_ns() - t0) * 1e-9;
+        pthread_join(th, NULL);
+        assert_int_equal(rt_transport_link_take(b, got, RT_LINK_MAX), 1);
+        assert_int_equal(got[0].messages, 1);
+        assert_int_equal(got[0].from_copy, 3);
+        if (got[0].clean == 1) {
+            timed++;
+            assert_int_equal(got[0].bytes, sizeof x);
+            /* one clock: the transit lies within the receive */
+            assert_true(got[0].delay_s >= 0 && got[0].delay_s <= most);
+        }
+    }
+    assert_true(timed >= 1);
+    /* the figures start afresh after a take */
+    assert_int_equal(rt_transport_link_take(b, got, RT_LINK_MAX), 0);
+    rt_transport_destroy(&a);
+    rt_transport_destroy(&b);
+}
+
+static void test_link_figures(void **state)
+{
+    (void)state;
+    link_figures(RT_TRANSPORT_LOCAL, "local://");
+    link_figures(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0");
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -372,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_tag_filters_stray_messages),
         cmocka_unit_test(test_zmq_message_limit),
+        cmocka_unit_test(test_link_figures),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_device_payloads_config),
     };

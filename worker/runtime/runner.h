@@ -253,6 +253,10 @@ typedef struct {
     int inflight_end;
     double warmup_s;
     int backwards;
+    /* The transfers from the neighbours this step took messages from (rt_transport_link_take of
+     * the stage's transports: zmq and local; none over nccl), one entry per sending copy. */
+    rt_link_sample links[RT_LINK_MAX];
+    int n_links;
 } rt_report;
 
 typedef struct rt_runner rt_runner;

@@ -111,6 +111,7 @@ sc_status rt_runner_open_transports(rt_runner *r, const rt_runner_cfg *c, kn_dev
         next_kind = tc.kind;
     tc.timeout_ms = c->timeout_ms;
     tc.tag = c->tag;
+    tc.copy = r->rep;                        /* names this copy to the receivers' link figures */
     tc.max_message_bytes = message_bound(r); /* nccl_side puts its own */
     /* a GPU stage's local transport carries device memory where the runner passes it */
     bool dev_payloads = dev.kind == KN_DEV_CUDA && plain_data_path(r);

@@ -299,6 +299,16 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     return SC_OK;
 }
 
+/* The step's transfer figures from the stage's transports (rt_link_sample). */
+static void take_links(rt_runner *r, rt_report *rep)
+{
+    rt_transport *trs[2] = {r->tr, r->tr_next};
+    for (int i = 0; i < 2; i++)
+        if (trs[i] != NULL)
+            rep->n_links += (int)rt_transport_link_take(trs[i], rep->links + rep->n_links,
+                                                        (size_t)(RT_LINK_MAX - rep->n_links));
+}
+
 sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err *err)
 {
     if (r->broken)
@@ -325,6 +335,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
             for (int i = 0; i < r->slots; i++)
                 r->slot_mb[i] = -1;
         }
+        take_links(r, &rep);
         if (rc == SC_OK && report != NULL)
             *report = rep;
         return rc;
@@ -372,6 +383,7 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rep.n_blocks = r->nb;
     rep.grad_sq_norms = r->grad_norms ? r->norms : NULL;
     rt_timeline_commit(r->tl);
+    take_links(r, &rep);
     if (report != NULL)
         *report = rep;
     return SC_OK;

@@ -177,6 +177,8 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
     m->step = step;
     m->kind = (int32_t)kind;
     m->microbatch = microbatch;
+    m->from_copy = t->cfg.copy;
+    m->sent_ns = sc_clock_now_ns(); /* handed over now; the backend's queue is transit */
     if (dev) {
         m->bytes = bytes;
         m->dev_device = t->cfg.device;
@@ -221,6 +223,41 @@ static void pending_append(rt_transport *t, rt_msg *m)
     *pp = m;
 }
 
+/* Counts message m in the figures of its sender (rt_link_sample): every message, and the
+ * fastest of those that arrived while this stage waited. */
+static void link_note(rt_transport *t, const rt_msg *m)
+{
+    bool from_next = m->kind == (int32_t)RT_MSG_GRADIENT;
+    rt_link_sample *l = NULL;
+    for (size_t i = 0; i < t->n_links && l == NULL; i++)
+        if (t->links[i].from_next == from_next && t->links[i].from_copy == m->from_copy)
+            l = &t->links[i];
+    if (l == NULL) {
+        if (t->n_links == RT_LINK_MAX)
+            return;
+        l = &t->links[t->n_links++];
+        memset(l, 0, sizeof *l);
+        l->from_next = from_next;
+        l->from_copy = m->from_copy;
+    }
+    l->messages++;
+    if (!m->clean || m->sent_ns == 0)
+        return;
+    double d = ((double)m->arrived_ns - (double)m->sent_ns) * 1e-9;
+    if (l->clean++ == 0 || d < l->delay_s) {
+        l->delay_s = d;
+        l->bytes = m->bytes;
+    }
+}
+
+size_t rt_transport_link_take(rt_transport *t, rt_link_sample *out, size_t max)
+{
+    size_t n = t->n_links < max ? t->n_links : max;
+    memcpy(out, t->links, n * sizeof *out);
+    t->n_links = 0;
+    return n;
+}
+
 static const char *kind_name(rt_msg_kind kind)
 {
     return kind == RT_MSG_ACTIVATION ? "activation" : "gradient";
@@ -237,6 +274,9 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
                        rt_transport_label(t), from_next ? "next" : "previous", kind_name(kind));
     uint64_t deadline_ns = sc_clock_now_ns() + (uint64_t)t->cfg.timeout_ms * 1000000ull;
     rt_msg *m = pending_take(t, kind, step, microbatch);
+    /* whether the inbox was found empty during this call: what arrives after that arrives
+     * while this stage waits, so the time it is taken is its arrival (a clean message) */
+    bool idle = false;
     while (m == NULL) {
         if (atomic_load(&t->aborted))
             return SC_ERRF(err, SC_ERR_CANCELLED,
@@ -253,11 +293,16 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
         uint64_t left_ms = (deadline_ns - now) / 1000000ull + 1;
         int wait_ms = left_ms < POLL_SLICE_MS ? (int)left_ms : POLL_SLICE_MS;
         rt_msg *got = NULL;
-        sc_status rc = t->ops->poll(t, wait_ms, from_next, &got, err);
+        /* a first look without waiting tells whether the inbox is empty */
+        sc_status rc = t->ops->poll(t, idle ? wait_ms : 0, from_next, &got, err);
         if (rc != SC_OK)
             return rc;
-        if (got == NULL)
+        if (got == NULL) {
+            idle = true;
             continue;
+        }
+        got->arrived_ns = sc_clock_now_ns();
+        got->clean = idle;
         if (got->tag != t->cfg.tag) {
             rt_msg_free(got); /* a stray message of another job or run */
             continue;
@@ -267,6 +312,7 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
         else
             pending_append(t, got);
     }
+    link_note(t, m);
     sc_status rc = SC_OK;
     if (m->bytes != bytes)
         rc = SC_ERRF(err, SC_ERR_INVALID,

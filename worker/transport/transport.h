@@ -68,6 +68,9 @@ typedef struct {
      * device to device through a buffer of a pool instead of through host memory. A neighbour
      * without it still exchanges messages with this one (copies then cross PCIe). */
     bool device_payloads;
+    /* This stage's copy (0 unreplicated): stamped on every message sent, so that a receiver's
+     * link figures (rt_transport_link_take) name the sending copy. zmq and local only. */
+    int copy;
 } rt_transport_cfg;
 
 typedef struct rt_transport rt_transport;
@@ -126,6 +129,30 @@ void rt_transport_abort(rt_transport *t);
 
 /* Messages received and not yet asked for (for tests and leak checks; nccl: always 0). */
 size_t rt_transport_pending(const rt_transport *t);
+
+/* What a receiver measured of one neighbour copy's messages (zmq and local; nccl measures
+ * nothing here). Every message carries its sender's monotonic send time; the receiver notes
+ * when it takes the message from its inbox. That moment is the arrival only when the receiver
+ * was already waiting on an empty inbox (a "clean" message); otherwise the message sat there
+ * behind the receiver's compute. Of the clean messages the fastest is kept: later messages of a
+ * burst queue behind earlier ones in the sender's socket and on the wire, the first does not.
+ * delay_s = arrival (this host's clock) - send stamp (the sender's clock): the transit of
+ * `bytes` payload bytes, latency included, where both stages share a clock (one host); across
+ * hosts it is off by the difference of the two clocks, which whoever reads it must remove. */
+typedef struct {
+    bool from_next;    /* gradients from the next stage; false: activations from the previous */
+    int from_copy;     /* the sending stage's copy */
+    uint32_t messages; /* messages of that peer taken since the last take */
+    uint32_t clean;    /* of them, those that arrived while this stage waited */
+    uint64_t bytes;    /* payload bytes of the fastest clean one (0: none was clean) */
+    double delay_s;    /* its arrival minus its send stamp, seconds (0: none was clean) */
+} rt_link_sample;
+
+#define RT_LINK_MAX 16 /* peers a transport keeps figures of (more are not measured) */
+
+/* Copies the figures measured since the last call (at most `max`, one per neighbour copy that
+ * sent something) into out and starts afresh; returns their count. */
+size_t rt_transport_link_take(rt_transport *t, rt_link_sample *out, size_t max);
 
 /* The kind the transport was created with. */
 rt_transport_kind rt_transport_kind_of(const rt_transport *t);

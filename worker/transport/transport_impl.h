@@ -54,6 +54,8 @@ struct rt_transport {
     rt_msg *pending; /* received, not yet asked for; owned by the user thread */
     atomic_bool aborted;
     void *dev_stream; /* cfg.device_payloads: the copies' stream (rt_dev_open) */
+    rt_link_sample links[RT_LINK_MAX]; /* measured since the last rt_transport_link_take */
+    size_t n_links;
 };
 
 extern const rt_transport_ops rt_transport_zmq_ops;

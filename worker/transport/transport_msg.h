@@ -3,11 +3,13 @@
  * it and transport.c keeps it in its pending list (internal to the transport folder).
  * Not here: matching or waiting (transport.c), moving messages (the backends).
  * Invariant: the payload is `data` (`bytes` of it) unless `dev` holds it; rt_msg_free releases
- * either.
+ * either. sent_ns is on the sender's clock, arrived_ns on the receiver's (the same clock only
+ * on one host).
  */
 #ifndef RT_TRANSPORT_MSG_H
 #define RT_TRANSPORT_MSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +21,13 @@ typedef struct rt_msg {
     void *dev; /* local with device payloads: the payload, a pool buffer on dev_device;
                 * NULL: the payload is `data` */
     int dev_device;
+    /* Link measurement (transport.c): the sender's monotonic clock when it handed the message
+     * over, the sending stage's copy, the receiver's clock when it took the message from its
+     * inbox, and whether the receiver was waiting on an empty inbox then (so arrived_ns is the
+     * arrival itself, not the end of some compute that kept the message waiting). */
+    uint64_t sent_ns, arrived_ns;
+    int32_t from_copy;
+    bool clean;
     unsigned char data[]; /* bytes, unless dev */
 } rt_msg;
 

@@ -1,7 +1,8 @@
 /*
  * rt transport, zmq backend: host memory over TCP between worker processes. Each stage binds one
  * PULL socket (its inbox) and connects one PUSH socket to each neighbour's inbox; a message is two
- * frames, a fixed header (magic, kind, tag, step, micro-batch, size) and the payload.
+ * frames, a fixed header (magic, kind, tag, step, micro-batch, sending copy, size, send time)
+ * and the payload.
  * Does not detect a dead peer actively: a receive from it simply times out (the wait loop in
  * transport.c bounds it). The inbox refuses payloads larger than cfg max_message_bytes
  * (ZMQ_MAXMSGSIZE): zmq closes that peer's connection rather than allocating what a stray or
@@ -18,7 +19,7 @@
 #include "common/sc_util.h"
 #include "worker/transport/transport_impl.h"
 
-#define WIRE_MAGIC 0x53435254u /* "SCRT" */
+#define WIRE_MAGIC 0x53435255u /* "SCRU": the header with the send time */
 #define FLUSH_MAX_MS 5000
 
 typedef struct {
@@ -27,8 +28,9 @@ typedef struct {
     uint64_t tag;
     uint64_t step;
     int32_t microbatch;
-    uint32_t reserved;
+    int32_t from_copy; /* the sending stage's copy */
     uint64_t bytes;
+    uint64_t sent_ns; /* the sender's monotonic clock when it sent (link measurement) */
 } wire_header;
 
 typedef struct {
@@ -190,7 +192,9 @@ static sc_status zt_send(rt_transport *t, rt_msg *m, bool to_next, sc_err *err)
     h.tag = m->tag;
     h.step = m->step;
     h.microbatch = m->microbatch;
+    h.from_copy = m->from_copy;
     h.bytes = m->bytes;
+    h.sent_ns = m->sent_ns;
     /* PUSH queues up to its high-water mark even without a live peer, so this does not block
      * on a dead neighbour for small pipelines; a full queue waits at most the timeout. */
     int timeout = t->cfg.timeout_ms;
@@ -271,6 +275,8 @@ static sc_status zt_poll(rt_transport *t, int wait_ms, bool from_next, rt_msg **
     m->step = h.step;
     m->kind = h.kind;
     m->microbatch = h.microbatch;
+    m->from_copy = h.from_copy;
+    m->sent_ns = h.sent_ns;
     if (size > 0)
         memcpy(m->data, zmq_msg_data(&part), size);
     zmq_msg_close(&part);
