@@ -81,7 +81,8 @@ taus=$(history job-4 | sed -n 's/^rebalancing: freezing blocks .* tau \([0-9.e+-
 capped=1
 while read -r tau r; do
     [ -n "$tau" ] || continue
-    awk -v t="$tau" -v r="$r" 'BEGIN { exit !(t <= 0.1 && r < t) }' || capped=0
+    # the history prints both to 3 significant digits: a change just under tau reads equal
+    awk -v t="$tau" -v r="$r" 'BEGIN { exit !(t <= 0.1 && r <= t) }' || capped=0
 done <<<"$taus"
 [ $capped -eq 1 ] && pass "the default cap: $(grep -c . <<<"$taus") freeze(s), each of a block that changed by under 10%" ||
     fail "a freeze over the cap: $(history job-4 | grep freezing)"
