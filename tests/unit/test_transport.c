@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
 #include "common/sc_clock.h"
 #include "kernels/device.h"
@@ -215,6 +216,40 @@ static void test_tag_filters_stray_messages(void **state)
                      SC_ERR_TIMEOUT);
     rt_transport_destroy(&a);
     rt_transport_destroy(&b);
+}
+
+/* A data message in the wire header of an older stagecraft ("SCRT", without the send time) is
+ * refused with a message naming the mismatch: ignored as a stray, the job would wait for it. */
+static void test_zmq_older_header_refused(void **state)
+{
+    (void)state;
+    rt_transport *a = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 2000);
+    rt_transport *b = open_one(RT_TRANSPORT_ZMQ, "tcp://127.0.0.1:0", 2000);
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(a), NULL, &err), SC_OK);
+    void *ctx = zmq_ctx_new(), *push = zmq_socket(ctx, ZMQ_PUSH);
+    assert_int_equal(zmq_connect(push, rt_transport_endpoint(b)), 0);
+    struct {
+        uint32_t magic;
+        int32_t kind;
+        uint64_t tag, step;
+        int32_t microbatch;
+        uint32_t reserved;
+        uint64_t bytes;
+    } old = {.magic = 0x53435254u, .kind = RT_MSG_ACTIVATION, .step = 1, .bytes = 4};
+    int v = 5;
+    assert_int_equal(zmq_send(push, &old, sizeof old, ZMQ_SNDMORE), (int)sizeof old);
+    assert_int_equal(zmq_send(push, &v, sizeof v, 0), (int)sizeof v);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 1, 0, &v, sizeof v, &err),
+                     SC_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "older stagecraft"));
+    int linger = 0;
+    zmq_setsockopt(push, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(push);
+    zmq_ctx_term(ctx);
+    rt_transport_destroy(&b);
+    rt_transport_destroy(&a);
 }
 
 /* An inbox with max_message_bytes takes messages up to that size; a peer that sends a larger one
@@ -462,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_local_peer_gone_unavailable),
         cmocka_unit_test(test_abort),
         cmocka_unit_test(test_tag_filters_stray_messages),
+        cmocka_unit_test(test_zmq_older_header_refused),
         cmocka_unit_test(test_zmq_message_limit),
         cmocka_unit_test(test_link_figures),
         cmocka_unit_test(test_bad_config),

@@ -20,6 +20,7 @@
 #include "worker/transport/transport_impl.h"
 
 #define WIRE_MAGIC 0x53435255u /* "SCRU": the header with the send time */
+#define WIRE_MAGIC_OLD 0x53435254u /* "SCRT": the header before it (no send time, no copy) */
 #define FLUSH_MAX_MS 5000
 
 typedef struct {
@@ -249,6 +250,13 @@ static sc_status zt_poll(rt_transport *t, int wait_ms, bool from_next, rt_msg **
     int more = 0;
     size_t len = sizeof more;
     zmq_getsockopt(z->inbox, ZMQ_RCVMORE, &more, &len);
+    if (got >= (int)sizeof h.magic && h.magic == WIRE_MAGIC_OLD) {
+        /* a worker of an older stagecraft: its messages would be dropped, and the job wait */
+        drain_frames(z->inbox);
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED,
+                       "a data message in the wire header of an older stagecraft (\"SCRT\"; this "
+                       "build's is \"SCRU\"): run one stagecraft version on every worker of a job");
+    }
     if (got != (int)sizeof h || h.magic != WIRE_MAGIC || !more) {
         drain_frames(z->inbox); /* not ours: a stray connection; ignore it */
         return SC_OK;
