@@ -9,16 +9,19 @@
 #   - samples/s before the cut, after the move (over 60 steps), and of the same job planned from
 #     scratch with the worker already cut (profiled and planned anew), and after / scratch.
 # Usage (root): bench/bench_rebalance.sh PATH/TO/stagecraft [--widths "64 128 256"]
-#               [--share 0.2] [--cut 0.05]
+#               [--share 0.2] [--cut 0.05] [--history FILE]
+#   --history: append each job's state changes with their reasons (rebalances: why, predicted
+#              gain, what moved) to FILE
 set -euo pipefail
 sc=$(readlink -f "${1:?usage: bench_rebalance.sh PATH/TO/stagecraft [--widths \"64 128 256\"]}")
 shift
-widths="64 128 256" share=0.2 cut_to=0.05
+widths="64 128 256" share=0.2 cut_to=0.05 history=/dev/null
 while [ $# -gt 0 ]; do
     case $1 in
     --widths) widths=$2; shift 2 ;;
     --share) share=$2; shift 2 ;;
     --cut) cut_to=$2; shift 2 ;;
+    --history) history=$2; shift 2 ;;
     *) echo "bench_rebalance: unknown flag $1" >&2; exit 2 ;;
     esac
 done
@@ -97,11 +100,16 @@ for w in $widths; do
     moved=$(grep -h "job $a stage .*took blocks" "$run"/logs/*.log |
         sed -n 's/.*over: \([0-9]*\) bytes from other workers, [0-9]* kept here, in [0-9]* piece(s), \([0-9.]*\) s$/\1 \2/p' |
         awk '{ b += $1; if ($2 > s) s = $2 } END { printf "%d %.3f\n", b, s }')
+    keep_history() { # JOB LABEL
+        { echo "== width $w, $2 ($1)"; st "$1" | jq -r '.transitions[] | "\(.to): \(.reason)"'; } >>"$history"
+    }
+    keep_history "$a" "cut at step $cut"
     "$sc" cancel "$a" >/dev/null
     # the same job planned from scratch with the worker already cut
     "$sc" submit "$work/job.json" >/dev/null
     wait_until 300 at_step "$b" 40
     scratch=$(rate "$b" 60)
+    keep_history "$b" "from scratch"
     "$sc" cancel "$b" >/dev/null
     "$lab" set --lab "$name" $slow cpu="$share" >/dev/null
     # the model's parameters: its profile's parameter bytes / 4

@@ -11,7 +11,9 @@
  * messages that arrived while the receiver waited on an empty inbox count (others sat behind
  * its compute), and of those the fastest per step (later ones of a burst queue behind earlier
  * ones). Its bytes over its transit is the link's effective speed for messages of that size,
- * latency included (worker/transport/transport.h, rt_link_sample).
+ * latency included (worker/transport/transport.h, rt_link_sample). Between workers held by CPU
+ * quotas a transit also holds the time either end sat throttled; what a quota can explain is
+ * taken off (quota_stall_s).
  *
  * Not here: the decision, the pause and the move (jobs_rebalance.c), the model (speeds.c).
  */
@@ -28,6 +30,13 @@
 #define LINK_CHANGE 0.4  /* a link this far off its expected speed (either way) is a change... */
 #define LINK_WEIGHT 0.10 /* ...when its transfers then take this share of an iteration more */
 #define LINKS_MAX 64
+
+/* The longest a CFS quota of `fraction` over `period_s` holds a runnable thread back: the rest of
+ * a period whose quota is spent (0 without a quota). */
+static double quota_stall_s(double fraction, double period_s)
+{
+    return fraction > 0 && fraction < 1 && period_s > 0 ? period_s * (1 - fraction) : 0;
+}
 
 void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id,
                               const Stagecraft__IterationReport *r, uint64_t sent_ns,
@@ -49,8 +58,16 @@ void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id
         if (sender[0] == '\0' ||
             !coord_speeds_transit(c->speeds, p->job_id, sender, worker_id, l->delay_s, &transit))
             continue;
-        coord_speeds_link_sample(c->speeds, p->job_id, sender, worker_id, (double)l->bytes, transit,
-                                 l->messages);
+        /* a worker under a CPU quota may sit throttled for up to P (1 - q) of a period when
+         * its message is due (the sender's I/O thread, the receiver's wake-up): that much of a
+         * transit is no evidence about the link, and a sample within it is left out */
+        double qf, qp, stall = quota_stall_s(r->cpu_quota_fraction, r->cpu_quota_period_s);
+        if (coord_speeds_quota(c->speeds, p->job_id, sender, &qf, &qp))
+            stall += quota_stall_s(qf, qp);
+        if (transit <= stall)
+            continue;
+        coord_speeds_link_sample(c->speeds, p->job_id, sender, worker_id, (double)l->bytes,
+                                 transit - stall, l->messages);
     }
 }
 

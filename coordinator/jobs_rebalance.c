@@ -190,11 +190,18 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     int s = (int)r->stage, k = (int)r->replica;
     if (r->parked)
         return p->pause_step == 0 || pause_report(c, p, s, k, r->step);
-    if (r->step <= p->resume_step + BASE_SKIP || r->busy_s <= 0)
+    /* a worker under a CPU quota: its busy time at the quota's sustained rate (a stage that
+     * waits runs at full speed for a while after, which its wall-clock busy time would count
+     * as a faster worker) unless the wall clock says slower still (other work on its host
+     * takes CPU its quota would allow), and the quota a re-plan should model */
+    double busy = r->quota_busy_s > r->busy_s ? r->quota_busy_s : r->busy_s;
+    if (p->worker_of[s][k][0] != '\0' && (r->quota_busy_s > 0 || r->cpu_quota_fraction > 0))
+        coord_speeds_set_quota(c->speeds, p->job_id, p->worker_of[s][k], r->cpu_quota_fraction,
+                               r->cpu_quota_period_s);
+    if (r->step <= p->resume_step + BASE_SKIP || busy <= 0)
         return true;
     if (p->base_n[s][k] < BASE_N) {
-        p->busy_base[s][k] =
-            (p->busy_base[s][k] * p->base_n[s][k] + r->busy_s) / (p->base_n[s][k] + 1);
+        p->busy_base[s][k] = (p->busy_base[s][k] * p->base_n[s][k] + busy) / (p->base_n[s][k] + 1);
         p->busy_avg[s][k] = p->busy_base[s][k];
         if (++p->base_n[s][k] == BASE_N && p->work[s][k] > 0) {
             /* the worker's first measured run on this profile is its reference */
@@ -203,7 +210,7 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
             p->ref[s][k] = coord_speeds_reference(c->speeds, p->job_id, p->worker_of[s][k], ratio);
         }
     } else {
-        p->busy_avg[s][k] = ALPHA * r->busy_s + (1 - ALPHA) * p->busy_avg[s][k];
+        p->busy_avg[s][k] = ALPHA * busy + (1 - ALPHA) * p->busy_avg[s][k];
     }
     if (s == p->n_stages - 1 && k == 0 && r->iteration_s > 0) {
         if (p->iter_base_n < BASE_N) {
@@ -391,6 +398,15 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     double *factor = NULL;
     size_t n = 0;
     sc_status rc = current_workers(c, p, &ws, &factor, &n, err);
+    /* the CPU quota each worker's reports say it has now, for the re-plan's model */
+    for (size_t i = 0; rc == SC_OK && i < n; i++) {
+        double qf, qp;
+        if (ws[i].hw != NULL && ws[i].hw->n_devices > 0 &&
+            coord_speeds_quota(c->speeds, job_id, ws[i].id, &qf, &qp)) {
+            ws[i].hw->devices[0]->cpu_quota_fraction = qf;
+            ws[i].hw->devices[0]->cpu_quota_period_s = qp;
+        }
+    }
     /* what an iteration measures now, and each stage's measured factor (its slowest copy's)
      * against the plan's speeds */
     double measured =

@@ -105,7 +105,7 @@ static void set_compute_slots(const coord_plan_worker *workers, size_t n, json_t
  * seconds: an existing type of that device name whose speed agrees within SPEED_TOLERANCE, else
  * a new one, named after the device for the first of its name and `device@worker` after. */
 static void type_for(json_t *types, const char *device, const char *worker, double total,
-                     double ref_total, char *out, size_t cap)
+                     double ref_total, double quota, double period_s, char *out, size_t cap)
 {
     size_t len = strlen(device);
     const char *key;
@@ -113,6 +113,11 @@ static void type_for(json_t *types, const char *device, const char *worker, doub
     json_object_foreach(types, key, t)
     {
         if (strncmp(key, device, len) != 0 || (key[len] != '\0' && key[len] != '@'))
+            continue;
+        /* a CFS quota of another share or period runs the same work at another pace */
+        json_t *tq = json_object_get(t, "cpu_quota");
+        if (json_number_value(json_object_get(tq, "fraction")) != quota ||
+            json_number_value(json_object_get(tq, "period_s")) != period_s)
             continue;
         double theirs = ref_total / json_number_value(json_object_get(t, "relative_speed"));
         double lo = theirs < total ? theirs : total, hi = theirs < total ? total : theirs;
@@ -159,13 +164,22 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
         if (i == 0)
             ref_total = total;
         char type[160];
-        type_for(types, d->name, workers[i].id, total, ref_total, type, sizeof type);
-        if (json_object_get(types, type) == NULL)
-            json_object_set_new(types, type,
-                                json_pack("{s:f, s:f, s:o}", "relative_speed", ref_total / total,
-                                          "memory_bytes", (double)d->memory_bytes, "block_times",
-                                          bt));
-        else
+        double quota =
+            d->cpu_quota_fraction > 0 && d->cpu_quota_fraction < 1 && d->cpu_quota_period_s > 0
+                ? d->cpu_quota_fraction
+                : 0;
+        double period_s = quota > 0 ? d->cpu_quota_period_s : 0;
+        type_for(types, d->name, workers[i].id, total, ref_total, quota, period_s, type,
+                 sizeof type);
+        if (json_object_get(types, type) == NULL) {
+            json_t *t = json_pack("{s:f, s:f, s:o}", "relative_speed", ref_total / total,
+                                  "memory_bytes", (double)d->memory_bytes, "block_times", bt);
+            if (quota > 0)
+                json_object_set_new(
+                    t, "cpu_quota",
+                    json_pack("{s:f, s:f}", "fraction", quota, "period_s", period_s));
+            json_object_set_new(types, type, t);
+        } else
             json_decref(bt);
 
         /* servers in order of first appearance; workers arrive grouped by host */

@@ -14,6 +14,8 @@ typedef struct {
     double link, scale;
     double link0; /* its first probed link in the job (0: none yet) */
     double ref; /* busy seconds per profiled second when first measured; 0: not yet */
+    bool has_quota; /* its reports said its CPU quota (below); false: as it registered */
+    double quota_fraction, quota_period_s;
 } worker_speed;
 
 #define MOVE_WINDOW_S 60.0
@@ -225,6 +227,28 @@ void coord_speeds_set_scale(coord_speeds *all, const char *job_id, const char *i
     worker_speed *w = worker_of(job_of(all, job_id), id);
     if (w != NULL && scale > 0)
         w->scale = scale;
+}
+
+void coord_speeds_set_quota(coord_speeds *all, const char *job_id, const char *id, double fraction,
+                            double period_s)
+{
+    worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w == NULL)
+        return;
+    w->has_quota = true;
+    w->quota_fraction = fraction > 0 && fraction < 1 && period_s > 0 ? fraction : 0;
+    w->quota_period_s = w->quota_fraction > 0 ? period_s : 0;
+}
+
+bool coord_speeds_quota(const coord_speeds *all, const char *job_id, const char *id,
+                        double *fraction, double *period_s)
+{
+    const worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w == NULL || !w->has_quota)
+        return false;
+    *fraction = w->quota_fraction;
+    *period_s = w->quota_period_s;
+    return true;
 }
 
 double coord_speeds_work_s(const coord_speeds *all, const char *job_id, const char *id, int first,

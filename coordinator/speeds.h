@@ -46,6 +46,16 @@ double coord_speeds_scale(const coord_speeds *all, const char *job_id, const cha
 /* Sets worker `id`'s scale in job `job_id` (its times are `scale` times its profile's). */
 void coord_speeds_set_scale(coord_speeds *all, const char *job_id, const char *id, double scale);
 
+/* Worker `id`'s CPU quota as its latest report said it (fraction of its threads' speed over
+ * period_s; fraction 0: none), which a re-plan uses instead of the one it registered with: a
+ * container's limit can change while the job runs. */
+void coord_speeds_set_quota(coord_speeds *all, const char *job_id, const char *id, double fraction,
+                            double period_s);
+
+/* The quota of coord_speeds_set_quota; false when no report said one. */
+bool coord_speeds_quota(const coord_speeds *all, const char *job_id, const char *id,
+                        double *fraction, double *period_s);
+
 /* One sample's compute through blocks [first, last] on worker `id` by its profile as measured
  * (unscaled; forward + backward, per micro-batch over the micro-batch size), 0 when unknown. */
 double coord_speeds_work_s(const coord_speeds *all, const char *job_id, const char *id, int first,

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "kernels/threads_cpu.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -40,24 +41,16 @@ static bool read_line(const char *path, char *buf, size_t size)
     return ok;
 }
 
-/* cores = ceil(quota / period), or 0 when unlimited / unreadable */
-static int quota_cores(long long quota, long long period)
-{
-    if (quota <= 0 || period <= 0)
-        return 0;
-    long long c = (quota + period - 1) / period;
-    return c > KN_CPU_THREADS_MAX ? KN_CPU_THREADS_MAX : (int)c;
-}
-
-/* The smallest quota on the cgroup path of this process and its ancestors (v2: cpu.max; v1:
- * the cpu controller's cfs files); 0 when there is none. */
-static int cgroup_cores(void)
+/* The smallest CFS quota on the cgroup path of this process and its ancestors (v2: cpu.max;
+ * v1: the cpu controller's cfs files), in cores (quota / period) with its period; false when
+ * there is none. */
+static bool cgroup_quota(double *cores, double *period_s)
 {
     FILE *f = fopen("/proc/self/cgroup", "r");
     if (f == NULL)
-        return 0;
+        return false;
     char line[4096], dir[4096 + 64];
-    int best = 0;
+    bool found = false;
     while (fgets(line, sizeof line, f) != NULL) {
         /* "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1) */
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -76,22 +69,26 @@ static int cgroup_cores(void)
         rel[strcspn(rel, "\n")] = '\0';
         for (;;) {
             char buf[128];
-            int cores = 0;
+            long long q = 0, p = 0;
             if (v2) {
                 snprintf(dir, sizeof dir, "/sys/fs/cgroup%s/cpu.max", rel);
-                long long q = 0, p = 0;
-                if (read_line(dir, buf, sizeof buf) && sscanf(buf, "%lld %lld", &q, &p) == 2)
-                    cores = quota_cores(q, p);
+                if (!read_line(dir, buf, sizeof buf) || sscanf(buf, "%lld %lld", &q, &p) != 2)
+                    q = p = 0; /* "max PERIOD": no quota */
             } else {
-                char q[128], p[128];
+                char qs[128], ps[128];
                 snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s%s/cpu.cfs_quota_us", ctrl, rel);
-                bool okq = read_line(dir, q, sizeof q);
+                bool okq = read_line(dir, qs, sizeof qs);
                 snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s%s/cpu.cfs_period_us", ctrl, rel);
-                if (okq && read_line(dir, p, sizeof p))
-                    cores = quota_cores(atoll(q), atoll(p));
+                if (okq && read_line(dir, ps, sizeof ps)) {
+                    q = atoll(qs);
+                    p = atoll(ps);
+                }
             }
-            if (cores > 0 && (best == 0 || cores < best))
-                best = cores;
+            if (q > 0 && p > 0 && (!found || (double)q / (double)p < *cores)) {
+                *cores = (double)q / (double)p;
+                *period_s = (double)p * 1e-6;
+                found = true;
+            }
             if (rel[0] == '\0') /* the root, read last */
                 break;
             char *slash = strrchr(rel, '/');
@@ -101,7 +98,29 @@ static int cgroup_cores(void)
         }
     }
     fclose(f);
-    return best;
+    return found;
+}
+
+bool kn_cpu_quota_binding(double *fraction, double *cores, double *period_s)
+{
+    double c = 0, p = 0;
+    int threads = kn_cpu_threads();
+    if (!cgroup_quota(&c, &p) || c >= (double)threads)
+        return false;
+    *fraction = c / (double)threads;
+    *cores = c;
+    *period_s = p;
+    return true;
+}
+
+/* cores = ceil(quota / period), or 0 when unlimited / unreadable */
+static int cgroup_cores(void)
+{
+    double c, p;
+    if (!cgroup_quota(&c, &p))
+        return 0;
+    double up = ceil(c - 1e-9);
+    return up > KN_CPU_THREADS_MAX ? KN_CPU_THREADS_MAX : up < 1 ? 1 : (int)up;
 }
 
 int kn_cpu_cores_available(void)

@@ -24,6 +24,14 @@ bool kn_built_with_blas(void);
 /* The cores this process may use: its affinity mask, capped by a cgroup CPU quota (>= 1). */
 int kn_cpu_cores_available(void);
 
+/* The CFS CPU quota of this process's cgroup, the smallest on its path (cgroup v2 cpu.max, v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us), against the threads in use (kn_cpu_threads): true
+ * when it holds them back (quota cores < threads), with *cores = quota / period (0.45: 45% of
+ * one core in each period), *fraction = cores / threads in (0, 1) and *period_s the period;
+ * false when there is no quota, one the threads cannot reach, or it cannot be read (a network
+ * namespace entered with `ip netns exec` hides /sys/fs/cgroup). */
+bool kn_cpu_quota_binding(double *fraction, double *cores, double *period_s);
+
 /* Sets the thread count for the rest of the process; 0 restores the default above. Outside
  * [0, KN_CPU_THREADS_MAX] is SC_ERR_INVALID naming `what` ("--threads") and the valid range. */
 sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err);

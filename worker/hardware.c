@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/sc_util.h"
+#include "kernels/threads_cpu.h"
 #include "topology/topo.h"
 
 /* The largest topology XML a report carries; larger exports are left out (the coordinator then
@@ -136,6 +137,11 @@ sc_status wk_hardware_report(const char *device, bool measure, Stagecraft__Hardw
         snprintf(cc, sizeof cc, "%d.%d", dev->cc_major, dev->cc_minor);
     d->compute_capability = dup_or_empty(cc);
     d->gflops = dev->gflops;
+    double quota_fraction, quota_cores, period_s;
+    if (!is_cuda && kn_cpu_quota_binding(&quota_fraction, &quota_cores, &period_s)) {
+        d->cpu_quota_fraction = quota_fraction;
+        d->cpu_quota_period_s = period_s;
+    }
     if (d->kind == NULL || d->name == NULL || d->pci_bus_id == NULL ||
         d->compute_capability == NULL || r->hostname == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory building the hardware report");

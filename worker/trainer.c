@@ -12,8 +12,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
+#include "kernels/threads_cpu.h"
 #include "worker/blocks/block_fetch.h"
 #include "worker/blocks/block_server.h"
 #include "worker/blocks/block_wire.h"
@@ -662,6 +664,25 @@ void wk_trainer_pause(wk_trainer *t, uint64_t after_step)
     pthread_mutex_unlock(&t->lock);
 }
 
+/* The worker's CFS quota as the reports give it, read again at most every QUOTA_READ_S (it can
+ * change while the job runs: a container's limit, the lab's `lab set`; a few small files per
+ * read). fraction 0: no quota, or one at or above the CPU threads, which never holds the
+ * threads back. */
+#define QUOTA_READ_S 0.02
+typedef struct {
+    double read_s, cores, fraction, period_s;
+} cpu_quota;
+
+static void quota_now(cpu_quota *q)
+{
+    double now = sc_clock_now_s();
+    if (q->read_s > 0 && now - q->read_s < QUOTA_READ_S)
+        return;
+    q->read_s = now;
+    if (!kn_cpu_quota_binding(&q->fraction, &q->cores, &q->period_s))
+        q->cores = q->fraction = q->period_s = 0;
+}
+
 static void *train_main(void *arg)
 {
     wk_trainer *t = arg;
@@ -677,6 +698,7 @@ static void *train_main(void *arg)
     }
     uint64_t last_ckpt = t->last_checkpoint;
     char ckpt_error[400] = ""; /* why the latest checkpoint failed, "" when it was written */
+    cpu_quota quota = {0};
     for (uint64_t step = t->resume_step + 1; step <= t->steps && !atomic_load(&t->stop); step++) {
         rt_report rep;
         sc_err_clear(&err);
@@ -730,6 +752,14 @@ static void *train_main(void *arg)
         m.report.forward_s = rep.forward_s;
         m.report.backward_s = rep.backward_s;
         m.report.samples_per_s = rep.samples_per_s;
+        quota_now(&quota);
+        if (quota.fraction > 0) {
+            /* the compute's CPU at the quota's pace: its threads, held to `fraction` of their
+             * speed, take busy_cpu_s / fraction sustained */
+            m.report.quota_busy_s = rep.busy_cpu_s / quota.fraction;
+            m.report.cpu_quota_fraction = quota.fraction;
+            m.report.cpu_quota_period_s = quota.period_s;
+        }
         m.report.checkpoint_step = last_ckpt;
         report_copies(t, &m.report);
         report_links(&rep, &m.report);

@@ -129,6 +129,15 @@ static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, sc_err *err)
     SC_CHECK(sc_json_opt_number(tn, "memory_bytes", 1, 1e18, 0, &mem, err));
     SC_CHECK(plan_cluster_add_type(c, tn->key, speed, mem, NULL, err));
     plan_device_type *t = &c->types[c->n_types - 1];
+    if (sc_jnode_has(tn, "cpu_quota")) {
+        sc_jnode q;
+        SC_CHECK(sc_json_get_object(tn, "cpu_quota", &q, err));
+        /* a fraction of 1 or more never throttles: the quota is left out of such a type */
+        SC_CHECK(sc_json_get_number(&q, "fraction", 1e-4, 1, &t->quota_fraction, err));
+        SC_CHECK(sc_json_get_number(&q, "period_s", 1e-4, 10, &t->quota_period_s, err));
+        if (t->quota_fraction >= 1)
+            t->quota_fraction = t->quota_period_s = 0;
+    }
     if (!sc_jnode_has(tn, "block_times"))
         return SC_OK;
     sc_jnode bt;

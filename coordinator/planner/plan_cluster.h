@@ -28,6 +28,11 @@ typedef struct plan_device_type {
     char name[PLAN_NAME_MAX];
     double relative_speed; /* to the profile's reference device */
     double memory_bytes;   /* HUGE_VAL when not given */
+    double quota_fraction; /* a CFS-capped CPU: the share of full speed its quota allows over
+                            * quota_period_s (0 < f < 1); 0: none. Its times are sustained
+                            * (profiled over many periods); plan_sim_share says what bursts
+                            * after idle spells gain */
+    double quota_period_s;
     int n_block_times;     /* measured times per block name, for the profile's micro-batch */
     plan_block_time *block_times;
 } plan_device_type;

@@ -18,30 +18,46 @@
 #include "coordinator/planner/plan_sim.h"
 
 /* The processor groups of the simulator's lanes, each copy of a stage a lane on its own device
- * (a stage without copies: one lane): one group per server that has compute_slots; `share`
- * points into `buf`. Returns 0 when no server shares its processors (then share is unused), -1
- * out of memory. */
+ * (a stage without copies: one lane): one group per server that has compute_slots; and each
+ * lane's CPU quota where its device type has one. `share` points into `buf`. Returns 0 when no
+ * server shares its processors and no device is capped (then share is unused), -1 out of
+ * memory. */
 static int partition_share(const plan_cost *c, const plan_partition *p, plan_sim_share *share,
-                           int **buf)
+                           void **buf)
 {
     const plan_cluster *cl = c->cluster;
-    int S = p->n_stages, shared = 0, N = 0;
+    int S = p->n_stages, shared = 0, capped = 0, N = 0;
     *buf = NULL;
     for (int v = 0; v < cl->n_servers; v++)
         shared |= cl->servers[v].compute_slots > 0;
-    if (!shared)
-        return 0;
     for (int i = 0; i < S; i++)
         N += p->n_dev[i];
-    int *b = malloc(((size_t)3 * N + (size_t)cl->n_servers) * sizeof *b);
-    if (b == NULL)
+    for (int l = 0; l < N; l++)
+        capped |= cl->types[cl->devices[p->devs[l]].type].quota_fraction > 0;
+    if (!shared && !capped)
+        return 0;
+    /* the doubles first, so they are aligned */
+    size_t bytes =
+        (size_t)2 * N * sizeof(double) + ((size_t)3 * N + (size_t)cl->n_servers) * sizeof(int);
+    double *d = malloc(bytes);
+    if (d == NULL)
         return -1;
+    double *quota = d, *period = d + N;
+    int *b = (int *)(d + 2 * N);
     int *group = b, *cap = b + N, *weight = b + 2 * N, *group_of_server = b + 3 * N;
-    *share = (plan_sim_share){.n_groups = 0, .group = group, .capacity = cap, .weight = weight};
+    *share = (plan_sim_share){.n_groups = 0,
+                              .group = group,
+                              .capacity = cap,
+                              .weight = weight,
+                              .quota = capped ? quota : NULL,
+                              .quota_period_s = capped ? period : NULL};
     for (int v = 0; v < cl->n_servers; v++)
         group_of_server[v] = -1;
     for (int l = 0; l < N; l++) {
+        const plan_device_type *t = &cl->types[cl->devices[p->devs[l]].type];
         int v = cl->devices[p->devs[l]].server;
+        quota[l] = t->quota_fraction;
+        period[l] = t->quota_period_s;
         group[l] = -1;
         weight[l] = 1;
         if (cl->servers[v].compute_slots <= 0)
@@ -52,7 +68,7 @@ static int partition_share(const plan_cost *c, const plan_partition *p, plan_sim
         }
         group[l] = group_of_server[v];
     }
-    *buf = b;
+    *buf = d;
     return 1;
 }
 
@@ -119,7 +135,7 @@ sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
                            "(plan_schedule_build_replicated)",
                            i, p->n_dev[i], s->replicas != NULL ? s->replicas[i] : 1, s->n_stages);
     plan_sim_share share;
-    int *buf;
+    void *buf;
     int shared = partition_share(c, p, &share, &buf);
     if (shared < 0)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages", p->n_stages);
@@ -136,7 +152,7 @@ sc_status plan_partition_simulate_sized(const plan_cost *c, const plan_partition
                                         plan_sim_result *out, sc_err *err)
 {
     plan_sim_share share;
-    int *buf;
+    void *buf;
     int shared = partition_share(c, p, &share, &buf);
     if (shared < 0)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d stages", p->n_stages);

@@ -86,18 +86,27 @@ typedef struct plan_sim_share {
     const int *capacity; /* (n_groups) processors of each group, >= 1 */
     const int *weight;   /* (as group) processors a computing stage takes, >= 1; NULL: 1 each.
                           * n above counts these. */
+    /* CFS-capped lanes (NULL: none): quota[l] in (0, 1) is the share of full speed lane l's CPU
+     * quota allows over quota_period_s[l] (0: no quota). Its times are sustained ones (full
+     * speed times / quota). Modelled as a token bucket of B = q P (1 - q) seconds that fills at
+     * q per second while the lane does not compute and drains at (1 - q) while it computes at
+     * full speed; an empty bucket holds it to q. So a compute after a long enough idle spell
+     * takes its time less P (1 - q), as under CFS, where a fresh period's quota runs at full
+     * speed; one right after another keeps its sustained time. */
+    const double *quota;
+    const double *quota_period_s;
 } plan_sim_share;
 
-/* plan_sim_run with stages grouped onto shared processors. `share` NULL (or no stage in a group)
- * is plan_sim_run itself, bit for bit. Otherwise an event-driven loop plays the lists: a stage
- * still runs one action at a time in list order with the same receive, send and link rules, but
- * a compute starts only when the simulated clock reaches it, and the rates of its group change
- * whenever one of the group's stages starts or finishes computing. An action that ran at full
- * rate throughout keeps its own duration, so a group that never holds more computes than its
- * capacity (a group of one stage, a capacity >= its stages) gives plan_sim_run's figures.
- * Recorded events and busy_s carry the stretched times; for pipedream busy_s adds each stage's
- * mean stretch per minibatch. Errors: a group id out of range or a capacity < 1
- * (SC_ERR_INVALID naming the stage or group), a deadlock, allocation. Reentrant. */
+/* plan_sim_run with stages grouped onto shared processors, or on CFS-capped CPUs (quota). `share`
+ * NULL (or no stage in a group and no quota) is plan_sim_run itself, bit for bit. Otherwise an
+ * event-driven loop plays the lists: a stage still runs one action at a time in list order with the
+ * same receive, send and link rules, but a compute starts only when the simulated clock reaches it,
+ * and the rates of its group change whenever one of the group's stages starts or finishes
+ * computing. An action that ran at full rate throughout keeps its own duration, so a group that
+ * never holds more computes than its capacity (a group of one stage, a capacity >= its stages)
+ * gives plan_sim_run's figures. Recorded events and busy_s carry the stretched times; for pipedream
+ * busy_s adds each stage's mean stretch per minibatch. Errors: a group id out of range or a
+ * capacity < 1 (SC_ERR_INVALID naming the stage or group), a deadlock, allocation. Reentrant. */
 sc_status plan_sim_run_shared(const plan_schedule *s, const plan_sim_stage *stages, int n_micro,
                               double slice_efficiency, const plan_sim_share *share,
                               int record_events, plan_sim_result *out, sc_err *err);

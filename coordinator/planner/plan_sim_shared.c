@@ -28,6 +28,27 @@ typedef struct shared_run {
     double start_s, dur_s, anchor_s, rem_s, rate;
 } shared_run;
 
+/* A CFS-capped lane's token bucket (plan_sim_share.quota): `tokens` seconds at `at_s`, filling
+ * at q while the lane does not compute and changing at q - cpu while it does, `cpu` being the
+ * processor share its compute got (1 at full speed, q when the bucket is empty). */
+typedef struct shared_quota {
+    double q, cap, tokens, at_s, cpu;
+} shared_quota;
+
+/* The bucket brought forward to t; a level within a hair of 0 is 0 (the drain's end is an
+ * event, met up to rounding). */
+static void quota_advance(shared_quota *b, int computing, double t)
+{
+    double dt = t - b->at_s;
+    if (dt > 0) {
+        b->tokens += (computing ? b->q - b->cpu : b->q) * dt;
+        b->tokens = b->tokens > b->cap ? b->cap : b->tokens < 0 ? 0 : b->tokens;
+    }
+    if (b->tokens <= b->cap * 1e-9)
+        b->tokens = 0;
+    b->at_s = t;
+}
+
 static double shared_end(const shared_run *r)
 {
     return r->anchor_s + r->rem_s / r->rate;
@@ -91,6 +112,17 @@ sc_status plan_sim_share_check(const plan_sim_share *sh, int n, int copies, int 
 {
     const char *what = copies ? "copy (lane)" : "stage";
     *grouped = 0;
+    for (int i = 0; sh->quota != NULL && i < n; i++) {
+        double q = sh->quota[i], p = sh->quota_period_s != NULL ? sh->quota_period_s[i] : 0;
+        if (q == 0)
+            continue;
+        if (!(q > 0 && q < 1) || !(p > 0 && isfinite(p)))
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "CPU quota: %s %d has share %g over a period of %g s; valid: a share "
+                           "in (0, 1) over a period > 0, or a share of 0 (no quota)",
+                           what, i, q, p);
+        *grouped = 1;
+    }
     for (int g = 0; g < sh->n_groups; g++)
         if (sh->capacity[g] < 1)
             return SC_ERRF(err, SC_ERR_INVALID,
@@ -119,18 +151,29 @@ sc_status plan_sim_shared_play(const plan_schedule *s, const plan_sim_stage *sta
     int S = s->n_stages;
     sim_state st;
     shared_run *run = NULL;
+    shared_quota *bucket = NULL;
     double *stretch = calloc((size_t)S * (size_t)s->n_units, sizeof *stretch);
-    int *busy_n = calloc((size_t)share->n_groups, sizeof *busy_n);
+    int *busy_n = calloc((size_t)share->n_groups + 1, sizeof *busy_n);
     sc_status rc = plan_sim_state_init(&st, s, slice_efficiency, out, err);
     st.ut = ut;
     if (rc != SC_OK)
         goto done;
     int N = st.N;
     run = calloc((size_t)N, sizeof *run);
-    if (!run || !stretch || !busy_n) {
+    bucket = calloc((size_t)N, sizeof *bucket);
+    if (!run || !stretch || !busy_n || !bucket) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory simulating %d shared stages", S);
         goto done;
     }
+    /* capped lanes start with a full bucket: before the iteration the stage waited for it */
+    for (int l = 0; share->quota != NULL && l < N; l++)
+        if (share->quota[l] > 0) {
+            double q = share->quota[l];
+            bucket[l] = (shared_quota){.q = q,
+                                       .cap = q * share->quota_period_s[l] * (1 - q),
+                                       .tokens = q * share->quota_period_s[l] * (1 - q),
+                                       .cpu = 1};
+        }
     double t = 0;
     for (;;) {
         /* everything that can happen at t: a send may unblock a receive on a lane already
@@ -154,18 +197,29 @@ sc_status plan_sim_shared_play(const plan_schedule *s, const plan_sim_stage *sta
         double next = INFINITY;
         for (int l = 0; l < N; l++) {
             shared_run *r = &run[l];
+            shared_quota *b = &bucket[l];
             if (r->active) {
                 int g = share->group[l];
                 double rate = g >= 0 && busy_n[g] > share->capacity[g]
                                   ? (double)share->capacity[g] / busy_n[g]
                                   : 1.0;
+                if (b->q > 0) {
+                    /* processor share `rate`, held to q once the bucket is empty; the lane's
+                     * times are sustained ones (full-speed time / q), so progress is cpu / q */
+                    b->cpu = b->tokens > 0 || rate <= b->q ? rate : b->q;
+                    if (b->tokens > 0 && b->cpu > b->q) { /* the bucket's end is an event */
+                        double empty = t + b->tokens / (b->cpu - b->q);
+                        next = empty < next ? empty : next;
+                    }
+                    rate = b->cpu / b->q;
+                }
                 if (rate != r->rate) {
                     r->rem_s -= r->rate * (t - r->anchor_s);
                     if (r->rem_s < 0)
                         r->rem_s = 0;
                     r->anchor_s = t;
                     r->rate = rate;
-                    r->stretched |= rate < 1;
+                    r->stretched |= rate != 1;
                 }
                 double e = shared_end(r);
                 next = e < next ? e : next;
@@ -180,6 +234,10 @@ sc_status plan_sim_shared_play(const plan_schedule *s, const plan_sim_stage *sta
             goto done;
         }
         t = next;
+        /* the buckets up to t, each lane computing or not as it did since the last event */
+        for (int l = 0; l < N; l++)
+            if (bucket[l].q > 0)
+                quota_advance(&bucket[l], run[l].active, t);
         for (int l = 0; l < N; l++) {
             shared_run *r = &run[l];
             if (!r->active || shared_end(r) > t)
@@ -208,6 +266,7 @@ nomem:
 done:
     plan_sim_state_free(&st);
     free(run);
+    free(bucket);
     free(stretch);
     free(busy_n);
     if (rc != SC_OK)

@@ -186,6 +186,63 @@ static void test_types_by_measured_speed(void **state)
         free(profiles[i]);
 }
 
+/* A worker's CFS quota (its report's cpu_quota_fraction and period) goes into its type's
+ * cpu_quota, which the planner reads; workers of equal speed under other quotas are other
+ * types (the same work paces differently after a wait), under the same quota one type. */
+static void test_types_by_quota(void **state)
+{
+    (void)state;
+    fleet f;
+    for (int i = 0; i < 4; i++)
+        add(&f, i, "a", "cpu", 0, 8);
+    f.dev[1].cpu_quota_fraction = f.dev[2].cpu_quota_fraction = 0.25;
+    f.dev[1].cpu_quota_period_s = f.dev[2].cpu_quota_period_s = 0.005;
+    f.dev[3].cpu_quota_fraction = 0.25;
+    f.dev[3].cpu_quota_period_s = 0.02;
+    char *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_cluster_json(f.w, 4, &doc, &err), SC_OK);
+    json_t *root = json_loads(doc, 0, NULL);
+    assert_non_null(root);
+    json_t *types = json_object_get(root, "device_types");
+    assert_int_equal(json_object_size(types), 3);
+    json_t *devs = json_object_get(json_array_get(json_object_get(root, "servers"), 0), "devices");
+    static const char *const want[] = {"cpu", "cpu@w1", "cpu@w1", "cpu@w3"};
+    for (int i = 0; i < 4; i++)
+        assert_string_equal(json_string_value(json_array_get(devs, (size_t)i)), want[i]);
+    assert_null(json_object_get(json_object_get(types, "cpu"), "cpu_quota"));
+    json_t *q = json_object_get(json_object_get(types, "cpu@w3"), "cpu_quota");
+    assert_float_equal(json_number_value(json_object_get(q, "fraction")), 0.25, 1e-12);
+    assert_float_equal(json_number_value(json_object_get(q, "period_s")), 0.02, 1e-12);
+    plan_cluster *c = NULL;
+    assert_int_equal(plan_cluster_parse(&c, "cluster", doc, strlen(doc), &err), SC_OK);
+    int seen = 0;
+    for (int t = 0; t < c->n_types; t++) {
+        if (strcmp(c->types[t].name, "cpu") == 0) {
+            assert_true(c->types[t].quota_fraction == 0);
+            seen++;
+        } else if (strcmp(c->types[t].name, "cpu@w1") == 0) {
+            assert_float_equal(c->types[t].quota_fraction, 0.25, 1e-12);
+            assert_float_equal(c->types[t].quota_period_s, 0.005, 1e-12);
+            seen++;
+        }
+    }
+    assert_int_equal(seen, 2);
+    plan_cluster_destroy(&c);
+    json_decref(root);
+    free(doc);
+    /* a cluster file's quota out of range is refused, naming the key */
+    const char *bad = "{\"format\": \"stagecraft-cluster\", \"version\": 1, \"device_types\": "
+                      "{\"cpu\": {\"relative_speed\": 1, \"cpu_quota\": {\"fraction\": 0, "
+                      "\"period_s\": 0.01}}}, \"servers\": [{\"name\": \"a\", \"devices\": "
+                      "[\"cpu\"], \"intra_bandwidth_bytes_per_s\": 1e9, "
+                      "\"nic_bandwidth_bytes_per_s\": 1e9}]}";
+    sc_err_clear(&err);
+    assert_int_equal(plan_cluster_parse(&c, "cluster", bad, strlen(bad), &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "fraction"));
+}
+
 /* The planner's prediction for 4 stages that share 2 processors is slower than with a device
  * each, and no faster than the work spread over the 2 processors. */
 static void test_shared_prediction(void **state)
@@ -488,6 +545,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compute_slots),
         cmocka_unit_test(test_types_by_measured_speed),
+        cmocka_unit_test(test_types_by_quota),
         cmocka_unit_test(test_shared_prediction),
         cmocka_unit_test(test_no_replicas_for_one_sample),
         cmocka_unit_test(test_replicas_for_tied_model),

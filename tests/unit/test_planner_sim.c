@@ -595,6 +595,82 @@ static void test_shared_hand_computed(void **state)
     }
 }
 
+/* CFS-capped lanes (plan_sim_share.quota): a compute after an idle spell runs at full speed
+ * until the bucket of q P (1 - q) is spent, so it takes P (1 - q) less than its sustained time;
+ * back to back, the sustained time. */
+static void test_quota_hand_computed(void **state)
+{
+    (void)state;
+    plan_sim_stage st[2];
+    const int none[2] = {-1, -1}, zero_cap[1] = {1};
+    const double half[2] = {0.5, 0.5}, period[2] = {1.0, 1.0};
+    /* one stage at q 0.5, P 1 s (bucket 0.25 s), GPipe over 2 micro-batches of F 2 s, B 4 s
+     * sustained: F0 runs 0.5 s at full speed (1 s of its sustained time) and the rest at the
+     * quota: 1.5 s; F1, B1, B0 follow at once: 2, 4 and 4 s. 11.5 s against 12. */
+    equal_stages(st, 1, 2, 4);
+    plan_sim_share sh = {.n_groups = 0,
+                         .group = none,
+                         .capacity = zero_cap,
+                         .quota = half,
+                         .quota_period_s = period};
+    plan_sim_result r = run_shared(PLAN_SCHED_GPIPE, 1, 2, 0, st, &sh, 1);
+    assert_float_equal(find_event(&r, 0, PLAN_ACT_F, 0)->dur_s, 1.5, 1e-12);
+    assert_float_equal(find_event(&r, 0, PLAN_ACT_F, 1)->dur_s, 2.0, 1e-12);
+    assert_float_equal(find_event(&r, 0, PLAN_ACT_B, 0)->dur_s, 4.0, 1e-12);
+    assert_float_equal(r.iteration_s, 11.5, 1e-12);
+    plan_sim_result_free(&r);
+
+    /* two stages of F 1 s, B 1 s, one micro-batch; only stage 1 capped (q 0.5, P 1 s). Its F0
+     * starts at 1 s with a full bucket (it waited since 0) and ends with it at 1.5 s; its B0
+     * has no tokens left: [1.5, 2.5]; stage 0's B0 [2.5, 3.5]. */
+    const double second[2] = {0, 0.5};
+    equal_stages(st, 2, 1, 1);
+    sh.quota = second;
+    r = run_shared(PLAN_SCHED_GPIPE, 2, 1, 0, st, &sh, 1);
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_F, 0)->start_s, 1.0, 1e-12);
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_F, 0)->dur_s, 0.5, 1e-12);
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_B, 0)->dur_s, 1.0, 1e-12);
+    assert_float_equal(find_event(&r, 0, PLAN_ACT_F, 0)->dur_s, 1.0, 1e-12); /* uncapped */
+    assert_float_equal(r.iteration_s, 3.5, 1e-12);
+    plan_sim_result_free(&r);
+
+    /* a compute shorter than the bucket holds runs at full speed throughout: F 0.2 s sustained
+     * at q 0.5 takes 0.1 s, spending 0.05 s of the 0.25 s bucket */
+    equal_stages(st, 2, 0.2, 1);
+    r = run_shared(PLAN_SCHED_GPIPE, 2, 1, 0, st, &sh, 1);
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_F, 0)->dur_s, 0.1, 1e-12);
+    /* B0 then starts with 0.2 s of tokens: full speed for 0.4 s (0.8 s sustained), then 0.2 s */
+    assert_float_equal(find_event(&r, 1, PLAN_ACT_B, 0)->dur_s, 0.6, 1e-12);
+    plan_sim_result_free(&r);
+
+    /* no quota anywhere (all 0) and no groups: plan_sim_run's figures, bit for bit */
+    const double zeros[2] = {0, 0};
+    sh.quota = zeros;
+    equal_stages(st, 2, 1, 2);
+    plan_sim_result a = run_shared(PLAN_SCHED_1F1B, 2, 4, 0, st, &sh, 0);
+    plan_sim_result b = play(PLAN_SCHED_1F1B, 2, 4, 0, st, NULL, 0.9, 0);
+    assert_true(a.iteration_s == b.iteration_s);
+    plan_sim_result_free(&a);
+    plan_sim_result_free(&b);
+
+    /* a share outside (0, 1) or a period <= 0: refused, naming the lane */
+    const double bad[2] = {0.5, 1.5};
+    sh.quota = bad;
+    plan_schedule *sc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_schedule_build(&sc, PLAN_SCHED_GPIPE, 2, 2, 0, &err), SC_OK);
+    assert_int_equal(plan_sim_run_shared(sc, st, 2, 1.0, &sh, 0, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "stage 1 has share 1.5"));
+    const double no_period[2] = {1.0, 0};
+    sh.quota = half;
+    sh.quota_period_s = no_period;
+    sc_err_clear(&err);
+    assert_int_equal(plan_sim_run_shared(sc, st, 2, 1.0, &sh, 0, &r, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "period of 0 s"));
+    plan_schedule_destroy(&sc);
+}
+
 /* Two results hold the same numbers bit for bit, and the same events in any order. */
 static int event_cmp(const void *x, const void *y)
 {
@@ -1179,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_replicated_replay),
         cmocka_unit_test(test_replicated_pipedream),
         cmocka_unit_test(test_replicated_shared),
+        cmocka_unit_test(test_quota_hand_computed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -224,6 +224,9 @@ typedef struct {
     double loss;        /* mean loss over the batch */
     double iteration_s; /* wall time of rt_runner_step */
     double busy_s;      /* forward + backward + optimizer compute */
+    double busy_cpu_s;  /* the calling thread's CPU seconds over that compute (the copies'
+                         * all-reduce left out; 0 under pipedream): at full speed what busy_s
+                         * is in wall time, and no more when a CPU quota throttles it */
     double forward_s, backward_s, optimizer_s;
     double wgrad_s;              /* zb1: the part of backward_s spent in W (parameter gradients) */
     double wait_s;               /* blocked in receives and in the replicas' all-reduce */
