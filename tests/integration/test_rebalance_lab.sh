@@ -13,10 +13,12 @@ sc=${1:?usage: test_rebalance_lab.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
 need_lab od
 # Its checks rest on speeds measured under CPU quotas (a cut detected within 15 steps, no move
-# under jitter), which other work on a small machine upsets now and then (about one run in four
-# on a 2-core VM): run by hand, not by `make test`.
-if [ "${STAGECRAFT_TIMING_TESTS:-0}" != 1 ]; then
-    echo "SKIP: set STAGECRAFT_TIMING_TESTS=1 to run it (timing-sensitive)"
+# under jitter). The workers' cgroups outweigh other work on the host, and the coordinator
+# judges a capped worker by its compute's CPU time at its quota's pace, so a busy host does not
+# upset them; a sanitizer or unoptimised build (STAGECRAFT_SLOW_BUILD) runs its steps 10-15x
+# slower than the deadlines allow and skips unless asked (STAGECRAFT_TIMING_TESTS=1).
+if [ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && [ "${STAGECRAFT_TIMING_TESTS:-0}" != 1 ]; then
+    echo "SKIP: a slow build; set STAGECRAFT_TIMING_TESTS=1 to run it"
     exit 77
 fi
 
