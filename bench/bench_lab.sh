@@ -15,16 +15,18 @@
 # The GPT has LAYERS layers (default 8) of WIDTH (default 128), sequence 64, vocabulary 256:
 # enough layers that a plan can give each worker a number of them close to its share.
 # Usage (root): bench/bench_lab.sh PATH/TO/stagecraft [--steps N] [--link RATE] [--only 1|2]
-#                                  [--layers N] [--width N]
+#                                  [--layers N] [--width N] [--history FILE]
+#   --history: append each job's state changes with their reasons (plans, rebalances) to FILE
 set -euo pipefail
 sc=$(readlink -f "${1:?usage: bench_lab.sh PATH/TO/stagecraft [--steps N] [--link RATE] [--only 1|2]}")
 shift
-steps=120 link=10mbit only="" layers=8 width=128
+steps=120 link=10mbit only="" layers=8 width=128 history=/dev/null
 while [ $# -gt 0 ]; do
     case $1 in
     --steps) steps=$2; shift 2 ;;
     --link) link=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --history) history=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
     --width) width=$2; shift 2 ;;
     *) echo "bench_lab: unknown flag $1" >&2; exit 2 ;;
@@ -86,6 +88,7 @@ run() {
         sleep 0.2
     done
     [ -n "$prev" ] || prev=$st
+    { echo "== $label ($id)"; field "$st" '.transitions[] | "\(.to): \(.reason)"'; } >>"$history"
     local pred tput meas stages used
     pred=$(field "$prev" .predicted_iteration_s)
     tput=$(field "$prev" .samples_per_s)
