@@ -37,7 +37,7 @@ cat >"$work/lab.json" <<JSON
              {"name": "w1", "server": "a", "cpu": $share},
              {"name": "w2", "server": "a", "cpu": $share}]}
 JSON
-trap '"$lab" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+trap '[ -z "${STAGECRAFT_BENCH_KEEP:-}" ] || cp -r "$work/run" "$STAGECRAFT_BENCH_KEEP"; "$lab" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 "$lab" up "$work/lab.json" --bin "$sc" >/dev/null
 eval "$("$lab" env "$name")"
 for _ in $(seq 1 300); do

@@ -147,6 +147,25 @@ static void take_measured_link(json_t *srv, double bytes_per_s)
     json_object_set_new(srv, "nic_bandwidth_source", json_string("measured"));
 }
 
+/* A CPU worker's transfers cost CPU on both ends (TCP, ZeroMQ, copies), so under a quota its
+ * CPU bounds them: its measured bytes per CPU second times the cores its quota gives (at most
+ * one: a transfer runs on a thread or two) caps its server's bandwidths, within the server (the
+ * copies' all-reduce, neighbouring stages) and across (the NIC). Unmeasured (older workers, GPUs):
+ * no cap. */
+static void cap_by_cpu_transport(json_t *srv, const Stagecraft__Device *d)
+{
+    if (d->kind == NULL || strcmp(d->kind, "cpu") != 0 || !(d->transport_bytes_per_cpu_s > 0))
+        return;
+    double cores = d->cpu_quota_fraction > 0 && d->cpu_threads > 0
+                       ? d->cpu_quota_fraction * (double)d->cpu_threads
+                       : 1.0;
+    double rate = d->transport_bytes_per_cpu_s * (cores < 1.0 ? cores : 1.0);
+    static const char *const keys[] = {"intra_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s"};
+    for (int k = 0; k < 2; k++)
+        if (rate < json_number_value(json_object_get(srv, keys[k])))
+            json_object_set_new(srv, keys[k], json_real(rate));
+}
+
 sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err)
 {
     json_t *types = json_object(), *servers = json_array();
@@ -198,6 +217,14 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
         json_array_append_new(json_object_get(srv, "devices"), json_string(type));
         take_measured_link(srv, workers[i].link_bytes_per_s);
     }
+    /* after every worker's measured link: a later one may raise what an earlier one set */
+    for (size_t i = 0; i < n && rc == SC_OK; i++)
+        for (size_t v = 0; v < json_array_size(servers); v++) {
+            json_t *srv = json_array_get(servers, v);
+            if (strcmp(json_string_value(json_object_get(srv, "name")), workers[i].hw->hostname) ==
+                0)
+                cap_by_cpu_transport(srv, workers[i].hw->devices[0]);
+        }
     if (rc == SC_OK)
         set_compute_slots(workers, n, servers);
     if (rc == SC_OK) {

@@ -11,6 +11,7 @@
 #include "common/sc_util.h"
 #include "kernels/threads_cpu.h"
 #include "topology/topo.h"
+#include "worker/transport/transport_rate.h"
 
 /* The largest topology XML a report carries; larger exports are left out (the coordinator then
  * plans from the device list alone). */
@@ -141,6 +142,11 @@ sc_status wk_hardware_report(const char *device, bool measure, Stagecraft__Hardw
     if (!is_cuda && kn_cpu_quota_binding(&quota_fraction, &quota_cores, &period_s)) {
         d->cpu_quota_fraction = quota_fraction;
         d->cpu_quota_period_s = period_s;
+    }
+    if (!is_cuda) {
+        d->cpu_threads = (uint32_t)kn_cpu_threads();
+        if (measure)
+            d->transport_bytes_per_cpu_s = wk_transport_bytes_per_cpu_s();
     }
     if (d->kind == NULL || d->name == NULL || d->pci_bus_id == NULL ||
         d->compute_capability == NULL || r->hostname == NULL) {

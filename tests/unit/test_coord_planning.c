@@ -243,6 +243,46 @@ static void test_types_by_quota(void **state)
     assert_non_null(strstr(err.msg, "fraction"));
 }
 
+/* A CPU worker's measured transport rate (bytes per CPU second) times the cores its quota gives
+ * (at most one) caps its server's bandwidths; a worker without the figure caps nothing. */
+static void test_cpu_transport_caps(void **state)
+{
+    (void)state;
+    fleet f;
+    add(&f, 0, "a", "cpu", 0, 8);
+    add(&f, 1, "a", "cpu", 0, 8);
+    add(&f, 2, "b", "cpu", 0, 8);
+    add(&f, 3, "c", "cpu", 0, 8);
+    for (int i = 0; i < 4; i++) {
+        f.hw[i].intra_bandwidth_bytes_per_s = 20e9;
+        f.hw[i].nic_bandwidth_bytes_per_s = 1.25e9;
+        f.dev[i].cpu_threads = 2;
+    }
+    f.dev[0].transport_bytes_per_cpu_s = 2e9; /* no quota: one core's worth, 2e9 */
+    f.dev[1].transport_bytes_per_cpu_s = 2e9; /* 0.1 of its 2 threads: 0.2 cores, 4e8 */
+    f.dev[1].cpu_quota_fraction = 0.1;
+    f.dev[1].cpu_quota_period_s = 0.005;
+    f.dev[2].transport_bytes_per_cpu_s = 1e10; /* above the NIC: the NIC stays */
+    /* worker 3: not measured (an older worker): nothing capped */
+    char *doc = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(coord_cluster_json(f.w, 4, &doc, &err), SC_OK);
+    json_t *root = json_loads(doc, 0, NULL);
+    assert_non_null(root);
+    json_t *servers = json_object_get(root, "servers");
+    static const double intra[] = {4e8, 1e10, 20e9}, nic[] = {4e8, 1.25e9, 1.25e9};
+    for (size_t v = 0; v < 3; v++) {
+        json_t *srv = json_array_get(servers, v);
+        assert_float_equal(json_number_value(json_object_get(srv, "intra_bandwidth_bytes_per_s")),
+                           intra[v], 1e-3);
+        assert_float_equal(json_number_value(json_object_get(srv, "nic_bandwidth_bytes_per_s")),
+                           nic[v], 1e-3);
+    }
+    json_decref(root);
+    free(doc);
+}
+
 /* The planner's prediction for 4 stages that share 2 processors is slower than with a device
  * each, and no faster than the work spread over the 2 processors. */
 static void test_shared_prediction(void **state)
@@ -546,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_compute_slots),
         cmocka_unit_test(test_types_by_measured_speed),
         cmocka_unit_test(test_types_by_quota),
+        cmocka_unit_test(test_cpu_transport_caps),
         cmocka_unit_test(test_shared_prediction),
         cmocka_unit_test(test_no_replicas_for_one_sample),
         cmocka_unit_test(test_replicas_for_tied_model),
