@@ -450,6 +450,14 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                          : 0;
     if (current <= 0)
         current = measured;
+    /* a run that never went as its plan predicted (its first iterations already more than
+     * CHANGE over it: a link slowed between the probe and the training, say) has no baseline
+     * to scale from: what its iterations measure is the only view of now */
+    double off_start = p->iter_base_n >= BASE_N && p->predicted_iteration_s > 0
+                           ? p->iter_base / p->predicted_iteration_s
+                           : 1;
+    if (off_start > 1 + CHANGE && p->iter_avg > 0)
+        measured = current = p->iter_avg;
     coord_jobspec spec;
     memset(&spec, 0, sizeof spec);
     if (rc == SC_OK)
