@@ -85,6 +85,7 @@ typedef struct {
     bool async;           /* pipedream: stages run minibatches ahead and drain together */
     bool evaluate;
     bool probe;           /* the driver should profile the workers a re-plan left out */
+    bool base_probed;     /* the links were probed again for a baseline far over the prediction */
     double probed_s;      /* when it last did */
     uint64_t off_since;   /* the step since which reports find a worker off the plan */
     uint64_t quiet_until; /* no evaluation before this step */

@@ -69,6 +69,14 @@ static double off_plan(const coord_progress *p, int s, int k)
     return f > 0 && p->scale[s][k] > 0 ? f / p->scale[s][k] : 0;
 }
 
+/* Under c->lock: whether the run's first iterations (its baseline) were already more than CHANGE
+ * over its prediction: nothing changed while it ran, it never went as planned. */
+static bool baseline_off(const coord_progress *p)
+{
+    return p->iter_base_n >= BASE_N && p->predicted_iteration_s > 0 &&
+           p->iter_base > p->predicted_iteration_s * (1 + CHANGE);
+}
+
 /* Under c->lock: whether some replica's worker is more than CHANGE off the plan's speed. Its
  * links' figures are then no evidence of their own: a starved receiver takes its messages late
  * and a starved sender sends them late, so a compute change shows on the links at both of its
@@ -439,6 +447,10 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
         sc_strlcpy(change, p->freeze_why, sizeof change);
         force = true;
     }
+    /* a run that never went as its plan predicted (its first iterations already more than
+     * CHANGE over it: a link slowed between the probe and the training, say) has no baseline
+     * to scale from: what its iterations measure is the only view of now */
+    double unplanned_s = baseline_off(p) ? p->iter_avg : 0;
     pthread_mutex_unlock(&c->lock);
 
     /* The running plan at the measured speeds, on the same footing as the new plan (compute
@@ -450,14 +462,8 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                          : 0;
     if (current <= 0)
         current = measured;
-    /* a run that never went as its plan predicted (its first iterations already more than
-     * CHANGE over it: a link slowed between the probe and the training, say) has no baseline
-     * to scale from: what its iterations measure is the only view of now */
-    double off_start = p->iter_base_n >= BASE_N && p->predicted_iteration_s > 0
-                           ? p->iter_base / p->predicted_iteration_s
-                           : 1;
-    if (off_start > 1 + CHANGE && p->iter_avg > 0)
-        measured = current = p->iter_avg;
+    if (unplanned_s > 0)
+        measured = current = unplanned_s;
     coord_jobspec spec;
     memset(&spec, 0, sizeof spec);
     if (rc == SC_OK)
@@ -643,11 +649,15 @@ static bool candidate(coord *c, const coord_progress *p, const coord_worker *w, 
 }
 
 /* Under c->lock: whether worker `w` runs job p and its link is under suspicion (speeds.h:
- * probed slower than at first, or a link from or to it adopted slower than its reference). */
+ * probed slower than at first, or a link from or to it adopted slower than its reference), or,
+ * once per run, every link of a run whose baseline is off its prediction: a link that slowed
+ * between the probes and the training looks unchanged to the transfers' figures (their
+ * reference is the slow speed), and only a probe tells. */
 static bool suspect(coord *c, const coord_progress *p, const coord_worker *w)
 {
     return strcmp(w->job_id, p->job_id) == 0 && w->state == COORD_WORKER_ALIVE && !w->leaving &&
-           coord_speeds_link_suspect(c->speeds, p->job_id, w->rec.id, CHANGE);
+           ((baseline_off(p) && !p->base_probed) ||
+            coord_speeds_link_suspect(c->speeds, p->job_id, w->rec.id, CHANGE));
 }
 
 static bool has_candidates(coord *c, const coord_progress *p)
@@ -686,6 +696,8 @@ static void probe_suspects(coord *c, const char *id)
         coord_jobs_probe_link(c, &ws[i]);
     pthread_mutex_lock(&c->lock);
     p = coord_jobs_progress(c, id);
+    if (p != NULL && baseline_off(p))
+        p->base_probed = true;
     for (size_t i = 0; p != NULL && i < n; i++) {
         double link = ws[i].link_bytes_per_s;
         if (!(link > 0))

@@ -19,13 +19,6 @@ typedef struct {
 } worker_speed;
 
 #define MOVE_WINDOW_S 60.0
-/* A link whose first measured speed is below this share of the slower probe of its two ends is
- * suspect from the start: small messages measure several times below a bulk probe (3.5x seen on
- * a fast lab link), not ten times. */
-#define LINK_BELOW_PROBE 0.1
-/* ...judged on messages that take at least this long at the probed speed (a smaller one's
- * transit is mostly latency, which a bulk probe does not see) */
-#define LINK_LATENCY_S 1e-3
 #define CLOCK_WINDOW_S 30.0 /* a clock estimate keeps the best sample of the last 30-60 s */
 #define LINK_ALPHA 0.2      /* weight of a new sample in a link's smoothed figure */
 #define LINK_BASE_N 8       /* samples before a link has a reference */
@@ -172,17 +165,8 @@ bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, cons
         return true;
     for (size_t i = 0; i < j->n_l; i++) {
         const link_speed *l = &j->l[i];
-        if ((strcmp(l->from, id) != 0 && strcmp(l->to, id) != 0) || l->ref <= 0)
-            continue;
-        if (l->adopted > 0 && l->adopted < l->ref / (1 + change))
-            return true;
-        /* slow from its first samples on (it slowed between the probe and the training), by
-         * more than small messages explain against the probes of its two ends */
-        const worker_speed *a = worker_of(j, l->from), *b = worker_of(j, l->to);
-        double probed = a != NULL && a->link > 0 ? a->link : 0;
-        if (b != NULL && b->link > 0 && (probed == 0 || b->link < probed))
-            probed = b->link;
-        if (probed > 0 && l->bytes >= probed * LINK_LATENCY_S && l->ref < probed * LINK_BELOW_PROBE)
+        if ((strcmp(l->from, id) == 0 || strcmp(l->to, id) == 0) && l->ref > 0 && l->adopted > 0 &&
+            l->adopted < l->ref / (1 + change))
             return true;
     }
     return false;

@@ -153,9 +153,8 @@ void coord_speeds_links_restart(coord_speeds *all, const char *job_id, const cha
 void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id, double link);
 
 /* Whether worker `id`'s link is under suspicion in job `job_id`: its probe more than `change`
- * below its first one in the job, a link from or to it adopted that far below its reference, or
- * one whose reference (its first measured speed) is under a tenth of the slower probe of its two
- * ends (it was slow before the job's training measured it). Such a worker is probed again while it
+ * below its first one in the job, or a link from or to it adopted that far below its
+ * reference. Such a worker is probed again while it
  * trains: a slow link between two workers may be either one's, and only their probes tell which,
  * and when it is fast again. */
 bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, const char *id,

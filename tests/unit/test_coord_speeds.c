@@ -149,46 +149,11 @@ static void test_link_smoothing(void **state)
     coord_speeds_free(&all);
 }
 
-/* A link slow from its first samples (it slowed between the probes and the training): under a
- * tenth of the slower probe of its ends (a: 1e8 bytes/s) on messages that take over 1 ms at
- * that speed, both ends are suspect and probed again; small messages (latency) or a speed
- * within 10x are not. */
-static void test_link_slow_from_start(void **state)
-{
-    (void)state;
-    coord_speeds *all = job();
-    for (int i = 0; i < 8; i++) /* 200 kB in 0.2 s: 1e6 bytes/s, 1% of the probe */
-        coord_speeds_link_sample(all, "j", "a", "b", 2e5, 0.2, 8);
-    assert_true(coord_speeds_link_suspect(all, "j", "a", 0.4));
-    assert_true(coord_speeds_link_suspect(all, "j", "b", 0.4));
-    coord_speeds_free(&all);
-
-    all = job();
-    for (int i = 0; i < 8; i++) /* 200 kB at 2e7 bytes/s: a fifth of the probe */
-        coord_speeds_link_sample(all, "j", "a", "b", 2e5, 0.01, 8);
-    assert_false(coord_speeds_link_suspect(all, "j", "a", 0.4));
-    coord_speeds_free(&all);
-
-    all = job();
-    for (int i = 0; i < 8; i++) /* 10 kB at 1e6 bytes/s: under 1 ms at the probe, latency */
-        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8);
-    assert_false(coord_speeds_link_suspect(all, "j", "a", 0.4));
-    /* its probe says the link is that slow: no longer suspect */
-    coord_speeds_free(&all);
-    all = job();
-    coord_speeds_set_link(all, "j", "a", 1.5e6);
-    for (int i = 0; i < 8; i++)
-        coord_speeds_link_sample(all, "j", "a", "b", 2e5, 0.2, 8);
-    assert_false(coord_speeds_link_suspect(all, "j", "b", 0.4));
-    coord_speeds_free(&all);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transit),
         cmocka_unit_test(test_link_smoothing),
-        cmocka_unit_test(test_link_slow_from_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
