@@ -29,3 +29,21 @@ void sc_clock_sleep_ms(uint64_t ms)
     while (nanosleep(&req, &req) != 0 && errno == EINTR) {
     }
 }
+
+static double cpu_clock_s(clockid_t id)
+{
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double sc_clock_thread_cpu_s(void)
+{
+    return cpu_clock_s(CLOCK_THREAD_CPUTIME_ID);
+}
+
+double sc_clock_process_cpu_s(void)
+{
+    return cpu_clock_s(CLOCK_PROCESS_CPUTIME_ID);
+}

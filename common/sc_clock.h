@@ -14,6 +14,13 @@ uint64_t sc_clock_now_ns(void);
 /* Same clock, in seconds. */
 double sc_clock_now_s(void);
 
+/* CPU seconds the calling thread has used (CLOCK_THREAD_CPUTIME_ID); 0 when unreadable. */
+double sc_clock_thread_cpu_s(void);
+
+/* CPU seconds every thread of this process has used (CLOCK_PROCESS_CPUTIME_ID); 0 when
+ * unreadable. */
+double sc_clock_process_cpu_s(void);
+
 /* Wall-clock milliseconds since 1970 (CLOCK_REALTIME). */
 int64_t sc_clock_unix_ms(void);
 

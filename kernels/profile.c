@@ -13,7 +13,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
@@ -89,15 +88,6 @@ static void chain_free(chain *c)
     free(c->wg_cpu);
 }
 
-/* The calling thread's CPU time in seconds. */
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Random inputs of the chain's first block, targets, and a random gradient into its last
  * block's output, uploaded to the first stage's device (every stage of a chain is on it). */
 static sc_status chain_inputs(const kn_model *m, chain *c, int cap, sc_err *err)
@@ -151,7 +141,7 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
     double wall0 = sc_clock_now_s();
     for (int i = 0; i < c->n; i++) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
-        double t, cpu0 = c->cpu_clock ? thread_cpu_s() : 0;
+        double t, cpu0 = c->cpu_clock ? sc_clock_thread_cpu_s() : 0;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_forward(c->st[i], 0, in, c->dev_tgt, n, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
@@ -159,19 +149,19 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
             c->fw[(size_t)i * repeats + it % repeats] = t;
             c->fw_sum[i] += t;
             if (c->cpu_clock)
-                c->fw_cpu[i] += thread_cpu_s() - cpu0;
+                c->fw_cpu[i] += sc_clock_thread_cpu_s() - cpu0;
         }
         in = kn_stage_output(c->st[i], 0);
     }
     for (int i = c->n - 1; i >= 0; i--) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
         const float *dout = i == c->n - 1 ? c->dev_dout : kn_stage_grad_input(c->st[i + 1]);
-        double t, w, cpu0 = c->cpu_clock ? thread_cpu_s() : 0, cpu1 = 0;
+        double t, w, cpu0 = c->cpu_clock ? sc_clock_thread_cpu_s() : 0, cpu1 = 0;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_backward_input(c->st[i], 0, dout, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
         if (c->cpu_clock)
-            cpu1 = thread_cpu_s();
+            cpu1 = sc_clock_thread_cpu_s();
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_backward_weight(c->st[i], 0, err));
         SC_CHECK(kn_ctx_time_end(ctx, &w, err));
@@ -181,7 +171,7 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
             c->wg[(size_t)i * repeats + it % repeats] = w;
             c->wg_sum[i] += w;
             if (c->cpu_clock) {
-                double cpu2 = thread_cpu_s();
+                double cpu2 = sc_clock_thread_cpu_s();
                 c->bw_cpu[i] += cpu2 - cpu0;
                 c->wg_cpu[i] += cpu2 - cpu1;
             }
@@ -201,7 +191,7 @@ static sc_status optimizer_pass(chain *c, int repeats, int it, sc_err *err)
     double wall0 = sc_clock_now_s();
     for (int i = 0; i < c->n; i++) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
-        double norm, t, cpu0 = c->cpu_clock ? thread_cpu_s() : 0;
+        double norm, t, cpu0 = c->cpu_clock ? sc_clock_thread_cpu_s() : 0;
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_grad_sq_norms(c->st[i], &norm, err));
         SC_CHECK(kn_stage_step(c->st[i], err));
@@ -210,7 +200,7 @@ static sc_status optimizer_pass(chain *c, int repeats, int it, sc_err *err)
             c->fw[(size_t)i * repeats + it % repeats] = t;
             c->fw_sum[i] += t;
             if (c->cpu_clock)
-                c->fw_cpu[i] += thread_cpu_s() - cpu0;
+                c->fw_cpu[i] += sc_clock_thread_cpu_s() - cpu0;
         }
     }
     if (it >= 0)

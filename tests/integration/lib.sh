@@ -105,6 +105,15 @@ freeze_when_known() {
 # need_lab TOOL...: skips the test (exit 77) where the uneven lab (deploy/lab) cannot be built:
 # not root, a tool missing (iproute2 and jq always, plus TOOLs), no network namespaces or no
 # cgroup hierarchy. Sets `lab` to the lab script.
+# need_fast_build: skips (77) in a sanitizer or unoptimised build (STAGECRAFT_SLOW_BUILD), whose
+# steps run too slowly for a test's timing deadlines, unless STAGECRAFT_TIMING_TESTS=1 asks.
+need_fast_build() {
+    if [ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && [ "${STAGECRAFT_TIMING_TESTS:-0}" != 1 ]; then
+        echo "SKIP: a slow build; set STAGECRAFT_TIMING_TESTS=1 to run it"
+        exit 77
+    fi
+}
+
 need_lab() {
     skip() { echo "SKIP: $*"; exit 77; }
     [ "$(id -u)" -eq 0 ] || skip "needs root"

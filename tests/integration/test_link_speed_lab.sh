@@ -16,10 +16,7 @@ need_lab
 # A sanitizer or unoptimised build (STAGECRAFT_SLOW_BUILD) trains its GPT at 10-15 s a step on
 # these shares, too slow for the cut and the move to happen within the test's deadlines; it runs
 # there only when asked (STAGECRAFT_TIMING_TESTS=1). test_link_speed covers the measuring there.
-if [ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && [ "${STAGECRAFT_TIMING_TESTS:-0}" != 1 ]; then
-    echo "SKIP: a slow build; set STAGECRAFT_TIMING_TESTS=1 to run it"
-    exit 77
-fi
+need_fast_build
 
 export STAGECRAFT_LAB_RUN=$work/run
 name=k$((RANDOM % 10000))

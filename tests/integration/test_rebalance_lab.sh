@@ -17,10 +17,7 @@ need_lab od
 # judges a capped worker by its compute's CPU time at its quota's pace, so a busy host does not
 # upset them; a sanitizer or unoptimised build (STAGECRAFT_SLOW_BUILD) runs its steps 10-15x
 # slower than the deadlines allow and skips unless asked (STAGECRAFT_TIMING_TESTS=1).
-if [ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && [ "${STAGECRAFT_TIMING_TESTS:-0}" != 1 ]; then
-    echo "SKIP: a slow build; set STAGECRAFT_TIMING_TESTS=1 to run it"
-    exit 77
-fi
+need_fast_build
 
 export STAGECRAFT_LAB_RUN=$work/run
 name=r$((RANDOM % 10000))

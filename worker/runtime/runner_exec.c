@@ -17,7 +17,6 @@
 #include "worker/runtime/runner_internal.h"
 
 #include <string.h>
-#include <time.h>
 
 #include "common/sc_clock.h"
 #include "kernels/device.h"
@@ -159,15 +158,6 @@ static rt_tl_kind timeline_kind(rt_action_kind kind)
     return RT_TL_OPTIMIZER;
 }
 
-/* This thread's CPU seconds so far. */
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static bool is_compute(rt_action_kind k)
 {
     return k == RT_ACT_F || k == RT_ACT_B || k == RT_ACT_W || k == RT_ACT_OPT;
@@ -187,7 +177,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     size_t in_bytes = M * r->in_elems * 4, out_bytes = M * r->out_elems * sizeof(float);
     int mb = a->mb, slot = mb >= 0 && !entry ? slot_of(r, mb) : -1;
     uint64_t t0_ns;
-    double t0 = rt_now(&t0_ns), cpu0 = is_compute(a->kind) ? thread_cpu_s() : 0;
+    double t0 = rt_now(&t0_ns), cpu0 = is_compute(a->kind) ? sc_clock_thread_cpu_s() : 0;
     switch (a->kind) {
     case RT_ACT_RECV_F:
         if (r->resliced) {
@@ -304,7 +294,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
             rep->wait_s += sc_clock_now_s() - t0; /* counted as waiting, not as the optimizer */
             uint64_t reduced_ns = t0_ns;
             t0 = rt_now(&t0_ns);
-            cpu0 = thread_cpu_s();
+            cpu0 = sc_clock_thread_cpu_s();
             rt_timeline_add(r->tl, RT_TL_ALLREDUCE, -1, step, reduced_ns, t0_ns);
         }
         SC_CHECK(rt_runner_tie_exchange(r, step, err));
@@ -313,7 +303,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         break;
     }
     if (is_compute(a->kind))
-        rep->busy_cpu_s += thread_cpu_s() - cpu0;
+        rep->busy_cpu_s += sc_clock_thread_cpu_s() - cpu0;
     rt_timeline_add(r->tl, timeline_kind(a->kind), mb, step, t0_ns, sc_clock_now_ns());
     return SC_OK;
 }

@@ -12,19 +12,12 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
+
+#include "common/sc_clock.h"
 
 #define MSG_BYTES ((size_t)1 << 20)
 #define MSGS 24
-
-static double process_cpu_s(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 double wk_transport_bytes_per_cpu_s(void)
 {
@@ -50,7 +43,7 @@ double wk_transport_bytes_per_cpu_s(void)
     /* one message first: the connection is up before the clock starts */
     if (zmq_send(push, buf, 1, 0) != 1 || zmq_recv(pull, buf, MSG_BYTES, 0) != 1)
         goto out;
-    double cpu0 = process_cpu_s();
+    double cpu0 = sc_clock_process_cpu_s();
     size_t moved = 0;
     for (int i = 0; i < MSGS; i++) {
         /* send then receive: at most one message in flight, as a ring all-reduce step does */
@@ -59,7 +52,7 @@ double wk_transport_bytes_per_cpu_s(void)
             goto out;
         moved += MSG_BYTES;
     }
-    double cpu = process_cpu_s() - cpu0;
+    double cpu = sc_clock_process_cpu_s() - cpu0;
     if (cpu > 0)
         rate = (double)moved / cpu;
 out:
