@@ -12,8 +12,8 @@
  * its compute), and of those the fastest per step (later ones of a burst queue behind earlier
  * ones). Its bytes over its transit is the link's effective speed for messages of that size,
  * latency included (worker/transport/transport.h, rt_link_sample). Between workers held by CPU
- * quotas a transit also holds the time either end sat throttled; what a quota can explain is
- * taken off (quota_stall_s).
+ * quotas a transit also holds the time either end sat throttled, a delay that only adds: such
+ * a link follows its least recent transit (speeds.h).
  *
  * Not here: the decision, the pause and the move (jobs_rebalance.c), the model (speeds.c).
  */
@@ -31,11 +31,10 @@
 #define LINK_WEIGHT 0.10 /* ...when its transfers then take this share of an iteration more */
 #define LINKS_MAX 64
 
-/* The longest a CFS quota of `fraction` over `period_s` holds a runnable thread back: the rest of
- * a period whose quota is spent (0 without a quota). */
-static double quota_stall_s(double fraction, double period_s)
+/* Whether a CFS quota of `fraction` over `period_s` can hold a runnable thread back. */
+static bool quota_caps(double fraction, double period_s)
 {
-    return fraction > 0 && fraction < 1 && period_s > 0 ? period_s * (1 - fraction) : 0;
+    return fraction > 0 && fraction < 1 && period_s > 0;
 }
 
 void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id,
@@ -59,15 +58,14 @@ void coord_jobs_links_observe(coord *c, coord_progress *p, const char *worker_id
             !coord_speeds_transit(c->speeds, p->job_id, sender, worker_id, l->delay_s, &transit))
             continue;
         /* a worker under a CPU quota may sit throttled for up to P (1 - q) of a period when
-         * its message is due (the sender's I/O thread, the receiver's wake-up): that much of a
-         * transit is no evidence about the link, and a sample within it is left out */
-        double qf, qp, stall = quota_stall_s(r->cpu_quota_fraction, r->cpu_quota_period_s);
-        if (coord_speeds_quota(c->speeds, p->job_id, sender, &qf, &qp))
-            stall += quota_stall_s(qf, qp);
-        if (transit <= stall)
-            continue;
-        coord_speeds_link_sample(c->speeds, p->job_id, sender, worker_id, (double)l->bytes,
-                                 transit - stall, l->messages);
+         * its message is due (the sender's I/O thread, the receiver's wake-up): the transit then
+         * holds that wait too, and the link's figure follows its least recent samples */
+        double qf, qp;
+        bool capped =
+            quota_caps(r->cpu_quota_fraction, r->cpu_quota_period_s) ||
+            (coord_speeds_quota(c->speeds, p->job_id, sender, &qf, &qp) && quota_caps(qf, qp));
+        coord_speeds_link_sample(c->speeds, p->job_id, sender, worker_id, (double)l->bytes, transit,
+                                 l->messages, capped);
     }
 }
 

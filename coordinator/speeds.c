@@ -430,7 +430,8 @@ static link_speed *link_of(const coord_speeds *j, const char *from, const char *
 }
 
 void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char *from,
-                              const char *to, double bytes, double transit_s, unsigned messages)
+                              const char *to, double bytes, double transit_s, unsigned messages,
+                              bool capped)
 {
     coord_speeds *j = job_of(all, job_id);
     if (j == NULL || !(transit_s > 0) || !(bytes > 0))
@@ -448,7 +449,9 @@ void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char 
     }
     /* the median of the last samples goes into the average: one late message (the receiver
      * descheduled as it arrived, a retransmission) moves nothing, a change moves it from its
-     * third sample on */
+     * third sample on. Between capped workers most transits may hold an end's throttled spell,
+     * a delay that only ever adds: there the least of the last samples goes in (a slowdown
+     * shows once all of them are slow) */
     l->recent[l->samples % LINK_MEDIAN] = transit_s / bytes;
     size_t k = l->samples + 1 < LINK_MEDIAN ? l->samples + 1 : LINK_MEDIAN;
     double sorted[LINK_MEDIAN];
@@ -459,7 +462,7 @@ void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char 
             sorted[m] = sorted[m - 1];
             sorted[m - 1] = t;
         }
-    double x = k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+    double x = capped ? sorted[0] : k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
     l->s_per_byte = l->samples == 0 ? x : LINK_ALPHA * x + (1 - LINK_ALPHA) * l->s_per_byte;
     l->bytes = bytes;
     l->messages = messages;

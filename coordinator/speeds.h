@@ -99,7 +99,8 @@ void coord_speeds_drop(coord_speeds **all, const char *job_id);
  * roughly). A link's speed is bytes over transit (latency included: the effective speed of
  * messages of that size, what the transfers of the plan take), smoothed as seconds per byte: the
  * median of its last LINK_MEDIAN samples into an EWMA (LINK_ALPHA), so that a single late
- * message moves nothing and a lasting change shows from its third sample. Its reference is its
+ * message moves nothing and a lasting change shows from its third sample (between capped
+ * workers the least of them: a throttled end only adds to a transit). Its reference is its
  * smoothed figure after its first LINK_BASE_N samples in the job: the speed the running plan's
  * transfers were seen to take; what a re-plan assumes of a worker's link to the others is its
  * probed link (link_probe.h) times the least ratio of its outgoing links' adopted figure to their
@@ -117,9 +118,12 @@ bool coord_speeds_transit(const coord_speeds *all, const char *job_id, const cha
                           const char *to, double delay_s, double *transit_s);
 
 /* One sample of link from -> to: a message of `bytes` took `transit_s`; `messages` crossed it
- * in the step. A transit <= 0 (clocks estimated too far apart) is no sample. */
+ * in the step; `capped`: an end runs under a CPU quota, so a transit may hold the time it sat
+ * throttled (the least of the last samples counts, not their median). A transit <= 0 (clocks
+ * estimated too far apart) is no sample. */
 void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char *from,
-                              const char *to, double bytes, double transit_s, unsigned messages);
+                              const char *to, double bytes, double transit_s, unsigned messages,
+                              bool capped);
 
 typedef struct {
     char from[COORD_ID_MAX], to[COORD_ID_MAX];

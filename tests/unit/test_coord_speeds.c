@@ -64,10 +64,10 @@ static void test_link_smoothing(void **state)
     coord_link_speed v[4];
     /* 7 samples at 1e6 bytes/s: no reference yet, so nothing is shown and nothing changes */
     for (int i = 0; i < 7; i++)
-        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8);
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8, false);
     assert_int_equal(coord_speeds_links(all, "j", v, 4), 0);
     assert_true(coord_speeds_link_factor(all, "j", "a", true) == 1);
-    coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8);
+    coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8, false);
     assert_int_equal(coord_speeds_links(all, "j", v, 4), 1);
     assert_string_equal(v[0].from, "a");
     assert_string_equal(v[0].to, "b");
@@ -76,22 +76,22 @@ static void test_link_smoothing(void **state)
     assert_true(near(v[0].measured, 1e6, 1e-9));
     assert_int_equal(v[0].messages, 8);
     /* no sample of a transit <= 0 (clocks estimated too far apart) */
-    coord_speeds_link_sample(all, "j", "a", "b", 1e4, -0.001, 8);
-    coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0, 8);
+    coord_speeds_link_sample(all, "j", "a", "b", 1e4, -0.001, 8, false);
+    coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0, 8, false);
     assert_int_equal(coord_speeds_links(all, "j", v, 4), 1);
     assert_int_equal(v[0].samples, 8);
 
     /* one late message (10x) moves nothing: the median of the last 5 samples is unchanged */
-    coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.1, 8);
+    coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.1, 8, false);
     coord_speeds_links(all, "j", v, 4);
     assert_true(near(v[0].measured, 1e6, 1e-9));
     for (int i = 0; i < 5; i++) /* out of the last five again */
-        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8);
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8, false);
     /* the link slows 10x: the median follows from the third slow sample of the last five, and
      * seconds per byte are smoothed with weight 0.2, so after k slow samples in a row (k >= 3)
      * the figure is 1 / (1e-5 - 9e-6 * 0.8^(k - 2)) */
     for (int k = 1; k <= 22; k++) {
-        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.1, 8);
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.1, 8, false);
         coord_speeds_links(all, "j", v, 4);
         double want = k < 3 ? 1e6 : 1 / (1e-5 - 9e-6 * pow(0.8, k - 2));
         assert_true(near(v[0].measured, want, 1e-9));
@@ -139,13 +139,49 @@ static void test_link_smoothing(void **state)
 
     /* adopting measured figures within 40% of their reference adopts nothing */
     for (int i = 0; i < 8; i++)
-        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8);
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.01, 8, false);
     for (int i = 0; i < 20; i++)
-        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.013, 8);
+        coord_speeds_link_sample(all, "j", "a", "b", 1e4, 0.013, 8, false);
     coord_speeds_links_adopt(all, "j", 0.4);
     coord_speeds_links(all, "j", v, 4);
     assert_true(v[0].measured < 0.8e6 && v[0].measured > 1e6 / 1.4);
     assert_true(near(v[0].expected, 1e6, 1e-9));
+    coord_speeds_free(&all);
+}
+
+/* Between capped workers a transit holds any throttled wait of either end: the least of the last
+ * five samples counts, so a fast link whose messages mostly wait (up to 50 ms on a 2.6 ms
+ * transfer) is seen at its speed, and a slowdown shows once five samples in a row are slow. */
+static void test_link_capped(void **state)
+{
+    (void)state;
+    coord_speeds *all = job();
+    coord_link_speed v[4];
+    const double waits[5] = {0, 0.047, 0.021, 0.05, 0.012}; /* throttled spells, one free */
+    for (int i = 0; i <= 40; i++)                           /* the last one free */
+        coord_speeds_link_sample(all, "j", "a", "b", 262144, 0.0026 + waits[i % 5], 8, true);
+    assert_int_equal(coord_speeds_links(all, "j", v, 4), 1);
+    double fast = 262144 / 0.0026;
+    assert_true(near(v[0].measured, fast, 1e-9));
+    /* the same samples as a link of uncapped workers: the median of the five is a throttled one */
+    for (int i = 0; i < 40; i++)
+        coord_speeds_link_sample(all, "j", "c", "d", 262144, 0.0026 + waits[i % 5], 8, false);
+    coord_speeds_links(all, "j", v, 4);
+    assert_string_equal(v[1].from, "c");
+    assert_true(v[1].measured < 0.2 * fast);
+    /* cut to 5e5 bytes/s (0.524 s a message, waits on top): four slow samples move nothing, the
+     * fifth does */
+    for (int k = 1; k <= 5; k++) {
+        coord_speeds_link_sample(all, "j", "a", "b", 262144, 0.524288 + waits[k % 5], 8, true);
+        coord_speeds_links(all, "j", v, 4);
+        if (k < 5)
+            assert_true(near(v[0].measured, fast, 1e-9));
+    }
+    assert_true(v[0].measured < 0.5 * fast);
+    for (int i = 0; i < 40; i++)
+        coord_speeds_link_sample(all, "j", "a", "b", 262144, 0.524288 + waits[i % 5], 8, true);
+    coord_speeds_links(all, "j", v, 4);
+    assert_true(near(v[0].measured, 5e5, 1e-3));
     coord_speeds_free(&all);
 }
 
@@ -154,6 +190,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transit),
         cmocka_unit_test(test_link_smoothing),
+        cmocka_unit_test(test_link_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
