@@ -134,7 +134,16 @@ static const char *state_name(int s)
 
 int cmd_demo(const cli_command *self, int argc, char **argv)
 {
-    enum { O_WORKERS = 1, O_STEPS, O_DATA, O_DEVICE, O_KEEP, O_FINETUNE, O_FINETUNE_STEPS };
+    enum {
+        O_WORKERS = 1,
+        O_STEPS,
+        O_DATA,
+        O_DEVICE,
+        O_KEEP,
+        O_FINETUNE,
+        O_FINETUNE_STEPS,
+        O_CPU_KERNELS
+    };
     static const struct option opts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
@@ -143,10 +152,11 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         {"keep", no_argument, NULL, O_KEEP},
         {"finetune", required_argument, NULL, O_FINETUNE},
         {"finetune-steps", required_argument, NULL, O_FINETUNE_STEPS},
+        {"cpu-kernels", required_argument, NULL, O_CPU_KERNELS},
         {NULL, 0, NULL, 0},
     };
     int64_t workers = 4, steps = 300, ft_steps = 500;
-    const char *data = DEMO_DEFAULT_DATA, *device = "auto", *finetune = NULL;
+    const char *data = DEMO_DEFAULT_DATA, *device = "auto", *finetune = NULL, *cpu_kernels = "fast";
     char ft_dir[PATH_MAX];
     int keep = 0, c;
     json_t *last = NULL; /* the job's last status */
@@ -175,6 +185,12 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
             break;
         case O_FINETUNE:
             finetune = optarg;
+            break;
+        case O_CPU_KERNELS:
+            if (strcmp(optarg, "fast") != 0 && strcmp(optarg, "reference") != 0)
+                return cli_usage_error(self, "--cpu-kernels '%s': expected fast or reference",
+                                       optarg);
+            cpu_kernels = optarg;
             break;
         case O_FINETUNE_STEPS:
             if (sc_parse_int64(optarg, 1, 1000000, "--finetune-steps", &ft_steps, &err) != SC_OK)
@@ -285,6 +301,7 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         "stages", (json_int_t)workers, "steps", (json_int_t)steps, "seed", 1, "optimizer", "kind",
         "adamw", "lr", 1e-3, "weight_decay", 0.0, "checkpoint_every",
         (json_int_t)(steps / 4 > 0 ? steps / 4 : 1));
+    json_object_set_new(json_object_get(job, "model"), "cpu_kernels", json_string(cpu_kernels));
     json_dump_file(job, job_path, JSON_INDENT(2));
     char *job_text = json_dumps(job, 0);
     json_decref(job);
@@ -398,6 +415,7 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
                                 .scratch = procs.dir,
                                 .checkpoint = finetune,
                                 .text = data,
+                                .cpu_kernels = cpu_kernels,
                                 .stages = 2,
                                 .steps = (int)ft_steps};
         rc = demo_finetune(&ft, &stop) == 0 ? CLI_OK : CLI_FAILURE;

@@ -228,7 +228,8 @@ int cmd_plan(const cli_command *self, int argc, char **argv);
 
 #define CMD_DEMO_USAGE                                                                             \
     "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"    \
-    "                       [--finetune DIR|none] [--finetune-steps N] [--keep]\n\n"               \
+    "                       [--finetune DIR|none] [--finetune-steps N] [--keep]\n"                 \
+    "                       [--cpu-kernels fast|reference]\n\n"                                    \
     "Starts a coordinator and N workers (default 4) on this machine, trains a small GPT on the\n"  \
     "bytes of a text file with a planned N-stage pipeline, shows step, loss and throughput as\n"   \
     "it goes, and ends with a summary: plan, predicted vs measured iteration time, loss curve.\n"  \
@@ -243,7 +244,9 @@ int cmd_plan(const cli_command *self, int argc, char **argv);
     "  --finetune DIR the checkpoint folder to fine-tune (default: the source tree's\n"            \
     "                 tests/data/hf/llama-tied, when this binary was built in it); none: skip\n"   \
     "  --finetune-steps N  fine-tuning steps (default 500)\n"                                      \
-    "  --keep         keep the scratch folder with the logs (and the exported folder)\n"
+    "  --keep         keep the scratch folder with the logs (and the exported folder)\n"           \
+    "  --cpu-kernels K fast (default: OpenBLAS, threaded) or reference (the fixed-order\n"         \
+    "                 kernels, single-threaded: same bits on every build)\n"
 int cmd_demo(const cli_command *self, int argc, char **argv);
 
 #endif /* SC_CLI_COMMANDS_H */

@@ -84,15 +84,17 @@ static sc_status submit(const demo_finetune_cfg *cfg, const char *train, char *j
 {
     char *model = model_spec(cfg->checkpoint, false);
     SC_ALLOC_CHECK(model, err);
-    json_t *job =
-        json_pack("{s:s, s:i, s:s, s:o, s:{s:s, s:s}, s:i, s:i, s:s, s:s, s:i, s:i,"
-                  " s:i, s:i, s:{s:s, s:f, s:f}}",
-                  "format", "stagecraft-job", "version", 1, "name", "demo-llama-finetune", "model",
-                  json_loads(model, 0, NULL), "data", "kind", "tokens", "path", train, "batch_size",
-                  16, "microbatches", 4, "schedule", "1f1b", "strategy", "uniform", "workers",
-                  cfg->stages, "stages", cfg->stages, "steps", cfg->steps, "checkpoint_every",
-                  cfg->steps / 2 > 0 ? cfg->steps / 2 : 1, "optimizer", "kind", "adamw", "lr", 3e-3,
-                  "weight_decay", 0.0);
+    json_t *model_json = json_loads(model, 0, NULL);
+    if (model_json != NULL && cfg->cpu_kernels != NULL)
+        json_object_set_new(model_json, "cpu_kernels", json_string(cfg->cpu_kernels));
+    json_t *job = json_pack("{s:s, s:i, s:s, s:o, s:{s:s, s:s}, s:i, s:i, s:s, s:s, s:i, s:i,"
+                            " s:i, s:i, s:{s:s, s:f, s:f}}",
+                            "format", "stagecraft-job", "version", 1, "name", "demo-llama-finetune",
+                            "model", model_json, "data", "kind", "tokens", "path", train,
+                            "batch_size", 16, "microbatches", 4, "schedule", "1f1b", "strategy",
+                            "uniform", "workers", cfg->stages, "stages", cfg->stages, "steps",
+                            cfg->steps, "checkpoint_every", cfg->steps / 2 > 0 ? cfg->steps / 2 : 1,
+                            "optimizer", "kind", "adamw", "lr", 3e-3, "weight_decay", 0.0);
     free(model);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/finetune.json", cfg->scratch);

@@ -18,6 +18,7 @@ typedef struct {
     const char *scratch;      /* the demo's scratch folder: shards and the export go there */
     const char *checkpoint;   /* the Hugging Face folder to start from (absolute) */
     const char *text;         /* the demo's text file */
+    const char *cpu_kernels;  /* "fast" or "reference" (the job's model option) */
     int stages, steps;
 } demo_finetune_cfg;
 

@@ -32,6 +32,8 @@ expect_usage "demo --data of a FIFO" "*--data $work/fifo: not a regular file*" \
     "$sc" demo --data "$work/fifo"
 expect_usage "demo --data of a missing file" "*--data $work/none: No such file*" \
     "$sc" demo --data "$work/none"
+expect_usage "demo --cpu-kernels of an unknown kind" "*--cpu-kernels 'fastest': expected fast or reference*" \
+    "$sc" demo --cpu-kernels fastest
 expect_usage "demo --finetune of a folder without config.json" \
     "*--finetune $work: not a Hugging Face checkpoint folder*" "$sc" demo --finetune "$work"
 
