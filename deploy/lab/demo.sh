@@ -4,10 +4,13 @@
 # which gives the slow workers less (or nothing). Shows the workers, follows the job, prints
 # its status (plan, measured against predicted iteration time), writes a measured trace when
 # the build has `stagecraft trace`, and takes the lab down again, whatever happens.
-# Usage: demo.sh PATH/TO/stagecraft [STEPS]   (as root)
+# Usage: demo.sh PATH/TO/stagecraft [STEPS [KERNELS]]   (as root; KERNELS: the job's cpu_kernels,
+#        fast (default) or reference)
 set -euo pipefail
-sc=$(readlink -f "${1:?usage: demo.sh PATH/TO/stagecraft [STEPS]}")
+sc=$(readlink -f "${1:?usage: demo.sh PATH/TO/stagecraft [STEPS [KERNELS]]}")
 steps=${2:-200}
+kernels=${3:-fast}
+case $kernels in fast | reference) ;; *) echo "lab-demo: kernels '$kernels': expected fast or reference" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 trace=$(dirname "$(dirname "$sc")")/lab-trace.json # beside the build's other outputs
 rm -f "$trace"
@@ -23,7 +26,8 @@ echo
 job=$(mktemp /tmp/stagecraft-lab-job.XXXXXX.json)
 cat >"$job" <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "lab-demo",
- "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": 8, "width": 128, "heads": 4},
+ "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": 8, "width": 128, "heads": 4,
+           "cpu_kernels": "$kernels"},
  "data": {"kind": "synthetic"}, "batch_size": 16, "microbatches": 4, "schedule": "1f1b",
  "strategy": "hetero", "workers": 4, "steps": $steps, "seed": 7,
  "optimizer": {"kind": "adamw", "lr": 0.003}}
