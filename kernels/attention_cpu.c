@@ -1,13 +1,16 @@
 /*
  * Causal multi-head self-attention on the CPU: the reference (the specification of attention.cu,
- * fixed order of additions) and the fast path (each head's four products on the BLAS, its
- * softmax rows on the process's threads with a vector exp; the reference when the build has no
- * BLAS). Rows of att above the diagonal are stored as zeros, so att
- * is a plain (T,T) matrix per head.
+ * fixed order of additions) and the fast path (each head's products on the BLAS, its softmax
+ * rows with a vector exp; with several threads, whole heads in parallel on a one-thread BLAS;
+ * the reference when the build has no BLAS). Rows of att above the diagonal are stored as zeros, so
+ * att is a plain (T,T) matrix per head.
  */
 #include "kernels/attention.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/threads_cpu.h"
@@ -158,12 +161,131 @@ static void softmax_grad_rows(void *p, size_t t0, size_t t1)
             gr[t2] = 0.0f;
     }
 }
+
+/* The heads of a batch, (b, h) pairs, for the pool when the process has several threads: a
+ * head's products are too small to split well between threads (OpenBLAS would, at 2 threads, for
+ * every one of them), and heads are independent, so each range runs whole heads with the BLAS on
+ * one thread. Forward: a range's pairs in turn, softmax rows in place. */
+typedef struct {
+    float *out, *att, *dqkv, *ws;
+    const float *qkv, *dout, *att_in;
+    int T, C, NH;
+    size_t pairs, slices; /* backward: B NH heads over `slices` workspaces of (T,T) */
+} heads_args;
+
+static void fwd_heads(void *p, size_t i0, size_t i1)
+{
+    const heads_args *x = p;
+    int T = x->T, C = x->C, NH = x->NH, hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (size_t i = i0; i < i1; i++) {
+        size_t b = i / (size_t)NH, h = i % (size_t)NH;
+        const float *q = x->qkv + b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+        float *a = x->att + i * T * T;
+        /* scores (T,T) = scale q k^T, all of it: the causal half is what the rows keep */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, a,
+                    T);
+        rows_args rows = {a, NULL, 0.0f, T};
+        softmax_rows(&rows, 0, (size_t)T);
+        /* out (T,hs) = att v */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, ld, 0.0f,
+                    x->out + b * T * C + h * hs, C);
+    }
+}
+
+/* Backward: slice j of the workspace serves heads j, j + slices, ...; a range runs its slices one
+ * after the other, so no two threads share a slice however the pool cuts [0, slices). */
+static void bwd_heads(void *p, size_t j0, size_t j1)
+{
+    const heads_args *x = p;
+    int T = x->T, C = x->C, NH = x->NH, hs = C / NH, ld = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (size_t j = j0; j < j1; j++) {
+        float *g = x->ws + j * T * T; /* (T,T): d(att), then d(scores) */
+        for (size_t i = j; i < x->pairs; i += x->slices) {
+            size_t b = i / (size_t)NH, h = i % (size_t)NH;
+            const float *q = x->qkv + b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
+            const float *a = x->att_in + i * T * T;
+            const float *d = x->dout + b * T * C + h * hs;
+            float *dq = x->dqkv + b * T * ld + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            /* d(att) (T,T) = dout v^T; dv (T,hs) = att^T dout */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f,
+                        g, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f,
+                        dv, ld);
+            /* softmax backward, row by row, with the score scale folded in; above the diagonal
+             * att is 0, so is the gradient */
+            rows_args rows = {g, a, scale, T};
+            softmax_grad_rows(&rows, 0, (size_t)T);
+            /* dq (T,hs) = g k; dk (T,hs) = g^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, k, ld,
+                        0.0f, dq, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, q, ld, 0.0f,
+                        dk, ld);
+        }
+    }
+}
+
+/* The calling thread's workspace of the heads' slices, grown to `floats` (kept for its next
+ * call, freed when the thread ends); NULL when it cannot grow. */
+typedef struct {
+    float *p;
+    size_t cap;
+} slices_buf;
+
+static pthread_key_t slices_key;
+static pthread_once_t slices_once = PTHREAD_ONCE_INIT;
+static bool slices_key_ok;
+
+static void slices_free(void *v)
+{
+    slices_buf *b = v;
+    free(b->p);
+    free(b);
+}
+
+static void slices_init(void)
+{
+    slices_key_ok = pthread_key_create(&slices_key, slices_free) == 0;
+}
+
+static float *slices_get(size_t floats)
+{
+    pthread_once(&slices_once, slices_init);
+    if (!slices_key_ok)
+        return NULL;
+    slices_buf *b = pthread_getspecific(slices_key);
+    if (b == NULL) {
+        b = calloc(1, sizeof *b);
+        if (b == NULL)
+            return NULL;
+        if (pthread_setspecific(slices_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->cap < floats) {
+        float *p = realloc(b->p, floats * sizeof *p);
+        if (p == NULL)
+            return NULL;
+        b->p = p;
+        b->cap = floats;
+    }
+    return b->p;
+}
 #endif
 
 void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, int T, int C,
                                int NH)
 {
 #ifdef SC_HAVE_BLAS
+    if (kn_cpu_threads() > 1 && B * NH > 1) {
+        heads_args x = {.out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH};
+        int n = kn_cpu_blas_serial_begin();
+        kn_cpu_parallel_for((size_t)B * NH, 1, fwd_heads, &x);
+        kn_cpu_blas_serial_end(n);
+        return;
+    }
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++) {
@@ -189,6 +311,26 @@ void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const
                                 const float *att, int B, int T, int C, int NH)
 {
 #ifdef SC_HAVE_BLAS
+    size_t pairs = (size_t)B * NH, slices = (size_t)kn_cpu_threads();
+    if (slices > pairs)
+        slices = pairs;
+    float *sws = slices > 1 ? slices_get(slices * T * T) : NULL;
+    if (sws != NULL) { /* else the heads one by one in ws, each product on all threads */
+        heads_args x = {.dqkv = dqkv,
+                        .ws = sws,
+                        .qkv = qkv,
+                        .dout = dout,
+                        .att_in = att,
+                        .T = T,
+                        .C = C,
+                        .NH = NH,
+                        .pairs = pairs,
+                        .slices = slices};
+        int n = kn_cpu_blas_serial_begin();
+        kn_cpu_parallel_for(slices, 1, bwd_heads, &x);
+        kn_cpu_blas_serial_end(n);
+        return;
+    }
     int hs = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     float *g = ws; /* (T,T): d(att), then d(scores) */

@@ -149,6 +149,26 @@ static void apply(int n)
 #endif
 }
 
+int kn_cpu_blas_serial_begin(void)
+{
+    int n = kn_cpu_threads();
+#ifdef SC_HAVE_BLAS
+    if (n > 1)
+        openblas_set_num_threads(1);
+#endif
+    return n;
+}
+
+void kn_cpu_blas_serial_end(int n)
+{
+#ifdef SC_HAVE_BLAS
+    if (n > 1)
+        openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
 sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err)
 {
     if (n < 0 || n > KN_CPU_THREADS_MAX)

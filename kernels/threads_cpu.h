@@ -44,6 +44,12 @@ int kn_cpu_threads(void);
  * returning when all are done. One range, on the caller, when n < 2 * grain, with one thread,
  * or while another thread of the process holds the pool (a second stage computing at the same
  * time). The ranges must touch disjoint memory. */
+/* The BLAS on one thread, in every thread that calls it, until kn_cpu_blas_serial_end with what
+ * begin returned (the process's thread count): for loops whose ranges each call the BLAS on
+ * products too small to split. */
+int kn_cpu_blas_serial_begin(void);
+void kn_cpu_blas_serial_end(int n);
+
 typedef void (*kn_range_fn)(void *arg, size_t begin, size_t end);
 void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg);
 

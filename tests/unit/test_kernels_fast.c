@@ -140,9 +140,18 @@ static void attention_case(int B, int T, int C, int NH)
 static void test_attention_fast(void **state)
 {
     (void)state;
-    attention_case(1, 1, 4, 1);
-    attention_case(2, 7, 12, 3);
-    attention_case(2, 33, 64, 4);
+    sc_err err;
+    sc_err_clear(&err);
+    /* one thread: each head's products on the BLAS in turn; three: whole heads in parallel
+     * (6 heads over 3 workspaces, 2 over 2, 8 over 3: a workspace serving heads j, j + 3, ...) */
+    for (int threads = 1; threads <= 3; threads += 2) {
+        assert_int_equal(kn_cpu_set_threads(threads, "threads", &err), SC_OK);
+        attention_case(1, 1, 4, 1);
+        attention_case(2, 7, 12, 3);
+        attention_case(1, 33, 64, 2);
+        attention_case(2, 33, 64, 4);
+    }
+    assert_int_equal(kn_cpu_set_threads(0, "threads", &err), SC_OK);
 }
 
 static void conv_case(int B, kn_conv2d_shape s)
