@@ -116,7 +116,7 @@ void kn_attention_backward_cpu(float *dqkv, float *ws, const float *dout, const 
 /* --- fast path: the four products of each head on the BLAS ---------------------------------- */
 
 #ifdef SC_HAVE_BLAS
-/* One head's (T,T) rows, for the pool: softmax rows in the forward, the softmax gradient in the
+/* One head's (T,T) rows: softmax rows in the forward, the softmax gradient in the
  * backward. */
 typedef struct {
     float *g;       /* forward: the scores, turned into probabilities; backward: d(att) */
@@ -162,10 +162,11 @@ static void softmax_grad_rows(void *p, size_t t0, size_t t1)
     }
 }
 
-/* The heads of a batch, (b, h) pairs, for the pool when the process has several threads: a
+/* The heads of a batch, (b, h) pairs. With one thread they run in turn, each product on the
+ * BLAS. With several they run on the pool, whole heads per range with the BLAS on one thread: a
  * head's products are too small to split well between threads (OpenBLAS would, at 2 threads, for
- * every one of them), and heads are independent, so each range runs whole heads with the BLAS on
- * one thread. Forward: a range's pairs in turn, softmax rows in place. */
+ * every one of them), and heads are independent. Forward: a range's pairs in turn, softmax rows
+ * in place. */
 typedef struct {
     float *out, *att, *dqkv, *ws;
     const float *qkv, *dout, *att_in;
@@ -279,28 +280,14 @@ void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, 
                                int NH)
 {
 #ifdef SC_HAVE_BLAS
-    if (kn_cpu_threads() > 1 && B * NH > 1) {
-        heads_args x = {.out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH};
+    heads_args x = {.out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH};
+    size_t pairs = (size_t)B * NH;
+    if (kn_cpu_threads() > 1 && pairs > 1) {
         int n = kn_cpu_blas_serial_begin();
-        kn_cpu_parallel_for((size_t)B * NH, 1, fwd_heads, &x);
+        kn_cpu_parallel_for(pairs, 1, fwd_heads, &x);
         kn_cpu_blas_serial_end(n);
-        return;
-    }
-    int hs = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
-            float *a = att + ((size_t)b * NH + h) * T * T;
-            /* scores (T,T) = scale q k^T, all of it: the causal half is what the rows keep */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld,
-                        0.0f, a, T);
-            rows_args rows = {a, NULL, 0.0f, T};
-            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_rows, &rows);
-            /* out (T,hs) = att v */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, ld,
-                        0.0f, out + (size_t)b * T * C + h * hs, C);
-        }
+    } else {
+        fwd_heads(&x, 0, pairs); /* each product on the BLAS's threads */
     }
 #else
     kn_attention_forward_cpu(out, att, qkv, B, T, C, NH);
@@ -315,46 +302,15 @@ void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const
     if (slices > pairs)
         slices = pairs;
     float *sws = slices > 1 ? slices_get(slices * T * T) : NULL;
-    if (sws != NULL) { /* else the heads one by one in ws, each product on all threads */
-        heads_args x = {.dqkv = dqkv,
-                        .ws = sws,
-                        .qkv = qkv,
-                        .dout = dout,
-                        .att_in = att,
-                        .T = T,
-                        .C = C,
-                        .NH = NH,
-                        .pairs = pairs,
-                        .slices = slices};
+    heads_args x = {.dqkv = dqkv, .ws = sws, .qkv = qkv, .dout = dout, .att_in = att};
+    x.T = T, x.C = C, x.NH = NH, x.pairs = pairs, x.slices = slices;
+    if (sws != NULL) {
         int n = kn_cpu_blas_serial_begin();
         kn_cpu_parallel_for(slices, 1, bwd_heads, &x);
         kn_cpu_blas_serial_end(n);
-        return;
-    }
-    int hs = C / NH, ld = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    float *g = ws; /* (T,T): d(att), then d(scores) */
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * ld + h * hs, *k = q + C, *v = q + 2 * C;
-            const float *a = att + ((size_t)b * NH + h) * T * T;
-            const float *d = dout + (size_t)b * T * C + h * hs;
-            float *dq = dqkv + (size_t)b * T * ld + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-            /* d(att) (T,T) = dout v^T; dv (T,hs) = att^T dout */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, ld, 0.0f,
-                        g, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f,
-                        dv, ld);
-            /* softmax backward, row by row, with the score scale folded in; above the
-             * diagonal att is 0, so is the gradient */
-            rows_args rows = {g, a, scale, T};
-            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_grad_rows, &rows);
-            /* dq (T,hs) = g k; dk (T,hs) = g^T q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, k, ld,
-                        0.0f, dq, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, q, ld, 0.0f,
-                        dk, ld);
-        }
+    } else { /* one slice, the caller's: head after head, each product on the BLAS's threads */
+        x.ws = ws, x.slices = 1;
+        bwd_heads(&x, 0, 1);
     }
 #else
     kn_attention_backward_cpu(dqkv, ws, dout, qkv, att, B, T, C, NH);
