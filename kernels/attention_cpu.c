@@ -187,7 +187,8 @@ static void fwd_heads(void *p, size_t i0, size_t i1)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, ld, k, ld, 0.0f, a,
                     T);
         rows_args rows = {a, NULL, 0.0f, T};
-        softmax_rows(&rows, 0, (size_t)T);
+        /* on the pool when this runs outside it (one head, or one thread); inside it, inline */
+        kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_rows, &rows);
         /* out (T,hs) = att v */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, ld, 0.0f,
                     x->out + b * T * C + h * hs, C);
@@ -217,7 +218,7 @@ static void bwd_heads(void *p, size_t j0, size_t j1)
             /* softmax backward, row by row, with the score scale folded in; above the diagonal
              * att is 0, so is the gradient */
             rows_args rows = {g, a, scale, T};
-            softmax_grad_rows(&rows, 0, (size_t)T);
+            kn_cpu_parallel_for((size_t)T, 4096 / (size_t)T + 1, softmax_grad_rows, &rows);
             /* dq (T,hs) = g k; dk (T,hs) = g^T q */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, g, T, k, ld,
                         0.0f, dq, ld);

@@ -39,17 +39,18 @@ sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err);
 /* The thread count in use (the default on first use). */
 int kn_cpu_threads(void);
 
+/* The BLAS on one thread until kn_cpu_blas_serial_end with what begin returned (the process's
+ * thread count): for loops whose ranges each call the BLAS on products too small to split. The
+ * setting is the process's: products other threads run meanwhile get one thread too (slower,
+ * the same results). */
+int kn_cpu_blas_serial_begin(void);
+void kn_cpu_blas_serial_end(int n);
+
 /* fn(arg, begin, end) over [0, n) cut into at most kn_cpu_threads() ranges of at least `grain`
  * elements, run at once on a pool of the process's threads (the caller runs the first range),
  * returning when all are done. One range, on the caller, when n < 2 * grain, with one thread,
  * or while another thread of the process holds the pool (a second stage computing at the same
- * time). The ranges must touch disjoint memory. */
-/* The BLAS on one thread, in every thread that calls it, until kn_cpu_blas_serial_end with what
- * begin returned (the process's thread count): for loops whose ranges each call the BLAS on
- * products too small to split. */
-int kn_cpu_blas_serial_begin(void);
-void kn_cpu_blas_serial_end(int n);
-
+ * time, or a range of a call in progress calling it again). The ranges must touch disjoint memory. */
 typedef void (*kn_range_fn)(void *arg, size_t begin, size_t end);
 void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg);
 
