@@ -60,6 +60,7 @@ void plan_result_free(plan_result *r)
     plan_partition_destroy(&r->part);
     free(r->compute_s);
     free(r->peak_memory_bytes);
+    free(r->allreduce_s);
     free(r->w_defer);
     free(r->fwd_sizes);
     free(r->bwd_sizes);
@@ -330,7 +331,8 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
     int S = out->part->n_stages;
     out->compute_s = calloc((size_t)S, sizeof(double));
     out->peak_memory_bytes = calloc((size_t)S, sizeof(double));
-    if (!out->compute_s || !out->peak_memory_bytes) {
+    out->allreduce_s = calloc((size_t)S, sizeof(double));
+    if (!out->compute_s || !out->peak_memory_bytes || !out->allreduce_s) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -346,8 +348,10 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
         out->micro_size = (double)batch / out->n_micro;
         plan_cost_destroy(&cost);
         SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, out->micro_size, batch, err), done);
-        for (int s = 0; s < S; s++)
+        for (int s = 0; s < S; s++) {
             out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
+            out->allreduce_s[s] = plan_partition_reduce_time(cost, out->part, s);
+        }
         out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
         out->lower_bound_s = plan_lower_bound(cost);
         out->lower_bound_replicated_s = plan_lower_bound_replicated(cost);
@@ -465,8 +469,10 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
         }
         SC_CHECK_GOTO(plan_partition_zb1_defer(cost, out->part, m, out->w_defer, err), done);
     }
-    for (int s = 0; s < S; s++)
+    for (int s = 0; s < S; s++) {
         out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
+        out->allreduce_s[s] = plan_partition_reduce_time(cost, out->part, s);
+    }
     out->bottleneck_s = plan_partition_bottleneck(cost, out->part);
     out->lower_bound_s = plan_lower_bound(cost);
     out->lower_bound_replicated_s = plan_lower_bound_replicated(cost);

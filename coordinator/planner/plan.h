@@ -86,6 +86,8 @@ typedef struct plan_result {
     plan_partition *part;
     double *compute_s;         /* (n_stages) */
     double *peak_memory_bytes; /* (n_stages) */
+    double *allreduce_s;       /* (n_stages) the copies' all-reduce each iteration, as charged
+                                * (plan_partition_reduce_time; 0: one copy) */
     int *w_defer;              /* (n_stages) zb1: the W each stage defers within 1f1b's peak
                                 * memory (plan_partition_zb1_defer; JSON stages[].deferred_w);
                                 * NULL for the other schedules */

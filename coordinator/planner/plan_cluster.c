@@ -221,8 +221,11 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
         }
         SC_CHECK(plan_cluster_add_server(c, name, intra, nic, tix, (int)nd, err));
         int64_t slots;
+        double reduce;
         SC_CHECK(sc_json_opt_int(&s, "compute_slots", 1, 1 << 20, 0, &slots, err));
+        SC_CHECK(sc_json_opt_number(&s, "reduce_bandwidth_bytes_per_s", 1, 1e18, 0, &reduce, err));
         c->servers[c->n_servers - 1].compute_slots = (int)slots;
+        c->servers[c->n_servers - 1].reduce_bw_bytes_per_s = reduce;
     }
     return parse_links(c, &root, err);
 }
@@ -331,6 +334,20 @@ double plan_cluster_bw(const plan_cluster *c, int a, int b)
     if (c->bw_matrix != NULL)
         return c->bw_matrix[(size_t)a * (size_t)c->n_devices + (size_t)b];
     return pair_bw(c, a, b);
+}
+
+double plan_cluster_reduce_bw(const plan_cluster *c, const int *devs, int n)
+{
+    double bw = HUGE_VAL;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++)
+            if (devs[i] != devs[j] && plan_cluster_bw(c, devs[i], devs[j]) < bw)
+                bw = plan_cluster_bw(c, devs[i], devs[j]);
+        double measured = c->servers[c->devices[devs[i]].server].reduce_bw_bytes_per_s;
+        if (n > 1 && measured > 0 && measured < bw)
+            bw = measured;
+    }
+    return bw;
 }
 
 static const char *const link_kinds[] = {"nvlink", "pcie_uplink", "socket", "nic", NULL};

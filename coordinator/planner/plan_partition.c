@@ -135,13 +135,22 @@ static double group_time(const plan_cost *c, const int *devs, int n, int first, 
     }
     if (n == 1)
         return worst;
-    double bw = plan_group_min_bw(c->cluster, devs, n, devs, n);
+    double bw = plan_cluster_reduce_bw(c->cluster, devs, n);
     return worst / n + allreduce_share_s(c, plan_cost_params(c, first, last), n, bw);
 }
 
 double plan_partition_stage_time(const plan_cost *c, const plan_partition *p, int s)
 {
     return group_time(c, p->devs + p->dev_start[s], p->n_dev[s], p->first[s], p->last[s]);
+}
+
+double plan_partition_reduce_time(const plan_cost *c, const plan_partition *p, int s)
+{
+    const int *devs = p->devs + p->dev_start[s];
+    int n = p->n_dev[s];
+    return n > 1 ? allreduce_s(plan_cost_params(c, p->first[s], p->last[s]), n,
+                               plan_cluster_reduce_bw(c->cluster, devs, n))
+                 : 0;
 }
 
 double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int s)

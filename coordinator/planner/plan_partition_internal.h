@@ -36,6 +36,15 @@ static inline double allreduce_share_s(const plan_cost *c, double params, int r,
     return allreduce_s(params, r, bw) / (m > 1 ? m : 1);
 }
 
+/* What the DPs charge copies of one server for their all-reduce: its intra-server bandwidth, at
+ * most its measured all-reduce speed (plan_cluster_reduce_bw). */
+static inline double plan_server_reduce_bw(const plan_cluster *cl, int server)
+{
+    const plan_server *s = &cl->servers[server];
+    double m = s->reduce_bw_bytes_per_s;
+    return m > 0 && m < s->intra_bw_bytes_per_s ? m : s->intra_bw_bytes_per_s;
+}
+
 static inline double dev_memory(const plan_cost *c, int d)
 {
     return c->cluster->types[dev_type(c, d)].memory_bytes;

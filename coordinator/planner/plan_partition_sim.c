@@ -203,10 +203,7 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan
                 opt = oi;
         }
         st[s].opt_s = opt;
-        if (n > 1) {
-            double bw = plan_group_min_bw(c->cluster, devs, n, devs, n);
-            st[s].opt_s += allreduce_s(plan_cost_params(c, p->first[s], p->last[s]), n, bw);
-        }
+        st[s].opt_s += plan_partition_reduce_time(c, p, s);
         double cut = plan_partition_cut_time(c, p, s) / 2.0;
         st[s].send_fwd_s = cut;
         st[s].send_bwd_s = cut;

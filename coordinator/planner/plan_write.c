@@ -95,6 +95,8 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
                 fprintf(f, "%s%d", d ? ", " : "", p->devs[p->dev_start[s] + d]);
             fprintf(f, "], \"replicas\": %d, \"compute_s\": %.9g, \"peak_memory_bytes\": %.6g",
                     p->n_dev[s], x->compute_s[s], x->peak_memory_bytes[s]);
+            if (x->allreduce_s != NULL && p->n_dev[s] > 1)
+                fprintf(f, ", \"allreduce_s\": %.6g", x->allreduce_s[s]);
             if (x->w_defer != NULL && x->strategy != PLAN_STRAT_UMPIPE)
                 fprintf(f, ", \"deferred_w\": %d", x->w_defer[s]);
             fputc('}', f);

@@ -805,6 +805,81 @@ static void test_replication_runtime_runs(void **state)
     plan_cluster_destroy(&c);
 }
 
+/* A server's measured all-reduce speed (reduce_bandwidth_bytes_per_s) is what the copies' all-
+ * reduce is charged at when below its bandwidths: cheap, two copies of one stage win; measured
+ * slow, a two-stage pipeline does. The plan says what it charged (stages[].allreduce_s). */
+static const char reduce_profile[] =
+    "{\"format\": \"stagecraft-profile\", \"version\": 1, \"model\": \"r\", "
+    "\"reference_device\": \"ref\", \"microbatch_size\": 2, \"blocks\": ["
+    "{\"name\": \"b0\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1e5, "
+    "\"parameter_bytes\": 4e6},"
+    "{\"name\": \"b1\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1e5, "
+    "\"parameter_bytes\": 4e6},"
+    "{\"name\": \"b2\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1e5, "
+    "\"parameter_bytes\": 4e6},"
+    "{\"name\": \"b3\", \"forward_s\": 0.01, \"backward_s\": 0.02, \"activation_bytes\": 1e5, "
+    "\"parameter_bytes\": 4e6}]}";
+
+static plan_result plan_with_reduce(const plan_profile *p, const char *reduce_key, sc_status *rc,
+                                    sc_err *err)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"format\": \"stagecraft-cluster\", \"version\": 1, \"device_types\": {\"ref\": "
+             "{\"relative_speed\": 1}}, \"servers\": [{\"name\": \"h\", \"devices\": [\"ref\", "
+             "\"ref\"], \"intra_bandwidth_bytes_per_s\": 1e10, \"nic_bandwidth_bytes_per_s\": "
+             "1e10%s}]}",
+             reduce_key);
+    plan_cluster *c = NULL;
+    plan_result r;
+    memset(&r, 0, sizeof r);
+    sc_err_clear(err);
+    *rc = plan_cluster_parse(&c, "reduce.json", text, strlen(text), err);
+    if (*rc != SC_OK)
+        return r;
+    plan_request req = {
+        .profile = p, .cluster = c, .batch = 8, .microbatches = 4, .schedule = PLAN_SCHED_1F1B};
+    *rc = plan_run(&req, PLAN_STRAT_HETERO, &r, err);
+    plan_cluster_destroy(&c);
+    return r;
+}
+
+static void test_measured_reduce_bandwidth(void **state)
+{
+    (void)state;
+    plan_profile *p;
+    sc_err err;
+    sc_status rc;
+    assert_int_equal(
+        plan_profile_parse_json(&p, "reduce.json", reduce_profile, strlen(reduce_profile), &err),
+        SC_OK);
+    /* unmeasured: one stage on both devices, its 16 MB all-reduced at 1e10 B/s */
+    plan_result r = plan_with_reduce(p, "", &rc, &err);
+    assert_int_equal(rc, SC_OK);
+    assert_int_equal(r.part->n_stages, 1);
+    assert_int_equal(r.part->n_dev[0], 2);
+    assert_float_equal(r.allreduce_s[0], 4.0 * 16e6 / (2 * 1e10), 1e-12);
+    plan_result_free(&r);
+    /* measured faster than the bandwidth: the bandwidth still bounds it */
+    r = plan_with_reduce(p, ", \"reduce_bandwidth_bytes_per_s\": 1e11", &rc, &err);
+    assert_int_equal(rc, SC_OK);
+    assert_int_equal(r.part->n_stages, 1);
+    assert_float_equal(r.allreduce_s[0], 4.0 * 16e6 / (2 * 1e10), 1e-12);
+    plan_result_free(&r);
+    /* measured at 1e8 B/s: 0.32 s an iteration would cost, so two stages, nothing to reduce */
+    r = plan_with_reduce(p, ", \"reduce_bandwidth_bytes_per_s\": 1e8", &rc, &err);
+    assert_int_equal(rc, SC_OK);
+    assert_int_equal(r.part->n_stages, 2);
+    assert_int_equal(r.part->n_dev[0] + r.part->n_dev[1], 2);
+    assert_float_equal(r.allreduce_s[0] + r.allreduce_s[1], 0, 0);
+    plan_result_free(&r);
+    /* a bad figure names the key */
+    r = plan_with_reduce(p, ", \"reduce_bandwidth_bytes_per_s\": -5", &rc, &err);
+    assert_int_equal(rc, SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "reduce_bandwidth_bytes_per_s"));
+    plan_profile_destroy(&p);
+}
+
 static void test_bad_requests(void **state)
 {
     (void)state;
@@ -1037,6 +1112,7 @@ int main(void)
         cmocka_unit_test(test_sliced_memory_every_search),
         cmocka_unit_test(test_sliced_memory_in_sweep),
         cmocka_unit_test(test_replication_runtime_runs),
+        cmocka_unit_test(test_measured_reduce_bandwidth),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_pipedream_block_order),
         cmocka_unit_test(test_pipedream_chain_has_no_block_order),
