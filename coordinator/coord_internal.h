@@ -67,6 +67,11 @@ typedef struct {
     int base_n[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     double iter_avg, iter_base;
     int iter_base_n;
+    /* the copies' all-reduce of each stage (jobs_reduce.c): what the plan charges per iteration
+     * (its stages[].allreduce_s; 0: one copy, or a plan without it) and the gradient bytes the
+     * copies' reports say they reduce (0: none reported yet) */
+    double planned_reduce_s[COORD_MAX_STAGES];
+    double reduce_bytes[COORD_MAX_STAGES];
     /* per replica: its profiled work per iteration (seconds, the worker's own profile), the
      * scale the plan put on that profile, and the worker's reference busy-per-work ratio (from
      * the first run measured on its profile): busy / work / reference is its speed factor */

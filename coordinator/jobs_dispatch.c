@@ -315,6 +315,8 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
                 p->step[s][k] = resume_step;
                 p->checkpoint[s][k] = last_checkpoint;
             }
+            p->planned_reduce_s[s] = json_number_value(
+                json_object_get(json_array_get(json_object_get(plan, "stages"), s), "allreduce_s"));
             p->copies[s] = copies[s];
             for (int j = 0; j < copies[s]; j++)
                 p->copied[s][j] = last_checkpoint;

@@ -259,6 +259,8 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         ws[i].profile_json = coord_speeds_profile(c->speeds, id, ws[i].id, &ws[i].link_bytes_per_s);
         known = ws[i].profile_json != NULL;
     }
+    for (size_t i = 0; i < n; i++) /* what the job's copies measured of their all-reduce */
+        ws[i].reduce_bytes_per_s = coord_speeds_reduce_bw(c->speeds, id, ws[i].id);
     pthread_mutex_unlock(&c->lock);
 
     if (known)
@@ -305,6 +307,7 @@ planning:;
         pw[i].hw = ws[i].hw;
         pw[i].profile_json = ws[i].profile_json;
         pw[i].link_bytes_per_s = ws[i].link_bytes_per_s;
+        pw[i].reduce_bytes_per_s = ws[i].reduce_bytes_per_s;
     }
     rc = coord_plan_job(&spec, pw, n, frozen, &plan_json, &err);
     free(pw);

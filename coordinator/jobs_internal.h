@@ -23,6 +23,7 @@ typedef struct {
     Stagecraft__HardwareReport *hw;
     char *profile_json;
     double link_bytes_per_s; /* measured path to the coordinator (link_probe.h); 0: not measured */
+    double reduce_bytes_per_s; /* its copies' all-reduce as the job measured it (speeds.h); 0 */
 } coord_chosen_worker;
 
 /* ---- jobs_workers.c: which workers a job takes, and giving back those its plan leaves out -- */
@@ -128,6 +129,23 @@ bool coord_jobs_links_changed(coord *c, const coord_progress *p, double iteratio
  * (0 where unmeasured). Returns whether any link of the plan is measured. */
 bool coord_jobs_links_transfer_s(coord *c, const coord_progress *p, double *planned_f,
                                  double *planned_b, double *now_f, double *now_b);
+
+/* ---- jobs_reduce.c: the copies' all-reduce training measures ---- */
+
+/* Under c->lock: a fresh report of a copy of a replicated stage (after coord_jobs_links_observe,
+ * which keeps the clock samples): its all-reduce, less the wait for the slowest copy, as a
+ * sample of its worker's all-reduce speed (when the stage's copies share one host). */
+void coord_jobs_reduce_observe(coord *c, coord_progress *p, const char *worker_id,
+                               const Stagecraft__IterationReport *r, bool fresh);
+/* Under c->lock: per stage of p, the copies' all-reduce per iteration as the plan charges it
+ * (planned) and at its copies' measured speeds (now: the slowest copy's; as planned where
+ * unmeasured). Returns whether any stage's is measured. */
+bool coord_jobs_reduce_s(coord *c, const coord_progress *p, double *planned, double *now);
+/* Under c->lock: whether a stage's all-reduce measures more than REDUCE_CHANGE off what the plan
+ * charges and that is more than REDUCE_WEIGHT of `iteration_s` (never under pipedream, whose
+ * rounds the plan counts otherwise); `why` names the furthest one. */
+bool coord_jobs_reduce_changed(coord *c, const coord_progress *p, double iteration_s, char *why,
+                               size_t size);
 
 /* Under c->lock: a report of one replica: keeps its measured speed, marks the job for
  * evaluation when a worker's speed changed, and follows a pause under way (parked reports).

@@ -175,6 +175,7 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     /* heartbeats repeat the last report: its transfers are counted once */
     bool fresh = r->step > p->step[s][k];
     coord_jobs_links_observe(c, p, worker_id, r, sent_ns, received_ns, fresh);
+    coord_jobs_reduce_observe(c, p, worker_id, r, fresh);
     if (r->step > p->step[s][k])
         p->step[s][k] = r->step;
     if (r->checkpoint_step > p->checkpoint[s][k])

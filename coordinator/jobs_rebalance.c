@@ -10,7 +10,8 @@
  *  2. Evaluation (coord_jobs_rebalance, a driver thread or the RebalanceJob call; planning runs
  *     without the lock) re-plans with every worker's profile scaled by its measured factor and
  *     its link by its measured link factor, and compares: the running plan replayed at the
- *     measured speeds (compute and the measured links' transfers), and its predicted iteration
+ *     measured speeds (compute, the measured links' transfers and copies' all-reduce, which a
+ *     re-plan also charges as measured: jobs_reduce.c), and its predicted iteration
  *     time times the measured slow-down of the whole iteration, against the new plan's. It
  * rebalances when the gain is over GAIN_MIN and the time it saves over the remaining steps
  * outweighs the move's estimated cost.
@@ -240,11 +241,11 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
             off = f > 0 && fabs(f - 1) > CHANGE;
         }
     }
-    if (!off) { /* or a link between two stages (jobs_links.c) */
-        double worst;
+    if (!off) { /* or a link between two stages (jobs_links.c), or the copies' all-reduce */
+        double worst, iter = p->iter_avg > 0 ? p->iter_avg : r->iteration_s;
         char why[COORD_REASON_MAX];
-        off = coord_jobs_links_changed(c, p, p->iter_avg > 0 ? p->iter_avg : r->iteration_s, &worst,
-                                       why, sizeof why);
+        off = coord_jobs_links_changed(c, p, iter, &worst, why, sizeof why) ||
+              coord_jobs_reduce_changed(c, p, iter, why, sizeof why);
     }
     if (!off) {
         p->off_since = 0;
@@ -294,6 +295,7 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
                     measured = off_plan(p, s, k);
         f[n] = measured;
         char *prof = coord_speeds_profile(c->speeds, p->job_id, w->rec.id, &cw->link_bytes_per_s);
+        cw->reduce_bytes_per_s = coord_speeds_reduce_bw(c->speeds, p->job_id, w->rec.id);
         cw->profile_json = prof != NULL ? coord_profile_scaled(prof, measured) : NULL;
         /* its link as its transfers measure it now, not as the model last adopted it */
         if (!compute_off(p))
@@ -353,6 +355,12 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
         sc_strlcpy(buf, link_why, size);
         return;
     }
+    /* nor a link: the copies' all-reduce off what the plan charges */
+    if (!compute_off(p) &&
+        coord_jobs_reduce_changed(c, p,
+                                  p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
+                                  buf, size))
+        return;
     /* nothing the job runs on changed beyond CHANGE: a worker it left out did */
     if (p->reprobed[0] && worst <= log(1 + CHANGE)) {
         sc_strlcpy(buf, p->reprobed, size);
@@ -427,6 +435,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     double now_f[COORD_MAX_STAGES], now_b[COORD_MAX_STAGES];
     bool off = compute_off(p);
     bool links = !off && coord_jobs_links_transfer_s(c, p, planned_f, planned_b, now_f, now_b);
+    /* the copies' all-reduce as planned and as measured (none measured: not played) */
+    double planned_r[COORD_MAX_STAGES], now_r[COORD_MAX_STAGES];
+    bool reduced = !p->async && coord_jobs_reduce_s(c, p, planned_r, now_r);
     for (int s = 0; s < p->n_stages; s++) {
         double f = 0;
         for (int k = 0; k < p->replicas[s]; k++)
@@ -454,12 +465,24 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     pthread_mutex_unlock(&c->lock);
 
     /* The running plan at the measured speeds, on the same footing as the new plan (compute
-     * scaled by the measured factors). */
-    double current = running_plan != NULL && (size_t)n_stages == plan_stage_count(running_plan)
-                         ? links ? coord_plan_replay_links_s(running_plan, stage_factor, planned_f,
-                                                             planned_b, now_f, now_b)
-                                 : coord_plan_replay_scaled_s(running_plan, stage_factor)
-                         : 0;
+     * scaled by the measured factors, the measured links' transfers, the measured all-reduce). */
+    coord_replay_costs as_planned = {links ? planned_f : NULL, links ? planned_b : NULL, NULL};
+    coord_replay_costs now = {links ? now_f : NULL, links ? now_b : NULL, NULL};
+    bool replayable = running_plan != NULL && (size_t)n_stages == plan_stage_count(running_plan);
+    double current =
+        replayable ? coord_plan_replay_costs_s(running_plan, stage_factor, &as_planned, &now) : 0;
+    if (replayable && reduced && current > 0) {
+        /* an all-reduce the plan charged wrong was so from the run's first iteration, which the
+         * iterations' drift against their baseline does not show: both views of now take its
+         * difference */
+        as_planned.reduce = planned_r;
+        now.reduce = now_r;
+        double with = coord_plan_replay_costs_s(running_plan, stage_factor, &as_planned, &now);
+        if (with > 0) {
+            measured += with - current;
+            current = with;
+        }
+    }
     if (current <= 0)
         current = measured;
     if (unplanned_s > 0)
@@ -487,6 +510,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
             pw[i].hw = ws[i].hw;
             pw[i].profile_json = ws[i].profile_json;
             pw[i].link_bytes_per_s = ws[i].link_bytes_per_s;
+            pw[i].reduce_bytes_per_s = ws[i].reduce_bytes_per_s;
         }
         rc = coord_plan_job(&spec, pw, n, freeze_to, &plan_json, err);
     }

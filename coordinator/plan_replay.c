@@ -75,11 +75,13 @@ static void stage_times(json_t *plan, json_t *stage, int copies, plan_sim_stage 
     st->bwd_s = 2.0 * c / 3.0;
 }
 
-/* coord_plan_replay with each stage's transfers of one micro-batch (send_f[s]: its activation
- * to stage s + 1, send_b[s]: its gradient to stage s - 1; NULL: none played). */
-static sc_status replay(const char *plan_json, const double *stage_factor, const double *send_f,
-                        const double *send_b, bool record_events, coord_replay *out, sc_err *err)
+/* coord_plan_replay with each stage's transfers and all-reduce (`x`; NULL: none played). */
+static sc_status replay(const char *plan_json, const double *stage_factor,
+                        const coord_replay_costs *costs, bool record_events, coord_replay *out,
+                        sc_err *err)
 {
+    static const coord_replay_costs none = {NULL, NULL, NULL};
+    const coord_replay_costs *c = costs != NULL ? costs : &none;
     memset(out, 0, sizeof *out);
     json_t *plan = plan_json != NULL ? json_loads(plan_json, 0, NULL) : NULL;
     json_t *stages = json_object_get(plan, "stages");
@@ -113,8 +115,9 @@ static sc_status replay(const char *plan_json, const double *stage_factor, const
         double f = stage_factor != NULL && stage_factor[i] > 0 ? stage_factor[i] : 1.0;
         st[i].fwd_s *= f;
         st[i].bwd_s *= f;
-        st[i].send_fwd_s = send_f != NULL && i + 1 < S ? send_f[i] : 0;
-        st[i].send_bwd_s = send_b != NULL && i > 0 ? send_b[i] : 0;
+        st[i].send_fwd_s = c->send_f != NULL && i + 1 < S ? c->send_f[i] : 0;
+        st[i].send_bwd_s = c->send_b != NULL && i > 0 ? c->send_b[i] : 0;
+        st[i].opt_s = c->reduce != NULL && out->replicas[i] > 1 ? c->reduce[i] : 0;
     }
     /* zb1: the deferral each stage runs with (the plan's deferred_w; absent: ZB-H1's) */
     int *w_defer = kind == PLAN_SCHED_ZB1 ? calloc((size_t)S, sizeof *w_defer) : NULL;
@@ -140,7 +143,7 @@ done:
 sc_status coord_plan_replay(const char *plan_json, const double *stage_factor, bool record_events,
                             coord_replay *out, sc_err *err)
 {
-    return replay(plan_json, stage_factor, NULL, NULL, record_events, out, err);
+    return replay(plan_json, stage_factor, NULL, record_events, out, err);
 }
 
 void coord_replay_free(coord_replay *r)
@@ -153,12 +156,11 @@ void coord_replay_free(coord_replay *r)
 
 double coord_plan_replay_scaled_s(const char *plan_json, const double *stage_factor)
 {
-    return coord_plan_replay_links_s(plan_json, stage_factor, NULL, NULL, NULL, NULL);
+    return coord_plan_replay_costs_s(plan_json, stage_factor, NULL, NULL);
 }
 
-double coord_plan_replay_links_s(const char *plan_json, const double *stage_factor,
-                                 const double *planned_f, const double *planned_b,
-                                 const double *now_f, const double *now_b)
+double coord_plan_replay_costs_s(const char *plan_json, const double *stage_factor,
+                                 const coord_replay_costs *planned, const coord_replay_costs *now)
 {
     coord_replay as_planned, scaled;
     memset(&as_planned, 0, sizeof as_planned);
@@ -166,8 +168,8 @@ double coord_plan_replay_links_s(const char *plan_json, const double *stage_fact
     sc_err err;
     sc_err_clear(&err);
     double out = 0;
-    if (replay(plan_json, NULL, planned_f, planned_b, false, &as_planned, &err) == SC_OK &&
-        replay(plan_json, stage_factor, now_f, now_b, false, &scaled, &err) == SC_OK &&
+    if (replay(plan_json, NULL, planned, false, &as_planned, &err) == SC_OK &&
+        replay(plan_json, stage_factor, now, false, &scaled, &err) == SC_OK &&
         as_planned.sim.iteration_s > 0)
         out = as_planned.planned_s * scaled.sim.iteration_s / as_planned.sim.iteration_s;
     coord_replay_free(&as_planned);

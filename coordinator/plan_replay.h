@@ -3,8 +3,9 @@
  * stages' compute from the cluster's block times (the slowest copy's device), its schedule, its
  * micro-batch count and copies. What a trace draws beside the measured rows (trace.c), and what
  * the running plan would take if its stages ran at measured speeds (jobs_rebalance.c).
- * Transfers are played only where the caller gives their times (the links measured while the
- * job runs, jobs_links.c); figures are meant as ratios against the plan's own iteration_time_s.
+ * Transfers and the copies' all-reduce are played only where the caller gives their times (as
+ * the job measures them: jobs_links.c, jobs_reduce.c); figures are meant as ratios against the
+ * plan's own iteration_time_s.
  */
 #ifndef COORD_PLAN_REPLAY_H
 #define COORD_PLAN_REPLAY_H
@@ -33,12 +34,17 @@ void coord_replay_free(coord_replay *r);
  * cannot be replayed. */
 double coord_plan_replay_scaled_s(const char *plan_json, const double *stage_factor);
 
-/* coord_plan_replay_scaled_s with transfers: the replay as planned plays planned_f[s] (one
- * micro-batch's activation from stage s to s + 1) and planned_b[s] (its gradient from s to
- * s - 1), the scaled one now_f and now_b (any may be NULL: no transfers there). What the
- * running plan takes with its compute and its links at measured speeds. */
-double coord_plan_replay_links_s(const char *plan_json, const double *stage_factor,
-                                 const double *planned_f, const double *planned_b,
-                                 const double *now_f, const double *now_b);
+/* What a replay plays besides compute, per stage s (each array NULL: none): one micro-batch's
+ * activation transfer to stage s + 1 (send_f) and gradient transfer to s - 1 (send_b), and the
+ * all-reduce of the stage's copies once per iteration (reduce). */
+typedef struct {
+    const double *send_f, *send_b, *reduce;
+} coord_replay_costs;
+
+/* coord_plan_replay_scaled_s with transfers and all-reduces: the replay as planned plays
+ * `planned`, the scaled one `now` (either may be NULL: none). What the running plan takes with
+ * its compute, its links and its copies' all-reduce at measured speeds. */
+double coord_plan_replay_costs_s(const char *plan_json, const double *stage_factor,
+                                 const coord_replay_costs *planned, const coord_replay_costs *now);
 
 #endif /* COORD_PLAN_REPLAY_H */

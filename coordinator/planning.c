@@ -147,6 +147,15 @@ static void take_measured_link(json_t *srv, double bytes_per_s)
     json_object_set_new(srv, "nic_bandwidth_source", json_string("measured"));
 }
 
+/* A worker's measured all-reduce speed: its server's copies all-reduce at the least of them. */
+static void take_measured_reduce(json_t *srv, double bytes_per_s)
+{
+    const char *key = "reduce_bandwidth_bytes_per_s";
+    double now = json_number_value(json_object_get(srv, key));
+    if (bytes_per_s > 0 && (now <= 0 || bytes_per_s < now))
+        json_object_set_new(srv, key, json_real(bytes_per_s));
+}
+
 /* A CPU worker's transfers cost CPU on both ends (TCP, ZeroMQ, copies), so under a quota its
  * CPU bounds them: its measured bytes per CPU second times the cores its quota gives (at most
  * one: a transfer runs on a thread or two) caps its server's bandwidths, within the server (the
@@ -216,6 +225,7 @@ sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **
         }
         json_array_append_new(json_object_get(srv, "devices"), json_string(type));
         take_measured_link(srv, workers[i].link_bytes_per_s);
+        take_measured_reduce(srv, workers[i].reduce_bytes_per_s);
     }
     /* after every worker's measured link: a later one may raise what an earlier one set */
     for (size_t i = 0; i < n && rc == SC_OK; i++)

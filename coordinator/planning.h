@@ -16,6 +16,8 @@ typedef struct {
     const Stagecraft__HardwareReport *hw;   /* its report; devices[0] is the one it drives */
     const char *profile_json;               /* the model profiled on its device */
     double link_bytes_per_s; /* its measured link to the coordinator; 0: not measured */
+    double reduce_bytes_per_s; /* its copies' all-reduce as a job measured it, in the planner's
+                                * measure (speeds.h); 0: not measured */
 } coord_plan_worker;
 
 /* Writes the stagecraft-cluster document for `n` workers (one device each, servers grouped by
@@ -23,7 +25,8 @@ typedef struct {
  * relative to workers[0]'s device). A server's nic_bandwidth_bytes_per_s is the least measured
  * link of its workers ("nic_bandwidth_source": "measured"); with none measured, its first
  * worker's reported NIC bandwidth ("nic"), else 1.25e9 bytes/s, 10 Gb Ethernet ("assumed").
- * *out is a heap string. */
+ * A server's reduce_bandwidth_bytes_per_s is the least measured all-reduce speed of its workers
+ * (absent when none is measured). *out is a heap string. */
 sc_status coord_cluster_json(const coord_plan_worker *workers, size_t n, char **out, sc_err *err);
 
 /* Plans `spec` over the workers with the job's strategy and schedule. *plan_json is a heap

@@ -8,6 +8,8 @@
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
 
+#define LINK_MEDIAN 5 /* a link's (an all-reduce's) figure follows the median of its last samples */
+
 typedef struct {
     char id[COORD_ID_MAX];
     char *profile_json;
@@ -16,6 +18,11 @@ typedef struct {
     double ref; /* busy seconds per profiled second when first measured; 0: not yet */
     bool has_quota; /* its reports said its CPU quota (below); false: as it registered */
     double quota_fraction, quota_period_s;
+    /* the all-reduce of the copies it ran with (coord_speeds_reduce_sample): the last samples'
+     * seconds per byte of the planner's measure, and their smoothed figure */
+    double reduce_recent[LINK_MEDIAN];
+    double reduce_s_per_byte;
+    unsigned reduce_n;
 } worker_speed;
 
 #define MOVE_WINDOW_S 60.0
@@ -23,6 +30,24 @@ typedef struct {
 #define LINK_ALPHA 0.2      /* weight of a new sample in a link's smoothed figure */
 #define LINK_BASE_N 8       /* samples before a link has a reference */
 #define CLOCK_ID_MAX 48
+/* Sample x joins recent[] (its (n+1)-th; the oldest of LINK_MEDIAN overwritten) and the median
+ * of those held (`least`: their least) goes into the average `avg` (LINK_ALPHA; the first
+ * sample is the average). Returns the new average. */
+static double smooth_recent(double *recent, unsigned n, double x, bool least, double avg)
+{
+    recent[n % LINK_MEDIAN] = x;
+    size_t k = n + 1 < LINK_MEDIAN ? n + 1 : LINK_MEDIAN;
+    double sorted[LINK_MEDIAN];
+    memcpy(sorted, recent, k * sizeof *sorted);
+    for (size_t i = 1; i < k; i++) /* insertion sort of at most 5 */
+        for (size_t m = i; m > 0 && sorted[m - 1] > sorted[m]; m--) {
+            double t = sorted[m];
+            sorted[m] = sorted[m - 1];
+            sorted[m - 1] = t;
+        }
+    double mid = least ? sorted[0] : k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
+    return n == 0 ? mid : LINK_ALPHA * mid + (1 - LINK_ALPHA) * avg;
+}
 
 /* A worker's clock against the coordinator's: the largest (stamp - arrival) of its control
  * messages in the current window and in the one before (each is the offset less that message's
@@ -34,7 +59,6 @@ typedef struct {
     double window_s; /* when the current window began (sc_clock_now_s) */
 } worker_clock;
 
-#define LINK_MEDIAN 5 /* a link's figure follows the median of its last samples */
 
 typedef struct {
     char from[COORD_ID_MAX], to[COORD_ID_MAX];
@@ -452,18 +476,7 @@ void coord_speeds_link_sample(coord_speeds *all, const char *job_id, const char 
      * third sample on. Between capped workers most transits may hold an end's throttled spell,
      * a delay that only ever adds: there the least of the last samples goes in (a slowdown
      * shows once all of them are slow) */
-    l->recent[l->samples % LINK_MEDIAN] = transit_s / bytes;
-    size_t k = l->samples + 1 < LINK_MEDIAN ? l->samples + 1 : LINK_MEDIAN;
-    double sorted[LINK_MEDIAN];
-    memcpy(sorted, l->recent, k * sizeof *sorted);
-    for (size_t i = 1; i < k; i++) /* insertion sort of at most 5 */
-        for (size_t m = i; m > 0 && sorted[m - 1] > sorted[m]; m--) {
-            double t = sorted[m];
-            sorted[m] = sorted[m - 1];
-            sorted[m - 1] = t;
-        }
-    double x = capped ? sorted[0] : k % 2 ? sorted[k / 2] : (sorted[k / 2 - 1] + sorted[k / 2]) / 2;
-    l->s_per_byte = l->samples == 0 ? x : LINK_ALPHA * x + (1 - LINK_ALPHA) * l->s_per_byte;
+    l->s_per_byte = smooth_recent(l->recent, l->samples, transit_s / bytes, capped, l->s_per_byte);
     l->bytes = bytes;
     l->messages = messages;
     if (++l->samples == LINK_BASE_N && l->ref <= 0)
@@ -529,4 +542,38 @@ static void links_restart(coord_speeds *j, const char *id)
     for (size_t k = 0; k < j->n_l; k++)
         if (strcmp(j->l[k].from, id) == 0 || strcmp(j->l[k].to, id) == 0)
             j->l[k].ref = j->l[k].adopted = 0, j->l[k].samples = 0;
+}
+
+/* The planner's measure of an all-reduce of `bytes` bytes between `copies` copies: the bytes it
+ * takes at 1 byte/s (4 (r-1) W / r, coordinator/planner's allreduce_s). */
+static double reduce_measure(double bytes, int copies)
+{
+    return 4.0 * (copies - 1) * bytes / copies;
+}
+
+void coord_speeds_reduce_sample(coord_speeds *all, const char *job_id, const char *id, int copies,
+                                double bytes, double seconds)
+{
+    worker_speed *w = worker_of(job_of(all, job_id), id);
+    if (w == NULL || copies < 2 || !(bytes > 0) || !(seconds > 0))
+        return;
+    w->reduce_s_per_byte = smooth_recent(w->reduce_recent, w->reduce_n,
+                                         seconds / reduce_measure(bytes, copies), false,
+                                         w->reduce_s_per_byte);
+    w->reduce_n++;
+}
+
+double coord_speeds_reduce_bw(const coord_speeds *all, const char *job_id, const char *id)
+{
+    const worker_speed *w = worker_of(job_of(all, job_id), id);
+    return w != NULL && w->reduce_n >= LINK_MEDIAN && w->reduce_s_per_byte > 0
+               ? 1 / w->reduce_s_per_byte
+               : 0;
+}
+
+double coord_speeds_reduce_s(const coord_speeds *all, const char *job_id, const char *id,
+                             int copies, double bytes)
+{
+    double bw = coord_speeds_reduce_bw(all, job_id, id);
+    return bw > 0 && copies > 1 ? reduce_measure(bytes, copies) / bw : 0;
 }

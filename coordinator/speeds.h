@@ -164,6 +164,28 @@ void coord_speeds_set_link(coord_speeds *all, const char *job_id, const char *id
 bool coord_speeds_link_suspect(const coord_speeds *all, const char *job_id, const char *id,
                                double change);
 
+/* ---- the copies' all-reduce ----
+ *
+ * A stage's copies that all-reduce through host memory report what each measured of it: its
+ * time once every copy had its gradients (IterationReport.reduce; jobs_reduce.c takes out the
+ * waiting). Kept per worker as the planner counts it, seconds per byte of 4 (r-1) W / r for W
+ * gradient bytes among r copies, smoothed as a link is (the median of the last LINK_MEDIAN
+ * samples into an EWMA); a figure once LINK_MEDIAN samples came. What a re-plan assumes of the
+ * copies' all-reduce on the worker's server (planning.c: reduce_bandwidth_bytes_per_s). */
+
+/* One all-reduce of `bytes` gradient bytes among `copies` copies that took `seconds` on worker
+ * `id` (of job `job_id`, which has its profile; otherwise nothing is kept). */
+void coord_speeds_reduce_sample(coord_speeds *all, const char *job_id, const char *id, int copies,
+                                double bytes, double seconds);
+
+/* Worker `id`'s measured all-reduce speed in the planner's measure (bytes/s); 0 before
+ * LINK_MEDIAN samples. */
+double coord_speeds_reduce_bw(const coord_speeds *all, const char *job_id, const char *id);
+
+/* The seconds an all-reduce of `bytes` among `copies` copies takes at that speed (0 unknown). */
+double coord_speeds_reduce_s(const coord_speeds *all, const char *job_id, const char *id,
+                             int copies, double bytes);
+
 /* `profile_json` with every number under a key ending in "_s" (forward_s, backward_s, ...)
  * multiplied by `factor` (heap string, caller frees; NULL when it is not JSON). */
 char *coord_profile_scaled(const char *profile_json, double factor);

@@ -103,6 +103,8 @@ void wk_trainer_msg_clear(wk_trainer_msg *m)
     free(m->report.links); /* one block, as the copies */
     m->report.links = NULL;
     m->report.n_links = 0;
+    free(m->report.reduce); /* one block: the timing, the peers' pointers, the peers */
+    m->report.reduce = NULL;
 }
 
 static const char *jstr(json_t *o, const char *key, const char *def)
@@ -541,6 +543,36 @@ static void report_links(const rt_report *rep, Stagecraft__IterationReport *r)
     r->n_links = n;
 }
 
+/* Puts the step's all-reduce figures (rt_report.reduce) in report r (none when nothing was
+ * measured or memory is short). */
+static void report_reduce(const rt_report *rep, Stagecraft__IterationReport *r)
+{
+    const rt_reduce_sample *x = &rep->reduce;
+    if (x->count == 0)
+        return;
+    size_t n = x->n_peers > 0 ? (size_t)x->n_peers : 0;
+    char *block = malloc(sizeof(Stagecraft__ReduceTiming) +
+                         n * (sizeof(Stagecraft__ReducePeer *) + sizeof(Stagecraft__ReducePeer)));
+    if (block == NULL)
+        return;
+    Stagecraft__ReduceTiming *t = (Stagecraft__ReduceTiming *)block;
+    Stagecraft__ReducePeer **ptrs = (Stagecraft__ReducePeer **)(block + sizeof *t);
+    Stagecraft__ReducePeer *peers = (Stagecraft__ReducePeer *)(block + sizeof *t + n * sizeof *ptrs);
+    stagecraft__reduce_timing__init(t);
+    t->count = x->count;
+    t->bytes = x->bytes;
+    t->own_s = x->own_s;
+    for (size_t i = 0; i < n; i++) {
+        stagecraft__reduce_peer__init(&peers[i]);
+        peers[i].copy = (uint32_t)x->peer_copy[i];
+        peers[i].delay_s = x->peer_delay_s[i];
+        ptrs[i] = &peers[i];
+    }
+    t->peers = n > 0 ? ptrs : NULL;
+    t->n_peers = n;
+    r->reduce = t;
+}
+
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
  * paused there for a move, their checkpoint files after a re-plan, or the copies they hold of
@@ -763,6 +795,7 @@ static void *train_main(void *arg)
         m.report.checkpoint_step = last_ckpt;
         report_copies(t, &m.report);
         report_links(&rep, &m.report);
+        report_reduce(&rep, &m.report);
         if (ckpt_error[0] != '\0') {
             char *copy = strdup(ckpt_error);
             if (copy != NULL)

@@ -218,6 +218,20 @@ typedef struct {
     int inflight;     /* minibatches in flight on this stage after it */
 } rt_pd_event;
 
+/* What a copy measured of the copies' all-reduce through host memory (none on the GPUs' NCCL
+ * path): its time from its gradients complete to the sum in place, and per other copy the end of
+ * it (this copy's monotonic clock) minus that copy's send stamp (its clock). The least of these
+ * is the all-reduce's own time on this copy once every copy had its gradients: the time before
+ * that is waiting for the slowest copy, not the all-reduce. Of the step's last all-reduce. */
+typedef struct {
+    unsigned count; /* all-reduces this step (0: none measured) */
+    uint64_t bytes; /* gradient bytes each copy contributed */
+    double own_s;
+    int n_peers;
+    int peer_copy[RT_LINK_MAX];
+    double peer_delay_s[RT_LINK_MAX];
+} rt_reduce_sample;
+
 typedef struct {
     uint64_t step;
     bool has_loss;      /* last stage only */
@@ -260,6 +274,7 @@ typedef struct {
      * the stage's transports: zmq and local; none over nccl), one entry per sending copy. */
     rt_link_sample links[RT_LINK_MAX];
     int n_links;
+    rt_reduce_sample reduce; /* the copies' all-reduce through host memory this step */
 } rt_report;
 
 typedef struct rt_runner rt_runner;

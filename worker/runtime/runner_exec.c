@@ -308,9 +308,12 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     return SC_OK;
 }
 
-/* The step's transfer figures from the stage's transports (rt_link_sample). */
+/* The step's transfer figures: from the stage's transports (rt_link_sample) and of the copies'
+ * all-reduce (rt_reduce_sample). */
 static void take_links(rt_runner *r, rt_report *rep)
 {
+    rep->reduce = r->reduced;
+    memset(&r->reduced, 0, sizeof r->reduced);
     rt_transport *trs[2] = {r->tr, r->tr_next};
     for (int i = 0; i < 2; i++)
         if (trs[i] != NULL)

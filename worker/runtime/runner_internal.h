@@ -121,6 +121,7 @@ struct rt_runner {
     rt_allreduce *ar;         /* replica_reduce "nccl": the copies' device all-reduce, else NULL */
     unsigned char *red_in;    /* a peer's gradients and loss during the all-reduce */
     float *red_sum;           /* [np] the sum in replica order */
+    rt_reduce_sample reduced; /* the host all-reduce's figures, taken by the step's report */
     /* Sizes per stage: the neighbours' cuts as prefix offsets (prev_off[k] = first sample of the
      * previous stage's micro-batch k, prev_off[n_prev] = batch), the messages taken from each so
      * far this iteration, and the iteration-wide buffers they are gathered into by sample. */

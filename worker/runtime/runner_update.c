@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <string.h>
+
+#include "common/sc_clock.h"
 #include <time.h>
 
 #include "kernels/stage.h"
@@ -35,9 +37,9 @@ void rt_runner_extra_compute(double seconds)
  * bit-identical sums (`mean`: then divided by r, identically everywhere). Replica k's message is
  * the gradient of micro-batch tag0 - k of `step` (tag0 < 0), which no real micro-batch uses:
  * tag0 = -1 per synchronous iteration, -1 - (the round's first micro-batch) per pipedream round,
- * so every round's messages differ. */
+ * so every round's messages differ. sent_ns[k]: copy k's send stamp (for k <= RT_LINK_MAX). */
 static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mean, double *loss_sum,
-                                 sc_err *err)
+                                 uint64_t *sent_ns, sc_err *err)
 {
     size_t gbytes = r->np * sizeof(float), bytes = gbytes + sizeof(double);
     memcpy(r->red_in, r->grads, gbytes);
@@ -59,8 +61,9 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mea
         const float *g = r->grads;
         double l = own_loss;
         if (k != r->rep) {
-            SC_CHECK(
-                rt_transport_recv(r->tr, RT_MSG_GRADIENT, step, tag0 - k, r->red_in, bytes, err));
+            SC_CHECK(rt_transport_recv_copy(r->tr, RT_MSG_GRADIENT, step, tag0 - k, r->red_in,
+                                            bytes, k <= RT_LINK_MAX ? &sent_ns[k] : NULL,
+                                            err));
             g = (const float *)r->red_in;
             memcpy(&l, r->red_in + gbytes, sizeof l);
         }
@@ -76,6 +79,24 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mea
     return SC_OK;
 }
 
+/* The figures of a host all-reduce that began at t0_ns and ended at end_ns on this copy's clock,
+ * sent_ns[k] the send stamp of copy k's message (rt_reduce_sample). Copies past RT_LINK_MAX
+ * are not measured. */
+static void note_reduce(rt_runner *r, uint64_t t0_ns, uint64_t end_ns, const uint64_t *sent_ns)
+{
+    rt_reduce_sample *x = &r->reduced;
+    x->count++;
+    x->bytes = r->np * sizeof(float);
+    x->own_s = (double)(end_ns - t0_ns) * 1e-9;
+    x->n_peers = 0;
+    for (int k = 0; k < r->nrep && k <= RT_LINK_MAX && x->n_peers < RT_LINK_MAX; k++) {
+        if (k == r->rep || sent_ns[k] == 0)
+            continue;
+        x->peer_copy[x->n_peers] = k;
+        x->peer_delay_s[x->n_peers++] = ((double)end_ns - (double)sent_ns[k]) * 1e-9;
+    }
+}
+
 /* The copies' all-reduce of the stage's gradients and of *loss_sum: on their GPUs with
  * replica_reduce "nccl", else through host memory (allreduce_grads). */
 sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool mean,
@@ -86,9 +107,12 @@ sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool me
         return rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), kn_stage_grad_count(r->st),
                                 mean, loss_sum, err);
     }
+    uint64_t t0 = sc_clock_now_ns(), sent_ns[RT_LINK_MAX + 1] = {0};
     SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
-    SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, err));
-    return kn_stage_grads_from_host(r->st, r->grads, err);
+    SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, sent_ns, err));
+    SC_CHECK(kn_stage_grads_from_host(r->st, r->grads, err));
+    note_reduce(r, t0, sc_clock_now_ns(), sent_ns);
+    return SC_OK;
 }
 
 /* The optimizer step on the stage's own device (kn_stage_step), after the per-block gradient

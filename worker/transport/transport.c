@@ -263,10 +263,14 @@ static const char *kind_name(rt_msg_kind kind)
     return kind == RT_MSG_ACTIVATION ? "activation" : "gradient";
 }
 
-sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
-                            void *data, size_t bytes, sc_err *err)
+/* rt_transport_recv, the message counted in its sender's link figures when `neighbour`, its send
+ * stamp in *sent_ns (NULL: not wanted). */
+static sc_status recv_msg(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                          void *data, size_t bytes, bool neighbour, uint64_t *sent_ns, sc_err *err)
 {
     bool from_next = kind == RT_MSG_GRADIENT;
+    if (sent_ns != NULL)
+        *sent_ns = 0;
     if (t->ops->recv_direct != NULL) /* its own checks first, as in rt_transport_send */
         return t->ops->recv_direct(t, kind, step, microbatch, data, bytes, err);
     if (from_next ? !t->has_next : !t->has_prev)
@@ -312,7 +316,10 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
         else
             pending_append(t, got);
     }
-    link_note(t, m);
+    if (neighbour)
+        link_note(t, m);
+    if (sent_ns != NULL)
+        *sent_ns = m->sent_ns;
     sc_status rc = SC_OK;
     if (m->bytes != bytes)
         rc = SC_ERRF(err, SC_ERR_INVALID,
@@ -329,6 +336,18 @@ sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, in
         memcpy(data, m->data, bytes);
     rt_msg_free(m);
     return rc;
+}
+
+sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                            void *data, size_t bytes, sc_err *err)
+{
+    return recv_msg(t, kind, step, microbatch, data, bytes, true, NULL, err);
+}
+
+sc_status rt_transport_recv_copy(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                                 void *data, size_t bytes, uint64_t *sent_ns, sc_err *err)
+{
+    return recv_msg(t, kind, step, microbatch, data, bytes, false, sent_ns, err);
 }
 
 void rt_transport_abort(rt_transport *t)

@@ -116,6 +116,12 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
 sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
                             void *data, size_t bytes, sc_err *err);
 
+/* rt_transport_recv of a message from another copy of this stage (the copies' all-reduce): it
+ * counts in no neighbour's link figures, and *sent_ns is its sender's send stamp (on the
+ * sender's monotonic clock; 0 where the backend stamps none, nccl). */
+sc_status rt_transport_recv_copy(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                                 void *data, size_t bytes, uint64_t *sent_ns, sc_err *err);
+
 /* True when send / recv may be given device pointers (the nccl backend, and local with
  * device_payloads: any pointer CUDA can address, host or device memory of cfg->device); false
  * for zmq and plain local (host memory only).
