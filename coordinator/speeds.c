@@ -155,6 +155,8 @@ void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const
             w->link0 = links[i];
         w->scale = 1.0;
         w->ref = 0;
+        w->reduce_n = 0; /* its all-reduce too is measured again at its speed now */
+        w->reduce_s_per_byte = 0;
         links_restart(j, ids[i]);
     }
 }

@@ -23,7 +23,7 @@ void coord_speeds_free(coord_speeds **all);
 
 /* Keeps the freshly measured profile and link of workers ids[i] for job `job_id`; their scales
  * start again at 1 (the profile is the worker's speed now), and so do the measured links from
- * and to them (the probe is their link now). */
+ * and to them (the probe is their link now) and their all-reduce figures. */
 void coord_speeds_keep(coord_speeds **all, const char *job_id, const char *const *ids,
                        const char *const *profiles, const double *links, size_t n);
 

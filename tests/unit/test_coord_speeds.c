@@ -1,6 +1,6 @@
 /* coordinator/speeds: the links of a job's speed model: clock offsets from control messages,
  * transits corrected by them, the smoothed speed per link, its reference and the factor a
- * re-plan puts on a worker's probed link. */
+ * re-plan puts on a worker's probed link; the copies' all-reduce speed per worker. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,12 +185,52 @@ static void test_link_capped(void **state)
     coord_speeds_free(&all);
 }
 
+/* The copies' all-reduce: a figure per worker in the planner's measure (4 (r-1) W / r bytes)
+ * once five samples came, the median of the last five into the average, so one late all-reduce
+ * moves nothing; a worker the job has no profile of keeps nothing. */
+static void test_reduce_speed(void **state)
+{
+    (void)state;
+    coord_speeds *all = job();
+    const double W = 6.64e6, t = 0.0167, bw = 4.0 * W / 2 / t;
+    for (int i = 0; i < 4; i++) {
+        coord_speeds_reduce_sample(all, "j", "a", 2, W, t);
+        assert_true(coord_speeds_reduce_bw(all, "j", "a") == 0);
+    }
+    coord_speeds_reduce_sample(all, "j", "a", 2, W, t);
+    assert_true(near(coord_speeds_reduce_bw(all, "j", "a"), bw, 1e-12));
+    assert_true(near(coord_speeds_reduce_s(all, "j", "a", 2, W), t, 1e-12));
+    /* three copies move 4 (2/3) W in the planner's measure: at the same speed, 4/3 the time */
+    assert_true(near(coord_speeds_reduce_s(all, "j", "a", 3, W), t * 4 / 3, 1e-12));
+    assert_true(coord_speeds_reduce_s(all, "j", "a", 1, W) == 0);
+    /* one all-reduce 60x slower (the host busy): the median of five is still t */
+    coord_speeds_reduce_sample(all, "j", "a", 2, W, 1.0);
+    assert_true(near(coord_speeds_reduce_bw(all, "j", "a"), bw, 1e-12));
+    /* slower for good: it follows */
+    for (int i = 0; i < 30; i++)
+        coord_speeds_reduce_sample(all, "j", "a", 2, W, 2 * t);
+    assert_true(near(coord_speeds_reduce_bw(all, "j", "a"), bw / 2, 1e-3));
+    /* b measured nothing; an unknown worker or job keeps nothing; nonsense is no sample */
+    assert_true(coord_speeds_reduce_bw(all, "j", "b") == 0);
+    for (int i = 0; i < 5; i++) {
+        coord_speeds_reduce_sample(all, "j", "z", 2, W, t);
+        coord_speeds_reduce_sample(all, "k", "a", 2, W, t);
+        coord_speeds_reduce_sample(all, "j", "b", 2, W, 0);
+        coord_speeds_reduce_sample(all, "j", "b", 1, W, t);
+    }
+    assert_true(coord_speeds_reduce_bw(all, "j", "z") == 0);
+    assert_true(coord_speeds_reduce_bw(all, "k", "a") == 0);
+    assert_true(coord_speeds_reduce_bw(all, "j", "b") == 0);
+    coord_speeds_free(&all);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transit),
         cmocka_unit_test(test_link_smoothing),
         cmocka_unit_test(test_link_capped),
+        cmocka_unit_test(test_reduce_speed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

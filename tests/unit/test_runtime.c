@@ -1974,6 +1974,24 @@ static void check_replicated(const run_spec *rs, const int *reps)
                 assert_int_equal(ev[n - 2].kind, RT_TL_ALLREDUCE);
             free(ev);
         }
+        /* the all-reduce's figures for the coordinator: one per synchronous step (pipedream:
+         * one per round of copies), of the stage's gradients, with every other copy's delay
+         * from its send (one clock here: positive) */
+        const rt_reduce_sample *x = &rep[i].reduce;
+        if (reps[s] == 1) {
+            assert_int_equal(x->count, 0);
+            continue;
+        }
+        if (strcmp(rs->schedule, "pipedream") != 0)
+            assert_int_equal(x->count, 1);
+        assert_true(x->count >= 1);
+        assert_int_equal(x->bytes, rt_runner_param_count(rp.r[i]) * sizeof(float));
+        assert_true(x->own_s > 0);
+        assert_int_equal(x->n_peers, reps[s] - 1);
+        for (int j = 0; j < x->n_peers; j++) {
+            assert_true(x->peer_copy[j] != k && x->peer_copy[j] >= 0 && x->peer_copy[j] < reps[s]);
+            assert_true(x->peer_delay_s[j] > 0);
+        }
     }
     free(got);
     free(ref);

@@ -401,6 +401,13 @@ static void link_figures(rt_transport_kind kind, const char *ep)
     assert_true(timed >= 1);
     /* the figures start afresh after a take */
     assert_int_equal(rt_transport_link_take(b, got, RT_LINK_MAX), 0);
+    /* a message of another copy of the stage (the all-reduce's): its send stamp, and no link */
+    uint64_t before = sc_clock_now_ns(), sent = 0;
+    assert_int_equal(rt_transport_send(b, RT_MSG_GRADIENT, 20, -1, x, sizeof x, &err), SC_OK);
+    assert_int_equal(rt_transport_recv_copy(a, RT_MSG_GRADIENT, 20, -1, y, sizeof y, &sent, &err),
+                     SC_OK);
+    assert_true(sent >= before && sent <= sc_clock_now_ns());
+    assert_int_equal(rt_transport_link_take(a, got, RT_LINK_MAX), 0);
     rt_transport_destroy(&a);
     rt_transport_destroy(&b);
 }
