@@ -196,12 +196,14 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
         json_t *ids = json_array();
         for (size_t k = 0; k < st->n_worker_ids; k++)
             json_array_append_new(ids, json_string(st->worker_ids[k]));
-        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f}", "stage",
-                                                (int)st->stage, "busy_fraction", st->busy_fraction,
-                                                "busy_s", st->measured_compute_s, "first_block",
-                                                (int)st->first_block, "last_block",
+        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f, s:f, s:f}",
+                                                "stage", (int)st->stage, "busy_fraction",
+                                                st->busy_fraction, "busy_s", st->measured_compute_s,
+                                                "first_block", (int)st->first_block, "last_block",
                                                 (int)st->last_block, "worker_ids", ids,
-                                                "predicted_compute_s", st->predicted_compute_s));
+                                                "predicted_compute_s", st->predicted_compute_s,
+                                                "predicted_allreduce_s", st->predicted_allreduce_s,
+                                                "measured_allreduce_s", st->measured_allreduce_s));
     }
     json_object_set_new(o, "stage_figures", stages);
     json_t *links = json_array();
@@ -356,6 +358,16 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                 printf(" stage %u %.0f%%", j->stages[i]->stage,
                        100.0 * j->stages[i]->busy_fraction);
             printf("\n");
+        }
+        bool reduce_shown = false; /* the copies' all-reduce, where a stage has copies */
+        for (size_t i = 0; i < j->n_stages; i++) {
+            const Stagecraft__StageStatus *st = j->stages[i];
+            if (st->predicted_allreduce_s <= 0 && st->measured_allreduce_s <= 0)
+                continue;
+            printf("%s stage %u %.3g s measured, %.3g s planned\n",
+                   reduce_shown ? "           " : "all-reduce:", st->stage,
+                   st->measured_allreduce_s, st->predicted_allreduce_s);
+            reduce_shown = true;
         }
         for (size_t i = 0; i < j->n_links; i++) /* the links training measures */
             printf("%s %s -> %s %.3g bytes/s measured, %.3g expected\n",

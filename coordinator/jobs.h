@@ -50,6 +50,12 @@ void coord_jobs_release_workers(coord *c, const char *job_id);
 /* Under c->lock: forgets every job's progress (the coordinator stops). */
 void coord_jobs_progress_clear(coord *c);
 
+/* ---- jobs_reduce.c ---- */
+
+/* Under c->lock: the all-reduce of stage s's copies per iteration at their measured speeds (the
+ * slowest copy's), 0 when the stage has one copy or nothing is measured yet. */
+double coord_jobs_reduce_measured_s(coord *c, const coord_progress *p, int s);
+
 /* ---- jobs_recovery.c ---- */
 
 /* Under c->lock: marks the jobs of a worker that died as recovering and wakes the driver. */

@@ -70,17 +70,23 @@ void coord_jobs_reduce_observe(coord *c, coord_progress *p, const char *worker_i
                                cost);
 }
 
+double coord_jobs_reduce_measured_s(coord *c, const coord_progress *p, int s)
+{
+    double most = 0;
+    for (int k = 0; k < p->replicas[s] && p->replicas[s] > 1; k++) {
+        double t = coord_speeds_reduce_s(c->speeds, p->job_id, p->worker_of[s][k], p->replicas[s],
+                                         p->reduce_bytes[s]);
+        most = t > most ? t : most; /* the slowest copy ends it for all */
+    }
+    return most;
+}
+
 bool coord_jobs_reduce_s(coord *c, const coord_progress *p, double *planned, double *now)
 {
     bool any = false;
     for (int s = 0; s < p->n_stages; s++) {
         planned[s] = p->planned_reduce_s[s];
-        now[s] = 0;
-        for (int k = 0; k < p->replicas[s] && p->replicas[s] > 1; k++) {
-            double t = coord_speeds_reduce_s(c->speeds, p->job_id, p->worker_of[s][k],
-                                              p->replicas[s], p->reduce_bytes[s]);
-            now[s] = t > now[s] ? t : now[s]; /* the slowest copy ends it for all */
-        }
+        now[s] = coord_jobs_reduce_measured_s(c, p, s);
         if (now[s] > 0 && planned[s] > 0)
             any = true;
         else

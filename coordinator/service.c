@@ -230,7 +230,7 @@ static void stage_from_plan(sc_rpc_ctx *ctx, json_t *plan, Stagecraft__StageStat
 
 /* Live figures of a running job: loss, throughput, per-stage busy fraction, measured vs
  * predicted iteration time, each stage's blocks, workers and predicted compute from the plan,
- * and the links its transfers measure. */
+ * its copies' all-reduce as planned and measured, and the links its transfers measure. */
 static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
 {
     json_t *plan =
@@ -248,6 +248,8 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
             st->stage = (uint32_t)s;
             st->busy_fraction = p->iteration_s[s] > 0 ? p->busy_s[s] / p->iteration_s[s] : 0;
             st->measured_compute_s = p->busy_s[s];
+            st->predicted_allreduce_s = p->planned_reduce_s[s];
+            st->measured_allreduce_s = coord_jobs_reduce_measured_s(c, p, s);
             stage_from_plan(ctx, plan, st);
             if (p->iteration_s[s] > info->measured_iteration_s)
                 info->measured_iteration_s = p->iteration_s[s];
