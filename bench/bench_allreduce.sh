@@ -31,23 +31,10 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-"$sc" coordinator --listen 127.0.0.1:0 --state "$work/coord" >"$work/coord.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 300); do grep -q "listening on port" "$work/coord.log" && break; sleep 0.1; done
-port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$work/coord.log")
-[ -n "$port" ] || { echo "bench_allreduce: the coordinator did not start" >&2; exit 1; }
-export STAGECRAFT_COORDINATOR=127.0.0.1:$port
-STAGECRAFT_JOIN_TOKEN=$(cat "$work/coord/join.token")
-STAGECRAFT_TOKEN=$(cat "$work/coord/client.token")
-export STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN
-for w in a b; do
-    "$sc" worker --name "$w" --threads 1 --state "$work/w" >"$work/$w.log" 2>&1 &
-    pids+=($!)
-done
-for _ in $(seq 1 200); do
-    [ "$("$sc" workers --json | grep -c '"state": "alive"')" -ge 2 ] && break
-    sleep 0.1
-done
+# shellcheck source=local_cluster.sh
+. "$(dirname "$0")/local_cluster.sh"
+local_coordinator "$work/coord"
+local_workers "a b" --threads 1
 
 # the stages of a plan document: "2 stages" or "1 stage x2 copies"
 shape() { jq -r '.stages | if length == 1 then "1 stage x\(.[0].replicas) copies" else "\(length) stages" end'; }

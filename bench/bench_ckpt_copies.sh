@@ -30,22 +30,10 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-"$sc" coordinator --listen 127.0.0.1:0 --state "$work/state" >"$work/coord.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do grep -q "listening on port" "$work/coord.log" && break; sleep 0.1; done
-port=$(sed -n 's/^coordinator listening on port \([0-9]*\).*/\1/p' "$work/coord.log")
-export STAGECRAFT_COORDINATOR=127.0.0.1:$port
-STAGECRAFT_JOIN_TOKEN=$(cat "$work/state/join.token")
-STAGECRAFT_TOKEN=$(cat "$work/state/client.token")
-export STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN
-for w in a b; do
-    STAGECRAFT_LOG=debug "$sc" worker --name "$w" --state "$work/w$w" >"$work/$w.log" 2>&1 &
-    pids+=($!)
-done
-for _ in $(seq 1 200); do
-    [ "$("$sc" workers --json | grep -c '"state": "alive"')" -eq 2 ] && break
-    sleep 0.1
-done
+# shellcheck source=local_cluster.sh
+. "$(dirname "$0")/local_cluster.sh"
+local_coordinator "$work/state"
+STAGECRAFT_LOG=debug local_workers "a b"
 
 spec() { # REPLICAS
     cat <<JSON
