@@ -22,17 +22,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 command -v jq >/dev/null || { echo "bench_allreduce: needs jq" >&2; exit 2; }
-work=$(mktemp -d /tmp/stagecraft-bench-allreduce.XXXXXX)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=local_cluster.sh
 . "$(dirname "$0")/local_cluster.sh"
+local_scratch allreduce
 local_coordinator "$work/coord"
 local_workers "a b" --threads 1
 

@@ -21,17 +21,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 command -v jq >/dev/null || { echo "bench_ckpt_copies: needs jq" >&2; exit 2; }
-work=$(mktemp -d /tmp/stagecraft-bench-copies.XXXXXX)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
 # shellcheck source=local_cluster.sh
 . "$(dirname "$0")/local_cluster.sh"
+local_scratch copies
 local_coordinator "$work/state"
 STAGECRAFT_LOG=debug local_workers "a b"
 

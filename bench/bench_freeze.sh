@@ -26,18 +26,10 @@ done
 [ -r "$data" ] || { echo "bench_freeze: cannot read the text file $data (give --data FILE)" >&2; exit 2; }
 # the default policy, and ALGORITHMS.md's criterion alone (tau the median, uncapped)
 [ ${#freezes[@]} -gt 0 ] || freezes=('"auto"' "{\"interval\": $((steps / 10)), \"max_change\": 1000}")
-work=$(mktemp -d /tmp/stagecraft-bench-freeze.XXXXXX)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
 # the coordinator logs every step's loss at the debug level: the loss curves compared below
 # shellcheck source=local_cluster.sh
 . "$(dirname "$0")/local_cluster.sh"
+local_scratch freeze
 STAGECRAFT_LOG=debug local_coordinator "$work/coord"
 local_workers "a b" --threads 1
 

@@ -1,9 +1,23 @@
-# shellcheck shell=bash disable=SC2154 # sc and work are set by the benchmark that sources this
+# shellcheck shell=bash disable=SC2154 # sc is set by the benchmark that sources this file
 # A coordinator and CPU workers on this host, for the benchmarks that train on them: sourced by
-# bench_freeze.sh, bench_allreduce.sh and bench_ckpt_copies.sh. The caller sets sc (the binary)
-# and work (a scratch folder) and an array pids, which these functions add to: its cleanup stops
-# them. A variable set before the call (STAGECRAFT_LOG=debug local_workers ...) reaches the
-# processes started.
+# bench_freeze.sh, bench_allreduce.sh and bench_ckpt_copies.sh, which set sc (the binary) and
+# call local_scratch first. A variable set before a call (STAGECRAFT_LOG=debug local_workers ...)
+# reaches the processes it starts.
+
+# local_scratch NAME: a scratch folder `work` (/tmp/stagecraft-bench-NAME.*) and the list `pids`
+# of the processes started, all stopped and the folder removed when the benchmark exits.
+local_scratch() {
+    work=$(mktemp -d "/tmp/stagecraft-bench-$1.XXXXXX")
+    pids=()
+    trap local_cleanup EXIT
+}
+
+local_cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
 
 # local_coordinator STATE_DIR: starts it on a free loopback port (log $work/coord.log) and exports
 # STAGECRAFT_COORDINATOR and its tokens; exits 1 when it does not start within 30 s.
