@@ -5,7 +5,8 @@
 # pipeline); with "auto", a stage whose measured all-reduce is far off what the plan charged has
 # the job re-planned with the measured figure. Prints per run: the first plan's stages and copies,
 # the rebalance (if any) with its reason, the plan it ended on, the iteration time over the
-# second half of the steps (from the job's status polled every 0.2 s) and the run's wall time.
+# second half of the steps (from the job's status polled every 0.2 s), the run's wall time and,
+# when the last plan has copies, their all-reduce as measured and as planned.
 # Usage: bench/bench_allreduce.sh PATH/TO/stagecraft [--rounds 3] [--steps 600] [--layers 8]
 #        [--width 128]
 set -euo pipefail
@@ -32,7 +33,8 @@ local_workers "a b" --threads 1
 shape() { jq -r '.stages | if length == 1 then "1 stage x\(.[0].replicas) copies" else "\(length) stages" end'; }
 
 echo "GPT $layers layers, width $width, seq 64, batch 8, 4 micro-batches, 1f1b, $steps steps, 2 CPU workers (1 thread each)"
-printf "%-4s %-8s %-18s %-18s %12s %8s\n" run rebalance "first plan" "last plan" "2nd_half_s" "wall_s"
+printf "%-4s %-8s %-18s %-18s %12s %8s %s\n" run rebalance "first plan" "last plan" "2nd_half_s" "wall_s" \
+    "all-reduce_s measured/planned (copies)"
 for r in $(seq 1 "$rounds"); do
     for mode in off auto; do
         cat >"$work/job.json" <<JSON
@@ -61,7 +63,9 @@ JSON
                                                if (s[i] < n) { b = t[i]; sb = s[i] } }
                   printf "%.4f", (sb > sa) ? (b - a) / (sb - sa) : 0 }' "$work/poll")
         wall=$(awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.1f", b - a }' "$work/poll")
-        printf "%-4s %-8s %-18s %-18s %12s %8s\n" "$r" "$mode" "$first" "$last" "$half" "$wall"
+        reduce=$(jq -r '.stage_figures[0] | select(.predicted_allreduce_s > 0) |
+            "\(.measured_allreduce_s * 1e4 | round / 1e4)/\(.predicted_allreduce_s * 1e4 | round / 1e4)"' "$work/status")
+        printf "%-4s %-8s %-18s %-18s %12s %8s %s\n" "$r" "$mode" "$first" "$last" "$half" "$wall" "$reduce"
         jq -r '.transitions[] | select(.to == "rebalancing") | "     " + .reason' "$work/status" |
             sed 's/; predicted.*re-planned/; re-planned/'
     done
