@@ -198,7 +198,8 @@ sc_status rt_runner_alloc_buffers(rt_runner *r, sc_err *err)
     r->gout_buf = calloc(MB * r->out_elems + 1, sizeof *r->gout_buf);
     r->gin_buf = calloc(MB * r->in_elems + 1, sizeof *r->gin_buf);
     r->params = calloc(r->np + 1, sizeof *r->params);
-    r->grads = calloc(r->np + 1, sizeof *r->grads);
+    /* with room after the gradients for the loss sum the copies' all-reduce sends with them */
+    r->grads = calloc(r->np + 1 + sizeof(double) / sizeof(float), sizeof *r->grads);
     r->state = calloc(r->nstate + 1, sizeof *r->state);
     r->norms = calloc((size_t)r->nb, sizeof *r->norms);
     if (!r->slot_mb || !r->in_buf || !r->tgt_buf || !r->out_buf || !r->gout_buf || !r->gin_buf ||

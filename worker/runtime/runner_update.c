@@ -37,13 +37,18 @@ void rt_runner_extra_compute(double seconds)
  * bit-identical sums (`mean`: then divided by r, identically everywhere). Replica k's message is
  * the gradient of micro-batch tag0 - k of `step` (tag0 < 0), which no real micro-batch uses:
  * tag0 = -1 per synchronous iteration, -1 - (the round's first micro-batch) per pipedream round,
- * so every round's messages differ. sent_ns[k]: copy k's send stamp (for k <= RT_LINK_MAX). */
+ * so every round's messages differ. sent_ns[k]: copy k's send stamp (for k <= RT_LINK_MAX).
+ * The sum lands in r->red_sum (*sum points there). Passes over the gradients, which bound it on
+ * CPUs: the send's copy, each peer's receive into red_in, and one pass per addition, the first
+ * two copies' added in one (g0 + g1, not 0 + g0 + g1: the same sum but for the sign of a zero,
+ * and the same on every copy). */
 static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mean, double *loss_sum,
-                                 uint64_t *sent_ns, sc_err *err)
+                                 uint64_t *sent_ns, const float **sum, sc_err *err)
 {
-    size_t gbytes = r->np * sizeof(float), bytes = gbytes + sizeof(double);
-    memcpy(r->red_in, r->grads, gbytes);
-    memcpy(r->red_in + gbytes, loss_sum, sizeof(double));
+    size_t n = r->np, gbytes = n * sizeof(float), bytes = gbytes + sizeof(double);
+    unsigned char *own = (unsigned char *)r->grads; /* the loss sum goes right after them */
+    double own_loss = *loss_sum;
+    memcpy(own + gbytes, &own_loss, sizeof own_loss);
     for (int k = 0; k < r->nrep; k++) {
         if (k == r->rep)
             continue;
@@ -52,30 +57,40 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mea
                            "runner stage %d replica %d: no link to replica %d (call "
                            "rt_runner_connect_group)",
                            r->s, r->rep, k);
-        SC_CHECK(rt_transport_send(r->link_peer[k], RT_MSG_GRADIENT, step, tag0 - r->rep, r->red_in,
+        SC_CHECK(rt_transport_send(r->link_peer[k], RT_MSG_GRADIENT, step, tag0 - r->rep, own,
                                    bytes, err));
     }
-    memset(r->red_sum, 0, gbytes);
-    double loss = 0.0, own_loss = *loss_sum;
+    float *acc = r->red_sum;
+    const float *first = NULL; /* copy 0's, until copy 1's is added to it */
+    double loss = 0.0;
     for (int k = 0; k < r->nrep; k++) {
         const float *g = r->grads;
         double l = own_loss;
         if (k != r->rep) {
             SC_CHECK(rt_transport_recv_copy(r->tr, RT_MSG_GRADIENT, step, tag0 - k, r->red_in,
-                                            bytes, k <= RT_LINK_MAX ? &sent_ns[k] : NULL,
-                                            err));
+                                            bytes, k <= RT_LINK_MAX ? &sent_ns[k] : NULL, err));
             g = (const float *)r->red_in;
             memcpy(&l, r->red_in + gbytes, sizeof l);
         }
-        for (size_t i = 0; i < r->np; i++)
-            r->red_sum[i] += g[i];
         loss += l;
+        if (k == 0 && (g == r->grads || r->rep == 1)) {
+            first = g; /* still there when copy 1's comes: its own, or copy 1 is this one */
+        } else if (k == 0) {
+            memcpy(acc, g, gbytes); /* red_in takes copy 1's next */
+        } else if (first != NULL) {
+            for (size_t i = 0; i < n; i++)
+                acc[i] = first[i] + g[i];
+            first = NULL;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                acc[i] += g[i];
+        }
     }
     if (mean)
-        for (size_t i = 0; i < r->np; i++)
-            r->red_sum[i] /= (float)r->nrep;
-    memcpy(r->grads, r->red_sum, gbytes);
+        for (size_t i = 0; i < n; i++)
+            acc[i] /= (float)r->nrep;
     *loss_sum = loss;
+    *sum = acc;
     return SC_OK;
 }
 
@@ -108,9 +123,10 @@ sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool me
                                 mean, loss_sum, err);
     }
     uint64_t t0 = sc_clock_now_ns(), sent_ns[RT_LINK_MAX + 1] = {0};
+    const float *sum = NULL;
     SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
-    SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, sent_ns, err));
-    SC_CHECK(kn_stage_grads_from_host(r->st, r->grads, err));
+    SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, sent_ns, &sum, err));
+    SC_CHECK(kn_stage_grads_from_host(r->st, sum, err));
     note_reduce(r, t0, sc_clock_now_ns(), sent_ns);
     return SC_OK;
 }
