@@ -7,18 +7,22 @@
 # the rebalance (if any) with its reason, the plan it ended on, the iteration time over the
 # second half of the steps (from the job's status polled every 0.2 s), the run's wall time and,
 # when the last plan has copies, their all-reduce as measured and as planned.
+# --mlp N trains a one-block MLP (N x N, batch 512, 2 micro-batches) instead: one block cannot be
+# cut, so every plan is one stage on both workers as copies, and the figure to read is their
+# all-reduce.
 # Usage: bench/bench_allreduce.sh PATH/TO/stagecraft [--rounds 3] [--steps 600] [--layers 8]
-#        [--width 128]
+#        [--width 128] [--mlp N]
 set -euo pipefail
 sc=$(readlink -f "${1:?usage: bench_allreduce.sh PATH/TO/stagecraft [--rounds R] [--steps N]}")
 shift
-rounds=3 steps=600 layers=8 width=128
+rounds=3 steps=600 layers=8 width=128 mlp=0
 while [ $# -gt 0 ]; do
     case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
     --width) width=$2; shift 2 ;;
+    --mlp) mlp=$2; shift 2 ;;
     *) echo "bench_allreduce: unknown flag $1" >&2; exit 2 ;;
     esac
 done
@@ -32,15 +36,23 @@ local_workers "a b" --threads 1
 # the stages of a plan document: "2 stages" or "1 stage x2 copies"
 shape() { jq -r '.stages | if length == 1 then "1 stage x\(.[0].replicas) copies" else "\(length) stages" end'; }
 
-echo "GPT $layers layers, width $width, seq 64, batch 8, 4 micro-batches, 1f1b, $steps steps, 2 CPU workers (1 thread each)"
+model="{\"kind\": \"gpt\", \"vocab\": 256, \"seq_len\": 64, \"layers\": $layers, \"width\": $width, \"heads\": 4}"
+batch='"batch_size": 8, "microbatches": 4'
+label="GPT $layers layers, width $width, seq 64, batch 8, 4 micro-batches"
+if [ "$mlp" -gt 0 ]; then
+    model="{\"kind\": \"mlp\", \"sizes\": [$mlp, $mlp]}"
+    batch='"batch_size": 512, "microbatches": 2'
+    label="MLP $mlp x $mlp (one block), batch 512, 2 micro-batches"
+fi
+echo "$label, 1f1b, $steps steps, 2 CPU workers (1 thread each)"
 printf "%-4s %-8s %-18s %-18s %12s %8s %s\n" run rebalance "first plan" "last plan" "2nd_half_s" "wall_s" \
     "all-reduce_s measured/planned (copies)"
 for r in $(seq 1 "$rounds"); do
     for mode in off auto; do
         cat >"$work/job.json" <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "$mode-$r",
- "model": {"kind": "gpt", "vocab": 256, "seq_len": 64, "layers": $layers, "width": $width, "heads": 4},
- "data": {"kind": "synthetic"}, "batch_size": 8, "microbatches": 4,
+ "model": $model,
+ "data": {"kind": "synthetic"}, $batch,
  "schedule": "1f1b", "strategy": "hetero", "workers": 2, "steps": $steps, "seed": 3,
  "optimizer": {"kind": "adamw", "lr": 0.001}, "rebalance": "$mode"}
 JSON
