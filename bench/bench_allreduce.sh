@@ -6,7 +6,8 @@
 # the job re-planned with the measured figure. Prints per run: the first plan's stages and copies,
 # the rebalance (if any) with its reason, the plan it ended on, the iteration time over the
 # second half of the steps (from the job's status polled every 0.2 s), the run's wall time and,
-# when the last plan has copies, their all-reduce as measured and as planned.
+# when the last plan has copies, their all-reduce as measured (the last figure while it ran) and
+# as planned.
 # --mlp N trains a one-block MLP (N x N, batch 512, 2 micro-batches) instead: one block cannot be
 # cut, so every plan is one stage on both workers as copies, and the figure to read is their
 # all-reduce.
@@ -59,11 +60,13 @@ JSON
         id=$("$sc" submit "$work/job.json" | sed -n 's/^submitted \(job-[0-9]*\).*/\1/p')
         [ -n "$id" ] || { echo "bench_allreduce: submit failed" >&2; exit 1; }
         : >"$work/poll"
+        echo '{}' >"$work/running"
         first=""
         while :; do
             s=$("$sc" status "$id" --json)
             state=$(jq -r .state <<<"$s")
             [ -z "$first" ] && [ "$state" = running ] && first=$(jq '.plan' <<<"$s" | shape)
+            [ "$state" = running ] && echo "$s" >"$work/running" # figures end with the job
             echo "$(date +%s.%N) $(jq -r .step <<<"$s")" >>"$work/poll"
             case $state in succeeded) break ;; failed | cancelled) echo "bench_allreduce: $id $state" >&2; exit 1 ;; esac
             sleep 0.2
@@ -76,7 +79,7 @@ JSON
                   printf "%.4f", (sb > sa) ? (b - a) / (sb - sa) : 0 }' "$work/poll")
         wall=$(awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.1f", b - a }' "$work/poll")
         reduce=$(jq -r '.stage_figures[0] | select(.predicted_allreduce_s > 0) |
-            "\(.measured_allreduce_s * 1e4 | round / 1e4)/\(.predicted_allreduce_s * 1e4 | round / 1e4)"' "$work/status")
+            "\(.measured_allreduce_s * 1e4 | round / 1e4)/\(.predicted_allreduce_s * 1e4 | round / 1e4)"' "$work/running")
         printf "%-4s %-8s %-18s %-18s %12s %8s %s\n" "$r" "$mode" "$first" "$last" "$half" "$wall" "$reduce"
         jq -r '.transitions[] | select(.to == "rebalancing") | "     " + .reason' "$work/status" |
             sed 's/; predicted.*re-planned/; re-planned/'
