@@ -98,27 +98,29 @@ bool coord_jobs_reduce_s(coord *c, const coord_progress *p, double *planned, dou
 bool coord_jobs_reduce_changed(coord *c, const coord_progress *p, double iteration_s, char *why,
                                size_t size)
 {
-    double planned[COORD_MAX_STAGES], now[COORD_MAX_STAGES];
-    if (p->async || !(iteration_s > 0) || !coord_jobs_reduce_s(c, p, planned, now))
+    if (p->async || !(iteration_s > 0))
         return false;
     int worst = -1;
-    double off = 0;
+    double off = 0, now = 0;
     for (int s = 0; s < p->n_stages; s++) {
-        if (!(planned[s] > 0) || now[s] == planned[s])
-            continue;
-        double ratio = now[s] / planned[s];
-        if (fabs(ratio - 1) <= REDUCE_CHANGE ||
-            fabs(now[s] - planned[s]) <= REDUCE_WEIGHT * iteration_s || fabs(log(ratio)) <= off)
+        double planned = p->planned_reduce_s[s], t = coord_jobs_reduce_measured_s(c, p, s);
+        if (!(planned > 0) || !(t > 0))
+            continue; /* one copy, or not measured yet */
+        double ratio = t / planned;
+        if (fabs(ratio - 1) <= REDUCE_CHANGE || fabs(t - planned) <= REDUCE_WEIGHT * iteration_s ||
+            fabs(log(ratio)) <= off)
             continue;
         off = fabs(log(ratio));
         worst = s;
+        now = t;
     }
     if (worst < 0)
         return false;
+    double planned = p->planned_reduce_s[worst];
     sc_strfmt(why, size,
               "the all-reduce of stage %d's %d copies at %.3gx the plan's time (%.3g s per "
               "iteration measured, %.3g s planned, %.3g MB of gradients)",
-              worst, p->replicas[worst], now[worst] / planned[worst], now[worst], planned[worst],
+              worst, p->replicas[worst], now / planned, now, planned,
               p->reduce_bytes[worst] / 1e6);
     return true;
 }

@@ -59,7 +59,6 @@ typedef struct {
     double window_s; /* when the current window began (sc_clock_now_s) */
 } worker_clock;
 
-
 typedef struct {
     char from[COORD_ID_MAX], to[COORD_ID_MAX];
     double recent[LINK_MEDIAN]; /* the last samples' transit per byte, oldest overwritten */

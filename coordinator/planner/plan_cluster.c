@@ -336,20 +336,6 @@ double plan_cluster_bw(const plan_cluster *c, int a, int b)
     return pair_bw(c, a, b);
 }
 
-double plan_cluster_reduce_bw(const plan_cluster *c, const int *devs, int n)
-{
-    double bw = HUGE_VAL;
-    for (int i = 0; i < n; i++) {
-        for (int j = 0; j < n; j++)
-            if (devs[i] != devs[j] && plan_cluster_bw(c, devs[i], devs[j]) < bw)
-                bw = plan_cluster_bw(c, devs[i], devs[j]);
-        double measured = c->servers[c->devices[devs[i]].server].reduce_bw_bytes_per_s;
-        if (n > 1 && measured > 0 && measured < bw)
-            bw = measured;
-    }
-    return bw;
-}
-
 static const char *const link_kinds[] = {"nvlink", "pcie_uplink", "socket", "nic", NULL};
 
 static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err)

@@ -46,8 +46,9 @@ typedef struct plan_server {
     int compute_slots; /* > 0: the server's devices share this many processors (e.g. CPU workers
                         * sharing the host's cores); 0: every device computes on its own */
     double reduce_bw_bytes_per_s; /* > 0: the speed data-parallel copies on this server were
-                                   * measured to all-reduce at (plan_cluster_reduce_bw); 0: not
-                                   * measured, the bandwidths alone bound it */
+                                   * measured to all-reduce at, which caps what the cost model
+                                   * charges them (plan_group_reduce_bw); 0: not measured, the
+                                   * bandwidths alone bound it */
 } plan_server;
 
 typedef struct plan_device {
@@ -113,12 +114,6 @@ void plan_cluster_destroy(plan_cluster **c);
  * the bandwidth of a pair on one server; otherwise it is capped by every link on the route
  * (plan_cluster_route). */
 double plan_cluster_bw(const plan_cluster *c, int a, int b);
-
-/* The bandwidth the all-reduce of copies on devices devs[0..n-1] runs at in the cost model:
- * the least pair bandwidth between them (plan_cluster_bw), and at most the measured
- * reduce_bw_bytes_per_s of each of their servers that has one. A host-memory all-reduce also
- * copies and sums the gradients on the CPU, which no link speed shows. HUGE_VAL when n < 2. */
-double plan_cluster_reduce_bw(const plan_cluster *c, const int *devs, int n);
 
 /* Links a transfer from a to b goes through (indices into links, at most `max`): the NVLink
  * joining them if any; else, on one server, each PCIe uplink and socket link holding exactly

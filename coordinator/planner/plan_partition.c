@@ -125,6 +125,14 @@ double plan_group_min_bw(const plan_cluster *cl, const int *a, int na, const int
     return bw;
 }
 
+double plan_group_reduce_bw(const plan_cluster *cl, const int *devs, int n)
+{
+    double bw = plan_group_min_bw(cl, devs, n, devs, n);
+    for (int i = 0; n > 1 && i < n; i++)
+        bw = reduce_capped(cl, cl->devices[devs[i]].server, bw);
+    return bw;
+}
+
 static double group_time(const plan_cost *c, const int *devs, int n, int first, int last)
 {
     double worst = 0;
@@ -135,7 +143,7 @@ static double group_time(const plan_cost *c, const int *devs, int n, int first, 
     }
     if (n == 1)
         return worst;
-    double bw = plan_cluster_reduce_bw(c->cluster, devs, n);
+    double bw = plan_group_reduce_bw(c->cluster, devs, n);
     return worst / n + allreduce_share_s(c, plan_cost_params(c, first, last), n, bw);
 }
 
@@ -149,7 +157,7 @@ double plan_partition_reduce_time(const plan_cost *c, const plan_partition *p, i
     const int *devs = p->devs + p->dev_start[s];
     int n = p->n_dev[s];
     return n > 1 ? allreduce_s(plan_cost_params(c, p->first[s], p->last[s]), n,
-                               plan_cluster_reduce_bw(c->cluster, devs, n))
+                               plan_group_reduce_bw(c->cluster, devs, n))
                  : 0;
 }
 

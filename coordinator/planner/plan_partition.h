@@ -90,7 +90,7 @@ typedef struct plan_search_cfg {
  * micro-batches. */
 double plan_partition_stage_time(const plan_cost *c, const plan_partition *p, int s);
 /* The all-reduce of stage s's copies, once per iteration: 4 (r-1) W / (r bw), bw the copies'
- * plan_cluster_reduce_bw; 0 for a stage of one copy. */
+ * plan_group_reduce_bw; 0 for a stage of one copy. */
 double plan_partition_reduce_time(const plan_cost *c, const plan_partition *p, int s);
 /* 2 x activation bytes at the cut after stage s / bandwidth between the two stages. */
 double plan_partition_cut_time(const plan_cost *c, const plan_partition *p, int s);

@@ -109,7 +109,8 @@ static void dp_plane(const plan_search_cfg *cfg, const int *order, int D, int W,
         int run = plan_dp_same_run(cl, order, d, max_rep);
         int type = dev_type(c, order[d - 1]);
         double mem = dev_memory(c, order[d - 1]);
-        double intra = plan_server_reduce_bw(cl, cl->devices[order[d - 1]].server);
+        int srv = cl->devices[order[d - 1]].server;
+        double intra = reduce_capped(cl, srv, cl->servers[srv].intra_bw_bytes_per_s);
         /* what depends on the row and the copies alone, out of the loops over blocks: the
          * stages from this one on take the devices s0..mem_D-1 at most */
         double inflight[DP_MAX_COPIES + 1], bw_in[DP_MAX_COPIES + 1];

@@ -246,7 +246,8 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                 int run = plan_dp_same_run(cl, order, d, max_rep);
                 int type = dev_type(c, order[d - 1]);
                 double mem = dev_memory(c, order[d - 1]);
-                double intra = plan_server_reduce_bw(cl, cl->devices[order[d - 1]].server);
+                int srv = cl->devices[order[d - 1]].server;
+                double intra = reduce_capped(cl, srv, cl->servers[srv].intra_bw_bytes_per_s);
                 for (int n = s; n <= L; n++) {
                     double best = HUGE_VAL;
                     int bk = -1, br = 1;

@@ -36,13 +36,12 @@ static inline double allreduce_share_s(const plan_cost *c, double params, int r,
     return allreduce_s(params, r, bw) / (m > 1 ? m : 1);
 }
 
-/* What the DPs charge copies of one server for their all-reduce: its intra-server bandwidth, at
- * most its measured all-reduce speed (plan_cluster_reduce_bw). */
-static inline double plan_server_reduce_bw(const plan_cluster *cl, int server)
+/* `bw` at most server `server`'s measured all-reduce speed, when it has one: a host-memory
+ * all-reduce also copies and sums the gradients on the CPU, which no link speed shows. */
+static inline double reduce_capped(const plan_cluster *cl, int server, double bw)
 {
-    const plan_server *s = &cl->servers[server];
-    double m = s->reduce_bw_bytes_per_s;
-    return m > 0 && m < s->intra_bw_bytes_per_s ? m : s->intra_bw_bytes_per_s;
+    double m = cl->servers[server].reduce_bw_bytes_per_s;
+    return m > 0 && m < bw ? m : bw;
 }
 
 static inline double dev_memory(const plan_cost *c, int d)
@@ -53,6 +52,11 @@ static inline double dev_memory(const plan_cost *c, int d)
 /* The least bandwidth between a device of a[0..na-1] and a different device of b[0..nb-1];
  * HUGE_VAL when there is no such pair. */
 double plan_group_min_bw(const plan_cluster *cl, const int *a, int na, const int *b, int nb);
+
+/* The bandwidth the copies on devs[0..n-1] all-reduce at in the cost model: the least between
+ * two of them (plan_group_min_bw), capped by each of their servers' measured all-reduce speed
+ * (reduce_capped). HUGE_VAL for one device. */
+double plan_group_reduce_bw(const plan_cluster *cl, const int *devs, int n);
 
 /* The stash count the searches assume for a copy of a stage of `copies` copies in a plan of
  * n_stages stages, the stages from it on having `after` copies in all (at most). */

@@ -13,10 +13,9 @@
 
 #include <errno.h>
 #include <string.h>
-
-#include "common/sc_clock.h"
 #include <time.h>
 
+#include "common/sc_clock.h"
 #include "kernels/stage.h"
 #include "worker/transport/allreduce.h"
 #include "worker/transport/transport.h"
