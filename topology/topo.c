@@ -189,7 +189,7 @@ sc_status topo_server_new(topo_server **out, const topo_cfg *cfg, sc_err *err)
         if (topo_probe_host_copy(64u << 20, 5, &s->host_mem_bw_bytes_per_s, &perr) != SC_OK)
             SC_LOG_WARN("topo", "host copy probe: %s", perr.msg);
     }
-    if (topo_server_usable_devices(s) == 0)
+    if (cfg->cpu_device || topo_server_usable_devices(s) == 0)
         SC_CHECK_GOTO(topo_add_cpu_device(&b, t, live && cfg->measure, err), fail);
     SC_CHECK_GOTO(topo_read_nvlink(s, t, err), fail);
     topo_annotate(s, t);

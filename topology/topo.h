@@ -148,6 +148,9 @@ typedef struct topo_cfg {
     /* Live machine only (no xml_path, xml_buffer or synthetic): */
     bool use_cuda; /* pair GPUs with the CUDA driver loaded by dlopen, when present */
     bool measure;  /* run the short probes: host memory bandwidth, CPU and GPU GEMM, copies */
+    /* list the host's processors as a device also where GPUs are usable (a CPU worker on a GPU
+     * server); without it the CPU becomes a device only on a server with no usable GPU */
+    bool cpu_device;
 } topo_cfg;
 
 /*
@@ -156,7 +159,8 @@ typedef struct topo_cfg {
  * SC_ERR_TOO_LARGE (over the XML size cap), SC_ERR_PARSE (truncated or malformed XML, too deep,
  * duplicate object ids), SC_ERR_VERSION (hwloc 3.x XML), SC_ERR_INVALID (a topology without
  * any processing unit); messages name the source. A topology with no GPU is not an error: the
- * CPU becomes its device. Not thread-safe with respect to one cfg; distinct calls are.
+ * CPU becomes its device (as it does beside the GPUs with cfg->cpu_device). Not thread-safe with
+ * respect to one cfg; distinct calls are.
  */
 sc_status topo_server_new(topo_server **out, const topo_cfg *cfg, sc_err *err);
 

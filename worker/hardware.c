@@ -71,7 +71,9 @@ sc_status wk_hardware_report(const char *device, bool measure, Stagecraft__Hardw
     bool is_cuda;
     int index;
     SC_CHECK(wk_device_parse(device, &is_cuda, &index, err));
-    topo_cfg cfg = {.use_cuda = is_cuda, .measure = measure};
+    /* a CPU worker on a GPU server runs on the host's processors, which the topology lists as a
+     * device only when asked once it has found GPUs */
+    topo_cfg cfg = {.use_cuda = is_cuda, .measure = measure, .cpu_device = !is_cuda};
     topo_server *srv = NULL;
     SC_CHECK(topo_server_new(&srv, &cfg, err));
 

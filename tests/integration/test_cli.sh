@@ -114,6 +114,23 @@ kill -TERM $first 2>/dev/null
 wait $first 2>/dev/null
 rm -rf "$wdir"
 
+# a CPU worker on a server with GPUs (hwloc reads the topology of a three-GPU server instead of
+# this machine's): it runs on the host's processors (it refused to start, finding no CPU device)
+wdir=$(mktemp -d)
+HWLOC_XMLFILE="$data/../topology/gpu_server.xml" STAGECRAFT_JOIN_TOKEN=t \
+    STAGECRAFT_COORDINATOR=127.0.0.1:1 "$sc" --log-level info worker --device cpu --name gpu-host \
+    --state "$wdir" >"$wdir/gpu-host.log" 2>&1 &
+gpuhost=$!
+for _ in $(seq 100); do
+    grep -q "serving on" "$wdir/gpu-host.log" || ! kill -0 $gpuhost 2>/dev/null && break
+    sleep 0.1
+done
+grep -q "worker 'gpu-host' (cpu, " "$wdir/gpu-host.log" ||
+    fail "a CPU worker on a GPU server did not start: $(cat "$wdir/gpu-host.log")"
+kill -TERM $gpuhost 2>/dev/null
+wait $gpuhost 2>/dev/null
+rm -rf "$wdir"
+
 if [ $failures -ne 0 ]; then
     echo "test_cli: $failures failure(s)"
     exit 1

@@ -1826,7 +1826,11 @@ static const char *repl_endpoint(const repl_pipe *rp, int i, char *buf, size_t s
     const char *ep = rt_runner_endpoint(rp->r[i]);
     if (g_joined_to_copy0 == NULL || rp->replica_of[i] != 0)
         return ep;
-    snprintf(buf, size, "%s%c%s", ep, RT_ENDPOINT_SEP, g_joined_to_copy0);
+    size_t n = strlen(ep), m = strlen(g_joined_to_copy0);
+    assert_true(n + 1 + m < size);
+    memcpy(buf, ep, n);
+    buf[n] = RT_ENDPOINT_SEP;
+    memcpy(buf + n + 1, g_joined_to_copy0, m + 1);
     return buf;
 }
 

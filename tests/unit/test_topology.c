@@ -105,6 +105,37 @@ static void test_gpu_server(void **state)
     topo_server_destroy(&s);
 }
 
+/* A CPU worker on a GPU server: the host's processors join the GPUs as a device of their own,
+ * after them, and the GPUs keep their order and links. */
+static void test_cpu_device_beside_gpus(void **state)
+{
+    (void)state;
+    topo_cfg cfg = {.xml_path = DATA "gpu_server.xml", .cpu_device = true};
+    topo_server *s = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(topo_server_new(&s, &cfg, &err), SC_OK);
+    assert_int_equal(s->n_devices, 4);
+    assert_int_equal(topo_server_usable_devices(s), 4);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(s->devices[i].kind, TOPO_DEV_GPU);
+    assert_string_equal(s->devices[0].type_name, "A100-SXM4-40GB");
+    const topo_device *cpu = &s->devices[3];
+    assert_int_equal(cpu->kind, TOPO_DEV_CPU);
+    assert_string_equal(cpu->type_name, "cpu");
+    assert_int_equal(cpu->cpu_cores, 8);
+    assert_true(cpu->memory_bytes == 2ull * 34359738368ull);
+    assert_true(topo_server_pair_bw(s, 0, 1) == 50e9);
+    topo_server_destroy(&s);
+    /* without it, a server with GPUs lists them alone */
+    cfg.cpu_device = false;
+    assert_int_equal(topo_server_new(&s, &cfg, &err), SC_OK);
+    assert_int_equal(s->n_devices, 3);
+    for (size_t i = 0; i < s->n_devices; i++)
+        assert_int_equal(s->devices[i].kind, TOPO_DEV_GPU);
+    topo_server_destroy(&s);
+}
+
 static void test_mixed_vendor(void **state)
 {
     (void)state;
@@ -786,6 +817,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_server),
+        cmocka_unit_test(test_cpu_device_beside_gpus),
         cmocka_unit_test(test_mixed_vendor),
         cmocka_unit_test(test_worker_report),
         cmocka_unit_test(test_cpu_only),
