@@ -1,5 +1,6 @@
-"""PyTorch side of bench_cpu_vs_torch.sh: one GPT training step (forward, backward, AdamW) in
-eager fp32 on the CPU, the same architecture and parameter count as a stagecraft GPT (token and
+"""PyTorch side of bench_cpu_vs_torch.sh (and of gpu-check.sh, with --device cuda): one GPT
+training step (forward, backward, AdamW) in eager fp32 on the CPU (on a GPU: TF32 matmuls, as
+bench_kernels_gpu runs), the same architecture and parameter count as a stagecraft GPT (token and
 position embeddings, pre-LayerNorm blocks of causal attention and a GELU MLP with biases, a final
 LayerNorm and an untied vocabulary projection without bias, cross-entropy); or one product of a
 GEMM's shape. Prints "step_ms=... mean_ms=... params=..." (best and mean of --steps, the first
@@ -50,7 +51,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x)
         logits = self.head(self.lnf(x))
@@ -59,36 +60,51 @@ class GPT(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--threads", type=int, help="CPU threads (default: PyTorch's)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--gpt", help="V,T,L,C,H")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--gemm", help="M,K,N: (M,K) @ (N,K)^T")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     torch.manual_seed(1)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    def sync():  # a GPU step has ended only once its kernels have
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
     if a.gemm:
         M, K, N = (int(s) for s in a.gemm.split(","))
-        x, w = torch.randn(M, K), torch.randn(N, K)
+        x, w = torch.randn(M, K, device=dev), torch.randn(N, K, device=dev)
         best = math.inf
         for _ in range(max(a.steps, 10)):
+            sync()
             t0 = time.perf_counter()
             torch.mm(x, w.t())
+            sync()
             best = min(best, time.perf_counter() - t0)
         print(f"gflops={2.0 * M * K * N / best * 1e-9:.1f}")
         return
     V, T, L, C, H = (int(s) for s in a.gpt.split(","))
-    model = GPT(V, T, L, C, H)
+    model = GPT(V, T, L, C, H).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    idx = torch.randint(0, V, (a.batch, T))
-    tgt = torch.randint(0, V, (a.batch, T))
+    idx = torch.randint(0, V, (a.batch, T), device=dev)
+    tgt = torch.randint(0, V, (a.batch, T), device=dev)
     best, total = math.inf, 0.0
     for i in range(a.steps + 1):  # the first step also allocates AdamW's state
+        sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(idx, tgt)
         loss.backward()
         opt.step()
+        sync()
         dt = time.perf_counter() - t0
         best = min(best, dt)
         total += dt if i > 0 else 0.0

@@ -62,6 +62,23 @@ find_nccl() {
     export LD_LIBRARY_PATH=/tmp/stagecraft-nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 }
 
+# torch_peer LOG: PyTorch eager on the same GPU and step as bench_kernels_gpu's log LOG (GPT-2
+# 124M untied, batch 8, sequence 1024, TF32, AdamW), where the machine's python3 has PyTorch with
+# CUDA, and the ratio of the two step times (above 1: stagecraft is faster)
+torch_peer() {
+    python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
+        { echo "gpu-check: no PyTorch with CUDA here: no peer figure"; return 0; }
+    local pt sc_ms pt_ms
+    pt=$(timeout "${GPU_CHECK_STEP_S:-240}" python3 "$top/bench/bench_cpu_vs_torch.py" --device cuda \
+        --gpt 50257,1024,12,768,12 --batch 8 --steps 10 2>&1 | tail -n 1)
+    echo "gpu-check: PyTorch eager, the same step: $pt"
+    sc_ms=$(sed -n 's/^step: mean [0-9.]* ms, best \([0-9.]*\) ms.*/\1/p' "$1")
+    pt_ms=$(sed -n 's/^step_ms=\([0-9.]*\) .*/\1/p' <<<"$pt")
+    if [ -n "$sc_ms" ] && [ -n "$pt_ms" ]; then
+        awk -v s="$sc_ms" -v p="$pt_ms" 'BEGIN { printf "gpu-check: best step %s ms vs PyTorch %s ms: %.2fx PyTorch'"'"'s speed\n", s, p, p / s }'
+    fi
+}
+
 if [ "${1:-}" = "--full" ]; then
     bundle=${2:?usage: bench/gpu-check.sh --full BUNDLE_DIR (BUNDLE_DIR/debs from deploy/offline-bundle.sh)}
     unpack_debs "$bundle/debs" /tmp/stagecraft-bundle/root
@@ -102,6 +119,7 @@ if [ "${1:-}" = "--full" ]; then
     timeout "$step" $build/bench/bench_kernels_gpu >"$out/bench-gpu.log" 2>&1
     echo "gpu-check: bench_kernels_gpu exit $?"
     tail -n 12 "$out/bench-gpu.log"
+    torch_peer "$out/bench-gpu.log"
     if [ "${GPU_CHECK_CTEST_S:-900}" -gt 0 ]; then
         timeout "${GPU_CHECK_CTEST_S:-900}" ctest --test-dir $build --output-on-failure -j 8 \
             >"$out/tests.log" 2>&1
