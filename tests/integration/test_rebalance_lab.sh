@@ -32,6 +32,9 @@ JSON
 jitter_pid=
 down_on_exit() {
     [ -n "$jitter_pid" ] && kill "$jitter_pid" 2>/dev/null
+    # on a failure, the coordinator's decisions (each evaluation, worth a move or not) are shown
+    [ "$failures" -ne 0 ] && grep -h "\[rebalance\]" "$STAGECRAFT_LAB_RUN/$name/logs/coordinator.log" \
+        >"$work/coordinator-rebalance.log" 2>/dev/null
     "$lab" down "$name" >/dev/null 2>&1
     cleanup
 }
