@@ -94,6 +94,7 @@ typedef struct {
     double probed_s;      /* when it last did */
     uint64_t off_since;   /* the step since which reports find a worker off the plan */
     uint64_t quiet_until; /* no evaluation before this step */
+    double quiet_departure; /* the furthest worker's departure from the plan's speed then */
     double changed_s;     /* when the speeds were first seen off the baseline (0: they are not) */
     uint64_t pause_step;
     uint64_t paused[COORD_MAX_STAGES][COORD_MAX_REPLICAS];

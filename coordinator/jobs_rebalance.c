@@ -78,20 +78,28 @@ static bool baseline_off(const coord_progress *p)
            p->iter_base > p->predicted_iteration_s * (1 + CHANGE);
 }
 
+/* Under c->lock: how far the worker furthest off the plan's speed is off it (0.5: its work
+ * takes 1.5x or 0.5x what the plan assumed; 0 where none is measured yet). */
+static double compute_departure(const coord_progress *p)
+{
+    double worst = 0;
+    for (int s = 0; s < p->n_stages; s++) {
+        for (int k = 0; k < p->replicas[s]; k++) {
+            double f = off_plan(p, s, k);
+            if (f > 0 && fabs(f - 1) > worst)
+                worst = fabs(f - 1);
+        }
+    }
+    return worst;
+}
+
 /* Under c->lock: whether some replica's worker is more than CHANGE off the plan's speed. Its
  * links' figures are then no evidence of their own: a starved receiver takes its messages late
  * and a starved sender sends them late, so a compute change shows on the links at both of its
  * ends. While any worker is off, a re-plan takes the links as the model has them. */
 static bool compute_off(const coord_progress *p)
 {
-    for (int s = 0; s < p->n_stages; s++) {
-        for (int k = 0; k < p->replicas[s]; k++) {
-            double f = off_plan(p, s, k);
-            if (f > 0 && fabs(f - 1) > CHANGE)
-                return true;
-        }
-    }
-    return false;
+    return compute_departure(p) > CHANGE;
 }
 
 /* The number of stages of a plan document (0 when it cannot be read). */
@@ -230,17 +238,17 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
             p->iter_avg = ALPHA * r->iteration_s + (1 - ALPHA) * p->iter_avg;
         }
     }
-    if (p->pause_step != 0 || p->evaluate || r->step < p->quiet_until || !p->rebalance_auto)
+    if (p->pause_step != 0 || p->evaluate || !p->rebalance_auto)
         return true;
     if (s != p->n_stages - 1 || k != 0)
         return true; /* one look per report of the last stage: about once per iteration */
-    bool off = false;
-    for (int i = 0; i < p->n_stages && !off; i++) {
-        for (int j = 0; j < p->replicas[i] && !off; j++) {
-            double f = off_plan(p, i, j);
-            off = f > 0 && fabs(f - 1) > CHANGE;
-        }
-    }
+    double departure = compute_departure(p);
+    bool off = departure > CHANGE;
+    /* After an evaluation that found no move worth it, what it saw is not looked at again for
+     * QUIET_STEPS steps; a worker further off than it saw by more than CHANGE is a new change
+     * (a share cut just after it), which waits for no quiet. */
+    if (r->step < p->quiet_until && !(off && departure > p->quiet_departure + CHANGE))
+        return true;
     if (!off) { /* or a link between two stages (jobs_links.c), or the copies' all-reduce */
         double worst, iter = p->iter_avg > 0 ? p->iter_avg : r->iteration_s;
         char why[COORD_REASON_MAX];
@@ -573,8 +581,10 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                           : ": not worth a move");
         pthread_mutex_lock(&c->lock);
         p = coord_jobs_progress(c, job_id);
-        if (p != NULL && !dry_run)
+        if (p != NULL && !dry_run) {
             p->quiet_until = done + QUIET_STEPS;
+            p->quiet_departure = compute_departure(p);
+        }
         pthread_mutex_unlock(&c->lock);
         if (!dry_run)
             SC_LOG_INFO(LOG, "job %s: %s", job_id, out->message);
