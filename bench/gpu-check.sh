@@ -101,9 +101,13 @@ if [ "${1:-}" = "--full" ]; then
     # benchmarks; then every test (ctest, which CI runs too on CPU machines), bounded by
     # GPU_CHECK_CTEST_S (900 s; 0 leaves it out)
     step=${GPU_CHECK_STEP_S:-240}
+    # the GPU test programs' output in one file (a caller that fetches few files keeps it all)
+    : >"$out/gpu-tests.log"
     for t in $build/tests/gpu/gpu_test_*; do
-        timeout "$step" "$t" >"$out/$(basename "$t").log" 2>&1
-        echo "gpu-check: $(basename "$t") exit $? ($(grep -cE '^\[  SKIPPED \]' "$out/$(basename "$t").log") skipped)"
+        echo "==== $(basename "$t")" >>"$out/gpu-tests.log"
+        timeout "$step" "$t" 2>&1 | tee "$build/$(basename "$t").log" >>"$out/gpu-tests.log"
+        rc=$? # the program's (or timeout's 124): pipefail
+        echo "gpu-check: $(basename "$t") exit $rc ($(grep -cE '^\[  SKIPPED \]' "$build/$(basename "$t").log") skipped)"
     done
     timeout "$step" $build/cli/stagecraft demo --device cuda --workers 2 --steps 100 --data "$top/README.md" \
         --finetune "$top/tests/data/hf/llama-tied" --finetune-steps 50 >"$out/demo.log" 2>&1
