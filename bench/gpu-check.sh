@@ -6,7 +6,7 @@
 # The layer library alone: builds common/ and kernels/ with CUDA (STAGECRAFT_KERNELS_ONLY, which
 # needs only jansson and cmocka besides the CUDA toolkit), runs the CPU and GPU tests (tests/gpu:
 # every CUDA op against the CPU reference, whole models), and the GPU benchmark (GPT-2 124M step:
-# tokens/s, MFU, matmul vs cuBLAS).
+# tokens/s, MFU, matmul vs cuBLAS) with PyTorch eager's same step beside it where python3 has it.
 # DEBS_DIR (optional): Debian packages of jansson and cmocka for a machine that lacks them, e.g.
 # made on a Debian 12 machine with
 #   mkdir -p .gpudeps && (cd .gpudeps && apt-get download libjansson4 libjansson-dev \
@@ -156,3 +156,4 @@ echo "gpu-check: GPU tests exit $?"
 /tmp/stagecraft-gpu/bench/bench_kernels_gpu >"$out/bench-gpu.log" 2>&1
 echo "gpu-check: GPU benchmark exit $?"
 tail -n 20 "$out/bench-gpu.log"
+torch_peer "$out/bench-gpu.log"
