@@ -35,22 +35,39 @@ if(NOT STAGECRAFT_KERNELS_ONLY)
 endif()
 
 # --- BLAS (optional, wanted) ------------------------------------------------------------
-# The CPU fast path runs its matrix products on OpenBLAS (Debian: libopenblas-dev, which
+# The CPU fast path runs its matrix products on OpenBLAS (Debian: libopenblas-openmp-dev, which
 # deploy/install-deps.sh installs). AUTO uses it when pkg-config finds it; without it the CPU
 # runs the reference kernels only (correct, several times slower), and configure says so.
+# Debian installs OpenBLAS's variants side by side (pthreads, OpenMP, serial); the OpenMP one is
+# taken where it is there, with the program's run path pointing at it, so that the elementwise
+# loops share the BLAS's threads (kernels/threads_cpu.c; docs/benchmarks.md has the figures).
 set(STAGECRAFT_BLAS "AUTO" CACHE STRING "CPU matrix products on OpenBLAS: AUTO, ON or OFF")
 set_property(CACHE STAGECRAFT_BLAS PROPERTY STRINGS AUTO ON OFF)
 set(SC_BLAS_ENABLED OFF)
 set(SC_BLAS_WHY "STAGECRAFT_BLAS=OFF")
 if(NOT STAGECRAFT_BLAS STREQUAL "OFF")
+    find_package(OpenMP COMPONENTS C QUIET)
+    set(_omp_pc "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/pkgconfig")
+    set(_path "$ENV{PKG_CONFIG_PATH}")
+    if(OpenMP_C_FOUND AND EXISTS "${_omp_pc}/openblas.pc" AND "$ENV{PKG_CONFIG_SYSROOT_DIR}" STREQUAL "")
+        set(ENV{PKG_CONFIG_PATH} "${_omp_pc}${_path}")
+        if(NOT _path STREQUAL "")
+            set(ENV{PKG_CONFIG_PATH} "${_omp_pc}:${_path}")
+        endif()
+    endif()
     pkg_check_modules(SC_openblas QUIET IMPORTED_TARGET GLOBAL openblas)
+    set(ENV{PKG_CONFIG_PATH} "${_path}")
     if(SC_openblas_FOUND)
         add_library(sc::blas ALIAS PkgConfig::SC_openblas)
         set(SC_BLAS_ENABLED ON)
-        set(SC_FOUND_LIBS "${SC_FOUND_LIBS} openblas-${SC_openblas_VERSION}")
+        set(SC_BLAS_VARIANT "")
+        if(SC_openblas_LIBDIR MATCHES "openblas-openmp")
+            set(SC_BLAS_VARIANT " (OpenMP)")
+        endif()
+        set(SC_FOUND_LIBS "${SC_FOUND_LIBS} openblas-${SC_openblas_VERSION}${SC_BLAS_VARIANT}")
     else()
         set(SC_BLAS_WHY "pkg-config module 'openblas' not found: install the Debian package "
-                        "'libopenblas-dev' (or run deploy/install-deps.sh)")
+                        "'libopenblas-openmp-dev' (or run deploy/install-deps.sh)")
         if(STAGECRAFT_BLAS STREQUAL "ON")
             message(FATAL_ERROR "STAGECRAFT_BLAS=ON but ${SC_BLAS_WHY}")
         endif()

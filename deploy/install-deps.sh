@@ -17,7 +17,7 @@ packages=(
     libzmq3-dev
     libhwloc-dev
     libcmocka-dev
-    libopenblas-dev
+    libopenblas-openmp-dev
     libjansson-dev
     libsqlite3-dev
     iproute2 jq

@@ -283,6 +283,7 @@ void kn_attention_forward_fast(float *out, float *att, const float *qkv, int B, 
 #ifdef SC_HAVE_BLAS
     heads_args x = {.out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH};
     size_t pairs = (size_t)B * NH;
+    kn_cpu_blas_use_threads();
     if (kn_cpu_threads() > 1 && pairs > 1) {
         int n = kn_cpu_blas_serial_begin();
         kn_cpu_parallel_for(pairs, 1, fwd_heads, &x);
@@ -303,6 +304,7 @@ void kn_attention_backward_fast(float *dqkv, float *ws, const float *dout, const
     if (slices > pairs)
         slices = pairs;
     float *sws = slices > 1 ? slices_get(slices * T * T) : NULL;
+    kn_cpu_blas_use_threads();
     heads_args x = {.dqkv = dqkv, .ws = sws, .qkv = qkv, .dout = dout, .att_in = att};
     x.T = T, x.C = C, x.NH = NH, x.pairs = pairs, x.slices = slices;
     if (sws != NULL) {

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/threads_cpu.h"
 #include "kernels/vec_cpu.h"
 
 #ifdef SC_HAVE_BLAS
@@ -208,6 +209,7 @@ void kn_conv2d_forward_fast(float *out, float *col, const float *inp, const floa
                             const float *b, int B, const kn_conv2d_shape *s)
 {
 #ifdef SC_HAVE_BLAS
+    kn_cpu_blas_use_threads();
     int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
     int P = ho * wo, R = s->cin * s->k * s->k;
     for (int n = 0; n < B; n++) {
@@ -229,6 +231,7 @@ void kn_conv2d_backward_input_fast(float *dinp, float *col, const float *dout, c
                                    int B, const kn_conv2d_shape *s)
 {
 #ifdef SC_HAVE_BLAS
+    kn_cpu_blas_use_threads();
     int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
     int P = ho * wo, R = s->cin * s->k * s->k;
     for (int n = 0; n < B; n++) {
@@ -246,6 +249,7 @@ void kn_conv2d_backward_weight_fast(float *dw, float *db, float *col, const floa
                                     const float *inp, int B, const kn_conv2d_shape *s)
 {
 #ifdef SC_HAVE_BLAS
+    kn_cpu_blas_use_threads();
     int ho = kn_conv2d_out_h(s), wo = kn_conv2d_out_w(s);
     int P = ho * wo, R = s->cin * s->k * s->k;
     for (int n = 0; n < B; n++) {

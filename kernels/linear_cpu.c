@@ -22,6 +22,7 @@
 
 #include <string.h>
 
+#include "kernels/threads_cpu.h"
 #include "kernels/vec_cpu.h"
 
 #ifdef SC_HAVE_BLAS
@@ -173,6 +174,7 @@ void kn_linear_forward_fast(float *out, const float *inp, const float *w, const 
                             int IC, int OC)
 {
 #ifdef SC_HAVE_BLAS
+    kn_cpu_blas_use_threads();
     float beta = 0.0f;
     if (b != NULL) { /* the bias first, then the product added to it */
         for (int n = 0; n < N; n++)
@@ -190,6 +192,7 @@ void kn_linear_backward_input_fast(float *dinp, const float *dout, const float *
                                    int OC)
 {
 #ifdef SC_HAVE_BLAS
+    kn_cpu_blas_use_threads();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f,
                 dinp, IC);
 #else
@@ -201,6 +204,7 @@ void kn_linear_backward_weight_fast(float *dw, float *db, const float *dout, con
                                     int N, int IC, int OC)
 {
 #ifdef SC_HAVE_BLAS
+    kn_cpu_blas_use_threads();
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
                 dw, IC);
     if (db != NULL)

@@ -1,8 +1,12 @@
 /*
  * kn threads: the process's CPU thread count and its default from the affinity mask and the
- * cgroup CPU quota (threads_cpu.h), applied to OpenBLAS when the build has it; and the pool that
- * runs kn_cpu_parallel_for's ranges: threads started on first need, asleep on a condition
- * variable between calls (no spinning: the BLAS's own threads share the same cores).
+ * cgroup CPU quota (threads_cpu.h), applied to OpenBLAS when the build has it; and the threads
+ * that run kn_cpu_parallel_for's ranges. Where the OpenBLAS loaded at run time is its OpenMP
+ * variant, the ranges run on OpenMP's threads, the same ones as the BLAS's products, so that two
+ * sets of threads never share the cores while each waits for work; with any other BLAS, on a
+ * pool of threads started on first need and asleep on a condition variable between calls. A
+ * forked child (a process that forks without exec after computing) has neither set of its
+ * parent's threads: it starts its own pool and runs the BLAS on one thread.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "kernels/threads_cpu.h"
@@ -19,6 +23,10 @@
 
 #ifdef SC_HAVE_BLAS
 #include <cblas.h>
+#endif
+#if defined(SC_HAVE_BLAS) && defined(_OPENMP)
+#define SC_BLAS_OPENMP_POSSIBLE 1 /* built with OpenMP: the BLAS found at run time may use it */
+#include <omp.h>
 #endif
 
 bool kn_built_with_blas(void)
@@ -140,18 +148,67 @@ int kn_cpu_cores_available(void)
 }
 
 static atomic_int threads; /* 0 until first set or used */
+static atomic_bool forked; /* this process is a fork() child of one that may have computed */
+static _Thread_local int serial_depth; /* kn_cpu_blas_serial_begin calls open on this thread */
+
+/* The BLAS loaded at run time runs its products on OpenMP's threads (OpenBLAS's OpenMP variant:
+ * openblas_get_parallel() == 2). It takes their count from the calling thread's OpenMP setting. */
+static bool blas_on_openmp(void)
+{
+#ifdef SC_BLAS_OPENMP_POSSIBLE
+    static atomic_int parallel = -1;
+    int p = atomic_load(&parallel);
+    if (p < 0) {
+        p = openblas_get_parallel();
+        atomic_store(&parallel, p);
+    }
+    return p == 2;
+#else
+    return false;
+#endif
+}
+
+/* OpenMP's threads stay in the process that started them: a forked child that enters a
+ * parallel region waits for them forever. So does one that waits for the pool's threads. */
+static void after_fork_in_child(void);
+
+__attribute__((constructor)) static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_in_child);
+}
 
 static void apply(int n)
 {
     atomic_store(&threads, n);
 #ifdef SC_HAVE_BLAS
-    openblas_set_num_threads(n);
+    openblas_set_num_threads(blas_on_openmp() && atomic_load(&forked) ? 1 : n);
+#endif
+}
+
+void kn_cpu_blas_use_threads(void)
+{
+#ifdef SC_BLAS_OPENMP_POSSIBLE
+    if (!blas_on_openmp() || serial_depth > 0 || omp_in_parallel())
+        return;
+    int n = atomic_load(&forked) ? 1 : kn_cpu_threads();
+    if (omp_get_max_threads() != n)
+        omp_set_num_threads(n);
+#endif
+}
+
+int kn_cpu_blas_threads(void)
+{
+#ifdef SC_HAVE_BLAS
+    return openblas_get_num_threads();
+#else
+    return 1;
 #endif
 }
 
 int kn_cpu_blas_serial_begin(void)
 {
     int n = kn_cpu_threads();
+    serial_depth++;
 #ifdef SC_HAVE_BLAS
     if (n > 1)
         openblas_set_num_threads(1);
@@ -161,9 +218,10 @@ int kn_cpu_blas_serial_begin(void)
 
 void kn_cpu_blas_serial_end(int n)
 {
+    serial_depth--;
 #ifdef SC_HAVE_BLAS
     if (n > 1)
-        openblas_set_num_threads(n);
+        openblas_set_num_threads(blas_on_openmp() && atomic_load(&forked) ? 1 : n);
 #else
     (void)n;
 #endif
@@ -195,10 +253,12 @@ int kn_cpu_threads(void)
     return atomic_load(&threads);
 }
 
-/* --- the pool ---------------------------------------------------------------------------- */
+/* --- the ranges' threads ----------------------------------------------------------------- */
+
+/* held by the one caller running ranges */
+static pthread_mutex_t in_use = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
-    pthread_mutex_t use;  /* held by the one caller using the pool */
     pthread_mutex_t lock; /* guards the fields below */
     pthread_cond_t work, done;
     int started;              /* pool threads running */
@@ -207,10 +267,21 @@ static struct {
     void *arg;
     size_t n, ranges;
     int pending; /* pool threads still on this call */
-} pool = {.use = PTHREAD_MUTEX_INITIALIZER,
-          .lock = PTHREAD_MUTEX_INITIALIZER,
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER,
           .work = PTHREAD_COND_INITIALIZER,
           .done = PTHREAD_COND_INITIALIZER};
+
+static void after_fork_in_child(void)
+{
+    /* the parent's threads are not here: start afresh (fork copied the locks as they were) */
+    atomic_store(&forked, true);
+    pthread_mutex_init(&in_use, NULL);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.work, NULL);
+    pthread_cond_init(&pool.done, NULL);
+    pool.started = 0;
+    pool.pending = 0;
+}
 
 static void run_range(kn_range_fn fn, void *arg, size_t n, size_t ranges, size_t r)
 {
@@ -241,18 +312,9 @@ static void *pool_main(void *p)
     return NULL;
 }
 
-void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg)
+/* The ranges on the pool: the caller runs the first. */
+static void run_on_pool(size_t n, size_t ranges, kn_range_fn fn, void *arg)
 {
-    size_t ranges = (size_t)kn_cpu_threads();
-    if (grain < 1)
-        grain = 1;
-    if (ranges > n / grain)
-        ranges = n / grain;
-    if (ranges <= 1 || pthread_mutex_trylock(&pool.use) != 0) {
-        if (n > 0)
-            fn(arg, 0, n);
-        return;
-    }
     pthread_mutex_lock(&pool.lock);
     while ((size_t)pool.started + 1 < ranges) { /* grow to ranges - 1 threads */
         pthread_t t;
@@ -280,5 +342,28 @@ void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg)
     while (pool.pending > 0)
         pthread_cond_wait(&pool.done, &pool.lock);
     pthread_mutex_unlock(&pool.lock);
-    pthread_mutex_unlock(&pool.use);
+}
+
+void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg)
+{
+    size_t ranges = (size_t)kn_cpu_threads();
+    if (grain < 1)
+        grain = 1;
+    if (ranges > n / grain)
+        ranges = n / grain;
+    if (ranges <= 1 || pthread_mutex_trylock(&in_use) != 0) {
+        if (n > 0)
+            fn(arg, 0, n);
+        return;
+    }
+#ifdef SC_BLAS_OPENMP_POSSIBLE
+    if (blas_on_openmp() && !atomic_load(&forked)) {
+#pragma omp parallel num_threads((int)ranges)
+        run_range(fn, arg, n, (size_t)omp_get_num_threads(), (size_t)omp_get_thread_num());
+        pthread_mutex_unlock(&in_use);
+        return;
+    }
+#endif
+    run_on_pool(n, ranges, fn, arg);
+    pthread_mutex_unlock(&in_use);
 }

@@ -39,6 +39,17 @@ sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err);
 /* The thread count in use (the default on first use). */
 int kn_cpu_threads(void);
 
+/* Makes the BLAS products this thread runs next use the process's thread count. The fast
+ * kernels call it before their products: OpenBLAS's OpenMP variant takes the count from the
+ * calling thread's OpenMP setting (OMP_NUM_THREADS, else every core), not from the process's,
+ * so a worker's compute thread would otherwise ignore --threads and the cgroup's quota. Nothing
+ * with another BLAS, inside kn_cpu_blas_serial_begin/_end, or inside a range of
+ * kn_cpu_parallel_for. */
+void kn_cpu_blas_use_threads(void);
+
+/* The threads the BLAS ran its last product on (OpenBLAS's own count), 1 without a BLAS. */
+int kn_cpu_blas_threads(void);
+
 /* The BLAS on one thread until kn_cpu_blas_serial_end with what begin returned (the process's
  * thread count): for loops whose ranges each call the BLAS on products too small to split. The
  * setting is the process's: products other threads run meanwhile get one thread too (slower,
@@ -47,10 +58,13 @@ int kn_cpu_blas_serial_begin(void);
 void kn_cpu_blas_serial_end(int n);
 
 /* fn(arg, begin, end) over [0, n) cut into at most kn_cpu_threads() ranges of at least `grain`
- * elements, run at once on a pool of the process's threads (the caller runs the first range),
+ * elements, run at once on the process's threads (the caller runs the first range): OpenMP's,
+ * the BLAS's own, where the BLAS is OpenBLAS's OpenMP variant, else a pool of ours; in a forked
+ * child always a pool of its own, and there the BLAS on one thread (see threads_cpu.c),
  * returning when all are done. One range, on the caller, when n < 2 * grain, with one thread,
  * or while another thread of the process holds the pool (a second stage computing at the same
- * time, or a range of a call in progress calling it again). The ranges must touch disjoint memory. */
+ * time, or a range of a call in progress calling it again). The ranges must touch disjoint
+ * memory. */
 typedef void (*kn_range_fn)(void *arg, size_t begin, size_t end);
 void kn_cpu_parallel_for(size_t n, size_t grain, kn_range_fn fn, void *arg);
 

@@ -2,8 +2,9 @@
  * kernels fast path: the CPU fast kernels (BLAS products, threaded and vectorised elementwise
  * kernels) against the reference kernels, op by op and for whole training steps, within a stated
  * tolerance (they add in another order, so not bit for bit); the spec's "cpu_kernels" choice
- * reaching a stage's context; the thread count and its errors. Without BLAS in the build the
- * fast products are the reference's, and a stage runs the reference throughout.
+ * reaching a stage's context; the thread count and its errors, the count on a thread other than
+ * the one that set it, and a forked child computing on threads of its own. Without BLAS in the
+ * build the fast products are the reference's, and a stage runs the reference throughout.
  *
  * Tolerance: every element within TOL * (1 + the largest magnitude of its tensor), TOL = 2e-5
  * for one op (sums of at most a few hundred float products), 1e-4 for a whole training step.
@@ -20,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
@@ -458,6 +461,95 @@ static void test_threads(void **state)
     assert_int_equal(kn_cpu_threads(), cores); /* unchanged by the refusals */
 }
 
+/* A thread other than the one that set the count runs the BLAS with the count set: OpenBLAS's
+ * OpenMP variant would otherwise take the thread's OpenMP default (every core). */
+typedef struct {
+    int blas_threads;
+} product_job;
+
+static void *product_thread(void *p)
+{
+    product_job *j = p;
+    float *x = rnd(64 * 200), *w = rnd(129 * 200), *o = rnd(64 * 129);
+    kn_linear_forward_fast(o, x, w, NULL, 64, 200, 129);
+    j->blas_threads = kn_cpu_blas_threads();
+    free(x), free(w), free(o);
+    return NULL;
+}
+
+static void test_threads_on_other_thread(void **state)
+{
+    (void)state;
+    if (!kn_built_with_blas())
+        skip();
+    sc_err err;
+    sc_err_clear(&err);
+    for (int n = 1; n <= 2; n++) {
+        assert_int_equal(kn_cpu_set_threads(n, "--threads", &err), SC_OK);
+        product_job j = {0};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, product_thread, &j), 0);
+        assert_int_equal(pthread_join(t, NULL), 0);
+        assert_int_equal(j.blas_threads, n);
+    }
+    assert_int_equal(kn_cpu_set_threads(0, "--threads", &err), SC_OK);
+}
+
+/* A process that forks without exec after computing on several threads: the child computes on
+ * its own threads (the parent's, pool or OpenMP's, are not in it) and gets the same results. */
+static void fill_squares(void *arg, size_t begin, size_t end)
+{
+    float *v = arg;
+    for (size_t i = begin; i < end; i++)
+        v[i] = (float)(i % 1000) * (float)(i % 1000);
+}
+
+static int child_computes(void) /* 0 when every result is right */
+{
+    size_t n = 1 << 20;
+    float *v = calloc(n, sizeof *v);
+    if (v == NULL)
+        return 1;
+    kn_cpu_parallel_for(n, 1024, fill_squares, v);
+    for (size_t i = 0; i < n; i++)
+        if (v[i] != (float)(i % 1000) * (float)(i % 1000))
+            return 2;
+    free(v);
+    int N = 64, IC = 200, OC = 129;
+    float *x = rnd((size_t)N * IC), *w = rnd((size_t)OC * IC), *o1 = rnd((size_t)N * OC),
+          *o2 = rnd((size_t)N * OC);
+    kn_linear_forward_cpu(o1, x, w, NULL, N, IC, OC);
+    kn_linear_forward_fast(o2, x, w, NULL, N, IC, OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++)
+        if (!(fabsf(o2[i] - o1[i]) <= 1e-3f * (1.0f + fabsf(o1[i]))))
+            return 3;
+    return 0;
+}
+
+static void test_fork_after_computing(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_cpu_set_threads(2, "--threads", &err), SC_OK);
+    assert_int_equal(child_computes(), 0); /* the parent's threads are running now */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(120); /* a child stuck waiting for threads that are not there dies, and fails */
+        _exit(child_computes());
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status))
+        fprintf(stderr, "fork child: ended by signal %d\n", WTERMSIG(status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(child_computes(), 0); /* and the parent's threads still work */
+    assert_int_equal(kn_cpu_set_threads(0, "--threads", &err), SC_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -469,6 +561,8 @@ int main(void)
         cmocka_unit_test(test_training_step_fast),
         cmocka_unit_test(test_cpu_kernels_choice),
         cmocka_unit_test(test_concurrent_stages),
+        cmocka_unit_test(test_threads_on_other_thread),
+        cmocka_unit_test(test_fork_after_computing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
