@@ -512,18 +512,22 @@ static int child_computes(void) /* 0 when every result is right */
         return 1;
     kn_cpu_parallel_for(n, 1024, fill_squares, v);
     for (size_t i = 0; i < n; i++)
-        if (v[i] != (float)(i % 1000) * (float)(i % 1000))
+        if (v[i] != (float)(i % 1000) * (float)(i % 1000)) {
+            free(v);
             return 2;
+        }
     free(v);
     int N = 64, IC = 200, OC = 129;
     float *x = rnd((size_t)N * IC), *w = rnd((size_t)OC * IC), *o1 = rnd((size_t)N * OC),
           *o2 = rnd((size_t)N * OC);
     kn_linear_forward_cpu(o1, x, w, NULL, N, IC, OC);
     kn_linear_forward_fast(o2, x, w, NULL, N, IC, OC);
-    for (size_t i = 0; i < (size_t)N * OC; i++)
+    int rc = 0;
+    for (size_t i = 0; i < (size_t)N * OC && rc == 0; i++)
         if (!(fabsf(o2[i] - o1[i]) <= 1e-3f * (1.0f + fabsf(o1[i]))))
-            return 3;
-    return 0;
+            rc = 3;
+    free(x), free(w), free(o1), free(o2);
+    return rc;
 }
 
 static void test_fork_after_computing(void **state)
