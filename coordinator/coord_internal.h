@@ -78,6 +78,8 @@ typedef struct {
     double work[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     double scale[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     double ref[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    /* the reference came from an earlier run of the job: a shorter baseline will do */
+    bool ref_before[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     /* A rebalance: evaluate (the driver re-plans with the measured speeds), then the pause of
      * every replica after pause_step (0: none under way) and where each one paused. */
     bool rebalance_auto;  /* the job's "rebalance" option: re-plan by itself on a change */

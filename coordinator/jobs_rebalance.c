@@ -44,6 +44,8 @@
 #define LOG "rebalance"
 #define BASE_SKIP 10       /* steps of a run left out of its baseline (warm-up, connecting) */
 #define BASE_N 8           /* reports averaged into a replica's baseline */
+#define KNOWN_SKIP 3       /* the same for a worker an earlier run of the job measured */
+#define KNOWN_N 4
 #define ALPHA 0.2          /* weight of a new report in the smoothed busy time */
 #define CHANGE 0.4         /* a worker this far off the plan's speed (either way) is a change */
 #define GAIN_MIN 0.10      /* the least predicted gain worth a move */
@@ -53,12 +55,24 @@
 #define PAUSE_LEAD_S 0.15 /* and at least this much training time past it */
 #define MOVE_FIXED_S 2.0   /* a move's cost besides the bytes: pausing, assigning, connecting */
 
+/* Under c->lock: the reports replica (s, k) averages before its worker has a measured speed in
+ * this run. A worker an earlier run of the job measured (a run after a move or a recovery) has
+ * its reference already (p->ref, set from its first report: coord_jobs_rebalance_observe), and
+ * needs fewer, after fewer steps left out: all its new run must show is how fast it runs its new
+ * blocks, and the warm-up it skips is the first step's connecting and fetching. A share restored
+ * a step into a run after a move paused the job 16-17 steps later, against 27-28 with a first
+ * run's baseline (test_rebalance_lab). */
+static int base_need(const coord_progress *p, int s, int k)
+{
+    return p->ref_before[s][k] ? KNOWN_N : BASE_N;
+}
+
 /* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
  * (2: its work takes twice what it profiled; 0: unknown yet): busy time per profiled second of
  * work, over the worker's reference figure. */
 static double factor_of(const coord_progress *p, int s, int k)
 {
-    if (p->base_n[s][k] < BASE_N || p->work[s][k] <= 0 || p->ref[s][k] <= 0)
+    if (p->base_n[s][k] < base_need(p, s, k) || p->work[s][k] <= 0 || p->ref[s][k] <= 0)
         return 0;
     return p->busy_avg[s][k] / p->work[s][k] / p->ref[s][k];
 }
@@ -215,12 +229,17 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     if (p->worker_of[s][k][0] != '\0' && (r->quota_busy_s > 0 || r->cpu_quota_fraction > 0))
         coord_speeds_set_quota(c->speeds, p->job_id, p->worker_of[s][k], r->cpu_quota_fraction,
                                r->cpu_quota_period_s);
-    if (r->step <= p->resume_step + BASE_SKIP || busy <= 0)
+    if (p->base_n[s][k] == 0 && p->ref[s][k] <= 0 && p->worker_of[s][k][0] != '\0') {
+        p->ref[s][k] = coord_speeds_reference(c->speeds, p->job_id, p->worker_of[s][k], 0);
+        p->ref_before[s][k] = p->ref[s][k] > 0;
+    }
+    if (r->step <= p->resume_step + (p->ref_before[s][k] ? KNOWN_SKIP : BASE_SKIP) || busy <= 0)
         return true;
-    if (p->base_n[s][k] < BASE_N) {
+    int need = base_need(p, s, k);
+    if (p->base_n[s][k] < need) {
         p->busy_base[s][k] = (p->busy_base[s][k] * p->base_n[s][k] + busy) / (p->base_n[s][k] + 1);
         p->busy_avg[s][k] = p->busy_base[s][k];
-        if (++p->base_n[s][k] == BASE_N && p->work[s][k] > 0) {
+        if (++p->base_n[s][k] == need && p->work[s][k] > 0 && !p->ref_before[s][k]) {
             /* the worker's first measured run on this profile is its reference */
             double ratio =
                 p->busy_base[s][k] / p->work[s][k] / (p->scale[s][k] > 0 ? p->scale[s][k] : 1);
@@ -229,7 +248,9 @@ bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft_
     } else {
         p->busy_avg[s][k] = ALPHA * busy + (1 - ALPHA) * p->busy_avg[s][k];
     }
-    if (s == p->n_stages - 1 && k == 0 && r->iteration_s > 0) {
+    /* the iteration's baseline leaves out the whole warm-up: it judges the run as planned */
+    if (s == p->n_stages - 1 && k == 0 && r->iteration_s > 0 &&
+        r->step > p->resume_step + BASE_SKIP) {
         if (p->iter_base_n < BASE_N) {
             p->iter_base = (p->iter_base * p->iter_base_n + r->iteration_s) / (p->iter_base_n + 1);
             p->iter_avg = p->iter_base;
@@ -761,7 +782,7 @@ bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
         coord_progress *p = &c->running[i];
         if (p->finished || p->pause_step != 0)
             continue;
-        if (!p->probe && p->rebalance_auto && p->base_n[0][0] >= BASE_N &&
+        if (!p->probe && p->rebalance_auto && p->base_n[0][0] >= base_need(p, 0, 0) &&
             now - p->probed_s >= c->cfg.reprofile_ms / 1000.0 && has_candidates(c, p)) {
             p->probe = true;
             p->probed_s = now;
