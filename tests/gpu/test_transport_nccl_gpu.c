@@ -375,6 +375,37 @@ static void test_two_gpus_out_of_order(void **state)
     rt_transport_destroy(&a);
 }
 
+/* Two GPUs: every message received over nccl counts in its sender's link figures, as over zmq;
+ * one that arrived while the receiver waited carries its transit (send stamp to arrival). Which
+ * messages arrive while it waits is the machine's timing, so only their figures are checked. */
+static void test_two_gpus_link_figures(void **state)
+{
+    (void)state;
+    NEED_GPUS(2);
+    rt_transport *a, *b;
+    pair_open(&a, &b, 5000);
+    float x[4] = {1, 2, 3, 4}, y[4];
+    sc_err err;
+    sc_err_clear(&err);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 1, k, x, sizeof x, &err), SC_OK);
+        assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 1, k, y, sizeof y, &err), SC_OK);
+    }
+    rt_link_sample l[4];
+    assert_int_equal(rt_transport_link_take(b, l, 4), 1);
+    assert_false(l[0].from_next);
+    assert_int_equal(l[0].from_copy, 0);
+    assert_int_equal(l[0].messages, 3);
+    assert_true(l[0].clean <= 3);
+    if (l[0].clean > 0) {
+        assert_int_equal(l[0].bytes, sizeof x);
+        assert_true(l[0].delay_s > 0 && l[0].delay_s < 5.0); /* one host: one clock */
+    }
+    assert_int_equal(rt_transport_link_take(b, l, 4), 0); /* taken */
+    rt_transport_destroy(&b);
+    rt_transport_destroy(&a);
+}
+
 /* A neighbour that goes away: the wait ends within the timeout, never hangs. */
 static void test_two_gpus_peer_gone(void **state)
 {
@@ -759,6 +790,7 @@ static void test_reduce_two_gpus(void **state)
         assert_int_equal(pthread_create(&th[k], NULL, reduce_thread, &jobs[k]), 0);
     for (int k = 0; k < 2; k++)
         pthread_join(th[k], NULL);
+    uint64_t ready[2][4] = {{0}};
     for (int k = 0; k < 2; k++) {
         if (jobs[k].rc != SC_OK)
             fail_msg("copy %d: %s", k, jobs[k].err.msg);
@@ -768,10 +800,14 @@ static void test_reduce_two_gpus(void **state)
             if (host[i] != (float)(4 * i + 1))
                 fail_msg("copy %d, value %d: %g, expected %d", k, i, host[i], 4 * i + 1);
         assert_true(jobs[k].scalar == 2.0 * (1.5 + 2.25)); /* summed twice */
+        /* both copies' ready stamps, the same on both (one gathered array) */
+        assert_int_equal(rt_allreduce_ready(a[k], ready[k], 4), 2);
+        assert_true(ready[k][0] > 0 && ready[k][1] > 0);
         kn_ctx_free(ctx[k], jobs[k].dev);
         rt_allreduce_destroy(&a[k]);
         kn_ctx_destroy(&ctx[k]);
     }
+    assert_memory_equal(ready[0], ready[1], 2 * sizeof(uint64_t));
     free(host);
 }
 
@@ -862,6 +898,7 @@ int main(void)
         cmocka_unit_test(test_abort_cancels),
         cmocka_unit_test(test_two_gpus_flow),
         cmocka_unit_test(test_two_gpus_out_of_order),
+        cmocka_unit_test(test_two_gpus_link_figures),
         cmocka_unit_test(test_two_gpus_peer_gone),
 #endif
         cmocka_unit_test(test_local_device_payloads),

@@ -93,9 +93,10 @@ static sc_status allreduce_grads(rt_runner *r, uint64_t step, int tag0, bool mea
     return SC_OK;
 }
 
-/* The figures of a host all-reduce that began at t0_ns and ended at end_ns on this copy's clock,
- * sent_ns[k] the send stamp of copy k's message (rt_reduce_sample). Copies past RT_LINK_MAX
- * are not measured. */
+/* The figures of an all-reduce that began at t0_ns and ended at end_ns on this copy's clock,
+ * sent_ns[k] the moment copy k's gradients were complete on its clock: its message's send stamp
+ * in host memory, its ready stamp with NCCL (rt_reduce_sample). Copies past RT_LINK_MAX are not
+ * measured. */
 static void note_reduce(rt_runner *r, uint64_t t0_ns, uint64_t end_ns, const uint64_t *sent_ns)
 {
     rt_reduce_sample *x = &r->reduced;
@@ -116,12 +117,17 @@ static void note_reduce(rt_runner *r, uint64_t t0_ns, uint64_t end_ns, const uin
 sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool mean,
                                   double *loss_sum, sc_err *err)
 {
+    uint64_t t0, sent_ns[RT_LINK_MAX + 1] = {0};
     if (r->ar != NULL) {
         SC_CHECK(kn_ctx_sync(kn_stage_ctx(r->st), err)); /* the gradients are complete */
-        return rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), kn_stage_grad_count(r->st),
-                                mean, loss_sum, err);
+        t0 = sc_clock_now_ns();
+        SC_CHECK(rt_allreduce_run(r->ar, kn_stage_grads_device(r->st), kn_stage_grad_count(r->st),
+                                  mean, loss_sum, err));
+        rt_allreduce_ready(r->ar, sent_ns, RT_LINK_MAX + 1); /* the copies' ready stamps */
+        note_reduce(r, t0, sc_clock_now_ns(), sent_ns);
+        return SC_OK;
     }
-    uint64_t t0 = sc_clock_now_ns(), sent_ns[RT_LINK_MAX + 1] = {0};
+    t0 = sc_clock_now_ns();
     const float *sum = NULL;
     SC_CHECK(kn_stage_grads_to_host(r->st, r->grads, err));
     SC_CHECK(allreduce_grads(r, step, tag0, mean, loss_sum, sent_ns, &sum, err));

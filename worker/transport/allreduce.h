@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/sc_status.h"
 
@@ -64,6 +65,11 @@ sc_status rt_allreduce_connect(rt_allreduce *a, const char *rank0_endpoint, sc_e
  * sum, say). */
 sc_status rt_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mean, double *scalar,
                            sc_err *err);
+
+/* After a successful rt_allreduce_run: every copy's clock when it called it (its gradients
+ * complete), by rank, into ready_ns[0..max-1]; returns how many (0 before a run, after a failed
+ * one, or without the GPU backend). The host all-reduce's messages carry the same stamps. */
+int rt_allreduce_ready(const rt_allreduce *a, uint64_t *ready_ns, int max);
 
 /* Makes waits return SC_ERR_CANCELLED from now on. Thread-safe. */
 void rt_allreduce_abort(rt_allreduce *a);

@@ -3,7 +3,9 @@
  * own non-blocking stream, and a polled event per all-reduce, so that no wait is unbounded and
  * nothing here waits for the whole device. The gradients are reduced in place; the scalar rides
  * in the same NCCL group through a device double and a pinned host double (a copy into pageable
- * memory would wait on the host for the all-reduce, past any deadline).
+ * memory would wait on the host for the all-reduce, past any deadline). So does each copy's
+ * ready stamp (its clock when it called, its gradients complete), all-gathered, for the link
+ * figures the host all-reduce gives through its messages' send stamps (rt_allreduce_ready).
  */
 #ifdef SC_HAVE_NCCL
 
@@ -35,6 +37,9 @@ struct rt_allreduce {
     cudaEvent_t done;
     double *dev_scalar;  /* device */
     double *host_scalar; /* pinned */
+    uint64_t *dev_ready; /* device: every copy's ready stamp (ranks) */
+    uint64_t *host_ready; /* pinned, as many */
+    bool ready_valid;     /* host_ready holds the last run's */
     atomic_bool aborted;
     char endpoint[RT_ENDPOINT_MAX];
 };
@@ -136,6 +141,10 @@ static sc_status setup(rt_allreduce *a, sc_err *err)
     CUDA_TRY(err, cudaMalloc((void **)&a->dev_scalar, sizeof(double)), "allocating a scalar");
     CUDA_TRY(err, cudaMallocHost((void **)&a->host_scalar, sizeof(double)),
              "allocating a pinned scalar");
+    size_t ready_bytes = (size_t)a->cfg.ranks * sizeof(uint64_t);
+    CUDA_TRY(err, cudaMalloc((void **)&a->dev_ready, ready_bytes), "allocating the stamps");
+    CUDA_TRY(err, cudaMallocHost((void **)&a->host_ready, ready_bytes),
+             "allocating the pinned stamps");
     if (a->cfg.rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&a->id);
         if (r != ncclSuccess)
@@ -197,6 +206,10 @@ void rt_nccl_allreduce_destroy(rt_allreduce **ap)
         cudaFree(a->dev_scalar);
     if (a->host_scalar != NULL)
         cudaFreeHost(a->host_scalar);
+    if (a->dev_ready != NULL)
+        cudaFree(a->dev_ready);
+    if (a->host_ready != NULL)
+        cudaFreeHost(a->host_ready);
     free(a);
     *ap = NULL;
 }
@@ -247,23 +260,35 @@ sc_status rt_nccl_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, boo
                        "replica all-reduce: not connected (call rt_nccl_allreduce_connect)");
     CUDA_TRY(err, cudaSetDevice(a->cfg.device), "cudaSetDevice");
     uint64_t deadline = rt_nccl_deadline_after(a->cfg.timeout_ms);
+    a->ready_valid = false;
+    int me = a->cfg.rank;
+    a->host_ready[me] = sc_clock_now_ns();
     *a->host_scalar = *scalar;
     CUDA_TRY(err,
              cudaMemcpyAsync(a->dev_scalar, a->host_scalar, sizeof(double), cudaMemcpyHostToDevice,
                              a->stream),
              "copying the scalar");
+    CUDA_TRY(err,
+             cudaMemcpyAsync(a->dev_ready + me, a->host_ready + me, sizeof(uint64_t),
+                             cudaMemcpyHostToDevice, a->stream),
+             "copying the stamp");
     ncclResult_t r = ncclGroupStart();
     if (r == ncclSuccess && n > 0)
         r = ncclAllReduce(dev_grads, dev_grads, n, ncclFloat, mean ? ncclAvg : ncclSum, a->comm,
                           a->stream);
     if (r == ncclSuccess)
         r = ncclAllReduce(a->dev_scalar, a->dev_scalar, 1, ncclDouble, ncclSum, a->comm, a->stream);
+    if (r == ncclSuccess) /* in place: this copy's stamp is already at its own slot */
+        r = ncclAllGather(a->dev_ready + me, a->dev_ready, 1, ncclUint64, a->comm, a->stream);
     ncclResult_t e = ncclGroupEnd();
     if (r == ncclSuccess)
         r = e;
     SC_CHECK(settle(a, r, deadline, "issuing the all-reduce", err));
     cudaError_t ce = cudaMemcpyAsync(a->host_scalar, a->dev_scalar, sizeof(double),
                                      cudaMemcpyDeviceToHost, a->stream);
+    if (ce == cudaSuccess)
+        ce = cudaMemcpyAsync(a->host_ready, a->dev_ready, (size_t)a->cfg.ranks * sizeof(uint64_t),
+                             cudaMemcpyDeviceToHost, a->stream);
     if (ce == cudaSuccess)
         ce = cudaEventRecord(a->done, a->stream);
     int us = 10;
@@ -283,7 +308,16 @@ sc_status rt_nccl_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, boo
         return fail(a, SC_ERR_CUDA, err);
     }
     *scalar = *a->host_scalar;
+    a->ready_valid = true;
     return SC_OK;
+}
+
+int rt_nccl_allreduce_ready(const rt_allreduce *a, uint64_t *ready_ns, int max)
+{
+    int n = a->ready_valid ? (a->cfg.ranks < max ? a->cfg.ranks : max) : 0;
+    for (int k = 0; k < n; k++)
+        ready_ns[k] = a->host_ready[k];
+    return n;
 }
 
 void rt_nccl_allreduce_abort(rt_allreduce *a)

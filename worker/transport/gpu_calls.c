@@ -30,7 +30,8 @@
     X(rt_nccl_allreduce_endpoint)                                                                  \
     X(rt_nccl_allreduce_connect)                                                                   \
     X(rt_nccl_allreduce_run)                                                                       \
-    X(rt_nccl_allreduce_abort)
+    X(rt_nccl_allreduce_abort)                                                                     \
+    X(rt_nccl_allreduce_ready)
 
 static struct {
 #define MEMBER(f) __typeof__(f) *f;
@@ -146,6 +147,11 @@ sc_status rt_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mea
     return g.rt_nccl_allreduce_run(a, dev_grads, n, mean, scalar, err);
 }
 
+int rt_allreduce_ready(const rt_allreduce *a, uint64_t *ready_ns, int max)
+{
+    return a != NULL ? g.rt_nccl_allreduce_ready(a, ready_ns, max) : 0;
+}
+
 void rt_allreduce_abort(rt_allreduce *a)
 {
     if (a != NULL)
@@ -236,6 +242,12 @@ sc_status rt_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mea
 {
     (void)a, (void)dev_grads, (void)n, (void)mean, (void)scalar;
     return no_cuda("the GPU all-reduce", err);
+}
+
+int rt_allreduce_ready(const rt_allreduce *a, uint64_t *ready_ns, int max)
+{
+    (void)a, (void)ready_ns, (void)max;
+    return 0;
 }
 
 void rt_allreduce_abort(rt_allreduce *a)

@@ -25,6 +25,7 @@ sc_status rt_nccl_allreduce_connect(rt_allreduce *a, const char *rank0_endpoint,
 sc_status rt_nccl_allreduce_run(rt_allreduce *a, float *dev_grads, size_t n, bool mean,
                                 double *scalar, sc_err *err);
 void rt_nccl_allreduce_abort(rt_allreduce *a);
+int rt_nccl_allreduce_ready(const rt_allreduce *a, uint64_t *ready_ns, int max);
 
 extern const rt_transport_ops rt_transport_nccl_ops;
 

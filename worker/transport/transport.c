@@ -271,8 +271,16 @@ static sc_status recv_msg(rt_transport *t, rt_msg_kind kind, uint64_t step, int 
     bool from_next = kind == RT_MSG_GRADIENT;
     if (sent_ns != NULL)
         *sent_ns = 0;
-    if (t->ops->recv_direct != NULL) /* its own checks first, as in rt_transport_send */
-        return t->ops->recv_direct(t, kind, step, microbatch, data, bytes, err);
+    if (t->ops->recv_direct != NULL) { /* its own checks first, as in rt_transport_send */
+        rt_msg stamp;
+        memset(&stamp, 0, sizeof stamp);
+        sc_status rc = t->ops->recv_direct(t, kind, step, microbatch, data, bytes, &stamp, err);
+        if (rc == SC_OK && neighbour)
+            link_note(t, &stamp);
+        if (rc == SC_OK && sent_ns != NULL)
+            *sent_ns = stamp.sent_ns;
+        return rc;
+    }
     if (from_next ? !t->has_next : !t->has_prev)
         return SC_ERRF(err, SC_ERR_PRECONDITION, "transport %s: no %s stage to receive %s from",
                        rt_transport_label(t), from_next ? "next" : "previous", kind_name(kind));

@@ -37,11 +37,14 @@ typedef struct {
     /* Backends whose messages cannot wait in the pending list (nccl: they arrive in send order
      * and need a buffer of the right size posted first) set these instead of send / poll: they
      * move the caller's buffer directly and check the message's header themselves. The
-     * neighbour checks of transport.c have been done. NULL for zmq and local. */
+     * neighbour checks of transport.c have been done. recv_direct fills *stamp (a message
+     * without payload, zeroed by the caller) with the received message's kind, size and link
+     * timing (sent_ns, arrived_ns, from_copy, clean; sent_ns 0: not measured). NULL for zmq
+     * and local. */
     sc_status (*send_direct)(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
                              const void *data, size_t bytes, sc_err *err);
     sc_status (*recv_direct)(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
-                             void *data, size_t bytes, sc_err *err);
+                             void *data, size_t bytes, rt_msg *stamp, sc_err *err);
     bool on_device; /* send_direct / recv_direct accept device pointers */
 } rt_transport_ops;
 

@@ -23,12 +23,13 @@
  * deadlock-free under. Groups are still used to issue a message's header and payload together.
  *
  * Messages: NCCL carries no tags and a receive must post a buffer of the sender's size, so every
- * message is a fixed header (magic, kind, tag, step, micro-batch, size) followed by its payload,
- * both sent in one group. The receiver receives the header alone first, checks it is exactly the
- * message asked for (messages of one direction come in send order, which the runner's schedules
- * keep), and only then posts the payload's receive. Anything else is SC_ERR_INVALID naming both
- * messages, and the transport is broken from then on (the stream of messages is out of step);
- * nothing is ever copied into the caller's buffer from the wrong message.
+ * message is a fixed header (magic, kind, tag, step, micro-batch, size, the sending copy and its
+ * send stamp) followed by its payload, both sent in one group. The receiver receives the header
+ * alone first, checks it is exactly the message asked for (messages of one direction come in send
+ * order, which the runner's schedules keep), and only then posts the payload's receive. Anything
+ * else is SC_ERR_INVALID naming both messages, and the transport is broken from then on (the stream
+ * of messages is out of step); nothing is ever copied into the caller's buffer from the wrong
+ * message.
  *
  * Buffers: send copies the payload (host or device memory, cudaMemcpyDefault) into a device
  * staging buffer of the transport and waits for that copy only, so the caller's buffer may be
@@ -47,6 +48,13 @@
  * cudaDeviceSynchronize, only non-blocking streams): a send in flight waits for its receiver,
  * so a device-wide wait could wait for a dead peer. Buffers are freed at destroy, after every
  * communicator is finalized or aborted.
+ * Link timing, as the other backends give it (transport.c counts it in the sender's link
+ * figures): the send stamp travels in the header, and the receiver times its side on the GPU,
+ * with timing events on the channel's stream around the two receives. The stream is idle when
+ * the first is recorded, so it marks the moment of posting on the host clock; the header's
+ * receive ending well after it (CLEAN_WAIT_NS) says the message was not there yet (the stage
+ * waited for it: a clean message), and the payload's receive ending is its arrival. Best
+ * effort: a timing call that fails leaves the message unmeasured, never fails it.
  * Threading: one user thread; rt_transport_abort from any (it only sets the flag polled here).
  */
 #ifdef SC_HAVE_NCCL
@@ -65,10 +73,11 @@
 #include "worker/transport/nccl_wait.h"
 #include "worker/transport/transport_impl.h"
 
-#define WIRE_MAGIC 0x5343524eu /* "SCRN" */
+#define WIRE_MAGIC 0x5343524fu /* "SCRO" ("SCRN" before the send stamp) */
 #define HDR_ROOM 256           /* header slot in a staging buffer: keeps the payload aligned */
 #define FLUSH_MAX_MS 5000
 #define MAX_INFLIGHT 64 /* sends in flight before a send waits for the oldest */
+#define CLEAN_WAIT_NS 200000 /* a header received this long after posting was waited for */
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "the nccl transport needs NCCL >= 2.14 (non-blocking communicators)"
@@ -80,8 +89,9 @@ typedef struct {
     uint64_t tag;
     uint64_t step;
     int32_t microbatch;
-    uint32_t reserved;
+    int32_t from_copy; /* the sending stage's copy */
     uint64_t bytes;
+    uint64_t sent_ns; /* the sender's monotonic clock when it handed the message over */
 } nccl_header;
 
 typedef struct send_rec {
@@ -101,6 +111,7 @@ typedef struct {
     ncclComm_t comm;
     cudaStream_t stream;
     cudaEvent_t ev;
+    cudaEvent_t posted, got_header, got_payload; /* receives: link timing (with timing) */
     int peer; /* the other rank */
     bool live;
     const char *name; /* for messages */
@@ -315,6 +326,9 @@ static sc_status chan_open(nccl_impl *n, chan *c, const ncclUniqueId *id, int ra
     CUDA_TRY(err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
              "creating a stream");
     CUDA_TRY(err, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming), "creating an event");
+    CUDA_TRY(err, cudaEventCreate(&c->posted), "creating an event");
+    CUDA_TRY(err, cudaEventCreate(&c->got_header), "creating an event");
+    CUDA_TRY(err, cudaEventCreate(&c->got_payload), "creating an event");
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* returns at once; completion is polled, so a missing peer cannot hang us */
     ncclResult_t r = ncclCommInitRankConfig(&c->comm, 2, *id, rank, &cfg);
@@ -503,7 +517,9 @@ static void header_fill(nccl_header *h, const rt_transport *t, rt_msg_kind kind,
     h->tag = t->cfg.tag;
     h->step = step;
     h->microbatch = microbatch;
+    h->from_copy = t->cfg.copy;
     h->bytes = bytes;
+    h->sent_ns = sc_clock_now_ns(); /* handed over now; staging and the peer's wait are transit */
 }
 
 static sc_status nt_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
@@ -634,8 +650,25 @@ static bool is_device_memory(const void *p)
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* The link figures of a message received with the timing events recorded (see the top). */
+static void stamp_arrival(const chan *c, const nccl_header *h, uint64_t posted_ns, bool payload,
+                          rt_msg *stamp)
+{
+    float header_ms = 0, arrived_ms = 0;
+    if (cudaEventElapsedTime(&header_ms, c->posted, c->got_header) != cudaSuccess ||
+        cudaEventElapsedTime(&arrived_ms, c->posted, payload ? c->got_payload : c->got_header) !=
+            cudaSuccess) {
+        cudaGetLastError(); /* not a sticky error: clear it, leave the message unmeasured */
+        return;
+    }
+    stamp->sent_ns = h->sent_ns;
+    stamp->from_copy = h->from_copy;
+    stamp->arrived_ns = posted_ns + (uint64_t)((double)arrived_ms * 1e6);
+    stamp->clean = (double)header_ms * 1e6 >= CLEAN_WAIT_NS;
+}
+
 static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
-                         void *data, size_t bytes, sc_err *err)
+                         void *data, size_t bytes, rt_msg *stamp, sc_err *err)
 {
     nccl_impl *n = t->impl;
     SC_CHECK(check_usable(t, n, err));
@@ -653,8 +686,12 @@ static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
              kind_name((int32_t)kind), (unsigned long long)step, microbatch,
              from_next ? "next" : "previous");
 
-    /* 1. the header alone, checked before any payload is posted */
+    /* 1. the header alone, checked before any payload is posted (timed: the stream is idle, so
+     * `posted` runs at once) */
+    uint64_t posted_ns = sc_clock_now_ns();
+    bool timed = cudaEventRecord(c->posted, c->stream) == cudaSuccess;
     SC_CHECK(p2p_group(t, n, c, false, n->hdr_dev, sizeof(nccl_header), deadline, what, err));
+    timed = timed && cudaEventRecord(c->got_header, c->stream) == cudaSuccess;
     cudaError_t e = cudaMemcpyAsync(n->hdr_host, n->hdr_dev, sizeof(nccl_header),
                                     cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess)
@@ -688,17 +725,26 @@ static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
                 what, (unsigned long long)h.bytes, bytes);
         return fail(n, SC_ERR_INVALID, err);
     }
-    if (bytes == 0)
+    if (stamp != NULL) {
+        stamp->kind = h.kind;
+        stamp->bytes = (size_t)h.bytes;
+    }
+    if (bytes == 0) {
+        if (timed && stamp != NULL)
+            stamp_arrival(c, &h, posted_ns, false, stamp);
         return SC_OK;
+    }
 
     /* 2. the payload: into device memory directly, into host memory through staging */
     bool direct = is_device_memory(data);
     if (direct) {
         SC_CHECK(p2p_group(t, n, c, false, data, bytes, deadline, what, err));
+        timed = timed && cudaEventRecord(c->got_payload, c->stream) == cudaSuccess;
         e = cudaEventRecord(c->ev, c->stream);
     } else {
         SC_CHECK(ensure_rbuf(n, bytes, err));
         SC_CHECK(p2p_group(t, n, c, false, n->rbuf_dev, bytes, deadline, what, err));
+        timed = timed && cudaEventRecord(c->got_payload, c->stream) == cudaSuccess;
         e = cudaMemcpyAsync(n->rbuf_host, n->rbuf_dev, bytes, cudaMemcpyDeviceToHost, c->stream);
         if (e == cudaSuccess)
             e = cudaEventRecord(c->ev, c->stream);
@@ -710,6 +756,8 @@ static sc_status nt_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int m
     SC_CHECK(wait_event(t, n, c->ev, deadline, what, err));
     if (!direct)
         memcpy(data, n->rbuf_host, bytes);
+    if (timed && stamp != NULL)
+        stamp_arrival(c, &h, posted_ns, true, stamp);
     return SC_OK;
 }
 
@@ -771,8 +819,10 @@ static void nt_destroy(rt_transport *t)
         chan *c = all_chans(n, i);
         if (c->stream != NULL)
             cudaStreamDestroy(c->stream);
-        if (c->ev != NULL)
-            cudaEventDestroy(c->ev);
+        cudaEvent_t evs[] = {c->ev, c->posted, c->got_header, c->got_payload};
+        for (size_t e = 0; e < sizeof evs / sizeof evs[0]; e++)
+            if (evs[e] != NULL)
+                cudaEventDestroy(evs[e]);
     }
     if (n->copy != NULL)
         cudaStreamDestroy(n->copy);
