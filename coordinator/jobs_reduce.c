@@ -1,6 +1,7 @@
 /*
  * The copies' all-reduce of running jobs as training measures it: what each copy of a
- * replicated stage reports of its host-memory all-reduce (IterationReport.reduce) goes into the
+ * replicated stage reports of its all-reduce (IterationReport.reduce: through host memory, or
+ * NCCL's between GPUs, which carries the same stamps) goes into the
  * speed model (speeds.h: a figure per worker, in the planner's measure), and the rebalance
  * decision (jobs_rebalance.c) reads it back here: whether a stage's all-reduce is far enough off
  * what its plan charges to evaluate a re-plan, and its time as planned and as measured (for the
