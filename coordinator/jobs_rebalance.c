@@ -60,7 +60,7 @@
  * its reference already (p->ref, set from its first report: coord_jobs_rebalance_observe), and
  * needs fewer, after fewer steps left out: all its new run must show is how fast it runs its new
  * blocks, and the warm-up it skips is the first step's connecting and fetching. A share restored
- * a step into a run after a move paused the job 16-17 steps later, against 27-28 with a first
+ * a step into a run after a move paused the job 15-17 steps later, against 27-28 with a first
  * run's baseline (test_rebalance_lab). */
 static int base_need(const coord_progress *p, int s, int k)
 {

@@ -134,7 +134,7 @@ history job-2 | grep '^rebalancing:' | sed -n "${had}p" | grep -q "^rebalancing:
 # either runs blocks, and its measured speed changes, or the plan left it out, and its new
 # profile tells). The share comes back a step or two into the run after the move: a worker an
 # earlier run measured needs a shorter baseline (3 steps left out, 4 averaged), so where it runs
-# blocks the change is seen within 20 steps (16-17 measured), not the 27-28 of a first baseline.
+# blocks the change is seen within 20 steps (15-17 measured), not the 27-28 of a first baseline.
 # That holds where the restore is a change on its own: the plan of the cut assumed the worker at
 # the factor measured when the cut was seen (its smoothed time may not have risen all the way),
 # and back at full speed it must be more than 0.4 off that (CHANGE), i.e. planned at 2x or more.
