@@ -177,11 +177,18 @@ __attribute__((constructor)) static void watch_forks(void)
     pthread_atfork(NULL, NULL, after_fork_in_child);
 }
 
+/* The threads the BLAS may use for a process count of n: one in a forked child whose BLAS
+ * runs on OpenMP (its threads stayed in the parent). */
+static int blas_count(int n)
+{
+    return blas_on_openmp() && atomic_load(&forked) ? 1 : n;
+}
+
 static void apply(int n)
 {
     atomic_store(&threads, n);
 #ifdef SC_HAVE_BLAS
-    openblas_set_num_threads(blas_on_openmp() && atomic_load(&forked) ? 1 : n);
+    openblas_set_num_threads(blas_count(n));
 #endif
 }
 
@@ -190,7 +197,7 @@ void kn_cpu_blas_use_threads(void)
 #ifdef SC_BLAS_OPENMP_POSSIBLE
     if (!blas_on_openmp() || serial_depth > 0 || omp_in_parallel())
         return;
-    int n = atomic_load(&forked) ? 1 : kn_cpu_threads();
+    int n = blas_count(kn_cpu_threads());
     if (omp_get_max_threads() != n)
         omp_set_num_threads(n);
 #endif
@@ -221,7 +228,7 @@ void kn_cpu_blas_serial_end(int n)
     serial_depth--;
 #ifdef SC_HAVE_BLAS
     if (n > 1)
-        openblas_set_num_threads(blas_on_openmp() && atomic_load(&forked) ? 1 : n);
+        openblas_set_num_threads(blas_count(n));
 #else
     (void)n;
 #endif
