@@ -4,10 +4,12 @@
  * 6N + 6*L*C*T over the device's peak; and the largest matmul of the step alone (cuBLAS) as a
  * fraction of that peak.
  *
- * usage: bench_kernels_gpu [--device cuda:N] [--batch N] [--steps N] [--fp32]
- *                          [--peak-tflops X] [--model SPEC]
- * TF32 tensor cores are on unless --fp32; the default peak is the dense TF32 figure of an H100
- * SXM (495 TFLOP/s); pass --peak-tflops for another device or for fp32.
+ * usage: bench_kernels_gpu [--device cuda:N] [--batch N] [--steps N]
+ *                          [--precision fp32|tf32|bf16|fp16] [--fp32] [--peak-tflops X]
+ *                          [--model SPEC]
+ * The precision is TF32 unless named (--fp32: --precision fp32); the default peak is the dense
+ * figure of an H100 SXM for it (TF32 495, bf16 and fp16 989, fp32 67 TFLOP/s); pass
+ * --peak-tflops for another device.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,14 +39,16 @@ int main(int argc, char **argv)
 {
     const char *devs = "cuda:0", *spec = NULL;
     int64_t batch = 8, steps = 10;
-    double peak_tflops = 495.0;
-    bool tf32 = true;
+    double peak_tflops = 0.0;
+    kn_precision prec = KN_PREC_TF32;
     sc_err err;
     sc_err_clear(&err);
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--fp32") == 0)
-            tf32 = false;
+            prec = KN_PREC_FP32;
+        else if (strcmp(argv[i], "--precision") == 0 && v)
+            TRY(kn_precision_parse(argv[++i], "--precision", &prec, &err));
         else if (strcmp(argv[i], "--device") == 0 && v)
             devs = argv[++i];
         else if (strcmp(argv[i], "--model") == 0 && v)
@@ -57,12 +61,16 @@ int main(int argc, char **argv)
             TRY(sc_parse_double(argv[++i], 1e-3, 1e6, "--peak-tflops", &peak_tflops, &err));
         else {
             fprintf(stderr, "usage: bench_kernels_gpu [--device cuda:N] [--batch N] [--steps N] "
-                            "[--fp32] [--peak-tflops X] [--model SPEC]\n");
+                            "[--precision fp32|tf32|bf16|fp16] [--fp32] [--peak-tflops X] "
+                            "[--model SPEC]\n");
             return 2;
         }
     }
     kn_device dev;
     TRY(kn_device_parse(devs, "--device", &dev, &err));
+    prec = kn_precision_resolve(prec, 1, kn_device_has_bf16(dev));
+    if (peak_tflops == 0.0)
+        peak_tflops = prec == KN_PREC_FP32 ? 67.0 : prec == KN_PREC_TF32 ? 495.0 : 989.0;
     kn_model *m = NULL;
     if (spec)
         TRY(kn_model_load(&m, spec, &err));
@@ -72,7 +80,7 @@ int main(int argc, char **argv)
     kn_device_name(dev, name, sizeof name);
 
     kn_stage_cfg cfg = kn_stage_cfg_default(0, kn_model_block_count(m) - 1, dev, (int)batch);
-    cfg.allow_tf32 = tf32;
+    cfg.precision = prec;
     kn_stage *st = NULL;
     TRY(kn_stage_new_cfg(&st, m, &cfg, &err));
     kn_ctx *ctx = kn_stage_ctx(st);
@@ -110,7 +118,7 @@ int main(int argc, char **argv)
     double flops = kn_model_train_flops_per_sample(m) * batch;
     double tokens = b0->in_tokens ? (double)nin : (double)batch;
     printf("%s on %s (%s), %zu parameters, batch %d\n", kn_model_name(m), name,
-           tf32 ? "TF32" : "fp32", kn_model_param_count(m), (int)batch);
+           kn_precision_name(prec), kn_model_param_count(m), (int)batch);
     printf("step: mean %.2f ms, best %.2f ms over %d steps; %.0f tokens/s; %.1f TFLOP/s; "
            "MFU %.1f%% of %.0f TFLOP/s; loss %.4f\n",
            mean * 1e3, best * 1e3, (int)steps, tokens / mean, flops / mean * 1e-12,

@@ -79,16 +79,16 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
 {
     const char *model_path = NULL, *device = "cpu", *sizes = "1", *out_path = NULL;
     int64_t warmup = 2, repeats = 5, main_size = 0, sustained_ms = 0;
-    bool tf32 = false;
+    kn_precision prec = KN_PREC_FP32;
     sc_err err;
     sc_err_clear(&err);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--json") == 0) {
-            continue; /* the output is always JSON */
-        } else if (strcmp(a, "--tf32") == 0) {
-            tf32 = true;
+            continue;                          /* the output is always JSON */
+        } else if (strcmp(a, "--tf32") == 0) { /* the same as --precision tf32 */
+            prec = KN_PREC_TF32;
             continue;
         }
         if (v == NULL)
@@ -101,7 +101,10 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
             sizes = v;
         else if (strcmp(a, "--out") == 0)
             out_path = v;
-        else if (strcmp(a, "--warmup") == 0) {
+        else if (strcmp(a, "--precision") == 0) {
+            if (kn_precision_parse(v, "--precision", &prec, &err) != SC_OK)
+                return cli_usage_error(self, "%s", err.msg);
+        } else if (strcmp(a, "--warmup") == 0) {
             if (sc_parse_int64(v, 0, 1000, "--warmup", &warmup, &err) != SC_OK)
                 return cli_usage_error(self, "%s", err.msg);
         } else if (strcmp(a, "--repeats") == 0) {
@@ -129,7 +132,7 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
     memset(&cfg, 0, sizeof cfg);
     cfg.warmup = (int)warmup;
     cfg.repeats = (int)repeats;
-    cfg.allow_tf32 = tf32;
+    cfg.precision = prec;
     cfg.min_time_s = (double)sustained_ms / 1000.0;
     int rc = parse_sizes(self, sizes, &cfg);
     if (rc != CLI_OK)
@@ -148,6 +151,8 @@ int cmd_profile(const cli_command *self, int argc, char **argv)
     }
     if (kn_device_parse(device, "--device", &cfg.device, &err) != SC_OK)
         return cli_usage_error(self, "%s", err.msg);
+    cfg.precision = kn_precision_resolve(cfg.precision, cfg.device.kind == KN_DEV_CUDA,
+                                         kn_device_has_bf16(cfg.device));
 
     kn_model *model = NULL;
     if (kn_model_load(&model, model_path, &err) != SC_OK)

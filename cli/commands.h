@@ -149,7 +149,8 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
 
 #define CMD_PROFILE_USAGE                                                                          \
     "usage: stagecraft profile --model SPEC [--device cpu|cuda:N] [--microbatch 1,2,4]\n"          \
-    "                          [--warmup N] [--repeats N] [--microbatch-size N] [--tf32]\n"        \
+    "                          [--warmup N] [--repeats N] [--microbatch-size N]\n"                \
+    "                          [--precision fp32|tf32|bf16|fp16|auto] [--tf32]\n"                 \
     "                          [--sustained-ms MS] [--out FILE] [--json]\n\n"                      \
     "Measures each block of the model in SPEC (a stagecraft-model JSON file) on one device:\n"     \
     "forward and backward time per micro-batch size (median of the repeats after the warm-up;\n"   \
@@ -163,7 +164,11 @@ int cmd_workers(const cli_command *self, int argc, char **argv);
     "  --sustained-ms MS     time passes for at least MS per size and take the long-run speed\n"   \
     "                        (what a worker does: a CPU quota or power cap throttles only\n"       \
     "                        after a burst); default 0: medians of the repeats\n"                  \
-    "  --tf32                let GPU matmuls use TF32 tensor cores\n"                              \
+    "  --precision P         what the blocks compute in (default fp32): tf32 (GPU matmuls on\n"    \
+    "                        TF32 tensor cores), bf16 or fp16 (products on 16-bit inputs, fp32\n" \
+    "                        accumulation; emulated on a CPU), auto (bf16 where the GPU has it,\n"\
+    "                        else fp16; fp32 on a CPU)\n"                                         \
+    "  --tf32                the same as --precision tf32\n"                                       \
     "  --out FILE            write the JSON to FILE instead of stdout\n"
 int cmd_profile(const cli_command *self, int argc, char **argv);
 

@@ -101,6 +101,7 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
     Stagecraft__ProfileRequest req = STAGECRAFT__PROFILE_REQUEST__INIT;
     req.job_id = (char *)job_id;
     req.model_json = spec->model_json;
+    req.precision = (char *)spec->precision;
     req.microbatch_sizes = sizes;
     req.n_microbatch_sizes = profile_sizes(spec, sizes);
     /* Every worker measures its own device: two of one name may differ (a CPU share, a GPU's

@@ -293,6 +293,14 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
                              "\"off\" for such a model");
     }
 
+    /* "precision": what the stages compute in; auto resolves when the job is planned */
+    static const char *const precisions[] = {"auto", "bf16", "fp16", "tf32", "fp32", NULL};
+    sc_strlcpy(spec->precision, "auto", sizeof spec->precision);
+    if (sc_jnode_has(&root, "precision")) {
+        SC_CHECK(sc_json_get_enum(&root, "precision", precisions, &which, err));
+        sc_strlcpy(spec->precision, precisions[which], sizeof spec->precision);
+    }
+
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
     spec->lr = 3e-4;
     spec->weight_decay = 0.0;

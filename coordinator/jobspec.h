@@ -43,6 +43,8 @@ typedef struct {
     uint64_t steps;
     uint64_t seed;
     char optimizer[16];     /* "adamw" or "sgd" */
+    char precision[8];      /* "auto" (default), "bf16", "fp16", "tf32" or "fp32"
+                             * (kernels/precision.h); the plan carries it resolved */
     double lr;
     double weight_decay;
     double momentum;

@@ -19,6 +19,7 @@
 
 #include "common/sc_util.h"
 #include "coordinator/planner/plan.h"
+#include "kernels/precision.h"
 
 #define DEFAULT_INTRA_BW 10e9 /* bytes/s between devices of one server when unreported */
 #define DEFAULT_NIC_BW 1.25e9 /* bytes/s: 10 Gb Ethernet */
@@ -496,6 +497,39 @@ static void frozen_workers_free(coord_plan_worker *w, size_t n)
     free(w);
 }
 
+/* The job's precision over the devices the plan uses: "auto" is bf16 where every GPU among them
+ * has bfloat16 tensor cores (compute capability 8.0 and up), fp16 where one lacks them, fp32
+ * with CPUs alone (kernels/precision.h). */
+static const char *plan_precision(const coord_jobspec *spec, const coord_plan_worker *workers,
+                                  size_t n, json_t *plan)
+{
+    kn_precision p = KN_PREC_AUTO;
+    if (kn_precision_parse(spec->precision, "precision", &p, NULL) != SC_OK)
+        p = KN_PREC_FP32;
+    int gpus = 0;
+    bool all_bf16 = true;
+    size_t si, k;
+    json_t *st, *d;
+    json_array_foreach(json_object_get(plan, "stages"), si, st)
+    {
+        json_array_foreach(json_object_get(st, "devices"), k, d)
+        {
+            json_int_t i = json_integer_value(d);
+            if (i < 0 || (size_t)i >= n || workers[i].hw == NULL ||
+                workers[i].hw->n_devices == 0)
+                continue;
+            const Stagecraft__Device *dev = workers[i].hw->devices[0];
+            if (dev->kind == NULL || strcmp(dev->kind, "cuda") != 0)
+                continue;
+            gpus++;
+            int major = dev->compute_capability != NULL ? atoi(dev->compute_capability) : 0;
+            if (major < 8)
+                all_bf16 = false;
+        }
+    }
+    return kn_precision_name(kn_precision_resolve(p, gpus, all_bf16));
+}
+
 sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *given, size_t n,
                          int frozen_blocks, char **plan_json, sc_err *err)
 {
@@ -534,6 +568,7 @@ sc_status coord_plan_job(const coord_jobspec *spec, const coord_plan_worker *giv
         json_object_set_new(st, "worker_ids", ids);
     }
     json_object_set_new(plan, "cluster", json_loads(cluster_text, 0, NULL));
+    json_object_set_new(plan, "precision", json_string(plan_precision(spec, workers, n, plan)));
     if (frozen_blocks > 0)
         json_object_set_new(plan, "frozen_blocks", json_integer(frozen_blocks));
     *plan_json = json_dumps(plan, JSON_COMPACT);

@@ -16,6 +16,7 @@
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
+#include "kernels/products_cpu.h"
 
 /* DISPATCH(what, cpu_call, gpu_call): the op on the context's device (block_dispatch.h; the
  * block is blk) */
@@ -77,9 +78,7 @@ static sc_status ln_bwd(kn_ctx *c, const kn_block *blk, kn_bwd_part part, float 
 static sc_status lin_fwd(kn_ctx *c, const kn_block *blk, float *out, const float *x, const float *w,
                          const float *b, int N, int IC, int OC, sc_err *err)
 {
-    DISPATCH("linear forward",
-             CPU_PICK(kn_linear_forward_fast(out, x, w, b, N, IC, OC),
-                      kn_linear_forward_cpu(out, x, w, b, N, IC, OC)),
+    DISPATCH("linear forward", CHK(kn_cpu_linear_forward(c, out, x, w, b, N, IC, OC, err)),
              kn_linear_forward_cuda(c, out, x, w, b, N, IC, OC));
     return SC_OK;
 }
@@ -91,14 +90,12 @@ static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, kn_bwd_part part, float
 {
     if (dx != NULL && runs_input(part))
         DISPATCH("linear backward (input)",
-                 CPU_PICK(kn_linear_backward_input_fast(dx, dout, w, N, IC, OC),
-                          kn_linear_backward_input_cpu(dx, dout, w, N, IC, OC)),
+                 CHK(kn_cpu_linear_backward_input(c, dx, dout, w, N, IC, OC, err)),
                  kn_linear_backward_input_cuda(c, dx, dout, w, N, IC, OC));
     if (!runs_weight(part))
         return SC_OK;
     DISPATCH("linear backward (weight)",
-             CPU_PICK(kn_linear_backward_weight_fast(dw, db, dout, x, N, IC, OC),
-                      kn_linear_backward_weight_cpu(dw, db, dout, x, N, IC, OC)),
+             CHK(kn_cpu_linear_backward_weight(c, dw, db, dout, x, N, IC, OC, err)),
              kn_linear_backward_weight_cuda(c, dw, db, dout, x, N, IC, OC));
     return SC_OK;
 }
@@ -196,8 +193,7 @@ static sc_status attn_forward(kn_ctx *c, const kn_block *blk, const float *p, co
     CHK(ln_fwd(c, blk, s.ln, s.mean, s.rstd, x, ln1w, ln1b, BT, C, err));
     CHK(lin_fwd(c, blk, s.qkv, s.ln, qkvw, qkvb, BT, C, 3 * C, err));
     DISPATCH("attention forward",
-             CPU_PICK(kn_attention_forward_fast(s.atty, s.att, s.qkv, B, T, C, NH),
-                      kn_attention_forward_cpu(s.atty, s.att, s.qkv, B, T, C, NH)),
+             CHK(kn_cpu_attention_forward(c, s.atty, s.att, s.qkv, B, T, C, NH, err)),
              kn_attention_forward_cuda(c, s.atty, s.att, ws, s.qkv, B, T, C, NH));
     CHK(lin_fwd(c, blk, out, s.atty, projw, projb, BT, C, C, err));
     return residual_fwd(c, blk, out, out, x, (size_t)BT * C, err);
@@ -234,10 +230,10 @@ static sc_status attn_backward(kn_ctx *c, const kn_block *blk, kn_bwd_part part,
         CHK(kn_ctx_copy(c, din, dout, BTC * sizeof(float), err));
     CHK(lin_bwd(c, blk, part, datty, dprojw, dprojb, dout, s.atty, projw, BT, C, C, err));
     if (runs_input(part))
-        DISPATCH("attention backward",
-                 CPU_PICK(kn_attention_backward_fast(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH),
-                          kn_attention_backward_cpu(dqkv, aws, datty, s.qkv, s.att, B, T, C, NH)),
-                 kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
+        DISPATCH(
+            "attention backward",
+            CHK(kn_cpu_attention_backward(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH, err)),
+            kn_attention_backward_cuda(c, dqkv, aws, datty, s.qkv, s.att, B, T, C, NH));
     if (part == KN_BWD_INPUT) { /* W's copies, over what the backward no longer reads */
         CHK(kn_ctx_copy(c, s.qkv, dqkv, 3 * BTC * sizeof(float), err));
         CHK(kn_ctx_copy(c, keep, dout, BTC * sizeof(float), err));
@@ -442,9 +438,7 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
         kn_conv2d_shape s = {blk->cin, blk->h, blk->w, blk->cout, blk->k, blk->stride, blk->pad};
         const float *w = p0, *b = params + blk->tensors[1].offset;
         size_t n = (size_t)B * blk->out_floats;
-        DISPATCH("conv2d forward",
-                 CPU_PICK(kn_conv2d_forward_fast(out, ws, x, w, b, B, &s),
-                          kn_conv2d_forward_cpu(out, ws, x, w, b, B, &s)),
+        DISPATCH("conv2d forward", CHK(kn_cpu_conv2d_forward(c, out, ws, x, w, b, B, &s, err)),
                  kn_conv2d_forward_cuda(c, out, ws, x, w, b, B, &s));
         DISPATCH("relu forward", kn_relu_forward_cpu(out, out, n),
                  kn_relu_forward_cuda(c, out, out, n));
@@ -479,8 +473,8 @@ size_t kn_block_wstash_floats(const kn_block *blk)
     case KN_BLOCK_FC_RELU: /* the pre-activation gradients */
     case KN_BLOCK_CONV_RELU:
         return blk->out_floats;
-    case KN_BLOCK_FC_LOSS: /* W recomputes the logits' gradient */
-    case KN_BLOCK_MAXPOOL: /* no parameters */
+    case KN_BLOCK_FC_LOSS:   /* W recomputes the logits' gradient */
+    case KN_BLOCK_MAXPOOL:   /* no parameters */
     case KN_BLOCK_TOK_EMBED: /* no split: the whole backward in B */
     case KN_BLOCK_LLAMA_LAYER:
     case KN_BLOCK_LLAMA_HEAD:
@@ -573,13 +567,11 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
                      kn_relu_backward_cuda(c, dpre, out, dout, n));
         if (runs_weight(part))
             DISPATCH("conv2d backward (weight)",
-                     CPU_PICK(kn_conv2d_backward_weight_fast(dw, db, col, dpre, x, B, &s),
-                              kn_conv2d_backward_weight_cpu(dw, db, col, dpre, x, B, &s)),
+                     CHK(kn_cpu_conv2d_backward_weight(c, dw, db, col, dpre, x, B, &s, err)),
                      kn_conv2d_backward_weight_cuda(c, dw, db, col, dpre, x, B, &s));
         if (din != NULL && runs_input(part))
             DISPATCH("conv2d backward (input)",
-                     CPU_PICK(kn_conv2d_backward_input_fast(din, col, dpre, p0, B, &s),
-                              kn_conv2d_backward_input_cpu(din, col, dpre, p0, B, &s)),
+                     CHK(kn_cpu_conv2d_backward_input(c, din, col, dpre, p0, B, &s, err)),
                      kn_conv2d_backward_input_cuda(c, din, col, dpre, p0, B, &s));
         return SC_OK;
     }

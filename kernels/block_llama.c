@@ -16,6 +16,7 @@
 #include "kernels/crossentropy.h"
 #include "kernels/linear.h"
 #include "kernels/llama.h"
+#include "kernels/products_cpu.h"
 
 /* OP(what, cpu_call, gpu_call): the op on the context's device (block_dispatch.h; the block
  * is b) */
@@ -25,8 +26,7 @@
 static sc_status lin_fwd(kn_ctx *c, const kn_block *b, float *out, const float *x, const float *w,
                          int N, int IC, int OC, sc_err *err)
 {
-    OP("linear forward",
-       (c->cpu_fast ? kn_linear_forward_fast : kn_linear_forward_cpu)(out, x, w, NULL, N, IC, OC),
+    OP("linear forward", CHK(kn_cpu_linear_forward(c, out, x, w, NULL, N, IC, OC, err)),
        kn_linear_forward_cuda(c, out, x, w, NULL, N, IC, OC));
     return SC_OK;
 }
@@ -35,13 +35,10 @@ static sc_status lin_fwd(kn_ctx *c, const kn_block *b, float *out, const float *
 static sc_status lin_bwd(kn_ctx *c, const kn_block *b, float *dx, float *dw, const float *dout,
                          const float *x, const float *w, int N, int IC, int OC, sc_err *err)
 {
-    OP("linear backward (input)",
-       (c->cpu_fast ? kn_linear_backward_input_fast : kn_linear_backward_input_cpu)(dx, dout, w, N,
-                                                                                    IC, OC),
+    OP("linear backward (input)", CHK(kn_cpu_linear_backward_input(c, dx, dout, w, N, IC, OC, err)),
        kn_linear_backward_input_cuda(c, dx, dout, w, N, IC, OC));
     OP("linear backward (weight)",
-       (c->cpu_fast ? kn_linear_backward_weight_fast
-                    : kn_linear_backward_weight_cpu)(dw, NULL, dout, x, N, IC, OC),
+       CHK(kn_cpu_linear_backward_weight(c, dw, NULL, dout, x, N, IC, OC, err)),
        kn_linear_backward_weight_cuda(c, dw, NULL, dout, x, N, IC, OC));
     return SC_OK;
 }

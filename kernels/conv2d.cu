@@ -84,7 +84,7 @@ extern "C" int kn_conv2d_forward_cuda(kn_ctx *ctx, float *out, float *col, const
             col, inp + (size_t)n * s->cin * s->h * s->w, *s, ho, wo);
         KN_LAUNCH_CHECK();
         /* out_n^T (P x cout) = col^T (P x R) . W^T (R x cout) */
-        KN_CUBLAS_TRY(cublasSgemm(kn_cublas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, P, s->cout, R, &one,
+        KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, P, s->cout, R, &one,
                                   col, P, w, R, &zero, out + (size_t)n * s->cout * P, P));
     }
     size_t total = (size_t)B * s->cout * P;
@@ -103,7 +103,7 @@ extern "C" int kn_conv2d_backward_input_cuda(kn_ctx *ctx, float *dinp, float *co
     cudaStream_t st = kn_stream(ctx);
     for (int n = 0; n < B; n++) {
         /* dcol^T (P x R) = dout_n^T (P x cout) . W (cout x R) */
-        KN_CUBLAS_TRY(cublasSgemm(kn_cublas(ctx), CUBLAS_OP_N, CUBLAS_OP_T, P, R, s->cout, &one,
+        KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, P, R, s->cout, &one,
                                   dout + (size_t)n * s->cout * P, P, w, R, &zero, col, P));
         size_t nx = (size_t)s->cin * s->h * s->w;
         col2im_k<<<kn_blocks(nx, 256), 256, 0, st>>>(dinp + (size_t)n * nx, col, *s, ho, wo);
@@ -125,7 +125,7 @@ extern "C" int kn_conv2d_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db,
             col, inp + (size_t)n * s->cin * s->h * s->w, *s, ho, wo);
         KN_LAUNCH_CHECK();
         /* dW^T (R x cout) += col (R x P) . dout_n^T (P x cout) */
-        KN_CUBLAS_TRY(cublasSgemm(kn_cublas(ctx), CUBLAS_OP_T, CUBLAS_OP_N, R, s->cout, P, &one,
+        KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, R, s->cout, P, &one,
                                   col, P, dout + (size_t)n * s->cout * P, P, &one, dw, R));
     }
     chan_bias_grad<<<s->cout, 256, 0, st>>>(db, dout, B, s->cout, (size_t)P);

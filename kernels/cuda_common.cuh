@@ -40,6 +40,40 @@ static inline cublasHandle_t kn_cublas(kn_ctx *c)
     return (cublasHandle_t)c->cublas;
 }
 
+/* The compute type of the context's products on fp32 storage: pedantic fp32, TF32 tensor cores,
+ * or inputs rounded to bf16 / fp16 with fp32 accumulation (precision.h). */
+static inline cublasComputeType_t kn_compute_type(const kn_ctx *c)
+{
+    switch (c->prec) {
+    case KN_PREC_TF32:
+        return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case KN_PREC_BF16:
+        return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case KN_PREC_FP16:
+        return CUBLAS_COMPUTE_32F_FAST_16F;
+    default:
+        return CUBLAS_COMPUTE_32F_PEDANTIC;
+    }
+}
+
+/* cublasSgemm's arguments (column-major, fp32 storage) in the context's precision */
+static inline int kn_gemm(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                          int k, const float *alpha, const float *A, int lda, const float *B,
+                          int ldb, const float *beta, float *C, int ldc)
+{
+    KN_CUBLAS_TRY(cublasGemmEx(kn_cublas(c), ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, B,
+                               CUDA_R_32F, ldb, beta, C, CUDA_R_32F, ldc, kn_compute_type(c),
+                               CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+#define KN_GEMM_TRY(call)                                                                          \
+    do {                                                                                           \
+        int r_ = (call);                                                                           \
+        if (r_ != 0)                                                                               \
+            return r_;                                                                             \
+    } while (0)
+
 static inline unsigned kn_blocks(size_t n, unsigned threads)
 {
     size_t b = (n + threads - 1) / threads;

@@ -90,13 +90,32 @@ void kn_device_name(kn_device dev, char *buf, size_t size)
     kn_device_format(dev, buf, size);
 }
 
-sc_status kn_ctx_new(kn_ctx **out, kn_device dev, bool allow_tf32, sc_err *err)
+bool kn_device_has_bf16(kn_device dev)
+{
+#ifdef SC_HAVE_CUDA
+    if (dev.kind == KN_DEV_CUDA)
+        return kn_gpu_backend_load(NULL) == SC_OK && kn_cuda_capability(dev.index) >= 80;
+#endif
+    return dev.kind == KN_DEV_CPU;
+}
+
+kn_precision kn_ctx_precision(const kn_ctx *ctx)
+{
+    return ctx->prec;
+}
+
+sc_status kn_ctx_new(kn_ctx **out, kn_device dev, kn_precision prec, sc_err *err)
 {
     *out = NULL;
+    if ((unsigned)prec >= (unsigned)KN_PREC_AUTO)
+        return SC_ERRF(err, SC_ERR_INVALID,
+                       "a context's precision must be fp32, tf32, bf16 or fp16, not %s (resolve "
+                       "auto first)",
+                       kn_precision_name(prec));
     kn_ctx *ctx = calloc(1, sizeof *ctx);
     SC_ALLOC_CHECK(ctx, err);
     ctx->dev = dev;
-    ctx->tf32 = allow_tf32;
+    ctx->prec = prec;
     kn_ctx_set_cpu_kernels(ctx, KN_CPU_KERNELS_FAST);
     if (dev.kind == KN_DEV_CPU)
         (void)kn_cpu_threads(); /* the default thread count, applied before the first product */

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "common/sc_status.h"
+#include "kernels/precision.h"
 
 typedef enum { KN_DEV_CPU = 0, KN_DEV_CUDA = 1 } kn_device_kind;
 
@@ -42,9 +43,16 @@ void kn_device_name(kn_device dev, char *buf, size_t size);
 
 typedef struct kn_ctx kn_ctx;
 
-/* Opens an execution context on `dev`. `allow_tf32` lets cuBLAS use TF32 tensor cores for
- * matmuls (ignored on the CPU, which is always plain fp32). */
-sc_status kn_ctx_new(kn_ctx **out, kn_device dev, bool allow_tf32, sc_err *err);
+/* Opens an execution context on `dev` computing in `prec` (precision.h; AUTO is SC_ERR_INVALID:
+ * resolve it first). On a GPU, TF32 lets cuBLAS use TF32 tensor cores; bf16 and fp16 run the
+ * products on 16-bit tensor cores. The CPU computes tf32 as plain fp32 and emulates bf16 and
+ * fp16. */
+sc_status kn_ctx_new(kn_ctx **out, kn_device dev, kn_precision prec, sc_err *err);
+kn_precision kn_ctx_precision(const kn_ctx *ctx);
+
+/* True when the device has bfloat16 tensor cores (compute capability 8.0 and up) or is the CPU,
+ * which emulates them. */
+bool kn_device_has_bf16(kn_device dev);
 void kn_ctx_destroy(kn_ctx **ctx);
 kn_device kn_ctx_device(const kn_ctx *ctx);
 

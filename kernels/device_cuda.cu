@@ -24,6 +24,17 @@ extern "C" int kn_cuda_name(int index, char *buf, size_t size)
     return 0;
 }
 
+extern "C" int kn_cuda_capability(int index)
+{
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return major * 10 + minor;
+}
+
 extern "C" int kn_cuda_ctx_open(struct kn_ctx *c)
 {
     KN_CUDA_TRY(cudaSetDevice(c->dev.index));
@@ -34,9 +45,11 @@ extern "C" int kn_cuda_ctx_open(struct kn_ctx *c)
     KN_CUBLAS_TRY(cublasCreate(&h));
     c->cublas = h;
     KN_CUBLAS_TRY(cublasSetStream(h, s));
-    /* fp32 unless the user allowed TF32; pedantic keeps cuBLAS from choosing it on its own */
-    KN_CUBLAS_TRY(
-        cublasSetMathMode(h, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+    /* kn_gemm names its compute type per call; the calls that do not (the fp32 attention's
+     * batched products) follow the handle: TF32 where asked for, else pedantic fp32, which keeps
+     * cuBLAS from choosing a shortcut on its own */
+    KN_CUBLAS_TRY(cublasSetMathMode(h, c->prec == KN_PREC_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                               : CUBLAS_PEDANTIC_MATH));
     cudaEvent_t a, b;
     KN_CUDA_TRY(cudaEventCreate(&a));
     c->ev_begin = a;

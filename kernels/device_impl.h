@@ -10,6 +10,7 @@
 
 #include "kernels/device.h"
 #include "kernels/gpu_fn.h"
+#include "kernels/precision.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,7 +21,7 @@ typedef struct CUstream_st *kn_stream_t;
 
 struct kn_ctx {
     kn_device dev;
-    bool tf32;
+    kn_precision prec;  /* never AUTO */
     bool cpu_fast;      /* CPU: the fast path (BLAS products), else the reference kernels */
     kn_stream_t stream; /* CUDA only */
     void *cublas;       /* cublasHandle_t, CUDA only */
@@ -34,6 +35,8 @@ struct kn_ctx {
  * nonzero code comes from kn_cuda_error_string. */
 KN_GPU_FN(int, kn_cuda_count, (void));
 KN_GPU_FN(int, kn_cuda_name, (int index, char *buf, size_t size));
+/* compute capability major * 10 + minor (80 for an A100, 90 for an H100), or -1 */
+KN_GPU_FN(int, kn_cuda_capability, (int index));
 KN_GPU_FN(int, kn_cuda_ctx_open, (struct kn_ctx *ctx));
 KN_GPU_FN(void, kn_cuda_ctx_close, (struct kn_ctx *ctx));
 KN_GPU_FN(int, kn_cuda_alloc, (struct kn_ctx *ctx, size_t bytes, void **out));

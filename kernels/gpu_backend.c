@@ -52,6 +52,7 @@ const char *kn_gpu_backend_path(void)
 #define KN_GPU_FUNCTIONS(X)                                                                        \
     X(kn_cuda_count)                                                                               \
     X(kn_cuda_name)                                                                                \
+    X(kn_cuda_capability)                                                                          \
     X(kn_cuda_ctx_open)                                                                            \
     X(kn_cuda_ctx_close)                                                                           \
     X(kn_cuda_alloc)                                                                               \

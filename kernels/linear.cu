@@ -1,5 +1,5 @@
 /*
- * Linear layer, CUDA: the three products go to cuBLAS (row-major tensors seen as transposed
+ * Linear layer, CUDA: the three products go to cuBLAS in the context's precision (kn_gemm) (row-major tensors seen as transposed
  * column-major matrices), bias add and bias gradient are small kernels.
  */
 #include "kernels/cuda_common.cuh"
@@ -17,7 +17,7 @@ extern "C" int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp,
 {
     const float one = 1.0f, zero = 0.0f;
     /* out^T (OC x N) = W (OC x IC) . inp^T (IC x N) */
-    KN_CUBLAS_TRY(cublasSgemm(kn_cublas(ctx), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, w, IC, inp,
+    KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, w, IC, inp,
                               IC, &zero, out, OC));
     if (b != NULL) {
         size_t n = (size_t)N * OC;
@@ -32,7 +32,7 @@ extern "C" int kn_linear_backward_input_cuda(kn_ctx *ctx, float *dinp, const flo
 {
     const float one = 1.0f, zero = 0.0f;
     /* dinp^T (IC x N) = W^T (IC x OC) . dout^T (OC x N) */
-    KN_CUBLAS_TRY(cublasSgemm(kn_cublas(ctx), CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, w, IC,
+    KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, w, IC,
                               dout, OC, &zero, dinp, IC));
     return 0;
 }
@@ -42,7 +42,7 @@ extern "C" int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db,
 {
     const float one = 1.0f;
     /* dW^T (IC x OC) += inp^T (IC x N) . dout (N x OC) */
-    KN_CUBLAS_TRY(cublasSgemm(kn_cublas(ctx), CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
+    KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
                               dout, OC, &one, dw, IC));
     if (db != NULL)
         return kn_colsum_add(ctx, db, dout, N, OC);

@@ -256,7 +256,7 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
     }
     for (int i = 0; i < n; i++) {
         kn_stage_cfg scfg = kn_stage_cfg_default(a + i, a + i, cfg->device, cap);
-        scfg.allow_tf32 = cfg->allow_tf32;
+        scfg.precision = cfg->precision;
         scfg.split_backward = true; /* B and W timed apart */
         rc = kn_stage_new_cfg(&c.st[i], m, &scfg, err);
         if (rc != SC_OK) {

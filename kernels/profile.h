@@ -35,7 +35,7 @@ typedef struct {
     int nsizes;
     int warmup;  /* untimed iterations per size (>= 0) */
     int repeats; /* timed iterations per size (>= 1) */
-    bool allow_tf32;
+    kn_precision precision; /* precision.h; never AUTO */
     /* > 0: sustained speed. Each size (and the optimizer step) runs timed passes until at
      * least `repeats` of them have taken min_time_s together (at most KN_PROFILE_PASSES_MAX),
      * and a block's time is the mean over them: a device whose CPU quota, clock or power cap

@@ -67,7 +67,7 @@ kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device dev
     c.microbatch = microbatch;
     c.slots = 1;
     c.gather_microbatch = 0;
-    c.allow_tf32 = false;
+    c.precision = KN_PREC_FP32;
     c.optim = kn_optim_adamw_default();
     return c;
 }
@@ -150,7 +150,7 @@ sc_status kn_stage_new_cfg(kn_stage **out, const kn_model *model, const kn_stage
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating a stage");
         goto fail;
     }
-    SC_CHECK_GOTO(kn_ctx_new(&st->ctx, cfg->device, cfg->allow_tf32, err), fail);
+    SC_CHECK_GOTO(kn_ctx_new(&st->ctx, cfg->device, cfg->precision, err), fail);
     kn_ctx_set_cpu_kernels(st->ctx, kn_model_cpu_reference(model) ? KN_CPU_KERNELS_REFERENCE
                                                                   : KN_CPU_KERNELS_FAST);
     bool gpu = cfg->device.kind == KN_DEV_CUDA;

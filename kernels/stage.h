@@ -45,7 +45,7 @@ typedef struct {
      * this many samples (it may exceed `microbatch`: a backward entry that spans several
      * forwards). Scratch and gradient buffers are sized for the larger of the two capacities. */
     int gather_microbatch;
-    bool allow_tf32; /* GPU matmuls may use TF32 */
+    kn_precision precision; /* precision.h: never AUTO (fp32 by default) */
     /* Each slot also keeps its blocks' W stashes (kn_block_wstash_floats per sample), so its
      * backward may run as kn_stage_backward_input then kn_stage_backward_weight (zb1). B then
      * reuses parts of the slot's stash for W, so kn_stage_gather is refused on such a stage. */
@@ -56,7 +56,7 @@ typedef struct {
     kn_optim_cfg optim;
 } kn_stage_cfg;
 
-/* Defaults: one slot, no gather slot, no TF32, AdamW defaults. */
+/* Defaults: one slot, no gather slot, fp32, AdamW defaults. */
 kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device device,
                                   int microbatch);
 

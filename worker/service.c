@@ -178,6 +178,12 @@ static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req
     sc_status rc = kn_device_parse(st->device, "device", &cfg.device, err);
     for (size_t i = 0; rc == SC_OK && i < req->n_microbatch_sizes; i++)
         cfg.sizes[cfg.nsizes++] = (int)req->microbatch_sizes[i];
+    /* the job's precision as its stages will compute ("auto": this device's choice) */
+    kn_precision prec = KN_PREC_FP32;
+    if (rc == SC_OK && req->precision != NULL && req->precision[0] != '\0')
+        rc = kn_precision_parse(req->precision, "the job's precision", &prec, err);
+    cfg.precision = kn_precision_resolve(prec, cfg.device.kind == KN_DEV_CUDA,
+                                         rc == SC_OK && kn_device_has_bf16(cfg.device));
     cfg.warmup = 1;
     cfg.repeats = 3;
     /* Sustained speed: a worker capped by a CPU quota runs its first milliseconds of every

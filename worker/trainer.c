@@ -292,6 +292,8 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.data_kind = jstr(data, "kind", "synthetic");
     cfg.data_path = jstr(data, "path", NULL);
     cfg.optimizer = jstr(opt, "kind", "adamw");
+    /* resolved by the coordinator for every stage alike (absent from older ones: fp32) */
+    cfg.precision = jstr(plan, "precision", "fp32");
     cfg.lr = jnum(opt, "lr", 3e-4);
     cfg.weight_decay = jnum(opt, "weight_decay", 0.0);
     cfg.momentum = jnum(opt, "momentum", 0.9);

@@ -50,8 +50,8 @@ static int setup(void **state)
     kn_device dev = {KN_DEV_CUDA, 0};
     sc_err err;
     sc_err_clear(&err);
-    if (kn_ctx_new(&ctx, dev, false, &err) != SC_OK ||
-        kn_ctx_new(&ctx_tf32, dev, true, &err) != SC_OK) {
+    if (kn_ctx_new(&ctx, dev, KN_PREC_FP32, &err) != SC_OK ||
+        kn_ctx_new(&ctx_tf32, dev, KN_PREC_TF32, &err) != SC_OK) {
         fprintf(stderr, "cannot open cuda:0: %s\n", err.msg);
         return -1;
     }

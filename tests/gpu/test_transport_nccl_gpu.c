@@ -457,7 +457,7 @@ static void test_local_device_payloads(void **state)
     kn_device dev;
     assert_int_equal(kn_device_parse("cuda:0", "device", &dev, &err), SC_OK);
     kn_ctx *ctx = NULL;
-    assert_int_equal(kn_ctx_new(&ctx, dev, false, &err), SC_OK);
+    assert_int_equal(kn_ctx_new(&ctx, dev, KN_PREC_FP32, &err), SC_OK);
     rt_transport *a = local_new("local://dev-a", true), *b = local_new("local://dev-b", true);
     rt_transport *h = local_new("local://host-c", false);
     assert_true(rt_transport_on_device(a));
@@ -772,7 +772,7 @@ static void test_reduce_two_gpus(void **state)
     rt_allreduce *a[2] = {reduce_new(0, 2, 0, 30000), reduce_new(1, 2, 1, 30000)};
     for (int k = 0; k < 2; k++) {
         kn_device d = {.kind = KN_DEV_CUDA, .index = k};
-        assert_int_equal(kn_ctx_new(&ctx[k], d, false, &err), SC_OK);
+        assert_int_equal(kn_ctx_new(&ctx[k], d, KN_PREC_FP32, &err), SC_OK);
         float *dev = NULL;
         assert_int_equal(kn_ctx_alloc(ctx[k], N * sizeof(float), (void **)&dev, &err), SC_OK);
         for (int i = 0; i < N; i++)

@@ -977,7 +977,7 @@ static void test_alloc_beyond_memory(void **state)
     kn_ctx *ctx = NULL;
     sc_err err;
     sc_err_clear(&err);
-    assert_int_equal(kn_ctx_new(&ctx, (kn_device){.kind = KN_DEV_CPU, .index = 0}, false, &err),
+    assert_int_equal(kn_ctx_new(&ctx, (kn_device){.kind = KN_DEV_CPU, .index = 0}, KN_PREC_FP32, &err),
                      SC_OK);
     size_t phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
     void *p = (void *)1;

@@ -241,6 +241,14 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     scfg.split_backward = skind == RT_SCHED_ZB1 && !r->pipedream && r->halved == 0;
     scfg.gather_microbatch = r->gather_cap; /* one more slot, counted in the stage's memory */
     scfg.optim = r->optim;
+    scfg.precision = KN_PREC_FP32;
+    if (c->precision != NULL) {
+        SC_CHECK(kn_precision_parse(c->precision, "runner: precision", &scfg.precision, err));
+        if (scfg.precision == KN_PREC_AUTO)
+            return SC_ERRF(err, SC_ERR_INVALID,
+                           "runner: precision auto must be resolved by the plan; valid: bf16, "
+                           "fp16, tf32, fp32");
+    }
     if (c->frozen_blocks < 0 || c->frozen_blocks >= kn_model_block_count(r->model))
         return SC_ERRF(err, SC_ERR_INVALID,
                        "runner: %d frozen blocks of a %d-block model; valid: 0 to %d (the last "

@@ -120,6 +120,8 @@ typedef struct {
     const char *data_kind;       /* "text", "tokens", "cifar10", "synthetic" */
     const char *data_path;       /* NULL for synthetic */
     const char *optimizer;       /* "adamw" or "sgd" */
+    const char *precision;       /* "fp32", "tf32", "bf16" or "fp16" (kernels/precision.h: the
+                                  * plan's, resolved); NULL: fp32 */
     double lr, weight_decay, momentum; /* momentum: SGD only */
     const char *device;                /* "cpu" or "cuda:N" */
     const char *transport;             /* "zmq", "local" or "nccl" (cuda:N devices, no
