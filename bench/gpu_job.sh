@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A training job on this machine's GPU (or CPU) through the whole system: a coordinator and N
+# workers on one device, the job planned, profiled and run as users run it. Prints per run the
+# measured and predicted iteration, tokens/s, each stage's busy time, and writes the job's trace
+# (Perfetto JSON) beside the log. Used by gpu-check.sh --full for the job-path figures.
+#
+#   bench/gpu_job.sh PATH/TO/stagecraft OUT_DIR [--device cuda:0] [--workers "1 2"]
+#       [--precision bf16] [--model JSON] [--batch 32] [--microbatches 8] [--steps 30]
+#       [--schedule 1f1b] [--strategy minmax]
+# The default model is GPT-2 124M's shapes (vocabulary 50257, 12 layers, width 768, 12 heads,
+# sequence 1024) on synthetic tokens. Each worker count in --workers is one run.
+set -euo pipefail
+sc=$(readlink -f "${1:?usage: gpu_job.sh PATH/TO/stagecraft OUT_DIR [flags]}")
+out=${2:?usage: gpu_job.sh PATH/TO/stagecraft OUT_DIR [flags]}
+shift 2
+device=cuda:0 counts="1 2" precision=bf16 batch=32 mbs=8 steps=30 schedule=1f1b strategy=minmax
+model='{"kind": "gpt", "name": "gpt2-124M", "vocab": 50257, "seq_len": 1024, "layers": 12, "width": 768, "heads": 12}'
+while [ $# -gt 0 ]; do
+    case $1 in
+    --device) device=$2; shift 2 ;;
+    --workers) counts=$2; shift 2 ;;
+    --precision) precision=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --microbatches) mbs=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --schedule) schedule=$2; shift 2 ;;
+    --strategy) strategy=$2; shift 2 ;;
+    *) echo "gpu_job: unknown flag $1" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$out"
+# shellcheck source=local_cluster.sh
+. "$(dirname "$0")/local_cluster.sh"
+local_scratch gpujob
+
+for n in $counts; do
+    # a fresh coordinator and workers per run: nothing measured in one run steers the next
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    pids=()
+    rm -rf "$work/coord$n" "$work/coord.log"
+    # the last run's tokens would be taken as this coordinator's own (it then writes none)
+    unset STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN STAGECRAFT_COORDINATOR
+    local_coordinator "$work/coord$n" || { tail -n 5 "$work/coord.log"; exit 1; }
+    names=$(seq -s ' ' -f 'g%g' 1 "$n")
+    local_workers "$names" --device "$device"
+    cat >"$work/job$n.json" <<JSON
+{"format": "stagecraft-job", "version": 1, "name": "gpu-job-$n", "model": $model,
+ "data": {"kind": "synthetic"}, "batch_size": $batch, "microbatches": $mbs,
+ "schedule": "$schedule", "strategy": "$strategy", "workers": $n, "steps": $steps,
+ "precision": "$precision", "rebalance": "off"}
+JSON
+    id=$("$sc" submit "$work/job$n.json" | sed -n 's/^submitted \(job-[0-9]*\).*/\1/p')
+    [ -n "$id" ] || { echo "gpu_job: submit failed"; cat "$work/coord.log" | tail -n 20; exit 1; }
+    # the trace of the last iterations while the job still runs
+    while :; do
+        s=$("$sc" status "$id" --json)
+        st=$(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["state"], d["step"])' <<<"$s")
+        case $st in
+        running*) [ "${st#running }" -ge $((steps * 2 / 3)) ] && break ;;
+        succeeded* | failed* | cancelled*) break ;;
+        esac
+        sleep 0.5
+    done
+    "$sc" trace "$id" --out "$out/trace-$n.json" --iterations 3 >"$work/trace.log" 2>&1 ||
+        echo "gpu_job: no trace for $n worker(s): $(tail -n 1 "$work/trace.log")"
+    "$sc" status "$id" --follow >/dev/null 2>&1 || true
+    "$sc" status "$id" --json >"$out/status-$n.json"
+    "$sc" status "$id" >"$out/status-$n.txt"
+    python3 - "$out/status-$n.json" "$n" "$precision" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+spec = d.get("spec") or {}
+model = spec.get("model", {}) if isinstance(spec, dict) else {}
+T = model.get("seq_len", 1)
+batch = spec.get("batch_size", 0) if isinstance(spec, dict) else 0
+m, p = d.get("measured_iteration_s") or 0, d.get("predicted_iteration_s") or 0
+print(f"gpu_job: {sys.argv[2]} worker(s), {sys.argv[3]}: {d['state']} at step {d['step']}: "
+      f"iteration {m:.4f} s measured, {p:.4f} s predicted ({(m / p - 1) * 100 if p else 0:+.1f}%), "
+      f"{batch * T / m if m else 0:.0f} tokens/s")
+for s in d.get("stage_figures", []):
+    print(f"gpu_job:   stage {s['stage']} blocks {s['first_block']}-{s['last_block']}: busy "
+          f"{s.get('busy_s', 0):.4f} s ({s.get('busy_fraction', 0) * 100:.0f}%), predicted compute "
+          f"{s.get('predicted_compute_s', 0):.4f} s")
+PY
+    cp "$work/coord.log" "$out/coord-$n.log" 2>/dev/null || true
+done
