@@ -411,12 +411,16 @@ int cmd_cancel(const cli_command *self, int argc, char **argv)
     if (cli_call(a.coordinator, "/stagecraft.Coordinator/CancelJob", &req.base,
                  &stagecraft__cancel_job_response__descriptor, &m, &err) != SC_OK)
         return cli_report(self, &err);
-    Stagecraft__JobInfo *j = ((Stagecraft__CancelJobResponse *)m)->job;
+    const Stagecraft__CancelJobResponse *r = (const void *)m;
+    Stagecraft__JobInfo *j = r->job;
     if (a.json) {
         json_t *o = job_json(j);
+        json_object_set_new(o, "already_cancelled", json_boolean(r->already_cancelled));
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
         json_decref(o);
+    } else if (r->already_cancelled) {
+        printf("%s is already cancelled (%s)\n", j->job_id, j->reason);
     } else {
         printf("%s is %s\n", j->job_id, job_state_name(j->state));
     }
@@ -433,6 +437,7 @@ int cmd_rebalance(const cli_command *self, int argc, char **argv)
         return rc;
     sc_err err;
     sc_err_clear(&err);
+    /* the token is sent when there is one; the coordinator asks for it unless --dry-run */
     char token[256];
     if (cli_read_token(a.token_file, "STAGECRAFT_TOKEN", token, sizeof token, &err) != SC_OK)
         return cli_report(self, &err);

@@ -114,7 +114,9 @@ int cmd_status(const cli_command *self, int argc, char **argv);
 #define CMD_CANCEL_USAGE                                                                           \
     "usage: stagecraft cancel JOB [--reason TEXT] [--coordinator HOST:PORT] [--token-file FILE]\n"\
     "                        [--json]\n\n"                                                         \
-    "Cancels a job and releases its workers.\n"
+    "Cancels a job and releases its workers; a job already cancelled is said to be so (exit\n"  \
+    "0). The client token comes from --token-file or STAGECRAFT_TOKEN.\n"                        \
+    "  --reason TEXT  recorded in the job's history\n"
 int cmd_cancel(const cli_command *self, int argc, char **argv);
 
 #define CMD_TRACE_USAGE                                                                            \
@@ -138,7 +140,7 @@ int cmd_trace(const cli_command *self, int argc, char **argv);
     "\"auto\").\n\n"                                                                               \
     "  --dry-run            only show the plan it would use and the predicted gain\n"              \
     "  --json               the figures and the plan as JSON\n"                                    \
-    "  --token-file F       client token (else STAGECRAFT_TOKEN, else the coordinator's file)\n"
+    "  --token-file F       client token (else STAGECRAFT_TOKEN); --dry-run needs none\n"
 int cmd_rebalance(const cli_command *self, int argc, char **argv);
 
 #define CMD_WORKERS_USAGE                                                                          \
