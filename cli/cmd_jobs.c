@@ -186,8 +186,9 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
     json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
     json_object_set_new(o, "plan", plan ? plan : json_null());
-    json_object_set_new(o, "loss", json_real(j->loss));
-    json_object_set_new(o, "samples_per_s", json_real(j->samples_per_s));
+    json_object_set_new(o, "loss", cli_json_figure(j->loss_known, j->loss));
+    json_object_set_new(o, "samples_per_s",
+                        cli_json_figure(j->samples_per_s_known, j->samples_per_s));
     json_object_set_new(o, "predicted_iteration_s", json_real(j->predicted_iteration_s));
     json_object_set_new(o, "measured_iteration_s", json_real(j->measured_iteration_s));
     json_t *stages = json_array();
@@ -351,8 +352,11 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         if (j->checkpoint_error != NULL && j->checkpoint_error[0] != '\0')
             printf("checkpoint failed: %s\n", j->checkpoint_error);
         if (j->n_stages > 0) {
-            printf("loss:    %.4f, %.1f samples/s; iteration %.4g s measured, %.4g s predicted\n",
-                   j->loss, j->samples_per_s, j->measured_iteration_s, j->predicted_iteration_s);
+            char loss[32], rate[32];
+            cli_fmt_figure(loss, sizeof loss, j->loss_known, "%.4f", j->loss);
+            cli_fmt_figure(rate, sizeof rate, j->samples_per_s_known, "%.1f", j->samples_per_s);
+            printf("loss:    %s, %s samples/s; iteration %.4g s measured, %.4g s predicted\n",
+                   loss, rate, j->measured_iteration_s, j->predicted_iteration_s);
             printf("busy:   ");
             for (size_t i = 0; i < j->n_stages; i++)
                 printf(" stage %u %.0f%%", j->stages[i]->stage,

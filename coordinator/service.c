@@ -239,7 +239,9 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
     const coord_progress *p = coord_jobs_progress(c, info->job_id);
     if (p != NULL) {
         info->loss = p->loss;
+        info->loss_known = p->loss_known;
         info->samples_per_s = p->samples_per_s;
+        info->samples_per_s_known = p->samples_per_s > 0; /* set once a window has steps */
         info->predicted_iteration_s = p->predicted_iteration_s;
         info->stages = sc_rpc_ctx_alloc(ctx, (size_t)p->n_stages * sizeof *info->stages);
         for (int s = 0; info->stages && s < p->n_stages; s++) {

@@ -41,6 +41,10 @@ cat >"$work/job.json" <<'JSON'
  "workers": ["nobody"], "steps": 5}
 JSON
 "$sc" submit "$work/job.json" >/dev/null || fail "submit"
+# a job that has not trained has no loss and no rate: null, not 0; "-" in the text
+st=$("$sc" status job-1 --json)
+[ "$(jq -c '[.loss, .samples_per_s]' <<<"$st")" = "[null,null]" ] ||
+    fail "an untrained job's figures: $(jq -c '[.loss, .samples_per_s]' <<<"$st")"
 
 # rebalance --dry-run needs no token; the job is not running, so it is refused for that
 out=$(env -u STAGECRAFT_TOKEN "$sc" rebalance job-1 --dry-run 2>&1); rc=$?
