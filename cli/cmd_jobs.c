@@ -37,6 +37,27 @@ typedef struct {
     const char *arg; /* the one positional argument, or NULL */
 } client_args;
 
+/* Whether subcommand `self` takes the shared flag `opt`: each takes only the flags its help
+ * names, so a flag given to the wrong subcommand (a token to `status`) is refused, not
+ * silently ignored. */
+static bool client_takes(const cli_command *self, int opt)
+{
+    switch (opt) {
+    case O_COORD:
+    case O_JSON:
+        return true;
+    case O_TOKEN:
+        return self->run == cmd_submit || self->run == cmd_cancel || self->run == cmd_rebalance;
+    case O_REASON:
+        return self->run == cmd_cancel;
+    case O_FOLLOW:
+        return self->run == cmd_submit || self->run == cmd_status;
+    case O_DRY_RUN:
+        return self->run == cmd_rebalance;
+    }
+    return false;
+}
+
 /* Parses the shared flags; `positional` is 0 (none), 1 (exactly one) or 2 (at most one). */
 static int parse_client_args(const cli_command *self, int argc, char **argv, int positional,
                              client_args *a)
@@ -44,6 +65,13 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
     memset(a, 0, sizeof *a);
     int c;
     while ((c = cli_getopt(self, argc, argv, client_opts)) != -1) {
+        if (c > 0 && !client_takes(self, c)) {
+            const char *name = "?";
+            for (const struct option *o = client_opts; o->name != NULL; o++)
+                if (o->val == c)
+                    name = o->name;
+            return cli_usage_error(self, "unknown flag '--%s'", name);
+        }
         switch (c) {
         case -2:
             return CLI_USAGE;
@@ -60,13 +88,9 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
             a->reason = optarg;
             break;
         case O_FOLLOW:
-            if (self->run != cmd_submit && self->run != cmd_status)
-                return cli_usage_error(self, "unknown flag '--follow'");
             a->follow = 1;
             break;
         case O_DRY_RUN:
-            if (self->run != cmd_rebalance)
-                return cli_usage_error(self, "unknown flag '--dry-run'");
             a->dry_run = 1;
             break;
         }
