@@ -2,7 +2,8 @@
 # `stagecraft SUBCOMMAND --help` and docs/reference/cli.md agree: every subcommand of the help's
 # list has a row in cli.md's table and a section, and the flags each one's help names (in its
 # usage lines and at the start of its flag lines) are the flags its section names (in its
-# usage block and in the first column of its table), both ways.
+# usage block and in the first column of its table), both ways. And the token shard writer
+# that formats.md and the guide print writes a shard `stagecraft eval` reads.
 # Usage: test_cli_docs.sh PATH/TO/stagecraft
 set -u
 sc=${1:?usage: test_cli_docs.sh PATH/TO/stagecraft}
@@ -102,3 +103,20 @@ if not failures:
     print(f"ok: {len(names)} subcommands: --help and cli.md name the same flags")
 sys.exit(1 if failures else 0)
 PY
+rc=$?
+
+# the documented shard writer: the same code in both pages, and eval reads what it writes
+root="$(dirname "$0")/../.."
+writer() { awk '/^```python$/{on=1; next} /^```$/{on=0} on' "$1" | grep -A4 '^def write_shard'; }
+w=$(writer "$root/docs/reference/formats.md")
+[ -n "$w" ] || { echo "FAIL: formats.md prints no write_shard"; rc=1; }
+[ "$w" = "$(writer "$root/docs/guide.md")" ] || { echo "FAIL: the guide's write_shard differs"; rc=1; }
+printf 'import struct\n%s\nwrite_shard("%s", [(7 * i) %% 96 for i in range(200)])\n' \
+    "$(awk '/^```python$/{on=1; next} /^```$/{on=0} on' "$root/docs/reference/formats.md" |
+        sed -n '/^def write_shard/,/^$/p')" "$help_dir/shard.bin" >"$help_dir/write.py"
+python3 "$help_dir/write.py" || { echo "FAIL: the documented writer failed"; rc=1; }
+out=$("$sc" eval --model "$root/tests/data/hf/llama-tied" --data "$help_dir/shard.bin" \
+    --seq-len 16 --batch 2 --batches 1 --json 2>&1) && [[ $out == *'"tokens": 32'* ]] ||
+    { echo "FAIL: eval of the documented shard: $out"; rc=1; }
+[ $rc -eq 0 ] && echo "ok: the documented shard writer writes what eval reads"
+exit $rc
