@@ -227,7 +227,11 @@ static sc_status client_invoke(sc_rpc_client *cli, const char *method, grpc_slic
             d = error_string;
             dlen = (int)strlen(error_string);
         }
-        const char *hint = no_answer_hint(cli, status, d, dlen);
+        /* a status the server's handler sent (its trailer) explains itself */
+        bool answered = false;
+        for (size_t i = 0; i < trail_md.count && !answered; i++)
+            answered = grpc_slice_str_cmp(trail_md.metadata[i].key, RPC_STATUS_KEY) == 0;
+        const char *hint = answered ? "" : no_answer_hint(cli, status, d, dlen);
         if (hint[0] != '\0')
             rc = SC_ERRF(err, trailer_status(&trail_md, status),
                          "%s at %s: %s: %.*s after waiting %.1f s%s", method, cli->target,
