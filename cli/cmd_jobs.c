@@ -379,8 +379,8 @@ int cmd_status(const cli_command *self, int argc, char **argv)
             char loss[32], rate[32];
             cli_fmt_figure(loss, sizeof loss, j->loss_known, "%.4f", j->loss);
             cli_fmt_figure(rate, sizeof rate, j->samples_per_s_known, "%.1f", j->samples_per_s);
-            printf("loss:    %s, %s samples/s; iteration %.4g s measured, %.4g s predicted\n",
-                   loss, rate, j->measured_iteration_s, j->predicted_iteration_s);
+            printf("loss:    %s, %s samples/s; iteration %.4g s measured, %.4g s predicted\n", loss,
+                   rate, j->measured_iteration_s, j->predicted_iteration_s);
             printf("busy:   ");
             for (size_t i = 0; i < j->n_stages; i++)
                 printf(" stage %u %.0f%%", j->stages[i]->stage,

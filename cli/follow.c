@@ -97,11 +97,11 @@ static void print_progress(follower *f, const Stagecraft__JobInfo *j, double now
         return;
     f->last_progress_s = now_s;
     if (f->json) {
-        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:o, s:o, s:f}", "job_id", j->job_id, "state",
-                              "running", "step", (json_int_t)j->step, "steps", (json_int_t)j->steps,
-                              "loss", cli_json_figure(j->loss_known, j->loss), "samples_per_s",
-                              cli_json_figure(j->samples_per_s_known, j->samples_per_s), "eta_s",
-                              eta_s);
+        json_t *o =
+            json_pack("{s:s, s:s, s:I, s:I, s:o, s:o, s:f}", "job_id", j->job_id, "state",
+                      "running", "step", (json_int_t)j->step, "steps", (json_int_t)j->steps, "loss",
+                      cli_json_figure(j->loss_known, j->loss), "samples_per_s",
+                      cli_json_figure(j->samples_per_s_known, j->samples_per_s), "eta_s", eta_s);
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s ? s : "{}");
         free(s);

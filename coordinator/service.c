@@ -357,8 +357,7 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     sc_status rc = coord_store_job_get(c->store, id, &job, err);
     if (rc == SC_OK && job.state == COORD_JOB_CANCELLED) {
         already = true;
-    } else if (rc == SC_OK &&
-               (job.state == COORD_JOB_SUCCEEDED || job.state == COORD_JOB_FAILED)) {
+    } else if (rc == SC_OK && (job.state == COORD_JOB_SUCCEEDED || job.state == COORD_JOB_FAILED)) {
         rc = SC_ERRF(err, SC_ERR_PRECONDITION, "job %s already ended (%s: %s): nothing to cancel",
                      id, coord_job_state_name(job.state), job.reason);
         coord_job_clear(&job);
