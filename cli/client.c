@@ -2,6 +2,7 @@
 #include "cli/client.h"
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,19 @@ sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
     sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, CLI_CALL_TIMEOUT_MS, err);
     sc_rpc_client_destroy(&cli);
     return rc;
+}
+
+void cli_fmt_figure(char *buf, size_t size, bool known, const char *fmt, double v)
+{
+    if (known)
+        snprintf(buf, size, fmt, v);
+    else
+        snprintf(buf, size, "-");
+}
+
+json_t *cli_json_figure(bool known, double v)
+{
+    return known ? json_real(v) : json_null();
 }
 
 static volatile sig_atomic_t *stop_flag;

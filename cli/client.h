@@ -5,7 +5,9 @@
 #ifndef SC_CLI_CLIENT_H
 #define SC_CLI_CLIENT_H
 
+#include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 
 #include "cli/cli.h"
 #include "proto/sc_rpc.h"
@@ -25,6 +27,13 @@ sc_status cli_read_token(const char *file, const char *env, char *token, size_t 
 sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
                    const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                    sc_err *err);
+
+/* Writes `v` with the printf format `fmt` (one double conversion) into buf, or "-" when the
+ * figure is not known yet: a progress line never shows a zero that was not measured. */
+void cli_fmt_figure(char *buf, size_t size, bool known, const char *fmt, double v);
+
+/* The figure as JSON: a number when known, else null (a new reference). */
+json_t *cli_json_figure(bool known, double v);
 
 /* Installs SIGINT/SIGTERM handlers that set *flag (daemons poll it). */
 void cli_on_stop_signals(volatile sig_atomic_t *flag);

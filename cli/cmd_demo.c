@@ -114,9 +114,10 @@ static json_t *get_job(const char *addr, const char *job_id)
         return NULL;
     Stagecraft__JobInfo *j = ((Stagecraft__GetJobResponse *)m)->job;
     json_t *o =
-        json_pack("{s:i, s:s, s:I, s:I, s:f, s:f, s:f, s:f}", "state", (int)j->state, "reason",
+        json_pack("{s:i, s:s, s:I, s:I, s:o, s:o, s:f, s:f}", "state", (int)j->state, "reason",
                   j->reason ? j->reason : "", "step", (json_int_t)j->step, "steps",
-                  (json_int_t)j->steps, "loss", j->loss, "samples_per_s", j->samples_per_s,
+                  (json_int_t)j->steps, "loss", cli_json_figure(j->loss_known, j->loss),
+                  "samples_per_s", cli_json_figure(j->samples_per_s_known, j->samples_per_s),
                   "measured_s", j->measured_iteration_s, "predicted_s", j->predicted_iteration_s);
     if (j->plan_json && j->plan_json[0])
         json_object_set_new(o, "plan", json_loads(j->plan_json, 0, NULL));
@@ -339,16 +340,23 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
         }
         int st = (int)json_integer_value(json_object_get(last, "state"));
         long long step = json_integer_value(json_object_get(last, "step"));
+        /* null until measured: shown as "-" and kept out of the loss curve */
+        bool loss_known = json_is_number(json_object_get(last, "loss"));
         double loss = json_number_value(json_object_get(last, "loss"));
+        json_t *rate_j = json_object_get(last, "samples_per_s");
         bool ended = st == 6 || st == 7 || st == 8;
         if (st != last_state && !ended)
             printf("[%s] %s\n", state_name(st), json_string_value(json_object_get(last, "reason")));
         /* running, or just succeeded: the last step's figures may come with the final state,
          * so they are printed before the line that ends the job */
         if ((st == 4 || st == 6) && step != last_step && step > 0) {
-            printf("step %5lld/%lld  loss %.4f  %.1f samples/s\n", step, (long long)steps, loss,
-                   json_number_value(json_object_get(last, "samples_per_s")));
-            if (curve_n < CURVE_MAX) {
+            char loss_s[32], rate_s[32];
+            cli_fmt_figure(loss_s, sizeof loss_s, loss_known, "%.4f", loss);
+            cli_fmt_figure(rate_s, sizeof rate_s, json_is_number(rate_j), "%.1f",
+                           json_number_value(rate_j));
+            printf("step %5lld/%lld  loss %s  %s samples/s\n", step, (long long)steps, loss_s,
+                   rate_s);
+            if (loss_known && curve_n < CURVE_MAX) {
                 curve_step[curve_n] = step;
                 curve_loss[curve_n++] = loss;
             }

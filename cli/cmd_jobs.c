@@ -37,6 +37,27 @@ typedef struct {
     const char *arg; /* the one positional argument, or NULL */
 } client_args;
 
+/* Whether subcommand `self` takes the shared flag `opt`: each takes only the flags its help
+ * names, so a flag given to the wrong subcommand (a token to `status`) is refused, not
+ * silently ignored. */
+static bool client_takes(const cli_command *self, int opt)
+{
+    switch (opt) {
+    case O_COORD:
+    case O_JSON:
+        return true;
+    case O_TOKEN:
+        return self->run == cmd_submit || self->run == cmd_cancel || self->run == cmd_rebalance;
+    case O_REASON:
+        return self->run == cmd_cancel;
+    case O_FOLLOW:
+        return self->run == cmd_submit || self->run == cmd_status;
+    case O_DRY_RUN:
+        return self->run == cmd_rebalance;
+    }
+    return false;
+}
+
 /* Parses the shared flags; `positional` is 0 (none), 1 (exactly one) or 2 (at most one). */
 static int parse_client_args(const cli_command *self, int argc, char **argv, int positional,
                              client_args *a)
@@ -44,6 +65,13 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
     memset(a, 0, sizeof *a);
     int c;
     while ((c = cli_getopt(self, argc, argv, client_opts)) != -1) {
+        if (c > 0 && !client_takes(self, c)) {
+            const char *name = "?";
+            for (const struct option *o = client_opts; o->name != NULL; o++)
+                if (o->val == c)
+                    name = o->name;
+            return cli_usage_error(self, "unknown flag '--%s'", name);
+        }
         switch (c) {
         case -2:
             return CLI_USAGE;
@@ -60,13 +88,9 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
             a->reason = optarg;
             break;
         case O_FOLLOW:
-            if (self->run != cmd_submit && self->run != cmd_status)
-                return cli_usage_error(self, "unknown flag '--follow'");
             a->follow = 1;
             break;
         case O_DRY_RUN:
-            if (self->run != cmd_rebalance)
-                return cli_usage_error(self, "unknown flag '--dry-run'");
             a->dry_run = 1;
             break;
         }
@@ -186,8 +210,9 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
     json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
     json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
     json_object_set_new(o, "plan", plan ? plan : json_null());
-    json_object_set_new(o, "loss", json_real(j->loss));
-    json_object_set_new(o, "samples_per_s", json_real(j->samples_per_s));
+    json_object_set_new(o, "loss", cli_json_figure(j->loss_known, j->loss));
+    json_object_set_new(o, "samples_per_s",
+                        cli_json_figure(j->samples_per_s_known, j->samples_per_s));
     json_object_set_new(o, "predicted_iteration_s", json_real(j->predicted_iteration_s));
     json_object_set_new(o, "measured_iteration_s", json_real(j->measured_iteration_s));
     json_t *stages = json_array();
@@ -351,8 +376,11 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         if (j->checkpoint_error != NULL && j->checkpoint_error[0] != '\0')
             printf("checkpoint failed: %s\n", j->checkpoint_error);
         if (j->n_stages > 0) {
-            printf("loss:    %.4f, %.1f samples/s; iteration %.4g s measured, %.4g s predicted\n",
-                   j->loss, j->samples_per_s, j->measured_iteration_s, j->predicted_iteration_s);
+            char loss[32], rate[32];
+            cli_fmt_figure(loss, sizeof loss, j->loss_known, "%.4f", j->loss);
+            cli_fmt_figure(rate, sizeof rate, j->samples_per_s_known, "%.1f", j->samples_per_s);
+            printf("loss:    %s, %s samples/s; iteration %.4g s measured, %.4g s predicted\n", loss,
+                   rate, j->measured_iteration_s, j->predicted_iteration_s);
             printf("busy:   ");
             for (size_t i = 0; i < j->n_stages; i++)
                 printf(" stage %u %.0f%%", j->stages[i]->stage,
@@ -411,12 +439,16 @@ int cmd_cancel(const cli_command *self, int argc, char **argv)
     if (cli_call(a.coordinator, "/stagecraft.Coordinator/CancelJob", &req.base,
                  &stagecraft__cancel_job_response__descriptor, &m, &err) != SC_OK)
         return cli_report(self, &err);
-    Stagecraft__JobInfo *j = ((Stagecraft__CancelJobResponse *)m)->job;
+    const Stagecraft__CancelJobResponse *r = (const void *)m;
+    Stagecraft__JobInfo *j = r->job;
     if (a.json) {
         json_t *o = job_json(j);
+        json_object_set_new(o, "already_cancelled", json_boolean(r->already_cancelled));
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
         json_decref(o);
+    } else if (r->already_cancelled) {
+        printf("%s is already cancelled (%s)\n", j->job_id, j->reason);
     } else {
         printf("%s is %s\n", j->job_id, job_state_name(j->state));
     }
@@ -433,6 +465,7 @@ int cmd_rebalance(const cli_command *self, int argc, char **argv)
         return rc;
     sc_err err;
     sc_err_clear(&err);
+    /* the token is sent when there is one; the coordinator asks for it unless --dry-run */
     char token[256];
     if (cli_read_token(a.token_file, "STAGECRAFT_TOKEN", token, sizeof token, &err) != SC_OK)
         return cli_report(self, &err);

@@ -50,6 +50,7 @@ int cmd_topo(const cli_command *self, int argc, char **argv);
     "usage: stagecraft coordinator --state DIR [--listen HOST:PORT] [--advertise HOST]\n"          \
     "                              [--join-token-file FILE] [--token-file FILE]\n"                 \
     "                              [--heartbeat-ms MS] [--suspect-after N] [--dead-after N]\n"     \
+    "                              [--profile-timeout-ms MS] [--reprofile-ms MS]\n"               \
     "                              [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]\n\n"              \
     "Runs the coordinator: registers workers, takes jobs, profiles, plans and assigns stages.\n"   \
     "  --state DIR            jobs (SQLite) and generated tokens live here; a restarted\n"         \
@@ -72,7 +73,8 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv);
 
 #define CMD_WORKER_USAGE                                                                           \
     "usage: stagecraft worker [--coordinator HOST:PORT] [--device cpu|cuda:N] [--name NAME]\n"    \
-    "                         [--listen HOST:PORT] [--state DIR] [--join-token-file FILE]\n"     \
+    "                         [--listen HOST:PORT] [--advertise HOST] [--state DIR]\n"          \
+    "                         [--join-token-file FILE] [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"\
     "                         [--threads N] [--numa-node N]\n\n"                                 \
     "Runs a worker agent for one device: registers with the coordinator, heartbeats, profiles\n" \
     "and runs the stages it is assigned. Re-registers when the coordinator comes back.\n"        \
@@ -114,7 +116,9 @@ int cmd_status(const cli_command *self, int argc, char **argv);
 #define CMD_CANCEL_USAGE                                                                           \
     "usage: stagecraft cancel JOB [--reason TEXT] [--coordinator HOST:PORT] [--token-file FILE]\n"\
     "                        [--json]\n\n"                                                         \
-    "Cancels a job and releases its workers.\n"
+    "Cancels a job and releases its workers; a job already cancelled is said to be so (exit\n"  \
+    "0). The client token comes from --token-file or STAGECRAFT_TOKEN.\n"                        \
+    "  --reason TEXT  recorded in the job's history\n"
 int cmd_cancel(const cli_command *self, int argc, char **argv);
 
 #define CMD_TRACE_USAGE                                                                            \
@@ -138,7 +142,7 @@ int cmd_trace(const cli_command *self, int argc, char **argv);
     "\"auto\").\n\n"                                                                               \
     "  --dry-run            only show the plan it would use and the predicted gain\n"              \
     "  --json               the figures and the plan as JSON\n"                                    \
-    "  --token-file F       client token (else STAGECRAFT_TOKEN, else the coordinator's file)\n"
+    "  --token-file F       client token (else STAGECRAFT_TOKEN); --dry-run needs none\n"
 int cmd_rebalance(const cli_command *self, int argc, char **argv);
 
 #define CMD_WORKERS_USAGE                                                                          \
@@ -209,7 +213,8 @@ int cmd_export(const cli_command *self, int argc, char **argv);
 #define CMD_PLAN_USAGE                                                                             \
     "usage: stagecraft plan --model FILE (--cluster FILE | --gpus N --bandwidth B [--memory M])\n" \
     "                       [--batch B] [--microbatches M|auto] [--stages N]\n"                   \
-    "                       [--schedule gpipe|1f1b|pipedream|sliced] [--strategy NAME|all]\n"   \
+    "                       [--schedule gpipe|1f1b|pipedream|sliced|zb1|auto]\n"                 \
+    "                       [--strategy NAME|all]\n"                                           \
     "                       [--json] [--trace FILE]\n\n"                                         \
     "Plans pipeline parallelism offline: cuts the model's blocks into stages, places them on\n"  \
     "devices, picks the micro-batches, simulates the schedule and compares strategies.\n"       \
@@ -223,7 +228,9 @@ int cmd_export(const cli_command *self, int argc, char **argv);
     "                      simulated sweep, capped by memory\n"                                 \
     "  --stages N          at most N stages (uniform, blockpartition, minmax, autopipe,\n"      \
     "                      exhaustive)\n"                                                        \
-    "  --schedule S        gpipe, 1f1b (default), pipedream (asynchronous) or sliced\n"         \
+    "  --schedule S        gpipe, 1f1b (default), pipedream (asynchronous), sliced, zb1\n"      \
+    "                      (zero-bubble ZB-H1: each backward split into B and a deferred W),\n"  \
+    "                      or auto (the fastest of gpipe, 1f1b, sliced and zb1 that fits)\n"    \
     "  --strategy NAME     uniform, blockpartition, minmax, pipedream, autopipe, hetero,\n"     \
     "                      umpipe, exhaustive, or all (default)\n"                               \
     "  --json              print {\"plans\": [...]} (docs/reference/formats.md)\n"                 \

@@ -97,9 +97,11 @@ static void print_progress(follower *f, const Stagecraft__JobInfo *j, double now
         return;
     f->last_progress_s = now_s;
     if (f->json) {
-        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:f, s:f, s:f}", "job_id", j->job_id, "state",
-                              "running", "step", (json_int_t)j->step, "steps", (json_int_t)j->steps,
-                              "loss", j->loss, "samples_per_s", j->samples_per_s, "eta_s", eta_s);
+        json_t *o =
+            json_pack("{s:s, s:s, s:I, s:I, s:o, s:o, s:f}", "job_id", j->job_id, "state",
+                      "running", "step", (json_int_t)j->step, "steps", (json_int_t)j->steps, "loss",
+                      cli_json_figure(j->loss_known, j->loss), "samples_per_s",
+                      cli_json_figure(j->samples_per_s_known, j->samples_per_s), "eta_s", eta_s);
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s ? s : "{}");
         free(s);
@@ -113,10 +115,12 @@ static void print_progress(follower *f, const Stagecraft__JobInfo *j, double now
     bar[BAR_WIDTH] = '\0';
     if (eta_s >= 0)
         format_eta(eta_s, eta, sizeof eta);
-    printf("%sstep %llu/%llu [%s] %3.0f%%  loss %.4f  %.1f samples/s  ETA %s%s",
+    char loss[32], rate[32];
+    cli_fmt_figure(loss, sizeof loss, j->loss_known, "%.4f", j->loss);
+    cli_fmt_figure(rate, sizeof rate, j->samples_per_s_known, "%.1f", j->samples_per_s);
+    printf("%sstep %llu/%llu [%s] %3.0f%%  loss %s  %s samples/s  ETA %s%s",
            f->tty ? "\r\033[K" : "", (unsigned long long)j->step, (unsigned long long)j->steps, bar,
-           100.0 * (double)j->step / (double)j->steps, j->loss, j->samples_per_s, eta,
-           f->tty ? "" : "\n");
+           100.0 * (double)j->step / (double)j->steps, loss, rate, eta, f->tty ? "" : "\n");
     f->line_open = f->tty;
 }
 

@@ -42,6 +42,7 @@ typedef struct {
     double iteration_s[COORD_MAX_STAGES];
     double busy_s[COORD_MAX_STAGES];
     double loss;               /* from the last stage */
+    bool loss_known;           /* a last-stage report brought a loss since this run began */
     /* the job's throughput over wall-clock time: samples of the steps done (every stage's
      * every copy) since the window's start, over the time since; the window restarts from its
      * middle once it spans RATE_WINDOW_S, so it follows a job that slows down or speeds up */

@@ -104,6 +104,14 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
     req.precision = (char *)spec->precision;
     req.microbatch_sizes = sizes;
     req.n_microbatch_sizes = profile_sizes(spec, sizes);
+    /* the worker checks the data before it measures: a path missing on its server fails the
+     * job's profiling, naming the worker and the path, rather than its stage assignment later */
+    static const char *const data_kinds[] = {[COORD_DATA_TEXT] = "text",
+                                             [COORD_DATA_TOKENS] = "tokens",
+                                             [COORD_DATA_CIFAR10] = "cifar10",
+                                             [COORD_DATA_SYNTHETIC] = "synthetic"};
+    req.data_kind = (char *)data_kinds[spec->data_kind];
+    req.data_path = (char *)spec->data_path;
     /* Every worker measures its own device: two of one name may differ (a CPU share, a GPU's
      * clock or power cap), and the cluster model groups them only when their profiles agree.
      * One at a time, so that workers sharing a host's processors do not slow each other's, and

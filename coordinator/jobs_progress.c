@@ -189,8 +189,9 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     if (!r->parked) {
         p->iteration_s[s] = r->iteration_s;
         p->busy_s[s] = r->busy_s;
-        if (s == p->n_stages - 1) {
+        if (s == p->n_stages - 1 && r->has_loss) {
             p->loss = r->loss;
+            p->loss_known = true;
             if (k == 0) /* every step's loss, for whoever wants the curve (bench_freeze.sh) */
                 SC_LOG_DEBUG(LOG, "job %s step %llu: loss %.6f", p->job_id,
                              (unsigned long long)r->step, r->loss);
@@ -250,8 +251,11 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         return;
     char id[COORD_ID_MAX], reason[COORD_REASON_MAX];
     sc_strlcpy(id, p->job_id, sizeof id);
-    sc_strfmt(reason, sizeof reason, "trained %llu steps; final loss %.4f",
-              (unsigned long long)done, p->loss);
+    if (p->loss_known)
+        sc_strfmt(reason, sizeof reason, "trained %llu steps; final loss %.4f",
+                  (unsigned long long)done, p->loss);
+    else
+        sc_strfmt(reason, sizeof reason, "trained %llu steps", (unsigned long long)done);
     p->finished = true;
     if (written > p->complete_sent) {
         /* the job is done: its copies no longer matter for a restart, the written steps do */

@@ -239,7 +239,9 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
     const coord_progress *p = coord_jobs_progress(c, info->job_id);
     if (p != NULL) {
         info->loss = p->loss;
+        info->loss_known = p->loss_known;
         info->samples_per_s = p->samples_per_s;
+        info->samples_per_s_known = p->samples_per_s > 0; /* set once a window has steps */
         info->predicted_iteration_s = p->predicted_iteration_s;
         info->stages = sc_rpc_ctx_alloc(ctx, (size_t)p->n_stages * sizeof *info->stages);
         for (int s = 0; info->stages && s < p->n_stages; s++) {
@@ -348,15 +350,37 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     snprintf(reason, sizeof reason, "cancelled from %s%s%s", sc_rpc_ctx_peer(ctx),
              req->reason && req->reason[0] ? ": " : "", req->reason ? req->reason : "");
     coord_job job;
+    bool already = false;
     pthread_mutex_lock(&c->lock);
-    sc_status rc = coord_store_job_transition(c->store, id, COORD_JOB_CANCELLED, reason, err);
-    if (rc == SC_OK)
-        rc = coord_store_job_get(c->store, id, &job, err);
-    if (rc == SC_OK)
-        coord_jobs_release_workers(c, id);
-    pthread_cond_broadcast(&c->wake);
+    /* Cancelling twice is not an error: the second answers with the job as the first left it.
+     * A job that ended another way has nothing left to cancel, and is told so in those words. */
+    sc_status rc = coord_store_job_get(c->store, id, &job, err);
+    if (rc == SC_OK && job.state == COORD_JOB_CANCELLED) {
+        already = true;
+    } else if (rc == SC_OK && (job.state == COORD_JOB_SUCCEEDED || job.state == COORD_JOB_FAILED)) {
+        rc = SC_ERRF(err, SC_ERR_PRECONDITION, "job %s already ended (%s: %s): nothing to cancel",
+                     id, coord_job_state_name(job.state), job.reason);
+        coord_job_clear(&job);
+    } else if (rc == SC_OK) {
+        coord_job_clear(&job);
+        rc = coord_store_job_transition(c->store, id, COORD_JOB_CANCELLED, reason, err);
+        if (rc == SC_OK)
+            rc = coord_store_job_get(c->store, id, &job, err);
+        if (rc == SC_OK)
+            coord_jobs_release_workers(c, id);
+        pthread_cond_broadcast(&c->wake);
+    }
     pthread_mutex_unlock(&c->lock);
     SC_CHECK(rc);
+    if (already) {
+        Stagecraft__CancelJobResponse *resp =
+            (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__cancel_job_response__descriptor);
+        resp->job = job_info(ctx, &job, true);
+        resp->already_cancelled = true;
+        coord_job_clear(&job);
+        *out = &resp->base;
+        return SC_OK;
+    }
     /* Tell the job's workers to stop; the driver releases them. */
     if (job.worker_ids) {
         char *save = NULL;
@@ -377,7 +401,10 @@ static sc_status rebalance_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Pro
 {
     coord *c = user;
     const Stagecraft__RebalanceJobRequest *req = (const void *)msg;
-    SC_CHECK(require_client_token(c, ctx, "RebalanceJob", err));
+    /* A dry run changes nothing and shows what status already shows in part: no token, as
+     * status and trace need none. A real move changes the job: the client token. */
+    if (!req->dry_run)
+        SC_CHECK(require_client_token(c, ctx, "RebalanceJob", err));
     coord_rebalance_result res;
     SC_CHECK(coord_jobs_rebalance(c, req->job_id ? req->job_id : "", true, req->dry_run != 0, &res,
                                   err));

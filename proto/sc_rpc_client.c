@@ -131,8 +131,35 @@ static sc_status trailer_status(const grpc_metadata_array *md, grpc_status_code 
     return sc_rpc_code_to_status(code);
 }
 
+/* Why a call got no answer, for the cases gRPC's own words leave a newcomer guessing: "" when
+ * the failure explains itself. A channel that never became READY made no gRPC connection: a TCP
+ * connection may have been accepted, but nothing answered the HTTP/2 handshake (the SETTINGS
+ * frame) in time, which is what a port of another program, or TLS on one side and plaintext on
+ * the other, looks like from here. A READY channel whose call timed out reached a gRPC server
+ * that did not answer in time. */
+static const char *no_answer_hint(sc_rpc_client *cli, grpc_status_code status, const char *details,
+                                  int dlen)
+{
+    bool no_settings = false; /* "...timed out before receiving SETTINGS frame" */
+    for (int i = 0; i + 8 <= dlen && !no_settings; i++)
+        no_settings = memcmp(details + i, "SETTINGS", 8) == 0;
+    if (status != GRPC_STATUS_DEADLINE_EXCEEDED && !no_settings)
+        return "";
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(cli->channel, 0);
+    if (!no_settings && st == GRPC_CHANNEL_READY)
+        return " (the connection is up but the server did not answer the call in time: it may be "
+               "overloaded or stuck; its log may say why)";
+    return " (no gRPC connection was made: something may have accepted the TCP connection, but "
+           "nothing answered the gRPC handshake. Likely causes: a wrong port (not a stagecraft "
+           "coordinator or worker), TLS on one side and plaintext on the other, or a firewall "
+           "holding the packets. Check the address against the port the coordinator logs "
+           "(`coordinator listening on port N`) and that both sides use TLS (--tls-*, "
+           "STAGECRAFT_TLS_CA) or neither)";
+}
+
 /* One call: sends `req` (a reference is taken over), fills *resp with the response bytes
- * (unref) on SC_OK. Errors are "METHOD at TARGET: CODE: details". */
+ * (unref) on SC_OK. Errors are "METHOD at TARGET: CODE: details", and for a call that got no
+ * answer, how long it waited and the likely causes (no_answer_hint). */
 static sc_status client_invoke(sc_rpc_client *cli, const char *method, grpc_slice req,
                                grpc_slice *resp, int64_t timeout_ms, sc_err *err)
 {
@@ -200,8 +227,18 @@ static sc_status client_invoke(sc_rpc_client *cli, const char *method, grpc_slic
             d = error_string;
             dlen = (int)strlen(error_string);
         }
-        rc = SC_ERRF(err, trailer_status(&trail_md, status), "%s at %s: %s: %.*s", method,
-                     cli->target, sc_rpc_code_name(status), dlen, d);
+        /* a status the server's handler sent (its trailer) explains itself */
+        bool answered = false;
+        for (size_t i = 0; i < trail_md.count && !answered; i++)
+            answered = grpc_slice_str_cmp(trail_md.metadata[i].key, RPC_STATUS_KEY) == 0;
+        const char *hint = answered ? "" : no_answer_hint(cli, status, d, dlen);
+        if (hint[0] != '\0')
+            rc = SC_ERRF(err, trailer_status(&trail_md, status),
+                         "%s at %s: %s: %.*s after waiting %.1f s%s", method, cli->target,
+                         sc_rpc_code_name(status), dlen, d, (double)timeout_ms / 1000.0, hint);
+        else
+            rc = SC_ERRF(err, trailer_status(&trail_md, status), "%s at %s: %s: %.*s", method,
+                         cli->target, sc_rpc_code_name(status), dlen, d);
     } else if (resp_buf == NULL) {
         rc = SC_ERRF(err, SC_ERR_GRPC, "%s at %s: OK: but the server sent no response message",
                      method, cli->target);

@@ -18,6 +18,7 @@
 #include "kernels/profile.h"
 #include "proto/sc_wire.h"
 #include "worker/blocks/block_server.h"
+#include "worker/data/data.h"
 #include "worker/runtime/timeline.h"
 #include "worker/trainer.h"
 #include "worker/transport/transport.h"
@@ -166,6 +167,37 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     return SC_OK;
 }
 
+/* Opens the job's data as the first and last stages will, and closes it: a path this server
+ * lacks, a malformed shard or a token beyond the model's vocabulary is an error naming the
+ * path, found before the profile is measured. No data kind (an older coordinator): no check. */
+static sc_status check_data(const kn_model *model, const Stagecraft__ProfileRequest *req,
+                            sc_err *err)
+{
+    if (req->data_kind == NULL || req->data_kind[0] == '\0')
+        return SC_OK;
+    rt_data_cfg dc;
+    memset(&dc, 0, sizeof dc);
+    SC_CHECK(rt_data_kind_parse(req->data_kind, "data.kind", &dc.kind, err));
+    const kn_block *b0 = kn_model_block(model, 0);
+    dc.path = req->data_path && req->data_path[0] ? req->data_path : NULL;
+    dc.seed = 1;
+    dc.inputs_are_tokens = b0->in_tokens;
+    dc.input_elems = b0->in_floats;
+    dc.targets_per_sample = kn_model_targets_per_sample(model);
+    dc.classes = kn_model_classes(model);
+    rt_data *data = NULL;
+    sc_status rc = rt_data_new(&data, &dc, err);
+    rt_data_destroy(&data);
+    if (rc == SC_OK || rc == SC_ERR_NOMEM)
+        return rc;
+    /* The job's input, not this worker, is at fault (a missing file, a bad shard): INVALID, so
+     * the coordinator fails the job now instead of profiling it again. */
+    sc_err_prefix(err, "the job's data is not usable on this worker's server");
+    if (err != NULL)
+        err->code = SC_ERR_INVALID;
+    return SC_ERR_INVALID;
+}
+
 /* Measures the model on this worker's device; *json is a heap string. */
 static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req, char **json,
                              sc_err *err)
@@ -173,6 +205,11 @@ static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req
     kn_model *model = NULL;
     const char *text = req->model_json ? req->model_json : "";
     SC_CHECK(kn_model_parse(&model, "model", text, strlen(text), err));
+    sc_status drc = check_data(model, req, err);
+    if (drc != SC_OK) {
+        kn_model_destroy(&model);
+        return drc;
+    }
     kn_profile_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     sc_status rc = kn_device_parse(st->device, "device", &cfg.device, err);

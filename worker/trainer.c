@@ -673,6 +673,7 @@ static bool maybe_pause(wk_trainer *t, uint64_t step, const Stagecraft__Iteratio
     wk_trainer_msg m;
     report_init(t, step, &m);
     m.report.loss = last->loss;
+    m.report.has_loss = last->has_loss;
     m.report.checkpoint_step = last->checkpoint_step;
     m.report.parked = 1;
     push(t, &m);
@@ -781,6 +782,7 @@ static void *train_main(void *arg)
         wk_trainer_msg m;
         report_init(t, step, &m);
         m.report.loss = rep.has_loss ? rep.loss : 0;
+        m.report.has_loss = rep.has_loss;
         m.report.iteration_s = rep.iteration_s;
         m.report.busy_s = rep.busy_s;
         m.report.forward_s = rep.forward_s;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training data the workers cannot use: each such job fails at once with the reason naming the
-# file and what was wrong (not retried for good), and the workers survive it: a FIFO as the data
+# file and what was wrong (not retried for good), when profiling starts (a path missing on the
+# workers' server is found before anything is measured), and the workers survive it: a FIFO as the data
 # file used to block a worker's handler thread in open() for good; a token shard of another
 # version and a file over the size limit were re-planned every few seconds forever. Afterwards
 # a good job trains on the same workers.
@@ -39,6 +40,15 @@ expect_failed() {
         fail "$1: $job is $(reason "$job")"
     fi
 }
+
+# a path missing on the workers' server: refused when profiling starts, before any measuring
+# or planning, naming the worker and the path
+run_job text "$work/missing.txt" 3
+expect_failed "a data path missing on the workers" \
+    "failed: worker w-* ('*') did not profile: *the job's data is not usable on this worker's server: $work/missing.txt: cannot open*"
+hist=$("$sc" status "$job" --json | jq -r '[.transitions[].to] | join(" ")')
+[ "$hist" = "submitted profiling failed" ] && pass "it failed from profiling, not planned first" ||
+    fail "the missing path's job went: $hist"
 
 mkfifo "$work/fifo"
 run_job text "$work/fifo" 3

@@ -47,6 +47,13 @@ err=$("$sc" version --frobnicate 2>&1 >/dev/null); rc=$?
 [[ $(echo "$err" | head -1) == "stagecraft version: unknown argument '--frobnicate'" ]] ||
     fail "unknown subcommand flag message: $(echo "$err" | head -1)"
 
+# the client subcommands take only the flags their usage names: a token given to status is refused
+err=$("$sc" status --token-file /dev/null 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && [[ $(echo "$err" | head -1) == "stagecraft status: unknown flag '--token-file'" ]] ||
+    fail "status --token-file: exit $rc: $(echo "$err" | head -1)"
+err=$("$sc" workers --reason x 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] || fail "workers --reason exited $rc, want 2"
+
 "$sc" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "no subcommand exited $rc, want 2"
 

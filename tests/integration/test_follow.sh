@@ -59,6 +59,11 @@ rc=$?
     pass "a cancelled job ends its follower with exit 1" || fail "rc $rc: $(cat "$work/follow3.out")"
 bad=$(grep -v '^$' "$work/follow3.out" | while read -r l; do jq -e . >/dev/null 2>&1 <<<"$l" || echo "$l"; done)
 [ -z "$bad" ] && pass "--follow --json prints one JSON object a line" || fail "not JSON: $bad"
+# a figure not measured yet is null, never a zero that looks measured
+zeros=$(grep '"step"' "$work/follow3.out" | jq -c 'select(.loss == 0 or .samples_per_s == 0)')
+[ -z "$zeros" ] && pass "progress lines carry no unmeasured zeros" || fail "zeros: $zeros"
+grep -E 'loss 0\.0000|  0\.0 samples/s' "$work/follow1.out" &&
+    fail "a progress line shows a zero loss or rate" || pass "progress lines show '-' until measured"
 
 # 4. usage
 "$sc" status --follow >/dev/null 2>&1
