@@ -66,14 +66,21 @@ def main():
     ap.add_argument("--gpt", help="V,T,L,C,H")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--gemm", help="M,K,N: (M,K) @ (N,K)^T")
+    ap.add_argument("--precision", default="tf32", choices=["tf32", "fp32", "bf16", "fp16"],
+                    help="GPU: tf32 (default), fp32, or bf16 / fp16 autocast with fp32 weights "
+                         "(fp16 with a GradScaler)")
+    ap.add_argument("--fused", action="store_true", help="AdamW(fused=True)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     dev = torch.device(a.device)
     if dev.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        tf32 = a.precision != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
 
     def sync():  # a GPU step has ended only once its kernels have
         if dev.type == "cuda":
@@ -93,24 +100,35 @@ def main():
         return
     V, T, L, C, H = (int(s) for s in a.gpt.split(","))
     model = GPT(V, T, L, C, H).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
+                            **({"fused": True} if a.fused else {}))
+    run = torch.compile(model) if a.compile else model
+    scaler = torch.amp.GradScaler("cuda") if a.precision == "fp16" else None
     idx = torch.randint(0, V, (a.batch, T), device=dev)
     tgt = torch.randint(0, V, (a.batch, T), device=dev)
-    best, total = math.inf, 0.0
-    for i in range(a.steps + 1):  # the first step also allocates AdamW's state
+    warm = 3 if a.compile else 1  # the first steps allocate AdamW's state (and compile)
+    times = []
+    for i in range(a.steps + warm):
         sync()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
-        loss.backward()
-        opt.step()
+        with torch.autocast(dev.type, dtype=half, enabled=half is not None):
+            loss = run(idx, tgt)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         sync()
-        dt = time.perf_counter() - t0
-        best = min(best, dt)
-        total += dt if i > 0 else 0.0
+        if i >= warm:
+            times.append(time.perf_counter() - t0)
+    times.sort()
     params = sum(p.numel() for p in model.parameters())
-    print(f"step_ms={best * 1e3:.3f} mean_ms={total / max(a.steps, 1) * 1e3:.3f} "
-          f"params={params} torch={torch.__version__}")
+    print(f"step_ms={times[0] * 1e3:.3f} mean_ms={sum(times) / len(times) * 1e3:.3f} "
+          f"median_ms={times[len(times) // 2] * 1e3:.3f} params={params} "
+          f"precision={a.precision} fused={a.fused} compile={a.compile} torch={torch.__version__}")
 
 
 if __name__ == "__main__":

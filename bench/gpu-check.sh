@@ -62,21 +62,33 @@ find_nccl() {
     export LD_LIBRARY_PATH=/tmp/stagecraft-nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 }
 
-# torch_peer LOG: PyTorch eager on the same GPU and step as bench_kernels_gpu's log LOG (GPT-2
-# 124M untied, batch 8, sequence 1024, TF32, AdamW), where the machine's python3 has PyTorch with
-# CUDA, and the ratio of the two step times (above 1: stagecraft is faster)
-torch_peer() {
+# torch_run FLAGS...: PyTorch's same GPT-2 124M step (batch 8, sequence 1024, AdamW) with FLAGS
+# (bench_cpu_vs_torch.py: --precision, --fused, --compile), where the machine's python3 has
+# PyTorch with CUDA; prints its result line ("step_ms=... median_ms=...") or nothing
+torch_run() {
     python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
-        { echo "gpu-check: no PyTorch with CUDA here: no peer figure"; return 0; }
-    local pt sc_ms pt_ms
-    pt=$(timeout "${GPU_CHECK_STEP_S:-240}" python3 "$top/bench/bench_cpu_vs_torch.py" --device cuda \
-        --gpt 50257,1024,12,768,12 --batch 8 --steps 10 2>&1 | tail -n 1)
-    echo "gpu-check: PyTorch eager, the same step: $pt"
-    sc_ms=$(sed -n 's/^step: mean [0-9.]* ms, best \([0-9.]*\) ms.*/\1/p' "$1")
-    pt_ms=$(sed -n 's/^step_ms=\([0-9.]*\) .*/\1/p' <<<"$pt")
-    if [ -n "$sc_ms" ] && [ -n "$pt_ms" ]; then
-        awk -v s="$sc_ms" -v p="$pt_ms" 'BEGIN { printf "gpu-check: best step %s ms vs PyTorch %s ms: %.2fx PyTorch'"'"'s speed\n", s, p, p / s }'
-    fi
+        return 0
+    timeout "${GPU_CHECK_STEP_S:-240}" python3 "$top/bench/bench_cpu_vs_torch.py" --device cuda \
+        --gpt 50257,1024,12,768,12 --batch 8 --steps 10 "$@" 2>&1 | tail -n 1
+}
+
+# ratio NAME SC_LOG PT_LINE: stagecraft's best step in SC_LOG (bench_kernels_gpu) against
+# PyTorch's in PT_LINE (above 1: stagecraft is faster)
+ratio() {
+    local sc_ms pt_ms
+    sc_ms=$(sed -n 's/^step: mean [0-9.]* ms, best \([0-9.]*\) ms.*/\1/p' "$2")
+    pt_ms=$(sed -n 's/^step_ms=\([0-9.]*\) .*/\1/p' <<<"$3")
+    [ -n "$sc_ms" ] && [ -n "$pt_ms" ] &&
+        awk -v n="$1" -v s="$sc_ms" -v p="$pt_ms" 'BEGIN { printf "gpu-check: %s: stagecraft %s ms vs PyTorch %s ms: %.2fx PyTorch'"'"'s speed\n", n, s, p, p / s }'
+}
+
+# torch_peer LOG: PyTorch eager TF32 beside bench_kernels_gpu's TF32 log LOG
+torch_peer() {
+    local pt
+    pt=$(torch_run --precision tf32)
+    [ -n "$pt" ] || { echo "gpu-check: no PyTorch with CUDA here: no peer figure"; return 0; }
+    echo "gpu-check: PyTorch eager TF32, the same step: $pt"
+    ratio "TF32 vs eager TF32" "$1" "$pt"
 }
 
 if [ "${1:-}" = "--full" ]; then
@@ -97,11 +109,11 @@ if [ "${1:-}" = "--full" ]; then
     } >"$out/build.log" 2>&1 || { echo "gpu-check: build failed, see $out/build.log"; exit 1; }
     grep -E "^-- stagecraft: " "$out/build.log"
     # the checks only a GPU can make come first, each under a time limit (GPU_CHECK_STEP_S, 240 s)
-    # so that a hang still leaves its log: each GPU test program, the demo on the GPU, the GPU
-    # benchmarks; then every test (ctest, which CI runs too on CPU machines), bounded by
-    # GPU_CHECK_CTEST_S (900 s; 0 leaves it out)
+    # so that a hang still leaves its log; six log files in all: build, gpu-tests, bench-gpu
+    # (kernels, PyTorch peers, stages), jobs (the job path: one and two workers on the GPU),
+    # demo, tests (ctest, bounded by GPU_CHECK_CTEST_S, 900 s; 0 leaves it out, as
+    # GPU_CHECK_DEMO=0 leaves the demo out)
     step=${GPU_CHECK_STEP_S:-240}
-    # the GPU test programs' output in one file (a caller that fetches few files keeps it all)
     : >"$out/gpu-tests.log"
     for t in $build/tests/gpu/gpu_test_*; do
         echo "==== $(basename "$t")" >>"$out/gpu-tests.log"
@@ -109,21 +121,53 @@ if [ "${1:-}" = "--full" ]; then
         rc=$? # the program's (or timeout's 124): pipefail
         echo "gpu-check: $(basename "$t") exit $rc ($(grep -cE '^\[  SKIPPED \]' "$build/$(basename "$t").log") skipped)"
     done
-    timeout "$step" $build/cli/stagecraft demo --device cuda --workers 2 --steps 100 --data "$top/README.md" \
-        --finetune "$top/tests/data/hf/llama-tied" --finetune-steps 50 >"$out/demo.log" 2>&1
-    rc=$?
-    echo "gpu-check: demo --device cuda exit $rc"
-    if [ $rc -ne 0 ]; then # a failed demo keeps its scratch folder: its processes' logs
-        for f in /tmp/stagecraft-demo-*/*.log; do echo "== $f"; tail -n 40 "$f"; done >>"$out/demo.log"
-    fi
-    tail -n 25 "$out/demo.log"
-    timeout "$step" $build/bench/bench_stages >"$out/bench-stages.log" 2>&1
+    grep -E "^(bf16|fp16|loss)" "$out/gpu-tests.log" || true
+    # the kernels: GPT-2 124M, batch 8 x 1024, in each precision, PyTorch beside them
+    bench="$out/bench-gpu.log"
+    : >"$bench"
+    for p in tf32 bf16 fp16; do
+        echo "==== bench_kernels_gpu --precision $p" >>"$bench"
+        timeout "$step" $build/bench/bench_kernels_gpu --precision $p >"$build/bench-$p.log" 2>&1
+        echo "gpu-check: bench_kernels_gpu --precision $p exit $?"
+        cat "$build/bench-$p.log" >>"$bench"
+        grep -E "^step:" "$build/bench-$p.log"
+    done
+    {
+        echo "==== PyTorch"
+        pt_tf32=$(torch_run --precision tf32)
+        pt_bf16=$(torch_run --precision bf16 --fused)
+        pt_comp=$(torch_run --precision bf16 --fused --compile)
+        echo "eager TF32: $pt_tf32"
+        echo "eager bf16 autocast, fused AdamW: $pt_bf16"
+        echo "compiled bf16 autocast, fused AdamW: $pt_comp"
+        ratio "TF32 vs eager TF32" "$build/bench-tf32.log" "$pt_tf32"
+        ratio "bf16 vs eager bf16 autocast + fused AdamW" "$build/bench-bf16.log" "$pt_bf16"
+        ratio "bf16 vs compiled bf16 (best)" "$build/bench-bf16.log" "$pt_comp"
+        ratio "bf16 vs compiled bf16 (median)" "$build/bench-bf16.log" \
+            "step_ms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$pt_comp") x"
+    } >>"$bench" 2>&1
+    grep -E "^(eager|compiled|gpu-check)" "$bench"
+    echo "==== bench_stages" >>"$bench"
+    timeout "$step" $build/bench/bench_stages >>"$bench" 2>&1
     echo "gpu-check: bench_stages exit $?"
-    tail -n 6 "$out/bench-stages.log"
-    timeout "$step" $build/bench/bench_kernels_gpu >"$out/bench-gpu.log" 2>&1
-    echo "gpu-check: bench_kernels_gpu exit $?"
-    tail -n 12 "$out/bench-gpu.log"
-    torch_peer "$out/bench-gpu.log"
+    # the job path: GPT-2 124M shapes, batch 32 = 8 micro-batches of 4 x 1024, minmax, 1f1b,
+    # one worker and two workers sharing the GPU
+    timeout "$((2 * step))" bash "$top/bench/gpu_job.sh" $build/cli/stagecraft "$build/jobs" \
+        --workers "1 2" --precision "${GPU_CHECK_PRECISION:-bf16}" --steps "${GPU_CHECK_JOB_STEPS:-24}" \
+        >"$out/jobs.log" 2>&1
+    echo "gpu-check: gpu_job exit $?"
+    for f in "$build"/jobs/status-*.txt; do echo "== $f"; cat "$f"; done >>"$out/jobs.log" 2>/dev/null
+    grep -E "^gpu_job" "$out/jobs.log"
+    if [ "${GPU_CHECK_DEMO:-1}" != 0 ]; then
+        timeout "$step" $build/cli/stagecraft demo --device cuda --workers 2 --steps 100 --data "$top/README.md" \
+            --finetune "$top/tests/data/hf/llama-tied" --finetune-steps 50 >"$out/demo.log" 2>&1
+        rc=$?
+        echo "gpu-check: demo --device cuda exit $rc"
+        if [ $rc -ne 0 ]; then # a failed demo keeps its scratch folder: its processes' logs
+            for f in /tmp/stagecraft-demo-*/*.log; do echo "== $f"; tail -n 40 "$f"; done >>"$out/demo.log"
+        fi
+        tail -n 8 "$out/demo.log"
+    fi
     if [ "${GPU_CHECK_CTEST_S:-900}" -gt 0 ]; then
         timeout "${GPU_CHECK_CTEST_S:-900}" ctest --test-dir $build --output-on-failure -j 8 \
             >"$out/tests.log" 2>&1

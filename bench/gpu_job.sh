@@ -84,5 +84,18 @@ for s in d.get("stage_figures", []):
           f"{s.get('busy_s', 0):.4f} s ({s.get('busy_fraction', 0) * 100:.0f}%), predicted compute "
           f"{s.get('predicted_compute_s', 0):.4f} s")
 PY
+    [ -f "$out/trace-$n.json" ] && python3 - "$out/trace-$n.json" "$n" <<'PY'
+import collections, json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+acc = collections.defaultdict(list)
+for e in ev:
+    if e.get("ph") == "X" and e.get("cat") != "planned":
+        kind = e["name"].split(" ")[0]  # "forward 3": the kind, over every micro-batch
+        acc[(names.get(e["pid"], e["pid"]), kind)].append(e["dur"] / 1e3)
+for (who, what), v in sorted(acc.items(), key=lambda kv: str(kv[0])):
+    print(f"gpu_job:   trace ({sys.argv[2]} worker(s)) {who}: {what} {len(v)}x, mean {sum(v) / len(v):.2f} ms")
+PY
     cp "$work/coord.log" "$out/coord-$n.log" 2>/dev/null || true
 done

@@ -145,6 +145,7 @@ void kn_ctx_destroy(kn_ctx **ctx)
 {
     if (ctx == NULL || *ctx == NULL)
         return;
+    (void)kn_ctx_marks(*ctx, 0, NULL); /* frees the marks */
 #ifdef SC_HAVE_CUDA
     if ((*ctx)->dev.kind == KN_DEV_CUDA)
         kn_cuda_ctx_close(*ctx);

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/sc_status.h"
 #include "kernels/precision.h"
@@ -83,5 +84,17 @@ sc_status kn_ctx_sync(kn_ctx *ctx, sc_err *err);
  * monotonic clock on the CPU. kn_ctx_time_end waits for the work and returns seconds. */
 sc_status kn_ctx_time_begin(kn_ctx *ctx, sc_err *err);
 sc_status kn_ctx_time_end(kn_ctx *ctx, double *seconds, sc_err *err);
+
+/* Timing marks: numbered points in the context's stream of work, to time many intervals of one
+ * stretch of work without waiting between them (CUDA events on a GPU, so the GPU's own start
+ * and end of its work; the monotonic clock on the CPU, whose work is done when a call returns).
+ * kn_ctx_marks sizes the pool (marks 0..n-1; earlier marks are dropped); kn_ctx_mark records
+ * mark i at this point of the stream; kn_ctx_mark_sync waits until the device has passed mark i
+ * and gives the monotonic clock (sc_clock_now_ns) then; kn_ctx_mark_elapsed gives the seconds
+ * between two passed marks. A mark outside the pool is SC_ERR_INVALID. */
+sc_status kn_ctx_marks(kn_ctx *ctx, int n, sc_err *err);
+sc_status kn_ctx_mark(kn_ctx *ctx, int i, sc_err *err);
+sc_status kn_ctx_mark_sync(kn_ctx *ctx, int i, uint64_t *host_ns, sc_err *err);
+sc_status kn_ctx_mark_elapsed(kn_ctx *ctx, int a, int b, double *seconds, sc_err *err);
 
 #endif /* KN_DEVICE_H */

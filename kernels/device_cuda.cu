@@ -151,6 +151,46 @@ extern "C" int kn_cuda_time_end(struct kn_ctx *c, double *seconds)
     return 0;
 }
 
+extern "C" void kn_cuda_marks_free(struct kn_ctx *c)
+{
+    cudaSetDevice(c->dev.index);
+    for (int i = 0; c->mark_events != NULL && i < c->n_marks; i++)
+        if (c->mark_events[i] != NULL)
+            cudaEventDestroy((cudaEvent_t)c->mark_events[i]);
+}
+
+extern "C" int kn_cuda_marks_new(struct kn_ctx *c, int n)
+{
+    KN_CUDA_TRY(cudaSetDevice(c->dev.index));
+    for (int i = 0; i < n; i++) {
+        cudaEvent_t e;
+        KN_CUDA_TRY(cudaEventCreate(&e));
+        c->mark_events[i] = e;
+    }
+    return 0;
+}
+
+extern "C" int kn_cuda_mark(struct kn_ctx *c, int i)
+{
+    KN_CUDA_TRY(cudaEventRecord((cudaEvent_t)c->mark_events[i], (cudaStream_t)c->stream));
+    return 0;
+}
+
+extern "C" int kn_cuda_mark_sync(struct kn_ctx *c, int i)
+{
+    KN_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)c->mark_events[i]));
+    return 0;
+}
+
+extern "C" int kn_cuda_mark_elapsed(struct kn_ctx *c, int a, int b, double *seconds)
+{
+    float ms = 0.0f;
+    KN_CUDA_TRY(cudaEventElapsedTime(&ms, (cudaEvent_t)c->mark_events[a],
+                                     (cudaEvent_t)c->mark_events[b]));
+    *seconds = ms * 1e-3;
+    return 0;
+}
+
 extern "C" const char *kn_cuda_error_string(int code)
 {
     if (code >= KN_CUBLAS_BASE)

@@ -28,6 +28,9 @@ struct kn_ctx {
     void *ev_begin;     /* cudaEvent_t, CUDA only */
     void *ev_end;
     double t_begin_s; /* CPU timing */
+    int n_marks;      /* device_marks.c: CUDA events, or CPU clock readings */
+    void **mark_events;
+    uint64_t *mark_ns;
 };
 
 #ifdef SC_HAVE_CUDA
@@ -51,6 +54,12 @@ KN_GPU_FN(int, kn_cuda_enter, (struct kn_ctx *ctx));
 KN_GPU_FN(int, kn_cuda_time_begin, (struct kn_ctx *ctx));
 KN_GPU_FN(int, kn_cuda_time_end, (struct kn_ctx *ctx, double *seconds));
 KN_GPU_FN(const char *, kn_cuda_error_string, (int code));
+/* timing marks (device_marks.c): n events into ctx->mark_events, freed by _free */
+KN_GPU_FN(int, kn_cuda_marks_new, (struct kn_ctx *ctx, int n));
+KN_GPU_FN(void, kn_cuda_marks_free, (struct kn_ctx *ctx));
+KN_GPU_FN(int, kn_cuda_mark, (struct kn_ctx *ctx, int i));
+KN_GPU_FN(int, kn_cuda_mark_sync, (struct kn_ctx *ctx, int i));
+KN_GPU_FN(int, kn_cuda_mark_elapsed, (struct kn_ctx *ctx, int a, int b, double *seconds));
 enum { KN_COPY_H2D = 1, KN_COPY_D2H = 2, KN_COPY_D2D = 3 };
 #endif
 

@@ -64,6 +64,11 @@ const char *kn_gpu_backend_path(void)
     X(kn_cuda_time_begin)                                                                          \
     X(kn_cuda_time_end)                                                                            \
     X(kn_cuda_error_string)                                                                        \
+    X(kn_cuda_marks_new)                                                                           \
+    X(kn_cuda_marks_free)                                                                          \
+    X(kn_cuda_mark)                                                                                \
+    X(kn_cuda_mark_sync)                                                                           \
+    X(kn_cuda_mark_elapsed)                                                                        \
     X(kn_embedding_forward_cuda)                                                                   \
     X(kn_embedding_backward_cuda)                                                                  \
     X(kn_layernorm_forward_cuda)                                                                   \

@@ -93,6 +93,7 @@ void rt_runner_destroy(rt_runner **rp)
     kn_model_destroy(&r->model);
     free(r->slot_mb);
     free(r->mb_size);
+    free(r->timed);
     free(r->mb_off);
     free(r->in_buf);
     free(r->tgt_buf);
@@ -263,6 +264,9 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     int local = c->frozen_blocks - c->first_block;
     scfg.frozen_blocks = local < 0 ? 0 : local > r->nb ? r->nb : local;
     SC_CHECK(kn_stage_new_cfg(&r->st, r->model, &scfg, err));
+    /* a GPU stage times its compute on the GPU (runner_exec.c); pipedream's steps stay
+     * host-timed */
+    r->gpu_timed = dev.kind == KN_DEV_CUDA && !r->pipedream;
     r->frozen_all = c->frozen_blocks > c->last_block;
     r->grad_norms = !c->skip_grad_norms;
     r->grad_upstream = !r->first && c->first_block > c->frozen_blocks;

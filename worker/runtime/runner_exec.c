@@ -163,6 +163,73 @@ static bool is_compute(rt_action_kind k)
     return k == RT_ACT_F || k == RT_ACT_B || k == RT_ACT_W || k == RT_ACT_OPT;
 }
 
+/* GPU stages: the mark that opens (a == NULL) or closes (the action a) an action's compute on
+ * the stage's stream; nothing elsewhere */
+static sc_status gpu_mark(rt_runner *r, const rt_action *a, uint64_t step, sc_err *err)
+{
+    if (!r->gpu_timed)
+        return SC_OK;
+    if (r->n_timed >= r->max_timed)
+        return SC_ERRF(err, SC_ERR_INTERNAL, "runner stage %d: more than %d timed actions", r->s,
+                       r->max_timed);
+    SC_CHECK(kn_ctx_mark(kn_stage_ctx(r->st), 1 + 2 * r->n_timed + (a != NULL ? 1 : 0), err));
+    if (a != NULL)
+        r->timed[r->n_timed++] = (rt_gpu_timed){(uint8_t)timeline_kind(a->kind), a->mb, step};
+    return SC_OK;
+}
+
+/* Opens a GPU stage's iteration: mark 0, waited for, pins the marks to the host clock. */
+static sc_status gpu_timed_begin(rt_runner *r, sc_err *err)
+{
+    r->n_timed = 0;
+    if (!r->gpu_timed)
+        return SC_OK;
+    kn_ctx *c = kn_stage_ctx(r->st);
+    /* room for every compute action of an iteration: F, B (or a backward entry) and W per
+     * micro-batch, and the optimizer step */
+    int need = 4 * r->m + 8;
+    if (r->max_timed < need) {
+        rt_gpu_timed *t = realloc(r->timed, (size_t)need * sizeof *t);
+        SC_ALLOC_CHECK(t, err);
+        r->timed = t;
+        SC_CHECK(kn_ctx_marks(c, 1 + 2 * need, err));
+        r->max_timed = need;
+    }
+    SC_CHECK(kn_ctx_mark(c, 0, err));
+    return kn_ctx_mark_sync(c, 0, &r->timed_origin_ns, err);
+}
+
+/* Closes it: waits for the last compute, puts each timed action on the timeline at its GPU
+ * start and end, and makes the report's compute seconds the GPU's. */
+static sc_status gpu_timed_end(rt_runner *r, rt_report *rep, sc_err *err)
+{
+    if (!r->gpu_timed || r->n_timed == 0)
+        return SC_OK;
+    kn_ctx *c = kn_stage_ctx(r->st);
+    uint64_t seen_ns;
+    SC_CHECK(kn_ctx_mark_sync(c, 2 * r->n_timed, &seen_ns, err));
+    rep->forward_s = rep->backward_s = rep->wgrad_s = rep->optimizer_s = 0.0;
+    for (int k = 0; k < r->n_timed; k++) {
+        double s0, s1;
+        SC_CHECK(kn_ctx_mark_elapsed(c, 0, 1 + 2 * k, &s0, err));
+        SC_CHECK(kn_ctx_mark_elapsed(c, 0, 2 + 2 * k, &s1, err));
+        const rt_gpu_timed *t = &r->timed[k];
+        double d = s1 - s0;
+        if (t->kind == RT_TL_FORWARD)
+            rep->forward_s += d;
+        else if (t->kind == RT_TL_OPTIMIZER)
+            rep->optimizer_s += d;
+        else
+            rep->backward_s += d; /* B and W together: the backward's time */
+        if (t->kind == RT_TL_WEIGHT_GRADIENT)
+            rep->wgrad_s += d;
+        rt_timeline_add(r->tl, (rt_tl_kind)t->kind, t->mb, t->step,
+                        r->timed_origin_ns + (uint64_t)(s0 * 1e9),
+                        r->timed_origin_ns + (uint64_t)(s1 * 1e9));
+    }
+    return SC_OK;
+}
+
 /* Runs one action; a successful one is recorded on the timeline (the OPT of copies as the
  * all-reduce and the optimizer step), from the clock read that starts its report figures. */
 static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_report *rep,
@@ -197,7 +264,9 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         if (r->first || r->last)
             SC_CHECK(rt_data_batch(r->data, step, r->mb_off[mb], (int)M,
                                    r->first ? r->in_buf : NULL, r->last ? r->tgt_buf : NULL, err));
+        SC_CHECK(gpu_mark(r, NULL, step, err));
         SC_CHECK(stage_forward(r, slot, (int)M, err));
+        SC_CHECK(gpu_mark(r, a, step, err));
         r->slot_mb[slot] = mb;
         if (++*inflight > rep->max_inflight)
             rep->max_inflight = *inflight;
@@ -238,6 +307,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
         rep->wait_s += sc_clock_now_s() - t0;
         break;
     case RT_ACT_B:
+        SC_CHECK(gpu_mark(r, NULL, step, err));
         if (entry) {
             SC_CHECK(backward_entry(r, mb, inflight, err));
         } else {
@@ -249,6 +319,7 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
                 --*inflight;
             }
         }
+        SC_CHECK(gpu_mark(r, a, step, err));
         if (r->grad_upstream) {
             /* The stage keeps only the latest input gradient: take it now. */
             if (r->dev_prev)
@@ -266,7 +337,9 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
     case RT_ACT_W:
         if (r->slot_mb[slot] != mb)
             return slot_error(r, "weight gradient", mb, err);
+        SC_CHECK(gpu_mark(r, NULL, step, err));
         SC_CHECK(kn_stage_backward_weight(r->st, slot, err));
+        SC_CHECK(gpu_mark(r, a, step, err));
         r->slot_mb[slot] = -1;
         --*inflight;
         rt_runner_extra_compute(r->extra_b_s * (double)M * 0.5);
@@ -298,13 +371,16 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
             rt_timeline_add(r->tl, RT_TL_ALLREDUCE, -1, step, reduced_ns, t0_ns);
         }
         SC_CHECK(rt_runner_tie_exchange(r, step, err));
+        SC_CHECK(gpu_mark(r, NULL, step, err));
         SC_CHECK(rt_runner_optimizer_apply(r, err));
+        SC_CHECK(gpu_mark(r, a, step, err));
         rep->optimizer_s += sc_clock_now_s() - t0;
         break;
     }
     if (is_compute(a->kind))
         rep->busy_cpu_s += sc_clock_thread_cpu_s() - cpu0;
-    rt_timeline_add(r->tl, timeline_kind(a->kind), mb, step, t0_ns, sc_clock_now_ns());
+    if (!(r->gpu_timed && is_compute(a->kind))) /* else at the iteration's end, GPU-timed */
+        rt_timeline_add(r->tl, timeline_kind(a->kind), mb, step, t0_ns, sc_clock_now_ns());
     return SC_OK;
 }
 
@@ -354,7 +430,9 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     }
     double t0 = sc_clock_now_s();
     rt_timeline_begin(r->tl, step);
-    sc_status rc = kn_stage_zero_grads(r->st, err);
+    sc_status rc = gpu_timed_begin(r, err);
+    if (rc == SC_OK)
+        rc = kn_stage_zero_grads(r->st, err);
     int inflight = 0;
     double loss_sum = 0.0;
     r->prev_got = 0;
@@ -379,6 +457,8 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
         rc = SC_ERRF(err, SC_ERR_INTERNAL,
                      "runner stage %d: took %d of %d activations and %d of %d gradients", r->s,
                      r->prev_got, r->n_prev, r->next_got, r->n_next);
+    if (rc == SC_OK)
+        rc = gpu_timed_end(r, &rep, err);
     if (rc != SC_OK) {
         r->broken = true;
         for (int i = 0; i < r->slots; i++)

@@ -33,8 +33,22 @@
 #include "worker/transport/allreduce.h"
 #include "worker/transport/transport.h"
 
+/* A GPU stage's compute action timed by two marks on its stream (runner_exec.c) */
+typedef struct {
+    uint8_t kind; /* rt_tl_kind */
+    int32_t mb;
+    uint64_t step;
+} rt_gpu_timed;
+
 struct rt_runner {
     int p, s, first_block, last_block, nb;
+    /* GPU stages: each compute action's GPU start and end come from timing marks (kn_ctx_mark:
+     * mark 0 opens the iteration, 2k+1 and 2k+2 bracket its k-th compute action), so reports
+     * and timelines show the GPU's work rather than the host's enqueueing of it */
+    bool gpu_timed;
+    int n_timed, max_timed;
+    rt_gpu_timed *timed; /* [max_timed] */
+    uint64_t timed_origin_ns; /* host clock once mark 0 had passed */
     int batch;    /* samples per iteration */
     int m;        /* micro-batches run per iteration (after slicing) */
     int Mcap;     /* the largest micro-batch: the stage's capacity */
