@@ -112,7 +112,7 @@ if [ "${1:-}" = "--full" ]; then
     # so that a hang still leaves its log; six log files in all: build, gpu-tests, bench-gpu
     # (kernels, PyTorch peers, stages), jobs (the job path: one and two workers on the GPU),
     # demo, tests (ctest, bounded by GPU_CHECK_CTEST_S, 900 s; 0 leaves it out, as
-    # GPU_CHECK_DEMO=0 leaves the demo out)
+    # GPU_CHECK_DEMO=0 leaves the demo out and GPU_CHECK_COMPILE=0 PyTorch's compiled step)
     step=${GPU_CHECK_STEP_S:-240}
     : >"$out/gpu-tests.log"
     for t in $build/tests/gpu/gpu_test_*; do
@@ -136,7 +136,8 @@ if [ "${1:-}" = "--full" ]; then
         echo "==== PyTorch"
         pt_tf32=$(torch_run --precision tf32)
         pt_bf16=$(torch_run --precision bf16 --fused)
-        pt_comp=$(torch_run --precision bf16 --fused --compile)
+        pt_comp=
+        [ "${GPU_CHECK_COMPILE:-1}" = 0 ] || pt_comp=$(torch_run --precision bf16 --fused --compile)
         echo "eager TF32: $pt_tf32"
         echo "eager bf16 autocast, fused AdamW: $pt_bf16"
         echo "compiled bf16 autocast, fused AdamW: $pt_comp"
