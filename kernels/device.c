@@ -199,6 +199,43 @@ sc_status kn_ctx_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err)
     return SC_OK;
 }
 
+sc_status kn_ctx_host_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err)
+{
+    *out = NULL;
+    if (bytes == 0)
+        bytes = 1;
+#ifdef SC_HAVE_CUDA
+    if (ctx->dev.kind == KN_DEV_CUDA) {
+        int rc = kn_cuda_host_alloc(bytes, out);
+        if (rc != 0) {
+            *out = NULL;
+            return SC_ERRF(err, SC_ERR_NOMEM, "allocating %zu bytes of page-locked host memory: %s",
+                           bytes, kn_cuda_error_string(rc));
+        }
+        return SC_OK;
+    }
+#endif
+    (void)ctx;
+    *out = calloc(1, bytes);
+    if (*out == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "allocating %zu bytes of host memory", bytes);
+    return SC_OK;
+}
+
+void kn_ctx_host_free(kn_ctx *ctx, void *p)
+{
+    if (p == NULL)
+        return;
+#ifdef SC_HAVE_CUDA
+    if (ctx->dev.kind == KN_DEV_CUDA) {
+        kn_cuda_host_free(p);
+        return;
+    }
+#endif
+    (void)ctx;
+    free(p);
+}
+
 void kn_ctx_free(kn_ctx *ctx, void *p)
 {
     if (p == NULL)

@@ -72,6 +72,12 @@ kn_cpu_kernels kn_ctx_cpu_kernels(const kn_ctx *ctx);
 sc_status kn_ctx_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err);
 void kn_ctx_free(kn_ctx *ctx, void *p);
 
+/* Host memory for the context's transfers: page-locked on a GPU (copies to and from the device
+ * run at the link's speed, with no staging copy on the way), plain memory on the CPU; zero-filled.
+ * Free with kn_ctx_host_free (NULL accepted). */
+sc_status kn_ctx_host_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err);
+void kn_ctx_host_free(kn_ctx *ctx, void *p);
+
 /* Copies; `dst`/`src` on the device unless named host. These wait for completion. */
 sc_status kn_ctx_upload(kn_ctx *ctx, void *dst, const void *host_src, size_t bytes, sc_err *err);
 sc_status kn_ctx_download(kn_ctx *ctx, void *host_dst, const void *src, size_t bytes, sc_err *err);

@@ -3,6 +3,7 @@
  * first makes the context's device current, because the calling thread may also drive others.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/cuda_common.cuh"
 
@@ -67,6 +68,10 @@ extern "C" void kn_cuda_ctx_close(struct kn_ctx *c)
         cudaEventDestroy((cudaEvent_t)c->ev_begin);
     if (c->ev_end)
         cudaEventDestroy((cudaEvent_t)c->ev_end);
+    if (c->half_ws)
+        cudaFree(c->half_ws);
+    c->half_ws = NULL;
+    c->half_ws_bytes = 0;
     if (c->cublas)
         cublasDestroy((cublasHandle_t)c->cublas);
     if (c->stream)
@@ -118,6 +123,18 @@ extern "C" int kn_cuda_memset0(struct kn_ctx *c, void *p, size_t bytes)
     KN_CUDA_TRY(cudaSetDevice(c->dev.index));
     KN_CUDA_TRY(cudaMemsetAsync(p, 0, bytes, (cudaStream_t)c->stream));
     return 0;
+}
+
+extern "C" int kn_cuda_host_alloc(size_t bytes, void **out)
+{
+    KN_CUDA_TRY(cudaHostAlloc(out, bytes, cudaHostAllocPortable));
+    memset(*out, 0, bytes);
+    return 0;
+}
+
+extern "C" void kn_cuda_host_free(void *p)
+{
+    cudaFreeHost(p);
 }
 
 extern "C" int kn_cuda_sync(struct kn_ctx *c)
@@ -185,8 +202,8 @@ extern "C" int kn_cuda_mark_sync(struct kn_ctx *c, int i)
 extern "C" int kn_cuda_mark_elapsed(struct kn_ctx *c, int a, int b, double *seconds)
 {
     float ms = 0.0f;
-    KN_CUDA_TRY(cudaEventElapsedTime(&ms, (cudaEvent_t)c->mark_events[a],
-                                     (cudaEvent_t)c->mark_events[b]));
+    KN_CUDA_TRY(
+        cudaEventElapsedTime(&ms, (cudaEvent_t)c->mark_events[a], (cudaEvent_t)c->mark_events[b]));
     *seconds = ms * 1e-3;
     return 0;
 }

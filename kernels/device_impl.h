@@ -27,8 +27,10 @@ struct kn_ctx {
     void *cublas;       /* cublasHandle_t, CUDA only */
     void *ev_begin;     /* cudaEvent_t, CUDA only */
     void *ev_end;
-    double t_begin_s; /* CPU timing */
-    int n_marks;      /* device_marks.c: CUDA events, or CPU clock readings */
+    double t_begin_s;     /* CPU timing */
+    void *half_ws;        /* CUDA, bf16 / fp16: the 16-bit copies of a product's operands */
+    size_t half_ws_bytes; /* (linear.cu; grown to the largest product, then reused) */
+    int n_marks;          /* device_marks.c: CUDA events, or CPU clock readings */
     void **mark_events;
     uint64_t *mark_ns;
 };
@@ -47,6 +49,8 @@ KN_GPU_FN(void, kn_cuda_free, (struct kn_ctx *ctx, void *p));
 KN_GPU_FN(int, kn_cuda_memcpy,
           (struct kn_ctx *ctx, void *dst, const void *src, size_t bytes, int kind));
 KN_GPU_FN(int, kn_cuda_memset0, (struct kn_ctx *ctx, void *p, size_t bytes));
+KN_GPU_FN(int, kn_cuda_host_alloc, (size_t bytes, void **out));
+KN_GPU_FN(void, kn_cuda_host_free, (void *p));
 KN_GPU_FN(int, kn_cuda_sync, (struct kn_ctx *ctx));
 /* Makes the context's device current for this thread: the CUDA launchers (kernels/ .cu files) use
  * the current device, and one thread may drive stages on several GPUs. */

@@ -59,6 +59,8 @@ const char *kn_gpu_backend_path(void)
     X(kn_cuda_free)                                                                                \
     X(kn_cuda_memcpy)                                                                              \
     X(kn_cuda_memset0)                                                                             \
+    X(kn_cuda_host_alloc)                                                                          \
+    X(kn_cuda_host_free)                                                                           \
     X(kn_cuda_sync)                                                                                \
     X(kn_cuda_enter)                                                                               \
     X(kn_cuda_time_begin)                                                                          \

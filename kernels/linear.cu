@@ -1,7 +1,12 @@
 /*
- * Linear layer, CUDA: the three products go to cuBLAS in the context's precision (kn_gemm) (row-major tensors seen as transposed
- * column-major matrices), bias add and bias gradient are small kernels.
+ * Linear layer, CUDA: the three products go to cuBLAS (row-major tensors seen as transposed
+ * column-major matrices) in the context's precision: fp32 and TF32 through kn_gemm, bf16 and
+ * fp16 on 16-bit copies of the operands; bias add and bias gradient are small kernels.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear.h"
 
@@ -12,13 +17,111 @@ __global__ static void bias_add(float *out, const float *b, size_t n, int OC)
         out[i] += b[i % OC];
 }
 
+/* --- bf16 / fp16: the operands converted to 16 bits (round to nearest even), then a 16-bit
+ * product with fp32 accumulation and an fp32 result, as the CPU emulates (products_cpu.c) */
+
+template <typename H> __device__ __forceinline__ H to_half(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 to_half<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half to_half<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+
+/* dst (16-bit) = src (fp32), four at a time where src is aligned for it */
+template <typename H> __global__ static void to_half_k(H *dst, const float *src, size_t n)
+{
+    size_t n4 = ((uintptr_t)src & 15) == 0 ? n / 4 : 0;
+    const float4 *s4 = (const float4 *)src;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = s4[i];
+        dst[4 * i] = to_half<H>(v.x);
+        dst[4 * i + 1] = to_half<H>(v.y);
+        dst[4 * i + 2] = to_half<H>(v.z);
+        dst[4 * i + 3] = to_half<H>(v.w);
+    }
+    for (size_t i = 4 * n4 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = to_half<H>(src[i]);
+}
+
+/* room for `elems` 16-bit values in the context's scratch: grown (after the stream's work) when
+ * a larger product comes, so a stage's first step sizes it for good */
+static int half_room(kn_ctx *c, size_t elems, void **out)
+{
+    size_t bytes = (elems * 2 + 255) & ~(size_t)255;
+    if (bytes > c->half_ws_bytes) {
+        KN_CUDA_TRY(cudaStreamSynchronize(kn_stream(c)));
+        if (c->half_ws != NULL)
+            KN_CUDA_TRY(cudaFree(c->half_ws));
+        c->half_ws = NULL;
+        c->half_ws_bytes = 0;
+        KN_CUDA_TRY(cudaMalloc(&c->half_ws, bytes));
+        c->half_ws_bytes = bytes;
+    }
+    *out = c->half_ws;
+    return 0;
+}
+
+/* 16-bit copies of a (na values) and b (nb values), one after the other in the scratch */
+template <typename H>
+static int halves(kn_ctx *c, const float *a, size_t na, const float *b, size_t nb, H **ha, H **hb)
+{
+    void *ws;
+    size_t na_al = (na + 127) & ~(size_t)127; /* b's copy 256-byte aligned */
+    KN_GEMM_TRY(half_room(c, na_al + nb, &ws));
+    *ha = (H *)ws;
+    *hb = *ha + na_al;
+    to_half_k<H><<<kn_blocks(na / 4 + 1, 256), 256, 0, kn_stream(c)>>>(*ha, a, na);
+    KN_LAUNCH_CHECK();
+    to_half_k<H><<<kn_blocks(nb / 4 + 1, 256), 256, 0, kn_stream(c)>>>(*hb, b, nb);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+static int gemm_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                     const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
+{
+    const float one = 1.0f;
+    cudaDataType_t t = c->prec == KN_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    KN_CUBLAS_TRY(cublasGemmEx(kn_cublas(c), ta, tb, m, n, k, &one, A, t, lda, B, t, ldb, &beta, C,
+                               CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* C (m x n, column-major) = beta C + op(A) op(B) on 16-bit copies of fp32 A (na) and B (nb) */
+template <typename H>
+static int product_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                        const float *A, size_t na, int lda, const float *B, size_t nb, int ldb,
+                        float beta, float *C, int ldc)
+{
+    H *ha, *hb;
+    KN_GEMM_TRY(halves<H>(c, A, na, B, nb, &ha, &hb));
+    return gemm_half(c, ta, tb, m, n, k, ha, lda, hb, ldb, beta, C, ldc);
+}
+
+static int product(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                   const float *A, size_t na, int lda, const float *B, size_t nb, int ldb,
+                   float beta, float *C, int ldc)
+{
+    if (c->prec == KN_PREC_BF16)
+        return product_half<__nv_bfloat16>(c, ta, tb, m, n, k, A, na, lda, B, nb, ldb, beta, C,
+                                           ldc);
+    if (c->prec == KN_PREC_FP16)
+        return product_half<__half>(c, ta, tb, m, n, k, A, na, lda, B, nb, ldb, beta, C, ldc);
+    const float one = 1.0f;
+    return kn_gemm(c, ta, tb, m, n, k, &one, A, lda, B, ldb, &beta, C, ldc);
+}
+
 extern "C" int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp, const float *w,
                                       const float *b, int N, int IC, int OC)
 {
-    const float one = 1.0f, zero = 0.0f;
     /* out^T (OC x N) = W (OC x IC) . inp^T (IC x N) */
-    KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &one, w, IC, inp,
-                              IC, &zero, out, OC));
+    KN_GEMM_TRY(product(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, (size_t)OC * IC, IC, inp,
+                        (size_t)N * IC, IC, 0.0f, out, OC));
     if (b != NULL) {
         size_t n = (size_t)N * OC;
         bias_add<<<kn_blocks(n, 256), 256, 0, kn_stream(ctx)>>>(out, b, n, OC);
@@ -30,20 +133,18 @@ extern "C" int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp,
 extern "C" int kn_linear_backward_input_cuda(kn_ctx *ctx, float *dinp, const float *dout,
                                              const float *w, int N, int IC, int OC)
 {
-    const float one = 1.0f, zero = 0.0f;
     /* dinp^T (IC x N) = W^T (IC x OC) . dout^T (OC x N) */
-    KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, &one, w, IC,
-                              dout, OC, &zero, dinp, IC));
+    KN_GEMM_TRY(product(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, (size_t)OC * IC, IC, dout,
+                        (size_t)N * OC, OC, 0.0f, dinp, IC));
     return 0;
 }
 
 extern "C" int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db, const float *dout,
                                               const float *inp, int N, int IC, int OC)
 {
-    const float one = 1.0f;
     /* dW^T (IC x OC) += inp^T (IC x N) . dout (N x OC) */
-    KN_GEMM_TRY(kn_gemm(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, &one, inp, IC,
-                              dout, OC, &one, dw, IC));
+    KN_GEMM_TRY(product(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, (size_t)N * IC, IC, dout,
+                        (size_t)N * OC, OC, 1.0f, dw, IC));
     if (db != NULL)
         return kn_colsum_add(ctx, db, dout, N, OC);
     return 0;

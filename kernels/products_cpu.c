@@ -194,8 +194,10 @@ sc_status kn_cpu_conv2d_backward_weight(const kn_ctx *c, float *dw, float *db, f
     }
     float *rd = rounded(c, dout, conv_out(s, B), err),
           *ri = rd ? rounded(c, inp, conv_in(s, B), err) : NULL;
-    if (ri != NULL) {
-        fn(dw, NULL, col, rd, ri, B, s);
+    /* the kernels add a bias gradient too: from the rounded dout into a scratch, unused */
+    float *scratch = ri != NULL ? calloc((size_t)s->cout, sizeof *scratch) : NULL;
+    if (scratch != NULL) {
+        fn(dw, scratch, col, rd, ri, B, s);
         if (db != NULL) { /* per output channel: the sum over samples and positions */
             size_t P = (size_t)kn_conv2d_out_h(s) * kn_conv2d_out_w(s);
             for (int n = 0; n < B; n++)
@@ -204,7 +206,10 @@ sc_status kn_cpu_conv2d_backward_weight(const kn_ctx *c, float *dw, float *db, f
                         db[o] += dout[((size_t)n * s->cout + o) * P + p];
         }
     }
+    free(scratch);
     free(rd);
     free(ri);
+    if (ri != NULL && scratch == NULL)
+        return SC_ERRF(err, SC_ERR_NOMEM, "no memory for a bias gradient of %d values", s->cout);
     return ri != NULL ? SC_OK : SC_ERR_NOMEM;
 }

@@ -88,6 +88,10 @@ void rt_runner_destroy(rt_runner **rp)
         kn_ctx_free(ctx, r->tgt_dev);
         kn_ctx_free(ctx, r->gin_dev);
         kn_ctx_free(ctx, r->gout_dev);
+        kn_ctx_host_free(ctx, r->in_buf);
+        kn_ctx_host_free(ctx, r->out_buf);
+        kn_ctx_host_free(ctx, r->gout_buf);
+        kn_ctx_host_free(ctx, r->gin_buf);
     }
     kn_stage_destroy(&r->st);
     kn_model_destroy(&r->model);
@@ -95,11 +99,7 @@ void rt_runner_destroy(rt_runner **rp)
     free(r->mb_size);
     free(r->timed);
     free(r->mb_off);
-    free(r->in_buf);
     free(r->tgt_buf);
-    free(r->out_buf);
-    free(r->gout_buf);
-    free(r->gin_buf);
     free(r->params);
     free(r->grads);
     free(r->state);

@@ -42,13 +42,6 @@ typedef struct {
 
 struct rt_runner {
     int p, s, first_block, last_block, nb;
-    /* GPU stages: each compute action's GPU start and end come from timing marks (kn_ctx_mark:
-     * mark 0 opens the iteration, 2k+1 and 2k+2 bracket its k-th compute action), so reports
-     * and timelines show the GPU's work rather than the host's enqueueing of it */
-    bool gpu_timed;
-    int n_timed, max_timed;
-    rt_gpu_timed *timed; /* [max_timed] */
-    uint64_t timed_origin_ns; /* host clock once mark 0 had passed */
     int batch;    /* samples per iteration */
     int m;        /* micro-batches run per iteration (after slicing) */
     int Mcap;     /* the largest micro-batch: the stage's capacity */
@@ -164,6 +157,13 @@ struct rt_runner {
     bool tie_relay;
     size_t tie_n;              /* floats of the tied tensor */
     float *tie_own, *tie_peer; /* [tie_n] */
+    /* GPU stages: each compute action's GPU start and end come from timing marks (kn_ctx_mark:
+     * mark 0 opens the iteration, 2k+1 and 2k+2 bracket its k-th compute action), so reports
+     * and timelines show the GPU's work rather than the host's enqueueing of it */
+    bool gpu_timed;
+    int n_timed, max_timed;
+    rt_gpu_timed *timed;      /* [max_timed] */
+    uint64_t timed_origin_ns; /* host clock once mark 0 had passed */
 };
 
 /* The monotonic clock in ns, and the same reading in seconds (exactly sc_clock_now_s()'s), so

@@ -192,11 +192,19 @@ sc_status rt_runner_alloc_buffers(rt_runner *r, sc_err *err)
     /* forwards use the first three, backwards (their own cut) the gradients */
     size_t M = (size_t)r->Mcap, MB = (size_t)(r->Bcap > r->Mcap ? r->Bcap : r->Mcap);
     r->slot_mb = malloc((size_t)r->slots * sizeof *r->slot_mb);
-    r->in_buf = calloc(M * r->in_elems + 1, 4);
+    /* the transfers' buffers in the stage's host memory (page-locked for a GPU stage: its
+     * copies to and from the device need no staging) */
+    kn_ctx *ctx = kn_stage_ctx(r->st);
+    void *in = NULL, *out = NULL, *gout = NULL, *gin = NULL;
+    SC_CHECK(kn_ctx_host_alloc(ctx, (M * r->in_elems + 1) * 4, &in, err));
+    r->in_buf = in;
+    SC_CHECK(kn_ctx_host_alloc(ctx, (M * r->out_elems + 1) * sizeof *r->out_buf, &out, err));
+    r->out_buf = out;
+    SC_CHECK(kn_ctx_host_alloc(ctx, (MB * r->out_elems + 1) * sizeof *r->gout_buf, &gout, err));
+    r->gout_buf = gout;
+    SC_CHECK(kn_ctx_host_alloc(ctx, (MB * r->in_elems + 1) * sizeof *r->gin_buf, &gin, err));
+    r->gin_buf = gin;
     r->tgt_buf = calloc(M * (size_t)r->tps + 1, sizeof *r->tgt_buf);
-    r->out_buf = calloc(M * r->out_elems + 1, sizeof *r->out_buf);
-    r->gout_buf = calloc(MB * r->out_elems + 1, sizeof *r->gout_buf);
-    r->gin_buf = calloc(MB * r->in_elems + 1, sizeof *r->gin_buf);
     r->params = calloc(r->np + 1, sizeof *r->params);
     /* with room after the gradients for the loss sum the copies' all-reduce sends with them */
     r->grads = calloc(r->np + 1 + sizeof(double) / sizeof(float), sizeof *r->grads);
