@@ -34,16 +34,42 @@ mkdir -p "$out"
 . "$(dirname "$0")/local_cluster.sh"
 local_scratch gpujob
 
+# stop_all: SIGTERM to every process started, SIGKILL to one still there 15 s later (named: a
+# process that does not stop when asked is a finding of its own)
+stop_all() {
+    local p t
+    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do
+        for t in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "$p" 2>/dev/null; then
+            echo "gpu_job: process $p ($(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-80)) did not stop within 15 s of SIGTERM: killed"
+            kill -KILL "$p" 2>/dev/null || true
+        fi
+        wait "$p" 2>/dev/null || true
+    done
+    pids=()
+}
+
+# logs_tail: the last lines of the coordinator's and the workers' logs (a job that failed or
+# did not end in time)
+logs_tail() {
+    local f
+    for f in "$work"/coord.log "$work"/g*.log; do
+        [ -f "$f" ] && { echo "== $(basename "$f")"; tail -n "${1:-25}" "$f"; }
+    done
+}
+
+deadline=${GPU_JOB_DEADLINE_S:-150}
 for n in $counts; do
     # a fresh coordinator and workers per run: nothing measured in one run steers the next
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    pids=()
+    stop_all
     rm -rf "$work/coord$n" "$work/coord.log"
     # the last run's tokens would be taken as this coordinator's own (it then writes none)
     unset STAGECRAFT_JOIN_TOKEN STAGECRAFT_TOKEN STAGECRAFT_COORDINATOR
     local_coordinator "$work/coord$n" || { tail -n 5 "$work/coord.log"; exit 1; }
-    names=$(seq -s ' ' -f 'g%g' 1 "$n")
+    # names (and state folders) of this run alone: a worker that kept the id an earlier
+    # coordinator gave it is refused where the new one gave that id to another
+    names=$(seq -s ' ' -f "g$n-%g" 1 "$n")
     local_workers "$names" --device "$device"
     cat >"$work/job$n.json" <<JSON
 {"format": "stagecraft-job", "version": 1, "name": "gpu-job-$n", "model": $model,
@@ -53,19 +79,27 @@ for n in $counts; do
 JSON
     id=$("$sc" submit "$work/job$n.json" | sed -n 's/^submitted \(job-[0-9]*\).*/\1/p')
     [ -n "$id" ] || { echo "gpu_job: submit failed"; cat "$work/coord.log" | tail -n 20; exit 1; }
-    # the trace of the last iterations while the job still runs
-    while :; do
-        s=$("$sc" status "$id" --json)
-        st=$(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["state"], d["step"])' <<<"$s")
+    # the trace of the last iterations while the job still runs; at most `deadline` seconds
+    t0=$SECONDS st=
+    while [ $((SECONDS - t0)) -lt "$deadline" ]; do
+        s=$(timeout 20 "$sc" status "$id" --json)
+        st=$(python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["state"], d["step"])' <<<"$s" 2>/dev/null)
         case $st in
         running*) [ "${st#running }" -ge $((steps * 2 / 3)) ] && break ;;
         succeeded* | failed* | cancelled*) break ;;
         esac
         sleep 0.5
     done
-    "$sc" trace "$id" --out "$out/trace-$n.json" --iterations 3 >"$work/trace.log" 2>&1 ||
+    if [ $((SECONDS - t0)) -ge "$deadline" ]; then
+        echo "gpu_job: $n worker(s): the job did not get far within ${deadline} s (last: $st)"
+        timeout 20 "$sc" status "$id" || true
+        logs_tail 40
+        timeout 20 "$sc" cancel "$id" >/dev/null 2>&1 || true
+        continue
+    fi
+    timeout 60 "$sc" trace "$id" --out "$out/trace-$n.json" --iterations 3 >"$work/trace.log" 2>&1 ||
         echo "gpu_job: no trace for $n worker(s): $(tail -n 1 "$work/trace.log")"
-    "$sc" status "$id" --follow >/dev/null 2>&1 || true
+    timeout "$deadline" "$sc" status "$id" --follow >/dev/null 2>&1 || true
     "$sc" status "$id" --json >"$out/status-$n.json"
     "$sc" status "$id" >"$out/status-$n.txt"
     python3 - "$out/status-$n.json" "$n" "$precision" <<'PY'
@@ -97,5 +131,10 @@ for e in ev:
 for (who, what), v in sorted(acc.items(), key=lambda kv: str(kv[0])):
     print(f"gpu_job:   trace ({sys.argv[2]} worker(s)) {who}: {what} {len(v)}x, mean {sum(v) / len(v):.2f} ms")
 PY
+    case $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["state"])' "$out/status-$n.json" 2>/dev/null) in
+    succeeded) ;;
+    *) logs_tail 40 ;;
+    esac
     cp "$work/coord.log" "$out/coord-$n.log" 2>/dev/null || true
 done
+stop_all
