@@ -96,6 +96,7 @@ const char *kn_gpu_backend_path(void)
     X(kn_sq_sum_add_cuda)                                                                          \
     X(kn_sgd_step_cuda)                                                                            \
     X(kn_adamw_step_cuda)                                                                          \
+    X(kn_adamw_multi_cuda)                                                                         \
     X(kn_tok_embed_forward_cuda)                                                                   \
     X(kn_tok_embed_backward_cuda)                                                                  \
     X(kn_rmsnorm_forward_cuda)                                                                     \

@@ -30,6 +30,69 @@ __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v
     }
 }
 
+/* the tensor holding element i: the last start <= i (starts ascending, starts[0] = 0) */
+__device__ __forceinline__ int seg_of(const unsigned long long *starts, int nseg, size_t i)
+{
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (starts[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* the segment table in shared memory (its starts, then its decays), then adamw_kernel's update
+ * with each element's tensor's decay */
+__global__ static void adamw_multi_kernel(float *p, const float *g, float *m, float *v, size_t n,
+                                          const unsigned long long *starts, const float *decays,
+                                          int nseg, float lr, float beta1, float beta2, float eps,
+                                          float c1, float c2)
+{
+    extern __shared__ unsigned long long sh[];
+    unsigned long long *s_start = sh;
+    float *s_wd = (float *)(sh + nseg);
+    for (int k = threadIdx.x; k < nseg; k += blockDim.x) {
+        s_start[k] = starts[k];
+        s_wd[k] = decays[k];
+    }
+    __syncthreads();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float wd = s_wd[seg_of(s_start, nseg, i)];
+        float gi = g[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
+    }
+}
+
+extern "C" int kn_adamw_multi_cuda(kn_ctx *ctx, float *p, const float *g, float *m, float *v,
+                                   size_t n, const void *segs, int nseg, float lr, float beta1,
+                                   float beta2, float eps, int t)
+{
+    if (n == 0 || nseg <= 0)
+        return 0;
+    if (nseg > KN_ADAMW_SEGS_MAX)
+        return (int)cudaErrorInvalidValue;
+    float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
+    const unsigned long long *starts = (const unsigned long long *)segs;
+    const float *decays = (const float *)(starts + nseg);
+    /* a few waves of blocks: each loads the table once */
+    unsigned blocks = kn_blocks(n, 256);
+    if (blocks > 132 * 8)
+        blocks = 132 * 8;
+    size_t shmem = (size_t)nseg * (sizeof(unsigned long long) + sizeof(float));
+    adamw_multi_kernel<<<blocks, 256, shmem, kn_stream(ctx)>>>(p, g, m, v, n, starts, decays,
+                                                               nseg, lr, beta1, beta2, eps, c1, c2);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
 extern "C" int kn_sgd_step_cuda(kn_ctx *ctx, float *p, const float *g, float *v, size_t n, float lr,
                                 float momentum, float wd)
 {

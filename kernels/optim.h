@@ -57,6 +57,21 @@ KN_GPU_FN(int, kn_sgd_step_cuda,
 KN_GPU_FN(int, kn_adamw_step_cuda,
           (kn_ctx *ctx, float *p, const float *g, float *m, float *v, size_t n, float lr,
            float beta1, float beta2, float eps, float wd, int t));
+/* One AdamW launch over many tensors laid end to end (a stage's learning parameters): tensor k
+ * covers [start[k], start[k + 1]) of the n values, with weight decay wd[k]. `segs` (device
+ * memory) holds the starts as KN_ADAMW_SEGS_MAX-bounded uint64 values then the decays as floats
+ * (kn_adamw_segs_bytes); the same formula as kn_adamw_step_cuda, element for element. */
+#define KN_ADAMW_SEGS_MAX 4096
+KN_GPU_FN(int, kn_adamw_multi_cuda,
+          (kn_ctx *ctx, float *p, const float *g, float *m, float *v, size_t n,
+           const void *segs, int nseg, float lr, float beta1, float beta2, float eps, int t));
+#endif
+/* bytes of a segment table of nseg tensors: nseg uint64 starts, then nseg float decays */
+static inline size_t kn_adamw_segs_bytes(int nseg)
+{
+    return (size_t)nseg * (sizeof(uint64_t) + sizeof(float));
+}
+#ifdef SC_HAVE_CUDA
 #endif
 
 #ifdef __cplusplus

@@ -55,6 +55,10 @@ struct kn_stage {
     float loss_scale;
     float *host_losses;
     size_t mem_bytes;
+    /* CUDA AdamW: the learning tensors' table for one launch over all of them (optim.h), made
+     * for `adamw_frozen` leading frozen blocks (-1: none made; 0 tensors: not contiguous) */
+    void *adamw_segs;
+    int adamw_nseg, adamw_frozen;
 };
 
 kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device device, int microbatch)
@@ -245,6 +249,7 @@ void kn_stage_destroy(kn_stage **p)
         kn_ctx_free(st->ctx, st->ws);
         kn_ctx_free(st->ctx, st->norms);
         kn_ctx_free(st->ctx, st->arena);
+        kn_ctx_free(st->ctx, st->adamw_segs);
         kn_ctx_destroy(&st->ctx);
     }
     free(st->blocks);
@@ -717,6 +722,55 @@ static sc_status tie_sum(kn_stage *st, sc_err *err)
     return SC_OK;
 }
 
+#ifdef SC_HAVE_CUDA
+/* The segment table of the learning tensors (blocks frozen..nb-1) for kn_adamw_multi_cuda, made
+ * on the first step and again after a freeze: *first gets the offset (in the learning range) of
+ * the first tensor, *n the values covered; nseg 0 when the tensors are not laid end to end or
+ * too many (the caller steps them one by one). */
+static sc_status adamw_table(kn_stage *st, size_t *first, size_t *n, sc_err *err)
+{
+    size_t base = 0, next = 0;
+    int nseg = 0;
+    for (int i = st->frozen; i < st->nb; i++)
+        nseg += st->blocks[i]->ntensors;
+    uint64_t *starts = malloc(kn_adamw_segs_bytes(nseg > 0 ? nseg : 1));
+    SC_ALLOC_CHECK(starts, err);
+    float *decays = (float *)(starts + nseg);
+    int k = 0;
+    bool ok = nseg > 0 && nseg <= KN_ADAMW_SEGS_MAX;
+    for (int i = st->frozen; ok && i < st->nb; i++)
+        for (int j = 0; ok && j < st->blocks[i]->ntensors; j++) {
+            const kn_tensor *tn = &st->blocks[i]->tensors[j];
+            size_t lo = st->poff[i] + tn->offset - st->learn_off;
+            if (k == 0)
+                base = next = lo;
+            ok = lo == next;
+            starts[k] = lo - base;
+            decays[k] = tn->decay ? st->cfg.optim.weight_decay : 0.0f;
+            next = lo + tn->count;
+            k++;
+        }
+    *first = base;
+    *n = next - base;
+    sc_status rc = SC_OK;
+    if (st->adamw_frozen != st->frozen || st->adamw_segs == NULL) {
+        kn_ctx_free(st->ctx, st->adamw_segs);
+        st->adamw_segs = NULL;
+        st->adamw_nseg = 0;
+        st->adamw_frozen = st->frozen;
+        if (ok) {
+            rc = kn_ctx_alloc(st->ctx, kn_adamw_segs_bytes(nseg), &st->adamw_segs, err);
+            if (rc == SC_OK)
+                rc = kn_ctx_upload(st->ctx, st->adamw_segs, starts, kn_adamw_segs_bytes(nseg), err);
+            if (rc == SC_OK)
+                st->adamw_nseg = nseg;
+        }
+    }
+    free(starts);
+    return rc;
+}
+#endif
+
 sc_status kn_stage_step(kn_stage *st, sc_err *err)
 {
     const kn_optim_cfg *o = &st->cfg.optim;
@@ -730,6 +784,23 @@ sc_status kn_stage_step(kn_stage *st, sc_err *err)
 #endif
     SC_CHECK(tie_sum(st, err));
     st->t++;
+#ifdef SC_HAVE_CUDA
+    /* AdamW on a GPU: one launch over every learning tensor when they lie end to end */
+    if (st->cfg.device.kind == KN_DEV_CUDA && o->kind == KN_OPT_ADAMW && st->frozen < st->nb) {
+        size_t first = 0, n = 0;
+        SC_CHECK(adamw_table(st, &first, &n, err));
+        if (st->adamw_nseg > 0) {
+            int rc = kn_adamw_multi_cuda(st->ctx, st->params + st->learn_off + first,
+                                         st->grads + first, st->opt + first,
+                                         st->opt + st->nlearn + first, n, st->adamw_segs,
+                                         st->adamw_nseg, o->lr, o->beta1, o->beta2, o->eps, st->t);
+            if (rc != 0)
+                return SC_ERRF(err, SC_ERR_CUDA, "optimizer step (%d tensors): %s",
+                               st->adamw_nseg, kn_cuda_error_string(rc));
+            return SC_OK;
+        }
+    }
+#endif
     for (int i = st->frozen; i < st->nb; i++) {
         const kn_block *b = st->blocks[i];
         for (int k = 0; k < b->ntensors; k++) {

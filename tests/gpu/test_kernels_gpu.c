@@ -672,6 +672,66 @@ static void test_split_backward_gpu(void **state)
                1);
 }
 
+/* A whole stage's AdamW step on the GPU (one launch over every learning tensor, each with its
+ * own weight decay) against the CPU's per-tensor steps: after two steps from the same weights
+ * and gradients, every weight moved by what the CPU moved it, within what rounding of the
+ * normalised step allows (a gradient that is zero up to rounding may step the other way) */
+static void test_adamw_stage_gpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const char *text = "{\"format\": \"stagecraft-model\", \"version\": 1, \"kind\": \"gpt\", "
+                       "\"vocab\": 50, \"seq_len\": 12, \"layers\": 2, \"width\": 32, "
+                       "\"heads\": 4}";
+    kn_model *m = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_model_parse(&m, "model.json", text, strlen(text), &err), SC_OK);
+    int nb = kn_model_block_count(m), n = 3;
+    kn_stage_cfg cfg = kn_stage_cfg_default(0, nb - 1, (kn_device){KN_DEV_CPU, 0}, n);
+    cfg.optim.lr = 1e-3f;
+    cfg.optim.weight_decay = 0.1f;
+    kn_stage *sc = NULL, *sg = NULL;
+    assert_int_equal(kn_stage_new_cfg(&sc, m, &cfg, &err), SC_OK);
+    cfg.device = (kn_device){KN_DEV_CUDA, 0};
+    assert_int_equal(kn_stage_new_cfg(&sg, m, &cfg, &err), SC_OK);
+    int32_t tok[36], tgt[36];
+    for (int i = 0; i < 36; i++) {
+        tok[i] = (i * 7) % 50;
+        tgt[i] = (i * 11 + 3) % 50;
+    }
+    size_t np = kn_stage_param_count(sc);
+    float *p0 = malloc(np * 4), *pc = malloc(np * 4), *pg = malloc(np * 4);
+    assert_int_equal(kn_stage_params_to_host(sc, p0, &err), SC_OK);
+    for (int step = 0; step < 2; step++) {
+        kn_stage *both[2] = {sc, sg};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(kn_stage_zero_grads(both[k], &err), SC_OK);
+            assert_int_equal(kn_stage_forward_host(both[k], 0, tok, tgt, n, &err), SC_OK);
+            assert_int_equal(kn_stage_backward(both[k], 0, NULL, &err), SC_OK);
+            assert_int_equal(kn_stage_step(both[k], &err), SC_OK);
+        }
+    }
+    assert_int_equal(kn_stage_params_to_host(sc, pc, &err), SC_OK);
+    assert_int_equal(kn_stage_params_to_host(sg, pg, &err), SC_OK);
+    size_t far = 0, moved = 0;
+    for (size_t i = 0; i < np; i++) {
+        double dc = (double)pc[i] - p0[i], dg = (double)pg[i] - p0[i];
+        assert_true(fabs(dg) <= 2 * 1e-3 * (1.0 + 1e-3) + 2 * 1e-3 * 0.1 * fabs(p0[i]) + 1e-6);
+        if (fabs(dc - dg) > 1e-4 + 0.05 * fabs(dc))
+            far++;
+        moved += dg != 0.0;
+    }
+    fprintf(stderr, "AdamW stage on the GPU: %zu of %zu weights moved, %zu far from the CPU's\n",
+            moved, np, far);
+    assert_true(moved > np / 2);
+    assert_true(far <= np / 100);
+    free(p0), free(pc), free(pg);
+    kn_stage_destroy(&sc);
+    kn_stage_destroy(&sg);
+    kn_model_destroy(&m);
+}
+
 static void test_profile_gpu(void **state)
 {
     (void)state;
@@ -708,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_conv_pool_gpu), cmocka_unit_test(test_optim_gpu),
         cmocka_unit_test(test_models_gpu),    cmocka_unit_test(test_gather_gpu),
         cmocka_unit_test(test_profile_gpu),   cmocka_unit_test(test_split_backward_gpu),
+        cmocka_unit_test(test_adamw_stage_gpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
