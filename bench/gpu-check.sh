@@ -110,9 +110,12 @@ if [ "${1:-}" = "--full" ]; then
     grep -E "^-- stagecraft: " "$out/build.log"
     # the checks only a GPU can make come first, each under a time limit (GPU_CHECK_STEP_S, 240 s)
     # so that a hang still leaves its log; six log files in all: build, gpu-tests, bench-gpu
-    # (kernels, PyTorch peers, stages), jobs (the job path: one and two workers on the GPU),
+    # (kernels, PyTorch peers, stages, a profile per block), jobs (the job path: one and two
+    # workers on the GPU),
     # demo, tests (ctest, bounded by GPU_CHECK_CTEST_S, 900 s; 0 leaves it out, as
-    # GPU_CHECK_DEMO=0 leaves the demo out and GPU_CHECK_COMPILE=0 PyTorch's compiled step)
+    # GPU_CHECK_DEMO=0 leaves the demo out, GPU_CHECK_COMPILE=0 PyTorch's compiled step,
+    # GPU_CHECK_TORCH=0 every PyTorch figure, GPU_CHECK_STAGES=0 bench_stages;
+    # GPU_CHECK_PRECISIONS lists the precisions of bench_kernels_gpu, "tf32 bf16 fp16")
     step=${GPU_CHECK_STEP_S:-240}
     : >"$out/gpu-tests.log"
     for t in $build/tests/gpu/gpu_test_*; do
@@ -125,14 +128,14 @@ if [ "${1:-}" = "--full" ]; then
     # the kernels: GPT-2 124M, batch 8 x 1024, in each precision, PyTorch beside them
     bench="$out/bench-gpu.log"
     : >"$bench"
-    for p in tf32 bf16 fp16; do
+    for p in ${GPU_CHECK_PRECISIONS:-tf32 bf16 fp16}; do
         echo "==== bench_kernels_gpu --precision $p" >>"$bench"
         timeout "$step" $build/bench/bench_kernels_gpu --precision $p >"$build/bench-$p.log" 2>&1
         echo "gpu-check: bench_kernels_gpu --precision $p exit $?"
         cat "$build/bench-$p.log" >>"$bench"
         grep -E "^step:" "$build/bench-$p.log"
     done
-    {
+    [ "${GPU_CHECK_TORCH:-1}" = 0 ] || {
         echo "==== PyTorch"
         pt_tf32=$(torch_run --precision tf32)
         pt_bf16=$(torch_run --precision bf16 --fused)
@@ -148,9 +151,18 @@ if [ "${1:-}" = "--full" ]; then
             "step_ms=$(sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p' <<<"$pt_comp") x"
     } >>"$bench" 2>&1
     grep -E "^(eager|compiled|gpu-check)" "$bench"
-    echo "==== bench_stages" >>"$bench"
-    timeout "$step" $build/bench/bench_stages >>"$bench" 2>&1
-    echo "gpu-check: bench_stages exit $?"
+    if [ "${GPU_CHECK_STAGES:-1}" != 0 ]; then
+        echo "==== bench_stages" >>"$bench"
+        timeout "$step" $build/bench/bench_stages >>"$bench" 2>&1
+        echo "gpu-check: bench_stages exit $?"
+    fi
+    # where a step's time goes: each block of GPT-2 124M alone, batch 8, in bf16
+    printf '%s' '{"format": "stagecraft-model", "version": 1, "kind": "gpt", "vocab": 50257, "seq_len": 1024, "layers": 12, "width": 768, "heads": 12}' >"$build/gpt2.json"
+    echo "==== stagecraft profile, bf16, micro-batch 8" >>"$bench"
+    timeout "$step" $build/cli/stagecraft profile --model "$build/gpt2.json" --device cuda:0 \
+        --precision bf16 --microbatch 8 >"$build/profile.json" 2>>"$bench" &&
+        python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+for b in d["blocks"]: print("gpu-check: block %-12s forward %7.2f ms backward %7.2f ms" % (b.get("name", "?"), b.get("forward_s", 0) * 1e3, b.get("backward_s", 0) * 1e3))' "$build/profile.json" | tee -a "$bench"
     # the job path: GPT-2 124M shapes, batch 32 = 8 micro-batches of 4 x 1024, minmax, 1f1b,
     # one worker and two workers sharing the GPU
     timeout "$((2 * step))" bash "$top/bench/gpu_job.sh" $build/cli/stagecraft "$build/jobs" \
