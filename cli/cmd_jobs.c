@@ -221,14 +221,19 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
         json_t *ids = json_array();
         for (size_t k = 0; k < st->n_worker_ids; k++)
             json_array_append_new(ids, json_string(st->worker_ids[k]));
-        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f, s:f, s:f}",
+        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f, s:f, s:f, s:f, "
+                                                "s:f}",
                                                 "stage", (int)st->stage, "busy_fraction",
                                                 st->busy_fraction, "busy_s", st->measured_compute_s,
                                                 "first_block", (int)st->first_block, "last_block",
                                                 (int)st->last_block, "worker_ids", ids,
                                                 "predicted_compute_s", st->predicted_compute_s,
                                                 "predicted_allreduce_s", st->predicted_allreduce_s,
-                                                "measured_allreduce_s", st->measured_allreduce_s));
+                                                "measured_allreduce_s", st->measured_allreduce_s,
+                                                "predicted_memory_bytes",
+                                                st->predicted_memory_bytes,
+                                                "measured_memory_bytes",
+                                                st->measured_memory_bytes));
     }
     json_object_set_new(o, "stage_figures", stages);
     json_t *links = json_array();
@@ -386,6 +391,14 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                 printf(" stage %u %.0f%%", j->stages[i]->stage,
                        100.0 * j->stages[i]->busy_fraction);
             printf("\n");
+            if (j->stages[0]->measured_memory_bytes > 0) {
+                printf("memory: ");
+                for (size_t i = 0; i < j->n_stages; i++)
+                    printf(" stage %u %.4g MB (planned %.4g)", j->stages[i]->stage,
+                           j->stages[i]->measured_memory_bytes / 1e6,
+                           j->stages[i]->predicted_memory_bytes / 1e6);
+                printf("\n");
+            }
         }
         bool reduce_shown = false; /* the copies' all-reduce, where a stage has copies */
         for (size_t i = 0; i < j->n_stages; i++) {

@@ -41,6 +41,7 @@ typedef struct {
     uint64_t copied[COORD_MAX_STAGES][COORD_MAX_CKPT_COPIES];
     double iteration_s[COORD_MAX_STAGES];
     double busy_s[COORD_MAX_STAGES];
+    double memory_bytes[COORD_MAX_STAGES]; /* the largest a copy of the stage reported */
     double loss;               /* from the last stage */
     bool loss_known;           /* a last-stage report brought a loss since this run began */
     /* the job's throughput over wall-clock time: samples of the steps done (every stage's

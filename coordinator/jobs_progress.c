@@ -189,6 +189,8 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     if (!r->parked) {
         p->iteration_s[s] = r->iteration_s;
         p->busy_s[s] = r->busy_s;
+        if ((double)r->memory_bytes > p->memory_bytes[s])
+            p->memory_bytes[s] = (double)r->memory_bytes;
         if (s == p->n_stages - 1 && r->has_loss) {
             p->loss = r->loss;
             p->loss_known = true;

@@ -218,6 +218,7 @@ static void stage_from_plan(sc_rpc_ctx *ctx, json_t *plan, Stagecraft__StageStat
     st->first_block = (uint32_t)json_integer_value(json_object_get(ps, "first_block"));
     st->last_block = (uint32_t)json_integer_value(json_object_get(ps, "last_block"));
     st->predicted_compute_s = json_number_value(json_object_get(ps, "compute_s"));
+    st->predicted_memory_bytes = json_number_value(json_object_get(ps, "peak_memory_bytes"));
     json_t *ids = json_object_get(ps, "worker_ids");
     size_t n = json_array_size(ids);
     st->worker_ids = n ? sc_rpc_ctx_alloc(ctx, n * sizeof *st->worker_ids) : NULL;
@@ -252,6 +253,7 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
             st->measured_compute_s = p->busy_s[s];
             st->predicted_allreduce_s = p->planned_reduce_s[s];
             st->measured_allreduce_s = coord_jobs_reduce_measured_s(c, p, s);
+            st->measured_memory_bytes = p->memory_bytes[s];
             stage_from_plan(ctx, plan, st);
             if (p->iteration_s[s] > info->measured_iteration_s)
                 info->measured_iteration_s = p->iteration_s[s];

@@ -390,6 +390,53 @@ size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
     return 0;
 }
 
+/* 16-bit elements of linear.cu's scratch for the three products of a linear layer (N, IC, OC):
+ * the largest pair of operands, the first rounded up to 128 values */
+static size_t linear_half_elems(size_t N, size_t IC, size_t OC)
+{
+    size_t pairs[3][2] = {{OC * IC, N * IC}, {OC * IC, N * OC}, {N * IC, N * OC}}, most = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t e = ((pairs[i][0] + 127) & ~(size_t)127) + pairs[i][1];
+        most = e > most ? e : most;
+    }
+    return most;
+}
+
+size_t kn_block_scratch_bytes(const kn_block *blk, int B, bool gpu, kn_precision prec)
+{
+    size_t io = blk->in_floats > blk->out_floats ? blk->in_floats : blk->out_floats;
+    size_t bytes = (kn_block_ws_floats(blk, B, gpu) + 2 * io * (size_t)B) * sizeof(float);
+    if (!gpu || !kn_precision_is_half(prec))
+        return bytes;
+    size_t N = (size_t)B * (size_t)blk->T, C = (size_t)blk->C, half = 0, e;
+#define MOST(x) (e = (x), half = e > half ? e : half)
+    switch (blk->kind) {
+    case KN_BLOCK_GPT_ATTN:
+        MOST(linear_half_elems(N, C, 3 * C));
+        break;
+    case KN_BLOCK_GPT_MLP:
+        MOST(linear_half_elems(N, C, 4 * C));
+        MOST(linear_half_elems(N, 4 * C, C));
+        break;
+    case KN_BLOCK_GPT_LAYER:
+        MOST(linear_half_elems(N, C, 3 * C));
+        MOST(linear_half_elems(N, C, 4 * C));
+        MOST(linear_half_elems(N, 4 * C, C));
+        break;
+    case KN_BLOCK_GPT_HEAD:
+        MOST(linear_half_elems(N, C, (size_t)blk->V));
+        break;
+    case KN_BLOCK_FC_RELU:
+    case KN_BLOCK_FC_LOSS:
+        MOST(linear_half_elems((size_t)B, (size_t)blk->fin, (size_t)blk->fout));
+        break;
+    default:
+        break;
+    }
+#undef MOST
+    return bytes + ((half * 2 + 255) & ~(size_t)255);
+}
+
 sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, const void *in,
                            float *out, float *stash, const int32_t *targets, float *ws, int B,
                            sc_err *err)

@@ -17,6 +17,12 @@
 
 size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu);
 
+/* What a stage holding the block allocates for it besides its parameters, their state and its
+ * activation slots, for micro-batches of B: its workspace, the stage's two gradient buffers at
+ * its size, and on a GPU in bf16 / fp16 the 16-bit copies of its largest product's operands
+ * (linear.cu's scratch; 0 for Llama blocks, whose products are not counted yet). Bytes. */
+size_t kn_block_scratch_bytes(const kn_block *blk, int B, bool gpu, kn_precision prec);
+
 /* Most segments a block's stash has (kn_block_stash_segments). */
 #define KN_STASH_SEGMENTS_MAX 16
 

@@ -99,6 +99,11 @@ bool kn_device_has_bf16(kn_device dev)
     return dev.kind == KN_DEV_CPU;
 }
 
+size_t kn_ctx_scratch_bytes(const kn_ctx *ctx)
+{
+    return ctx->half_ws_bytes;
+}
+
 kn_precision kn_ctx_precision(const kn_ctx *ctx)
 {
     return ctx->prec;

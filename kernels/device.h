@@ -72,6 +72,10 @@ kn_cpu_kernels kn_ctx_cpu_kernels(const kn_ctx *ctx);
 sc_status kn_ctx_alloc(kn_ctx *ctx, size_t bytes, void **out, sc_err *err);
 void kn_ctx_free(kn_ctx *ctx, void *p);
 
+/* Bytes of device memory the context holds besides its callers' allocations: the 16-bit
+ * operands' scratch of bf16 / fp16 products on a GPU (0 elsewhere). */
+size_t kn_ctx_scratch_bytes(const kn_ctx *ctx);
+
 /* Host memory for the context's transfers: page-locked on a GPU (copies to and from the device
  * run at the link's speed, with no staging copy on the way), plain memory on the CPU; zero-filled.
  * Free with kn_ctx_host_free (NULL accepted). */

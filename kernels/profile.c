@@ -273,6 +273,9 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
         pb->parameter_bytes = b->params * sizeof(float);
         pb->activation_bytes_per_sample = b->out_floats * sizeof(float);
         pb->stash_bytes_per_sample = (b->in_floats + b->stash_floats) * sizeof(float);
+        pb->wstash_bytes_per_sample = kn_block_wstash_floats(b) * sizeof(float);
+        pb->on_gpu = cfg->device.kind == KN_DEV_CUDA;
+        pb->precision = cfg->precision;
         pb->npoints = cfg->nsizes;
     }
     bool sustained = cfg->min_time_s > 0;
@@ -409,6 +412,13 @@ sc_status kn_profile_to_json(const kn_model *m, const char *reference_device, in
         json_object_set_new(
             b, "stash_bytes",
             json_integer((json_int_t)(pb->stash_bytes_per_sample * (size_t)microbatch_size)));
+        json_object_set_new(
+            b, "wstash_bytes",
+            json_integer((json_int_t)(pb->wstash_bytes_per_sample * (size_t)microbatch_size)));
+        json_object_set_new(b, "scratch_bytes",
+                            json_integer((json_int_t)kn_block_scratch_bytes(
+                                kn_model_block(m, i), microbatch_size, pb->on_gpu,
+                                pb->precision)));
         json_object_set_new(b, "by_microbatch_size", by);
         json_array_append_new(arr, b);
     }

@@ -58,6 +58,9 @@ typedef struct {
     size_t parameter_bytes;
     size_t activation_bytes_per_sample; /* the block's output */
     size_t stash_bytes_per_sample;      /* its input and internal activations, kept for backward */
+    size_t wstash_bytes_per_sample;     /* what its split backward keeps from B for W (zb1) */
+    bool on_gpu;                        /* measured on a GPU, in `precision`: what its */
+    kn_precision precision;             /* scratch is sized by (kn_block_scratch_bytes) */
     int npoints;
     kn_profile_point points[KN_PROFILE_SIZES_MAX];
     double optimizer_s; /* median optimizer step over the block's parameters as the stage

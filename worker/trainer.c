@@ -785,6 +785,7 @@ static void *train_main(void *arg)
         m.report.has_loss = rep.has_loss;
         m.report.iteration_s = rep.iteration_s;
         m.report.busy_s = rep.busy_s;
+        m.report.memory_bytes = rep.memory_bytes;
         m.report.forward_s = rep.forward_s;
         m.report.backward_s = rep.backward_s;
         m.report.samples_per_s = rep.samples_per_s;

@@ -114,6 +114,15 @@ static int memory_of(const plan_request *req, const plan_cost *c, const plan_par
             after += p->n_dev[i];
         int wv = plan_weight_versions(req->schedule, after, p->n_dev[s]);
         peak[s] = plan_cost_memory(c, p->first[s], p->last[s], sim->peak_inflight[s], wv);
+        /* what the searches leave out (a range maximum): the stage's scratch, its blocks'
+         * largest, and zb1's W stashes in every slot */
+        double most = 0;
+        for (int l = p->first[s]; l <= p->last[s]; l++)
+            most = c->scratch[l] > most ? c->scratch[l] : most;
+        peak[s] += most;
+        if (req->schedule == PLAN_SCHED_ZB1)
+            peak[s] += (c->wstash_prefix[p->last[s] + 1] - c->wstash_prefix[p->first[s]]) *
+                       sim->peak_inflight[s];
         for (int i = 0; i < p->n_dev[s]; i++) {
             int d = p->devs[p->dev_start[s] + i];
             if (peak[s] > cl->types[cl->devices[d].type].memory_bytes)

@@ -415,6 +415,8 @@ void plan_cost_destroy(plan_cost **cp)
     free(c->work_prefix_s);
     free(c->act_bytes);
     free(c->stash_prefix);
+    free(c->wstash_prefix);
+    free(c->scratch);
     free(c->param_prefix);
     free(c);
     *cp = NULL;
@@ -438,9 +440,11 @@ sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_clust
     c->work_prefix_s = calloc(T * (L + 1), sizeof(double));
     c->act_bytes = calloc(L, sizeof(double));
     c->stash_prefix = calloc(L + 1, sizeof(double));
+    c->wstash_prefix = calloc(L + 1, sizeof(double));
+    c->scratch = calloc(L + 1, sizeof(double));
     c->param_prefix = calloc(L + 1, sizeof(double));
     if (!c->fwd_s || !c->bwd_s || !c->work_prefix_s || !c->act_bytes || !c->stash_prefix ||
-        !c->param_prefix) {
+        !c->wstash_prefix || !c->scratch || !c->param_prefix) {
         plan_cost_destroy(&c);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for the cost tables (%zu blocks)", L);
     }
@@ -448,6 +452,8 @@ sc_status plan_cost_new(plan_cost **out, const plan_profile *p, const plan_clust
     for (size_t l = 0; l < L; l++) {
         c->act_bytes[l] = p->blocks[l].activation_bytes * k;
         c->stash_prefix[l + 1] = c->stash_prefix[l] + p->blocks[l].stash_bytes * k;
+        c->wstash_prefix[l + 1] = c->wstash_prefix[l] + p->blocks[l].wstash_bytes * k;
+        c->scratch[l] = p->blocks[l].scratch_bytes * k;
         c->param_prefix[l + 1] = c->param_prefix[l] + p->blocks[l].parameter_bytes;
     }
     for (size_t t = 0; t < T; t++) {

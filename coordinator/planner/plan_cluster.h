@@ -140,6 +140,8 @@ typedef struct plan_cost {
     double *work_prefix_s; /* (n_types, n_blocks + 1): prefix sums of fwd + bwd */
     double *act_bytes;     /* (n_blocks) crossing a cut after block l, per micro-batch */
     double *stash_prefix;  /* (n_blocks + 1) per micro-batch */
+    double *wstash_prefix; /* (n_blocks + 1) per micro-batch: zb1's W stashes */
+    double *scratch;       /* (n_blocks) per block, at the planned micro-batch size */
     double *param_prefix;  /* (n_blocks + 1) */
 } plan_cost;
 

@@ -34,6 +34,10 @@ typedef struct plan_block {
     double activation_bytes; /* bytes crossing a cut after this block, per micro-batch */
     double parameter_bytes;
     double stash_bytes; /* kept from forward to backward, per micro-batch */
+    double wstash_bytes;  /* kept from B for W by a split backward (zb1), per micro-batch */
+    double scratch_bytes; /* what a stage holding it allocates besides parameters and slots
+                           * (workspace, gradient buffers, 16-bit operand copies), per
+                           * micro-batch; a stage needs its blocks' largest; 0 when unknown */
     double optimizer_s; /* optimizer step over its parameters, once per iteration (0 when the
                            profile does not say) */
     double wgrad_share; /* the measured share of backward_s that is the weight gradient (zb1's

@@ -125,6 +125,10 @@ static sc_status parse_json_doc(plan_profile **out, const sc_jdoc *doc, sc_err *
         SC_CHECK_GOTO(sc_json_opt_number(&e, "stash_bytes", 0, 1e18, b->activation_bytes,
                                          &b->stash_bytes, err),
                       fail);
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "wstash_bytes", 0, 1e18, 0, &b->wstash_bytes, err),
+                      fail);
+        SC_CHECK_GOTO(sc_json_opt_number(&e, "scratch_bytes", 0, 1e18, 0, &b->scratch_bytes, err),
+                      fail);
         SC_CHECK_GOTO(parse_sizes(&e, b, err), fail);
     }
     int dup = duplicate_name(p);

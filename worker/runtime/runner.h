@@ -237,6 +237,8 @@ typedef struct {
 typedef struct {
     uint64_t step;
     bool has_loss;      /* last stage only */
+    size_t memory_bytes; /* the stage's allocations on its device (kn_stage_memory_bytes plus
+                          * the context's scratch) */
     double loss;        /* mean loss over the batch */
     double iteration_s; /* wall time of rt_runner_step */
     double busy_s;      /* forward + backward + optimizer compute */

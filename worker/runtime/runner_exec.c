@@ -467,6 +467,8 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     }
     rep.iteration_s = sc_clock_now_s() - t0;
     rep.busy_s = rep.forward_s + rep.backward_s + rep.optimizer_s;
+    rep.memory_bytes =
+        kn_stage_memory_bytes(r->st) + kn_ctx_scratch_bytes(kn_stage_ctx(r->st));
     rep.samples_per_s = rep.iteration_s > 0.0 ? (double)r->own_samples / rep.iteration_s : 0.0;
     rep.has_loss = r->last;
     rep.loss = r->last ? loss_sum / (double)r->batch : 0.0;
