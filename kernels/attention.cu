@@ -18,9 +18,32 @@
 #include "kernels/attention.h"
 #include "kernels/cuda_common.cuh"
 
-/* qkv (B,T,3,NH,hs) -> q, k, v (B,NH,T,hs) */
-__global__ static void split_heads(float *q, float *k, float *v, const float *qkv, int B, int T,
-                                   int NH, int hs)
+__device__ __forceinline__ float to_f(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_f(__half x)
+{
+    return __half2float(x);
+}
+template <typename H> __device__ __forceinline__ H from_f(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half from_f<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ float from_f<float>(float x)
+{
+    return x;
+}
+
+/* qkv (B,T,3,NH,hs) fp32 -> q, k, v (B,NH,T,hs) in H (fp32 or 16-bit) */
+template <typename H>
+__global__ static void split_heads_h(H *q, H *k, H *v, const float *qkv, int B, int T, int NH,
+                                     int hs)
 {
     size_t n = (size_t)B * NH * T * hs;
     int C = NH * hs;
@@ -31,9 +54,9 @@ __global__ static void split_heads(float *q, float *k, float *v, const float *qk
         int h = (int)((i / ((size_t)hs * T)) % NH);
         int b = (int)(i / ((size_t)hs * T * NH));
         const float *src = qkv + ((size_t)b * T + t) * 3 * C + h * hs + d;
-        q[i] = src[0];
-        k[i] = src[C];
-        v[i] = src[2 * C];
+        q[i] = from_f<H>(src[0]);
+        k[i] = from_f<H>(src[C]);
+        v[i] = from_f<H>(src[2 * C]);
     }
 }
 
@@ -117,44 +140,6 @@ __global__ static void causal_softmax_bwd(float *datt, const float *att, int row
 }
 
 /* --- bf16 / fp16 ------------------------------------------------------------------------- */
-
-__device__ __forceinline__ float to_f(__nv_bfloat16 x)
-{
-    return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_f(__half x)
-{
-    return __half2float(x);
-}
-template <typename H> __device__ __forceinline__ H from_f(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half from_f<__half>(float x)
-{
-    return __float2half_rn(x);
-}
-
-/* qkv (B,T,3,NH,hs) fp32 -> q, k, v (B,NH,T,hs) 16-bit */
-template <typename H>
-__global__ static void split_heads_h(H *q, H *k, H *v, const float *qkv, int B, int T, int NH,
-                                     int hs)
-{
-    size_t n = (size_t)B * NH * T * hs;
-    int C = NH * hs;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        int t = (int)((i / hs) % T);
-        int h = (int)((i / ((size_t)hs * T)) % NH);
-        int b = (int)(i / ((size_t)hs * T * NH));
-        const float *src = qkv + ((size_t)b * T + t) * 3 * C + h * hs + d;
-        q[i] = from_f<H>(src[0]);
-        k[i] = from_f<H>(src[C]);
-        v[i] = from_f<H>(src[2 * C]);
-    }
-}
 
 /* out (B,T,C) fp32 -> dy (B,NH,T,hs) 16-bit */
 template <typename H>
@@ -320,7 +305,7 @@ extern "C" int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, fl
     cudaStream_t s = kn_stream(ctx);
     cublasHandle_t h = kn_cublas(ctx);
     const float one = 1.0f, zero = 0.0f, scale = 1.0f / sqrtf((float)hs);
-    split_heads<<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    split_heads_h<float><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     /* scores^T per head: (T x T) = K (T x hs) . Q^T (hs x T), scaled */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, hs,
@@ -353,7 +338,7 @@ extern "C" int kn_attention_backward_cuda(kn_ctx *ctx, float *dqkv, float *ws, c
     cudaStream_t s = kn_stream(ctx);
     cublasHandle_t h = kn_cublas(ctx);
     const float one = 1.0f, zero = 0.0f, scale = 1.0f / sqrtf((float)hs);
-    split_heads<<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    split_heads_h<float><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     permute_y<<<kn_blocks(BTC, 256), 256, 0, s>>>((float *)dout, dy, B, T, NH, hs, 0);
     KN_LAUNCH_CHECK();

@@ -15,19 +15,26 @@ __global__ static void sgd_kernel(float *p, const float *g, float *v, size_t n, 
     }
 }
 
+/* element i's AdamW update, the CPU's formula (c1, c2: the bias corrections) */
+__device__ __forceinline__ void adamw_one(float *p, const float *g, float *m, float *v, size_t i,
+                                          float lr, float beta1, float beta2, float eps, float wd,
+                                          float c1, float c2)
+{
+    float gi = g[i];
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
+}
+
 __global__ static void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n,
                                     float lr, float beta1, float beta2, float eps, float wd,
                                     float c1, float c2)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        adamw_one(p, g, m, v, i, lr, beta1, beta2, eps, wd, c1, c2);
 }
 
 /* the tensor holding element i: the last start <= i (starts ascending, starts[0] = 0) */
@@ -60,15 +67,8 @@ __global__ static void adamw_multi_kernel(float *p, const float *g, float *m, fl
     }
     __syncthreads();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float wd = s_wd[seg_of(s_start, nseg, i)];
-        float gi = g[i];
-        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * p[i]);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        adamw_one(p, g, m, v, i, lr, beta1, beta2, eps, s_wd[seg_of(s_start, nseg, i)], c1, c2);
 }
 
 extern "C" int kn_adamw_multi_cuda(kn_ctx *ctx, float *p, const float *g, float *m, float *v,
@@ -87,8 +87,8 @@ extern "C" int kn_adamw_multi_cuda(kn_ctx *ctx, float *p, const float *g, float 
     if (blocks > 132 * 8)
         blocks = 132 * 8;
     size_t shmem = (size_t)nseg * (sizeof(unsigned long long) + sizeof(float));
-    adamw_multi_kernel<<<blocks, 256, shmem, kn_stream(ctx)>>>(p, g, m, v, n, starts, decays,
-                                                               nseg, lr, beta1, beta2, eps, c1, c2);
+    adamw_multi_kernel<<<blocks, 256, shmem, kn_stream(ctx)>>>(p, g, m, v, n, starts, decays, nseg,
+                                                               lr, beta1, beta2, eps, c1, c2);
     KN_LAUNCH_CHECK();
     return 0;
 }
