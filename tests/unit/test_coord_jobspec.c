@@ -46,7 +46,18 @@ static void test_good_spec(void **state)
     assert_int_equal(spec.checkpoint_keep, 2);   /* not given: the newest 2 complete ones */
     assert_int_equal(spec.checkpoint_replicas, 1); /* not given: one copy on another worker */
     assert_string_equal(spec.transport, "auto"); /* not given: the coordinator picks */
+    assert_string_equal(spec.precision, "auto"); /* not given: the plan resolves it */
     coord_jobspec_clear(&spec);
+    /* each precision by name */
+    const char *const names[] = {"bf16", "fp16", "tf32", "fp32", "auto"};
+    for (int i = 0; i < 5; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%.*s, \"precision\": \"%s\"}\n",
+                 (int)(strrchr(good, '}') - good), good, names[i]);
+        assert_int_equal(coord_jobspec_parse("job.json", text, strlen(text), &spec, &err), SC_OK);
+        assert_string_equal(spec.precision, names[i]);
+        coord_jobspec_clear(&spec);
+    }
 }
 
 static void test_worker_names_and_defaults(void **state)
@@ -130,6 +141,9 @@ static void test_bad_specs(void **state)
     (void)state;
     expect_error("\"batch_size\": 16", "\"batch_size\": 0",
                  "job.json:5:16: $.batch_size: expected an integer in [1, 1048576], got 0");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"precision\": \"bf61\"",
+                 "$.precision: expected one of \"auto\", \"bf16\", \"fp16\", \"tf32\", "
+                 "\"fp32\", got \"bf61\"");
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"zigzag\"",
                  "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
