@@ -572,6 +572,20 @@ static sc_status add_blocks(const kn_model *mm, kn_st_writer *w, int first, int 
     return SC_OK;
 }
 
+/* The dtype a config names (transformers' "torch_dtype", or "dtype" in newer configs):
+ * bfloat16 and float16 as such, anything else float32. An exported checkpoint keeps it. */
+static kn_st_dtype config_dtype(json_t *cfg)
+{
+    const char *d = json_string_value(json_object_get(cfg, "torch_dtype"));
+    if (d == NULL)
+        d = json_string_value(json_object_get(cfg, "dtype"));
+    if (d != NULL && strcmp(d, "bfloat16") == 0)
+        return KN_ST_BF16;
+    if (d != NULL && (strcmp(d, "float16") == 0 || strcmp(d, "half") == 0))
+        return KN_ST_F16;
+    return KN_ST_F32;
+}
+
 static json_t *export_config(const kn_model *m, const kn_model *mm)
 {
     json_t *cfg = m->hf != NULL ? json_deep_copy(m->hf->config) : gpt_config(m);
@@ -596,8 +610,10 @@ sc_status kn_hf_export(const kn_model *m, const float *const *block_params, cons
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
     kn_st_writer *w = NULL;
     sc_status rc = kn_st_writer_new(&w, err);
-    if (rc == SC_OK)
+    if (rc == SC_OK) {
+        kn_st_writer_set_dtype(w, config_dtype(cfg));
         rc = add_blocks(mm, w, 0, kn_model_block_count(m) - 1, block_params, NULL, err);
+    }
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (rc == SC_OK)
@@ -632,9 +648,14 @@ sc_status kn_hf_export_part(const kn_model *m, int part, int nparts, int first, 
         off += kn_model_block(m, first + i)->params;
     }
     kn_st_writer *w = NULL;
-    sc_status rc = kn_st_writer_new(&w, err);
-    if (rc == SC_OK)
+    json_t *cfg = export_config(m, mm);
+    sc_status rc = cfg != NULL ? kn_st_writer_new(&w, err)
+                               : SC_ERRF(err, SC_ERR_NOMEM, "out of memory exporting to %s", dir);
+    if (rc == SC_OK) {
+        kn_st_writer_set_dtype(w, config_dtype(cfg));
         rc = add_blocks(mm, w, first, last, bp, NULL, err);
+    }
+    json_decref(cfg);
     char path[PATH_MAX + 64], name[64];
     part_name(name, sizeof name, part, nparts);
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -670,7 +691,7 @@ sc_status kn_hf_export_index(const kn_model *m, int nparts, const int *cuts, con
                 if (rc != SC_OK || s.skip_on_export)
                     continue;
                 json_object_set_new(map, s.name, json_string(name));
-                total += blk->tensors[t].count * sizeof(float);
+                total += blk->tensors[t].count * kn_st_dtype_bytes(config_dtype(cfg));
             }
         }
     }

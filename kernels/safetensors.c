@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/sc_util.h"
+#include "kernels/precision.h"
 
 /* A header larger than this is refused as corrupt (real ones are a few hundred KiB at most). */
 #define ST_HEADER_MAX ((uint64_t)100 << 20)
@@ -448,7 +449,19 @@ typedef struct {
 struct kn_st_writer {
     wr_tensor *t;
     size_t n, cap;
+    kn_st_dtype dtype; /* what save writes */
 };
+
+void kn_st_writer_set_dtype(kn_st_writer *w, kn_st_dtype dtype)
+{
+    w->dtype = dtype;
+}
+
+size_t kn_st_dtype_bytes(kn_st_dtype dtype)
+{
+    return dtype_bytes[dtype];
+}
+
 
 sc_status kn_st_writer_new(kn_st_writer **out, sc_err *err)
 {
@@ -516,6 +529,26 @@ static sc_status write_all(FILE *f, const void *p, size_t n, const char *path, s
     return SC_OK;
 }
 
+/* n floats in the dtype's bytes, little-endian (F32 as they are) */
+static sc_status write_values(FILE *f, const float *x, size_t n, kn_st_dtype d, const char *path,
+                              sc_err *err)
+{
+    if (d == KN_ST_F32)
+        return write_all(f, x, n * sizeof *x, path, err);
+    uint8_t buf[4096];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = d == KN_ST_BF16 ? kn_bf16_bits(x[i]) : kn_fp16_bits(x[i]);
+        buf[k++] = (uint8_t)h;
+        buf[k++] = (uint8_t)(h >> 8);
+        if (k == sizeof buf || i + 1 == n) {
+            SC_CHECK(write_all(f, buf, k, path, err));
+            k = 0;
+        }
+    }
+    return SC_OK;
+}
+
 sc_status kn_st_writer_save(kn_st_writer *w, const char *path, sc_err *err)
 {
     json_t *root = json_object(), *meta = json_object();
@@ -529,11 +562,11 @@ sc_status kn_st_writer_save(kn_st_writer *w, const char *path, sc_err *err)
     uint64_t off = 0;
     for (size_t i = 0; i < w->n; i++) {
         json_t *e = json_object(), *shape = json_array();
-        json_object_set_new(e, "dtype", json_string("F32"));
+        json_object_set_new(e, "dtype", json_string(dtype_names[w->dtype]));
         for (int k = 0; k < w->t[i].ndim; k++)
             json_array_append_new(shape, json_integer(w->t[i].dims[k]));
         json_object_set_new(e, "shape", shape);
-        uint64_t bytes = (uint64_t)w->t[i].count * 4;
+        uint64_t bytes = (uint64_t)w->t[i].count * dtype_bytes[w->dtype];
         json_object_set_new(e, "data_offsets",
                             json_pack("[I, I]", (json_int_t)off, (json_int_t)(off + bytes)));
         json_object_set_new(root, w->t[i].name, e);
@@ -560,7 +593,7 @@ sc_status kn_st_writer_save(kn_st_writer *w, const char *path, sc_err *err)
     for (size_t k = hlen; rc == SC_OK && k < padded; k++)
         rc = write_all(f, " ", 1, tmp, err);
     for (size_t i = 0; rc == SC_OK && i < w->n; i++)
-        rc = write_all(f, w->t[i].data, w->t[i].count * sizeof(float), tmp, err);
+        rc = write_values(f, w->t[i].data, w->t[i].count, w->dtype, tmp, err);
     free(hdr);
     if (fclose(f) != 0 && rc == SC_OK)
         rc = SC_ERRF(err, SC_ERR_IO, "%s: close: %s", tmp, strerror(errno));

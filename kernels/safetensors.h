@@ -52,8 +52,9 @@ sc_status kn_st_shape(const kn_st *st, const char *name, int *ndim, int64_t dims
 sc_status kn_st_read(const kn_st *st, const char *name, int ndim, const int64_t *dims,
                      bool transpose, float *out, sc_err *err);
 
-/* Writer: tensors are added in any order (the data is copied), then written as one F32 file
- * with "__metadata__": {"format": "pt"} (what transformers expects). */
+/* Writer: tensors are added in any order (the data is copied), then written as one file (F32
+ * unless kn_st_writer_set_dtype says otherwise) with "__metadata__": {"format": "pt"} (what
+ * transformers expects). */
 typedef struct kn_st_writer kn_st_writer;
 sc_status kn_st_writer_new(kn_st_writer **out, sc_err *err);
 /* `data` holds the product of dims floats; with `transpose` (2-D) the (d1, d0) matrix in `data`
@@ -61,6 +62,11 @@ sc_status kn_st_writer_new(kn_st_writer **out, sc_err *err);
 sc_status kn_st_writer_add(kn_st_writer *w, const char *name, int ndim, const int64_t *dims,
                            const float *data, bool transpose, sc_err *err);
 sc_status kn_st_writer_save(kn_st_writer *w, const char *path, sc_err *err);
+/* The dtype the tensors are saved in (default F32): F16 and BF16 round each value to nearest,
+ * ties to even (kernels/precision.h), as torch's conversion does. */
+void kn_st_writer_set_dtype(kn_st_writer *w, kn_st_dtype dtype);
+/* Bytes an element of the dtype takes: 4 for F32, 2 for F16 and BF16. */
+size_t kn_st_dtype_bytes(kn_st_dtype dtype);
 void kn_st_writer_destroy(kn_st_writer **w);
 
 /* Conversions (exposed for tests): IEEE half and bfloat16 to float, exactly. */

@@ -23,6 +23,7 @@
 
 #include "kernels/hf_model.h"
 #include "kernels/model.h"
+#include "kernels/precision.h"
 #include "kernels/safetensors.h"
 #include "kernels/stage.h"
 
@@ -610,6 +611,85 @@ static void test_export_roundtrip(void **state)
     }
 }
 
+/* A checkpoint whose config names bfloat16 or float16 exports in that dtype: each tensor's
+ * values rounded to nearest (ties to even) from the fp32 the job trained, the config's dtype
+ * kept, and the exported folder reads back as those rounded values. */
+static void test_export_in_checkpoint_dtype(void **state)
+{
+    (void)state;
+    const char *const names[] = {"bfloat16", "float16"};
+    const kn_st_dtype want[] = {KN_ST_BF16, KN_ST_F16};
+    for (int k = 0; k < 2; k++) {
+        char dir[64], out[128], path[256], text[1024];
+        make_dir(dir);
+        ckpt ck;
+        ck_make(&ck, false);
+        snprintf(text, sizeof text, "\"torch_dtype\": \"%s\"", names[k]);
+        write_config(dir, false, "");
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        char cfg[1024];
+        size_t n = fread(cfg, 1, sizeof cfg - 1, f);
+        fclose(f);
+        cfg[n] = '\0';
+        char *at = strstr(cfg, "\"torch_dtype\": \"float32\"");
+        assert_non_null(at);
+        char patched[1200];
+        snprintf(patched, sizeof patched, "%.*s%s%s", (int)(at - cfg), cfg, text,
+                 at + strlen("\"torch_dtype\": \"float32\""));
+        write_text(path, patched);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        ck_write_file(&ck, 0, ck.n, path, "F32", false);
+        sc_err err;
+        kn_model *m = hf_model(dir, T, &err, SC_OK);
+        int nb = kn_model_block_count(m);
+        float *bp[L + 2];
+        for (int i = 0; i < nb; i++) {
+            bp[i] = malloc(kn_model_block(m, i)->params * sizeof(float));
+            assert_int_equal(kn_model_fill_block(m, i, bp[i], &err), SC_OK);
+        }
+        snprintf(out, sizeof out, "%s/export", dir);
+        sc_err_clear(&err);
+        assert_int_equal(kn_hf_export(m, (const float *const *)bp, out, &err), SC_OK);
+        kn_st *st = NULL;
+        assert_int_equal(kn_st_open(&st, out, &err), SC_OK);
+        for (int i = 0; i < ck.n; i++) {
+            int nd;
+            int64_t d[KN_ST_DIMS_MAX];
+            kn_st_dtype dt;
+            assert_int_equal(kn_st_shape(st, ck.t[i].name, &nd, d, &dt, &err), SC_OK);
+            assert_int_equal(dt, want[k]);
+            size_t cnt = (size_t)d[0] * (size_t)(nd == 2 ? d[1] : 1);
+            float *buf = malloc(cnt * sizeof *buf);
+            assert_int_equal(kn_st_read(st, ck.t[i].name, nd, d, false, buf, &err), SC_OK);
+            for (size_t j = 0; j < cnt; j++) {
+                float r = k == 0 ? kn_round_bf16(ck.t[i].data[j]) : kn_round_fp16(ck.t[i].data[j]);
+                if (buf[j] != r)
+                    fail_msg("%s[%zu]: exported %g, %s of %g is %g", ck.t[i].name, j, buf[j],
+                             names[k], ck.t[i].data[j], r);
+            }
+            free(buf);
+        }
+        kn_st_close(&st);
+        snprintf(path, sizeof path, "%s/config.json", out);
+        f = fopen(path, "r");
+        assert_non_null(f);
+        n = fread(cfg, 1, sizeof cfg - 1, f);
+        fclose(f);
+        cfg[n] = '\0';
+        assert_non_null(strstr(cfg, names[k]));
+        kn_model *m2 = hf_model(out, T, &err, SC_OK);
+        assert_int_equal(kn_model_param_count(m2), kn_model_param_count(m));
+        kn_model_destroy(&m2);
+        for (int i = 0; i < nb; i++)
+            free(bp[i]);
+        kn_model_destroy(&m);
+        ck_free(&ck);
+        remove_dir(dir);
+    }
+}
+
 /* A "gpt" model exports as a GPT-2 with an untied head and reads back the same. */
 static void test_export_gpt_kind(void **state)
 {
@@ -826,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_gpt2_forward_matches_reference),
         cmocka_unit_test(test_gpt2_dtypes_shards_and_prefixes),
         cmocka_unit_test(test_tied_gradients_one_and_two_stages),
+        cmocka_unit_test(test_export_in_checkpoint_dtype),
         cmocka_unit_test(test_export_roundtrip),
         cmocka_unit_test(test_export_gpt_kind),
         cmocka_unit_test(test_bad_checkpoints_refused),
