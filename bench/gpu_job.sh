@@ -37,10 +37,10 @@ local_scratch gpujob
 # stop_all: SIGTERM to every process started, SIGKILL to one still there 15 s later (named: a
 # process that does not stop when asked is a finding of its own)
 stop_all() {
-    local p t
+    local p
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do
-        for t in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq 1 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         if kill -0 "$p" 2>/dev/null; then
             echo "gpu_job: process $p ($(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-80)) did not stop within 15 s of SIGTERM: killed"
             kill -KILL "$p" 2>/dev/null || true
