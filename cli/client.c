@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/sc_util.h"
+#include "proto/sc_view.h"
 
 sc_status cli_coordinator_addr(const char *flag, const char **addr, sc_err *err)
 {
@@ -71,7 +72,7 @@ void cli_fmt_figure(char *buf, size_t size, bool known, const char *fmt, double 
 
 json_t *cli_json_figure(bool known, double v)
 {
-    return known ? json_real(v) : json_null();
+    return sc_view_figure(known, v);
 }
 
 static volatile sig_atomic_t *stop_flag;

@@ -25,7 +25,8 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
         O_KEY,
         O_CA,
         O_PROFILE_TIMEOUT,
-        O_REPROFILE
+        O_REPROFILE,
+        O_HTTP
     };
     static const struct option opts[] = {
         {"listen", required_argument, NULL, O_LISTEN},
@@ -41,11 +42,15 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
         {"tls-ca", required_argument, NULL, O_CA},
         {"profile-timeout-ms", required_argument, NULL, O_PROFILE_TIMEOUT},
         {"reprofile-ms", required_argument, NULL, O_REPROFILE},
+        {"http", required_argument, NULL, O_HTTP},
         {NULL, 0, NULL, 0},
     };
     coord_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.listen_addr = "127.0.0.1:7070";
+    /* the dashboard is on by default where only this machine can see it */
+    cfg.http_addr = "127.0.0.1:8080";
+    cfg.http_optional = true; /* until --http names one */
     const char *join_file = NULL, *client_file = NULL;
     sc_err err;
     sc_err_clear(&err);
@@ -99,6 +104,10 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
                 return cli_report(self, &err);
             cfg.profile_timeout_ms = (uint32_t)v;
             break;
+        case O_HTTP:
+            cfg.http_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            cfg.http_optional = false;
+            break;
         case O_REPROFILE:
             if (sc_parse_int64(optarg, 100, 86400000, "--reprofile-ms", &v, &err) != SC_OK)
                 return cli_report(self, &err);
@@ -111,6 +120,9 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
     if (cfg.state_dir == NULL)
         return cli_usage_error(self, "--state DIR is required (jobs and tokens are kept there)");
     if (sc_parse_hostport(cfg.listen_addr, true, "--listen", NULL, 0, NULL, &err) != SC_OK)
+        return cli_report(self, &err);
+    if (cfg.http_addr != NULL &&
+        sc_parse_hostport(cfg.http_addr, true, "--http (or 'off')", NULL, 0, NULL, &err) != SC_OK)
         return cli_report(self, &err);
     if ((cfg.tls.cert_path == NULL) != (cfg.tls.key_path == NULL))
         return cli_usage_error(self, "--tls-cert and --tls-key go together");
@@ -146,6 +158,9 @@ int cmd_coordinator(const cli_command *self, int argc, char **argv)
     }
     printf("coordinator listening on port %d, control %s\n", coord_port(co),
            coord_control_endpoint(co));
+    if (coord_http_bound_port(co) >= 0)
+        printf("dashboard and metrics on http port %d (--http %s)\n", coord_http_bound_port(co),
+               cfg.http_addr);
     if (coord_join_token_path(co)[0])
         printf("join token for workers: %s\n", coord_join_token_path(co));
     if (coord_client_token_path(co)[0])

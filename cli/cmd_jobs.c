@@ -11,6 +11,7 @@
 #include "cli/follow.h"
 #include "common/sc_util.h"
 #include "coordinator/jobspec.h"
+#include "proto/sc_view.h"
 
 /* how often a followed job prints progress when stdout is not a terminal */
 #define FOLLOW_PROGRESS_S 5.0
@@ -166,101 +167,6 @@ int cmd_submit(const cli_command *self, int argc, char **argv)
     return rc;
 }
 
-static const char *job_state_name(Stagecraft__JobState s)
-{
-    switch (s) {
-    case STAGECRAFT__JOB_STATE__JOB_SUBMITTED:
-        return "submitted";
-    case STAGECRAFT__JOB_STATE__JOB_PROFILING:
-        return "profiling";
-    case STAGECRAFT__JOB_STATE__JOB_PLANNED:
-        return "planned";
-    case STAGECRAFT__JOB_STATE__JOB_RUNNING:
-        return "running";
-    case STAGECRAFT__JOB_STATE__JOB_RECOVERING:
-        return "recovering";
-    case STAGECRAFT__JOB_STATE__JOB_REBALANCING:
-        return "rebalancing";
-    case STAGECRAFT__JOB_STATE__JOB_SUCCEEDED:
-        return "succeeded";
-    case STAGECRAFT__JOB_STATE__JOB_FAILED:
-        return "failed";
-    case STAGECRAFT__JOB_STATE__JOB_CANCELLED:
-        return "cancelled";
-    default:
-        return "unknown";
-    }
-}
-
-/* The job as the JSON object `status --json` prints (caller decrefs). */
-static json_t *job_json(const Stagecraft__JobInfo *j)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "job_id", json_string(j->job_id));
-    json_object_set_new(o, "name", json_string(j->name));
-    json_object_set_new(o, "state", json_string(job_state_name(j->state)));
-    json_object_set_new(o, "reason", json_string(j->reason));
-    json_object_set_new(o, "step", json_integer((json_int_t)j->step));
-    json_object_set_new(o, "steps", json_integer((json_int_t)j->steps));
-    json_object_set_new(o, "last_checkpoint_step",
-                        json_integer((json_int_t)j->last_checkpoint_step));
-    json_object_set_new(o, "checkpoint_error",
-                        json_string(j->checkpoint_error ? j->checkpoint_error : ""));
-    json_object_set_new(o, "created_unix_ms", json_integer(j->created_unix_ms));
-    json_object_set_new(o, "updated_unix_ms", json_integer(j->updated_unix_ms));
-    json_t *plan = j->plan_json && j->plan_json[0] ? json_loads(j->plan_json, 0, NULL) : NULL;
-    json_object_set_new(o, "plan", plan ? plan : json_null());
-    json_object_set_new(o, "loss", cli_json_figure(j->loss_known, j->loss));
-    json_object_set_new(o, "samples_per_s",
-                        cli_json_figure(j->samples_per_s_known, j->samples_per_s));
-    json_object_set_new(o, "predicted_iteration_s", json_real(j->predicted_iteration_s));
-    json_object_set_new(o, "measured_iteration_s", json_real(j->measured_iteration_s));
-    json_t *stages = json_array();
-    for (size_t i = 0; i < j->n_stages; i++) {
-        const Stagecraft__StageStatus *st = j->stages[i];
-        json_t *ids = json_array();
-        for (size_t k = 0; k < st->n_worker_ids; k++)
-            json_array_append_new(ids, json_string(st->worker_ids[k]));
-        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f, s:f, s:f, s:f, "
-                                                "s:f}",
-                                                "stage", (int)st->stage, "busy_fraction",
-                                                st->busy_fraction, "busy_s", st->measured_compute_s,
-                                                "first_block", (int)st->first_block, "last_block",
-                                                (int)st->last_block, "worker_ids", ids,
-                                                "predicted_compute_s", st->predicted_compute_s,
-                                                "predicted_allreduce_s", st->predicted_allreduce_s,
-                                                "measured_allreduce_s", st->measured_allreduce_s,
-                                                "predicted_memory_bytes",
-                                                st->predicted_memory_bytes,
-                                                "measured_memory_bytes",
-                                                st->measured_memory_bytes));
-    }
-    json_object_set_new(o, "stage_figures", stages);
-    json_t *links = json_array();
-    for (size_t i = 0; i < j->n_links; i++) {
-        const Stagecraft__LinkStatus *l = j->links[i];
-        json_array_append_new(
-            links,
-            json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:i, s:i}", "from", l->from_worker, "to",
-                      l->to_worker, "measured_bytes_per_s", l->measured_bytes_per_s,
-                      "expected_bytes_per_s", l->expected_bytes_per_s, "reference_bytes_per_s",
-                      l->reference_bytes_per_s, "message_bytes", l->message_bytes,
-                      "messages_per_step", (int)l->messages_per_step, "samples", (int)l->samples));
-    }
-    json_object_set_new(o, "links", links);
-    json_t *hist = json_array();
-    for (size_t i = 0; i < j->n_transitions; i++)
-        json_array_append_new(
-            hist, json_pack("{s:s, s:s, s:s, s:I}", "from", j->transitions[i]->from_state, "to",
-                            j->transitions[i]->to_state, "reason", j->transitions[i]->reason,
-                            "at_unix_ms", (json_int_t)j->transitions[i]->at_unix_ms));
-    json_object_set_new(o, "transitions", hist);
-    json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
-    if (spec)
-        json_object_set_new(o, "spec", spec);
-    return o;
-}
-
 static void print_plan(json_t *plan)
 {
     printf("plan:    %s, predicted %.4g s per iteration, %.4g samples/s, bubble %.1f%%\n",
@@ -341,10 +247,7 @@ int cmd_status(const cli_command *self, int argc, char **argv)
             return cli_report(self, &err);
         Stagecraft__ListJobsResponse *resp = (void *)m;
         if (a.json) {
-            json_t *arr = json_array();
-            for (size_t i = 0; i < resp->n_jobs; i++)
-                json_array_append_new(arr, job_json(resp->jobs[i]));
-            json_t *o = json_pack("{s:o}", "jobs", arr);
+            json_t *o = sc_view_jobs(resp);
             json_dumpf(o, stdout, JSON_INDENT(2));
             printf("\n");
             json_decref(o);
@@ -355,7 +258,7 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                 char step[32];
                 snprintf(step, sizeof step, "%llu/%llu", (unsigned long long)j->step,
                          (unsigned long long)j->steps);
-                printf("%-10s %-20s %-11s %-12s %s\n", j->job_id, j->name, job_state_name(j->state),
+                printf("%-10s %-20s %-11s %-12s %s\n", j->job_id, j->name, sc_view_job_state_name(j->state),
                        step, j->reason);
             }
         }
@@ -370,13 +273,13 @@ int cmd_status(const cli_command *self, int argc, char **argv)
                  &stagecraft__get_job_response__descriptor, &m, &err) != SC_OK)
         return cli_report(self, &err);
     Stagecraft__JobInfo *j = ((Stagecraft__GetJobResponse *)m)->job;
-    json_t *o = job_json(j);
+    json_t *o = sc_view_job(j);
     if (a.json) {
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
     } else {
         printf("job:     %s (%s)\nstate:   %s: %s\nstep:    %llu of %llu (last checkpoint %llu)\n",
-               j->job_id, j->name, job_state_name(j->state), j->reason, (unsigned long long)j->step,
+               j->job_id, j->name, sc_view_job_state_name(j->state), j->reason, (unsigned long long)j->step,
                (unsigned long long)j->steps, (unsigned long long)j->last_checkpoint_step);
         if (j->checkpoint_error != NULL && j->checkpoint_error[0] != '\0')
             printf("checkpoint failed: %s\n", j->checkpoint_error);
@@ -455,7 +358,7 @@ int cmd_cancel(const cli_command *self, int argc, char **argv)
     const Stagecraft__CancelJobResponse *r = (const void *)m;
     Stagecraft__JobInfo *j = r->job;
     if (a.json) {
-        json_t *o = job_json(j);
+        json_t *o = sc_view_job(j);
         json_object_set_new(o, "already_cancelled", json_boolean(r->already_cancelled));
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
@@ -463,7 +366,7 @@ int cmd_cancel(const cli_command *self, int argc, char **argv)
     } else if (r->already_cancelled) {
         printf("%s is already cancelled (%s)\n", j->job_id, j->reason);
     } else {
-        printf("%s is %s\n", j->job_id, job_state_name(j->state));
+        printf("%s is %s\n", j->job_id, sc_view_job_state_name(j->state));
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return CLI_OK;
@@ -510,20 +413,6 @@ int cmd_rebalance(const cli_command *self, int argc, char **argv)
     return CLI_OK;
 }
 
-static const char *worker_state_name(Stagecraft__WorkerState s)
-{
-    switch (s) {
-    case STAGECRAFT__WORKER_STATE__WORKER_ALIVE:
-        return "alive";
-    case STAGECRAFT__WORKER_STATE__WORKER_SUSPECT:
-        return "suspect";
-    case STAGECRAFT__WORKER_STATE__WORKER_DEAD:
-        return "dead";
-    default:
-        return "unknown";
-    }
-}
-
 int cmd_workers(const cli_command *self, int argc, char **argv)
 {
     client_args a;
@@ -542,26 +431,7 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
     if (a.json) {
-        json_t *arr = json_array();
-        for (size_t i = 0; i < resp->n_workers; i++) {
-            Stagecraft__WorkerInfo *w = resp->workers[i];
-            json_t *devs = json_array();
-            for (size_t d = 0; d < w->n_devices; d++) {
-                Stagecraft__Device *dv = w->devices[d];
-                json_array_append_new(
-                    devs, json_pack("{s:s, s:i, s:s, s:I, s:s, s:i, s:f}", "kind", dv->kind,
-                                    "index", (int)dv->index, "name", dv->name, "memory_bytes",
-                                    (json_int_t)dv->memory_bytes, "pci_bus_id", dv->pci_bus_id,
-                                    "numa_node", dv->numa_node, "gflops", dv->gflops));
-            }
-            json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I}", "id", w->id, "name",
-                               w->name, "host", w->host, "state", worker_state_name(w->state),
-                               "devices", devs, "last_heartbeat_unix_ms",
-                               (json_int_t)w->last_heartbeat_unix_ms, "job_id", w->job_id,
-                               "endpoint", w->endpoint, "epoch", (json_int_t)w->epoch));
-        }
-        json_t *o = json_pack("{s:o}", "workers", arr);
+        json_t *o = sc_view_workers(resp);
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
         json_decref(o);
@@ -578,7 +448,7 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
                 snprintf(hb, sizeof hb, "%.1f s ago",
                          (double)(now_ms - w->last_heartbeat_unix_ms) / 1000.0);
             printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", w->id, w->name, w->host,
-                   worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-");
+                   sc_view_worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-");
         }
     }
     protobuf_c_message_free_unpacked(m, NULL);

@@ -51,6 +51,7 @@ int cmd_topo(const cli_command *self, int argc, char **argv);
     "                              [--join-token-file FILE] [--token-file FILE]\n"                 \
     "                              [--heartbeat-ms MS] [--suspect-after N] [--dead-after N]\n"     \
     "                              [--profile-timeout-ms MS] [--reprofile-ms MS]\n"               \
+    "                              [--http HOST:PORT|off]\n"                                      \
     "                              [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]\n\n"              \
     "Runs the coordinator: registers workers, takes jobs, profiles, plans and assigns stages.\n"   \
     "  --state DIR            jobs (SQLite) and generated tokens live here; a restarted\n"         \
@@ -68,6 +69,9 @@ int cmd_topo(const cli_command *self, int argc, char **argv);
     "  --profile-timeout-ms MS  deadline of one worker's profiling (default 60000)\n"              \
     "  --reprofile-ms MS      how often a running job profiles free workers it could use\n"        \
     "                         (left out by a re-plan, or joining an elastic job; 10000)\n"         \
+    "  --http HOST:PORT|off   dashboard, /metrics and /api, read-only (default 127.0.0.1:8080;\n"   \
+    "                         port 0 picks one); beyond loopback they need the client token\n"    \
+    "                         as 'Authorization: Bearer TOKEN'\n"                                 \
     "  --tls-cert/--tls-key/--tls-ca  serve gRPC over TLS (mutual when --tls-ca is given)\n"
 int cmd_coordinator(const cli_command *self, int argc, char **argv);
 

@@ -26,6 +26,8 @@ if(NOT STAGECRAFT_KERNELS_ONLY)
     sc_require_pkg(zmq       libzmq        libzmq3-dev)
     sc_require_pkg(hwloc     hwloc         libhwloc-dev)
     sc_require_pkg(sqlite3   sqlite3       libsqlite3-dev)
+    # the coordinator's dashboard and /metrics (coordinator/http.c)
+    sc_require_pkg(mhd       libmicrohttpd libmicrohttpd-dev)
 
     find_program(SC_PROTOC_C NAMES protoc-c)
     if(NOT SC_PROTOC_C)

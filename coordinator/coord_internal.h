@@ -142,6 +142,7 @@ struct coord {
     bool stopping;
 
     sc_rpc_server *rpc;     /* thread-safe; not guarded */
+    struct coord_http *http; /* its own threads; NULL when off; not guarded */
     void *zctx;             /* ZeroMQ context of the control socket and the ZAP handler */
     sc_ctl_zap *zap;        /* admits registered workers' CURVE keys; NULL without CURVE */
     char curve_secret[SC_CTL_KEY_Z85_LEN + 1]; /* "" when CURVE is off */

@@ -27,6 +27,7 @@
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
 #include "coordinator/freezing.h"
+#include "coordinator/http.h"
 #include "coordinator/jobs.h"
 #include "coordinator/service.h"
 #include "coordinator/speeds.h"
@@ -310,6 +311,19 @@ sc_status coord_new(coord **out, const coord_cfg *cfg, sc_err *err)
     }
     rcfg.methods = methods;
     SC_CHECK_GOTO(sc_rpc_server_new(&c->rpc, &rcfg, err), fail);
+    if (cfg->http_addr != NULL) {
+        coord_http_cfg hcfg = {.addr = cfg->http_addr, .token = c->client_token};
+        sc_err herr;
+        sc_err_clear(&herr);
+        rc = coord_http_new(&c->http, c, &hcfg, &herr);
+        if (rc == SC_ERR_UNAVAILABLE && cfg->http_optional) {
+            SC_LOG_WARN(LOG, "no dashboard: %s", herr.msg);
+        } else if (rc != SC_OK) {
+            if (err != NULL)
+                *err = herr;
+            goto fail;
+        }
+    }
     if (pthread_create(&c->driver, NULL, coord_driver_main, c) != 0) {
         rc = SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the job driver thread");
         goto fail;
@@ -330,6 +344,7 @@ void coord_destroy(coord **cp)
     if (cp == NULL || *cp == NULL)
         return;
     coord *c = *cp;
+    coord_http_destroy(&c->http); /* first: its requests call the service's handlers */
     pthread_mutex_lock(&c->lock);
     c->stopping = true;
     pthread_cond_broadcast(&c->wake);
@@ -360,6 +375,11 @@ void coord_destroy(coord **cp)
 int coord_port(const coord *c)
 {
     return sc_rpc_server_port(c->rpc);
+}
+
+int coord_http_bound_port(const coord *c)
+{
+    return c->http != NULL ? coord_http_port(c->http) : -1;
 }
 
 const char *coord_control_endpoint(const coord *c)

@@ -13,6 +13,7 @@
 #define COORD_COORDINATOR_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/sc_status.h"
@@ -37,6 +38,12 @@ typedef struct {
     uint32_t reprofile_ms;      /* how often a running job profiles again the free workers it
                                    could use (left out by a re-plan; an elastic job's newcomers);
                                    default 10000 */
+    const char *http_addr;      /* the dashboard, /metrics and /api ("HOST:PORT", port 0: pick
+                                   one; coordinator/http.h); NULL: no HTTP */
+    bool http_optional;         /* an http_addr that cannot be bound (taken) is logged and the
+                                   coordinator runs without HTTP, rather than not at all: for
+                                   the default address, which a second coordinator on the
+                                   machine finds taken */
 } coord_cfg;
 
 /* Opens the state, restores workers and jobs, binds the gRPC and control endpoints and starts
@@ -52,6 +59,8 @@ sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err);
 void coord_destroy(coord **c);
 
 int coord_port(const coord *c);
+/* The HTTP view's bound port; -1 when cfg.http_addr was NULL. */
+int coord_http_bound_port(const coord *c);
 const char *coord_control_endpoint(const coord *c);
 const char *coord_join_token_path(const coord *c);
 const char *coord_client_token_path(const coord *c);

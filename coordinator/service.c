@@ -581,3 +581,15 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "GetCheckpoint", get_checkpoint, get_checkpoint),
 };
 const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;
+
+sc_status coord_service_call(struct coord *c, const char *method, const ProtobufCMessage *req,
+                             const char *peer, sc_rpc_local **call, ProtobufCMessage **resp,
+                             sc_err *err)
+{
+    for (size_t i = 0; i < coord_service_n_methods; i++)
+        if (strcmp(coord_service_methods[i].name, method) == 0)
+            return sc_rpc_local_call(&coord_service_methods[i], c, req, peer, call, resp, err);
+    *call = NULL;
+    *resp = NULL;
+    return SC_ERRF(err, SC_ERR_NOT_FOUND, "no method %s in the Coordinator service", method);
+}

@@ -20,6 +20,7 @@ packages=(
     libopenblas-openmp-dev
     libjansson-dev
     libsqlite3-dev
+    libmicrohttpd-dev
     iproute2 jq
     # tests of the deploy files: shellcheck on every script, systemd-analyze verify on the
     # units, a virtual environment for the Kubernetes schema check

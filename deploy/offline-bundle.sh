@@ -12,7 +12,7 @@ mkdir -p "$dir/debs" "$dir/root"
 dir=$(cd "$dir" && pwd)
 
 wanted=(libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libzmq3-dev libhwloc-dev libcmocka-dev
-        libjansson-dev libsqlite3-dev)
+        libjansson-dev libsqlite3-dev libmicrohttpd-dev)
 skip='^(libc6|libc6-dev|libc-dev-bin|libgcc-s1|libstdc\+\+6|libstdc\+\+-.*-dev|gcc-.*|cpp-.*|libcrypt1|libcrypt-dev|linux-libc-dev|rpcsvc-proto|libnsl.*|debconf|dpkg|perl.*|libperl.*|tar|libselinux1|libpcre2-8-0|libgcc-.*-dev|g\+\+-.*|binutils.*)$'
 
 echo "offline-bundle: resolving dependencies of ${wanted[*]}"

@@ -127,6 +127,24 @@ char *sc_rpc_ctx_strdup(sc_rpc_ctx *ctx, const char *s);
 /* A message of type `desc`, initialised with its defaults, owned by the call. */
 ProtobufCMessage *sc_rpc_ctx_new_message(sc_rpc_ctx *ctx, const ProtobufCMessageDescriptor *desc);
 
+/* ---- in-process calls ------------------------------------------------------------------------
+ * A method's handler run on the caller's thread, outside gRPC: for a server's other front ends
+ * (the coordinator's HTTP view) that must answer exactly as the RPC does. */
+
+typedef struct sc_rpc_local sc_rpc_local;
+
+/* Runs m->handler with `user` on `req` (of type m->req_desc). Its context has `peer` (NULL:
+ * "local") as the peer, no request Header (so a handler that wants a token refuses) and no
+ * deadline. On SC_OK *resp is the handler's response and *call owns it (and all the memory the
+ * handler took from the context) until sc_rpc_local_free(call). On error *call and *resp are
+ * NULL and err holds the handler's error. */
+sc_status sc_rpc_local_call(const sc_rpc_method *m, void *user, const ProtobufCMessage *req,
+                            const char *peer, sc_rpc_local **call, ProtobufCMessage **resp,
+                            sc_err *err);
+
+/* Frees the response and the call's memory, sets *call to NULL. Accepts NULL. */
+void sc_rpc_local_free(sc_rpc_local **call);
+
 /* ---- client ---------------------------------------------------------------------------------*/
 
 typedef struct {

@@ -1,0 +1,39 @@
+/*
+ * The JSON views of the Coordinator service's answers: the objects `stagecraft status --json`
+ * and `stagecraft workers --json` print and the coordinator's HTTP /api serves, built here once
+ * so that the two can never drift apart.
+ *
+ * Deliberately not here: fetching (the caller holds the decoded message, from an RPC or from an
+ * in-process call), printing, or any figure the message does not carry.
+ *
+ * Key invariant: a view is a pure function of its message; the same message gives the same JSON.
+ */
+#ifndef SC_VIEW_H
+#define SC_VIEW_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "proto/stagecraft.pb-c.h"
+
+/* "submitted", "profiling", ... "cancelled"; "unknown" for a value this build does not know. */
+const char *sc_view_job_state_name(Stagecraft__JobState s);
+
+/* "alive", "suspect", "dead"; "unknown" otherwise. */
+const char *sc_view_worker_state_name(Stagecraft__WorkerState s);
+
+/* A figure that may not be measured yet: the number, or JSON null when !known. */
+json_t *sc_view_figure(bool known, double v);
+
+/* The job object of `status --json` (a listing's entry, or GetJob's fuller one). New reference,
+ * NULL only when out of memory; the message is only read. */
+json_t *sc_view_job(const Stagecraft__JobInfo *j);
+
+/* One entry of `workers --json`'s "workers" array. New reference, as sc_view_job. */
+json_t *sc_view_worker(const Stagecraft__WorkerInfo *w);
+
+/* {"jobs": [...]} and {"workers": [...]}: the whole documents the two commands print. */
+json_t *sc_view_jobs(const Stagecraft__ListJobsResponse *resp);
+json_t *sc_view_workers(const Stagecraft__ListWorkersResponse *resp);
+
+#endif /* SC_VIEW_H */
