@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -341,6 +342,17 @@ int wk_agent_port(const wk_agent *a)
 /* ---- registration and heartbeats ------------------------------------------------------------ */
 
 /* SC_OK: registered. SC_ERR_PERMISSION / SC_ERR_EXISTS / SC_ERR_INVALID: give up. Others: retry. */
+/* The control routing id of a new CURVE connection: the worker id, '/', 16 random hex digits.
+ * Falls back to the clock and pid where the kernel has no random bytes to give, which still
+ * keeps it unique per connection. */
+static void connection_route(const char *id, char *out, size_t n)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = sc_clock_now_ns() ^ ((uint64_t)getpid() << 32);
+    snprintf(out, n, "%s/%016llx", id, (unsigned long long)r);
+}
+
 static sc_status do_register(wk_agent *a, sc_err *err)
 {
     Stagecraft__RegisterWorkerRequest req = STAGECRAFT__REGISTER_WORKER_REQUEST__INIT;
@@ -378,11 +390,17 @@ static sc_status do_register(wk_agent *a, sc_err *err)
     save_id(a);
 
     sc_ctl_destroy(&a->ctl);
-    sc_ctl_cfg ccfg = {.routing_id = a->shared.id};
+    char route[COORD_WORKER_ID_MAX + 24];
+    sc_strlcpy(route, a->shared.id, sizeof route);
+    sc_ctl_cfg ccfg = {.routing_id = route};
     if (curve) {
         ccfg.curve_secret_key = a->curve_secret;
         ccfg.curve_public_key = a->curve_public;
         ccfg.curve_server_key = server_key;
+        /* under CURVE the first connection holding a routing id keeps it (sc_control.h): an id
+         * no other peer can guess, so none can hold this worker's before it reconnects; the
+         * coordinator learns it from this key's heartbeats */
+        connection_route(a->shared.id, route, sizeof route);
     }
     SC_CHECK(sc_ctl_dealer_new(&a->ctl, a->control_endpoint, &ccfg, err));
     SC_LOG_INFO(LOG, "registered as %s (epoch %llu); control %s, heartbeat every %u ms",
