@@ -372,27 +372,83 @@ static void push_error(wk_trainer *t, sc_status code, const char *fmt, const cha
     push(t, &m);
 }
 
-/* The checkpoint of the resume step did not load (`why`): finds this stage's newest older
- * checkpoint that does, and reports both steps, so that the coordinator can resume every stage
- * from an older step instead of failing the job. */
+static sc_status fetch_stage(wk_trainer *t, uint64_t step, rt_stage_image *im, wk_fetch_stats *fs,
+                             sc_err *err);
+
+/* At most this many older steps are tried after the resume step's state did not load: each may
+ * ask every source, and one that is silent costs FETCH_TIMEOUT_MS. */
+#define OLDER_STEPS_MAX 32
+
+static int step_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Whether this stage loads the state of `step` (into the runner): its own checkpoint file when
+ * `own_file`, else the blocks of that step from the job's state sources, whichever stage or
+ * worker saved them. `why` gets the reason it does not. */
+static bool older_step_loads(wk_trainer *t, uint64_t step, bool own_file, sc_err *why)
+{
+    sc_err_clear(why);
+    if (own_file && rt_runner_load(t->runner, t->checkpoint_dir, step, why) == SC_OK)
+        return true;
+    if (json_array_size(t->sources) == 0 && t->blocks == NULL)
+        return false;
+    rt_stage_image im;
+    wk_fetch_stats fs;
+    sc_err fetch;
+    sc_err_clear(&fetch);
+    bool ok = fetch_stage(t, step, &im, &fs, &fetch) == SC_OK &&
+              rt_runner_load_image(t->runner, &im, "the blocks taken over", &fetch) == SC_OK;
+    rt_stage_image_clear(&im);
+    if (!ok && !own_file)
+        *why = fetch;
+    else if (!ok)
+        sc_strfmt(why->msg + strlen(why->msg), sizeof why->msg - strlen(why->msg),
+                  "; from the other workers: %s", fetch.msg);
+    return ok;
+}
+
+/* The checkpoint of the resume step did not load (`why`): finds the newest older step whose
+ * state of this stage's blocks loads, from this worker's own files or from any worker that
+ * holds them (a re-plan may have given this stage to a worker that never ran it), and reports
+ * both steps, so that the coordinator can resume every stage from an older step instead of
+ * failing the job. Steps tried: this stage's own files and the job's checkpoint steps (the
+ * multiples of checkpoint_every), newest first, at most OLDER_STEPS_MAX. */
 static void push_resume_error(wk_trainer *t, const sc_err *why)
 {
-    uint64_t *steps = NULL, intact = 0;
-    size_t n = 0;
+    uint64_t *own = NULL, intact = 0;
+    size_t n_own = 0;
     sc_err err;
     sc_err_clear(&err);
-    rt_checkpoint_list(t->checkpoint_dir, (int)t->stage, &steps, &n, &err);
-    for (size_t i = 0; i < n && intact == 0; i++) {
-        if (steps[i] >= t->resume_step)
-            continue;
-        sc_err_clear(&err);
-        if (rt_runner_load(t->runner, t->checkpoint_dir, steps[i], &err) == SC_OK)
-            intact = steps[i];
+    rt_checkpoint_list(t->checkpoint_dir, (int)t->stage, &own, &n_own, &err);
+    uint64_t tries[OLDER_STEPS_MAX * 2];
+    size_t n = 0;
+    for (size_t i = 0; i < n_own && n < OLDER_STEPS_MAX; i++)
+        if (own[i] < t->resume_step)
+            tries[n++] = own[i];
+    if (t->checkpoint_every > 0 && t->resume_step > 0)
+        for (uint64_t s = (t->resume_step - 1) / t->checkpoint_every * t->checkpoint_every;
+             s > 0 && n < 2 * OLDER_STEPS_MAX; s -= t->checkpoint_every) {
+            bool listed = false;
+            for (size_t i = 0; i < n && !listed; i++)
+                listed = tries[i] == s;
+            if (!listed)
+                tries[n++] = s;
+        }
+    qsort(tries, n, sizeof *tries, step_desc);
+    for (size_t i = 0; i < n && i < OLDER_STEPS_MAX && intact == 0; i++) {
+        bool own_file = false;
+        for (size_t j = 0; j < n_own && !own_file; j++)
+            own_file = own[j] == tries[i];
+        if (older_step_loads(t, tries[i], own_file, &err))
+            intact = tries[i];
         else
             SC_LOG_WARN(LOG, "older checkpoint of step %llu does not load either: %s",
-                        (unsigned long long)steps[i], err.msg);
+                        (unsigned long long)tries[i], err.msg);
     }
-    free(steps);
+    free(own);
     wk_trainer_msg m;
     memset(&m, 0, sizeof m);
     m.is_error = true;
@@ -573,6 +629,34 @@ static void report_reduce(const rt_report *rep, Stagecraft__IterationReport *r)
     r->reduce = t;
 }
 
+/* Builds this stage's image of `step` from the block servers of the job's state sources, this
+ * worker's own first (the blocks it kept when it paused stay there). wk_blocks_fetch's errors;
+ * SC_ERR_NOT_FOUND when there is no source. */
+static sc_status fetch_stage(wk_trainer *t, uint64_t step, rt_stage_image *im, wk_fetch_stats *fs,
+                             sc_err *err)
+{
+    memset(im, 0, sizeof *im);
+    size_t n = json_array_size(t->sources);
+    const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
+    const char **src = calloc(n + 1, sizeof *src);
+    SC_ALLOC_CHECK(src, err);
+    size_t k = 0;
+    if (self != NULL)
+        src[k++] = self;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = json_string_value(json_array_get(t->sources, i));
+        if (e != NULL && (self == NULL || strcmp(e, self) != 0))
+            src[k++] = e;
+    }
+    const struct kn_model *model = rt_runner_model(t->runner);
+    int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
+    sc_status rc = k == 0 ? SC_ERRF(err, SC_ERR_NOT_FOUND, "no worker to ask for its blocks")
+                          : wk_blocks_fetch(src, k, t->job_id, step, model, first, last,
+                                            FETCH_TIMEOUT_MS, self != NULL, im, fs, err);
+    free(src);
+    return rc;
+}
+
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
  * paused there for a move, their checkpoint files after a re-plan, or the copies they hold of
@@ -595,25 +679,9 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     if (own.code == SC_ERR_PARSE)
         SC_LOG_WARN(LOG, "job %s stage %u: %s; asking the other workers for a copy", t->job_id,
                     t->stage, own.msg);
-    /* this worker's own server first: the blocks it kept when it paused stay here */
-    const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
-    const char **src = calloc(n + 1, sizeof *src);
-    SC_ALLOC_CHECK(src, err);
-    size_t k = 0;
-    if (self != NULL)
-        src[k++] = self;
-    for (size_t i = 0; i < n; i++) {
-        const char *e = json_string_value(json_array_get(t->sources, i));
-        if (self == NULL || strcmp(e, self) != 0)
-            src[k++] = e;
-    }
-    const struct kn_model *model = rt_runner_model(t->runner);
-    int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
     rt_stage_image im;
     wk_fetch_stats fs;
-    sc_status rc = wk_blocks_fetch(src, k, t->job_id, t->resume_step, model, first, last,
-                                   FETCH_TIMEOUT_MS, self != NULL, &im, &fs, err);
-    free(src);
+    sc_status rc = fetch_stage(t, t->resume_step, &im, &fs, err);
     if (rc != SC_OK && own.code == SC_ERR_PARSE) { /* the own file's fault is the news */
         SC_LOG_WARN(LOG, "job %s stage %u: no copy either: %s", t->job_id, t->stage, err->msg);
         *err = own;
@@ -621,6 +689,7 @@ static sc_status resume(wk_trainer *t, sc_err *err)
         rc = own.code;
     }
     if (rc == SC_OK) {
+        int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
         rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
         if (rc == SC_OK)
             SC_LOG_INFO(LOG,
