@@ -61,6 +61,20 @@ sc_status coord_jobs_plan_workers_used(const char *plan_json, size_t n, bool *us
 void coord_jobs_release_unplanned(coord *c, const char *id, const coord_chosen_worker *ws, size_t n,
                                   const bool *used);
 
+/* ---- jobs_fit.c: whether the model can be trained on the chosen workers at all ------------ */
+
+/* Bytes one parameter takes to train with the job's optimizer: the weight, its gradient and the
+ * optimizer's state (adamw: two moments; sgd: the momentum, when it has one), as fp32. */
+uint64_t coord_jobs_train_bytes_per_param(const coord_jobspec *spec);
+
+/* Refuses (SC_ERR_TOO_LARGE, naming the bytes needed and held and what would help) a model
+ * whose training state alone (coord_jobs_train_bytes_per_param, activations not counted) cannot
+ * fit in the `n` chosen workers' memory together, or whose largest block cannot fit in the
+ * largest one: no plan fits it, and profiling it would only take a worker's memory and time.
+ * A lower bound: a model it lets through may still not fit, which profiling then tells. */
+sc_status coord_jobs_check_fit(const coord_jobspec *spec, const coord_chosen_worker *ws,
+                               size_t n, sc_err *err);
+
 /* ---- jobs_transports.c: the data plane recorded in the plan ---------------------------------- */
 
 /* Records in the plan (its "transports": one kind per stage boundary, "zmq" or "nccl") which

@@ -185,6 +185,10 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     SC_CHECK(kn_model_from_node(&built, &model, err));
     bool tied = kn_model_get_tie(built, NULL);
     spec->tied = tied;
+    spec->param_count = kn_model_param_count(built);
+    for (int i = 0; i < kn_model_block_count(built); i++)
+        if (kn_model_block(built, i)->params > spec->max_block_params)
+            spec->max_block_params = kn_model_block(built, i)->params;
     kn_model_destroy(&built);
     /* Workers receive the model as a stand-alone stagecraft-model document. */
     json_t *standalone = json_deep_copy(model.value);
