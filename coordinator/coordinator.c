@@ -28,6 +28,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/freezing.h"
 #include "coordinator/jobs.h"
+#include "coordinator/jobs_internal.h"
 #include "coordinator/service.h"
 #include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
@@ -657,6 +658,7 @@ sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
         if (now - last_sweep >= TICK_MS * 1000000ull) {
             pthread_mutex_lock(&c->lock);
             coord_registry_sweep(c->registry, now, on_worker_change, c);
+            coord_jobs_check_stalls(c, sc_clock_now_s());
             pthread_mutex_unlock(&c->lock);
             last_sweep = now;
         }

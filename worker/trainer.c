@@ -6,11 +6,13 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
@@ -43,6 +45,8 @@ struct wk_trainer {
     pthread_t thread;
     bool started;
     atomic_bool stop;
+    atomic_bool ended;    /* the thread has returned (wk_trainer_stop_within, wk_trainer_reap) */
+    uint64_t hang_after;  /* a test's fault: steps after which the step hangs (0: none) */
     _Atomic uint64_t step;
     /* A move (COMMAND_REBALANCE): the step after which training pauses, 0 for none; the paused
      * thread waits on `resume` (under `lock`) for a later step or the stop. */
@@ -784,6 +788,32 @@ static void quota_now(cpu_quota *q)
         q->cores = q->fraction = q->period_s = 0;
 }
 
+/* wk_trainer_fault_release's flag: set from a signal handler */
+static volatile sig_atomic_t hang_released;
+
+void wk_trainer_fault_release(void)
+{
+    hang_released = 1;
+}
+
+void wk_trainer_fault_hang(wk_trainer *t, uint64_t after_steps)
+{
+    t->hang_after = after_steps;
+}
+
+/* The step of a test's fault: stuck, stop or not, until released. */
+static void fault_hang(wk_trainer *t, uint64_t step)
+{
+    SC_LOG_WARN(LOG, "fault injection: job %s stage %u hangs in step %llu", t->job_id, t->stage,
+                (unsigned long long)step);
+    while (!hang_released)
+        usleep(20 * 1000);
+    SC_LOG_WARN(LOG, "fault injection: job %s stage %u wakes up in step %llu%s", t->job_id,
+                t->stage, (unsigned long long)step,
+                atomic_load(&t->stop) ? ", stopped meanwhile: it ends" : "");
+    t->hang_after = 0;
+}
+
 static void *train_main(void *arg)
 {
     wk_trainer *t = arg;
@@ -808,6 +838,10 @@ static void *train_main(void *arg)
                 push_error(t, err.code, "training step failed: %s", err.msg);
             return NULL;
         }
+        if (t->hang_after > 0 && step >= t->resume_step + t->hang_after)
+            fault_hang(t, step);
+        if (atomic_load(&t->stop))
+            return NULL; /* stopped while the step ran: nothing of it is saved or reported */
         bool save =
             t->checkpoint_every > 0 && (step % t->checkpoint_every == 0 || step == t->steps);
         /* An asynchronous (pipedream) pipeline keeps minibatches in flight across steps: every
@@ -932,6 +966,14 @@ static sc_status copies_from(wk_trainer *t, json_t *list, sc_err *err)
     return t->copier != NULL ? wk_copier_start(t->copier, err) : SC_OK;
 }
 
+static void *train_thread(void *arg)
+{
+    wk_trainer *t = arg;
+    train_main(t);
+    atomic_store(&t->ended, true);
+    return NULL;
+}
+
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
 {
     if (t->started)
@@ -1005,7 +1047,7 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     t->run = (uint64_t)run;
     json_decref(p);
     atomic_store(&t->step, t->resume_step);
-    if (pthread_create(&t->thread, NULL, train_main, t) != 0)
+    if (pthread_create(&t->thread, NULL, train_thread, t) != 0)
         return SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the training thread");
     t->started = true;
     char frozen[96] = "";
@@ -1055,19 +1097,22 @@ struct rt_timeline *wk_trainer_timeline(wk_trainer *t)
     return rt_runner_timeline(t->runner);
 }
 
-void wk_trainer_destroy(wk_trainer **tp)
+/* Tells the thread to stop: the flag it checks between steps, and an abort of the step in
+ * flight (its waits for the neighbours return). */
+static void tell_stop(wk_trainer *t)
 {
-    if (tp == NULL || *tp == NULL)
-        return;
-    wk_trainer *t = *tp;
     pthread_mutex_lock(&t->lock);
     atomic_store(&t->stop, true);
     pthread_cond_broadcast(&t->resume);
     pthread_mutex_unlock(&t->lock);
     if (t->runner)
         rt_runner_abort(t->runner);
-    if (t->started)
-        pthread_join(t->thread, NULL);
+}
+
+/* Frees a trainer whose thread has been joined (or never started). */
+static void trainer_free(wk_trainer **tp)
+{
+    wk_trainer *t = *tp;
     wk_copier_destroy(&t->copier);
     rt_runner_destroy(&t->runner);
     free(t->model_json);
@@ -1081,4 +1126,48 @@ void wk_trainer_destroy(wk_trainer **tp)
     pthread_mutex_destroy(&t->lock);
     free(t);
     *tp = NULL;
+}
+
+void wk_trainer_destroy(wk_trainer **tp)
+{
+    if (tp == NULL || *tp == NULL)
+        return;
+    wk_trainer *t = *tp;
+    tell_stop(t);
+    if (t->started)
+        pthread_join(t->thread, NULL);
+    trainer_free(tp);
+}
+
+sc_status wk_trainer_stop_within(wk_trainer **tp, int timeout_ms, sc_err *err)
+{
+    if (tp == NULL || *tp == NULL)
+        return SC_OK;
+    wk_trainer *t = *tp;
+    tell_stop(t);
+    for (int waited = 0; t->started && !atomic_load(&t->ended) && waited < timeout_ms;
+         waited += 10)
+        usleep(10 * 1000);
+    if (t->started && !atomic_load(&t->ended))
+        return SC_ERRF(err, SC_ERR_TIMEOUT,
+                       "the stage of job %s (stage %u) did not stop within %d ms: its step does "
+                       "not return (stuck in a kernel?)",
+                       t->job_id, t->stage, timeout_ms);
+    wk_trainer_destroy(tp); /* the thread has ended: the join returns at once */
+    return SC_OK;
+}
+
+bool wk_trainer_ended(const wk_trainer *t)
+{
+    return !t->started || atomic_load(&t->ended);
+}
+
+bool wk_trainer_reap(wk_trainer **tp)
+{
+    if (tp == NULL || *tp == NULL)
+        return true;
+    if ((*tp)->started && !atomic_load(&(*tp)->ended))
+        return false;
+    wk_trainer_destroy(tp);
+    return true;
 }
