@@ -85,5 +85,10 @@ wait_for 120 sh -c "'$sc' status $id | grep -q 'no stage reported a step for'" &
 wait_for 60 grep -q "this worker takes no stage until it does" "$work/d.log" ||
     fail "d never said it is stuck"
 "$sc" cancel "$id" >/dev/null 2>&1
-kill -USR2 "$d_pid"
+
+# 4. SIGTERM stops a worker whose stage is stuck: it does not wait for that stage
+kill -TERM "$d_pid"
+d_gone() { ! running "$d_pid"; }
+wait_for 30 d_gone &&
+    pass "SIGTERM stopped the stuck worker d" || fail "d still runs after SIGTERM"
 finish
