@@ -509,19 +509,20 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
                                     "numa_node", dv->numa_node, "gflops", dv->gflops));
             }
             json_array_append_new(
-                arr, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I}", "id", w->id, "name",
-                               w->name, "host", w->host, "state", worker_state_name(w->state),
-                               "devices", devs, "last_heartbeat_unix_ms",
-                               (json_int_t)w->last_heartbeat_unix_ms, "job_id", w->job_id,
-                               "endpoint", w->endpoint, "epoch", (json_int_t)w->epoch));
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I, s:s}", "id", w->id,
+                               "name", w->name, "host", w->host, "state",
+                               worker_state_name(w->state), "devices", devs,
+                               "last_heartbeat_unix_ms", (json_int_t)w->last_heartbeat_unix_ms,
+                               "job_id", w->job_id, "endpoint", w->endpoint, "epoch",
+                               (json_int_t)w->epoch, "activity", w->activity));
         }
         json_t *o = json_pack("{s:o}", "workers", arr);
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
         json_decref(o);
     } else {
-        printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", "ID", "NAME", "HOST", "STATE", "DEVICE",
-               "HEARTBEAT", "JOB");
+        printf("%-6s %-20s %-16s %-8s %-32s %-10s %-10s %s\n", "ID", "NAME", "HOST", "STATE",
+               "DEVICE", "HEARTBEAT", "JOB", "DOING");
         for (size_t i = 0; i < resp->n_workers; i++) {
             Stagecraft__WorkerInfo *w = resp->workers[i];
             char dev[64] = "-", hb[32] = "never";
@@ -531,8 +532,9 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
             if (w->last_heartbeat_unix_ms > 0)
                 snprintf(hb, sizeof hb, "%.1f s ago",
                          (double)(now_ms - w->last_heartbeat_unix_ms) / 1000.0);
-            printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", w->id, w->name, w->host,
-                   worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-");
+            printf("%-6s %-20s %-16s %-8s %-32s %-10s %-10s %s\n", w->id, w->name, w->host,
+                   worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-",
+                   w->activity[0] ? w->activity : "-");
         }
     }
     protobuf_c_message_free_unpacked(m, NULL);

@@ -39,6 +39,10 @@ start_worker c # a spare for the re-plan
 wait_alive 20 3 || fail "the spare did not register"
 wait_for 120 grep -q "this worker takes no stage until it does" "$work/a.log" &&
     pass "the hung worker says it is stuck" || fail "a never said it is stuck"
+# what `workers` shows it doing
+activity() { "$sc" workers --json | tr -d ' \n' | sed 's/{"id"/\n{"id"/g' | grep "\"name\":\"$1\"" | sed -n 's/.*"activity":"\([a-z]*\)".*/\1/p'; }
+activity_is() { [ "$(activity "$1")" = "$2" ]; }
+wait_for 30 activity_is a stuck && pass "workers shows a stuck" || fail "workers shows a $(activity a)"
 wait_for 180 is_state "$id" succeeded &&
     pass "$id succeeded past the hung stage: $("$sc" status "$id" | grep -c recovering) recovery line(s)" ||
     fail "$id is $(job_state "$id"): $("$sc" status "$id" | sed -n 2p)"
@@ -64,6 +68,7 @@ wait_for 30 grep -q "the stuck stage has ended; its work is discarded" "$work/a.
 grep -q "wakes up in step .*, stopped meanwhile: it ends" "$work/a.log" ||
     fail "the woken stage did not see its stop"
 running "$a_pid" || fail "a exited"
+wait_for 30 activity_is a idle && pass "workers shows a idle again" || fail "workers shows a $(activity a)"
 
 # 3. a one-stage job whose stage hangs: no neighbour times out; the stall watchdog re-plans it
 STAGECRAFT_WORKER_FAULTS=hang-stage start_worker d
