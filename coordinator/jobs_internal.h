@@ -65,7 +65,8 @@ void coord_jobs_release_unplanned(coord *c, const char *id, const coord_chosen_w
 
 /* A running job's stall bound, in seconds: COORD_STALL_ITERATIONS times its iteration time (the
  * plan's prediction, or the measured one when longer), at least COORD_STALL_MIN_S; before its
- * first step (connecting, loading or taking over its state) COORD_STALL_START_S more. */
+ * first step (connecting, loading or taking over its state) COORD_STALL_START_S more, and as
+ * much again at its last step (which writes the export and the final checkpoint). */
 #define COORD_STALL_ITERATIONS 20
 #define COORD_STALL_MIN_S 30.0
 #define COORD_STALL_START_S 120.0

@@ -86,6 +86,8 @@ void coord_jobs_check_stalls(coord *c, double now_s)
         }
         double bound =
             coord_jobs_stall_bound_s(p->predicted_iteration_s, p->iter_avg, p->rate_t0_s != 0);
+        if (p->stored_step + 1 >= p->steps)
+            bound += COORD_STALL_START_S; /* the last step also writes the export and checkpoint */
         if (now_s - p->moved_s >= bound) {
             stalled(c, p, now_s - p->moved_s);
             return; /* c->running changed */
