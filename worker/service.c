@@ -24,15 +24,18 @@
 #include "worker/transport/transport.h"
 
 #define LOG "worker"
+/* the longest an assignment waits for a stopped stage to end (a worker leaving is never
+ * "stuck"; the coordinator's call gives up sooner anyway) */
+#define ASSIGN_WAIT_MAX_MS 30000
 
 /* Parks trainer `t`, told to stop, until its thread ends (under st->lock). One that does not fit
  * is waited for here: a worker that has WK_PARKED_MAX stuck threads already is stuck anyway. */
-static void park_locked(wk_state *st, struct wk_trainer *t)
+static void park_locked(wk_state *st, struct wk_trainer *t, uint64_t stuck_at_ns)
 {
     for (int i = 0; i < WK_PARKED_MAX; i++)
         if (st->parked[i] == NULL) {
             st->parked[i] = t;
-            st->parked_ns[i] = sc_clock_now_ns();
+            st->stuck_at_ns[i] = stuck_at_ns;
             return;
         }
     SC_LOG_WARN(LOG, "%d stopped stages still run; waiting for one more to end", WK_PARKED_MAX);
@@ -41,15 +44,19 @@ static void park_locked(wk_state *st, struct wk_trainer *t)
     pthread_mutex_lock(&st->lock);
 }
 
-/* Tells `*t` to stop and waits up to wait_ms for it to end; one that does not is parked. */
+/* Tells `*t` to stop and waits up to wait_ms for it to end; one that does not is parked, stuck
+ * once wk_trainer_stop_ms has passed since it was told. */
 static void stop_or_park(wk_state *st, struct wk_trainer **t, int wait_ms)
 {
+    if (*t == NULL)
+        return;
+    uint64_t stuck_at = sc_clock_now_ns() + wk_trainer_stop_ms(*t) * 1000000u;
     sc_err err;
     sc_err_clear(&err);
     if (wk_trainer_stop_within(t, wait_ms, &err) == SC_OK)
         return;
     pthread_mutex_lock(&st->lock);
-    park_locked(st, *t);
+    park_locked(st, *t, stuck_at);
     pthread_mutex_unlock(&st->lock);
     *t = NULL;
 }
@@ -58,7 +65,8 @@ void wk_state_reap(wk_state *st)
 {
     struct wk_trainer *ended[WK_PARKED_MAX];
     int n_ended = 0;
-    uint64_t now = sc_clock_now_ns(), oldest = 0;
+    uint64_t now = sc_clock_now_ns();
+    bool stuck = false;
     pthread_mutex_lock(&st->lock);
     for (int i = 0; i < WK_PARKED_MAX; i++) {
         if (st->parked[i] == NULL)
@@ -66,16 +74,13 @@ void wk_state_reap(wk_state *st)
         if (wk_trainer_ended(st->parked[i])) {
             ended[n_ended++] = st->parked[i];
             st->parked[i] = NULL;
-        } else if (now - st->parked_ns[i] > oldest) {
-            oldest = now - st->parked_ns[i];
+        } else if (now >= st->stuck_at_ns[i]) {
+            stuck = true;
         }
     }
-    bool stuck = oldest > (uint64_t)WK_STUCK_AFTER_MS * 1000000u;
-    if (stuck && strcmp(st->state, "stuck") != 0) {
-        SC_LOG_WARN(LOG,
-                    "a stopped stage has not ended for %.1f s: its step does not return (stuck "
-                    "in a kernel?); this worker takes no stage until it does",
-                    (double)oldest * 1e-9);
+    if (stuck && strcmp(st->state, "stuck") != 0 && strcmp(st->state, "leaving") != 0) {
+        SC_LOG_WARN(LOG, "a stopped stage has not ended: its step does not return (stuck in a "
+                         "kernel?); this worker takes no stage until it does");
         sc_strlcpy(st->state, "stuck", sizeof st->state);
     } else if (!stuck && strcmp(st->state, "stuck") == 0) {
         SC_LOG_INFO(LOG, "the stuck stage has ended; its work is discarded");
@@ -218,16 +223,17 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     struct wk_trainer *old = st->trainer;
     st->trainer = NULL;
     pthread_mutex_unlock(&st->lock);
-    stop_or_park(st, &old, WK_STUCK_AFTER_MS);
-    /* a stage told to stop that still runs holds this worker: no second stage beside it */
-    for (int waited = 0;; waited += 10) {
+    stop_or_park(st, &old, old != NULL ? (int)wk_trainer_stop_ms(old) : 0);
+    /* a stage told to stop that still runs holds this worker: no second stage beside it; wait
+     * for it until it counts as stuck */
+    for (int waited_ms = 0;; waited_ms += 10) {
         wk_state_reap(st);
         pthread_mutex_lock(&st->lock);
-        bool parked = any_parked_locked(st);
+        bool parked = any_parked_locked(st), stuck = strcmp(st->state, "stuck") == 0;
         pthread_mutex_unlock(&st->lock);
         if (!parked)
             break;
-        if (waited >= WK_STUCK_AFTER_MS) {
+        if (stuck || waited_ms >= ASSIGN_WAIT_MAX_MS) {
             free(plan);
             free(model);
             wk_state_reap(st);
@@ -266,7 +272,7 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     st->step = req->resume_step;
     sc_strlcpy(st->state, "assigned", sizeof st->state);
     pthread_mutex_unlock(&st->lock);
-    stop_or_park(st, &old, WK_STUCK_AFTER_MS);
+    stop_or_park(st, &old, old != NULL ? (int)wk_trainer_stop_ms(old) : 0);
     SC_LOG_INFO(LOG, "assigned stage %u (blocks %u-%u) of job %s over %s", req->stage,
                 req->first_block, req->last_block, req->job_id, req->transport);
     Stagecraft__AssignStageResponse *resp =

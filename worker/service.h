@@ -22,10 +22,10 @@
  * the message's header and framing. A request for more is refused (SC_ERR_TOO_LARGE). */
 #define WK_PROBE_MAX_BYTES (SC_RPC_DEFAULT_MAX_MESSAGE_BYTES - 1024)
 
-/* Trainers a worker keeps while their threads wind down, and how long one may take before the
- * worker says it is stuck (state "stuck": a step that does not return, e.g. a hung kernel). */
+/* Trainers a worker keeps while their threads wind down (each may take wk_trainer_stop_ms
+ * before the worker says it is stuck, state "stuck": a step that does not return, e.g. a hung
+ * kernel). */
 #define WK_PARKED_MAX 8
-#define WK_STUCK_AFTER_MS 3000
 
 typedef struct {
     pthread_mutex_t lock; /* guards every field below except `hardware` */
@@ -47,11 +47,11 @@ typedef struct {
     struct wk_block_server *blocks; /* immutable: serves kept state and checkpoints to peers */
     bool refuse_probe;          /* immutable: a test's fault, ProbeLink refused (unimplemented) */
     bool hang_stage;            /* immutable: a test's fault, each stage hangs (wk_trainer_fault_hang) */
-    /* trainers told to stop whose threads have not ended yet, and since when (monotonic ns):
-     * wk_state_reap frees them once they end; one parked longer than WK_STUCK_AFTER_MS makes
-     * the worker "stuck", and it takes no stage until none is left */
+    /* trainers told to stop whose threads have not ended yet, and when each counts as stuck
+     * (monotonic ns): wk_state_reap frees them once they end; one past its time makes the
+     * worker "stuck", and it takes no stage until none is left */
     struct wk_trainer *parked[WK_PARKED_MAX];
-    uint64_t parked_ns[WK_PARKED_MAX];
+    uint64_t stuck_at_ns[WK_PARKED_MAX];
 } wk_state;
 
 /* Fills `out` with the Worker service's methods bound to `st`; returns how many. */
@@ -68,8 +68,9 @@ sc_status wk_assign_kinds_check(const Stagecraft__AssignStageRequest *req, bool 
  * Never waits for the stage's thread: it is told to stop and parked (wk_state_reap). */
 void wk_state_release(wk_state *st, const char *job_id, const char *why);
 
-/* Frees the parked trainers whose threads have ended, and sets the state "stuck" while one has
- * been parked longer than WK_STUCK_AFTER_MS, back to "idle" once none is. Never blocks on a
+/* Frees the parked trainers whose threads have ended, and sets the state "stuck" while one is
+ * past its time to stop (wk_trainer_stop_ms from when it was told), back to "idle" once none
+ * is. Never blocks on a
  * thread; the agent calls it before each heartbeat. Takes st->lock. */
 void wk_state_reap(wk_state *st);
 

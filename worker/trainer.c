@@ -46,6 +46,7 @@ struct wk_trainer {
     bool started;
     atomic_bool stop;
     atomic_bool ended;    /* the thread has returned (wk_trainer_stop_within, wk_trainer_reap) */
+    _Atomic uint64_t iteration_us; /* the last step's measured time (wk_trainer_stop_ms) */
     uint64_t hang_after;  /* a test's fault: steps after which the step hangs (0: none) */
     _Atomic uint64_t step;
     /* A move (COMMAND_REBALANCE): the step after which training pauses, 0 for none; the paused
@@ -838,6 +839,7 @@ static void *train_main(void *arg)
                 push_error(t, err.code, "training step failed: %s", err.msg);
             return NULL;
         }
+        atomic_store(&t->iteration_us, (uint64_t)(rep.iteration_s > 0 ? rep.iteration_s * 1e6 : 0));
         if (t->hang_after > 0 && step >= t->resume_step + t->hang_after)
             fault_hang(t, step);
         if (atomic_load(&t->stop))
@@ -1155,6 +1157,12 @@ sc_status wk_trainer_stop_within(wk_trainer **tp, int timeout_ms, sc_err *err)
                        t->job_id, t->stage, timeout_ms);
     wk_trainer_destroy(tp); /* the thread has ended: the join returns at once */
     return SC_OK;
+}
+
+uint64_t wk_trainer_stop_ms(const wk_trainer *t)
+{
+    uint64_t three = 3 * atomic_load(&t->iteration_us) / 1000;
+    return three > WK_TRAINER_STOP_MS ? three : WK_TRAINER_STOP_MS;
 }
 
 bool wk_trainer_ended(const wk_trainer *t)

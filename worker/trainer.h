@@ -67,6 +67,12 @@ bool wk_trainer_reap(wk_trainer **t);
 /* Whether the trainer's thread has ended (or never started). Never blocks. */
 bool wk_trainer_ended(const wk_trainer *t);
 
+/* How long the trainer may take to stop before its step counts as stuck: WK_TRAINER_STOP_MS, or
+ * three of its measured iterations when longer (a slow step ends before it can stop). Any
+ * thread. */
+#define WK_TRAINER_STOP_MS 3000
+uint64_t wk_trainer_stop_ms(const wk_trainer *t);
+
 /* A test's fault (STAGECRAFT_WORKER_FAULTS=hang-stage): after `after_steps` steps of this
  * trainer, its thread hangs inside the step, deaf to stop, as a step stuck in a kernel would,
  * until wk_trainer_fault_release. */
