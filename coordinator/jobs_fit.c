@@ -36,8 +36,8 @@ static uint64_t worker_memory_bytes(const Stagecraft__HardwareReport *hw)
     return sum > 0 ? sum : hw->host_memory_bytes;
 }
 
-sc_status coord_jobs_check_fit(const coord_jobspec *spec, const coord_chosen_worker *ws,
-                               size_t n, sc_err *err)
+sc_status coord_jobs_check_fit(const coord_jobspec *spec, const coord_chosen_worker *ws, size_t n,
+                               sc_err *err)
 {
     uint64_t per = coord_jobs_train_bytes_per_param(spec), total = 0, largest = 0;
     const char *largest_name = "";
