@@ -436,8 +436,8 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
         printf("\n");
         json_decref(o);
     } else {
-        printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", "ID", "NAME", "HOST", "STATE", "DEVICE",
-               "HEARTBEAT", "JOB");
+        printf("%-6s %-20s %-16s %-8s %-32s %-10s %-10s %s\n", "ID", "NAME", "HOST", "STATE",
+               "DEVICE", "HEARTBEAT", "JOB", "DOING");
         for (size_t i = 0; i < resp->n_workers; i++) {
             Stagecraft__WorkerInfo *w = resp->workers[i];
             char dev[64] = "-", hb[32] = "never";
@@ -447,8 +447,9 @@ int cmd_workers(const cli_command *self, int argc, char **argv)
             if (w->last_heartbeat_unix_ms > 0)
                 snprintf(hb, sizeof hb, "%.1f s ago",
                          (double)(now_ms - w->last_heartbeat_unix_ms) / 1000.0);
-            printf("%-6s %-20s %-16s %-8s %-32s %-10s %s\n", w->id, w->name, w->host,
-                   sc_view_worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-");
+            printf("%-6s %-20s %-16s %-8s %-32s %-10s %-10s %s\n", w->id, w->name, w->host,
+                   sc_view_worker_state_name(w->state), dev, hb, w->job_id[0] ? w->job_id : "-",
+                   w->activity[0] ? w->activity : "-");
         }
     }
     protobuf_c_message_free_unpacked(m, NULL);

@@ -1,6 +1,9 @@
 /* `stagecraft worker`: runs a worker agent until SIGINT or SIGTERM; with --numa-node, bound to
- * one NUMA node first (topology/topo_bind.h). */
+ * one NUMA node first (topology/topo_bind.h). Once the agent has said it leaves (and, in an
+ * elastic job, handed its blocks over), the process exits within EXIT_GRACE_MS whatever its
+ * threads still do: a profile or a step that cannot be interrupted is not waited for. */
 #include <getopt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +16,22 @@
 #include "kernels/threads_cpu.h"
 #include "topology/topo_bind.h"
 #include "worker/agent.h"
+
+#define EXIT_GRACE_MS 5000
+
+/* The exit watchdog: the agent's teardown waits for its threads (a Profile call in flight, a
+ * stage's step); past EXIT_GRACE_MS the process exits without them. */
+static void *exit_watchdog(void *arg)
+{
+    int status = (int)(intptr_t)arg; /* the agent's outcome: what the exit says */
+    usleep(EXIT_GRACE_MS * 1000);
+    SC_LOG_WARN("worker",
+                "stopping takes over %d s (a profile or a step that cannot be interrupted); "
+                "exiting without waiting for it",
+                EXIT_GRACE_MS / 1000);
+    _exit(status);
+    return NULL;
+}
 
 int cmd_worker(const cli_command *self, int argc, char **argv)
 {
@@ -155,6 +174,10 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         return err.code == SC_ERR_EXISTS ? CLI_USAGE : status;
     }
     sc_status rc = wk_agent_run(a, &stop, &err);
+    pthread_t watchdog;
+    if (pthread_create(&watchdog, NULL, exit_watchdog, (void *)(intptr_t)(rc == SC_OK ? 0 : 1)) ==
+        0)
+        pthread_detach(watchdog);
     wk_agent_destroy(&a);
     return rc == SC_OK ? CLI_OK : cli_report(self, &err);
 }

@@ -298,6 +298,73 @@ sc_status sc_jnode_fail(const sc_jnode *node, sc_err *err, sc_status code, const
     return SC_ERRF(err, code, "%s:%d:%d: %s: %s", node->doc->source, line, column, path, msg);
 }
 
+/* Edit distance between a and b (insertions, deletions, substitutions, and swaps of two
+ * neighbours, which typing makes often: "stpes"), for keys of at most 63 characters; a larger
+ * number past that. */
+static size_t key_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63)
+        return 64;
+    size_t d[64][64];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+sc_status sc_jnode_known_keys(const sc_jnode *obj, const char *const *known, sc_err *err)
+{
+    if (!json_is_object(obj->value))
+        return SC_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj->value, key, v) {
+        bool ok = false;
+        for (size_t i = 0; known[i] != NULL && !ok; i++)
+            ok = strcmp(known[i], key) == 0;
+        if (ok)
+            continue;
+        /* the closest known key, when it is close: at most a third of its length apart */
+        const char *near = NULL;
+        size_t best = SIZE_MAX;
+        for (size_t i = 0; known[i] != NULL; i++) {
+            size_t d = key_distance(key, known[i]);
+            size_t most = strlen(known[i]) / 3 > 1 ? strlen(known[i]) / 3 : 1;
+            if (d <= most && d < best) {
+                best = d;
+                near = known[i];
+            }
+        }
+        char list[600] = "";
+        size_t at = 0;
+        for (size_t i = 0; known[i] != NULL && at < sizeof list; i++)
+            at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\"", i ? ", " : "",
+                                   known[i]);
+        char mean[120] = "";
+        if (near != NULL)
+            snprintf(mean, sizeof mean, "did you mean \"%s\"? ", near);
+        sc_jnode member;
+        SC_CHECK(sc_jnode_member(obj, key, &member, err));
+        return sc_jnode_fail(&member, err, SC_ERR_INVALID, "unknown key \"%.60s\": %svalid keys here: %s",
+                             key, mean, list);
+    }
+    return SC_OK;
+}
+
 void sc_json_describe(const json_t *v, char *buf, size_t size)
 {
     switch (json_typeof(v)) {

@@ -8,7 +8,8 @@
  *   cluster.json:12:19: $.servers[1].nic_bandwidth_bytes_per_s: expected a number > 0, got "fast"
  *
  * Nodes are small values kept on the stack; a child must not outlive its parent node or the
- * document. Documents reject duplicate keys. Unknown keys are allowed (formats may grow).
+ * document. Documents reject duplicate keys. A reader that knows every key of an object refuses
+ * the others with sc_jnode_known_keys (a typo must not pass for an absent optional key).
  * Getters are required unless named `_opt`; an optional key that is present with the wrong type
  * is still an error. Numbers may be written as integers or reals (1e9); integer getters accept a
  * real only when it is integral.
@@ -80,6 +81,11 @@ sc_status sc_jnode_string(const sc_jnode *node, const char **out, sc_err *err);
 sc_status sc_jnode_bool(const sc_jnode *node, bool *out, sc_err *err);
 /* The node is a string equal to one of `choices` (NULL-terminated); *out is its index. */
 sc_status sc_jnode_enum(const sc_jnode *node, const char *const *choices, int *out, sc_err *err);
+
+/* Refuses a member of object `obj` whose key is not in `known` (NULL-terminated): SC_ERR_INVALID
+ * naming the key, its position and JSON path, the closest known key when one is close ("did you
+ * mean"), and every known key. SC_OK when all are known. */
+sc_status sc_jnode_known_keys(const sc_jnode *obj, const char *const *known, sc_err *err);
 
 /* --- members of an object node: required ---------------------------------------------------- */
 sc_status sc_json_get_object(const sc_jnode *obj, const char *key, sc_jnode *out, sc_err *err);

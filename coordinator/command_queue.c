@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "coordinator/coord_internal.h"
 
@@ -27,6 +28,7 @@ sc_status coord_queue_command_locked(coord *c, const char *worker_id, Stagecraft
     sc_strlcpy(cmd->job_id, job_id ? job_id : "", sizeof cmd->job_id);
     cmd->kind = kind;
     cmd->step = step;
+    cmd->queued_ns = sc_clock_now_ns();
     if (c->cmd_tail)
         c->cmd_tail->next = cmd;
     else
@@ -52,6 +54,21 @@ coord_cmd *coord_queue_take(coord *c)
     c->cmd_head = c->cmd_tail = NULL;
     pthread_mutex_unlock(&c->lock);
     return list;
+}
+
+void coord_queue_put_back(coord *c, coord_cmd *list)
+{
+    if (list == NULL)
+        return;
+    coord_cmd *last = list;
+    while (last->next)
+        last = last->next;
+    pthread_mutex_lock(&c->lock);
+    last->next = c->cmd_head;
+    if (c->cmd_head == NULL)
+        c->cmd_tail = last;
+    c->cmd_head = list;
+    pthread_mutex_unlock(&c->lock);
 }
 
 void coord_queue_clear(coord *c)

@@ -24,6 +24,7 @@ typedef struct coord_cmd {
     char job_id[COORD_ID_MAX];
     uint64_t step;
     char *payload_json; /* owned, may be NULL */
+    uint64_t queued_ns; /* monotonic, when it was first queued */
 } coord_cmd;
 
 /* Queues a command for the control loop (takes c->lock; payload copied). */
@@ -39,6 +40,11 @@ sc_status coord_queue_command_locked(coord *c, const char *worker_id, Stagecraft
 /* Takes every queued command (takes c->lock): the caller owns the returned list (linked by
  * `next`, oldest first; NULL when empty) and frees each command and its payload_json. */
 coord_cmd *coord_queue_take(coord *c);
+
+/* Puts `list` (taken by coord_queue_take, linked by `next`, oldest first) back at the head of
+ * the queue, before anything queued since, so commands still leave in the order they were
+ * queued (takes c->lock; the queue owns the list again). Accepts NULL. */
+void coord_queue_put_back(coord *c, coord_cmd *list);
 
 /* Frees every command still queued (the coordinator stops; no other thread runs). */
 void coord_queue_clear(coord *c);

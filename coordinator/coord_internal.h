@@ -52,6 +52,10 @@ typedef struct {
     double rate_t0_s, rate_t1_s; /* sc_clock_now_s() of the window's start and middle */
     uint64_t rate_step0, rate_step1;
     double predicted_iteration_s;
+    /* the stall watchdog (jobs_stall.c): when the steps the stages reported last changed, and
+     * their sum then (0 s: not looked at yet) */
+    double moved_s;
+    uint64_t moved_sum;
     uint64_t stored_step;      /* what the store has */
     uint64_t complete_sent;    /* the last checkpoint step announced complete to the workers */
     int checkpoint_error_stage; /* the stage whose failure the store shows, -1 when none */

@@ -29,6 +29,7 @@
 #include "coordinator/freezing.h"
 #include "coordinator/http.h"
 #include "coordinator/jobs.h"
+#include "coordinator/jobs_internal.h"
 #include "coordinator/service.h"
 #include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
@@ -120,29 +121,32 @@ static bool allow_worker_key(void *user, const uint8_t key[32], char owner[SC_CT
     return ok;
 }
 
-/* Whether a control message that came from routing id `peer` on a connection authenticated with
- * `owner`'s CURVE key may speak for `peer`. A peer holding the join token can register a key of
- * its own and then claim another worker's routing id: its heartbeats would pass for that
- * worker's and that worker's commands would go to it. Without CURVE there is no key to hold
- * anyone to. A refused pair is logged once (the last LOGGED_MISMATCHES are remembered). */
+/* Whether a control message claiming to come from worker `claimed` (its envelope's worker id,
+ * "" when it names none), received from routing id `peer` on a connection authenticated with
+ * `owner`'s CURVE key, may be acted on. A peer holding the join token can register a key of its
+ * own and then claim another worker's id: its heartbeats would pass for that worker's. Under
+ * CURVE the key's owner is who a connection speaks for, whatever routing id it picked. Without
+ * CURVE there is no key to hold anyone to. A refused pair is logged once (the last
+ * LOGGED_MISMATCHES are remembered). */
 #define LOGGED_MISMATCHES 16
-static bool key_speaks_for(const coord *c, const char *peer, const char *owner)
+static bool key_speaks_for(const coord *c, const char *claimed, const char *peer,
+                           const char *owner)
 {
-    if (c->zap == NULL || strcmp(peer, owner) == 0)
+    if (c->zap == NULL || (owner[0] != '\0' && (claimed[0] == '\0' || strcmp(claimed, owner) == 0)))
         return true;
     static char logged[LOGGED_MISMATCHES][2 * SC_CTL_PEER_ID_MAX];
     static size_t next;
     char pair[2 * SC_CTL_PEER_ID_MAX];
-    snprintf(pair, sizeof pair, "%s|%s", peer, owner);
+    snprintf(pair, sizeof pair, "%s|%s", claimed, owner);
     for (size_t i = 0; i < LOGGED_MISMATCHES; i++)
         if (strcmp(logged[i], pair) == 0)
             return false;
     sc_strlcpy(logged[next], pair, sizeof logged[next]);
     next = (next + 1) % LOGGED_MISMATCHES;
     SC_LOG_WARN(LOG,
-                "control messages claiming worker id '%s' come with the key of '%s'; refused "
-                "(logged once)",
-                peer, owner[0] ? owner : "no registered worker");
+                "control messages claiming worker id '%s' (connection '%s') come with the key of "
+                "'%s'; refused (logged once)",
+                claimed, peer, owner[0] ? owner : "no registered worker");
     return false;
 }
 
@@ -416,11 +420,15 @@ static void reply_error(coord *c, const char *peer, uint64_t epoch, const char *
     sc_ctl_send(c->ctl, peer, &env, &ignored);
 }
 
-static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnvelope *env)
+/* A heartbeat from worker `wid` (the owner of the connection's key under CURVE, else the
+ * connection's routing id `peer`). One of its current epoch binds the worker's commands to
+ * `peer` (w->route). */
+static void handle_heartbeat(coord *c, const char *wid, const char *peer,
+                             Stagecraft__ControlEnvelope *env)
 {
     sc_err err;
     sc_err_clear(&err);
-    if (strcmp(peer, env->worker_id) != 0) {
+    if (strcmp(wid, env->worker_id) != 0) {
         SC_LOG_WARN(LOG, "heartbeat from connection '%s' claims worker id '%s'; ignored", peer,
                     env->worker_id);
         reply_error(c, peer, 0, "IDENTITY", "the worker id does not match the connection's id");
@@ -431,6 +439,10 @@ static void handle_heartbeat(coord *c, const char *peer, Stagecraft__ControlEnve
     pthread_mutex_lock(&c->lock);
     sc_status rc = coord_registry_heartbeat(c->registry, env->worker_id, env->epoch,
                                             sc_clock_now_ns(), &w, &err);
+    if (rc == SC_OK && strcmp(w->route, peer) != 0) {
+        SC_LOG_DEBUG(LOG, "worker %s speaks on control connection '%s'", w->rec.id, peer);
+        sc_strlcpy(w->route, peer, sizeof w->route);
+    }
     if (rc == SC_OK && env->heartbeat) {
         const char *said = env->heartbeat->state ? env->heartbeat->state : "";
         sc_strlcpy(w->reported_state, said, sizeof w->reported_state);
@@ -485,48 +497,51 @@ static bool declared_dead(coord *c, const char *peer)
     return dead;
 }
 
-static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelope *env)
+/* A message from worker `wid` (see handle_heartbeat) that came on routing id `peer`, which
+ * answers go to. */
+static void handle_message(coord *c, const char *wid, const char *peer,
+                           Stagecraft__ControlEnvelope *env)
 {
-    if (env->body_case != STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT && declared_dead(c, peer)) {
+    if (env->body_case != STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT && declared_dead(c, wid)) {
         SC_LOG_DEBUG(LOG,
                      "control message (body %d) from %s ignored: it was declared dead and "
                      "must register again",
-                     (int)env->body_case, peer);
+                     (int)env->body_case, wid);
         return;
     }
     switch (env->body_case) {
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT:
-        handle_heartbeat(c, peer, env);
+        handle_heartbeat(c, wid, peer, env);
         break;
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT: {
         Stagecraft__IterationReport *r = env->iteration_report;
         uint64_t received_ns = sc_clock_now_ns();
-        SC_LOG_DEBUG(LOG, "report from %s: job %s step %llu loss %g", peer, r->job_id,
+        SC_LOG_DEBUG(LOG, "report from %s: job %s step %llu loss %g", wid, r->job_id,
                      (unsigned long long)r->step, r->loss);
         pthread_mutex_lock(&c->lock);
-        coord_worker *w = coord_registry_find(c->registry, peer);
+        coord_worker *w = coord_registry_find(c->registry, wid);
         if (w != NULL && w->rec.epoch == env->epoch && strcmp(w->job_id, r->job_id) == 0)
-            coord_jobs_report(c, peer, r, env->sent_ns, received_ns);
+            coord_jobs_report(c, wid, r, env->sent_ns, received_ns);
         pthread_mutex_unlock(&c->lock);
         break;
     }
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND_ACK:
         if (!env->command_ack->ok)
-            SC_LOG_WARN(LOG, "worker %s refused command %llu: %s", peer,
+            SC_LOG_WARN(LOG, "worker %s refused command %llu: %s", wid,
                         (unsigned long long)env->command_ack->command_id,
                         env->command_ack->message);
         break;
     case STAGECRAFT__CONTROL_ENVELOPE__BODY_ERROR: {
         pthread_mutex_lock(&c->lock);
-        coord_worker *w = coord_registry_find(c->registry, peer);
+        coord_worker *w = coord_registry_find(c->registry, wid);
         bool current = w != NULL && w->rec.epoch == env->epoch && w->job_id[0] &&
                        coord_jobs_run_is_current(c, w->job_id, env->error->run);
         if (current) {
-            SC_LOG_WARN(LOG, "worker %s reports %s: %s", peer, env->error->code,
+            SC_LOG_WARN(LOG, "worker %s reports %s: %s", wid, env->error->code,
                         env->error->message);
             coord_jobs_worker_error(c, w, env->error);
         } else {
-            SC_LOG_DEBUG(LOG, "worker %s repeats %s of an earlier run: %s", peer, env->error->code,
+            SC_LOG_DEBUG(LOG, "worker %s repeats %s of an earlier run: %s", wid, env->error->code,
                          env->error->message);
         }
         pthread_mutex_unlock(&c->lock);
@@ -534,7 +549,7 @@ static void handle_message(coord *c, const char *peer, Stagecraft__ControlEnvelo
     }
     default:
         SC_LOG_WARN(LOG, "unexpected control message (body %d) from %s; ignored",
-                    (int)env->body_case, peer);
+                    (int)env->body_case, wid);
         reply_error(c, peer, 0, "UNEXPECTED", "the coordinator does not accept this message");
         break;
     }
@@ -550,13 +565,46 @@ static void on_worker_change(void *user, const coord_worker *w, coord_worker_sta
         coord_jobs_worker_died(c, w);
 }
 
+/* How long a command waits for its worker's control connection to become known (a worker
+ * heartbeats right after it registers) before it is dropped as undeliverable. */
+#define ROUTE_WAIT_NS (10ull * 1000000000ull)
+
+/* Where a command for `worker_id` goes: the routing id its current incarnation heartbeats on
+ * (w->route). Without CURVE a worker's routing id is its id, so that is used until a heartbeat
+ * says otherwise; under CURVE no other id is trusted. Returns "" when there is none yet; `*wait`
+ * says whether the worker is alive and may still connect. Takes c->lock. */
+static void command_route(coord *c, const char *worker_id, char route[COORD_ROUTE_MAX],
+                          bool *wait)
+{
+    pthread_mutex_lock(&c->lock);
+    const coord_worker *w = coord_registry_find(c->registry, worker_id);
+    route[0] = '\0';
+    *wait = w != NULL && w->state != COORD_WORKER_DEAD;
+    if (w != NULL && w->route[0] != '\0')
+        sc_strlcpy(route, w->route, COORD_ROUTE_MAX);
+    else if (c->zap == NULL)
+        sc_strlcpy(route, worker_id, COORD_ROUTE_MAX);
+    pthread_mutex_unlock(&c->lock);
+}
+
 static void send_queued(coord *c)
 {
     coord_cmd *list = coord_queue_take(c);
+    coord_cmd *held = NULL, **held_tail = &held;
     static uint64_t next_id = 1;
+    uint64_t now_ns = sc_clock_now_ns();
     while (list) {
         coord_cmd *cmd = list;
         list = list->next;
+        char route[COORD_ROUTE_MAX];
+        bool wait;
+        command_route(c, cmd->worker_id, route, &wait);
+        if (route[0] == '\0' && wait && now_ns - cmd->queued_ns < ROUTE_WAIT_NS) {
+            cmd->next = NULL; /* kept, in order, for the next round */
+            *held_tail = cmd;
+            held_tail = &cmd->next;
+            continue;
+        }
         Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
         Stagecraft__Command body = STAGECRAFT__COMMAND__INIT;
         body.kind = cmd->kind;
@@ -569,11 +617,15 @@ static void send_queued(coord *c)
         env.command = &body;
         sc_err err;
         sc_err_clear(&err);
-        if (sc_ctl_send(c->ctl, cmd->worker_id, &env, &err) != SC_OK)
+        if (route[0] == '\0')
+            SC_LOG_WARN(LOG, "command to %s not sent: it has no authenticated control connection",
+                        cmd->worker_id);
+        else if (sc_ctl_send(c->ctl, route, &env, &err) != SC_OK)
             SC_LOG_WARN(LOG, "command to %s not sent: %s", cmd->worker_id, err.msg);
         free(cmd->payload_json);
         free(cmd);
     }
+    coord_queue_put_back(c, held);
 }
 
 /* Warnings about frames the control socket dropped (malformed, oversized, another version):
@@ -615,8 +667,9 @@ sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
         sc_err_clear(&rerr);
         sc_status rc = sc_ctl_recv_owner(c->ctl, TICK_MS, peer, owner, &env, &rerr);
         if (rc == SC_OK) {
-            if (key_speaks_for(c, peer, owner))
-                handle_message(c, peer, env);
+            const char *wid = c->zap ? owner : peer;
+            if (key_speaks_for(c, env->worker_id ? env->worker_id : "", peer, owner))
+                handle_message(c, wid, peer, env);
             sc_ctl_envelope_free(&env);
         } else if (rc != SC_ERR_TIMEOUT) {
             log_bad_frame(&bad, rerr.msg, sc_clock_now_s());
@@ -625,6 +678,7 @@ sc_status coord_run(coord *c, volatile sig_atomic_t *stop, sc_err *err)
         if (now - last_sweep >= TICK_MS * 1000000ull) {
             pthread_mutex_lock(&c->lock);
             coord_registry_sweep(c->registry, now, on_worker_change, c);
+            coord_jobs_check_stalls(c, sc_clock_now_s());
             pthread_mutex_unlock(&c->lock);
             last_sweep = now;
         }

@@ -241,12 +241,21 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
     for (size_t i = 0; i < n; i++)
         if (ws[i].hw != NULL && ws[i].hw->state_endpoint != NULL && ws[i].hw->state_endpoint[0])
             json_array_append_new(sources, json_string(ws[i].hw->state_endpoint));
-    /* and workers that leave once their blocks are taken (the job no longer runs on them) */
+    /* then every other live worker: those that leave once their blocks are taken, and those a
+     * new plan left out (an elastic job grown onto freed workers, a job re-planned around a
+     * restarted worker), which may hold the only state of some blocks in files or kept images.
+     * A source without them answers "not here" at once. */
     pthread_mutex_lock(&c->lock);
     for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
         const coord_worker *w = coord_registry_at(c->registry, i);
         char endpoint[COORD_NAME_MAX];
-        if (w->leaving && coord_worker_state_endpoint(w, endpoint, sizeof endpoint))
+        if (w->state == COORD_WORKER_DEAD ||
+            !coord_worker_state_endpoint(w, endpoint, sizeof endpoint))
+            continue;
+        bool listed = false;
+        for (size_t k = 0; k < json_array_size(sources) && !listed; k++)
+            listed = strcmp(json_string_value(json_array_get(sources, k)), endpoint) == 0;
+        if (!listed)
             json_array_append_new(sources, json_string(endpoint));
     }
     pthread_mutex_unlock(&c->lock);

@@ -263,6 +263,12 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         ws[i].reduce_bytes_per_s = coord_speeds_reduce_bw(c->speeds, id, ws[i].id);
     pthread_mutex_unlock(&c->lock);
 
+    /* a model that cannot fit is refused from its memory model, before a worker holds it */
+    rc = coord_jobs_check_fit(&spec, ws, n, &err);
+    if (rc != SC_OK) {
+        move_job(c, id, COORD_JOB_FAILED, err.msg); /* retrying cannot help */
+        goto out;
+    }
     if (known)
         goto planning;
     sc_strfmt(reason, sizeof reason, "profiling the model on %s", ids);

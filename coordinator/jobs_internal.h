@@ -61,6 +61,38 @@ sc_status coord_jobs_plan_workers_used(const char *plan_json, size_t n, bool *us
 void coord_jobs_release_unplanned(coord *c, const char *id, const coord_chosen_worker *ws, size_t n,
                                   const bool *used);
 
+/* ---- jobs_stall.c: a running job whose stages stop stepping ---------------------------------- */
+
+/* A running job's stall bound, in seconds: COORD_STALL_ITERATIONS times its iteration time (the
+ * plan's prediction, or the measured one when longer), at least COORD_STALL_MIN_S; before its
+ * first step (connecting, loading or taking over its state) COORD_STALL_START_S more, and as
+ * much again at its last step (which writes the export and the final checkpoint). */
+#define COORD_STALL_ITERATIONS 20
+#define COORD_STALL_MIN_S 30.0
+#define COORD_STALL_START_S 120.0
+double coord_jobs_stall_bound_s(double predicted_iteration_s, double measured_iteration_s,
+                                bool stepped);
+
+/* Under c->lock, from the control loop: a running job none of whose stages reported a new step
+ * within its stall bound is re-planned (recovering, from its last checkpoint), its workers told
+ * to STOP. A worker whose stage then does not stop says it is stuck and is left out of plans
+ * until its stage ends. A job pausing for a move is not judged. */
+void coord_jobs_check_stalls(coord *c, double now_s);
+
+/* ---- jobs_fit.c: whether the model can be trained on the chosen workers at all ------------ */
+
+/* Bytes one parameter takes to train with the job's optimizer: the weight, its gradient and the
+ * optimizer's state (adamw: two moments; sgd: the momentum, when it has one), as fp32. */
+uint64_t coord_jobs_train_bytes_per_param(const coord_jobspec *spec);
+
+/* Refuses (SC_ERR_TOO_LARGE, naming the bytes needed and held and what would help) a model
+ * whose training state alone (coord_jobs_train_bytes_per_param, activations not counted) cannot
+ * fit in the `n` chosen workers' memory together, or whose largest block cannot fit in the
+ * largest one: no plan fits it, and profiling it would only take a worker's memory and time.
+ * A lower bound: a model it lets through may still not fit, which profiling then tells. */
+sc_status coord_jobs_check_fit(const coord_jobspec *spec, const coord_chosen_worker *ws,
+                               size_t n, sc_err *err);
+
 /* ---- jobs_transports.c: the data plane recorded in the plan ---------------------------------- */
 
 /* Records in the plan (its "transports": one kind per stage boundary, "zmq" or "nccl") which

@@ -42,13 +42,19 @@ static bool wanted(const coord_jobspec *spec, const coord_worker *w)
     return false;
 }
 
-/* Under c->lock: whether registry worker `w` could serve a job wanting `spec`: alive, wanted
+/* Under c->lock: whether registry worker `w` could serve a job wanting `spec`: alive, not
+ * stuck (it says a stage it was told to stop still runs: a step that does not return) nor
+ * still profiling for a job that let it go, wanted
  * (by name, when the job names its workers), with a hardware report that has devices. Who
  * holds it is the caller's check. */
 static bool usable(const coord_jobspec *spec, const coord_worker *w)
 {
     if (w->state != COORD_WORKER_ALIVE || w->leaving || !wanted(spec, w) ||
-        w->rec.hardware_len == 0)
+        w->rec.hardware_len == 0 || strcmp(w->reported_state, "stuck") == 0)
+        return false;
+    /* still profiling for a job that let it go (a profile cannot be interrupted): busy, though
+     * no job holds it; a job that took it would only hear "already profiling" */
+    if (w->job_id[0] == '\0' && strcmp(w->reported_state, "profiling") == 0)
         return false;
     Stagecraft__HardwareReport *hw =
         stagecraft__hardware_report__unpack(NULL, w->rec.hardware_len, w->rec.hardware);

@@ -19,6 +19,16 @@ static const char *const strategies[] = {"hetero", "uniform", "blockpartition", 
                                          "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const model_kinds[] = {"gpt", "vgg", "mlp", "hf", NULL};
+/* every key of a job file and of its objects (the model's are its builder's to check) */
+static const char *const job_keys[] = {
+    "format", "version", "name", "model", "data", "batch_size", "microbatches", "schedule",
+    "strategy", "workers", "steps", "seed", "checkpoint_every", "checkpoint_keep",
+    "checkpoint_replicas", "stages", "transport", "export", "rebalance", "freeze", "optimizer",
+    "precision", NULL};
+static const char *const data_keys[] = {"kind", "path", NULL};
+static const char *const optimizer_keys[] = {"kind", "lr", "weight_decay", "momentum", NULL};
+static const char *const elastic_keys[] = {"min", "max", NULL};
+static const char *const freeze_keys[] = {"interval", "percentile", "max_change", NULL};
 
 /* A name `stagecraft worker --name` would take (see worker/agent.c): any other one could never
  * register, and a job naming it would wait for it for good. */
@@ -66,6 +76,7 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
     int64_t n;
     if (json_is_object(w.value)) { /* elastic: {"min": M, "max": N} */
         int64_t lo;
+        SC_CHECK(sc_jnode_known_keys(&w, elastic_keys, err));
         SC_CHECK(sc_json_get_int(&w, "min", 1, COORD_JOBSPEC_MAX_WORKERS, &lo, err));
         SC_CHECK(sc_json_get_int(&w, "max", lo, COORD_JOBSPEC_MAX_WORKERS, &n, err));
         spec->workers = (uint32_t)n;
@@ -102,6 +113,7 @@ static sc_status parse_freeze(const sc_jnode *root, coord_jobspec *spec, sc_err 
         spec->freeze_interval = which == 1 ? tenth : 0;
     } else if (json_is_object(f.value)) {
         int64_t v;
+        SC_CHECK(sc_jnode_known_keys(&f, freeze_keys, err));
         SC_CHECK(sc_json_opt_int(&f, "interval", 1, INT64_C(1) << 40, (int64_t)tenth, &v, err));
         spec->freeze_interval = (uint64_t)v;
         SC_CHECK(sc_json_opt_number(&f, "percentile", 1, 99, 50, &spec->freeze_percentile, err));
@@ -153,6 +165,7 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     int64_t v;
     int which;
     SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-job", 1, NULL, err));
+    SC_CHECK(sc_jnode_known_keys(&root, job_keys, err));
 
     SC_CHECK(sc_json_get_string(&root, "name", &s, err));
     if (s[0] == '\0' || strlen(s) >= sizeof spec->name || has_control_chars(s)) {
@@ -172,6 +185,10 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     SC_CHECK(kn_model_from_node(&built, &model, err));
     bool tied = kn_model_get_tie(built, NULL);
     spec->tied = tied;
+    spec->param_count = kn_model_param_count(built);
+    for (int i = 0; i < kn_model_block_count(built); i++)
+        if (kn_model_block(built, i)->params > spec->max_block_params)
+            spec->max_block_params = kn_model_block(built, i)->params;
     kn_model_destroy(&built);
     /* Workers receive the model as a stand-alone stagecraft-model document. */
     json_t *standalone = json_deep_copy(model.value);
@@ -183,6 +200,7 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     SC_ALLOC_CHECK(spec->model_json, err);
 
     SC_CHECK(sc_json_get_object(&root, "data", &data, err));
+    SC_CHECK(sc_jnode_known_keys(&data, data_keys, err));
     SC_CHECK(sc_json_get_enum(&data, "kind", data_kinds, &which, err));
     spec->data_kind = (coord_data_kind)which;
     if (spec->data_kind != COORD_DATA_SYNTHETIC) {
@@ -307,6 +325,7 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     spec->momentum = 0.9;
     if (sc_jnode_has(&root, "optimizer")) {
         SC_CHECK(sc_json_get_object(&root, "optimizer", &opt, err));
+        SC_CHECK(sc_jnode_known_keys(&opt, optimizer_keys, err));
         SC_CHECK(sc_json_get_enum(&opt, "kind", optimizers, &which, err));
         sc_strlcpy(spec->optimizer, optimizers[which], sizeof spec->optimizer);
         SC_CHECK(sc_json_opt_number(&opt, "lr", 1e-12, 10.0, spec->lr, &spec->lr, err));

@@ -29,6 +29,8 @@ typedef struct {
     char *model_json;       /* owned: the model as a stagecraft-model document */
     char model_kind[16];    /* "gpt", "vgg", "mlp", "hf" */
     bool tied; /* the model ties its embedding and head (kn_model_tie): zmq, not pipedream */
+    uint64_t param_count;      /* the model's parameters, and those of its largest block (the */
+    uint64_t max_block_params; /* planner's unit: one worker holds it whole) */
     coord_data_kind data_kind;
     char data_path[1024];   /* "" for synthetic */
     uint32_t batch_size;

@@ -184,6 +184,7 @@ sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *r
     w->last_heartbeat_ns = now_ns;
     w->last_heartbeat_unix_ms = sc_clock_unix_ms();
     w->disagree_since_ns = w->repaired_ns = 0;
+    w->route[0] = '\0'; /* a new incarnation speaks on a connection of its own */
     *out = w;
     return SC_OK;
 }

@@ -22,6 +22,9 @@
 #include "common/sc_status.h"
 #include "coordinator/store.h"
 
+/* a control routing id, with its NUL (SC_CTL_PEER_ID_MAX) */
+#define COORD_ROUTE_MAX 256
+
 typedef enum {
     COORD_WORKER_ALIVE = 1,
     COORD_WORKER_SUSPECT = 2,
@@ -45,6 +48,9 @@ typedef struct {
     char reported_state[32];    /* from its last heartbeat */
     uint8_t curve_key[32];      /* its ZeroMQ CURVE public key, when has_curve_key */
     bool has_curve_key;
+    /* the routing id of its control connection: set from a heartbeat of its current epoch that
+     * came with its key (coordinator.c), "" from its registration until then */
+    char route[COORD_ROUTE_MAX];
     uint64_t step;
     /* coord_jobs_heartbeat: since when its heartbeats disagree with job_id (0: they agree), and
      * when a command was last sent again to settle it */

@@ -459,6 +459,7 @@ static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         info->state = worker_state_to_wire(w->state);
         info->epoch = w->rec.epoch;
         info->job_id = sc_rpc_ctx_strdup(ctx, w->job_id);
+        info->activity = sc_rpc_ctx_strdup(ctx, w->reported_state);
         info->last_heartbeat_unix_ms = w->last_heartbeat_unix_ms;
         if (w->rec.hardware_len > 0) {
             Stagecraft__HardwareReport *hw = stagecraft__hardware_report__unpack(

@@ -55,10 +55,16 @@ static sc_status ctl_open(sc_ctl **out, int type, const sc_ctl_cfg *cfg, sc_err 
     int64_t max = (int64_t)c->max_frame_bytes + SC_CTL_PEER_ID_MAX;
     int linger = cfg ? cfg->linger_ms : 0;
     int one = 1;
+    /* Under CURVE a new connection never takes over a routing id in use: libzmq does not show
+     * the ZAP handler the id a client claims, so a handover would let any admitted key displace
+     * another key's connection and receive what is sent to it. The owner of the key each message
+     * came with (sc_ctl_recv_owner) says whom a connection speaks for. */
+    bool curve = cfg && cfg->curve_secret_key;
     if (zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0 ||
         zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
         (c->router && zmq_setsockopt(c->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0) ||
-        (c->router && zmq_setsockopt(c->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one) != 0)) {
+        (c->router && !curve &&
+         zmq_setsockopt(c->sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one) != 0)) {
         ZMQ_FAIL(err, "setting control socket options");
         sc_ctl_destroy(&c);
         return SC_ERR_ZMQ;

@@ -9,9 +9,13 @@
  *   SC_ERR_UNAVAILABLE instead of vanishing.
  * - An envelope with another protocol version is answered with an Error envelope naming both
  *   versions (never an Error in reply to an Error) and reported to the caller as SC_ERR_VERSION.
- * - Each DEALER carries a routing id (the worker's id), by which the ROUTER addresses it. A new
+ * - Each DEALER carries a routing id, by which the ROUTER addresses it. Without CURVE a new
  *   connection with a routing id already in use takes it over (ZMQ_ROUTER_HANDOVER): that is a
- *   restarted worker; the fencing epoch in each envelope keeps an old incarnation out.
+ *   restarted worker; the fencing epoch in each envelope keeps an old incarnation out. With
+ *   CURVE it does not: the first connection keeps the id and the later one is never addressed
+ *   by it (libzmq does not show the ZAP handler the id a client claims, so a takeover could not
+ *   be held to the key). A CURVE peer then picks an id of its own per connection and the
+ *   receiver learns which id speaks for whom from the key's owner (sc_ctl_recv_owner).
  *
  * Not thread-safe: a channel belongs to the one event-loop thread that owns its socket (ZeroMQ
  * sockets must not be shared between threads). The ZeroMQ context may be shared.

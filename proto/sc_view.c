@@ -130,11 +130,11 @@ json_t *sc_view_worker(const Stagecraft__WorkerInfo *w)
                             (json_int_t)dv->memory_bytes, "pci_bus_id", dv->pci_bus_id,
                             "numa_node", dv->numa_node, "gflops", dv->gflops));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I}", "id", w->id, "name",
+    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I, s:s}", "id", w->id, "name",
                      w->name, "host", w->host, "state", sc_view_worker_state_name(w->state),
                      "devices", devs, "last_heartbeat_unix_ms",
                      (json_int_t)w->last_heartbeat_unix_ms, "job_id", w->job_id, "endpoint",
-                     w->endpoint, "epoch", (json_int_t)w->epoch);
+                     w->endpoint, "epoch", (json_int_t)w->epoch, "activity", w->activity);
 }
 
 json_t *sc_view_jobs(const Stagecraft__ListJobsResponse *resp)

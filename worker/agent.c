@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -33,6 +34,8 @@
 #include "worker/trainer.h"
 
 #define LOG "worker"
+/* how long a stopping worker waits for its stopped stages to end before it exits anyway */
+#define STOP_WAIT_MS 3000
 /* A worker registers again after DEAD_AFTER_INTERVALS heartbeat intervals without an ack, and
  * never sooner than SILENCE_MIN_MS: with short intervals a coordinator held up for a second by a
  * busy machine would otherwise see its workers register again (each with a new epoch) although
@@ -100,7 +103,9 @@ struct wk_agent {
      * just before the worker registered again would, so the coordinator refuses it (FENCED
      * about that older epoch); "refuse-probe" (wk_state.refuse_probe): every ProbeLink call is
      * refused, as by a worker that does not have the method; "die-on-move": the worker kills
-     * itself when told to pause for a move (COMMAND_REBALANCE), as if lost mid-move. */
+     * itself when told to pause for a move (COMMAND_REBALANCE), as if lost mid-move;
+     * "hang-stage" (wk_state.hang_stage): each stage hangs in its fourth step, deaf to stop,
+     * until the worker gets SIGUSR2, as a step stuck in a kernel would. */
     bool drop_start, drop_stop, drop_reports, drop_errors, stale_heartbeat, die_on_move;
     /* What the trainer last said, kept to be said again: its newest iteration report (sent at
      * most every REPORT_EVERY_MS, since a small model steps thousands of times a second and a
@@ -181,15 +186,21 @@ static void default_name(char *out, size_t size, const char *device)
             *p = '-';
 }
 
+static void release_hang(int sig)
+{
+    (void)sig;
+    wk_trainer_fault_release();
+}
+
 /* STAGECRAFT_WORKER_FAULTS: a comma-separated list of the faults to inject (struct wk_agent). */
 static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
 {
     static const char *const names[] = {"drop-start",  "drop-stop",       "drop-reports",
                                         "drop-errors", "stale-heartbeat", "refuse-probe",
-                                        "die-on-move"};
+                                        "die-on-move", "hang-stage"};
     bool *flags[] = {&a->drop_start,  &a->drop_stop,       &a->drop_reports,
                      &a->drop_errors, &a->stale_heartbeat, &a->shared.refuse_probe,
-                     &a->die_on_move};
+                     &a->die_on_move, &a->shared.hang_stage};
     enum { N_FAULTS = sizeof names / sizeof names[0] };
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
@@ -200,11 +211,13 @@ static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "STAGECRAFT_WORKER_FAULTS: unknown fault '%.*s'; valid: drop-start, "
                            "drop-stop, drop-reports, drop-errors, stale-heartbeat, refuse-probe, "
-                           "die-on-move, separated by commas",
+                           "die-on-move, hang-stage, separated by commas",
                            (int)(len > 40 ? 40 : len), p);
         *flags[i] = true;
         p += len + (p[len] == ',');
     }
+    if (a->shared.hang_stage) /* SIGUSR2 wakes the hung stage */
+        signal(SIGUSR2, release_hang);
     return SC_OK;
 }
 
@@ -325,6 +338,7 @@ void wk_agent_destroy(wk_agent **ap)
     kept_clear(&a->failed);
     wk_hardware_free(&a->shared.hardware);
     wk_state_release(&a->shared, NULL, "worker stopping");
+    wk_state_reap_wait(&a->shared, STOP_WAIT_MS);
     wk_block_server_stop(&a->shared.blocks);
     pthread_mutex_destroy(&a->shared.lock);
     if (a->lock_fd >= 0)
@@ -341,6 +355,17 @@ int wk_agent_port(const wk_agent *a)
 /* ---- registration and heartbeats ------------------------------------------------------------ */
 
 /* SC_OK: registered. SC_ERR_PERMISSION / SC_ERR_EXISTS / SC_ERR_INVALID: give up. Others: retry. */
+/* The control routing id of a new CURVE connection: the worker id, '/', 16 random hex digits.
+ * Falls back to the clock and pid where the kernel has no random bytes to give, which still
+ * keeps it unique per connection. */
+static void connection_route(const char *id, char *out, size_t n)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = sc_clock_now_ns() ^ ((uint64_t)getpid() << 32);
+    snprintf(out, n, "%s/%016llx", id, (unsigned long long)r);
+}
+
 static sc_status do_register(wk_agent *a, sc_err *err)
 {
     Stagecraft__RegisterWorkerRequest req = STAGECRAFT__REGISTER_WORKER_REQUEST__INIT;
@@ -378,11 +403,17 @@ static sc_status do_register(wk_agent *a, sc_err *err)
     save_id(a);
 
     sc_ctl_destroy(&a->ctl);
-    sc_ctl_cfg ccfg = {.routing_id = a->shared.id};
+    char route[COORD_WORKER_ID_MAX + 24];
+    sc_strlcpy(route, a->shared.id, sizeof route);
+    sc_ctl_cfg ccfg = {.routing_id = route};
     if (curve) {
         ccfg.curve_secret_key = a->curve_secret;
         ccfg.curve_public_key = a->curve_public;
         ccfg.curve_server_key = server_key;
+        /* under CURVE the first connection holding a routing id keeps it (sc_control.h): an id
+         * no other peer can guess, so none can hold this worker's before it reconnects; the
+         * coordinator learns it from this key's heartbeats */
+        connection_route(a->shared.id, route, sizeof route);
     }
     SC_CHECK(sc_ctl_dealer_new(&a->ctl, a->control_endpoint, &ccfg, err));
     SC_LOG_INFO(LOG, "registered as %s (epoch %llu); control %s, heartbeat every %u ms",
@@ -398,6 +429,7 @@ static void send_heartbeat(wk_agent *a)
     double load[1] = {0};
     if (getloadavg(load, 1) == 1)
         hb.load = load[0];
+    wk_state_reap(&a->shared); /* a stopped stage that still runs: "stuck" */
     pthread_mutex_lock(&a->shared.lock);
     char state[32], job[COORD_WORKER_ID_MAX], id[COORD_WORKER_ID_MAX];
     sc_strlcpy(state, a->shared.state, sizeof state);
@@ -819,5 +851,6 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
         }
     }
     wk_state_release(&a->shared, NULL, "worker stopping");
+    wk_state_reap_wait(&a->shared, STOP_WAIT_MS);
     return result;
 }

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
@@ -24,6 +25,101 @@
 #include "worker/transport/transport.h"
 
 #define LOG "worker"
+/* the longest an assignment waits for a stopped stage to end (a worker leaving is never
+ * "stuck"; the coordinator's call gives up sooner anyway) */
+#define ASSIGN_WAIT_MAX_MS 30000
+
+/* Parks trainer `t`, told to stop, until its thread ends (under st->lock). One that does not fit
+ * is waited for here: a worker that has WK_PARKED_MAX stuck threads already is stuck anyway. */
+static void park_locked(wk_state *st, struct wk_trainer *t, uint64_t stuck_at_ns)
+{
+    for (int i = 0; i < WK_PARKED_MAX; i++)
+        if (st->parked[i] == NULL) {
+            st->parked[i] = t;
+            st->stuck_at_ns[i] = stuck_at_ns;
+            return;
+        }
+    SC_LOG_WARN(LOG, "%d stopped stages still run; waiting for one more to end", WK_PARKED_MAX);
+    pthread_mutex_unlock(&st->lock);
+    wk_trainer_destroy(&t);
+    pthread_mutex_lock(&st->lock);
+}
+
+/* Tells `*t` to stop and waits up to wait_ms for it to end; one that does not is parked, stuck
+ * once wk_trainer_stop_ms has passed since it was told. */
+static void stop_or_park(wk_state *st, struct wk_trainer **t, int wait_ms)
+{
+    if (*t == NULL)
+        return;
+    uint64_t stuck_at = sc_clock_now_ns() + wk_trainer_stop_ms(*t) * 1000000u;
+    sc_err err;
+    sc_err_clear(&err);
+    if (wk_trainer_stop_within(t, wait_ms, &err) == SC_OK)
+        return;
+    pthread_mutex_lock(&st->lock);
+    park_locked(st, *t, stuck_at);
+    pthread_mutex_unlock(&st->lock);
+    *t = NULL;
+}
+
+void wk_state_reap(wk_state *st)
+{
+    struct wk_trainer *ended[WK_PARKED_MAX];
+    int n_ended = 0;
+    uint64_t now = sc_clock_now_ns();
+    bool stuck = false;
+    pthread_mutex_lock(&st->lock);
+    for (int i = 0; i < WK_PARKED_MAX; i++) {
+        if (st->parked[i] == NULL)
+            continue;
+        if (wk_trainer_ended(st->parked[i])) {
+            ended[n_ended++] = st->parked[i];
+            st->parked[i] = NULL;
+        } else if (now >= st->stuck_at_ns[i]) {
+            stuck = true;
+        }
+    }
+    if (stuck && strcmp(st->state, "stuck") != 0 && strcmp(st->state, "leaving") != 0) {
+        SC_LOG_WARN(LOG, "a stopped stage has not ended: its step does not return (stuck in a "
+                         "kernel?); this worker takes no stage until it does");
+        sc_strlcpy(st->state, "stuck", sizeof st->state);
+    } else if (!stuck && strcmp(st->state, "stuck") == 0) {
+        SC_LOG_INFO(LOG, "the stuck stage has ended; its work is discarded");
+        sc_strlcpy(st->state, st->trainer != NULL ? "assigned" : "idle", sizeof st->state);
+    }
+    pthread_mutex_unlock(&st->lock);
+    for (int i = 0; i < n_ended; i++)
+        wk_trainer_destroy(&ended[i]); /* its thread has ended: no wait */
+}
+
+static bool any_parked_locked(const wk_state *st);
+
+void wk_state_reap_wait(wk_state *st, int timeout_ms)
+{
+    for (int waited = 0;; waited += 10) {
+        wk_state_reap(st);
+        pthread_mutex_lock(&st->lock);
+        bool parked = any_parked_locked(st);
+        pthread_mutex_unlock(&st->lock);
+        if (!parked)
+            return;
+        if (waited >= timeout_ms) {
+            SC_LOG_WARN(LOG, "a stopped stage still runs after %d ms; left to the exit",
+                        timeout_ms);
+            return;
+        }
+        usleep(10 * 1000);
+    }
+}
+
+/* Whether a trainer is parked (under st->lock). */
+static bool any_parked_locked(const wk_state *st)
+{
+    for (int i = 0; i < WK_PARKED_MAX; i++)
+        if (st->parked[i] != NULL)
+            return true;
+    return false;
+}
 
 void wk_state_release(wk_state *st, const char *job_id, const char *why)
 {
@@ -38,12 +134,13 @@ void wk_state_release(wk_state *st, const char *job_id, const char *why)
         st->plan_json = st->model_json = NULL;
         old = st->trainer;
         st->trainer = NULL;
-        if (strcmp(st->state, "profiling") != 0)
+        if (strcmp(st->state, "profiling") != 0 && strcmp(st->state, "stuck") != 0)
             sc_strlcpy(st->state, "idle", sizeof st->state);
     }
     pthread_mutex_unlock(&st->lock);
-    /* Stopping a trainer joins its thread: never while holding the lock heartbeats need. */
-    wk_trainer_destroy(&old);
+    /* The heartbeats' thread comes here: it never waits for the stage's thread (a step stuck in
+     * a kernel would silence them), which is parked until it ends (wk_state_reap). */
+    stop_or_park(st, &old, 0);
 }
 
 static sc_status describe(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
@@ -127,7 +224,26 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     struct wk_trainer *old = st->trainer;
     st->trainer = NULL;
     pthread_mutex_unlock(&st->lock);
-    wk_trainer_destroy(&old);
+    stop_or_park(st, &old, old != NULL ? (int)wk_trainer_stop_ms(old) : 0);
+    /* a stage told to stop that still runs holds this worker: no second stage beside it; wait
+     * for it until it counts as stuck */
+    for (int waited_ms = 0;; waited_ms += 10) {
+        wk_state_reap(st);
+        pthread_mutex_lock(&st->lock);
+        bool parked = any_parked_locked(st), stuck = strcmp(st->state, "stuck") == 0;
+        pthread_mutex_unlock(&st->lock);
+        if (!parked)
+            break;
+        if (stuck || waited_ms >= ASSIGN_WAIT_MAX_MS) {
+            free(plan);
+            free(model);
+            wk_state_reap(st);
+            return SC_ERRF(err, SC_ERR_UNAVAILABLE,
+                           "this worker is stuck: a stage it was told to stop still runs (its "
+                           "step does not return); it takes no stage until that one ends");
+        }
+        usleep(10 * 1000);
+    }
     struct wk_trainer *fresh = NULL;
     sc_status rc =
         wk_trainer_new(&fresh, req, st->device, st->bind_host, st->checkpoint_dir, st->blocks, err);
@@ -136,6 +252,8 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
         free(model);
         return rc;
     }
+    if (st->hang_stage)
+        wk_trainer_fault_hang(fresh, 3);
     pthread_mutex_lock(&st->lock);
     old = st->trainer; /* a concurrent AssignStage: the last one wins */
     st->trainer = fresh;
@@ -155,7 +273,7 @@ static sc_status assign_stage(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     st->step = req->resume_step;
     sc_strlcpy(st->state, "assigned", sizeof st->state);
     pthread_mutex_unlock(&st->lock);
-    wk_trainer_destroy(&old);
+    stop_or_park(st, &old, old != NULL ? (int)wk_trainer_stop_ms(old) : 0);
     SC_LOG_INFO(LOG, "assigned stage %u (blocks %u-%u) of job %s over %s", req->stage,
                 req->first_block, req->last_block, req->job_id, req->transport);
     Stagecraft__AssignStageResponse *resp =

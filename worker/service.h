@@ -22,13 +22,18 @@
  * the message's header and framing. A request for more is refused (SC_ERR_TOO_LARGE). */
 #define WK_PROBE_MAX_BYTES (SC_RPC_DEFAULT_MAX_MESSAGE_BYTES - 1024)
 
+/* Trainers a worker keeps while their threads wind down (each may take wk_trainer_stop_ms
+ * before the worker says it is stuck, state "stuck": a step that does not return, e.g. a hung
+ * kernel). */
+#define WK_PARKED_MAX 8
+
 typedef struct {
     pthread_mutex_t lock; /* guards every field below except `hardware` */
     char id[COORD_WORKER_ID_MAX];
     uint64_t epoch;
     char device[32];
     Stagecraft__HardwareReport *hardware; /* set before serving, immutable after */
-    char state[32];                       /* idle, profiling, assigned */
+    char state[32]; /* idle, profiling, assigned, training, leaving, stuck */
     char job_id[COORD_WORKER_ID_MAX];
     uint32_t stage, replica, first_block, last_block;
     char transport[16];
@@ -41,6 +46,12 @@ typedef struct {
     char checkpoint_dir[1100];  /* immutable: where stage checkpoints go */
     struct wk_block_server *blocks; /* immutable: serves kept state and checkpoints to peers */
     bool refuse_probe;          /* immutable: a test's fault, ProbeLink refused (unimplemented) */
+    bool hang_stage;            /* immutable: a test's fault, each stage hangs (wk_trainer_fault_hang) */
+    /* trainers told to stop whose threads have not ended yet, and when each counts as stuck
+     * (monotonic ns): wk_state_reap frees them once they end; one past its time makes the
+     * worker "stuck", and it takes no stage until none is left */
+    struct wk_trainer *parked[WK_PARKED_MAX];
+    uint64_t stuck_at_ns[WK_PARKED_MAX];
 } wk_state;
 
 /* Fills `out` with the Worker service's methods bound to `st`; returns how many. */
@@ -53,7 +64,18 @@ size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max);
 sc_status wk_assign_kinds_check(const Stagecraft__AssignStageRequest *req, bool nccl_here,
                                 sc_err *err);
 
-/* Drops the assignment of `job_id` (any job when NULL) and returns to idle. Takes st->lock. */
+/* Drops the assignment of `job_id` (any job when NULL) and returns to idle. Takes st->lock.
+ * Never waits for the stage's thread: it is told to stop and parked (wk_state_reap). */
 void wk_state_release(wk_state *st, const char *job_id, const char *why);
+
+/* Frees the parked trainers whose threads have ended, and sets the state "stuck" while one is
+ * past its time to stop (wk_trainer_stop_ms from when it was told), back to "idle" once none
+ * is. Never blocks on a
+ * thread; the agent calls it before each heartbeat. Takes st->lock. */
+void wk_state_reap(wk_state *st);
+
+/* wk_state_reap until no trainer is parked or timeout_ms has passed (the worker stops: it
+ * frees what ends in time and leaves a stuck thread to the process's exit). */
+void wk_state_reap_wait(wk_state *st, int timeout_ms);
 
 #endif /* WK_SERVICE_H */

@@ -6,11 +6,13 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/sc_clock.h"
 #include "common/sc_log.h"
@@ -43,6 +45,9 @@ struct wk_trainer {
     pthread_t thread;
     bool started;
     atomic_bool stop;
+    atomic_bool ended;    /* the thread has returned (wk_trainer_stop_within, wk_trainer_reap) */
+    _Atomic uint64_t iteration_us; /* the last step's measured time (wk_trainer_stop_ms) */
+    uint64_t hang_after;  /* a test's fault: steps after which the step hangs (0: none) */
     _Atomic uint64_t step;
     /* A move (COMMAND_REBALANCE): the step after which training pauses, 0 for none; the paused
      * thread waits on `resume` (under `lock`) for a later step or the stop. */
@@ -374,27 +379,83 @@ static void push_error(wk_trainer *t, sc_status code, const char *fmt, const cha
     push(t, &m);
 }
 
-/* The checkpoint of the resume step did not load (`why`): finds this stage's newest older
- * checkpoint that does, and reports both steps, so that the coordinator can resume every stage
- * from an older step instead of failing the job. */
+static sc_status fetch_stage(wk_trainer *t, uint64_t step, rt_stage_image *im, wk_fetch_stats *fs,
+                             sc_err *err);
+
+/* At most this many older steps are tried after the resume step's state did not load: each may
+ * ask every source, and one that is silent costs FETCH_TIMEOUT_MS. */
+#define OLDER_STEPS_MAX 32
+
+static int step_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Whether this stage loads the state of `step` (into the runner): its own checkpoint file when
+ * `own_file`, else the blocks of that step from the job's state sources, whichever stage or
+ * worker saved them. `why` gets the reason it does not. */
+static bool older_step_loads(wk_trainer *t, uint64_t step, bool own_file, sc_err *why)
+{
+    sc_err_clear(why);
+    if (own_file && rt_runner_load(t->runner, t->checkpoint_dir, step, why) == SC_OK)
+        return true;
+    if (json_array_size(t->sources) == 0 && t->blocks == NULL)
+        return false;
+    rt_stage_image im;
+    wk_fetch_stats fs;
+    sc_err fetch;
+    sc_err_clear(&fetch);
+    bool ok = fetch_stage(t, step, &im, &fs, &fetch) == SC_OK &&
+              rt_runner_load_image(t->runner, &im, "the blocks taken over", &fetch) == SC_OK;
+    rt_stage_image_clear(&im);
+    if (!ok && !own_file)
+        *why = fetch;
+    else if (!ok)
+        sc_strfmt(why->msg + strlen(why->msg), sizeof why->msg - strlen(why->msg),
+                  "; from the other workers: %s", fetch.msg);
+    return ok;
+}
+
+/* The checkpoint of the resume step did not load (`why`): finds the newest older step whose
+ * state of this stage's blocks loads, from this worker's own files or from any worker that
+ * holds them (a re-plan may have given this stage to a worker that never ran it), and reports
+ * both steps, so that the coordinator can resume every stage from an older step instead of
+ * failing the job. Steps tried: this stage's own files and the job's checkpoint steps (the
+ * multiples of checkpoint_every), newest first, at most OLDER_STEPS_MAX. */
 static void push_resume_error(wk_trainer *t, const sc_err *why)
 {
-    uint64_t *steps = NULL, intact = 0;
-    size_t n = 0;
+    uint64_t *own = NULL, intact = 0;
+    size_t n_own = 0;
     sc_err err;
     sc_err_clear(&err);
-    rt_checkpoint_list(t->checkpoint_dir, (int)t->stage, &steps, &n, &err);
-    for (size_t i = 0; i < n && intact == 0; i++) {
-        if (steps[i] >= t->resume_step)
-            continue;
-        sc_err_clear(&err);
-        if (rt_runner_load(t->runner, t->checkpoint_dir, steps[i], &err) == SC_OK)
-            intact = steps[i];
+    rt_checkpoint_list(t->checkpoint_dir, (int)t->stage, &own, &n_own, &err);
+    uint64_t tries[OLDER_STEPS_MAX * 2];
+    size_t n = 0;
+    for (size_t i = 0; i < n_own && n < OLDER_STEPS_MAX; i++)
+        if (own[i] < t->resume_step)
+            tries[n++] = own[i];
+    if (t->checkpoint_every > 0 && t->resume_step > 0)
+        for (uint64_t s = (t->resume_step - 1) / t->checkpoint_every * t->checkpoint_every;
+             s > 0 && n < 2 * OLDER_STEPS_MAX; s -= t->checkpoint_every) {
+            bool listed = false;
+            for (size_t i = 0; i < n && !listed; i++)
+                listed = tries[i] == s;
+            if (!listed)
+                tries[n++] = s;
+        }
+    qsort(tries, n, sizeof *tries, step_desc);
+    for (size_t i = 0; i < n && i < OLDER_STEPS_MAX && intact == 0; i++) {
+        bool own_file = false;
+        for (size_t j = 0; j < n_own && !own_file; j++)
+            own_file = own[j] == tries[i];
+        if (older_step_loads(t, tries[i], own_file, &err))
+            intact = tries[i];
         else
             SC_LOG_WARN(LOG, "older checkpoint of step %llu does not load either: %s",
-                        (unsigned long long)steps[i], err.msg);
+                        (unsigned long long)tries[i], err.msg);
     }
-    free(steps);
+    free(own);
     wk_trainer_msg m;
     memset(&m, 0, sizeof m);
     m.is_error = true;
@@ -575,6 +636,34 @@ static void report_reduce(const rt_report *rep, Stagecraft__IterationReport *r)
     r->reduce = t;
 }
 
+/* Builds this stage's image of `step` from the block servers of the job's state sources, this
+ * worker's own first (the blocks it kept when it paused stay there). wk_blocks_fetch's errors;
+ * SC_ERR_NOT_FOUND when there is no source. */
+static sc_status fetch_stage(wk_trainer *t, uint64_t step, rt_stage_image *im, wk_fetch_stats *fs,
+                             sc_err *err)
+{
+    memset(im, 0, sizeof *im);
+    size_t n = json_array_size(t->sources);
+    const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
+    const char **src = calloc(n + 1, sizeof *src);
+    SC_ALLOC_CHECK(src, err);
+    size_t k = 0;
+    if (self != NULL)
+        src[k++] = self;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = json_string_value(json_array_get(t->sources, i));
+        if (e != NULL && (self == NULL || strcmp(e, self) != 0))
+            src[k++] = e;
+    }
+    const struct kn_model *model = rt_runner_model(t->runner);
+    int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
+    sc_status rc = k == 0 ? SC_ERRF(err, SC_ERR_NOT_FOUND, "no worker to ask for its blocks")
+                          : wk_blocks_fetch(src, k, t->job_id, step, model, first, last,
+                                            FETCH_TIMEOUT_MS, self != NULL, im, fs, err);
+    free(src);
+    return rc;
+}
+
 /* Loads the state of the resume step: this stage's own checkpoint when it has one of the same
  * blocks, else the blocks taken over from the workers START named (state_sources): the stage
  * paused there for a move, their checkpoint files after a re-plan, or the copies they hold of
@@ -597,25 +686,9 @@ static sc_status resume(wk_trainer *t, sc_err *err)
     if (own.code == SC_ERR_PARSE)
         SC_LOG_WARN(LOG, "job %s stage %u: %s; asking the other workers for a copy", t->job_id,
                     t->stage, own.msg);
-    /* this worker's own server first: the blocks it kept when it paused stay here */
-    const char *self = t->blocks != NULL ? wk_block_server_endpoint(t->blocks) : NULL;
-    const char **src = calloc(n + 1, sizeof *src);
-    SC_ALLOC_CHECK(src, err);
-    size_t k = 0;
-    if (self != NULL)
-        src[k++] = self;
-    for (size_t i = 0; i < n; i++) {
-        const char *e = json_string_value(json_array_get(t->sources, i));
-        if (self == NULL || strcmp(e, self) != 0)
-            src[k++] = e;
-    }
-    const struct kn_model *model = rt_runner_model(t->runner);
-    int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
     rt_stage_image im;
     wk_fetch_stats fs;
-    sc_status rc = wk_blocks_fetch(src, k, t->job_id, t->resume_step, model, first, last,
-                                   FETCH_TIMEOUT_MS, self != NULL, &im, &fs, err);
-    free(src);
+    sc_status rc = fetch_stage(t, t->resume_step, &im, &fs, err);
     if (rc != SC_OK && own.code == SC_ERR_PARSE) { /* the own file's fault is the news */
         SC_LOG_WARN(LOG, "job %s stage %u: no copy either: %s", t->job_id, t->stage, err->msg);
         *err = own;
@@ -623,6 +696,7 @@ static sc_status resume(wk_trainer *t, sc_err *err)
         rc = own.code;
     }
     if (rc == SC_OK) {
+        int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
         rc = rt_runner_load_image(t->runner, &im, "the blocks taken over", err);
         if (rc == SC_OK)
             SC_LOG_INFO(LOG,
@@ -718,6 +792,32 @@ static void quota_now(cpu_quota *q)
         q->cores = q->fraction = q->period_s = 0;
 }
 
+/* wk_trainer_fault_release's flag: set from a signal handler */
+static volatile sig_atomic_t hang_released;
+
+void wk_trainer_fault_release(void)
+{
+    hang_released = 1;
+}
+
+void wk_trainer_fault_hang(wk_trainer *t, uint64_t after_steps)
+{
+    t->hang_after = after_steps;
+}
+
+/* The step of a test's fault: stuck, stop or not, until released. */
+static void fault_hang(wk_trainer *t, uint64_t step)
+{
+    SC_LOG_WARN(LOG, "fault injection: job %s stage %u hangs in step %llu", t->job_id, t->stage,
+                (unsigned long long)step);
+    while (!hang_released)
+        usleep(20 * 1000);
+    SC_LOG_WARN(LOG, "fault injection: job %s stage %u wakes up in step %llu%s", t->job_id,
+                t->stage, (unsigned long long)step,
+                atomic_load(&t->stop) ? ", stopped meanwhile: it ends" : "");
+    t->hang_after = 0;
+}
+
 static void *train_main(void *arg)
 {
     wk_trainer *t = arg;
@@ -742,6 +842,11 @@ static void *train_main(void *arg)
                 push_error(t, err.code, "training step failed: %s", err.msg);
             return NULL;
         }
+        atomic_store(&t->iteration_us, (uint64_t)(rep.iteration_s > 0 ? rep.iteration_s * 1e6 : 0));
+        if (t->hang_after > 0 && step >= t->resume_step + t->hang_after)
+            fault_hang(t, step);
+        if (atomic_load(&t->stop))
+            return NULL; /* stopped while the step ran: nothing of it is saved or reported */
         bool save =
             t->checkpoint_every > 0 && (step % t->checkpoint_every == 0 || step == t->steps);
         /* An asynchronous (pipedream) pipeline keeps minibatches in flight across steps: every
@@ -868,6 +973,14 @@ static sc_status copies_from(wk_trainer *t, json_t *list, sc_err *err)
     return t->copier != NULL ? wk_copier_start(t->copier, err) : SC_OK;
 }
 
+static void *train_thread(void *arg)
+{
+    wk_trainer *t = arg;
+    train_main(t);
+    atomic_store(&t->ended, true);
+    return NULL;
+}
+
 sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
 {
     if (t->started)
@@ -941,7 +1054,7 @@ sc_status wk_trainer_start(wk_trainer *t, const char *payload_json, sc_err *err)
     t->run = (uint64_t)run;
     json_decref(p);
     atomic_store(&t->step, t->resume_step);
-    if (pthread_create(&t->thread, NULL, train_main, t) != 0)
+    if (pthread_create(&t->thread, NULL, train_thread, t) != 0)
         return SC_ERRF(err, SC_ERR_INTERNAL, "cannot start the training thread");
     t->started = true;
     char frozen[96] = "";
@@ -991,19 +1104,22 @@ struct rt_timeline *wk_trainer_timeline(wk_trainer *t)
     return rt_runner_timeline(t->runner);
 }
 
-void wk_trainer_destroy(wk_trainer **tp)
+/* Tells the thread to stop: the flag it checks between steps, and an abort of the step in
+ * flight (its waits for the neighbours return). */
+static void tell_stop(wk_trainer *t)
 {
-    if (tp == NULL || *tp == NULL)
-        return;
-    wk_trainer *t = *tp;
     pthread_mutex_lock(&t->lock);
     atomic_store(&t->stop, true);
     pthread_cond_broadcast(&t->resume);
     pthread_mutex_unlock(&t->lock);
     if (t->runner)
         rt_runner_abort(t->runner);
-    if (t->started)
-        pthread_join(t->thread, NULL);
+}
+
+/* Frees a trainer whose thread has been joined (or never started). */
+static void trainer_free(wk_trainer **tp)
+{
+    wk_trainer *t = *tp;
     wk_copier_destroy(&t->copier);
     rt_runner_destroy(&t->runner);
     free(t->model_json);
@@ -1017,4 +1133,54 @@ void wk_trainer_destroy(wk_trainer **tp)
     pthread_mutex_destroy(&t->lock);
     free(t);
     *tp = NULL;
+}
+
+void wk_trainer_destroy(wk_trainer **tp)
+{
+    if (tp == NULL || *tp == NULL)
+        return;
+    wk_trainer *t = *tp;
+    tell_stop(t);
+    if (t->started)
+        pthread_join(t->thread, NULL);
+    trainer_free(tp);
+}
+
+sc_status wk_trainer_stop_within(wk_trainer **tp, int timeout_ms, sc_err *err)
+{
+    if (tp == NULL || *tp == NULL)
+        return SC_OK;
+    wk_trainer *t = *tp;
+    tell_stop(t);
+    for (int waited = 0; t->started && !atomic_load(&t->ended) && waited < timeout_ms;
+         waited += 10)
+        usleep(10 * 1000);
+    if (t->started && !atomic_load(&t->ended))
+        return SC_ERRF(err, SC_ERR_TIMEOUT,
+                       "the stage of job %s (stage %u) did not stop within %d ms: its step does "
+                       "not return (stuck in a kernel?)",
+                       t->job_id, t->stage, timeout_ms);
+    wk_trainer_destroy(tp); /* the thread has ended: the join returns at once */
+    return SC_OK;
+}
+
+uint64_t wk_trainer_stop_ms(const wk_trainer *t)
+{
+    uint64_t three = 3 * atomic_load(&t->iteration_us) / 1000;
+    return three > WK_TRAINER_STOP_MS ? three : WK_TRAINER_STOP_MS;
+}
+
+bool wk_trainer_ended(const wk_trainer *t)
+{
+    return !t->started || atomic_load(&t->ended);
+}
+
+bool wk_trainer_reap(wk_trainer **tp)
+{
+    if (tp == NULL || *tp == NULL)
+        return true;
+    if ((*tp)->started && !atomic_load(&(*tp)->ended))
+        return false;
+    wk_trainer_destroy(tp);
+    return true;
 }

@@ -50,8 +50,35 @@ uint64_t wk_start_run(const char *payload_json);
  * training thread saves: it only touches files at or before `step`. */
 sc_status wk_trainer_checkpoint_complete(wk_trainer *t, uint64_t step, sc_err *err);
 
-/* Stops the training thread (aborting a step in flight), frees everything. Accepts NULL. */
+/* Stops the training thread (aborting a step in flight), frees everything. Accepts NULL.
+ * Waits for the thread however long it takes: see wk_trainer_stop_within. */
 void wk_trainer_destroy(wk_trainer **t);
+
+/* Stops the training thread like wk_trainer_destroy but waits for it at most timeout_ms: SC_OK
+ * when it ended (*t freed and NULL; also for *t NULL), SC_ERR_TIMEOUT when it did not (a step
+ * stuck in a kernel that does not return): *t then stays, told to stop, for wk_trainer_reap.
+ * A thread told to stop saves and reports nothing more, however late it wakes up. */
+sc_status wk_trainer_stop_within(wk_trainer **t, int timeout_ms, sc_err *err);
+
+/* Whether the thread of a trainer that wk_trainer_stop_within left behind has ended at last:
+ * then frees it, sets *t NULL and returns true. Never blocks. */
+bool wk_trainer_reap(wk_trainer **t);
+
+/* Whether the trainer's thread has ended (or never started). Never blocks. */
+bool wk_trainer_ended(const wk_trainer *t);
+
+/* How long the trainer may take to stop before its step counts as stuck: WK_TRAINER_STOP_MS, or
+ * three of its measured iterations when longer (a slow step ends before it can stop). Any
+ * thread. */
+#define WK_TRAINER_STOP_MS 3000
+uint64_t wk_trainer_stop_ms(const wk_trainer *t);
+
+/* A test's fault (STAGECRAFT_WORKER_FAULTS=hang-stage): after `after_steps` steps of this
+ * trainer, its thread hangs inside the step, deaf to stop, as a step stuck in a kernel would,
+ * until wk_trainer_fault_release. */
+void wk_trainer_fault_hang(wk_trainer *t, uint64_t after_steps);
+/* Ends every such hang; async-signal-safe (a signal handler calls it). */
+void wk_trainer_fault_release(void);
 
 /* The runner's measured timeline (rt_runner_timeline): valid until wk_trainer_destroy; read it
  * from any thread with rt_timeline_snapshot. */

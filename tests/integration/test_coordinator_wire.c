@@ -2,8 +2,8 @@
  * A real `stagecraft coordinator` process fed bad wire input: malformed bytes, an oversized
  * message, another protocol version, an unknown method, a registration with bad fields. Each is
  * refused with the right gRPC status, and the coordinator keeps answering. On the control
- * channel: messages bound to the sender's CURVE key, and none acted on from a worker declared
- * dead.
+ * channel: messages bound to the sender's CURVE key, commands sent only on the connection of the
+ * key that registered the worker, and none acted on from a worker declared dead.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -484,6 +484,78 @@ static void test_dead_worker_not_read(void **state)
     assert_alive(f);
 }
 
+/* Sends a heartbeat as worker `id` (epoch 1, serving `job`) on `ctl`, then reads what comes
+ * back until nothing has for `wait_ms`: counts the commands in *commands and the acks in
+ * *acks. */
+static void heartbeat_and_read(sc_ctl *ctl, const char *id, const char *job, int wait_ms,
+                               int *commands, int *acks)
+{
+    Stagecraft__ControlEnvelope env = STAGECRAFT__CONTROL_ENVELOPE__INIT;
+    Stagecraft__Heartbeat hb = STAGECRAFT__HEARTBEAT__INIT;
+    hb.state = "running";
+    hb.job_id = (char *)job;
+    env.worker_id = (char *)id;
+    env.epoch = 1;
+    env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    sc_err err;
+    sc_err_clear(&err);
+    sc_ctl_send(ctl, NULL, &env, &err);
+    char peer[SC_CTL_PEER_ID_MAX];
+    Stagecraft__ControlEnvelope *in = NULL;
+    while (sc_ctl_recv(ctl, wait_ms, peer, &in, &err) == SC_OK) {
+        *commands += in->body_case == STAGECRAFT__CONTROL_ENVELOPE__BODY_COMMAND;
+        *acks += in->body_case == STAGECRAFT__CONTROL_ENVELOPE__BODY_HEARTBEAT_ACK;
+        sc_ctl_envelope_free(&in);
+    }
+}
+
+/* A peer that holds the join token registers its own CURVE key and connects with the very
+ * routing id of a live worker's connection, claiming to be that worker. Nothing meant for the
+ * worker reaches it: the worker says it runs a stage of a job that does not exist, so the
+ * coordinator sends it STOP again and again, and every STOP arrives on the worker's own
+ * connection, which keeps being answered; the impostor gets no command. */
+static void test_commands_follow_the_key(void **state)
+{
+    fixture *f = *state;
+    if (!sc_ctl_curve_available())
+        skip();
+    char victim[64], imp[64], endpoint[300], ep2[300];
+    char vpub[41], vsec[41], ipub[41], isec[41], server[41];
+    register_curve_worker(f, "holder", victim, endpoint, vpub, vsec, server);
+    register_curve_worker(f, "thief", imp, ep2, ipub, isec, server);
+    sc_err err;
+    sc_err_clear(&err);
+    sc_ctl *real = NULL, *forged = NULL;
+    sc_ctl_cfg cfg = {.routing_id = victim,
+                      .curve_secret_key = vsec,
+                      .curve_public_key = vpub,
+                      .curve_server_key = server};
+    assert_int_equal(sc_ctl_dealer_new(&real, endpoint, &cfg, &err), SC_OK);
+    assert_true(heartbeat_acked(real, victim, 10000));
+    cfg.curve_secret_key = isec;
+    cfg.curve_public_key = ipub;
+    assert_int_equal(sc_ctl_dealer_new(&forged, endpoint, &cfg, &err), SC_OK);
+    int real_cmds = 0, real_acks = 0, forged_cmds = 0, forged_acks = 0;
+    /* until the worker got two STOPs: the impostor had as many chances to get one (bounded so a
+     * coordinator that never sends one fails instead of hanging) */
+    for (int round = 0; round < 600 && real_cmds < 2; round++) {
+        heartbeat_and_read(real, victim, "job-never-submitted", 50, &real_cmds, &real_acks);
+        heartbeat_and_read(forged, victim, "job-never-submitted", 0, &forged_cmds, &forged_acks);
+    }
+    print_message("worker: %d command(s), %d ack(s); impostor: %d command(s), %d ack(s)\n",
+                  real_cmds, real_acks, forged_cmds, forged_acks);
+    assert_true(real_cmds >= 2);
+    assert_int_equal(forged_cmds, 0);
+    assert_int_equal(forged_acks, 0);
+    real_acks = 0;
+    heartbeat_and_read(real, victim, "", 2000, &real_cmds, &real_acks);
+    assert_int_equal(real_acks, 1); /* its connection was never displaced */
+    sc_ctl_destroy(&forged);
+    sc_ctl_destroy(&real);
+    assert_alive(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -491,6 +563,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_version_and_fields, start, stop),
         cmocka_unit_test_setup_teardown(test_control_bound_to_key, start, stop),
         cmocka_unit_test_setup_teardown(test_dead_worker_not_read, start_fast, stop),
+        cmocka_unit_test_setup_teardown(test_commands_follow_the_key, start_fast, stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -155,6 +155,8 @@ static void test_bad_specs(void **state)
                  "$.export");
     expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
     expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
+                 "$.data.file: unknown key \"file\": valid keys here: \"kind\", \"path\"");
+    expect_error("\"text\", \"path\": \"/usr/share/common-licenses/GPL-3\"", "\"text\"",
                  "$.data: missing required field \"path\"");
     expect_error("\"microbatches\": \"auto\"", "\"microbatches\": 5",
                  "$.microbatches: 5 micro-batches do not divide the batch of 16 samples");
@@ -216,6 +218,32 @@ static void test_bad_specs(void **state)
 
 /* Names: a job name that status would print with a newline or an escape sequence in it, and a
  * worker name no worker can register with (the job would wait for it for good), are refused. */
+/* A key the format does not have, at any level of the job file, is refused naming it, where it
+ * stands, the closest valid key when one is close, and the valid ones: a typo of an optional
+ * key must not pass for its absence (checkpoint_evry turned checkpointing off). */
+static void test_unknown_keys(void **state)
+{
+    (void)state;
+    expect_error("\"steps\": 200", "\"stpes\": 5, \"steps\": 200",
+                 "job.json:6:47: $.stpes: unknown key \"stpes\": did you mean \"steps\"?");
+    expect_error("\"checkpoint_every\": 50", "\"checkpoint_evry\": 25",
+                 "$.checkpoint_evry: unknown key \"checkpoint_evry\": did you mean "
+                 "\"checkpoint_every\"?");
+    /* nothing close: the valid keys are listed */
+    expect_error("\"seed\": 1", "\"seed\": 1, \"priority\": \"high\"",
+                 "$.priority: unknown key \"priority\": valid keys here: \"format\", "
+                 "\"version\", \"name\"");
+    expect_error("\"path\":", "\"pth\": \"x\", \"path\":",
+                 "$.data.pth: unknown key \"pth\": did you mean \"path\"?");
+    expect_error("\"lr\": 3e-4", "\"learning_rate\": 3e-4",
+                 "$.optimizer.learning_rate: unknown key \"learning_rate\": valid keys here: "
+                 "\"kind\", \"lr\", \"weight_decay\", \"momentum\"");
+    expect_error("\"workers\": 4", "\"workers\": {\"min\": 1, \"mx\": 2}",
+                 "$.workers.mx: unknown key \"mx\": did you mean \"max\"?");
+    expect_error("\"checkpoint_every\": 50", "\"freeze\": {\"intervall\": 5}",
+                 "$.freeze.intervall: unknown key \"intervall\": did you mean \"interval\"?");
+}
+
 static void test_unprintable_and_unregistrable_names(void **state)
 {
     (void)state;
@@ -325,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_good_spec),
         cmocka_unit_test(test_worker_names_and_defaults),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_unprintable_and_unregistrable_names),
         cmocka_unit_test(test_microbatch_limit),
         cmocka_unit_test(test_tied_model),

@@ -534,7 +534,6 @@ static const char job_json[] =
     " \"data\": {\"kind\": \"text\", \"path\": \"/usr/share/common-licenses/GPL-3\"},\n"
     " \"batch_size\": 16, \"microbatches\": \"auto\", \"schedule\": \"auto\",\n"
     " \"strategy\": \"hetero\", \"workers\": 4, \"steps\": 200, \"seed\": 1, \"stages\": 3,\n"
-    " \"worker_names\": [\"a\", \"b\"],\n"
     " \"optimizer\": {\"kind\": \"sgd\", \"lr\": 3e-4, \"weight_decay\": 0.0, \"momentum\": 0.9},\n"
     " \"checkpoint_every\": 50}\n";
 

@@ -164,12 +164,45 @@ static void test_format_and_version(void **state)
     sc_jdoc_destroy(&doc);
 }
 
+/* sc_jnode_known_keys: a key not in the list is refused with its position, path, the closest
+ * known key when one is close (a swap of two neighbours counts as one edit) and the list; a
+ * key far from every known one gets no suggestion; known keys pass. */
+static void test_known_keys(void **state)
+{
+    (void)state;
+    static const char *const known[] = {"steps", "seed", "checkpoint_every", NULL};
+    sc_jdoc *doc = parse("{\"seed\": 1,\n \"stpes\": 5}");
+    sc_jnode root = sc_jdoc_root(doc);
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(sc_jnode_known_keys(&root, known, &err), SC_ERR_INVALID);
+    assert_string_equal(err.msg, "cluster.json:2:11: $.stpes: unknown key \"stpes\": did you "
+                                 "mean \"steps\"? valid keys here: \"steps\", \"seed\", "
+                                 "\"checkpoint_every\"");
+    sc_jdoc_destroy(&doc);
+
+    doc = parse("{\"precision\": \"bf16\"}");
+    root = sc_jdoc_root(doc);
+    sc_err_clear(&err);
+    assert_int_equal(sc_jnode_known_keys(&root, known, &err), SC_ERR_INVALID);
+    assert_null(strstr(err.msg, "did you mean"));
+    assert_non_null(strstr(err.msg, "$.precision: unknown key \"precision\": valid keys here"));
+    sc_jdoc_destroy(&doc);
+
+    doc = parse("{\"checkpoint_every\": 2, \"steps\": 3}");
+    root = sc_jdoc_root(doc);
+    sc_err_clear(&err);
+    assert_int_equal(sc_jnode_known_keys(&root, known, &err), SC_OK);
+    sc_jdoc_destroy(&doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_getters),
         cmocka_unit_test(test_bad_field_has_position_and_path),
         cmocka_unit_test(test_enum_and_quoted_keys),
+        cmocka_unit_test(test_known_keys),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_format_and_version),
     };
