@@ -9,6 +9,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/follow.h"
+#include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "coordinator/jobspec.h"
 
@@ -192,6 +193,23 @@ static const char *job_state_name(Stagecraft__JobState s)
     }
 }
 
+/* The time job j spent profiling, from its history: every stretch from a transition to
+ * "profiling" to the next transition (up to now when it still profiles); *rounds counts them. */
+static double profiling_s(const Stagecraft__JobInfo *j, int *rounds)
+{
+    double total_ms = 0;
+    *rounds = 0;
+    for (size_t i = 0; i < j->n_transitions; i++) {
+        if (strcmp(j->transitions[i]->to_state, "profiling") != 0)
+            continue;
+        int64_t end_ms = i + 1 < j->n_transitions ? j->transitions[i + 1]->at_unix_ms
+                                                  : sc_clock_unix_ms();
+        total_ms += (double)(end_ms - j->transitions[i]->at_unix_ms);
+        (*rounds)++;
+    }
+    return total_ms / 1000.0;
+}
+
 /* The job as the JSON object `status --json` prints (caller decrefs). */
 static json_t *job_json(const Stagecraft__JobInfo *j)
 {
@@ -255,6 +273,10 @@ static json_t *job_json(const Stagecraft__JobInfo *j)
                             j->transitions[i]->to_state, "reason", j->transitions[i]->reason,
                             "at_unix_ms", (json_int_t)j->transitions[i]->at_unix_ms));
     json_object_set_new(o, "transitions", hist);
+    int rounds;
+    double prof_s = profiling_s(j, &rounds);
+    json_object_set_new(o, "profiling_s", json_real(prof_s));
+    json_object_set_new(o, "profiling_rounds", json_integer(rounds));
     json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
     if (spec)
         json_object_set_new(o, "spec", spec);
@@ -414,6 +436,11 @@ int cmd_status(const cli_command *self, int argc, char **argv)
             printf("%s %s -> %s %.3g bytes/s measured, %.3g expected\n",
                    i ? "        " : "links:  ", j->links[i]->from_worker, j->links[i]->to_worker,
                    j->links[i]->measured_bytes_per_s, j->links[i]->expected_bytes_per_s);
+        int rounds;
+        double prof_s = profiling_s(j, &rounds);
+        if (rounds > 0)
+            printf("profiling: %.3g s%s\n", prof_s,
+                   rounds > 1 ? " over several rounds (see the history)" : "");
         json_t *plan = json_object_get(o, "plan");
         if (json_is_object(plan))
             print_plan(plan);

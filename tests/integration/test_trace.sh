@@ -121,6 +121,11 @@ rc=$?
     pass "a finished job's last 8 iterations, both stages measured: $(cat "$work/done.out")" ||
     fail "finished job: rc $rc $(cat "$work/done.out")"
 
+# the profiling phase's time, from the history, in status and status --json
+prof=$(field job-2 profiling_s)
+awk -v p="$prof" 'BEGIN { exit !(p > 0) }' && "$sc" status job-2 | grep -Eq '^profiling: [0-9.e+-]+ s' &&
+    pass "status shows the profiling time: $prof s" || fail "profiling time: '$prof' $("$sc" status job-2)"
+
 # 7. a job that ended without running has nothing kept, and is told so with its state
 sed 's/"workers": 2/"workers": 3/; s/"traced"/"waits"/' "$work/job.json" >"$work/waits.json"
 "$sc" submit "$work/waits.json" >/dev/null || fail "submit waits"
