@@ -202,8 +202,8 @@ static double profiling_s(const Stagecraft__JobInfo *j, int *rounds)
     for (size_t i = 0; i < j->n_transitions; i++) {
         if (strcmp(j->transitions[i]->to_state, "profiling") != 0)
             continue;
-        int64_t end_ms = i + 1 < j->n_transitions ? j->transitions[i + 1]->at_unix_ms
-                                                  : sc_clock_unix_ms();
+        int64_t end_ms =
+            i + 1 < j->n_transitions ? j->transitions[i + 1]->at_unix_ms : sc_clock_unix_ms();
         total_ms += (double)(end_ms - j->transitions[i]->at_unix_ms);
         (*rounds)++;
     }

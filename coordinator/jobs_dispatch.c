@@ -127,8 +127,8 @@ static bool profile_key_of(coord *c, const coord_chosen_worker *w, const char *r
     const coord_worker *cw = coord_registry_find(c->registry, w->id);
     if (cw == NULL)
         return false;
-    *key = (coord_profile_key){w->id, cw->rec.epoch, cw->rec.hardware, cw->rec.hardware_len,
-                               request};
+    *key =
+        (coord_profile_key){w->id, cw->rec.epoch, cw->rec.hardware, cw->rec.hardware_len, request};
     return true;
 }
 
@@ -221,10 +221,7 @@ static bool cuda_device(const coord_chosen_worker *w, const char **bus)
     return true;
 }
 
-/* Groups ws into those that may be profiled at the same time (group[i], from 0; returns how
- * many groups): one group per server, or one per device where every worker of a server drives
- * a GPU of its own (their measurements share no processor: the host's threads only launch). */
-static int profile_groups(const coord_chosen_worker *ws, size_t n, int *group)
+int coord_jobs_profile_groups(const coord_chosen_worker *ws, size_t n, int *group)
 {
     int groups = 0;
     for (size_t i = 0; i < n; i++)
@@ -281,7 +278,7 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
         free(started);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling the workers");
     }
-    int groups = profile_groups(ws, n, group);
+    int groups = coord_jobs_profile_groups(ws, n, group);
     for (int g = 0; g < groups; g++) {
         pg[g] = (profile_group){c, &req, ws, group, n, g, n, SC_OK, {0}};
         /* the last group (or one whose thread does not start) runs here */

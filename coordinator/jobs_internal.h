@@ -84,6 +84,12 @@ void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w);
 sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
                                  coord_chosen_worker *ws, size_t n, sc_err *err);
 
+/* Groups chosen workers into those that may be profiled at the same time: group[i] (from 0) for
+ * each of ws[n]; returns how many groups. One group per server (its workers share its
+ * processors), or one per worker where every worker of a server drives a GPU no other one of
+ * them drives (their measurements share no processor: the host's threads only launch). */
+int coord_jobs_profile_groups(const coord_chosen_worker *ws, size_t n, int *group);
+
 /* Under c->lock: fills the profile of each chosen worker without one from the profiles kept
  * across jobs (profile_cache.h) when one was measured for the same model, micro-batch sizes,
  * precision and data on the worker as it is registered now; returns how many, and names them

@@ -93,9 +93,8 @@ static sc_status call_timeline(sc_rpc_client *cli, const char *job_id, int itera
     req.iterations = (uint32_t)iterations;
     ProtobufCMessage *m = NULL;
     *sent_ns = sc_clock_now_ns();
-    sc_status rc =
-        sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
-                    &stagecraft__get_timeline_response__descriptor, &m, timeout_ms, err);
+    sc_status rc = sc_rpc_call(cli, "/stagecraft.Worker/GetTimeline", &req.base,
+                               &stagecraft__get_timeline_response__descriptor, &m, timeout_ms, err);
     *received_ns = sc_clock_now_ns();
     *resp = (Stagecraft__GetTimelineResponse *)m;
     return rc;
@@ -200,10 +199,10 @@ static sc_status to_lanes(const trace_worker *ws, size_t n, coord_trace_lane *la
 
 /* The trace of job `job_id` under `plan_json` from its workers `ws` (n of them, their endpoints
  * filled): coord_jobs_trace's contract, without the job's state. Without c->lock. */
-static sc_status collect(const coord *c, const char *job_id, const char *plan_json,
-                         int iterations, int fetch_iterations, int timeout_ms, trace_worker *ws,
-                         size_t n, char **json, coord_trace_summary *sum, int *answered,
-                         json_t *missing, sc_err *err)
+static sc_status collect(const coord *c, const char *job_id, const char *plan_json, int iterations,
+                         int fetch_iterations, int timeout_ms, trace_worker *ws, size_t n,
+                         char **json, coord_trace_summary *sum, int *answered, json_t *missing,
+                         sc_err *err)
 {
     coord_trace_lane *lanes = calloc(n, sizeof *lanes);
     coord_trace_event **evs = calloc(n, sizeof *evs);
@@ -221,9 +220,9 @@ static sc_status collect(const coord *c, const char *job_id, const char *plan_js
                      first_error);
     if (rc == SC_OK) {
         *answered = (int)n_lanes;
-        rc = coord_trace_build(lanes, n_lanes, plan_json,
-                               iterations > 0 ? iterations : COORD_TRACE_ITERATIONS, json, sum,
-                               err);
+        rc =
+            coord_trace_build(lanes, n_lanes, plan_json,
+                              iterations > 0 ? iterations : COORD_TRACE_ITERATIONS, json, sum, err);
     }
     for (size_t i = 0; i < n; i++) {
         if (ws[i].resp != NULL)
@@ -271,7 +270,9 @@ static sc_status kept_trace(coord *c, const coord_job *job, char **json, coord_t
     size_t i;
     json_t *m;
     json_array_foreach(json_object_get(meta, "missing"), i, m)
+    {
         json_array_append(missing, m);
+    }
     json_decref(meta);
     return SC_OK;
 }
@@ -294,8 +295,8 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
         rc = plan_workers(c, job.plan_json, &ws, &n, err);
     pthread_mutex_unlock(&c->lock);
     if (rc == SC_OK && !kept)
-        rc = collect(c, job_id, job.plan_json, iterations, 0, TIMELINE_TIMEOUT_MS, ws, n, json,
-                     sum, answered, missing, err);
+        rc = collect(c, job_id, job.plan_json, iterations, 0, TIMELINE_TIMEOUT_MS, ws, n, json, sum,
+                     answered, missing, err);
     free(ws);
     coord_job_clear(&job);
     return rc;
@@ -335,10 +336,10 @@ static void keeper_free(keeper *k)
 /* The figures GetTrace answers with beside the kept trace. */
 static char *meta_of(const coord_trace_summary *sum, int answered, json_t *missing)
 {
-    json_t *meta = json_pack("{s:i, s:i, s:i, s:f, s:f, s:O}", "events", sum->events,
-                             "iterations", sum->iterations, "workers", answered,
-                             "measured_iteration_s", sum->measured_iteration_s,
-                             "planned_iteration_s", sum->planned_iteration_s, "missing", missing);
+    json_t *meta = json_pack("{s:i, s:i, s:i, s:f, s:f, s:O}", "events", sum->events, "iterations",
+                             sum->iterations, "workers", answered, "measured_iteration_s",
+                             sum->measured_iteration_s, "planned_iteration_s",
+                             sum->planned_iteration_s, "missing", missing);
     char *s = meta != NULL ? json_dumps(meta, JSON_COMPACT) : NULL;
     json_decref(meta);
     return s;
@@ -404,7 +405,7 @@ void coord_jobs_trace_end(coord *c, const char *job_id, uint64_t stop_step, bool
     coord_job_clear(&job);
     sc_err err;
     sc_err_clear(&err);
-    k->fetch = fetch && k->plan_json != NULL && c->n_driving < COORD_MAX_DRIVING &&
+    k->fetch = fetch && !c->stopping && k->plan_json != NULL && c->n_driving < COORD_MAX_DRIVING &&
                plan_workers(c, k->plan_json, &k->ws, &k->n, &err) == SC_OK;
     pthread_attr_t attr;
     pthread_t t;

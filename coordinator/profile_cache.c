@@ -73,8 +73,8 @@ void coord_profile_cache_destroy(coord_profile_cache **pc)
     *pc = NULL;
 }
 
-char *coord_profile_cache_get(coord_profile_cache *pc, const coord_profile_key *key,
-                              char *from_job, size_t size)
+char *coord_profile_cache_get(coord_profile_cache *pc, const coord_profile_key *key, char *from_job,
+                              size_t size)
 {
     entry *e = pc != NULL ? find(pc, key) : NULL;
     if (e == NULL)

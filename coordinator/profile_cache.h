@@ -41,8 +41,8 @@ void coord_profile_cache_destroy(coord_profile_cache **pc);
 
 /* The profile kept for `key` as a heap copy (caller frees), and the job that measured it into
  * from_job (may be NULL; size bytes); NULL when none (or out of memory). */
-char *coord_profile_cache_get(coord_profile_cache *pc, const coord_profile_key *key,
-                              char *from_job, size_t size);
+char *coord_profile_cache_get(coord_profile_cache *pc, const coord_profile_key *key, char *from_job,
+                              size_t size);
 
 /* Keeps a copy of `profile_json`, measured for job `job_id`, under `key`, replacing an entry of
  * the same key. Out of memory keeps nothing (the cache is only an optimisation). */

@@ -176,11 +176,10 @@ static void test_traces(void **state)
     assert_int_equal(coord_store_trace_get(s, "job-1", &trace, &meta, &err), SC_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "job-1"));
     assert_null(trace);
-    assert_int_equal(coord_store_trace_put(s, "job-1", "{\"traceEvents\": []}", "{}", &err),
-                     SC_OK);
-    assert_int_equal(coord_store_trace_put(s, "job-1", "{\"traceEvents\": [1]}",
-                                           "{\"events\": 1}", &err),
-                     SC_OK);
+    assert_int_equal(coord_store_trace_put(s, "job-1", "{\"traceEvents\": []}", "{}", &err), SC_OK);
+    assert_int_equal(
+        coord_store_trace_put(s, "job-1", "{\"traceEvents\": [1]}", "{\"events\": 1}", &err),
+        SC_OK);
     coord_store_close(&s);
     assert_int_equal(coord_store_open(&s, dir, &err), SC_OK);
     assert_int_equal(coord_store_trace_get(s, "job-1", &trace, &meta, &err), SC_OK);
