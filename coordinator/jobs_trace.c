@@ -245,6 +245,11 @@ static sc_status kept_trace(coord *c, const coord_job *job, char **json, coord_t
     sc_err none;
     sc_err_clear(&none);
     sc_status rc = coord_store_trace_get(c->store, job->id, json, &meta_json, &none);
+    if (rc == SC_ERR_NOT_FOUND && !coord_job_state_terminal(job->state))
+        return SC_ERRF(err, SC_ERR_PRECONDITION,
+                       "job %s is %s: a trace needs a running job, whose workers hold its "
+                       "stages, or one that ended after it ran",
+                       job->id, coord_job_state_name(job->state));
     if (rc == SC_ERR_NOT_FOUND)
         return SC_ERRF(err, SC_ERR_PRECONDITION,
                        "job %s is %s and no trace of it was kept (it ran no stage, or none of "
