@@ -9,6 +9,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/follow.h"
+#include "common/sc_clock.h"
 #include "common/sc_util.h"
 #include "coordinator/jobspec.h"
 #include "proto/sc_view.h"
@@ -317,6 +318,11 @@ int cmd_status(const cli_command *self, int argc, char **argv)
             printf("%s %s -> %s %.3g bytes/s measured, %.3g expected\n",
                    i ? "        " : "links:  ", j->links[i]->from_worker, j->links[i]->to_worker,
                    j->links[i]->measured_bytes_per_s, j->links[i]->expected_bytes_per_s);
+        int rounds;
+        double prof_s = sc_view_profiling_s(j, &rounds);
+        if (rounds > 0)
+            printf("profiling: %.3g s%s\n", prof_s,
+                   rounds > 1 ? " over several rounds (see the history)" : "");
         json_t *plan = json_object_get(o, "plan");
         if (json_is_object(plan))
             print_plan(plan);

@@ -138,6 +138,7 @@ struct coord {
     size_t n_running;
     struct coord_speeds *speeds; /* each job's speed model (speeds.h) */
     struct coord_freezing *freezing; /* each job's freezing policy (freezing.h) */
+    struct coord_profile_cache *profiles; /* workers' profiles across jobs (profile_cache.h) */
     uint64_t last_run; /* the id of the latest start (coord_progress.run) */
     /* jobs a driver thread is taking through profiling, planning and assignment: each has a
      * thread of its own, so a worker that does not answer holds up only its own job */

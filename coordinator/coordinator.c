@@ -30,6 +30,7 @@
 #include "coordinator/http.h"
 #include "coordinator/jobs.h"
 #include "coordinator/jobs_internal.h"
+#include "coordinator/profile_cache.h"
 #include "coordinator/service.h"
 #include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
@@ -365,6 +366,7 @@ void coord_destroy(coord **cp)
     coord_queue_clear(c);
     coord_jobs_progress_clear(c);
     coord_speeds_free(&c->speeds);
+    coord_profile_cache_destroy(&c->profiles);
     coord_freezing_free(&c->freezing);
     coord_registry_destroy(&c->registry);
     coord_store_close(&c->store);

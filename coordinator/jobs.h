@@ -10,7 +10,8 @@
  * from its workers), jobs_export.c (where a job's checkpoint can be fetched from).
  *
  * Everything here but coord_driver_main, coord_jobs_trace and coord_jobs_checkpoint_source runs
- * under c->lock and never waits on the network.
+ * under c->lock and never waits on the network (coord_jobs_trace_end leaves its calls to a
+ * thread of its own).
  */
 #ifndef COORD_JOBS_H
 #define COORD_JOBS_H
@@ -114,11 +115,23 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
  * those, each worker's clock offset estimated from the second call. A worker that does not answer
  * is left out, named with why in `missing` (a JSON array, appended to), and the others' timelines
  * are still traced; *answered counts those that answered. Errors: an unknown job
- * (SC_ERR_NOT_FOUND), one that is not running (SC_ERR_PRECONDITION naming its state), no worker
+ * (SC_ERR_NOT_FOUND), one that is not running and kept none (SC_ERR_PRECONDITION naming its
+ * state), no worker
  * answering (SC_ERR_UNAVAILABLE naming the first), and coord_trace_build's. *json is a heap string
- * (caller frees). */
+ * (caller frees). A job that is not running answers with the trace kept when it last ended
+ * (coord_jobs_trace_end; its window whatever `iterations` asks), SC_ERR_PRECONDITION naming its
+ * state when none was kept. */
 sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **json,
                            coord_trace_summary *sum, int *answered, json_t *missing, sc_err *err);
+
+/* Under c->lock: job `job_id` ended (its state is terminal now) and its workers are to drop
+ * their stages: when `fetch` and the job has a plan, a thread of its own fetches the job's last
+ * window (COORD_TRACE_ITERATIONS) from its workers first, bounded by a short deadline per call
+ * so a dead worker delays the others' release by about two seconds at most, and keeps it in the
+ * store (coord_jobs_trace answers from it from then on); then, or at once without a fetch, every
+ * worker the store lists for the job is sent STOP for `stop_step`. A fetch that fails is logged
+ * and keeps nothing. */
+void coord_jobs_trace_end(coord *c, const char *job_id, uint64_t stop_step, bool fetch);
 
 /* ---- jobs_export.c (takes c->lock itself) ---- */
 

@@ -20,6 +20,7 @@
 #include "coordinator/freezing.h"
 #include "coordinator/jobs_internal.h"
 #include "coordinator/link_probe.h"
+#include "coordinator/profile_cache.h"
 #include "coordinator/speeds.h"
 #include "coordinator/transport_pick.h"
 #include "proto/sc_wire.h"
@@ -94,6 +95,160 @@ void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w)
                     w->id, w->name, err.msg);
 }
 
+/* The data kinds as Worker.Profile names them. */
+static const char *const data_kinds[] = {[COORD_DATA_TEXT] = "text",
+                                         [COORD_DATA_TOKENS] = "tokens",
+                                         [COORD_DATA_CIFAR10] = "cifar10",
+                                         [COORD_DATA_SYNTHETIC] = "synthetic"};
+
+/* What a profile of `spec` depends on besides the worker, as the cache's request key (heap,
+ * caller frees; NULL out of memory): precision, micro-batch sizes, data and the model. */
+static char *profile_request_key(const coord_jobspec *spec)
+{
+    uint32_t sizes[4];
+    size_t n = profile_sizes(spec, sizes);
+    char head[256 + sizeof spec->data_path];
+    int len = snprintf(head, sizeof head, "precision %s; data %s %s; sizes", spec->precision,
+                       data_kinds[spec->data_kind], spec->data_path);
+    for (size_t i = 0; i < n && len > 0 && (size_t)len < sizeof head; i++)
+        len += snprintf(head + len, sizeof head - (size_t)len, " %u", sizes[i]);
+    size_t model = strlen(spec->model_json);
+    char *key = malloc(strlen(head) + model + 2);
+    if (key != NULL)
+        sprintf(key, "%s\n%s", head, spec->model_json);
+    return key;
+}
+
+/* Under c->lock: the cache key of chosen worker `w` as it is registered now; false when it is
+ * no longer registered. */
+static bool profile_key_of(coord *c, const coord_chosen_worker *w, const char *request,
+                           coord_profile_key *key)
+{
+    const coord_worker *cw = coord_registry_find(c->registry, w->id);
+    if (cw == NULL)
+        return false;
+    *key =
+        (coord_profile_key){w->id, cw->rec.epoch, cw->rec.hardware, cw->rec.hardware_len, request};
+    return true;
+}
+
+size_t coord_jobs_profiles_cached(coord *c, const coord_jobspec *spec, coord_chosen_worker *ws,
+                                  size_t n, char *note, size_t size)
+{
+    note[0] = '\0';
+    char *request = c->profiles != NULL ? profile_request_key(spec) : NULL;
+    size_t hits = 0;
+    for (size_t i = 0; request != NULL && i < n; i++) {
+        coord_profile_key key;
+        char from[COORD_ID_MAX];
+        if (ws[i].profile_json != NULL || !profile_key_of(c, &ws[i], request, &key))
+            continue;
+        ws[i].profile_json = coord_profile_cache_get(c->profiles, &key, from, sizeof from);
+        if (ws[i].profile_json == NULL)
+            continue;
+        size_t used = strlen(note);
+        snprintf(note + used, size - used, "%s%s (from %s)", hits ? ", " : "", ws[i].id, from);
+        hits++;
+    }
+    free(request);
+    return hits;
+}
+
+void coord_jobs_profiles_keep(coord *c, const coord_jobspec *spec, const char *job_id,
+                              const coord_chosen_worker *ws, size_t n, const bool *fresh)
+{
+    char *request = profile_request_key(spec);
+    pthread_mutex_lock(&c->lock);
+    if (c->profiles == NULL)
+        coord_profile_cache_new(&c->profiles, NULL);
+    for (size_t i = 0; request != NULL && c->profiles != NULL && i < n; i++) {
+        coord_profile_key key;
+        if (fresh[i] && ws[i].profile_json != NULL && profile_key_of(c, &ws[i], request, &key))
+            coord_profile_cache_put(c->profiles, &key, job_id, ws[i].profile_json);
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(request);
+}
+
+/* One group of workers profiled in turn (profile_main, a thread per group). */
+typedef struct {
+    const coord *c;
+    const Stagecraft__ProfileRequest *req;
+    coord_chosen_worker *ws;
+    const int *group; /* [n]: each worker's group */
+    size_t n;
+    int g;
+    size_t failed; /* the first worker of the group that failed, n when none */
+    sc_status rc;
+    sc_err err;
+} profile_group;
+
+static void *profile_main(void *arg)
+{
+    profile_group *pg = arg;
+    pg->failed = pg->n;
+    pg->rc = SC_OK;
+    sc_err_clear(&pg->err);
+    for (size_t i = 0; i < pg->n; i++) {
+        coord_chosen_worker *w = &pg->ws[i];
+        if (pg->group[i] != pg->g || w->profile_json != NULL)
+            continue;
+        ProtobufCMessage *m = NULL;
+        pg->rc = call_worker(pg->c, w, "/stagecraft.Worker/Profile", &pg->req->base,
+                             &stagecraft__profile_response__descriptor, &m,
+                             pg->c->cfg.profile_timeout_ms, &pg->err);
+        if (pg->rc == SC_OK) {
+            w->profile_json = strdup(((Stagecraft__ProfileResponse *)m)->profile_json);
+            if (w->profile_json == NULL)
+                pg->rc = SC_ERRF(&pg->err, SC_ERR_NOMEM, "out of memory keeping a profile");
+        }
+        if (m != NULL)
+            protobuf_c_message_free_unpacked(m, NULL);
+        if (pg->rc != SC_OK) {
+            pg->failed = i;
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* Whether worker w drives a CUDA device (its first), into *bus its PCI bus id. */
+static bool cuda_device(const coord_chosen_worker *w, const char **bus)
+{
+    if (w->hw == NULL || w->hw->n_devices == 0 || strcmp(w->hw->devices[0]->kind, "cuda") != 0)
+        return false;
+    *bus = w->hw->devices[0]->pci_bus_id != NULL ? w->hw->devices[0]->pci_bus_id : "";
+    return true;
+}
+
+int coord_jobs_profile_groups(const coord_chosen_worker *ws, size_t n, int *group)
+{
+    int groups = 0;
+    for (size_t i = 0; i < n; i++)
+        group[i] = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (group[i] >= 0)
+            continue;
+        const char *host = ws[i].hw != NULL ? ws[i].hw->hostname : "";
+        bool own_gpus = true; /* every worker of this host on a GPU no other one of them has */
+        for (size_t j = i; j < n && own_gpus; j++) {
+            const char *bj, *bk;
+            if (strcmp(ws[j].hw != NULL ? ws[j].hw->hostname : "", host) != 0)
+                continue;
+            own_gpus = cuda_device(&ws[j], &bj);
+            for (size_t k = i; k < j && own_gpus; k++)
+                if (strcmp(ws[k].hw != NULL ? ws[k].hw->hostname : "", host) == 0)
+                    own_gpus = cuda_device(&ws[k], &bk) && strcmp(bj, bk) != 0;
+        }
+        for (size_t j = i; j < n; j++)
+            if (group[j] < 0 && strcmp(ws[j].hw != NULL ? ws[j].hw->hostname : "", host) == 0)
+                group[j] = own_gpus ? groups++ : groups;
+        if (!own_gpus)
+            groups++;
+    }
+    return groups;
+}
+
 sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
                                  coord_chosen_worker *ws, size_t n, sc_err *err)
 {
@@ -106,33 +261,55 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
     req.n_microbatch_sizes = profile_sizes(spec, sizes);
     /* the worker checks the data before it measures: a path missing on its server fails the
      * job's profiling, naming the worker and the path, rather than its stage assignment later */
-    static const char *const data_kinds[] = {[COORD_DATA_TEXT] = "text",
-                                             [COORD_DATA_TOKENS] = "tokens",
-                                             [COORD_DATA_CIFAR10] = "cifar10",
-                                             [COORD_DATA_SYNTHETIC] = "synthetic"};
     req.data_kind = (char *)data_kinds[spec->data_kind];
     req.data_path = (char *)spec->data_path;
     /* Every worker measures its own device: two of one name may differ (a CPU share, a GPU's
      * clock or power cap), and the cluster model groups them only when their profiles agree.
-     * One at a time, so that workers sharing a host's processors do not slow each other's, and
-     * probes of two workers do not share a link. */
-    for (size_t i = 0; i < n; i++) {
-        if (ws[i].profile_json)
-            continue;
-        ProtobufCMessage *m = NULL;
-        sc_status rc = call_worker(c, &ws[i], "/stagecraft.Worker/Profile", &req.base,
-                                   &stagecraft__profile_response__descriptor, &m,
-                                   c->cfg.profile_timeout_ms, err);
-        if (rc != SC_OK) {
-            sc_err_prefix(err, "worker %s ('%s') did not profile", ws[i].id, ws[i].name);
-            return rc;
+     * Workers that share a server's processors are profiled one at a time, so that they do not
+     * slow each other's measurements; distinct servers (and GPUs of their own) at once. */
+    int *group = calloc(n ? n : 1, sizeof *group);
+    profile_group *pg = calloc(n ? n : 1, sizeof *pg);
+    pthread_t *th = calloc(n ? n : 1, sizeof *th);
+    bool *started = calloc(n ? n : 1, sizeof *started);
+    if (group == NULL || pg == NULL || th == NULL || started == NULL) {
+        free(group);
+        free(pg);
+        free(th);
+        free(started);
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling the workers");
+    }
+    int groups = coord_jobs_profile_groups(ws, n, group);
+    for (int g = 0; g < groups; g++) {
+        pg[g] = (profile_group){c, &req, ws, group, n, g, n, SC_OK, {0}};
+        /* the last group (or one whose thread does not start) runs here */
+        started[g] = g + 1 < groups && pthread_create(&th[g], NULL, profile_main, &pg[g]) == 0;
+        if (!started[g])
+            profile_main(&pg[g]);
+    }
+    size_t first = n; /* the first worker that failed, in the job's order */
+    sc_status rc = SC_OK;
+    for (int g = 0; g < groups; g++) {
+        if (started[g])
+            pthread_join(th[g], NULL);
+        if (pg[g].rc != SC_OK && pg[g].failed < first) {
+            first = pg[g].failed;
+            rc = pg[g].rc;
+            sc_err_clear(err);
+            SC_ERRF(err, rc, "%s", pg[g].err.msg);
         }
-        ws[i].profile_json = strdup(((Stagecraft__ProfileResponse *)m)->profile_json);
-        protobuf_c_message_free_unpacked(m, NULL);
-        SC_ALLOC_CHECK(ws[i].profile_json, err);
+    }
+    free(group);
+    free(pg);
+    free(th);
+    free(started);
+    if (rc != SC_OK) {
+        sc_err_prefix(err, "worker %s ('%s') did not profile", ws[first].id, ws[first].name);
+        return rc;
+    }
+    /* the links one at a time: probes of two workers would share the coordinator's link */
+    for (size_t i = 0; i < n; i++)
         if (ws[i].link_bytes_per_s <= 0)
             coord_jobs_probe_link(c, &ws[i]);
-    }
     return SC_OK;
 }
 

@@ -261,6 +261,15 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     }
     for (size_t i = 0; i < n; i++) /* what the job's copies measured of their all-reduce */
         ws[i].reduce_bytes_per_s = coord_speeds_reduce_bw(c->speeds, id, ws[i].id);
+    /* a worker that profiled this model for an earlier job, as it is registered now, is not
+     * profiled again (its link is still probed) */
+    char reused[COORD_REASON_MAX] = "";
+    bool *fresh = known ? NULL : calloc(n ? n : 1, sizeof *fresh);
+    if (fresh != NULL) {
+        coord_jobs_profiles_cached(c, &spec, ws, n, reused, sizeof reused);
+        for (size_t i = 0; i < n; i++)
+            fresh[i] = ws[i].profile_json == NULL;
+    }
     pthread_mutex_unlock(&c->lock);
 
     /* a model that cannot fit is refused from its memory model, before a worker holds it */
@@ -271,10 +280,16 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
     }
     if (known)
         goto planning;
-    sc_strfmt(reason, sizeof reason, "profiling the model on %s", ids);
-    if (!move_job(c, id, COORD_JOB_PROFILING, reason))
+    sc_strfmt(reason, sizeof reason, "profiling the model on %s%s%s", ids,
+              reused[0] ? "; profiles reused: " : "", reused);
+    if (!move_job(c, id, COORD_JOB_PROFILING, reason)) {
+        free(fresh);
         goto out;
+    }
     rc = coord_jobs_profile_all(c, &spec, id, ws, n, &err);
+    if (rc == SC_OK && fresh != NULL)
+        coord_jobs_profiles_keep(c, &spec, id, ws, n, fresh);
+    free(fresh);
     if (rc == SC_ERR_INVALID || rc == SC_ERR_PARSE || rc == SC_ERR_UNSUPPORTED) {
         move_job(c, id, COORD_JOB_FAILED, err.msg); /* retrying cannot help */
         goto out;

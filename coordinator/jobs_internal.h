@@ -107,12 +107,32 @@ sc_status coord_jobs_add_transports(const coord_jobspec *spec, const coord_chose
  * (link_probe.h); a failure is logged and leaves it 0. A network call: without c->lock. */
 void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w);
 
-/* Profiles the model on the chosen workers (each on its own device), filling ws[i].profile_json,
- * and measures each one's link to the coordinator (ws[i].link_bytes_per_s), one worker at a time.
+/* Profiles the model on the chosen workers that have no profile yet (each on its own device),
+ * filling ws[i].profile_json: workers of one server one at a time, those of distinct servers (or
+ * each on a GPU of its own) at once; then measures the link to the coordinator of each worker
+ * without a figure (ws[i].link_bytes_per_s), one at a time.
  * A failed probe is logged and leaves the figure 0 (the worker's report then stands); only a
  * failed profile is an error. Network calls: the caller does not hold c->lock. */
 sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char *job_id,
                                  coord_chosen_worker *ws, size_t n, sc_err *err);
+
+/* Groups chosen workers into those that may be profiled at the same time: group[i] (from 0) for
+ * each of ws[n]; returns how many groups. One group per server (its workers share its
+ * processors), or one per worker where every worker of a server drives a GPU no other one of
+ * them drives (their measurements share no processor: the host's threads only launch). */
+int coord_jobs_profile_groups(const coord_chosen_worker *ws, size_t n, int *group);
+
+/* Under c->lock: fills the profile of each chosen worker without one from the profiles kept
+ * across jobs (profile_cache.h) when one was measured for the same model, micro-batch sizes,
+ * precision and data on the worker as it is registered now; returns how many, and names them
+ * in `note` ("w-1 (from job-1), ..."). */
+size_t coord_jobs_profiles_cached(coord *c, const coord_jobspec *spec, coord_chosen_worker *ws,
+                                  size_t n, char *note, size_t size);
+
+/* Keeps the profiles measured for job `job_id` (those of ws[i] with fresh[i]) for later jobs.
+ * Takes c->lock. */
+void coord_jobs_profiles_keep(coord *c, const coord_jobspec *spec, const char *job_id,
+                              const coord_chosen_worker *ws, size_t n, const bool *fresh);
 
 /* Sends each worker its stage of the plan; `endpoints` (a JSON array, filled) gets, per stage,
  * the array of its replicas' data endpoints in replica order. */

@@ -273,12 +273,8 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
     }
     if (coord_store_job_transition(c->store, id, COORD_JOB_SUCCEEDED, reason, &err) == SC_OK)
         SC_LOG_INFO(LOG, "job %s succeeded: %s (last report from %s)", id, reason, worker_id);
-    /* the workers drop the finished stage and are free for the next job */
-    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
-        const coord_worker *w = coord_registry_at(c->registry, i);
-        if (strcmp(w->job_id, id) == 0)
-            coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id,
-                                       done, NULL, NULL);
-    }
+    /* the workers drop the finished stage and are free for the next job, once its last
+     * window is kept for `stagecraft trace` */
+    coord_jobs_trace_end(c, id, done, true);
     coord_jobs_release_workers(c, id);
 }

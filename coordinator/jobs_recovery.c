@@ -167,6 +167,8 @@ void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__
     sc_err_clear(&err);
     if (coord_store_job_transition(c->store, job_id, to, reason, &err) == SC_OK) {
         SC_LOG_WARN(LOG, "job %s is %s: %s", job_id, coord_job_state_name(to), reason);
+        if (to == COORD_JOB_FAILED) /* keeps its last window, then its workers drop the stages */
+            coord_jobs_trace_end(c, job_id, 0, true);
         coord_jobs_release_workers(c, job_id);
         pthread_cond_broadcast(&c->wake);
     }

@@ -364,12 +364,17 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
                      id, coord_job_state_name(job.state), job.reason);
         coord_job_clear(&job);
     } else if (rc == SC_OK) {
+        bool ran = job.state == COORD_JOB_RUNNING;
         coord_job_clear(&job);
         rc = coord_store_job_transition(c->store, id, COORD_JOB_CANCELLED, reason, err);
         if (rc == SC_OK)
             rc = coord_store_job_get(c->store, id, &job, err);
-        if (rc == SC_OK)
+        if (rc == SC_OK) {
+            /* its workers are told to stop once its last window is kept (at once when it did
+             * not run) */
+            coord_jobs_trace_end(c, id, 0, ran);
             coord_jobs_release_workers(c, id);
+        }
         pthread_cond_broadcast(&c->wake);
     }
     pthread_mutex_unlock(&c->lock);
@@ -382,12 +387,6 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
         coord_job_clear(&job);
         *out = &resp->base;
         return SC_OK;
-    }
-    /* Tell the job's workers to stop; the driver releases them. */
-    if (job.worker_ids) {
-        char *save = NULL;
-        for (char *w = strtok_r(job.worker_ids, ",", &save); w; w = strtok_r(NULL, ",", &save))
-            coord_queue_command(c, w, STAGECRAFT__COMMAND_KIND__COMMAND_STOP, id, 0, NULL, NULL);
     }
     SC_LOG_INFO(LOG, "job %s %s", id, reason);
     Stagecraft__CancelJobResponse *resp =
@@ -477,8 +476,9 @@ static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     return SC_OK;
 }
 
-/* The measured timeline of a running job beside its plan: the workers are called without the
- * lock (coord_jobs_trace); the trace JSON is copied into the call's memory. */
+/* The measured timeline of a running job beside its plan (the workers are called without the
+ * lock), or the one kept when the job ended (coord_jobs_trace); the trace JSON is copied into
+ * the call's memory. */
 static sc_status get_trace(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
                            void *user, sc_err *err)
 {

@@ -38,7 +38,11 @@ static const char schema[] =
     "CREATE INDEX IF NOT EXISTS transitions_job ON transitions(job_id, seq);"
     "CREATE TABLE IF NOT EXISTS workers("
     "  id TEXT PRIMARY KEY, name TEXT NOT NULL, host TEXT NOT NULL, endpoint TEXT NOT NULL,"
-    "  epoch INTEGER NOT NULL, hardware BLOB, registered_ms INTEGER NOT NULL);";
+    "  epoch INTEGER NOT NULL, hardware BLOB, registered_ms INTEGER NOT NULL);"
+    /* added after the first release: older releases open a database with it and ignore it */
+    "CREATE TABLE IF NOT EXISTS traces("
+    "  job_id TEXT PRIMARY KEY, trace_json TEXT NOT NULL, meta_json TEXT NOT NULL,"
+    "  kept_ms INTEGER NOT NULL);";
 
 static int64_t now_unix_ms(void)
 {
@@ -437,6 +441,47 @@ sc_status coord_store_job_history(coord_store *s, const char *id, coord_transiti
     }
     sqlite3_finalize(st);
     return SC_OK;
+}
+
+sc_status coord_store_trace_put(coord_store *s, const char *job_id, const char *trace_json,
+                                const char *meta_json, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "INSERT OR REPLACE INTO traces(job_id, trace_json, meta_json, kept_ms) "
+                     "VALUES(?, ?, ?, ?)",
+                     &st, err));
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, trace_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, meta_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, now_unix_ms());
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return r == SQLITE_DONE ? SC_OK : db_fail(s, err, "keep a trace");
+}
+
+sc_status coord_store_trace_get(coord_store *s, const char *job_id, char **trace_json,
+                                char **meta_json, sc_err *err)
+{
+    *trace_json = *meta_json = NULL;
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "SELECT trace_json, meta_json FROM traces WHERE job_id=?", &st, err));
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
+    sc_status rc = SC_OK;
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = SC_ERRF(err, SC_ERR_NOT_FOUND, "no trace kept for job %s", job_id);
+    } else {
+        *trace_json = dup_text(st, 0);
+        *meta_json = dup_text(st, 1);
+        if (*trace_json == NULL || *meta_json == NULL) {
+            free(*trace_json);
+            free(*meta_json);
+            *trace_json = *meta_json = NULL;
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading the trace of job %s", job_id);
+        }
+    }
+    sqlite3_finalize(st);
+    return rc;
 }
 
 void coord_job_clear(coord_job *job)

@@ -90,6 +90,16 @@ sc_status coord_store_job_get(coord_store *s, const char *id, coord_job *job, sc
 /* All jobs, oldest first; free with coord_job_list_free. */
 sc_status coord_store_job_list(coord_store *s, coord_job **jobs, size_t *n, sc_err *err);
 
+/* Keeps the trace of job `job_id`'s last window (`trace_json`, the trace file; `meta_json`, its
+ * figures as the coordinator's GetTrace answers them), replacing one kept before. */
+sc_status coord_store_trace_put(coord_store *s, const char *job_id, const char *trace_json,
+                                const char *meta_json, sc_err *err);
+
+/* The trace kept for job `job_id` into *trace_json and *meta_json (heap strings, caller frees).
+ * SC_ERR_NOT_FOUND when none was kept. */
+sc_status coord_store_trace_get(coord_store *s, const char *job_id, char **trace_json,
+                                char **meta_json, sc_err *err);
+
 /* A job's transitions, oldest first; caller frees *out with free(). */
 sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out,
                                   size_t *n, sc_err *err);

@@ -5,6 +5,9 @@
 #include "proto/sc_view.h"
 
 #include <stddef.h>
+#include <string.h>
+
+#include "common/sc_clock.h"
 
 json_t *sc_view_figure(bool known, double v)
 {
@@ -35,6 +38,21 @@ const char *sc_view_job_state_name(Stagecraft__JobState s)
     default:
         return "unknown";
     }
+}
+
+double sc_view_profiling_s(const Stagecraft__JobInfo *j, int *rounds)
+{
+    double total_ms = 0;
+    *rounds = 0;
+    for (size_t i = 0; i < j->n_transitions; i++) {
+        if (strcmp(j->transitions[i]->to_state, "profiling") != 0)
+            continue;
+        int64_t end_ms =
+            i + 1 < j->n_transitions ? j->transitions[i + 1]->at_unix_ms : sc_clock_unix_ms();
+        total_ms += (double)(end_ms - j->transitions[i]->at_unix_ms);
+        (*rounds)++;
+    }
+    return total_ms / 1000.0;
 }
 
 json_t *sc_view_job(const Stagecraft__JobInfo *j)
@@ -99,6 +117,10 @@ json_t *sc_view_job(const Stagecraft__JobInfo *j)
                             j->transitions[i]->to_state, "reason", j->transitions[i]->reason,
                             "at_unix_ms", (json_int_t)j->transitions[i]->at_unix_ms));
     json_object_set_new(o, "transitions", hist);
+    int rounds;
+    double prof_s = sc_view_profiling_s(j, &rounds);
+    json_object_set_new(o, "profiling_s", json_real(prof_s));
+    json_object_set_new(o, "profiling_rounds", json_integer(rounds));
     json_t *spec = j->spec_json && j->spec_json[0] ? json_loads(j->spec_json, 0, NULL) : NULL;
     if (spec)
         json_object_set_new(o, "spec", spec);

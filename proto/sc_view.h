@@ -29,6 +29,10 @@ json_t *sc_view_figure(bool known, double v);
  * NULL only when out of memory; the message is only read. */
 json_t *sc_view_job(const Stagecraft__JobInfo *j);
 
+/* The time job j spent profiling, from its history: every stretch from a transition to
+ * "profiling" to the next transition (up to now when it still profiles); *rounds counts them. */
+double sc_view_profiling_s(const Stagecraft__JobInfo *j, int *rounds);
+
 /* One entry of `workers --json`'s "workers" array. New reference, as sc_view_job. */
 json_t *sc_view_worker(const Stagecraft__WorkerInfo *w);
 

@@ -2,7 +2,8 @@
 # The measured timeline: `stagecraft trace JOB --out FILE` writes one Chrome trace of a running
 # job's last iterations (every stage's forward, backward, sends and receives, on the
 # coordinator's clock) with the planned iteration beside it; bad requests are refused clearly;
-# a worker that does not answer is named and left out.
+# a worker that does not answer is named and left out. A job that ended (cancelled, finished)
+# answers with the last window kept when it ended, also after the coordinator restarts.
 # Usage: test_trace.sh PATH/TO/stagecraft
 sc=${1:?usage: test_trace.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -89,11 +90,59 @@ kill -CONT "$pid_b"
     pass "a silent worker is named and left out: $(cat "$work/part.err")" ||
     fail "silent worker: rc $rc $(cat "$work/part.out" "$work/part.err")"
 
-# 5. a job that is not running
+# 5. a cancelled job: its last window was kept when it ended
 "$sc" cancel job-1 >/dev/null || fail "cancel"
+wait_for 30 is_state job-1 cancelled || fail "job-1 not cancelled: $(job_state job-1)"
+# measured_rows FILE: the stages whose measured row has events in the trace, e.g. "0 1"
+measured_rows() {
+    local s p out=""
+    for s in 0 1; do
+        p=$(jq -r --arg n "measured: stage $s copy 0" '.traceEvents[] | select(.ph == "M" and .name == "process_name" and (.args.name | startswith($n))) | .pid' "$1" | head -1)
+        [ -n "$p" ] && [ "$(jq --argjson p "$p" '[.traceEvents[] | select(.ph == "X" and .pid == $p)] | length' "$1")" -gt 0 ] &&
+            out="$out $s"
+    done
+    echo "${out# }"
+}
 "$sc" trace job-1 --out "$work/y.json" >"$work/r4.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q 'cancelled' "$work/r4.out" && pass "a cancelled job is refused, naming its state" ||
+[ $rc -eq 0 ] && [ "$(measured_rows "$work/y.json")" = "0 1" ] &&
+    pass "a cancelled job's last window was kept: $(cat "$work/r4.out")" ||
     fail "cancelled job: rc $rc $(cat "$work/r4.out")"
+
+# 6. a short job that finished: its trace has the measured events of each stage
+sed 's/"steps": 1000000/"steps": 20/; s/"traced"/"short"/' "$work/job.json" >"$work/short.json"
+"$sc" submit "$work/short.json" >/dev/null || fail "submit short"
+wait_for 120 is_state job-2 succeeded || fail "job-2 did not succeed: $(job_state job-2)"
+"$sc" trace job-2 --out "$work/done.json" --json >"$work/done.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && jq -e '.workers == 2 and .iterations == 8 and .events > 0' "$work/done.out" >/dev/null &&
+    [ "$(measured_rows "$work/done.json")" = "0 1" ] &&
+    [ "$(jq '.otherData.last_iteration' "$work/done.json")" -ge 19 ] &&
+    pass "a finished job's last 8 iterations, both stages measured: $(cat "$work/done.out")" ||
+    fail "finished job: rc $rc $(cat "$work/done.out")"
+
+# the profiling phase's time, from the history, in status and status --json
+prof=$(field job-2 profiling_s)
+awk -v p="$prof" 'BEGIN { exit !(p > 0) }' && "$sc" status job-2 | grep -Eq '^profiling: [0-9.e+-]+ s' &&
+    pass "status shows the profiling time: $prof s" || fail "profiling time: '$prof' $("$sc" status job-2)"
+
+# 7. a job that ended without running has nothing kept, and is told so with its state
+sed 's/"workers": 2/"workers": 3/; s/"traced"/"waits"/' "$work/job.json" >"$work/waits.json"
+"$sc" submit "$work/waits.json" >/dev/null || fail "submit waits"
+"$sc" cancel job-3 >/dev/null || fail "cancel job-3"
+"$sc" trace job-3 --out "$work/z.json" >"$work/r5.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q 'cancelled' "$work/r5.out" && grep -q 'no trace' "$work/r5.out" &&
+    [ ! -e "$work/z.json" ] && pass "a job that never ran is refused, naming its state" ||
+    fail "never-run job: rc $rc $(cat "$work/r5.out")"
+
+# 8. the kept windows outlive the coordinator
+kill -TERM "$coord_pid"
+wait "$coord_pid" 2>/dev/null
+start_coordinator coord2 "$work/state" --dead-after 30
+"$sc" trace job-2 --out "$work/again.json" >"$work/r6.out" 2>&1 &&
+    cmp -s "$work/done.json" "$work/again.json" &&
+    pass "a finished job's trace is the same after a restart" ||
+    fail "after a restart: $(cat "$work/r6.out")"
 
 finish

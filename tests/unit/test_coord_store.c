@@ -164,6 +164,32 @@ static void test_workers(void **state)
     coord_store_close(&s);
 }
 
+/* A job's kept trace: missing until kept, replaced by a later one, kept across a reopen. */
+static void test_traces(void **state)
+{
+    (void)state;
+    sc_err err;
+    sc_err_clear(&err);
+    coord_store *s = NULL;
+    char *trace = NULL, *meta = NULL;
+    assert_int_equal(coord_store_open(&s, dir, &err), SC_OK);
+    assert_int_equal(coord_store_trace_get(s, "job-1", &trace, &meta, &err), SC_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "job-1"));
+    assert_null(trace);
+    assert_int_equal(coord_store_trace_put(s, "job-1", "{\"traceEvents\": []}", "{}", &err), SC_OK);
+    assert_int_equal(
+        coord_store_trace_put(s, "job-1", "{\"traceEvents\": [1]}", "{\"events\": 1}", &err),
+        SC_OK);
+    coord_store_close(&s);
+    assert_int_equal(coord_store_open(&s, dir, &err), SC_OK);
+    assert_int_equal(coord_store_trace_get(s, "job-1", &trace, &meta, &err), SC_OK);
+    assert_string_equal(trace, "{\"traceEvents\": [1]}");
+    assert_string_equal(meta, "{\"events\": 1}");
+    free(trace);
+    free(meta);
+    coord_store_close(&s);
+}
+
 static void test_bad_state_folder(void **state)
 {
     (void)state;
@@ -229,6 +255,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_jobs_survive_reopen, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_workers, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_checkpoint_error_column, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_traces, make_dir, remove_dir),
         cmocka_unit_test(test_bad_state_folder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
