@@ -89,6 +89,20 @@ static int wait_for_port(const char *log, volatile sig_atomic_t *stop)
     return 0;
 }
 
+/* The dashboard's port from the coordinator's log ("dashboard and metrics on http port N",
+ * printed with the listening line), or 0 when it serves none (its default port was taken). */
+static int dashboard_port(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    char line[256];
+    int port = 0;
+    while (f && fgets(line, sizeof line, f))
+        sscanf(line, "dashboard and metrics on http port %d", &port);
+    if (f)
+        fclose(f);
+    return port;
+}
+
 static char *read_token(const char *dir, const char *name)
 {
     char path[256], *text = NULL;
@@ -270,6 +284,9 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     free(join);
     printf("stagecraft demo: coordinator on %s, %lld %s workers, scratch folder %s\n", addr,
            (long long)workers, device, procs.dir);
+    int http = dashboard_port(log);
+    if (http > 0)
+        printf("stagecraft demo: dashboard at http://127.0.0.1:%d/ (metrics at /metrics)\n", http);
     for (int i = 0; i < workers; i++) {
         char name[32], dev[32], wlog[128];
         snprintf(name, sizeof name, "demo-%d", i);
