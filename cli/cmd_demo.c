@@ -71,36 +71,29 @@ static void stop_all(demo_procs *p)
     p->n = 0;
 }
 
-/* Reads "coordinator listening on port N" from the coordinator's log. */
-static int wait_for_port(const char *log, volatile sig_atomic_t *stop)
-{
-    for (int tries = 0; tries < 200 && !*stop; tries++) {
-        FILE *f = fopen(log, "r");
-        char line[256];
-        int port = 0;
-        while (f && fgets(line, sizeof line, f))
-            sscanf(line, "coordinator listening on port %d", &port);
-        if (f)
-            fclose(f);
-        if (port > 0)
-            return port;
-        sc_clock_sleep_ms(50);
-    }
-    return 0;
-}
-
-/* The dashboard's port from the coordinator's log ("dashboard and metrics on http port N",
- * printed with the listening line), or 0 when it serves none (its default port was taken). */
-static int dashboard_port(const char *log)
+/* The port in the coordinator's log's last line of the form `fmt` ("... port %d ..."), or 0. */
+static int port_in_log(const char *log, const char *fmt)
 {
     FILE *f = fopen(log, "r");
     char line[256];
     int port = 0;
     while (f && fgets(line, sizeof line, f))
-        sscanf(line, "dashboard and metrics on http port %d", &port);
+        sscanf(line, fmt, &port);
     if (f)
         fclose(f);
     return port;
+}
+
+/* Waits for "coordinator listening on port N" in the coordinator's log. */
+static int wait_for_port(const char *log, volatile sig_atomic_t *stop)
+{
+    for (int tries = 0; tries < 200 && !*stop; tries++) {
+        int port = port_in_log(log, "coordinator listening on port %d");
+        if (port > 0)
+            return port;
+        sc_clock_sleep_ms(50);
+    }
+    return 0;
 }
 
 static char *read_token(const char *dir, const char *name)
@@ -284,7 +277,8 @@ int cmd_demo(const cli_command *self, int argc, char **argv)
     free(join);
     printf("stagecraft demo: coordinator on %s, %lld %s workers, scratch folder %s\n", addr,
            (long long)workers, device, procs.dir);
-    int http = dashboard_port(log);
+    /* printed with the listening line; absent when the default port was taken */
+    int http = port_in_log(log, "dashboard and metrics on http port %d");
     if (http > 0)
         printf("stagecraft demo: dashboard at http://127.0.0.1:%d/ (metrics at /metrics)\n", http);
     for (int i = 0; i < workers; i++) {

@@ -38,11 +38,6 @@ bool kn_precision_is_half(kn_precision p)
     return p == KN_PREC_BF16 || p == KN_PREC_FP16;
 }
 
-size_t kn_precision_wire_bytes(kn_precision p)
-{
-    return kn_precision_is_half(p) ? 2 : 4;
-}
-
 static uint32_t f2u(float x)
 {
     uint32_t u;
@@ -120,34 +115,6 @@ void kn_round_copy(kn_precision p, float *dst, const float *src, size_t n)
         for (size_t i = 0; i < n; i++)
             dst[i] = kn_round_fp16(src[i]);
     } else if (dst != src) {
-        memmove(dst, src, n * sizeof *dst);
-    }
-}
-
-void kn_wire_encode(kn_precision p, void *dst, const float *src, size_t n)
-{
-    uint16_t *h = dst;
-    if (p == KN_PREC_BF16) {
-        for (size_t i = 0; i < n; i++)
-            h[i] = kn_bf16_bits(src[i]);
-    } else if (p == KN_PREC_FP16) {
-        for (size_t i = 0; i < n; i++)
-            h[i] = kn_fp16_bits(src[i]);
-    } else {
-        memmove(dst, src, n * sizeof *src);
-    }
-}
-
-void kn_wire_decode(kn_precision p, float *dst, const void *src, size_t n)
-{
-    const uint16_t *h = src;
-    if (p == KN_PREC_BF16) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = kn_bf16_from_bits(h[i]);
-    } else if (p == KN_PREC_FP16) {
-        for (size_t i = 0; i < n; i++)
-            dst[i] = kn_fp16_from_bits(h[i]);
-    } else {
         memmove(dst, src, n * sizeof *dst);
     }
 }

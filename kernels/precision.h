@@ -13,8 +13,7 @@
  * The CPU computes bf16 and fp16 with the rounding emulated (kn_round_*): the same roundings of
  * the same operands as the GPU, accumulation in fp32, so a CPU stage and a GPU stage of one job
  * agree to within accumulation order and a CPU test checks the GPU's numerics. Activations and
- * gradients sent between stages travel in the compute precision: 2 bytes an element for bf16
- * and fp16 (kn_precision_wire_bytes).
+ * gradients still travel between stages as fp32.
  */
 #ifndef KN_PRECISION_H
 #define KN_PRECISION_H
@@ -51,9 +50,6 @@ kn_precision kn_precision_resolve(kn_precision p, int gpus, bool every_gpu_has_b
 /* True for bf16 and fp16: products on 16-bit inputs, 16-bit transfers between stages. */
 bool kn_precision_is_half(kn_precision p);
 
-/* Bytes an activation or gradient element takes between stages: 2 for bf16 and fp16, else 4. */
-size_t kn_precision_wire_bytes(kn_precision p);
-
 /* Rounding to the nearest bfloat16 / IEEE half (ties to even), returned as a float; fp16 overflows
  * to infinity as the hardware's conversion does, NaN stays NaN. */
 float kn_round_bf16(float x);
@@ -63,17 +59,11 @@ float kn_round_fp16(float x);
  * dst may equal src. */
 void kn_round_copy(kn_precision p, float *dst, const float *src, size_t n);
 
-/* 16-bit encodings for the wire: bits of bfloat16 / IEEE half, and back (exact). */
+/* The 16-bit encodings: bits of bfloat16 / IEEE half (as rounded above), and back (exact). */
 uint16_t kn_bf16_bits(float x);
 float kn_bf16_from_bits(uint16_t b);
 uint16_t kn_fp16_bits(float x);
 float kn_fp16_from_bits(uint16_t b);
-
-/* The wire form of n floats in precision p: 16-bit codes for half precisions (dst holds 2n
- * bytes), else a copy (4n bytes). kn_wire_decode inverts it (exactly for values that are already
- * rounded to p). The two buffers must not overlap. */
-void kn_wire_encode(kn_precision p, void *dst, const float *src, size_t n);
-void kn_wire_decode(kn_precision p, float *dst, const void *src, size_t n);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,7 @@ struct kn_stage {
      * for `adamw_frozen` leading frozen blocks (-1: none made; 0 tensors: not contiguous) */
     void *adamw_segs;
     int adamw_nseg, adamw_frozen;
+    size_t adamw_first, adamw_n; /* the learning range it covers */
 };
 
 kn_stage_cfg kn_stage_cfg_default(int first_block, int last_block, kn_device device, int microbatch)
@@ -729,6 +730,11 @@ static sc_status tie_sum(kn_stage *st, sc_err *err)
  * too many (the caller steps them one by one). */
 static sc_status adamw_table(kn_stage *st, size_t *first, size_t *n, sc_err *err)
 {
+    if (st->adamw_frozen == st->frozen && st->adamw_segs != NULL) { /* made already */
+        *first = st->adamw_first;
+        *n = st->adamw_n;
+        return SC_OK;
+    }
     size_t base = 0, next = 0;
     int nseg = 0;
     for (int i = st->frozen; i < st->nb; i++)
@@ -750,21 +756,19 @@ static sc_status adamw_table(kn_stage *st, size_t *first, size_t *n, sc_err *err
             next = lo + tn->count;
             k++;
         }
-    *first = base;
-    *n = next - base;
+    *first = st->adamw_first = base;
+    *n = st->adamw_n = next - base;
     sc_status rc = SC_OK;
-    if (st->adamw_frozen != st->frozen || st->adamw_segs == NULL) {
-        kn_ctx_free(st->ctx, st->adamw_segs);
-        st->adamw_segs = NULL;
-        st->adamw_nseg = 0;
-        st->adamw_frozen = st->frozen;
-        if (ok) {
-            rc = kn_ctx_alloc(st->ctx, kn_adamw_segs_bytes(nseg), &st->adamw_segs, err);
-            if (rc == SC_OK)
-                rc = kn_ctx_upload(st->ctx, st->adamw_segs, starts, kn_adamw_segs_bytes(nseg), err);
-            if (rc == SC_OK)
-                st->adamw_nseg = nseg;
-        }
+    kn_ctx_free(st->ctx, st->adamw_segs);
+    st->adamw_segs = NULL;
+    st->adamw_nseg = 0;
+    st->adamw_frozen = st->frozen;
+    if (ok) {
+        rc = kn_ctx_alloc(st->ctx, kn_adamw_segs_bytes(nseg), &st->adamw_segs, err);
+        if (rc == SC_OK)
+            rc = kn_ctx_upload(st->ctx, st->adamw_segs, starts, kn_adamw_segs_bytes(nseg), err);
+        if (rc == SC_OK)
+            st->adamw_nseg = nseg;
     }
     free(starts);
     return rc;
