@@ -26,6 +26,10 @@ __device__ __forceinline__ float to_f(__half x)
 {
     return __half2float(x);
 }
+__device__ __forceinline__ float to_f(float x)
+{
+    return x;
+}
 template <typename H> __device__ __forceinline__ H from_f(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x)
 {
@@ -98,6 +102,34 @@ __global__ static void permute_y(float *out, float *y, int B, int T, int NH, int
     }
 }
 
+/* one pass over a row's first n values: the running maximum m and the sum s of exp(x - m)
+ * (online softmax), merged over the warp: every lane gets the row's pair */
+template <typename H>
+__device__ __forceinline__ void warp_row_lse(const H *a, int n, int lane, float *m_out,
+                                             float *s_out)
+{
+    float m = -INFINITY, s = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+        float x = to_f(a[j]);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        float M = fmaxf(m, m2);
+        if (M != -INFINITY) {
+            s = s * expf(m - M) + s2 * expf(m2 - M);
+            m = M;
+        }
+    }
+    *m_out = m;
+    *s_out = s;
+}
+
 /* rows of (B*NH*T, T) scores, already scaled: causal softmax in place, zeros above the diagonal */
 __global__ static void causal_softmax(float *att, int rows, int T)
 {
@@ -106,19 +138,11 @@ __global__ static void causal_softmax(float *att, int rows, int T)
         return;
     int t = row % T;
     float *a = att + (size_t)row * T;
-    float m = -INFINITY;
-    for (int j = lane; j <= t; j += 32)
-        m = fmaxf(m, a[j]);
-    m = kn_warp_max(m);
-    float s = 0.0f;
-    for (int j = lane; j <= t; j += 32) {
-        float e = expf(a[j] - m);
-        a[j] = e;
-        s += e;
-    }
-    float inv = 1.0f / kn_warp_sum(s);
+    float m, s;
+    warp_row_lse(a, t + 1, lane, &m, &s);
+    float inv = 1.0f / s;
     for (int j = lane; j < T; j += 32)
-        a[j] = j <= t ? a[j] * inv : 0.0f;
+        a[j] = j <= t ? expf(a[j] - m) * inv : 0.0f;
 }
 
 /* datt -> d(scores) in place: a * (datt - sum(a * datt)) * scale, zero above the diagonal */
@@ -171,14 +195,9 @@ template <typename H> __global__ static void causal_softmax_h(H *att, int rows, 
         return;
     int t = row % T;
     H *a = att + half_row<H>(row, NH, T);
-    float m = -INFINITY;
-    for (int j = lane; j <= t; j += 32)
-        m = fmaxf(m, to_f(a[j]));
-    m = kn_warp_max(m);
-    float s = 0.0f;
-    for (int j = lane; j <= t; j += 32)
-        s += expf(to_f(a[j]) - m);
-    float inv = 1.0f / kn_warp_sum(s);
+    float m, s;
+    warp_row_lse(a, t + 1, lane, &m, &s);
+    float inv = 1.0f / s;
     for (int j = lane; j < T; j += 32)
         a[j] = from_f<H>(j <= t ? expf(to_f(a[j]) - m) * inv : 0.0f);
 }

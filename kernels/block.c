@@ -14,6 +14,7 @@
 #include "kernels/conv2d.h"
 #include "kernels/crossentropy.h"
 #include "kernels/embedding.h"
+#include "kernels/head16.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
 #include "kernels/products_cpu.h"
@@ -423,8 +424,9 @@ size_t kn_block_scratch_bytes(const kn_block *blk, int B, bool gpu, kn_precision
         MOST(linear_half_elems(N, C, 4 * C));
         MOST(linear_half_elems(N, 4 * C, C));
         break;
-    case KN_BLOCK_GPT_HEAD:
-        MOST(linear_half_elems(N, C, (size_t)blk->V));
+    case KN_BLOCK_GPT_HEAD: /* the logits' gradient is 16-bit already (head16.h): the products
+                             * convert the weight or the input alone */
+        MOST(((C * (size_t)blk->V + 127) & ~(size_t)127) + N * C);
         break;
     case KN_BLOCK_FC_RELU:
     case KN_BLOCK_FC_LOSS:
@@ -586,8 +588,15 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
         float *dlogits = ws, *dln = ws + (size_t)BT * V;
         size_t ow = blk->tensors[2].offset;
         /* W recomputes dlogits (elementwise, same bits) rather than keeping (B,T,V) floats */
-        CHK(ce_bwd(c, blk, dlogits, probs, targets, dloss, BT, V, err));
-        CHK(lin_bwd(c, blk, part, dln, grads + ow, NULL, dlogits, ln, params + ow, BT, C, V, err));
+        if (kn_head16_applies(c))
+            CHK(kn_head16_backward(c, blk->name, runs_input(part), runs_weight(part), dln,
+                                   grads + ow, dlogits, probs, targets, dloss, ln, params + ow, BT,
+                                   C, V, err));
+        else {
+            CHK(ce_bwd(c, blk, dlogits, probs, targets, dloss, BT, V, err));
+            CHK(lin_bwd(c, blk, part, dln, grads + ow, NULL, dlogits, ln, params + ow, BT, C, V,
+                        err));
+        }
         if (runs_input(part))
             CHK(kn_ctx_zero(c, din, (size_t)BT * C * sizeof(float), err));
         return ln_bwd(c, blk, part, din, g0, g0 + C, dln, x, p0, mean, rstd, BT, C, err);

@@ -14,6 +14,7 @@
 #include "kernels/activation.h"
 #include "kernels/block_dispatch.h"
 #include "kernels/crossentropy.h"
+#include "kernels/head16.h"
 #include "kernels/linear.h"
 #include "kernels/llama.h"
 #include "kernels/products_cpu.h"
@@ -288,11 +289,16 @@ sc_status kn_llama_backward(kn_ctx *c, const kn_block *b, const float *params, f
         const float *xn = stash, *rstd = xn + (size_t)N * C, *probs = rstd + N;
         float *dlogits = ws, *dxn = ws + (size_t)N * V;
         size_t ow = b->tensors[1].offset;
-        OP("cross-entropy backward",
-           (c->cpu_fast ? kn_crossentropy_backward_fast
-                        : kn_crossentropy_backward_cpu)(dlogits, probs, targets, dloss, N, V),
-           kn_crossentropy_backward_cuda(c, dlogits, probs, targets, dloss, N, V));
-        CHK(lin_bwd(c, b, dxn, grads + ow, dlogits, xn, params + ow, N, C, V, err));
+        if (kn_head16_applies(c)) {
+            CHK(kn_head16_backward(c, b->name, true, true, dxn, grads + ow, dlogits, probs, targets,
+                                   dloss, xn, params + ow, N, C, V, err));
+        } else {
+            OP("cross-entropy backward",
+               (c->cpu_fast ? kn_crossentropy_backward_fast
+                            : kn_crossentropy_backward_cpu)(dlogits, probs, targets, dloss, N, V),
+               kn_crossentropy_backward_cuda(c, dlogits, probs, targets, dloss, N, V));
+            CHK(lin_bwd(c, b, dxn, grads + ow, dlogits, xn, params + ow, N, C, V, err));
+        }
         return rms_bwd(c, b, din, grads + b->tensors[0].offset, dxn, in,
                        params + b->tensors[0].offset, rstd, N, err);
     }

@@ -1,7 +1,14 @@
 /*
- * Softmax cross-entropy, CUDA: one block per row for the forward (block max and sum), an
- * elementwise kernel for the fused backward. Same formulas as the CPU reference.
+ * Softmax cross-entropy, CUDA. Forward: one block per row; a single pass keeps a running
+ * maximum and the sum of exponentials rescaled to it (online softmax), a second writes the
+ * probabilities, so the (N, V) logits are read twice, not three times. Backward: a 2-D grid
+ * (columns, rows), so no thread divides a 64-bit index; the 16-bit variant writes the gradient
+ * of the logits straight in the context's bf16 / fp16, which the head's two products then read
+ * without converting it (half the bytes written, no second pass). Same formulas as the CPU
+ * reference.
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 
 #include "kernels/crossentropy.h"
@@ -12,50 +19,121 @@ __device__ static int clamp_target(int32_t t, int V)
     return t < 0 ? 0 : (t >= V ? V - 1 : t);
 }
 
+/* (m, s) <- the pair of a running maximum and the sum of exp(x - m) over both sets */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) /* both empty */
+        return;
+    s = s * expf(m - M) + s2 * expf(m2 - M);
+    m = M;
+}
+
 __global__ static void ce_fwd(float *losses, float *probs, const float *logits,
                               const int32_t *targets, int V)
 {
-    __shared__ float sh[32];
-    __shared__ float zt;
-    int row = blockIdx.x;
+    __shared__ float shm[32], shs[32];
+    __shared__ float zt, row_m, row_s;
+    int row = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int nwarps = blockDim.x / 32;
     const float *z = logits + (size_t)row * V;
     float *p = probs + (size_t)row * V;
     int t = clamp_target(targets[row], V);
     if (threadIdx.x == 0)
         zt = z[t]; /* read before probs (which may alias logits) is written */
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        m = fmaxf(m, z[j]);
-    m = kn_block_max(m, sh);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x)
-        s += expf(z[j] - m);
-    s = kn_block_sum(s, sh);
-    __syncthreads(); /* zt is visible, and every read of z precedes the writes below */
-    float inv = 1.0f / s;
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float x = z[j];
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        lse_merge(m, s, m2, s2);
+    }
+    if (lane == 0) {
+        shm[warp] = m;
+        shs[warp] = s;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nwarps ? shm[lane] : -INFINITY;
+        s = lane < nwarps ? shs[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o),
+                  s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            lse_merge(m, s, m2, s2);
+        }
+        if (lane == 0) {
+            row_m = m;
+            row_s = s;
+        }
+    }
+    __syncthreads(); /* zt, row_m, row_s are visible; every read of z above precedes the writes */
+    m = row_m;
+    float inv = 1.0f / row_s;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
         p[j] = expf(z[j] - m) * inv;
     if (threadIdx.x == 0)
-        losses[row] = logf(s) - (zt - m);
+        losses[row] = logf(row_s) - (zt - m);
 }
 
-__global__ static void ce_bwd(float *dlogits, const float *probs, const int32_t *targets,
-                              float dloss, int N, int V)
+template <typename H> __device__ __forceinline__ H out_as(float x);
+template <> __device__ __forceinline__ float out_as<float>(float x)
 {
-    size_t n = (size_t)N * V;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int j = (int)(i % V);
-        int t = clamp_target(targets[i / V], V);
-        dlogits[i] = (probs[i] - (j == t ? 1.0f : 0.0f)) * dloss;
+    return x;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 out_as<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ __half out_as<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+
+#define CE_COLS_PER_THREAD 4
+
+/* grid (column chunks, rows): each thread writes CE_COLS_PER_THREAD columns of its rows */
+template <typename H>
+__global__ static void ce_bwd(H *dlogits, const float *probs, const int32_t *targets, float dloss,
+                              int N, int V)
+{
+    int chunk = blockDim.x * CE_COLS_PER_THREAD;
+    for (int row = blockIdx.y; row < N; row += gridDim.y) {
+        int t = clamp_target(targets[row], V);
+        const float *p = probs + (size_t)row * V;
+        H *d = dlogits + (size_t)row * V;
+        for (int j = blockIdx.x * chunk + threadIdx.x, k = 0; k < CE_COLS_PER_THREAD && j < V;
+             k++, j += blockDim.x)
+            d[j] = out_as<H>((p[j] - (j == t ? 1.0f : 0.0f)) * dloss);
     }
+}
+
+template <typename H>
+static int ce_bwd_launch(kn_ctx *ctx, H *dlogits, const float *probs, const int32_t *targets,
+                         float dloss, int N, int V)
+{
+    if (N <= 0 || V <= 0)
+        return 0;
+    unsigned threads = 256, chunk = threads * CE_COLS_PER_THREAD;
+    dim3 grid((unsigned)((V + chunk - 1) / chunk), (unsigned)(N < 65535 ? N : 65535));
+    ce_bwd<H><<<grid, threads, 0, kn_stream(ctx)>>>(dlogits, probs, targets, dloss, N, V);
+    KN_LAUNCH_CHECK();
+    return 0;
 }
 
 extern "C" int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *probs,
                                             const float *logits, const int32_t *targets, int N,
                                             int V)
 {
-    ce_fwd<<<N, 256, 0, kn_stream(ctx)>>>(losses, probs, logits, targets, V);
+    if (N <= 0)
+        return 0;
+    ce_fwd<<<N, 512, 0, kn_stream(ctx)>>>(losses, probs, logits, targets, V);
     KN_LAUNCH_CHECK();
     return 0;
 }
@@ -63,8 +141,17 @@ extern "C" int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *p
 extern "C" int kn_crossentropy_backward_cuda(kn_ctx *ctx, float *dlogits, const float *probs,
                                              const int32_t *targets, float dloss, int N, int V)
 {
-    size_t n = (size_t)N * V;
-    ce_bwd<<<kn_blocks(n, 256), 256, 0, kn_stream(ctx)>>>(dlogits, probs, targets, dloss, N, V);
-    KN_LAUNCH_CHECK();
-    return 0;
+    return ce_bwd_launch<float>(ctx, dlogits, probs, targets, dloss, N, V);
+}
+
+extern "C" int kn_crossentropy_backward_half_cuda(kn_ctx *ctx, void *dlogits, const float *probs,
+                                                  const int32_t *targets, float dloss, int N,
+                                                  int V)
+{
+    if (ctx->prec == KN_PREC_BF16)
+        return ce_bwd_launch<__nv_bfloat16>(ctx, (__nv_bfloat16 *)dlogits, probs, targets, dloss,
+                                            N, V);
+    if (ctx->prec == KN_PREC_FP16)
+        return ce_bwd_launch<__half>(ctx, (__half *)dlogits, probs, targets, dloss, N, V);
+    return (int)cudaErrorInvalidValue; /* only a bf16 / fp16 context has a 16-bit gradient */
 }

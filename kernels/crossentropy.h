@@ -38,6 +38,13 @@ KN_GPU_FN(int, kn_crossentropy_forward_cuda,
 KN_GPU_FN(int, kn_crossentropy_backward_cuda,
           (kn_ctx *ctx, float *dlogits, const float *probs, const int32_t *targets, float dloss,
            int N, int V));
+/* The same gradient written in the context's 16-bit precision (bf16 or fp16 contexts only;
+ * others get cudaErrorInvalidValue): dlogits16 holds N*V 16-bit values, rounded to nearest even
+ * from the fp32 gradient above, as the 16-bit products would round it (kn_linear_*_half_cuda
+ * then take it as is). */
+KN_GPU_FN(int, kn_crossentropy_backward_half_cuda,
+          (kn_ctx *ctx, void *dlogits16, const float *probs, const int32_t *targets, float dloss,
+           int N, int V));
 #endif
 
 #ifdef __cplusplus

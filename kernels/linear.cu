@@ -103,6 +103,41 @@ static int product_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, i
     return gemm_half(c, ta, tb, m, n, k, ha, lda, hb, ldb, beta, C, ldc);
 }
 
+/* 16-bit copy of a (na values) alone, in the scratch */
+template <typename H> static int half_of(kn_ctx *c, const float *a, size_t na, H **ha)
+{
+    void *ws;
+    KN_GEMM_TRY(half_room(c, na, &ws));
+    *ha = (H *)ws;
+    to_half_k<H><<<kn_blocks(na / 4 + 1, 256), 256, 0, kn_stream(c)>>>(*ha, a, na);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+/* The same product where B is already 16-bit (b16, in the context's precision) and only A (fp32,
+ * na values) is converted. */
+template <typename H>
+static int product_one_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                            int k, const float *A, size_t na, int lda, const void *b16, int ldb,
+                            float beta, float *C, int ldc)
+{
+    H *ha;
+    KN_GEMM_TRY(half_of<H>(c, A, na, &ha));
+    return gemm_half(c, ta, tb, m, n, k, ha, lda, b16, ldb, beta, C, ldc);
+}
+
+static int product_with_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                             int k, const float *A, size_t na, int lda, const void *b16, int ldb,
+                             float beta, float *C, int ldc)
+{
+    if (c->prec == KN_PREC_BF16)
+        return product_one_half<__nv_bfloat16>(c, ta, tb, m, n, k, A, na, lda, b16, ldb, beta, C,
+                                               ldc);
+    if (c->prec == KN_PREC_FP16)
+        return product_one_half<__half>(c, ta, tb, m, n, k, A, na, lda, b16, ldb, beta, C, ldc);
+    return (int)cudaErrorInvalidValue; /* a 16-bit operand needs a bf16 / fp16 context */
+}
+
 static int product(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                    const float *A, size_t na, int lda, const float *B, size_t nb, int ldb,
                    float beta, float *C, int ldc)
@@ -148,4 +183,20 @@ extern "C" int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db,
     if (db != NULL)
         return kn_colsum_add(ctx, db, dout, N, OC);
     return 0;
+}
+
+extern "C" int kn_linear_backward_input_half_cuda(kn_ctx *ctx, float *dinp, const void *dout16,
+                                                  const float *w, int N, int IC, int OC)
+{
+    /* dinp^T (IC x N) = W^T (IC x OC) . dout^T (OC x N), dout already 16-bit */
+    return product_with_half(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, (size_t)OC * IC, IC,
+                             dout16, OC, 0.0f, dinp, IC);
+}
+
+extern "C" int kn_linear_backward_weight_half_cuda(kn_ctx *ctx, float *dw, const void *dout16,
+                                                   const float *inp, int N, int IC, int OC)
+{
+    /* dW^T (IC x OC) += inp^T (IC x N) . dout (N x OC), dout already 16-bit */
+    return product_with_half(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, (size_t)N * IC, IC,
+                             dout16, OC, 1.0f, dw, IC);
 }

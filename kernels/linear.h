@@ -44,6 +44,13 @@ KN_GPU_FN(int, kn_linear_backward_input_cuda,
 KN_GPU_FN(int, kn_linear_backward_weight_cuda,
           (kn_ctx *ctx, float *dw, float *db, const float *dout, const float *inp, int N, int IC,
            int OC));
+/* The two backward products of a bf16 / fp16 context whose output gradient dout16 (N,OC) is
+ * already in the context's 16 bits (kn_crossentropy_backward_half_cuda writes it so): only w or
+ * inp is converted. No bias gradient. Other precisions get cudaErrorInvalidValue. */
+KN_GPU_FN(int, kn_linear_backward_input_half_cuda,
+          (kn_ctx *ctx, float *dinp, const void *dout16, const float *w, int N, int IC, int OC));
+KN_GPU_FN(int, kn_linear_backward_weight_half_cuda,
+          (kn_ctx *ctx, float *dw, const void *dout16, const float *inp, int N, int IC, int OC));
 #endif
 
 #ifdef __cplusplus

@@ -52,13 +52,18 @@ static float u2f(uint32_t u)
     return x;
 }
 
-uint16_t kn_bf16_bits(float x)
+static inline uint16_t bf16_bits(float x)
 {
     uint32_t u = f2u(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40u); /* a quiet NaN, sign kept */
     u += 0x7fffu + ((u >> 16) & 1u);          /* to nearest, ties to even */
     return (uint16_t)(u >> 16);
+}
+
+uint16_t kn_bf16_bits(float x)
+{
+    return bf16_bits(x);
 }
 
 float kn_bf16_from_bits(uint16_t b)
@@ -117,4 +122,26 @@ void kn_round_copy(kn_precision p, float *dst, const float *src, size_t n)
     } else if (dst != src) {
         memmove(dst, src, n * sizeof *dst);
     }
+}
+
+void kn_pack16(kn_precision p, uint16_t *dst, const float *src, size_t n)
+{
+    if (p == KN_PREC_FP16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = kn_fp16_bits(src[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) /* one inlined loop: the wire's hot path */
+        dst[i] = bf16_bits(src[i]);
+}
+
+void kn_unpack16(kn_precision p, float *dst, const uint16_t *src, size_t n)
+{
+    if (p == KN_PREC_FP16) {
+        for (size_t i = 0; i < n; i++)
+            dst[i] = kn_fp16_from_bits(src[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = u2f((uint32_t)src[i] << 16);
 }

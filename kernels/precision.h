@@ -65,6 +65,11 @@ float kn_bf16_from_bits(uint16_t b);
 uint16_t kn_fp16_bits(float x);
 float kn_fp16_from_bits(uint16_t b);
 
+/* n floats to their 16-bit encodings in fp16 for KN_PREC_FP16, bf16 for anything else (the
+ * data plane's wire), and back. */
+void kn_pack16(kn_precision p, uint16_t *dst, const float *src, size_t n);
+void kn_unpack16(kn_precision p, float *dst, const uint16_t *src, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

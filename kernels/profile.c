@@ -53,8 +53,8 @@ static size_t block_bytes(const kn_block *b, int cap)
 /* One chain's buffers: a stage per block, the first block's input, the targets, the gradient
  * into the last block's output, and the timings of one size. */
 typedef struct {
-    int a, n;        /* blocks a .. a+n-1 */
-    kn_stage **st;   /* [n] */
+    int a, n;                         /* blocks a .. a+n-1 */
+    kn_stage **st;                    /* [n] */
     double *fw, *bw, *wg;             /* [n][repeats]: pass k's times in slot k % repeats */
     double *fw_sum, *bw_sum, *wg_sum; /* [n]: every timed pass's times added */
     /* [n] each: the same passes' thread CPU seconds, when `cpu_clock` (below) */
@@ -271,7 +271,10 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
         kn_profile_block *pb = &out[a + i];
         sc_strlcpy(pb->name, b->name, sizeof pb->name);
         pb->parameter_bytes = b->params * sizeof(float);
-        pb->activation_bytes_per_sample = b->out_floats * sizeof(float);
+        /* what crosses a cut: 16-bit floats in a bf16 / fp16 job (the host wire; a GPU-to-GPU
+         * nccl boundary still carries fp32) */
+        pb->activation_bytes_per_sample =
+            b->out_floats * (kn_precision_is_half(cfg->precision) ? 2 : sizeof(float));
         pb->stash_bytes_per_sample = (b->in_floats + b->stash_floats) * sizeof(float);
         pb->wstash_bytes_per_sample = kn_block_wstash_floats(b) * sizeof(float);
         pb->on_gpu = cfg->device.kind == KN_DEV_CUDA;
@@ -417,8 +420,7 @@ sc_status kn_profile_to_json(const kn_model *m, const char *reference_device, in
             json_integer((json_int_t)(pb->wstash_bytes_per_sample * (size_t)microbatch_size)));
         json_object_set_new(b, "scratch_bytes",
                             json_integer((json_int_t)kn_block_scratch_bytes(
-                                kn_model_block(m, i), microbatch_size, pb->on_gpu,
-                                pb->precision)));
+                                kn_model_block(m, i), microbatch_size, pb->on_gpu, pb->precision)));
         json_object_set_new(b, "by_microbatch_size", by);
         json_array_append_new(arr, b);
     }

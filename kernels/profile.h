@@ -56,7 +56,7 @@ typedef struct {
 typedef struct {
     char name[KN_NAME_MAX];
     size_t parameter_bytes;
-    size_t activation_bytes_per_sample; /* the block's output */
+    size_t activation_bytes_per_sample; /* the block's output as it crosses a cut (16-bit: 2 B) */
     size_t stash_bytes_per_sample;      /* its input and internal activations, kept for backward */
     size_t wstash_bytes_per_sample;     /* what its split backward keeps from B for W (zb1) */
     bool on_gpu;                        /* measured on a GPU, in `precision`: what its */

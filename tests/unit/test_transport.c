@@ -16,6 +16,7 @@
 
 #include "common/sc_clock.h"
 #include "kernels/device.h"
+#include "kernels/precision.h"
 #include "worker/transport/transport.h"
 
 static rt_transport *open_one(rt_transport_kind kind, const char *ep, int timeout_ms)
@@ -494,6 +495,62 @@ static void test_device_payloads_config(void **state)
     rt_transport_destroy(&t);
 }
 
+/* A bf16 / fp16 job's floats travel in 16 bits: a sender with cfg.wire sends half the bytes
+ * through rt_transport_send_floats; the receiver, configured or not, widens them to the values
+ * rounded to nearest even; plain rt_transport_send stays exact; the size check counts floats. */
+static void wire_case(rt_transport_kind kind, rt_wire wire, kn_precision prec)
+{
+    rt_transport_cfg c = rt_transport_cfg_default();
+    c.kind = kind;
+    c.bind_endpoint = kind == RT_TRANSPORT_ZMQ ? "tcp://127.0.0.1:0" : "local://";
+    c.timeout_ms = 5000;
+    c.wire = wire;
+    rt_transport *a = NULL, *b = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(rt_transport_new(&a, &c, &err), SC_OK);
+    c.wire = RT_WIRE_F32; /* the receiver needs no setting */
+    assert_int_equal(rt_transport_new(&b, &c, &err), SC_OK);
+    assert_int_equal(rt_transport_connect(a, NULL, rt_transport_endpoint(b), &err), SC_OK);
+    assert_int_equal(rt_transport_connect(b, rt_transport_endpoint(a), "", &err), SC_OK);
+    enum { N = 1000 };
+    float x[N], got[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(i - 500) * 0.0123456789f + 1e-3f * (float)(i % 7);
+    assert_int_equal(rt_transport_send_floats(a, RT_MSG_ACTIVATION, 3, 0, x, sizeof x, &err),
+                     SC_OK);
+    assert_int_equal(rt_transport_send(a, RT_MSG_ACTIVATION, 3, 1, x, sizeof x, &err), SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 3, 0, got, sizeof got, &err), SC_OK);
+    int rounded = 0;
+    for (int i = 0; i < N; i++) {
+        float want = prec == KN_PREC_FP16 ? kn_round_fp16(x[i]) : kn_round_bf16(x[i]);
+        assert_memory_equal(&got[i], &want, sizeof want);
+        rounded += got[i] != x[i];
+    }
+    assert_true(rounded > N / 2); /* it really travelled in 16 bits */
+    rt_link_sample ls[4];
+    assert_int_equal(rt_transport_link_take(b, ls, 4), 1);
+    assert_int_equal(ls[0].messages, 1);
+    assert_true(ls[0].bytes == 0 || ls[0].bytes == sizeof x / 2); /* the bytes that travelled */
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 3, 1, got, sizeof got, &err), SC_OK);
+    assert_memory_equal(got, x, sizeof x);
+    /* a receiver expecting another size hears it in floats */
+    assert_int_equal(rt_transport_send_floats(a, RT_MSG_ACTIVATION, 4, 0, x, sizeof x, &err),
+                     SC_OK);
+    assert_int_equal(rt_transport_recv(b, RT_MSG_ACTIVATION, 4, 0, got, 400, &err), SC_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "16-bit floats"));
+    rt_transport_destroy(&a);
+    rt_transport_destroy(&b);
+}
+
+static void test_wire_16bit(void **state)
+{
+    (void)state;
+    wire_case(RT_TRANSPORT_ZMQ, RT_WIRE_BF16, KN_PREC_BF16);
+    wire_case(RT_TRANSPORT_ZMQ, RT_WIRE_FP16, KN_PREC_FP16);
+    wire_case(RT_TRANSPORT_LOCAL, RT_WIRE_BF16, KN_PREC_BF16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -509,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_link_figures),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_device_payloads_config),
+        cmocka_unit_test(test_wire_16bit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

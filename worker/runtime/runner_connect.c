@@ -18,6 +18,7 @@
 
 #include "common/sc_util.h"
 #include "kernels/device.h"
+#include "kernels/precision.h"
 #include "kernels/stage.h"
 #include "worker/transport/allreduce.h"
 #include "worker/transport/transport.h"
@@ -96,6 +97,18 @@ static bool plain_data_path(const rt_runner *r)
  * transport_next names another kind than transport, r->tr for the previous boundary and
  * r->tr_next for the next one; the published endpoint then joins both ("A|B", see
  * rt_runner_endpoint). */
+/* The wire of the job's precision: a bf16 or fp16 job's activations and gradients cross host
+ * memory in those 16 bits (runner.c has already refused a bad name). */
+static rt_wire wire_of(const rt_runner_cfg *c)
+{
+    kn_precision p = KN_PREC_FP32;
+    sc_err ignored;
+    if (c->precision == NULL ||
+        kn_precision_parse(c->precision, "precision", &p, &ignored) != SC_OK)
+        return RT_WIRE_F32;
+    return p == KN_PREC_BF16 ? RT_WIRE_BF16 : p == KN_PREC_FP16 ? RT_WIRE_FP16 : RT_WIRE_F32;
+}
+
 sc_status rt_runner_open_transports(rt_runner *r, const rt_runner_cfg *c, kn_device dev,
                                     sc_err *err)
 {
@@ -111,7 +124,8 @@ sc_status rt_runner_open_transports(rt_runner *r, const rt_runner_cfg *c, kn_dev
         next_kind = tc.kind;
     tc.timeout_ms = c->timeout_ms;
     tc.tag = c->tag;
-    tc.copy = r->rep;                        /* names this copy to the receivers' link figures */
+    tc.copy = r->rep; /* names this copy to the receivers' link figures */
+    tc.wire = wire_of(c);
     tc.max_message_bytes = message_bound(r); /* nccl_side puts its own */
     /* a GPU stage's local transport carries device memory where the runner passes it */
     bool dev_payloads = dev.kind == KN_DEV_CUDA && plain_data_path(r);
@@ -351,5 +365,5 @@ sc_status rt_runner_send_routed(rt_runner *r, rt_msg_kind kind, uint64_t step, i
         return SC_ERRF(err, SC_ERR_PRECONDITION,
                        "runner stage %d replica %d: not connected (call rt_runner_connect_group)",
                        r->s, r->rep);
-    return rt_transport_send(t, kind, step, mb, data, bytes, err);
+    return rt_transport_send_floats(t, kind, step, mb, data, bytes, err);
 }

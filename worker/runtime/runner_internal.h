@@ -232,7 +232,8 @@ sc_status rt_runner_device_boundaries(rt_runner *r, const rt_runner_cfg *c, kn_d
                                       sc_err *err);
 sc_status rt_runner_open_reduce(rt_runner *r, const rt_runner_cfg *c, kn_device dev, sc_err *err);
 /* Sends an activation to copy mb % next_replicas of the next stage, a gradient to copy
- * mb % prev_replicas of the previous one. */
+ * mb % prev_replicas of the previous one: floats, in 16 bits over host memory in a bf16 / fp16
+ * job (rt_transport_send_floats). */
 sc_status rt_runner_send_routed(rt_runner *r, rt_msg_kind kind, uint64_t step, int mb,
                                 const void *data, size_t bytes, sc_err *err);
 

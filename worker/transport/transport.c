@@ -14,6 +14,7 @@
 
 #include "common/sc_clock.h"
 #include "common/sc_util.h"
+#include "kernels/precision.h"
 #include "worker/transport/transport_impl.h"
 
 /* Waits are cut in slices so an abort is noticed quickly even when a backend cannot be woken. */
@@ -157,8 +158,14 @@ sc_status rt_transport_connect(rt_transport *t, const char *prev_endpoint,
     return SC_OK;
 }
 
-sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
-                            const void *data, size_t bytes, sc_err *err)
+static kn_precision wire_precision(uint32_t wire)
+{
+    return wire == RT_WIRE_FP16 ? KN_PREC_FP16 : KN_PREC_BF16;
+}
+
+/* rt_transport_send, its floats in `wire` when that is not RT_WIRE_F32 (host payloads only) */
+static sc_status send_msg(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                          const void *data, size_t bytes, rt_wire wire, sc_err *err)
 {
     bool to_next = kind == RT_MSG_ACTIVATION;
     /* a direct backend checks its own state first: broken (a failed connect included) before
@@ -171,7 +178,9 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
                        to_next ? "activations" : "gradients");
     /* with device payloads, the payload goes to a device buffer (from host or device memory) */
     bool dev = t->dev_stream != NULL && bytes > 0;
-    rt_msg *m = rt_msg_new(dev ? 0 : bytes);
+    bool half = !dev && wire != RT_WIRE_F32 && bytes % sizeof(float) == 0;
+    size_t sent = half ? bytes / 2 : bytes;
+    rt_msg *m = rt_msg_new(dev ? 0 : sent);
     SC_ALLOC_CHECK(m, err);
     m->tag = t->cfg.tag;
     m->step = step;
@@ -189,10 +198,43 @@ sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, in
             rt_msg_free(m);
             return rc;
         }
+    } else if (half) { /* rounded as it is copied: no more work than the copy */
+        m->wire = (uint32_t)wire;
+        kn_pack16(wire_precision(m->wire), (uint16_t *)m->data, data, bytes / sizeof(float));
     } else if (bytes > 0) {
         memcpy(m->data, data, bytes);
     }
     return t->ops->send(t, m, to_next, err);
+}
+
+sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                            const void *data, size_t bytes, sc_err *err)
+{
+    return send_msg(t, kind, step, microbatch, data, bytes, RT_WIRE_F32, err);
+}
+
+sc_status rt_transport_send_floats(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
+                                   const float *data, size_t bytes, sc_err *err)
+{
+    return send_msg(t, kind, step, microbatch, data, bytes, t->cfg.wire, err);
+}
+
+/* A 16-bit message widened into `data` (bytes of floats): straight into host memory, through a
+ * host buffer into device memory. */
+static sc_status widen(rt_transport *t, const rt_msg *m, void *data, size_t bytes, sc_err *err)
+{
+    size_t n = bytes / sizeof(float);
+    kn_precision p = wire_precision(m->wire);
+    if (t->dev_stream == NULL) {
+        kn_unpack16(p, data, (const uint16_t *)rt_msg_payload(m), n);
+        return SC_OK;
+    }
+    float *tmp = malloc(bytes);
+    SC_ALLOC_CHECK(tmp, err);
+    kn_unpack16(p, tmp, (const uint16_t *)rt_msg_payload(m), n);
+    sc_status rc = rt_dev_copy(t->cfg.device, t->dev_stream, data, tmp, bytes, err);
+    free(tmp);
+    return rc;
 }
 
 static bool msg_matches(const rt_msg *m, rt_msg_kind kind, uint64_t step, int microbatch)
@@ -329,19 +371,22 @@ static sc_status recv_msg(rt_transport *t, rt_msg_kind kind, uint64_t step, int 
     if (sent_ns != NULL)
         *sent_ns = m->sent_ns;
     sc_status rc = SC_OK;
-    if (m->bytes != bytes)
+    size_t want = m->wire != RT_WIRE_F32 ? bytes / 2 : bytes; /* 16-bit: 2 bytes a float */
+    if (m->bytes != want || (m->wire != RT_WIRE_F32 && bytes % sizeof(float) != 0))
         rc = SC_ERRF(err, SC_ERR_INVALID,
-                     "transport %s: %s (step %llu, micro-batch %d) has %zu bytes, expected %zu "
+                     "transport %s: %s (step %llu, micro-batch %d) has %zu bytes%s, expected %zu "
                      "(do the stages agree on the model and micro-batch size?)",
                      t->endpoint, kind_name(kind), (unsigned long long)step, microbatch, m->bytes,
-                     bytes);
+                     m->wire != RT_WIRE_F32 ? " of 16-bit floats" : "", want);
+    else if (m->wire != RT_WIRE_F32)
+        rc = widen(t, m, data, bytes, err);
     else if (m->dev != NULL) /* a device payload, to host or device memory (any device) */
         rc = rt_dev_copy(t->dev_stream != NULL ? t->cfg.device : m->dev_device, t->dev_stream, data,
                          m->dev, bytes, err);
     else if (bytes > 0 && t->dev_stream != NULL) /* host payload, maybe to device memory */
-        rc = rt_dev_copy(t->cfg.device, t->dev_stream, data, m->data, bytes, err);
+        rc = rt_dev_copy(t->cfg.device, t->dev_stream, data, rt_msg_payload(m), bytes, err);
     else if (bytes > 0)
-        memcpy(data, m->data, bytes);
+        memcpy(data, rt_msg_payload(m), bytes);
     rt_msg_free(m);
     return rc;
 }

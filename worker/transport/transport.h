@@ -42,6 +42,13 @@ typedef enum {
     RT_MSG_GRADIENT = 1,
 } rt_msg_kind;
 
+/* How the floats of activations and gradients travel between processes. */
+typedef enum {
+    RT_WIRE_F32 = 0,  /* as they are */
+    RT_WIRE_BF16 = 1, /* rounded to bfloat16 (nearest, ties to even): half the bytes */
+    RT_WIRE_FP16 = 2, /* rounded to IEEE half */
+} rt_wire;
+
 /* Room for an endpoint: an nccl one carries two hex-encoded 128-byte NCCL unique ids. */
 #define RT_ENDPOINT_MAX 640
 
@@ -71,6 +78,11 @@ typedef struct {
     /* This stage's copy (0 unreplicated): stamped on every message sent, so that a receiver's
      * link figures (rt_transport_link_take) name the sending copy. zmq and local only. */
     int copy;
+    /* How rt_transport_send_floats sends over host memory (zmq, and local without device
+     * payloads): a job in bf16 or fp16 sends its activations and gradients in those 16 bits,
+     * half the bytes. Any receiver widens a 16-bit message back to floats, so the receiving
+     * side needs no setting. Device paths (nccl, device payloads) send floats as they are. */
+    rt_wire wire;
 } rt_transport_cfg;
 
 typedef struct rt_transport rt_transport;
@@ -109,8 +121,14 @@ sc_status rt_transport_connect(rt_transport *t, const char *prev_endpoint,
 sc_status rt_transport_send(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,
                             const void *data, size_t bytes, sc_err *err);
 
+/* rt_transport_send of `bytes` bytes of floats, which travel in the configured wire (cfg.wire)
+ * where the payload goes through host memory; as they are elsewhere. */
+sc_status rt_transport_send_floats(rt_transport *t, rt_msg_kind kind, uint64_t step,
+                                   int microbatch, const float *data, size_t bytes, sc_err *err);
+
 /* Receives the message (kind, step, microbatch) from the previous stage (activation) or the next
- * (gradient) into `data`, which must hold exactly `bytes` (a size mismatch is SC_ERR_INVALID).
+ * (gradient) into `data`, which must hold exactly `bytes` (a size mismatch is SC_ERR_INVALID); a
+ * message of floats sent in 16 bits (rt_transport_send_floats) is widened into it.
  * Waits at most the configured timeout: SC_ERR_TIMEOUT, SC_ERR_UNAVAILABLE (peer gone) or
  * SC_ERR_CANCELLED (aborted). */
 sc_status rt_transport_recv(rt_transport *t, rt_msg_kind kind, uint64_t step, int microbatch,

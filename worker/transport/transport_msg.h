@@ -2,9 +2,9 @@
  * rt transport messages: the record of one tagged message as the zmq and local backends deliver
  * it and transport.c keeps it in its pending list (internal to the transport folder).
  * Not here: matching or waiting (transport.c), moving messages (the backends).
- * Invariant: the payload is `data` (`bytes` of it) unless `dev` holds it; rt_msg_free releases
- * either. sent_ns is on the sender's clock, arrived_ns on the receiver's (the same clock only
- * on one host).
+ * Invariant: the payload is `data` (`bytes` of it) unless `dev` or `ext` holds it; rt_msg_free
+ * releases any of them. `bytes` counts what travelled: with a 16-bit wire, 2 bytes a float. sent_ns
+ * is on the sender's clock, arrived_ns on the receiver's (the same clock only on one host).
  */
 #ifndef RT_TRANSPORT_MSG_H
 #define RT_TRANSPORT_MSG_H
@@ -28,12 +28,24 @@ typedef struct rt_msg {
     uint64_t sent_ns, arrived_ns;
     int32_t from_copy;
     bool clean;
-    unsigned char data[]; /* bytes, unless dev */
+    uint32_t wire; /* RT_WIRE_*: the floats travelled as 16 bits (widened when received) */
+    /* a payload held elsewhere (zmq's received buffer, not copied), released by ext_free */
+    const unsigned char *ext;
+    void (*ext_free)(void *arg);
+    void *ext_arg;
+    unsigned char data[]; /* bytes, unless dev or ext */
 } rt_msg;
 
 /* Allocates a message with room for `bytes` payload bytes (NULL when out of memory). */
 rt_msg *rt_msg_new(size_t bytes);
-/* Frees a message and gives its device payload back to the pool. Accepts NULL. */
+/* Frees a message, gives its device payload back to the pool and releases an external one.
+ * Accepts NULL. */
 void rt_msg_free(rt_msg *m);
+
+/* The host payload: ext when set, else data. */
+static inline const unsigned char *rt_msg_payload(const rt_msg *m)
+{
+    return m->ext != NULL ? m->ext : m->data;
+}
 
 #endif /* RT_TRANSPORT_MSG_H */

@@ -19,8 +19,9 @@
 #include "common/sc_util.h"
 #include "worker/transport/transport_impl.h"
 
-#define WIRE_MAGIC 0x53435255u /* "SCRU": the header with the send time */
-#define WIRE_MAGIC_OLD 0x53435254u /* "SCRT": the header before it (no send time, no copy) */
+#define WIRE_MAGIC 0x53435256u     /* "SCRV": the header with the payload's wire (16-bit floats) */
+#define WIRE_MAGIC_U 0x53435255u   /* "SCRU": the header before it (no wire) */
+#define WIRE_MAGIC_OLD 0x53435254u /* "SCRT": the one before (no send time, no copy) */
 #define FLUSH_MAX_MS 5000
 
 typedef struct {
@@ -32,6 +33,8 @@ typedef struct {
     int32_t from_copy; /* the sending stage's copy */
     uint64_t bytes;
     uint64_t sent_ns; /* the sender's monotonic clock when it sent (link measurement) */
+    uint32_t wire;    /* RT_WIRE_*: how the payload's floats travel */
+    uint32_t pad;
 } wire_header;
 
 typedef struct {
@@ -182,6 +185,19 @@ static sc_status zt_connect(rt_transport *t, const char *prev, const char *next,
     return SC_OK;
 }
 
+static void free_sent(void *data, void *hint)
+{
+    (void)data;
+    free(hint); /* the rt_msg whose inline data was the payload */
+}
+
+/* a received payload kept in its zmq message (rt_msg ext) */
+static void free_received(void *arg)
+{
+    zmq_msg_close(arg);
+    free(arg);
+}
+
 static sc_status zt_send(rt_transport *t, rt_msg *m, bool to_next, sc_err *err)
 {
     zmq_impl *z = t->impl;
@@ -196,13 +212,23 @@ static sc_status zt_send(rt_transport *t, rt_msg *m, bool to_next, sc_err *err)
     h.from_copy = m->from_copy;
     h.bytes = m->bytes;
     h.sent_ns = m->sent_ns;
+    h.wire = m->wire;
     /* PUSH queues up to its high-water mark even without a live peer, so this does not block
      * on a dead neighbour for small pipelines; a full queue waits at most the timeout. */
     int timeout = t->cfg.timeout_ms;
     zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeout, sizeof timeout);
+    /* the payload leaves without a copy: zmq frees the message once it is on the wire */
+    zmq_msg_t body;
+    int made = m->bytes > 0 ? zmq_msg_init_data(&body, m->data, m->bytes, free_sent, m)
+                            : zmq_msg_init(&body);
+    if (made != 0) {
+        free(m);
+        return ZMQ_FAIL(err, "message");
+    }
+    if (m->bytes == 0)
+        free(m);
     sc_status rc = SC_OK;
-    if (zmq_send(s, &h, sizeof h, ZMQ_SNDMORE) != (int)sizeof h ||
-        zmq_send(s, m->data, m->bytes, 0) < 0) {
+    if (zmq_send(s, &h, sizeof h, ZMQ_SNDMORE) != (int)sizeof h || zmq_msg_send(&body, s, 0) < 0) {
         if (zmq_errno() == EAGAIN)
             rc = SC_ERRF(err, SC_ERR_TIMEOUT,
                          "transport %s: send to the %s stage timed out "
@@ -210,8 +236,8 @@ static sc_status zt_send(rt_transport *t, rt_msg *m, bool to_next, sc_err *err)
                          t->endpoint, to_next ? "next" : "previous", timeout);
         else
             rc = ZMQ_FAIL(err, "send");
+        zmq_msg_close(&body); /* not sent: still ours (frees m) */
     }
-    free(m);
     return rc;
 }
 
@@ -250,12 +276,13 @@ static sc_status zt_poll(rt_transport *t, int wait_ms, bool from_next, rt_msg **
     int more = 0;
     size_t len = sizeof more;
     zmq_getsockopt(z->inbox, ZMQ_RCVMORE, &more, &len);
-    if (got >= (int)sizeof h.magic && h.magic == WIRE_MAGIC_OLD) {
+    if (got >= (int)sizeof h.magic && (h.magic == WIRE_MAGIC_OLD || h.magic == WIRE_MAGIC_U)) {
         /* a worker of an older stagecraft: its messages would be dropped, and the job wait */
         drain_frames(z->inbox);
         return SC_ERRF(err, SC_ERR_UNSUPPORTED,
-                       "a data message in the wire header of an older stagecraft (\"SCRT\"; this "
-                       "build's is \"SCRU\"): run one stagecraft version on every worker of a job");
+                       "a data message in the wire header of an older stagecraft (\"%s\"; this "
+                       "build's is \"SCRV\"): run one stagecraft version on every worker of a job",
+                       h.magic == WIRE_MAGIC_OLD ? "SCRT" : "SCRU");
     }
     if (got != (int)sizeof h || h.magic != WIRE_MAGIC || !more) {
         drain_frames(z->inbox); /* not ours: a stray connection; ignore it */
@@ -269,25 +296,34 @@ static sc_status zt_poll(rt_transport *t, int wait_ms, bool from_next, rt_msg **
         return ZMQ_FAIL(err, "recv payload");
     }
     size_t size = zmq_msg_size(&part);
-    if (size != h.bytes) {
+    if (size != h.bytes || h.wire > RT_WIRE_FP16) {
         zmq_msg_close(&part);
         drain_frames(z->inbox);
         return SC_OK;
     }
-    rt_msg *m = rt_msg_new(size);
-    if (m == NULL) {
+    /* the payload stays in its zmq message (no copy); the record points into it */
+    rt_msg *m = rt_msg_new(0);
+    zmq_msg_t *held = malloc(sizeof *held);
+    if (m == NULL || held == NULL) {
         zmq_msg_close(&part);
+        free(m);
+        free(held);
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory receiving %zu bytes", size);
     }
+    zmq_msg_init(held);
+    zmq_msg_move(held, &part);
+    zmq_msg_close(&part);
+    m->bytes = size;
+    m->ext = zmq_msg_data(held);
+    m->ext_free = free_received;
+    m->ext_arg = held;
     m->tag = h.tag;
     m->step = h.step;
     m->kind = h.kind;
     m->microbatch = h.microbatch;
     m->from_copy = h.from_copy;
     m->sent_ns = h.sent_ns;
-    if (size > 0)
-        memcpy(m->data, zmq_msg_data(&part), size);
-    zmq_msg_close(&part);
+    m->wire = h.wire;
     drain_frames(z->inbox);
     *out = m;
     return SC_OK;
