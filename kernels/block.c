@@ -17,6 +17,7 @@
 #include "kernels/head16.h"
 #include "kernels/layernorm.h"
 #include "kernels/linear.h"
+#include "kernels/precision.h"
 #include "kernels/products_cpu.h"
 
 /* DISPATCH(what, cpu_call, gpu_call): the op on the context's device (block_dispatch.h; the
@@ -359,6 +360,14 @@ void kn_block_stash_segments(const kn_block *blk, size_t per_sample[KN_STASH_SEG
     *n_segments = n;
 }
 
+/* Floats a row of the head's logits (or their gradient) takes in the workspace: V, or what the
+ * padded 16-bit rows of head16.h take where V is under 63. */
+static size_t head_logit_floats(int V)
+{
+    size_t half_row = ((size_t)kn_head16_ld(V) + 1) / 2;
+    return (size_t)V > half_row ? (size_t)V : half_row;
+}
+
 size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
 {
     size_t BT = (size_t)B * blk->T, a, m;
@@ -375,7 +384,7 @@ size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
         m = mlp_ws(B, blk->T, blk->C);
         return BT * blk->C + (a > m ? a : m);
     case KN_BLOCK_GPT_HEAD:
-        return BT * blk->V + BT * blk->C;
+        return BT * head_logit_floats(blk->V) + BT * blk->C;
     case KN_BLOCK_FC_RELU:
     case KN_BLOCK_FC_LOSS:
         return (size_t)B * blk->fout;
@@ -467,8 +476,14 @@ sc_status kn_block_forward(kn_ctx *c, const kn_block *blk, const float *params, 
     case KN_BLOCK_GPT_HEAD: {
         int T = blk->T, C = blk->C, BT = B * T;
         float *ln = stash, *mean = ln + (size_t)BT * C, *rstd = mean + BT, *probs = rstd + BT;
+        const float *w = params + blk->tensors[2].offset;
         CHK(ln_fwd(c, blk, ln, mean, rstd, x, p0, p0 + C, BT, C, err));
-        CHK(lin_fwd(c, blk, probs, ln, params + blk->tensors[2].offset, NULL, BT, C, blk->V, err));
+        if (kn_head16_applies(c)) /* 16-bit logits in the workspace (head16.h) */
+            return kn_head16_forward(c, blk->name, out, probs, ws, ln, w, targets, BT, C, blk->V,
+                                     err);
+        CHK(lin_fwd(c, blk, probs, ln, w, NULL, BT, C, blk->V, err));
+        if (c->dev.kind != KN_DEV_CUDA && kn_precision_is_half(c->prec))
+            kn_round_copy(c->prec, probs, probs, (size_t)BT * blk->V); /* as the GPU's logits */
         return ce_fwd(c, blk, out, probs, targets, BT, blk->V, err);
     }
     case KN_BLOCK_FC_RELU: {
@@ -585,13 +600,13 @@ sc_status kn_block_backward_part(kn_ctx *c, const kn_block *blk, kn_bwd_part par
         int T = blk->T, C = blk->C, V = blk->V, BT = B * T;
         const float *ln = stash, *mean = ln + (size_t)BT * C, *rstd = mean + BT;
         const float *probs = rstd + BT;
-        float *dlogits = ws, *dln = ws + (size_t)BT * V;
+        float *dlogits = ws, *dln = ws + (size_t)BT * head_logit_floats(V);
         size_t ow = blk->tensors[2].offset;
         /* W recomputes dlogits (elementwise, same bits) rather than keeping (B,T,V) floats */
         if (kn_head16_applies(c))
             CHK(kn_head16_backward(c, blk->name, runs_input(part), runs_weight(part), dln,
-                                   grads + ow, dlogits, probs, targets, dloss, ln, params + ow, BT,
-                                   C, V, err));
+                                   grads + ow, dlogits, kn_head16_ld(V), probs, targets, dloss, ln,
+                                   params + ow, BT, C, V, err));
         else {
             CHK(ce_bwd(c, blk, dlogits, probs, targets, dloss, BT, V, err));
             CHK(lin_bwd(c, blk, part, dln, grads + ow, NULL, dlogits, ln, params + ow, BT, C, V,

@@ -290,8 +290,8 @@ sc_status kn_llama_backward(kn_ctx *c, const kn_block *b, const float *params, f
         float *dlogits = ws, *dxn = ws + (size_t)N * V;
         size_t ow = b->tensors[1].offset;
         if (kn_head16_applies(c)) {
-            CHK(kn_head16_backward(c, b->name, true, true, dxn, grads + ow, dlogits, probs, targets,
-                                   dloss, xn, params + ow, N, C, V, err));
+            CHK(kn_head16_backward(c, b->name, true, true, dxn, grads + ow, dlogits, V, probs,
+                                   targets, dloss, xn, params + ow, N, C, V, err));
         } else {
             OP("cross-entropy backward",
                (c->cpu_fast ? kn_crossentropy_backward_fast

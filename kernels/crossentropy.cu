@@ -29,21 +29,36 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
     m = M;
 }
 
-__global__ static void ce_fwd(float *losses, float *probs, const float *logits,
+__device__ __forceinline__ float in_f(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float in_f(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float in_f(__half x)
+{
+    return __half2float(x);
+}
+
+/* one block per row; the logits of row r at r * ld (fp32, or 16-bit from the head's product) */
+template <typename L>
+__global__ static void ce_fwd(float *losses, float *probs, const L *logits, size_t ld,
                               const int32_t *targets, int V)
 {
     __shared__ float shm[32], shs[32];
     __shared__ float zt, row_m, row_s;
     int row = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int nwarps = blockDim.x / 32;
-    const float *z = logits + (size_t)row * V;
+    const L *z = logits + (size_t)row * ld;
     float *p = probs + (size_t)row * V;
     int t = clamp_target(targets[row], V);
     if (threadIdx.x == 0)
-        zt = z[t]; /* read before probs (which may alias logits) is written */
+        zt = in_f(z[t]); /* read before probs (which may alias logits) is written */
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = z[j];
+        float x = in_f(z[j]);
         if (x > m) {
             s = s * expf(m - x) + 1.0f;
             m = x;
@@ -77,7 +92,7 @@ __global__ static void ce_fwd(float *losses, float *probs, const float *logits,
     m = row_m;
     float inv = 1.0f / row_s;
     for (int j = threadIdx.x; j < V; j += blockDim.x)
-        p[j] = expf(z[j] - m) * inv;
+        p[j] = expf(in_f(z[j]) - m) * inv;
     if (threadIdx.x == 0)
         losses[row] = logf(row_s) - (zt - m);
 }
@@ -100,14 +115,14 @@ template <> __device__ __forceinline__ __half out_as<__half>(float x)
 
 /* grid (column chunks, rows): each thread writes CE_COLS_PER_THREAD columns of its rows */
 template <typename H>
-__global__ static void ce_bwd(H *dlogits, const float *probs, const int32_t *targets, float dloss,
-                              int N, int V)
+__global__ static void ce_bwd(H *dlogits, size_t ld, const float *probs, const int32_t *targets,
+                              float dloss, int N, int V)
 {
     int chunk = blockDim.x * CE_COLS_PER_THREAD;
     for (int row = blockIdx.y; row < N; row += gridDim.y) {
         int t = clamp_target(targets[row], V);
         const float *p = probs + (size_t)row * V;
-        H *d = dlogits + (size_t)row * V;
+        H *d = dlogits + (size_t)row * ld;
         for (int j = blockIdx.x * chunk + threadIdx.x, k = 0; k < CE_COLS_PER_THREAD && j < V;
              k++, j += blockDim.x)
             d[j] = out_as<H>((p[j] - (j == t ? 1.0f : 0.0f)) * dloss);
@@ -115,14 +130,14 @@ __global__ static void ce_bwd(H *dlogits, const float *probs, const int32_t *tar
 }
 
 template <typename H>
-static int ce_bwd_launch(kn_ctx *ctx, H *dlogits, const float *probs, const int32_t *targets,
-                         float dloss, int N, int V)
+static int ce_bwd_launch(kn_ctx *ctx, H *dlogits, size_t ld, const float *probs,
+                         const int32_t *targets, float dloss, int N, int V)
 {
     if (N <= 0 || V <= 0)
         return 0;
     unsigned threads = 256, chunk = threads * CE_COLS_PER_THREAD;
     dim3 grid((unsigned)((V + chunk - 1) / chunk), (unsigned)(N < 65535 ? N : 65535));
-    ce_bwd<H><<<grid, threads, 0, kn_stream(ctx)>>>(dlogits, probs, targets, dloss, N, V);
+    ce_bwd<H><<<grid, threads, 0, kn_stream(ctx)>>>(dlogits, ld, probs, targets, dloss, N, V);
     KN_LAUNCH_CHECK();
     return 0;
 }
@@ -133,7 +148,7 @@ extern "C" int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *p
 {
     if (N <= 0)
         return 0;
-    ce_fwd<<<N, 512, 0, kn_stream(ctx)>>>(losses, probs, logits, targets, V);
+    ce_fwd<float><<<N, 512, 0, kn_stream(ctx)>>>(losses, probs, logits, (size_t)V, targets, V);
     KN_LAUNCH_CHECK();
     return 0;
 }
@@ -141,17 +156,37 @@ extern "C" int kn_crossentropy_forward_cuda(kn_ctx *ctx, float *losses, float *p
 extern "C" int kn_crossentropy_backward_cuda(kn_ctx *ctx, float *dlogits, const float *probs,
                                              const int32_t *targets, float dloss, int N, int V)
 {
-    return ce_bwd_launch<float>(ctx, dlogits, probs, targets, dloss, N, V);
+    return ce_bwd_launch<float>(ctx, dlogits, (size_t)V, probs, targets, dloss, N, V);
 }
 
-extern "C" int kn_crossentropy_backward_half_cuda(kn_ctx *ctx, void *dlogits, const float *probs,
-                                                  const int32_t *targets, float dloss, int N,
-                                                  int V)
+extern "C" int kn_crossentropy_forward_half_cuda(kn_ctx *ctx, float *losses, float *probs,
+                                                 const void *logits16, int ld,
+                                                 const int32_t *targets, int N, int V)
+{
+    if (N <= 0)
+        return 0;
+    cudaStream_t s = kn_stream(ctx);
+    if (ctx->prec == KN_PREC_BF16)
+        ce_fwd<__nv_bfloat16><<<N, 512, 0, s>>>(losses, probs, (const __nv_bfloat16 *)logits16,
+                                                (size_t)ld, targets, V);
+    else if (ctx->prec == KN_PREC_FP16)
+        ce_fwd<__half><<<N, 512, 0, s>>>(losses, probs, (const __half *)logits16, (size_t)ld,
+                                         targets, V);
+    else
+        return (int)cudaErrorInvalidValue;
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+extern "C" int kn_crossentropy_backward_half_cuda(kn_ctx *ctx, void *dlogits, int ld,
+                                                  const float *probs, const int32_t *targets,
+                                                  float dloss, int N, int V)
 {
     if (ctx->prec == KN_PREC_BF16)
-        return ce_bwd_launch<__nv_bfloat16>(ctx, (__nv_bfloat16 *)dlogits, probs, targets, dloss,
-                                            N, V);
+        return ce_bwd_launch<__nv_bfloat16>(ctx, (__nv_bfloat16 *)dlogits, (size_t)ld, probs,
+                                            targets, dloss, N, V);
     if (ctx->prec == KN_PREC_FP16)
-        return ce_bwd_launch<__half>(ctx, (__half *)dlogits, probs, targets, dloss, N, V);
+        return ce_bwd_launch<__half>(ctx, (__half *)dlogits, (size_t)ld, probs, targets, dloss, N,
+                                     V);
     return (int)cudaErrorInvalidValue; /* only a bf16 / fp16 context has a 16-bit gradient */
 }

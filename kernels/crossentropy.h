@@ -38,13 +38,17 @@ KN_GPU_FN(int, kn_crossentropy_forward_cuda,
 KN_GPU_FN(int, kn_crossentropy_backward_cuda,
           (kn_ctx *ctx, float *dlogits, const float *probs, const int32_t *targets, float dloss,
            int N, int V));
-/* The same gradient written in the context's 16-bit precision (bf16 or fp16 contexts only;
- * others get cudaErrorInvalidValue): dlogits16 holds N*V 16-bit values, rounded to nearest even
- * from the fp32 gradient above, as the 16-bit products would round it (kn_linear_*_half_cuda
- * then take it as is). */
+/* The head's 16-bit pair in a bf16 / fp16 context (others get cudaErrorInvalidValue): the
+ * forward from logits already rounded to the context's 16 bits (row r at r * ld, ld >= V), as
+ * PyTorch's autocast computes them; the gradient written in those 16 bits (row r at r * ld,
+ * rounded to nearest even from the fp32 gradient above), as the 16-bit products would round it
+ * (kn_linear_*_half_cuda then take it as is). probs and losses stay fp32. */
+KN_GPU_FN(int, kn_crossentropy_forward_half_cuda,
+          (kn_ctx *ctx, float *losses, float *probs, const void *logits16, int ld,
+           const int32_t *targets, int N, int V));
 KN_GPU_FN(int, kn_crossentropy_backward_half_cuda,
-          (kn_ctx *ctx, void *dlogits16, const float *probs, const int32_t *targets, float dloss,
-           int N, int V));
+          (kn_ctx *ctx, void *dlogits16, int ld, const float *probs, const int32_t *targets,
+           float dloss, int N, int V));
 #endif
 
 #ifdef __cplusplus

@@ -78,6 +78,7 @@ const char *kn_gpu_backend_path(void)
     X(kn_linear_forward_cuda)                                                                      \
     X(kn_linear_backward_input_cuda)                                                               \
     X(kn_linear_backward_weight_cuda)                                                              \
+    X(kn_linear_forward_half_out_cuda)                                                             \
     X(kn_linear_backward_input_half_cuda)                                                          \
     X(kn_linear_backward_weight_half_cuda)                                                         \
     X(kn_gelu_forward_cuda)                                                                        \
@@ -90,6 +91,7 @@ const char *kn_gpu_backend_path(void)
     X(kn_attention_backward_cuda)                                                                  \
     X(kn_crossentropy_forward_cuda)                                                                \
     X(kn_crossentropy_backward_cuda)                                                               \
+    X(kn_crossentropy_forward_half_cuda)                                                           \
     X(kn_crossentropy_backward_half_cuda)                                                          \
     X(kn_conv2d_forward_cuda)                                                                      \
     X(kn_conv2d_backward_input_cuda)                                                               \

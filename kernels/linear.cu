@@ -82,14 +82,23 @@ static int halves(kn_ctx *c, const float *a, size_t na, const float *b, size_t n
     return 0;
 }
 
-static int gemm_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                     const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
+/* C = beta C + op(A) op(B), A and B 16-bit; C fp32, or 16-bit (c16) when C is NULL */
+static int gemm_half_to(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                        const void *A, int lda, const void *B, int ldb, float beta, void *C,
+                        bool c16, int ldc)
 {
     const float one = 1.0f;
     cudaDataType_t t = c->prec == KN_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     KN_CUBLAS_TRY(cublasGemmEx(kn_cublas(c), ta, tb, m, n, k, &one, A, t, lda, B, t, ldb, &beta, C,
-                               CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                               c16 ? t : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT));
     return 0;
+}
+
+static int gemm_half(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                     const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc)
+{
+    return gemm_half_to(c, ta, tb, m, n, k, A, lda, B, ldb, beta, C, false, ldc);
 }
 
 /* C (m x n, column-major) = beta C + op(A) op(B) on 16-bit copies of fp32 A (na) and B (nb) */
@@ -185,18 +194,39 @@ extern "C" int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db,
     return 0;
 }
 
+template <typename H>
+static int forward_half_out(kn_ctx *c, void *out16, int ldo, const float *inp, const float *w,
+                            int N, int IC, int OC)
+{
+    H *hw, *hi;
+    KN_GEMM_TRY(halves<H>(c, w, (size_t)OC * IC, inp, (size_t)N * IC, &hw, &hi));
+    return gemm_half_to(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, hw, IC, hi, IC, 0.0f, out16, true,
+                        ldo);
+}
+
+extern "C" int kn_linear_forward_half_out_cuda(kn_ctx *ctx, void *out16, int ldo, const float *inp,
+                                               const float *w, int N, int IC, int OC)
+{
+    /* out^T (OC x N, leading dimension ldo) = W (OC x IC) . inp^T (IC x N), rounded to 16 bits */
+    if (ctx->prec == KN_PREC_BF16)
+        return forward_half_out<__nv_bfloat16>(ctx, out16, ldo, inp, w, N, IC, OC);
+    if (ctx->prec == KN_PREC_FP16)
+        return forward_half_out<__half>(ctx, out16, ldo, inp, w, N, IC, OC);
+    return (int)cudaErrorInvalidValue;
+}
+
 extern "C" int kn_linear_backward_input_half_cuda(kn_ctx *ctx, float *dinp, const void *dout16,
-                                                  const float *w, int N, int IC, int OC)
+                                                  int ldd, const float *w, int N, int IC, int OC)
 {
     /* dinp^T (IC x N) = W^T (IC x OC) . dout^T (OC x N), dout already 16-bit */
     return product_with_half(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, (size_t)OC * IC, IC,
-                             dout16, OC, 0.0f, dinp, IC);
+                             dout16, ldd, 0.0f, dinp, IC);
 }
 
 extern "C" int kn_linear_backward_weight_half_cuda(kn_ctx *ctx, float *dw, const void *dout16,
-                                                   const float *inp, int N, int IC, int OC)
+                                                   int ldd, const float *inp, int N, int IC, int OC)
 {
     /* dW^T (IC x OC) += inp^T (IC x N) . dout (N x OC), dout already 16-bit */
     return product_with_half(ctx, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, (size_t)N * IC, IC,
-                             dout16, OC, 1.0f, dw, IC);
+                             dout16, ldd, 1.0f, dw, IC);
 }

@@ -44,13 +44,21 @@ KN_GPU_FN(int, kn_linear_backward_input_cuda,
 KN_GPU_FN(int, kn_linear_backward_weight_cuda,
           (kn_ctx *ctx, float *dw, float *db, const float *dout, const float *inp, int N, int IC,
            int OC));
-/* The two backward products of a bf16 / fp16 context whose output gradient dout16 (N,OC) is
- * already in the context's 16 bits (kn_crossentropy_backward_half_cuda writes it so): only w or
- * inp is converted. No bias gradient. Other precisions get cudaErrorInvalidValue. */
+/* The head's products in a bf16 / fp16 context (other precisions get cudaErrorInvalidValue):
+ * the forward's result rounded to the context's 16 bits, row r of out16 at r * ldo (ldo >= OC;
+ * a multiple of 8 keeps cuBLAS's rows aligned, which an odd vocabulary such as GPT-2's 50,257
+ * would not); the two backward products from an output gradient dout16 (N rows of OC, leading
+ * dimension ldd) already in those 16 bits (kn_crossentropy_backward_half_cuda writes it so):
+ * only w or inp is converted. No bias. */
+KN_GPU_FN(int, kn_linear_forward_half_out_cuda,
+          (kn_ctx *ctx, void *out16, int ldo, const float *inp, const float *w, int N, int IC,
+           int OC));
 KN_GPU_FN(int, kn_linear_backward_input_half_cuda,
-          (kn_ctx *ctx, float *dinp, const void *dout16, const float *w, int N, int IC, int OC));
+          (kn_ctx *ctx, float *dinp, const void *dout16, int ldd, const float *w, int N, int IC,
+           int OC));
 KN_GPU_FN(int, kn_linear_backward_weight_half_cuda,
-          (kn_ctx *ctx, float *dw, const void *dout16, const float *inp, int N, int IC, int OC));
+          (kn_ctx *ctx, float *dw, const void *dout16, int ldd, const float *inp, int N, int IC,
+           int OC));
 #endif
 
 #ifdef __cplusplus

@@ -260,16 +260,48 @@ static void test_training_loss(void **state)
     assert_true(bf16 != fp32); /* the emulation changed the arithmetic */
 }
 
+/* the wire's bulk conversions give the bits of the one-value ones, specials included, and
+ * widen back exactly */
+static void test_pack16(void **state)
+{
+    (void)state;
+    enum { N = 4096 };
+    static float src[N], back[N];
+    static uint16_t packed[N];
+    const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                0xffc00001u, 0x7f800001u, 0x00000001u, 0x3f808000u, 0x3f818000u,
+                                0x477ff000u, 0x477fefffu, 0x33800000u, 0x7f7fffffu};
+    uint64_t r = 11;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        if (i < (int)(sizeof special / sizeof special[0])) {
+            u = special[i];
+        } else {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            u = (uint32_t)(r >> 32);
+        }
+        memcpy(&src[i], &u, sizeof u);
+    }
+    kn_precision precs[] = {KN_PREC_BF16, KN_PREC_FP16};
+    for (int p = 0; p < 2; p++) {
+        kn_pack16(precs[p], packed, src, N);
+        kn_unpack16(precs[p], back, packed, N);
+        for (int i = 0; i < N; i++) {
+            uint16_t want = precs[p] == KN_PREC_BF16 ? kn_bf16_bits(src[i]) : kn_fp16_bits(src[i]);
+            assert_int_equal(packed[i], want);
+            float w = precs[p] == KN_PREC_BF16 ? kn_bf16_from_bits(want) : kn_fp16_from_bits(want);
+            assert_memory_equal(&back[i], &w, sizeof w);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_bf16),
-        cmocka_unit_test(test_round_fp16),
-        cmocka_unit_test(test_bits),
-        cmocka_unit_test(test_names),
-        cmocka_unit_test(test_linear_emulated),
-        cmocka_unit_test(test_vgg_emulated),
-        cmocka_unit_test(test_training_loss),
+        cmocka_unit_test(test_round_bf16),   cmocka_unit_test(test_round_fp16),
+        cmocka_unit_test(test_bits),         cmocka_unit_test(test_pack16),
+        cmocka_unit_test(test_names),        cmocka_unit_test(test_linear_emulated),
+        cmocka_unit_test(test_vgg_emulated), cmocka_unit_test(test_training_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
