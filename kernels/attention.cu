@@ -44,19 +44,30 @@ template <> __device__ __forceinline__ float from_f<float>(float x)
     return x;
 }
 
+/* element i of a (B,NH,T,hs) tensor: its sample b, head h, position t and lane d. I is the index
+ * type: 32-bit where the tensor allows it (a 64-bit division costs tens of instructions) */
+template <typename I>
+__device__ __forceinline__ void bhtd(I i, int T, int NH, int hs, int *b, int *h, int *t, int *d)
+{
+    I r = i / (I)hs;
+    *d = (int)(i - r * (I)hs);
+    I r2 = r / (I)T;
+    *t = (int)(r - r2 * (I)T);
+    I r3 = r2 / (I)NH;
+    *h = (int)(r2 - r3 * (I)NH);
+    *b = (int)r3;
+}
+
 /* qkv (B,T,3,NH,hs) fp32 -> q, k, v (B,NH,T,hs) in H (fp32 or 16-bit) */
-template <typename H>
+template <typename H, typename I>
 __global__ static void split_heads_h(H *q, H *k, H *v, const float *qkv, int B, int T, int NH,
                                      int hs)
 {
-    size_t n = (size_t)B * NH * T * hs;
+    I n = (I)B * NH * T * hs;
     int C = NH * hs;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        int t = (int)((i / hs) % T);
-        int h = (int)((i / ((size_t)hs * T)) % NH);
-        int b = (int)(i / ((size_t)hs * T * NH));
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        int b, h, t, d;
+        bhtd<I>(i, T, NH, hs, &b, &h, &t, &d);
         const float *src = qkv + ((size_t)b * T + t) * 3 * C + h * hs + d;
         q[i] = from_f<H>(src[0]);
         k[i] = from_f<H>(src[C]);
@@ -65,17 +76,15 @@ __global__ static void split_heads_h(H *q, H *k, H *v, const float *qkv, int B, 
 }
 
 /* dq, dk, dv (B,NH,T,hs) -> dqkv (B,T,3,NH,hs) */
+template <typename I>
 __global__ static void merge_heads3(float *dqkv, const float *dq, const float *dk, const float *dv,
                                     int B, int T, int NH, int hs)
 {
-    size_t n = (size_t)B * NH * T * hs;
+    I n = (I)B * NH * T * hs;
     int C = NH * hs;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        int t = (int)((i / hs) % T);
-        int h = (int)((i / ((size_t)hs * T)) % NH);
-        int b = (int)(i / ((size_t)hs * T * NH));
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        int b, h, t, d;
+        bhtd<I>(i, T, NH, hs, &b, &h, &t, &d);
         float *dst = dqkv + ((size_t)b * T + t) * 3 * C + h * hs + d;
         dst[0] = dq[i];
         dst[C] = dk[i];
@@ -84,16 +93,14 @@ __global__ static void merge_heads3(float *dqkv, const float *dq, const float *d
 }
 
 /* y (B,NH,T,hs) <-> out (B,T,C); forward = 1 gathers heads into out, 0 scatters out into y */
+template <typename I>
 __global__ static void permute_y(float *out, float *y, int B, int T, int NH, int hs, int to_out)
 {
-    size_t n = (size_t)B * NH * T * hs;
+    I n = (I)B * NH * T * hs;
     int C = NH * hs;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        int t = (int)((i / hs) % T);
-        int h = (int)((i / ((size_t)hs * T)) % NH);
-        int b = (int)(i / ((size_t)hs * T * NH));
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        int b, h, t, d;
+        bhtd<I>(i, T, NH, hs, &b, &h, &t, &d);
         size_t o = ((size_t)b * T + t) * C + h * hs + d;
         if (to_out)
             out[o] = y[i];
@@ -166,17 +173,14 @@ __global__ static void causal_softmax_bwd(float *datt, const float *att, int row
 /* --- bf16 / fp16 ------------------------------------------------------------------------- */
 
 /* out (B,T,C) fp32 -> dy (B,NH,T,hs) 16-bit */
-template <typename H>
+template <typename H, typename I>
 __global__ static void scatter_heads_h(H *dy, const float *dout, int B, int T, int NH, int hs)
 {
-    size_t n = (size_t)B * NH * T * hs;
+    I n = (I)B * NH * T * hs;
     int C = NH * hs;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs);
-        int t = (int)((i / hs) % T);
-        int h = (int)((i / ((size_t)hs * T)) % NH);
-        int b = (int)(i / ((size_t)hs * T * NH));
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        int b, h, t, d;
+        bhtd<I>(i, T, NH, hs, &b, &h, &t, &d);
         dy[i] = from_f<H>(dout[((size_t)b * T + t) * C + h * hs + d]);
     }
 }
@@ -221,6 +225,13 @@ __global__ static void causal_softmax_bwd_h(H *datt, const H *att, int rows, int
         d[j] = from_f<H>(j <= t ? to_f(a[j]) * (to_f(d[j]) - dot) * scale : 0.0f);
 }
 
+/* 32-bit index math where the tensor allows it: under 2^31 elements, so that a grid-stride step
+ * (at most kn_blocks' 2^28 threads) never wraps */
+static inline bool idx32(size_t n)
+{
+    return n < 0x80000000u;
+}
+
 /* one strided-batched product per sample over its NH heads: 16-bit A and B, C in ct, fp32
  * accumulation */
 static int gemm_heads(kn_ctx *ctx, cudaDataType_t ht, cublasOperation_t ta, cublasOperation_t tb,
@@ -247,7 +258,10 @@ static int attention_forward_half(kn_ctx *ctx, cudaDataType_t ht, float *out, fl
     H *a = (H *)att;
     cudaStream_t s = kn_stream(ctx);
     float scale = 1.0f / sqrtf((float)hs);
-    split_heads_h<H><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    if (idx32(BTC))
+        split_heads_h<H, unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    else
+        split_heads_h<H, size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     for (int b = 0; b < B; b++) { /* scores^T per head: K (T x hs) . Q^T (hs x T), scaled */
         size_t o = (size_t)b * NH * T * hs;
@@ -261,7 +275,10 @@ static int attention_forward_half(kn_ctx *ctx, cudaDataType_t ht, float *out, fl
         KN_GEMM_TRY(gemm_heads(ctx, ht, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v + o, hs, sT,
                                a + 2 * b * NTT, T, sTT, CUDA_R_32F, y + o, hs, sT, NH));
     }
-    permute_y<<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
+    if (idx32(BTC))
+        permute_y<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
+    else
+        permute_y<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
     KN_LAUNCH_CHECK();
     return 0;
 }
@@ -280,9 +297,15 @@ static int attention_backward_half(kn_ctx *ctx, cudaDataType_t ht, float *dqkv, 
     const H *a = (const H *)att;
     cudaStream_t s = kn_stream(ctx);
     float scale = 1.0f / sqrtf((float)hs);
-    split_heads_h<H><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    if (idx32(BTC))
+        split_heads_h<H, unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    else
+        split_heads_h<H, size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
-    scatter_heads_h<H><<<kn_blocks(BTC, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
+    if (idx32(BTC))
+        scatter_heads_h<H, unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
+    else
+        scatter_heads_h<H, size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     for (int b = 0; b < B; b++) {
         size_t o = (size_t)b * NH * T * hs, oa = 2 * b * NTT;
@@ -304,7 +327,10 @@ static int attention_backward_half(kn_ctx *ctx, cudaDataType_t ht, float *dqkv, 
         KN_GEMM_TRY(gemm_heads(ctx, ht, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q + o, hs, sT,
                                datt + oa, T, sTT, CUDA_R_32F, dk + o, hs, sT, NH));
     }
-    merge_heads3<<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    if (idx32(BTC))
+        merge_heads3<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    else
+        merge_heads3<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     return 0;
 }
@@ -324,7 +350,12 @@ extern "C" int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, fl
     cudaStream_t s = kn_stream(ctx);
     cublasHandle_t h = kn_cublas(ctx);
     const float one = 1.0f, zero = 0.0f, scale = 1.0f / sqrtf((float)hs);
-    split_heads_h<float><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    if (idx32(BTC))
+        split_heads_h<float, unsigned>
+            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    else
+        split_heads_h<float, size_t>
+            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     /* scores^T per head: (T x T) = K (T x hs) . Q^T (hs x T), scaled */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, hs,
@@ -334,7 +365,10 @@ extern "C" int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, fl
     /* y^T (hs x T) = V^T (hs x T) . att^T (T x T) */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, hs, sT,
                                             att, T, sTT, &zero, y, hs, sT, batch));
-    permute_y<<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
+    if (idx32(BTC))
+        permute_y<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
+    else
+        permute_y<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
     KN_LAUNCH_CHECK();
     return 0;
 }
@@ -357,9 +391,17 @@ extern "C" int kn_attention_backward_cuda(kn_ctx *ctx, float *dqkv, float *ws, c
     cudaStream_t s = kn_stream(ctx);
     cublasHandle_t h = kn_cublas(ctx);
     const float one = 1.0f, zero = 0.0f, scale = 1.0f / sqrtf((float)hs);
-    split_heads_h<float><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    if (idx32(BTC))
+        split_heads_h<float, unsigned>
+            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    else
+        split_heads_h<float, size_t>
+            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
-    permute_y<<<kn_blocks(BTC, 256), 256, 0, s>>>((float *)dout, dy, B, T, NH, hs, 0);
+    if (idx32(BTC))
+        permute_y<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>((float *)dout, dy, B, T, NH, hs, 0);
+    else
+        permute_y<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>((float *)dout, dy, B, T, NH, hs, 0);
     KN_LAUNCH_CHECK();
     /* datt^T (T x T) = V (T x hs) . dy^T (hs x T) */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, hs, sT,
@@ -375,7 +417,10 @@ extern "C" int kn_attention_backward_cuda(kn_ctx *ctx, float *dqkv, float *ws, c
     /* dk^T (hs x T) = Q^T (hs x T) . dpre (T x T) */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, q, hs, sT,
                                             datt, T, sTT, &zero, dk, hs, sT, batch));
-    merge_heads3<<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    if (idx32(BTC))
+        merge_heads3<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    else
+        merge_heads3<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
     KN_LAUNCH_CHECK();
     return 0;
 }

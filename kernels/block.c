@@ -434,8 +434,8 @@ size_t kn_block_scratch_bytes(const kn_block *blk, int B, bool gpu, kn_precision
         MOST(linear_half_elems(N, 4 * C, C));
         break;
     case KN_BLOCK_GPT_HEAD: /* the logits' gradient is 16-bit already (head16.h): the products
-                             * convert the weight or the input alone */
-        MOST(((C * (size_t)blk->V + 127) & ~(size_t)127) + N * C);
+                             * convert the weight (padded rows) or the input alone */
+        MOST(((C * (size_t)kn_head16_ld(blk->V) + 127) & ~(size_t)127) + N * C);
         break;
     case KN_BLOCK_FC_RELU:
     case KN_BLOCK_FC_LOSS:

@@ -79,8 +79,7 @@ __global__ static void ce_fwd(float *losses, float *probs, const L *logits, size
         m = lane < nwarps ? shm[lane] : -INFINITY;
         s = lane < nwarps ? shs[lane] : 0.0f;
         for (int o = 16; o > 0; o >>= 1) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m, o),
-                  s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
             lse_merge(m, s, m2, s2);
         }
         if (lane == 0) {
@@ -123,9 +122,9 @@ __global__ static void ce_bwd(H *dlogits, size_t ld, const float *probs, const i
         int t = clamp_target(targets[row], V);
         const float *p = probs + (size_t)row * V;
         H *d = dlogits + (size_t)row * ld;
-        for (int j = blockIdx.x * chunk + threadIdx.x, k = 0; k < CE_COLS_PER_THREAD && j < V;
-             k++, j += blockDim.x)
-            d[j] = out_as<H>((p[j] - (j == t ? 1.0f : 0.0f)) * dloss);
+        for (int j = blockIdx.x * chunk + threadIdx.x, k = 0; k < CE_COLS_PER_THREAD && j < (int)ld;
+             k++, j += blockDim.x) /* zeros in the padding past V (linear.h's products read it) */
+            d[j] = out_as<H>(j < V ? (p[j] - (j == t ? 1.0f : 0.0f)) * dloss : 0.0f);
     }
 }
 
@@ -136,7 +135,7 @@ static int ce_bwd_launch(kn_ctx *ctx, H *dlogits, size_t ld, const float *probs,
     if (N <= 0 || V <= 0)
         return 0;
     unsigned threads = 256, chunk = threads * CE_COLS_PER_THREAD;
-    dim3 grid((unsigned)((V + chunk - 1) / chunk), (unsigned)(N < 65535 ? N : 65535));
+    dim3 grid((unsigned)((ld + chunk - 1) / chunk), (unsigned)(N < 65535 ? N : 65535));
     ce_bwd<H><<<grid, threads, 0, kn_stream(ctx)>>>(dlogits, ld, probs, targets, dloss, N, V);
     KN_LAUNCH_CHECK();
     return 0;
@@ -170,8 +169,8 @@ extern "C" int kn_crossentropy_forward_half_cuda(kn_ctx *ctx, float *losses, flo
         ce_fwd<__nv_bfloat16><<<N, 512, 0, s>>>(losses, probs, (const __nv_bfloat16 *)logits16,
                                                 (size_t)ld, targets, V);
     else if (ctx->prec == KN_PREC_FP16)
-        ce_fwd<__half><<<N, 512, 0, s>>>(losses, probs, (const __half *)logits16, (size_t)ld,
-                                         targets, V);
+        ce_fwd<__half>
+            <<<N, 512, 0, s>>>(losses, probs, (const __half *)logits16, (size_t)ld, targets, V);
     else
         return (int)cudaErrorInvalidValue;
     KN_LAUNCH_CHECK();

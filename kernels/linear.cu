@@ -10,11 +10,14 @@
 #include "kernels/cuda_common.cuh"
 #include "kernels/linear.h"
 
-__global__ static void bias_add(float *out, const float *b, size_t n, int OC)
+/* out (N, OC) += b per row: grid (column chunks, rows), no index division */
+__global__ static void bias_add(float *out, const float *b, int N, int OC)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] += b[i % OC];
+    for (int r = blockIdx.y; r < N; r += gridDim.y) {
+        float *row = out + (size_t)r * OC;
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < OC; j += gridDim.x * blockDim.x)
+            row[j] += b[j];
+    }
 }
 
 /* --- bf16 / fp16: the operands converted to 16 bits (round to nearest even), then a 16-bit
@@ -66,20 +69,32 @@ static int half_room(kn_ctx *c, size_t elems, void **out)
     return 0;
 }
 
-/* 16-bit copies of a (na values) and b (nb values), one after the other in the scratch */
+/* 16-bit copies of a (na values, then zeros up to na_pad >= na) and b (nb values), one after
+ * the other in the scratch */
 template <typename H>
-static int halves(kn_ctx *c, const float *a, size_t na, const float *b, size_t nb, H **ha, H **hb)
+static int halves_padded(kn_ctx *c, const float *a, size_t na, size_t na_pad, const float *b,
+                         size_t nb, H **ha, H **hb)
 {
     void *ws;
-    size_t na_al = (na + 127) & ~(size_t)127; /* b's copy 256-byte aligned */
+    size_t na_al = (na_pad + 127) & ~(size_t)127; /* b's copy 256-byte aligned */
     KN_GEMM_TRY(half_room(c, na_al + nb, &ws));
     *ha = (H *)ws;
     *hb = *ha + na_al;
     to_half_k<H><<<kn_blocks(na / 4 + 1, 256), 256, 0, kn_stream(c)>>>(*ha, a, na);
     KN_LAUNCH_CHECK();
-    to_half_k<H><<<kn_blocks(nb / 4 + 1, 256), 256, 0, kn_stream(c)>>>(*hb, b, nb);
-    KN_LAUNCH_CHECK();
+    if (na_pad > na) /* the 16-bit zero is all bits clear */
+        KN_CUDA_TRY(cudaMemsetAsync(*ha + na, 0, (na_pad - na) * sizeof(H), kn_stream(c)));
+    if (b != NULL) {
+        to_half_k<H><<<kn_blocks(nb / 4 + 1, 256), 256, 0, kn_stream(c)>>>(*hb, b, nb);
+        KN_LAUNCH_CHECK();
+    }
     return 0;
+}
+
+template <typename H>
+static int halves(kn_ctx *c, const float *a, size_t na, const float *b, size_t nb, H **ha, H **hb)
+{
+    return halves_padded<H>(c, a, na, na, b, nb, ha, hb);
 }
 
 /* C = beta C + op(A) op(B), A and B 16-bit; C fp32, or 16-bit (c16) when C is NULL */
@@ -90,8 +105,7 @@ static int gemm_half_to(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, i
     const float one = 1.0f;
     cudaDataType_t t = c->prec == KN_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     KN_CUBLAS_TRY(cublasGemmEx(kn_cublas(c), ta, tb, m, n, k, &one, A, t, lda, B, t, ldb, &beta, C,
-                               c16 ? t : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                               CUBLAS_GEMM_DEFAULT));
+                               c16 ? t : CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
@@ -167,8 +181,8 @@ extern "C" int kn_linear_forward_cuda(kn_ctx *ctx, float *out, const float *inp,
     KN_GEMM_TRY(product(ctx, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, (size_t)OC * IC, IC, inp,
                         (size_t)N * IC, IC, 0.0f, out, OC));
     if (b != NULL) {
-        size_t n = (size_t)N * OC;
-        bias_add<<<kn_blocks(n, 256), 256, 0, kn_stream(ctx)>>>(out, b, n, OC);
+        dim3 grid((unsigned)((OC + 255) / 256), (unsigned)(N < 65535 ? N : 65535));
+        bias_add<<<grid, 256, 0, kn_stream(ctx)>>>(out, b, N, OC);
         KN_LAUNCH_CHECK();
     }
     return 0;
@@ -194,20 +208,37 @@ extern "C" int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db,
     return 0;
 }
 
+/* The head's products (linear.h): W's 16-bit copy gets zero rows up to `ld` (the padded row
+ * stride of the 16-bit logits), so every dimension cuBLAS sees is a multiple of 8 where GPT-2's
+ * vocabulary of 50,257 is odd; cuBLAS picks its slow unaligned kernels otherwise (measured on an
+ * H200: the logits' product 6.7 ms, the input gradient's 4.9 ms, each several times its
+ * aligned twin). */
 template <typename H>
 static int forward_half_out(kn_ctx *c, void *out16, int ldo, const float *inp, const float *w,
                             int N, int IC, int OC)
 {
     H *hw, *hi;
-    KN_GEMM_TRY(halves<H>(c, w, (size_t)OC * IC, inp, (size_t)N * IC, &hw, &hi));
-    return gemm_half_to(c, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, hw, IC, hi, IC, 0.0f, out16, true,
+    KN_GEMM_TRY(
+        halves_padded<H>(c, w, (size_t)OC * IC, (size_t)ldo * IC, inp, (size_t)N * IC, &hw, &hi));
+    return gemm_half_to(c, CUBLAS_OP_T, CUBLAS_OP_N, ldo, N, IC, hw, IC, hi, IC, 0.0f, out16, true,
                         ldo);
+}
+
+template <typename H>
+static int backward_input_half(kn_ctx *c, float *dinp, const void *dout16, int ldd, const float *w,
+                               int N, int IC, int OC)
+{
+    H *hw, *unused;
+    KN_GEMM_TRY(halves_padded<H>(c, w, (size_t)OC * IC, (size_t)ldd * IC, NULL, 0, &hw, &unused));
+    return gemm_half(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, ldd, hw, IC, dout16, ldd, 0.0f, dinp, IC);
 }
 
 extern "C" int kn_linear_forward_half_out_cuda(kn_ctx *ctx, void *out16, int ldo, const float *inp,
                                                const float *w, int N, int IC, int OC)
 {
-    /* out^T (OC x N, leading dimension ldo) = W (OC x IC) . inp^T (IC x N), rounded to 16 bits */
+    /* out^T (ldo x N) = W (ldo x IC, zero rows past OC) . inp^T (IC x N), rounded to 16 bits */
+    if (ldo < OC)
+        return (int)cudaErrorInvalidValue;
     if (ctx->prec == KN_PREC_BF16)
         return forward_half_out<__nv_bfloat16>(ctx, out16, ldo, inp, w, N, IC, OC);
     if (ctx->prec == KN_PREC_FP16)
@@ -218,9 +249,14 @@ extern "C" int kn_linear_forward_half_out_cuda(kn_ctx *ctx, void *out16, int ldo
 extern "C" int kn_linear_backward_input_half_cuda(kn_ctx *ctx, float *dinp, const void *dout16,
                                                   int ldd, const float *w, int N, int IC, int OC)
 {
-    /* dinp^T (IC x N) = W^T (IC x OC) . dout^T (OC x N), dout already 16-bit */
-    return product_with_half(ctx, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, (size_t)OC * IC, IC,
-                             dout16, ldd, 0.0f, dinp, IC);
+    /* dinp^T (IC x N) = W^T (IC x ldd, zero columns past OC) . dout^T (ldd x N), dout 16-bit */
+    if (ldd < OC)
+        return (int)cudaErrorInvalidValue;
+    if (ctx->prec == KN_PREC_BF16)
+        return backward_input_half<__nv_bfloat16>(ctx, dinp, dout16, ldd, w, N, IC, OC);
+    if (ctx->prec == KN_PREC_FP16)
+        return backward_input_half<__half>(ctx, dinp, dout16, ldd, w, N, IC, OC);
+    return (int)cudaErrorInvalidValue;
 }
 
 extern "C" int kn_linear_backward_weight_half_cuda(kn_ctx *ctx, float *dw, const void *dout16,

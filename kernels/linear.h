@@ -44,12 +44,15 @@ KN_GPU_FN(int, kn_linear_backward_input_cuda,
 KN_GPU_FN(int, kn_linear_backward_weight_cuda,
           (kn_ctx *ctx, float *dw, float *db, const float *dout, const float *inp, int N, int IC,
            int OC));
-/* The head's products in a bf16 / fp16 context (other precisions get cudaErrorInvalidValue):
- * the forward's result rounded to the context's 16 bits, row r of out16 at r * ldo (ldo >= OC;
- * a multiple of 8 keeps cuBLAS's rows aligned, which an odd vocabulary such as GPT-2's 50,257
- * would not); the two backward products from an output gradient dout16 (N rows of OC, leading
- * dimension ldd) already in those 16 bits (kn_crossentropy_backward_half_cuda writes it so):
- * only w or inp is converted. No bias. */
+/* The head's products in a bf16 / fp16 context (other precisions, or ldo / ldd under OC, get
+ * cudaErrorInvalidValue), with 16-bit rows padded to a stride that is a multiple of 8 (GPT-2's
+ * vocabulary of 50,257 would leave every dimension cuBLAS sees odd, and its kernels unaligned
+ * and several times slower):
+ * - forward: out16 (N rows, ldo apart) = inp w^T rounded to the context's 16 bits; the columns
+ *   from OC to ldo hold zeros;
+ * - backward: from an output gradient dout16 (N rows, ldd apart) already in those 16 bits
+ *   (kn_crossentropy_backward_half_cuda writes it so), whose columns from OC to ldd must be
+ *   zeros; only w or inp is converted. No bias. */
 KN_GPU_FN(int, kn_linear_forward_half_out_cuda,
           (kn_ctx *ctx, void *out16, int ldo, const float *inp, const float *w, int N, int IC,
            int OC));
