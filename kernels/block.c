@@ -90,6 +90,11 @@ static sc_status lin_bwd(kn_ctx *c, const kn_block *blk, kn_bwd_part part, float
                          float *db, const float *dout, const float *x, const float *w, int N,
                          int IC, int OC, sc_err *err)
 {
+    if (dx != NULL && part == KN_BWD_FULL && c->dev.kind == KN_DEV_CUDA) { /* one dout copy */
+        DISPATCH("linear backward", (void)0,
+                 kn_linear_backward_cuda(c, dx, dw, db, dout, x, w, N, IC, OC));
+        return SC_OK;
+    }
     if (dx != NULL && runs_input(part))
         DISPATCH("linear backward (input)",
                  CHK(kn_cpu_linear_backward_input(c, dx, dout, w, N, IC, OC, err)),
@@ -401,7 +406,8 @@ size_t kn_block_ws_floats(const kn_block *blk, int B, bool gpu)
 }
 
 /* 16-bit elements of linear.cu's scratch for the three products of a linear layer (N, IC, OC):
- * the largest pair of operands, the first rounded up to 128 values */
+ * the largest pair of operands, or the three of a full backward, each but the last rounded up
+ * to 128 values */
 static size_t linear_half_elems(size_t N, size_t IC, size_t OC)
 {
     size_t pairs[3][2] = {{OC * IC, N * IC}, {OC * IC, N * OC}, {N * IC, N * OC}}, most = 0;
@@ -409,7 +415,9 @@ static size_t linear_half_elems(size_t N, size_t IC, size_t OC)
         size_t e = ((pairs[i][0] + 127) & ~(size_t)127) + pairs[i][1];
         most = e > most ? e : most;
     }
-    return most;
+    /* a full backward converts all three at once (kn_linear_backward_cuda) */
+    size_t all = ((OC * IC + 127) & ~(size_t)127) + ((N * OC + 127) & ~(size_t)127) + N * IC;
+    return all > most ? all : most;
 }
 
 size_t kn_block_scratch_bytes(const kn_block *blk, int B, bool gpu, kn_precision prec)

@@ -78,6 +78,7 @@ const char *kn_gpu_backend_path(void)
     X(kn_linear_forward_cuda)                                                                      \
     X(kn_linear_backward_input_cuda)                                                               \
     X(kn_linear_backward_weight_cuda)                                                              \
+    X(kn_linear_backward_cuda)                                                                     \
     X(kn_linear_forward_half_out_cuda)                                                             \
     X(kn_linear_backward_input_half_cuda)                                                          \
     X(kn_linear_backward_weight_half_cuda)                                                         \

@@ -97,6 +97,27 @@ static int halves(kn_ctx *c, const float *a, size_t na, const float *b, size_t n
     return halves_padded<H>(c, a, na, na, b, nb, ha, hb);
 }
 
+/* 16-bit copies of three operands, each 256-byte aligned, in the scratch */
+template <typename H>
+static int halves3(kn_ctx *c, const float *a, size_t na, const float *b, size_t nb, const float *d,
+                   size_t nd, H **ha, H **hb, H **hd)
+{
+    void *ws;
+    size_t na_al = (na + 127) & ~(size_t)127, nb_al = (nb + 127) & ~(size_t)127;
+    KN_GEMM_TRY(half_room(c, na_al + nb_al + nd, &ws));
+    *ha = (H *)ws;
+    *hb = *ha + na_al;
+    *hd = *hb + nb_al;
+    const float *src[3] = {a, b, d};
+    H *dst[3] = {*ha, *hb, *hd};
+    size_t n[3] = {na, nb, nd};
+    for (int i = 0; i < 3; i++) {
+        to_half_k<H><<<kn_blocks(n[i] / 4 + 1, 256), 256, 0, kn_stream(c)>>>(dst[i], src[i], n[i]);
+        KN_LAUNCH_CHECK();
+    }
+    return 0;
+}
+
 /* C = beta C + op(A) op(B), A and B 16-bit; C fp32, or 16-bit (c16) when C is NULL */
 static int gemm_half_to(kn_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                         const void *A, int lda, const void *B, int ldb, float beta, void *C,
@@ -213,6 +234,35 @@ extern "C" int kn_linear_backward_weight_cuda(kn_ctx *ctx, float *dw, float *db,
  * vocabulary of 50,257 is odd; cuBLAS picks its slow unaligned kernels otherwise (measured on an
  * H200: the logits' product 6.7 ms, the input gradient's 4.9 ms, each several times its
  * aligned twin). */
+/* both backward products from one 16-bit copy of dout (the separate calls convert it twice) */
+template <typename H>
+static int backward_both_half(kn_ctx *c, float *dinp, float *dw, const float *dout,
+                              const float *inp, const float *w, int N, int IC, int OC)
+{
+    H *hw, *hd, *hi;
+    KN_GEMM_TRY(halves3<H>(c, w, (size_t)OC * IC, dout, (size_t)N * OC, inp, (size_t)N * IC, &hw,
+                           &hd, &hi));
+    KN_GEMM_TRY(gemm_half(c, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, hw, IC, hd, OC, 0.0f, dinp, IC));
+    return gemm_half(c, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, hi, IC, hd, OC, 1.0f, dw, IC);
+}
+
+extern "C" int kn_linear_backward_cuda(kn_ctx *ctx, float *dinp, float *dw, float *db,
+                                       const float *dout, const float *inp, const float *w, int N,
+                                       int IC, int OC)
+{
+    if (ctx->prec == KN_PREC_BF16)
+        KN_GEMM_TRY(backward_both_half<__nv_bfloat16>(ctx, dinp, dw, dout, inp, w, N, IC, OC));
+    else if (ctx->prec == KN_PREC_FP16)
+        KN_GEMM_TRY(backward_both_half<__half>(ctx, dinp, dw, dout, inp, w, N, IC, OC));
+    else {
+        KN_GEMM_TRY(kn_linear_backward_input_cuda(ctx, dinp, dout, w, N, IC, OC));
+        return kn_linear_backward_weight_cuda(ctx, dw, db, dout, inp, N, IC, OC);
+    }
+    if (db != NULL)
+        return kn_colsum_add(ctx, db, dout, N, OC);
+    return 0;
+}
+
 template <typename H>
 static int forward_half_out(kn_ctx *c, void *out16, int ldo, const float *inp, const float *w,
                             int N, int IC, int OC)

@@ -44,6 +44,11 @@ KN_GPU_FN(int, kn_linear_backward_input_cuda,
 KN_GPU_FN(int, kn_linear_backward_weight_cuda,
           (kn_ctx *ctx, float *dw, float *db, const float *dout, const float *inp, int N, int IC,
            int OC));
+/* Both backward products at once (kn_linear_backward_input_cuda, then _weight_cuda): in bf16 /
+ * fp16, dout is converted to 16 bits once for the two. */
+KN_GPU_FN(int, kn_linear_backward_cuda,
+          (kn_ctx *ctx, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+           const float *w, int N, int IC, int OC));
 /* The head's products in a bf16 / fp16 context (other precisions, or ldo / ldd under OC, get
  * cudaErrorInvalidValue), with 16-bit rows padded to a stride that is a multiple of 8 (GPT-2's
  * vocabulary of 50,257 would leave every dimension cuBLAS sees odd, and its kernels unaligned
