@@ -20,21 +20,39 @@
 
 typedef enum { HF_GPT2 = 0, HF_LLAMA } hf_arch;
 
-struct kn_hf {
+/* A checkpoint's model: the kind's data behind the record's source (model_internal.h). */
+typedef struct kn_hf {
     char dir[PATH_MAX];
     hf_arch arch;
     int positions; /* rows of the position embedding (n_positions) */
     bool tied;
     json_t *config; /* the config as read, written back on export */
-};
+} kn_hf;
 
-void kn_hf_destroy(kn_hf **p)
+static void hf_release(void *data)
 {
-    if (p == NULL || *p == NULL)
+    kn_hf *hf = data;
+    if (hf == NULL)
         return;
-    json_decref((*p)->config);
-    free(*p);
-    *p = NULL;
+    json_decref(hf->config);
+    free(hf);
+}
+
+static sc_status hf_read_block(const kn_model *m, int i, float *params, sc_err *err);
+
+/* How a checkpoint's model plugs into the record (model_internal.h): its weights from the
+ * folder, its kn_hf freed with the model. */
+static const kn_model_source hf_source = {.read_block = hf_read_block, .release = hf_release};
+
+static bool is_hf(const kn_model *m)
+{
+    return m->source == &hf_source;
+}
+
+/* The kn_hf of an "hf" model, or of export_view's shadow of a "gpt" one. */
+static const kn_hf *hf_of(const kn_model *m)
+{
+    return m->source_data;
 }
 
 /* An optional integer that may also be null (transformers writes "n_inner": null). */
@@ -284,7 +302,8 @@ sc_status kn_hf_build(kn_model *m, const sc_jnode *spec, sc_err *err)
     SC_CHECK(sc_json_opt_bool(spec, "split_blocks", false, &split, err));
     kn_hf *hf = calloc(1, sizeof *hf);
     SC_ALLOC_CHECK(hf, err);
-    m->hf = hf; /* freed with the model */
+    m->source = &hf_source; /* hf freed with the model */
+    m->source_data = hf;
     if (strlen(dir) >= sizeof hf->dir - 16) {
         sc_jnode p;
         SC_CHECK(sc_jnode_member(spec, "path", &p, err));
@@ -355,7 +374,7 @@ static sc_status gpt2_slot(const kn_model *m, const char *prefix, int b, int t, 
     if (blk->kind == KN_BLOCK_EMBED) {
         snprintf(s->name, sizeof s->name, "%s%s.weight", prefix, tn->name);
         s->ndim = 2;
-        s->dims[0] = t == 0 ? V : m->hf->positions;
+        s->dims[0] = t == 0 ? V : hf_of(m)->positions;
         s->dims[1] = C;
         return SC_OK;
     }
@@ -365,11 +384,11 @@ static sc_status gpt2_slot(const kn_model *m, const char *prefix, int b, int t, 
         s->dims[1] = C;
         if (t < 2)
             snprintf(s->name, sizeof s->name, "%sln_f.%s", prefix, t == 0 ? "weight" : "bias");
-        else if (m->hf->tied)
+        else if (hf_of(m)->tied)
             snprintf(s->name, sizeof s->name, "%swte.weight", prefix);
         else
             snprintf(s->name, sizeof s->name, "lm_head.weight");
-        s->skip_on_export = t == 2 && m->hf->tied;
+        s->skip_on_export = t == 2 && hf_of(m)->tied;
         return SC_OK;
     }
     int layer;
@@ -410,7 +429,7 @@ static sc_status llama_slot(const kn_model *m, int b, int t, hf_slot *s, sc_err 
     int64_t C = blk->C, V = blk->V, KD = (int64_t)blk->NKV * (C / blk->NH);
     memset(s, 0, sizeof *s);
     if (blk->kind == KN_BLOCK_TOK_EMBED || (blk->kind == KN_BLOCK_LLAMA_HEAD && t == 1)) {
-        bool tied_copy = blk->kind == KN_BLOCK_LLAMA_HEAD && m->hf->tied;
+        bool tied_copy = blk->kind == KN_BLOCK_LLAMA_HEAD && hf_of(m)->tied;
         snprintf(s->name, sizeof s->name, "%s",
                  blk->kind == KN_BLOCK_TOK_EMBED || tied_copy ? "model.embed_tokens.weight"
                                                               : "lm_head.weight");
@@ -451,7 +470,7 @@ static sc_status llama_slot(const kn_model *m, int b, int t, hf_slot *s, sc_err 
 static sc_status slot_of(const kn_model *m, const char *prefix, int b, int t, hf_slot *s,
                          sc_err *err)
 {
-    if (m->hf->arch == HF_LLAMA)
+    if (hf_of(m)->arch == HF_LLAMA)
         return llama_slot(m, b, t, s, err);
     return gpt2_slot(m, prefix, b, t, s, err);
 }
@@ -470,10 +489,10 @@ static const char *gpt2_prefix(const kn_st *st)
     return "";
 }
 
-sc_status kn_hf_read_block(const kn_model *m, int i, float *params, sc_err *err)
+static sc_status hf_read_block(const kn_model *m, int i, float *params, sc_err *err)
 {
     kn_st *st = NULL;
-    SC_CHECK(kn_st_open(&st, m->hf->dir, err));
+    SC_CHECK(kn_st_open(&st, hf_of(m)->dir, err));
     const char *prefix = gpt2_prefix(st);
     const kn_block *blk = kn_model_block(m, i);
     sc_status rc = SC_OK;
@@ -483,7 +502,7 @@ sc_status kn_hf_read_block(const kn_model *m, int i, float *params, sc_err *err)
         if (rc == SC_OK && !kn_st_has(st, s.name))
             rc = SC_ERRF(err, SC_ERR_NOT_FOUND,
                          "%s: the checkpoint has no tensor \"%s\" (block %s, tensor %s)",
-                         m->hf->dir, s.name, blk->name, blk->tensors[t].name);
+                         hf_of(m)->dir, s.name, blk->name, blk->tensors[t].name);
         if (rc == SC_OK)
             rc = kn_st_read(st, s.name, s.ndim, s.dims, s.transpose,
                             params + blk->tensors[t].offset, err);
@@ -524,7 +543,7 @@ static sc_status write_config(json_t *cfg, const char *dir, sc_err *err)
  * kinds. */
 static const kn_model *export_view(const kn_model *m, kn_model *shadow, kn_hf *gpt)
 {
-    if (m->hf != NULL)
+    if (is_hf(m))
         return m;
     if (kn_model_get_kind(m) != KN_MODEL_GPT)
         return NULL;
@@ -532,7 +551,8 @@ static const kn_model *export_view(const kn_model *m, kn_model *shadow, kn_hf *g
     gpt->arch = HF_GPT2;
     gpt->positions = kn_model_block(m, 0)->T;
     *shadow = *m;
-    shadow->hf = gpt;
+    shadow->source = NULL; /* never destroyed: nothing to release */
+    shadow->source_data = gpt;
     return shadow;
 }
 
@@ -588,11 +608,11 @@ static kn_st_dtype config_dtype(json_t *cfg)
 
 static json_t *export_config(const kn_model *m, const kn_model *mm)
 {
-    json_t *cfg = m->hf != NULL ? json_deep_copy(m->hf->config) : gpt_config(m);
+    json_t *cfg = is_hf(m) ? json_deep_copy(hf_of(m)->config) : gpt_config(m);
     if (cfg != NULL && json_object_get(cfg, "architectures") == NULL)
         json_object_set_new(
             cfg, "architectures",
-            json_pack("[s]", mm->hf->arch == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
+            json_pack("[s]", hf_of(mm)->arch == HF_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
     return cfg;
 }
 

@@ -26,15 +26,11 @@
 #include "common/sc_status.h"
 #include "kernels/model.h"
 
-typedef struct kn_hf kn_hf;
-
-/* Builds `m`'s blocks from the spec node's DIR/config.json (kernels-internal: called by
- * kn_model_from_node for kind "hf"). Reads config.json only, not the weights. */
+/* Builds `m`'s blocks from the spec node's DIR/config.json (kernels-internal: the builder of
+ * kind "hf" in model_spec.c's registry). Reads config.json only, not the weights: the model's
+ * source (model_internal.h) reads each block's tensors from the checkpoint when
+ * kn_model_fill_block asks, and frees the kind's data with the model. */
 sc_status kn_hf_build(kn_model *m, const sc_jnode *spec, sc_err *err);
-void kn_hf_destroy(kn_hf **hf);
-
-/* Block i's parameters from the checkpoint (only its tensors are read). */
-sc_status kn_hf_read_block(const kn_model *m, int i, float *params, sc_err *err);
 
 /* Writes DIR/config.json and DIR/model.safetensors (F32) for a model of kind "hf" or "gpt"
  * (as GPT-2: a "gpt" model has an untied head and n_positions = seq_len), from every block's

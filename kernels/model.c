@@ -1,6 +1,11 @@
 /*
- * kn model: spec parsing, the block chain of each builder, parameter layout and deterministic
- * initialisation. Shapes only; no device memory and no arithmetic on activations here.
+ * kn model, the core: the model record, the helpers every kind builds its blocks with,
+ * parameter layout, the accessors of model.h and deterministic initialisation. Shapes only; no
+ * device memory and no arithmetic on activations here.
+ *
+ * Does not parse a spec (model_spec.c) and knows no kind: a kind's builder (model_builtin.c,
+ * hf_model.c) calls this file, and this file reaches a kind's weights and data only through
+ * the record's kn_model_source (model_internal.h).
  */
 #include "kernels/model.h"
 
@@ -11,7 +16,6 @@
 #include <string.h>
 
 #include "common/sc_util.h"
-#include "kernels/hf_model.h"
 #include "kernels/model_internal.h"
 
 /* Each builder reserves its exact block count once its sizes are validated. */
@@ -48,319 +52,12 @@ void kn_model_tensor_add(kn_block *blk, const char *name, size_t count, bool dec
     blk->params += count;
 }
 
-/* --- GPT ---------------------------------------------------------------------------------- */
-
-static size_t attn_stash(int T, int C, int NH)
-{
-    /* ln1 (T,C), mean/rstd (T), qkv (T,3C), att (NH,T,T), atty (T,C) */
-    return (size_t)T * C + 2 * (size_t)T + 3 * (size_t)T * C + (size_t)NH * T * T + (size_t)T * C;
-}
-
-static size_t mlp_stash(int T, int C)
-{
-    /* ln2 (T,C), mean/rstd (T), fch (T,4C), fch_gelu (T,4C) */
-    return (size_t)T * C + 2 * (size_t)T + 8 * (size_t)T * C;
-}
-
-static void gpt_attn_tensors(kn_block *b, int C, float std, float proj_std)
-{
-    kn_model_tensor_add(b, "ln1.w", C, false, 0, 1);
-    kn_model_tensor_add(b, "ln1.b", C, false, 0, 0);
-    kn_model_tensor_add(b, "qkv.w", 3 * (size_t)C * C, true, std, 0);
-    kn_model_tensor_add(b, "qkv.b", 3 * (size_t)C, false, 0, 0);
-    kn_model_tensor_add(b, "attproj.w", (size_t)C * C, true, proj_std, 0);
-    kn_model_tensor_add(b, "attproj.b", C, false, 0, 0);
-}
-
-static void gpt_mlp_tensors(kn_block *b, int C, float std, float proj_std)
-{
-    kn_model_tensor_add(b, "ln2.w", C, false, 0, 1);
-    kn_model_tensor_add(b, "ln2.b", C, false, 0, 0);
-    kn_model_tensor_add(b, "fc.w", 4 * (size_t)C * C, true, std, 0);
-    kn_model_tensor_add(b, "fc.b", 4 * (size_t)C, false, 0, 0);
-    kn_model_tensor_add(b, "fcproj.w", 4 * (size_t)C * C, true, proj_std, 0);
-    kn_model_tensor_add(b, "fcproj.b", C, false, 0, 0);
-}
-
-static void gpt_shape(kn_block *b, int V, int T, int C, int NH)
-{
-    b->V = V;
-    b->T = T;
-    b->C = C;
-    b->NH = NH;
-    b->in_floats = (size_t)T * C;
-    b->out_floats = (size_t)T * C;
-}
-
-static sc_status build_gpt(kn_model *m, const sc_jnode *root, sc_err *err)
-{
-    int64_t V, T, L, C, NH;
-    bool split;
-    SC_CHECK(sc_json_get_int(root, "vocab", 1, 1 << 24, &V, err));
-    SC_CHECK(sc_json_get_int(root, "seq_len", 1, 1 << 16, &T, err));
-    SC_CHECK(sc_json_get_int(root, "layers", 1, 1000, &L, err));
-    SC_CHECK(sc_json_get_int(root, "width", 1, 1 << 16, &C, err));
-    SC_CHECK(sc_json_get_int(root, "heads", 1, 1 << 16, &NH, err));
-    SC_CHECK(sc_json_opt_bool(root, "split_blocks", false, &split, err));
-    if (C % NH != 0) {
-        sc_jnode w;
-        SC_CHECK(sc_jnode_member(root, "width", &w, err));
-        return sc_jnode_fail(&w, err, SC_ERR_INVALID,
-                             "width %lld is not divisible by heads %lld (each head needs "
-                             "width/heads channels)",
-                             (long long)C, (long long)NH);
-    }
-    if (NH > C) {
-        sc_jnode h;
-        SC_CHECK(sc_jnode_member(root, "heads", &h, err));
-        return sc_jnode_fail(&h, err, SC_ERR_INVALID, "heads %lld exceeds width %lld",
-                             (long long)NH, (long long)C);
-    }
-    SC_CHECK(kn_model_gpt_blocks(m, (int)V, (int)T, (int)L, (int)C, (int)NH, split, (int)T, err));
-    snprintf(m->name, sizeof m->name, "gpt-L%d-C%d", (int)L, (int)C);
-    return SC_OK;
-}
-
-sc_status kn_model_gpt_blocks(kn_model *m, int V, int T, int L, int C, int NH, bool split,
-                              int positions, sc_err *err)
-{
-    m->layers = L;
-    m->T = T;
-    m->C = C;
-    m->targets_per_sample = T;
-    m->classes = V;
-    float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    SC_CHECK(kn_model_blocks_reserve(m, 2 + L * (split ? 2 : 1), err));
-
-    kn_block *b = kn_model_block_add(m, KN_BLOCK_EMBED, "embed", 0, 0);
-    gpt_shape(b, V, T, C, NH);
-    b->in_floats = T;
-    b->in_tokens = true;
-    kn_model_tensor_add(b, "wte", (size_t)V * C, true, std, 0);
-    kn_model_tensor_add(b, "wpe", (size_t)positions * C, true, 0.01f, 0);
-    for (int l = 0; l < L; l++) {
-        if (split) {
-            b = kn_model_block_add(m, KN_BLOCK_GPT_ATTN, "layer%d.attn", l, 0);
-            gpt_shape(b, V, T, C, NH);
-            gpt_attn_tensors(b, C, std, proj_std);
-            b->stash_floats = attn_stash(T, C, NH);
-            b = kn_model_block_add(m, KN_BLOCK_GPT_MLP, "layer%d.mlp", l, 0);
-            gpt_shape(b, V, T, C, NH);
-            gpt_mlp_tensors(b, C, std, proj_std);
-            b->stash_floats = mlp_stash(T, C);
-        } else {
-            b = kn_model_block_add(m, KN_BLOCK_GPT_LAYER, "layer%d", l, 0);
-            gpt_shape(b, V, T, C, NH);
-            gpt_attn_tensors(b, C, std, proj_std);
-            gpt_mlp_tensors(b, C, std, proj_std);
-            b->stash_floats = attn_stash(T, C, NH) + (size_t)T * C + mlp_stash(T, C);
-        }
-    }
-    b = kn_model_block_add(m, KN_BLOCK_GPT_HEAD, "head", 0, 0);
-    gpt_shape(b, V, T, C, NH);
-    b->out_floats = T;
-    b->has_loss = true;
-    kn_model_tensor_add(b, "lnf.w", C, false, 0, 1);
-    kn_model_tensor_add(b, "lnf.b", C, false, 0, 0);
-    kn_model_tensor_add(b, "head.w", (size_t)V * C, true, std, 0);
-    /* lnf (T,C), mean/rstd (T), probs (T,V) */
-    b->stash_floats = (size_t)T * C + 2 * (size_t)T + (size_t)T * V;
-    return SC_OK;
-}
-
-/* --- classifiers --------------------------------------------------------------------------- */
-
-static void fc_block(kn_model *m, bool last, int idx, int fin, int fout)
-{
-    kn_block *b = last ? kn_model_block_add(m, KN_BLOCK_FC_LOSS, "head", 0, 0)
-                       : kn_model_block_add(m, KN_BLOCK_FC_RELU, "fc%d", idx, 0);
-    b->fin = fin;
-    b->fout = fout;
-    b->in_floats = fin;
-    /* He init for ReLU layers, 1/sqrt(fan_in) for the logits */
-    kn_model_tensor_add(b, "w", (size_t)fin * fout, true,
-                        last ? 1.0f / sqrtf((float)fin) : sqrtf(2.0f / (float)fin), 0);
-    kn_model_tensor_add(b, "b", fout, false, 0, 0);
-    if (last) {
-        b->has_loss = true;
-        b->out_floats = 1;
-        b->stash_floats = fout; /* probs */
-    } else {
-        b->out_floats = fout;
-    }
-}
-
-static sc_status build_mlp(kn_model *m, const sc_jnode *root, sc_err *err)
-{
-    sc_jnode sizes;
-    SC_CHECK(sc_json_get_array(root, "sizes", 2, 1024, &sizes, err));
-    size_t n = sc_jnode_size(&sizes);
-    int64_t dims[1024];
-    for (size_t i = 0; i < n; i++) {
-        sc_jnode e = sc_jnode_element(&sizes, i);
-        SC_CHECK(sc_jnode_int(&e, i + 1 == n ? 2 : 1, 1 << 24, &dims[i], err));
-    }
-    SC_CHECK(kn_model_blocks_reserve(m, (int)n - 1, err));
-    for (size_t i = 0; i + 1 < n; i++)
-        fc_block(m, i + 2 == n, (int)i, (int)dims[i], (int)dims[i + 1]);
-    m->targets_per_sample = 1;
-    m->classes = (int)dims[n - 1];
-    snprintf(m->name, sizeof m->name, "mlp-%zu", n - 1);
-    return SC_OK;
-}
-
-static const char *const vgg_configs[] = {"vgg11", "vgg13", "vgg16", "vgg19", NULL};
-/* channel counts of the conv layers, 0 = 2x2 max pool; -1 ends the list */
-static const int vgg_layers[4][24] = {
-    {64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0, -1},
-    {64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0, -1},
-    {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0, -1},
-    {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
-     512, 512, 512, 512, 0,   512, 512, 512, 512, 0,   -1},
-};
-
-static sc_status build_vgg(kn_model *m, const sc_jnode *root, sc_err *err)
-{
-    int cfg;
-    sc_jnode image;
-    int64_t chw[3], classes;
-    SC_CHECK(sc_json_get_enum(root, "config", vgg_configs, &cfg, err));
-    SC_CHECK(sc_json_get_array(root, "image", 3, 3, &image, err));
-    for (size_t i = 0; i < 3; i++) {
-        sc_jnode e = sc_jnode_element(&image, i);
-        SC_CHECK(sc_jnode_int(&e, 1, 1 << 14, &chw[i], err));
-        if (i > 0 && chw[i] % 32 != 0)
-            return sc_jnode_fail(&e, err, SC_ERR_INVALID,
-                                 "image %s %lld is not a multiple of 32 (VGG halves it 5 times)",
-                                 i == 1 ? "height" : "width", (long long)chw[i]);
-    }
-    SC_CHECK(sc_json_get_int(root, "classes", 2, 1 << 20, &classes, err));
-    /* optional: divide every width by this (small VGG-shaped nets for tests and demos) */
-    int64_t div;
-    SC_CHECK(sc_json_opt_int(root, "width_divisor", 1, 64, 1, &div, err));
-    int c = (int)chw[0], h = (int)chw[1], w = (int)chw[2];
-    int stack = 1, within = 1, count = 3; /* the classifier */
-    for (const int *l = vgg_layers[cfg]; *l >= 0; l++)
-        count++;
-    SC_CHECK(kn_model_blocks_reserve(m, count, err));
-    for (const int *l = vgg_layers[cfg]; *l >= 0; l++) {
-        kn_block *b;
-        if (*l == 0) {
-            b = kn_model_block_add(m, KN_BLOCK_MAXPOOL, "pool%d", stack, 0);
-            b->cin = b->cout = c;
-            b->h = h;
-            b->w = w;
-            b->k = b->stride = 2;
-            b->in_floats = (size_t)c * h * w;
-            h /= 2;
-            w /= 2;
-            b->out_floats = (size_t)c * h * w;
-            stack++;
-            within = 1;
-            continue;
-        }
-        b = kn_model_block_add(m, KN_BLOCK_CONV_RELU, "conv%d_%d", stack, within++);
-        b->cin = c;
-        b->h = h;
-        b->w = w;
-        b->cout = *l / (int)div > 0 ? *l / (int)div : 1;
-        b->k = 3;
-        b->stride = 1;
-        b->pad = 1;
-        b->in_floats = (size_t)c * h * w;
-        b->out_floats = (size_t)b->cout * h * w;
-        kn_model_tensor_add(b, "w", (size_t)b->cout * c * 9, true, sqrtf(2.0f / (float)(c * 9)), 0);
-        kn_model_tensor_add(b, "b", b->cout, false, 0, 0);
-        c = b->cout;
-    }
-    /* classifier: CIFAR-sized inputs get 512-wide hidden layers, ImageNet-sized the paper's 4096 */
-    int flat = c * h * w;
-    int hidden = ((chw[1] * chw[2] <= 64 * 64) ? 512 : 4096) / (int)div;
-    fc_block(m, false, 1, flat, hidden);
-    fc_block(m, false, 2, hidden, hidden);
-    fc_block(m, true, 3, hidden, (int)classes);
-    m->targets_per_sample = 1;
-    m->classes = (int)classes;
-    snprintf(m->name, sizeof m->name, "%s", vgg_configs[cfg]);
-    return SC_OK;
-}
-
-/* --- spec ---------------------------------------------------------------------------------- */
-
-static const char *const model_kinds[] = {"gpt", "vgg", "mlp", "hf", NULL};
-static const char *const cpu_kernel_kinds[] = {"fast", "reference", NULL};
-
-sc_status kn_model_from_node(kn_model **out, const sc_jnode *root, sc_err *err)
-{
-    *out = NULL;
-    SC_CHECK(sc_jnode_expect_object(root, err));
-    int kind;
-    SC_CHECK(sc_json_get_enum(root, "kind", model_kinds, &kind, err));
-    const char *name;
-    int64_t seed;
-    SC_CHECK(sc_json_opt_string(root, "name", NULL, &name, err));
-    SC_CHECK(sc_json_opt_int(root, "seed", 0, INT64_MAX, 1, &seed, err));
-    int cpu_kernels = 0; /* "fast" unless the spec says otherwise */
-    sc_jnode ck;
-    if (sc_jnode_member(root, "cpu_kernels", &ck, NULL) == SC_OK)
-        SC_CHECK(sc_json_get_enum(root, "cpu_kernels", cpu_kernel_kinds, &cpu_kernels, err));
-    kn_model *m = calloc(1, sizeof *m);
-    SC_ALLOC_CHECK(m, err);
-    m->kind = (kn_model_kind)kind;
-    m->seed = (uint64_t)seed;
-    m->cpu_reference = cpu_kernels == 1;
-    sc_status rc;
-    if (kind == KN_MODEL_GPT)
-        rc = build_gpt(m, root, err);
-    else if (kind == KN_MODEL_VGG)
-        rc = build_vgg(m, root, err);
-    else if (kind == KN_MODEL_HF)
-        rc = kn_hf_build(m, root, err);
-    else
-        rc = build_mlp(m, root, err);
-    if (rc != SC_OK) {
-        kn_model_destroy(&m);
-        return rc;
-    }
-    if (name != NULL)
-        sc_strlcpy(m->name, name, sizeof m->name);
-    for (int i = 0; i < m->nblocks; i++)
-        m->params += m->blocks[i].params;
-    *out = m;
-    return SC_OK;
-}
-
-sc_status kn_model_parse(kn_model **out, const char *source, const char *text, size_t len,
-                         sc_err *err)
-{
-    sc_jdoc *doc = NULL;
-    *out = NULL;
-    SC_CHECK(sc_jdoc_parse(&doc, source, text, len, err));
-    sc_status rc = sc_jdoc_check_format(doc, "stagecraft-model", 1, NULL, err);
-    if (rc == SC_OK) {
-        sc_jnode root = sc_jdoc_root(doc);
-        rc = kn_model_from_node(out, &root, err);
-    }
-    sc_jdoc_destroy(&doc);
-    return rc;
-}
-
-sc_status kn_model_load(kn_model **out, const char *path, sc_err *err)
-{
-    char *text = NULL;
-    size_t len = 0;
-    *out = NULL;
-    SC_CHECK(sc_file_read(path, 1 << 20, &text, &len, err));
-    sc_status rc = kn_model_parse(out, path, text, len, err);
-    free(text);
-    return rc;
-}
-
 void kn_model_destroy(kn_model **model)
 {
     if (model == NULL || *model == NULL)
         return;
-    kn_hf_destroy(&(*model)->hf);
+    if ((*model)->source != NULL && (*model)->source->release != NULL)
+        (*model)->source->release((*model)->source_data);
     free((*model)->blocks);
     free(*model);
     *model = NULL;
@@ -461,8 +158,8 @@ void kn_model_init_block(const kn_model *m, int i, float *params)
 
 sc_status kn_model_fill_block(const kn_model *m, int i, float *params, sc_err *err)
 {
-    if (m->hf != NULL)
-        return kn_hf_read_block(m, i, params, err);
+    if (m->source != NULL && m->source->read_block != NULL)
+        return m->source->read_block(m, i, params, err);
     kn_model_init_block(m, i, params);
     return SC_OK;
 }

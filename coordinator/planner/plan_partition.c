@@ -1,11 +1,13 @@
 /*
  * plan_partition: the partition container and the cost model every strategy is judged by:
  * stage, cut and link times, the bottleneck, the micro-batches a stage stashes and the memory
- * they take, the lower bounds, and which replica counts the runtime runs.
+ * they take (zb1's deferral capped to each stage's memory included), the lower bounds, and
+ * which replica counts the runtime runs.
  *
  * Does not search and does not simulate: each strategy has a file of its own
  * (plan_partition_<strategy>.c) and the simulator glue is plan_partition_sim.c. Those files call
- * this one, never the other way round.
+ * this one, never the other way round: this file calls only the planner's lower modules
+ * (plan_cluster, plan_profile's costs, plan_schedule's counts).
  * Invariant: times are per micro-batch at the cost tables' micro-batch size (plan_cost); stash
  * counts follow the runtime's rule (sc_pipeline.h), and the searches' memory bounds never count
  * less than the final plan needs.
@@ -274,6 +276,39 @@ int plan_search_sliced_tries(const plan_search_cfg *cfg, int stages)
         cfg->n_micro >= stages)
         return 0;
     return cfg->n_micro; /* at most stages - 1 */
+}
+
+int *plan_partition_copies(const plan_partition *p)
+{
+    int any = 0;
+    for (int s = 0; s < p->n_stages; s++)
+        any |= p->n_dev[s] > 1;
+    return any ? p->n_dev : NULL;
+}
+
+sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
+                                   int *w_defer, sc_err *err)
+{
+    double *slot = malloc((size_t)p->n_stages * sizeof *slot);
+    SC_ALLOC_CHECK(slot, err);
+    const int *reps = plan_partition_copies(p);
+    for (int s = 0; s < p->n_stages; s++) /* what a micro-batch keeps from F to W */
+        slot[s] = plan_cost_stash(c, p->first[s], p->last[s]);
+    plan_schedule_zb1_caps(p->n_stages, reps, n_micro, slot, w_defer);
+    /* and within the stage's smallest device, where 1f1b's count fits (the searches count 1f1b's
+     * stash for zb1, so zb1 fits wherever 1f1b does) */
+    for (int s = 0; s < p->n_stages; s++) {
+        double room = HUGE_VAL;
+        for (int i = 0; i < p->n_dev[s]; i++)
+            room = fmin(room, dev_memory(c, p->devs[p->dev_start[s] + i]));
+        while (w_defer[s] > 0 &&
+               plan_cost_memory(c, p->first[s], p->last[s],
+                                plan_schedule_zb1_held(p->n_stages, reps, n_micro, s, w_defer[s]),
+                                0) > room)
+            w_defer[s]--;
+    }
+    free(slot);
+    return SC_OK;
 }
 
 double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partition *p, int s)

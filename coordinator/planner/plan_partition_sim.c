@@ -4,7 +4,9 @@
  * share its processors).
  *
  * Does not build schedules (plan_schedule) and does not choose micro-batch counts (plan.c): it
- * turns a partition into plan_sim's inputs and runs it.
+ * turns a partition into plan_sim's inputs and runs it. It sits on the cost model
+ * (plan_partition.c) and the simulator (plan_sim*.c), which never call it; the strategies and
+ * the driver call it.
  * Invariant: a replicated stage is played as one lane per copy, each copy running its
  * micro-batches whole at the slowest copy's speed.
  */
@@ -70,39 +72,6 @@ static int partition_share(const plan_cost *c, const plan_partition *p, plan_sim
     }
     *buf = d;
     return 1;
-}
-
-int *plan_partition_copies(const plan_partition *p)
-{
-    int any = 0;
-    for (int s = 0; s < p->n_stages; s++)
-        any |= p->n_dev[s] > 1;
-    return any ? p->n_dev : NULL;
-}
-
-sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
-                                   int *w_defer, sc_err *err)
-{
-    double *slot = malloc((size_t)p->n_stages * sizeof *slot);
-    SC_ALLOC_CHECK(slot, err);
-    const int *reps = plan_partition_copies(p);
-    for (int s = 0; s < p->n_stages; s++) /* what a micro-batch keeps from F to W */
-        slot[s] = plan_cost_stash(c, p->first[s], p->last[s]);
-    plan_schedule_zb1_caps(p->n_stages, reps, n_micro, slot, w_defer);
-    /* and within the stage's smallest device, where 1f1b's count fits (the searches count 1f1b's
-     * stash for zb1, so zb1 fits wherever 1f1b does) */
-    for (int s = 0; s < p->n_stages; s++) {
-        double room = HUGE_VAL;
-        for (int i = 0; i < p->n_dev[s]; i++)
-            room = fmin(room, dev_memory(c, p->devs[p->dev_start[s] + i]));
-        while (w_defer[s] > 0 &&
-               plan_cost_memory(c, p->first[s], p->last[s],
-                                plan_schedule_zb1_held(p->n_stages, reps, n_micro, s, w_defer[s]),
-                                0) > room)
-            w_defer[s]--;
-    }
-    free(slot);
-    return SC_OK;
 }
 
 sc_status plan_partition_schedule(const plan_cost *c, const plan_partition *p, plan_sched_kind kind,

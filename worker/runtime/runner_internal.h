@@ -9,6 +9,7 @@
  *   runner_plan.c        micro-batches, copies and action list, sizes per stage, buffers
  *   runner_connect.c     the transports: opening, connecting, routing a send
  *   runner_update.c      the update at OPT: the copies' all-reduce, the optimizer step
+ *   runner_tie.c         the tied tensor's gradient exchange between the end stages
  * Invariant: every field of rt_runner is written by rt_runner_new (runner.c and the planning it
  * calls) and afterwards only by the one thread that calls the runner (runner.h), except that
  * rt_runner_abort may reach the transports from any thread.
