@@ -171,14 +171,20 @@ bool coord_jobs_recover(coord *c, const char *job_id, const char *reason);
 void coord_jobs_shutdown_left(coord *c, const char *job_id);
 
 /* Under c->lock: starts the pause before a move of running job p (p->why, p->decided_s and
- * p->plan_s already say why and when): every replica is told to pause after `pause_step`. */
+ * p->plan_s already say why and when): every replica is told to pause after `pause_step`, and
+ * the job is rebalancing from now on ("...; pausing after step N"), while its stages train on
+ * to that step; the driver leaves it alone until coord_jobs_pause_done. */
 void coord_jobs_pause_begin(coord *c, coord_progress *p, uint64_t pause_step);
 
 /* Under c->lock: replica (s, k) of p reports it paused after `step`. Once every replica paused
- * after the pause step, the job is rebalancing and the driver is woken; one that paused past it
- * moves the pause step for all (a pipedream job recovers instead). Returns false when the job
- * went to recovery (p is gone then). */
+ * after the pause step, the job's reason (and its history's rebalancing entry) says so ("...;
+ * paused after step N in T s") and the driver is woken; one that paused past it moves the
+ * pause step for all (a pipedream job recovers instead). Returns false when the job went to
+ * recovery (p is gone then). */
 bool coord_jobs_pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step);
+
+/* Under c->lock: whether every replica of p paused after its pause step (a move may begin). */
+bool coord_jobs_pause_done(const coord_progress *p);
 
 /* ---- jobs_rebalance.c: measured speeds and the decision to re-plan ------------------------- */
 

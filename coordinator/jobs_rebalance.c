@@ -363,20 +363,20 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     job.spec_json = NULL;
     job.plan_json = NULL;
     coord_job_clear(&job);
-    if (state != COORD_JOB_RUNNING || p == NULL || p->finished) {
-        pthread_mutex_unlock(&c->lock);
-        free(spec_json);
-        free(running_plan);
-        return SC_ERRF(err, SC_ERR_PRECONDITION, "job %s is %s; only a running job rebalances",
-                       job_id, coord_job_state_name(state));
-    }
-    if (p->pause_step != 0) {
+    if (p != NULL && !p->finished && p->pause_step != 0) {
         pthread_mutex_unlock(&c->lock);
         free(spec_json);
         free(running_plan);
         return SC_ERRF(err, SC_ERR_PRECONDITION,
                        "job %s is already pausing after step %llu for a rebalance", job_id,
                        (unsigned long long)p->pause_step);
+    }
+    if (state != COORD_JOB_RUNNING || p == NULL || p->finished) {
+        pthread_mutex_unlock(&c->lock);
+        free(spec_json);
+        free(running_plan);
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "job %s is %s; only a running job rebalances",
+                       job_id, coord_job_state_name(state));
     }
     p->evaluate = false;
     coord_chosen_worker *ws = NULL;

@@ -145,7 +145,31 @@ void coord_jobs_pause_begin(coord *c, coord_progress *p, uint64_t pause_step)
 {
     p->pause_step = pause_step;
     memset(p->paused, 0, sizeof p->paused);
+    p->pause_reported = false;
     send_pause(c, p);
+    /* status says what happens from the moment the pause is asked for: the job trains on to
+     * the pause step, but it is moving */
+    char reason[COORD_REASON_MAX];
+    sc_strfmt(reason, sizeof reason, "%s; pausing after step %llu", p->why,
+              (unsigned long long)pause_step);
+    sc_err err;
+    sc_err_clear(&err);
+    if (coord_store_job_transition(c->store, p->job_id, COORD_JOB_REBALANCING, reason, &err) ==
+        SC_OK)
+        SC_LOG_INFO(LOG, "job %s is rebalancing: %s", p->job_id, reason);
+    else
+        SC_LOG_WARN(LOG, "job %s: %s", p->job_id, err.msg);
+}
+
+bool coord_jobs_pause_done(const coord_progress *p)
+{
+    if (p->pause_step == 0)
+        return false;
+    for (int s = 0; s < p->n_stages; s++)
+        for (int k = 0; k < p->replicas[s]; k++)
+            if (p->paused[s][k] != p->pause_step)
+                return false;
+    return true;
 }
 
 bool coord_jobs_pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step)
@@ -176,18 +200,17 @@ bool coord_jobs_pause_report(coord *c, coord_progress *p, int s, int k, uint64_t
         send_pause(c, p);
         return true;
     }
-    if (lo != p->pause_step)
+    if (lo != p->pause_step || p->pause_reported)
         return true;
+    /* every replica paused: the job (rebalancing since the pause began) is the driver's now,
+     * and its state's account says how the pause went */
+    p->pause_reported = true;
     char reason[COORD_REASON_MAX];
     sc_strfmt(reason, sizeof reason, "%s; paused after step %llu in %.2f s", p->why,
               (unsigned long long)p->pause_step, sc_clock_now_s() - p->decided_s);
-    sc_err err;
-    sc_err_clear(&err);
-    if (coord_store_job_transition(c->store, p->job_id, COORD_JOB_REBALANCING, reason, &err) ==
-        SC_OK) {
-        coord_speeds_paused(c->speeds, p->job_id); /* the move's cost is counted from here */
-        SC_LOG_INFO(LOG, "job %s is rebalancing: %s", p->job_id, reason);
-        pthread_cond_broadcast(&c->wake);
-    }
+    coord_store_job_amend_reason(c->store, p->job_id, reason, NULL);
+    coord_speeds_paused(c->speeds, p->job_id); /* the move's cost is counted from here */
+    SC_LOG_INFO(LOG, "job %s: every stage paused: %s", p->job_id, reason);
+    pthread_cond_broadcast(&c->wake);
     return true;
 }
