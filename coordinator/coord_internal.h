@@ -30,8 +30,8 @@
 typedef struct {
     char job_id[COORD_ID_MAX];
     int n_stages;
-    uint64_t steps;            /* the job's target */
-    int replicas[COORD_MAX_STAGES];        /* replicas of each stage */
+    uint64_t steps;                 /* the job's target */
+    int replicas[COORD_MAX_STAGES]; /* replicas of each stage */
     /* last completed step and checkpoint of each replica of each stage */
     uint64_t step[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     uint64_t checkpoint[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
@@ -42,8 +42,8 @@ typedef struct {
     double iteration_s[COORD_MAX_STAGES];
     double busy_s[COORD_MAX_STAGES];
     double memory_bytes[COORD_MAX_STAGES]; /* the largest a copy of the stage reported */
-    double loss;               /* from the last stage */
-    bool loss_known;           /* a last-stage report brought a loss since this run began */
+    double loss;                           /* from the last stage */
+    bool loss_known; /* a last-stage report brought a loss since this run began */
     /* the job's throughput over wall-clock time: samples of the steps done (every stage's
      * every copy) since the window's start, over the time since; the window restarts from its
      * middle once it spans RATE_WINDOW_S, so it follows a job that slows down or speeds up */
@@ -56,14 +56,14 @@ typedef struct {
      * their sum then (0 s: not looked at yet) */
     double moved_s;
     uint64_t moved_sum;
-    uint64_t stored_step;      /* what the store has */
-    uint64_t complete_sent;    /* the last checkpoint step announced complete to the workers */
+    uint64_t stored_step;       /* what the store has */
+    uint64_t complete_sent;     /* the last checkpoint step announced complete to the workers */
     int checkpoint_error_stage; /* the stage whose failure the store shows, -1 when none */
-    bool finished;             /* the job succeeded; figures kept for status */
-    char *start_payload;       /* the START command's payload, sent again when one is lost */
-    uint64_t resume_step;      /* the START command's step */
-    uint64_t run;              /* this start's id (START payload "run"; stamped on reports) */
-    uint64_t last_checkpoint;  /* the newest complete checkpoint when this run started */
+    bool finished;              /* the job succeeded; figures kept for status */
+    char *start_payload;        /* the START command's payload, sent again when one is lost */
+    uint64_t resume_step;       /* the START command's step */
+    uint64_t run;               /* this start's id (START payload "run"; stamped on reports) */
+    uint64_t last_checkpoint;   /* the newest complete checkpoint when this run started */
     /* The measured speeds (jobs_rebalance.c): the worker of each replica, its busy time per
      * iteration smoothed, and its mean over the first reports of the run (the baseline the plan
      * was made for); the same for the job's iteration time (the last stage's). */
@@ -88,24 +88,25 @@ typedef struct {
     bool ref_before[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
     /* A rebalance: evaluate (the driver re-plans with the measured speeds), then the pause of
      * every replica after pause_step (0: none under way) and where each one paused. */
-    bool rebalance_auto;  /* the job's "rebalance" option: re-plan by itself on a change */
-    uint32_t workers_max; /* an elastic job: the most workers it takes (0: not elastic) */
-    uint32_t workers_min; /* and the fewest */
+    bool rebalance_auto;        /* the job's "rebalance" option: re-plan by itself on a change */
+    uint32_t workers_max;       /* an elastic job: the most workers it takes (0: not elastic) */
+    uint32_t workers_min;       /* and the fewest */
     char leaving[COORD_ID_MAX]; /* a worker leaving: the rebalance under way moves off it */
     /* a worker the plan left out profiled or probed again at another speed: what changed, for
      * the history when nothing the job runs on did ("" none) */
     char reprobed[COORD_REASON_MAX];
-    bool async;           /* pipedream: stages run minibatches ahead and drain together */
+    bool async; /* pipedream: stages run minibatches ahead and drain together */
     bool evaluate;
-    bool probe;           /* the driver should profile the workers a re-plan left out */
-    bool base_probed;     /* the links were probed again for a baseline far over the prediction */
-    double probed_s;      /* when it last did */
-    uint64_t off_since;   /* the step since which reports find a worker off the plan */
-    uint64_t quiet_until; /* no evaluation before this step */
+    bool probe;             /* the driver should profile the workers a re-plan left out */
+    bool base_probed;       /* the links were probed again for a baseline far over the prediction */
+    double probed_s;        /* when it last did */
+    uint64_t off_since;     /* the step since which reports find a worker off the plan */
+    uint64_t quiet_until;   /* no evaluation before this step */
     double quiet_departure; /* the furthest worker's departure from the plan's speed then */
-    double changed_s;     /* when the speeds were first seen off the baseline (0: they are not) */
+    double changed_s;       /* when the speeds were first seen off the baseline (0: they are not) */
     uint64_t pause_step;
     uint64_t paused[COORD_MAX_STAGES][COORD_MAX_REPLICAS];
+    bool pause_reported;      /* every replica paused: said in the store, the driver woken */
     double decided_s, plan_s; /* when the rebalance was decided; planning time */
     char why[COORD_REASON_MAX];
     /* after a rebalance started this run: when, to report the move's time at its first step */
@@ -129,30 +130,30 @@ struct coord {
     char control_endpoint[300];
     int state_lock_fd; /* STATE/coordinator.lock, flock'd for the coordinator's life; -1 */
 
-    pthread_mutex_t lock;   /* guards everything below */
-    pthread_cond_t wake;    /* signalled when the job driver has work */
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t wake;  /* signalled when the job driver has work */
     coord_registry *registry;
     coord_store *store;
     coord_cmd *cmd_head, *cmd_tail;
     coord_progress running[COORD_MAX_RUNNING];
     size_t n_running;
-    struct coord_speeds *speeds; /* each job's speed model (speeds.h) */
-    struct coord_freezing *freezing; /* each job's freezing policy (freezing.h) */
+    struct coord_speeds *speeds;          /* each job's speed model (speeds.h) */
+    struct coord_freezing *freezing;      /* each job's freezing policy (freezing.h) */
     struct coord_profile_cache *profiles; /* workers' profiles across jobs (profile_cache.h) */
-    uint64_t last_run; /* the id of the latest start (coord_progress.run) */
+    uint64_t last_run;                    /* the id of the latest start (coord_progress.run) */
     /* jobs a driver thread is taking through profiling, planning and assignment: each has a
      * thread of its own, so a worker that does not answer holds up only its own job */
     char driving[COORD_MAX_DRIVING][COORD_ID_MAX];
     size_t n_driving;
     bool stopping;
 
-    sc_rpc_server *rpc;     /* thread-safe; not guarded */
+    sc_rpc_server *rpc;      /* thread-safe; not guarded */
     struct coord_http *http; /* its own threads; NULL when off; not guarded */
-    void *zctx;             /* ZeroMQ context of the control socket and the ZAP handler */
-    sc_ctl_zap *zap;        /* admits registered workers' CURVE keys; NULL without CURVE */
+    void *zctx;              /* ZeroMQ context of the control socket and the ZAP handler */
+    sc_ctl_zap *zap;         /* admits registered workers' CURVE keys; NULL without CURVE */
     char curve_secret[SC_CTL_KEY_Z85_LEN + 1]; /* "" when CURVE is off */
     uint8_t curve_public[32];
-    sc_ctl *ctl;            /* owned by the control-loop thread */
+    sc_ctl *ctl; /* owned by the control-loop thread */
     pthread_t driver;
     bool driver_started;
 };

@@ -3,11 +3,30 @@
  * profiling and planning to running, and what the control loop and the gRPC service tell it
  * while a job runs (iteration reports, heartbeats, errors, dead workers, cancels).
  *
- * The files: jobs_driver.c (the driver threads), jobs_workers.c (which workers a job takes),
- * jobs_dispatch.c (profiling, assignment and start), jobs_transports.c (the data plane recorded
- * in the plan), jobs_progress.c (running jobs' progress and reports), jobs_recovery.c (lost
- * workers, worker errors, heartbeat repair), jobs_trace.c (a running job's measured timeline,
- * from its workers), jobs_export.c (where a job's checkpoint can be fetched from).
+ * The files, and what each may call (calls run one way, from the top of this list down; a
+ * file calls only files below it, never one above; tools/call-loops.sh, run by
+ * ctest as structure/call_loops_sc_coordinator, refuses a loop of calls between any two files of
+ * coordinator/):
+ *
+ *  - jobs_driver.c: the driver threads, which take a job from state to state. Calls any file
+ *    below.
+ *  - jobs_recovery.c: lost workers, worker errors, heartbeat repair, a worker that leaves.
+ *  - jobs_progress.c: running jobs' iteration reports: steps, checkpoints, the end of a job.
+ *  - jobs_reprobe.c: probing again a running job's suspect links and left-out workers.
+ *  - jobs_rebalance.c: measured speeds, the decision to re-plan a running job (evaluation).
+ *  - jobs_dispatch.c: profiling, link probes, assignment and START of a planned job.
+ *  - jobs_trace.c: a running job's measured timeline, from its workers; the one kept at its end.
+ *  - jobs_stall.c: running jobs whose stages stop stepping.
+ *  - jobs_export.c: where a job's checkpoint can be fetched from.
+ *  - jobs_links.c, jobs_reduce.c: the links' and the copies' all-reduce figures of a run.
+ *  - jobs_workers.c, jobs_fit.c, jobs_transports.c: which workers a job takes, whether the
+ *    model can fit them, the data plane recorded in its plan.
+ *  - jobs_transitions.c, at the bottom: the running jobs' progress table and the moves of a
+ *    job between states that its progress decides (a move's pause, recovery), and what a job
+ *    gives back when it stops or moves. Calls no jobs_*.c file.
+ *
+ * Below all of them: the store, the registry, the speed model, the freezing policy, the
+ * command queue, the planner (jobs_internal.h lists what the files share).
  *
  * Everything here but coord_driver_main, coord_jobs_trace and coord_jobs_checkpoint_source runs
  * under c->lock and never waits on the network (coord_jobs_trace_end leaves its calls to a
@@ -32,14 +51,16 @@ void *coord_driver_main(void *arg);
 
 /* ---- jobs_progress.c ---- */
 
-/* Under c->lock: the progress of a running job, or NULL. */
-coord_progress *coord_jobs_progress(coord *c, const char *job_id);
-
 /* Under c->lock: records a stage's iteration report; ends the job when every stage is done.
  * sent_ns: the report's envelope stamp (the worker's clock; 0: unknown), received_ns: when it
  * arrived (this clock), for the clock offsets of the link figures. */
 void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__IterationReport *r,
                        uint64_t sent_ns, uint64_t received_ns);
+
+/* ---- jobs_transitions.c ---- */
+
+/* Under c->lock: the progress of a running job, or NULL. */
+coord_progress *coord_jobs_progress(coord *c, const char *job_id);
 
 /* Under c->lock: whether an error of `run` (0: of no particular run, e.g. a START refused)
  * concerns job `job_id` as it is now: a run's error counts only while that run trains. */

@@ -158,6 +158,14 @@ static void keep_profiles(coord *c, const char *id, const coord_chosen_worker *w
     free(links);
 }
 
+/* Under c->lock: whether rebalancing job `id` still trains on to its pause step (not every
+ * stage paused yet): the move is not the driver's until then. */
+static bool still_pausing(coord *c, const char *id)
+{
+    const coord_progress *p = coord_jobs_progress(c, id);
+    return p != NULL && p->pause_step != 0 && !coord_jobs_pause_done(p);
+}
+
 static void drive_job(coord *c, retry_table *retry, const char *id)
 {
     sc_err err;
@@ -199,6 +207,11 @@ static void drive_job(coord *c, retry_table *retry, const char *id)
         json_decref(before);
     }
     double decided_s = 0, plan_s = 0;
+    if (rebalancing && still_pausing(c, id)) { /* woken early: its stages pause first */
+        coord_job_clear(&job);
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     if (rebalancing) {
         coord_progress *p = coord_jobs_progress(c, id);
         if (p == NULL || p->pause_step == 0) {
@@ -429,7 +442,7 @@ static bool next_job(coord *c, retry_table *retry, char *id, size_t size)
     bool found = false;
     for (size_t i = 0; i < n && !found; i++) {
         if ((jobs[i].state == COORD_JOB_SUBMITTED || jobs[i].state == COORD_JOB_RECOVERING ||
-             jobs[i].state == COORD_JOB_REBALANCING) &&
+             (jobs[i].state == COORD_JOB_REBALANCING && !still_pausing(c, jobs[i].id))) &&
             !is_driving(c, jobs[i].id) && retry_time(retry, jobs[i].id) <= now) {
             sc_strlcpy(id, jobs[i].id, size);
             found = true;

@@ -90,8 +90,8 @@ uint64_t coord_jobs_train_bytes_per_param(const coord_jobspec *spec);
  * fit in the `n` chosen workers' memory together, or whose largest block cannot fit in the
  * largest one: no plan fits it, and profiling it would only take a worker's memory and time.
  * A lower bound: a model it lets through may still not fit, which profiling then tells. */
-sc_status coord_jobs_check_fit(const coord_jobspec *spec, const coord_chosen_worker *ws,
-                               size_t n, sc_err *err);
+sc_status coord_jobs_check_fit(const coord_jobspec *spec, const coord_chosen_worker *ws, size_t n,
+                               sc_err *err);
 
 /* ---- jobs_transports.c: the data plane recorded in the plan ---------------------------------- */
 
@@ -150,8 +150,7 @@ void coord_jobs_start_training(coord *c, const char *id, const coord_jobspec *sp
                                uint64_t last_checkpoint, const char *reason,
                                coord_chosen_worker *ws, size_t n, const bool *used);
 
-/* ---- jobs_progress.c: the running jobs' progress table ----------------------------------------
- */
+/* ---- jobs_transitions.c: the running jobs' progress table and their moves between states -- */
 
 /* Under c->lock: forgets entry i of c->running. */
 void coord_jobs_progress_remove(coord *c, size_t i);
@@ -159,7 +158,47 @@ void coord_jobs_progress_remove(coord *c, size_t i);
 /* Under c->lock: forgets the progress of job `job_id`, if it has any. */
 void coord_jobs_progress_drop(coord *c, const char *job_id);
 
-/* ---- jobs_rebalance.c: measured speeds and the pause before a move ------------------------ */
+/* Under c->lock: how many workers of the registry job `job_id` holds. */
+size_t coord_jobs_held(coord *c, const char *job_id);
+
+/* Under c->lock: moves job `job_id` to recovering for `reason` (logged), gives back its
+ * workers (its progress entry is dropped: a pointer to it is stale after a true return) and
+ * wakes the driver. False when the store refuses the transition (nothing changed). */
+bool coord_jobs_recover(coord *c, const char *job_id, const char *reason);
+
+/* Under c->lock: the first step after job `job_id`'s move ran: workers that left and whose
+ * blocks that move took are told to go (COMMAND_SHUTDOWN) and counted dead. */
+void coord_jobs_shutdown_left(coord *c, const char *job_id);
+
+/* Under c->lock: starts the pause before a move of running job p (p->why, p->decided_s and
+ * p->plan_s already say why and when): every replica is told to pause after `pause_step`, and
+ * the job is rebalancing from now on ("...; pausing after step N"), while its stages train on
+ * to that step; the driver leaves it alone until coord_jobs_pause_done. */
+void coord_jobs_pause_begin(coord *c, coord_progress *p, uint64_t pause_step);
+
+/* Under c->lock: replica (s, k) of p reports it paused after `step`. Once every replica paused
+ * after the pause step, the job's reason (and its history's rebalancing entry) says so ("...;
+ * paused after step N in T s") and the driver is woken; one that paused past it moves the
+ * pause step for all (a pipedream job recovers instead). Returns false when the job went to
+ * recovery (p is gone then). */
+bool coord_jobs_pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step);
+
+/* Under c->lock: whether every replica of p paused after its pause step (a move may begin). */
+bool coord_jobs_pause_done(const coord_progress *p);
+
+/* ---- jobs_rebalance.c: measured speeds and the decision to re-plan ------------------------- */
+
+/* A worker this far off the plan's speed (either way), or a link this far off its model, is a
+ * change worth evaluating. */
+#define COORD_REBALANCE_CHANGE 0.4
+
+/* Under c->lock: whether replica (s, k) of p has a measured speed in this run (its baseline's
+ * reports are in). */
+bool coord_jobs_speed_known(const coord_progress *p, int s, int k);
+
+/* Under c->lock: whether p's first iterations (its baseline) were already more than CHANGE
+ * over its prediction: nothing changed while it ran, it never went as planned. */
+bool coord_jobs_baseline_off(const coord_progress *p);
 
 /* ---- jobs_links.c: the links training measures ---- */
 
@@ -205,13 +244,11 @@ bool coord_jobs_reduce_changed(coord *c, const coord_progress *p, double iterati
 bool coord_jobs_rebalance_observe(coord *c, coord_progress *p,
                                   const Stagecraft__IterationReport *r);
 
+/* ---- jobs_reprobe.c: probing again what a running job's plan cannot see -------------------- */
+
 /* Under c->lock: a running job marked for evaluation, or due to profile again the workers a
  * re-plan left out (its id into `id`), if any. */
 bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size);
-
-/* Under c->lock: the first step after job `job_id`'s move ran: workers that left and whose
- * blocks that move took are told to go (COMMAND_SHUTDOWN) and counted dead. */
-void coord_jobs_shutdown_left(coord *c, const char *job_id);
 
 /* A driver thread's turn for a running job: profiles the workers its plan left out when due,
  * then evaluates a re-plan when marked (coord_jobs_rebalance). Takes c->lock itself. */

@@ -7,7 +7,10 @@
  * (coord_jobs_release_workers).
  *
  * It does not start jobs (jobs_dispatch.c creates the entry) or handle failures
- * (jobs_recovery.c).
+ * (jobs_recovery.c); the table itself and the moves between states are jobs_transitions.c's.
+ * It calls down to rebalancing's measurements (jobs_rebalance.c), the links and all-reduce
+ * figures, the transitions and the trace kept at a job's end; nothing calls back up to it but
+ * the control loop.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,67 +27,6 @@
 
 #define LOG "jobs"
 #define RATE_WINDOW_S 5.0 /* the throughput window spans 5-10 s once the job has run that long */
-
-void coord_jobs_progress_remove(coord *c, size_t i)
-{
-    free(c->running[i].start_payload);
-    c->running[i] = c->running[--c->n_running];
-}
-
-void coord_jobs_progress_drop(coord *c, const char *job_id)
-{
-    for (size_t i = 0; i < c->n_running; i++) {
-        if (strcmp(c->running[i].job_id, job_id) == 0) {
-            coord_jobs_progress_remove(c, i);
-            return;
-        }
-    }
-}
-
-void coord_jobs_progress_clear(coord *c)
-{
-    while (c->n_running > 0)
-        coord_jobs_progress_remove(c, c->n_running - 1);
-}
-
-bool coord_jobs_run_is_current(coord *c, const char *job_id, uint64_t run)
-{
-    if (run == 0)
-        return true;
-    const coord_progress *p = coord_jobs_progress(c, job_id);
-    return p != NULL && !p->finished && p->run == run;
-}
-
-coord_progress *coord_jobs_progress(coord *c, const char *job_id)
-{
-    for (size_t i = 0; i < c->n_running; i++)
-        if (strcmp(c->running[i].job_id, job_id) == 0)
-            return &c->running[i];
-    return NULL;
-}
-
-void coord_jobs_release_workers(coord *c, const char *job_id)
-{
-    /* A job that ended well keeps its last figures for `status`; any other stop drops them. */
-    coord_progress *p = coord_jobs_progress(c, job_id);
-    if (p != NULL && !p->finished)
-        coord_jobs_progress_drop(c, job_id);
-    coord_job job;
-    bool ended = true;
-    if (coord_store_job_get(c->store, job_id, &job, NULL) == SC_OK) {
-        ended = coord_job_state_terminal(job.state);
-        coord_job_clear(&job);
-    }
-    if (ended) { /* no re-plan will want its speeds or its frozen prefix */
-        coord_speeds_drop(&c->speeds, job_id);
-        coord_freezing_drop(&c->freezing, job_id);
-    }
-    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
-        coord_worker *w = coord_registry_at(c->registry, i);
-        if (strcmp(w->job_id, job_id) == 0)
-            w->job_id[0] = '\0';
-    }
-}
 
 /* Under c->lock: keeps the store's checkpoint_error to the latest failure a stage reports (the
  * first failing stage's, until that stage writes one again), so status says why there is no

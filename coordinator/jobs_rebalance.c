@@ -16,13 +16,15 @@
  * rebalances when the gain is over GAIN_MIN and the time it saves over the remaining steps
  * outweighs the move's estimated cost.
  *  3. The pause: every worker of the job is told to stop after a step a little ahead (REBALANCE
- *     command); when all report they paused there (IterationReport.parked), the job moves to
- *     rebalancing and the driver re-plans it and assigns the new stages, which take their blocks
- *     from the paused workers' block servers (worker/blocks/). A worker that paused later than
- *     the others moves the pause step for all.
+ *     command); when all report they paused there (IterationReport.parked), the driver re-plans
+ *     it and assigns the new stages, which take their blocks from the paused workers' block
+ *     servers (worker/blocks/). A worker that paused later than the others moves the pause step
+ *     for all. The pause and the job's states on the way are jobs_transitions.c's.
  *
- * Not here: the new plan's assignment and start (jobs_driver.c, jobs_dispatch.c), what workers
- * do with their state (worker/trainer.c).
+ * Not here: probing again the workers a re-plan left out (jobs_reprobe.c, which calls this
+ * file's evaluation), the new plan's assignment and start (jobs_driver.c, jobs_dispatch.c),
+ * what workers do with their state (worker/). Calls down only: the transitions, the links'
+ * and all-reduce figures, the speed model and the planner.
  */
 #include <jansson.h>
 #include <math.h>
@@ -42,18 +44,18 @@
 #include "coordinator/speeds.h"
 
 #define LOG "rebalance"
-#define BASE_SKIP 10       /* steps of a run left out of its baseline (warm-up, connecting) */
-#define BASE_N 8           /* reports averaged into a replica's baseline */
-#define KNOWN_SKIP 3       /* the same for a worker an earlier run of the job measured */
+#define BASE_SKIP 10 /* steps of a run left out of its baseline (warm-up, connecting) */
+#define BASE_N 8     /* reports averaged into a replica's baseline */
+#define KNOWN_SKIP 3 /* the same for a worker an earlier run of the job measured */
 #define KNOWN_N 4
-#define ALPHA 0.2          /* weight of a new report in the smoothed busy time */
-#define CHANGE 0.4         /* a worker this far off the plan's speed (either way) is a change */
-#define GAIN_MIN 0.10      /* the least predicted gain worth a move */
-#define QUIET_STEPS 20     /* steps without evaluation after one that found no gain */
-#define PERSIST 6          /* steps a change must last (reports of the last stage in a row) */
-#define PAUSE_AHEAD 2      /* the pause step: this far past the furthest replica's step */
+#define ALPHA 0.2 /* weight of a new report in the smoothed busy time */
+#define CHANGE COORD_REBALANCE_CHANGE
+#define GAIN_MIN 0.10     /* the least predicted gain worth a move */
+#define QUIET_STEPS 20    /* steps without evaluation after one that found no gain */
+#define PERSIST 6         /* steps a change must last (reports of the last stage in a row) */
+#define PAUSE_AHEAD 2     /* the pause step: this far past the furthest replica's step */
 #define PAUSE_LEAD_S 0.15 /* and at least this much training time past it */
-#define MOVE_FIXED_S 2.0   /* a move's cost besides the bytes: pausing, assigning, connecting */
+#define MOVE_FIXED_S 2.0  /* a move's cost besides the bytes: pausing, assigning, connecting */
 
 /* Under c->lock: the reports replica (s, k) averages before its worker has a measured speed in
  * this run. A worker an earlier run of the job measured (a run after a move or a recovery) has
@@ -65,6 +67,11 @@
 static int base_need(const coord_progress *p, int s, int k)
 {
     return p->ref_before[s][k] ? KNOWN_N : BASE_N;
+}
+
+bool coord_jobs_speed_known(const coord_progress *p, int s, int k)
+{
+    return p->base_n[s][k] >= base_need(p, s, k);
 }
 
 /* Under c->lock: the measured speed factor of replica (s, k)'s worker against its profile
@@ -86,7 +93,7 @@ static double off_plan(const coord_progress *p, int s, int k)
 
 /* Under c->lock: whether the run's first iterations (its baseline) were already more than CHANGE
  * over its prediction: nothing changed while it ran, it never went as planned. */
-static bool baseline_off(const coord_progress *p)
+bool coord_jobs_baseline_off(const coord_progress *p)
 {
     return p->iter_base_n >= BASE_N && p->predicted_iteration_s > 0 &&
            p->iter_base > p->predicted_iteration_s * (1 + CHANGE);
@@ -150,77 +157,11 @@ static bool same_stages(const char *a_json, const char *b_json)
     return same;
 }
 
-/* Under c->lock: sends every worker of the job the pause step. */
-static void send_pause(coord *c, coord_progress *p)
-{
-    for (int s = 0; s < p->n_stages; s++)
-        for (int k = 0; k < p->replicas[s]; k++)
-            if (p->worker_of[s][k][0])
-                coord_queue_command_locked(c, p->worker_of[s][k],
-                                           STAGECRAFT__COMMAND_KIND__COMMAND_REBALANCE, p->job_id,
-                                           p->pause_step, NULL, NULL);
-}
-
-/* Under c->lock: every replica paused; at the same step, the job goes to the driver. Returns
- * false when the job went to recovery instead (p is gone then). */
-static bool pause_report(coord *c, coord_progress *p, int s, int k, uint64_t step)
-{
-    p->paused[s][k] = step;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int i = 0; i < p->n_stages; i++) {
-        for (int j = 0; j < p->replicas[i]; j++) {
-            lo = p->paused[i][j] < lo ? p->paused[i][j] : lo;
-            hi = p->paused[i][j] > hi ? p->paused[i][j] : hi;
-        }
-    }
-    if (hi > p->pause_step && p->async) {
-        /* pipedream drains the pipeline together at the pause: one that drained at another
-         * step than the others cannot be brought back in line */
-        char reason[COORD_REASON_MAX];
-        sc_strfmt(reason, sizeof reason,
-                  "the rebalance's pause missed: a pipedream stage drained after step %llu, "
-                  "past %llu; resuming from the last checkpoint",
-                  (unsigned long long)hi, (unsigned long long)p->pause_step);
-        char id[COORD_ID_MAX];
-        sc_strlcpy(id, p->job_id, sizeof id);
-        if (coord_store_job_transition(c->store, id, COORD_JOB_RECOVERING, reason, NULL) ==
-            SC_OK) {
-            SC_LOG_WARN(LOG, "job %s is recovering: %s", id, reason);
-            coord_jobs_release_workers(c, id); /* drops p */
-            pthread_cond_broadcast(&c->wake);
-            return false;
-        }
-        return true;
-    }
-    if (hi > p->pause_step) {
-        /* one ran past the pause step before it was told: all pause there instead */
-        SC_LOG_INFO(LOG, "job %s: a stage paused after step %llu, past %llu; pausing all there",
-                    p->job_id, (unsigned long long)hi, (unsigned long long)p->pause_step);
-        p->pause_step = hi;
-        send_pause(c, p);
-        return true;
-    }
-    if (lo != p->pause_step)
-        return true;
-    char reason[COORD_REASON_MAX];
-    sc_strfmt(reason, sizeof reason, "%s; paused after step %llu in %.2f s", p->why,
-              (unsigned long long)p->pause_step, sc_clock_now_s() - p->decided_s);
-    sc_err err;
-    sc_err_clear(&err);
-    if (coord_store_job_transition(c->store, p->job_id, COORD_JOB_REBALANCING, reason, &err) ==
-        SC_OK) {
-        coord_speeds_paused(c->speeds, p->job_id); /* the move's cost is counted from here */
-        SC_LOG_INFO(LOG, "job %s is rebalancing: %s", p->job_id, reason);
-        pthread_cond_broadcast(&c->wake);
-    }
-    return true;
-}
-
 bool coord_jobs_rebalance_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r)
 {
     int s = (int)r->stage, k = (int)r->replica;
     if (r->parked)
-        return p->pause_step == 0 || pause_report(c, p, s, k, r->step);
+        return p->pause_step == 0 || coord_jobs_pause_report(c, p, s, k, r->step);
     /* a worker under a CPU quota: its busy time at the quota's sustained rate (a stage that
      * waits runs at full speed for a while after, which its wall-clock busy time would count
      * as a faster worker) unless the wall clock says slower still (other work on its host
@@ -317,7 +258,7 @@ static sc_status current_workers(coord *c, const coord_progress *p, coord_chosen
             continue;
         coord_chosen_worker *cw = &ws[n];
         coord_jobs_chosen_fill(cw, w); /* a report that cannot be read is refused below */
-        double measured = 1; /* against the scale the model has for it */
+        double measured = 1;           /* against the scale the model has for it */
         for (int s = 0; s < p->n_stages; s++)
             for (int k = 0; k < p->replicas[s]; k++)
                 if (strcmp(p->worker_of[s][k], w->rec.id) == 0 && off_plan(p, s, k) > 0)
@@ -386,9 +327,8 @@ static void describe_change(coord *c, const coord_progress *p, char *buf, size_t
     }
     /* nor a link: the copies' all-reduce off what the plan charges */
     if (!compute_off(p) &&
-        coord_jobs_reduce_changed(c, p,
-                                  p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1],
-                                  buf, size))
+        coord_jobs_reduce_changed(
+            c, p, p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1], buf, size))
         return;
     /* nothing the job runs on changed beyond CHANGE: a worker it left out did */
     if (p->reprobed[0] && worst <= log(1 + CHANGE)) {
@@ -423,20 +363,20 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     job.spec_json = NULL;
     job.plan_json = NULL;
     coord_job_clear(&job);
-    if (state != COORD_JOB_RUNNING || p == NULL || p->finished) {
-        pthread_mutex_unlock(&c->lock);
-        free(spec_json);
-        free(running_plan);
-        return SC_ERRF(err, SC_ERR_PRECONDITION, "job %s is %s; only a running job rebalances",
-                       job_id, coord_job_state_name(state));
-    }
-    if (p->pause_step != 0) {
+    if (p != NULL && !p->finished && p->pause_step != 0) {
         pthread_mutex_unlock(&c->lock);
         free(spec_json);
         free(running_plan);
         return SC_ERRF(err, SC_ERR_PRECONDITION,
                        "job %s is already pausing after step %llu for a rebalance", job_id,
                        (unsigned long long)p->pause_step);
+    }
+    if (state != COORD_JOB_RUNNING || p == NULL || p->finished) {
+        pthread_mutex_unlock(&c->lock);
+        free(spec_json);
+        free(running_plan);
+        return SC_ERRF(err, SC_ERR_PRECONDITION, "job %s is %s; only a running job rebalances",
+                       job_id, coord_job_state_name(state));
     }
     p->evaluate = false;
     coord_chosen_worker *ws = NULL;
@@ -490,7 +430,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     /* a run that never went as its plan predicted (its first iterations already more than
      * CHANGE over it: a link slowed between the probe and the training, say) has no baseline
      * to scale from: what its iterations measure is the only view of now */
-    double unplanned_s = baseline_off(p) ? p->iter_avg : 0;
+    double unplanned_s = coord_jobs_baseline_off(p) ? p->iter_avg : 0;
     pthread_mutex_unlock(&c->lock);
 
     /* The running plan at the measured speeds, on the same footing as the new plan (compute
@@ -554,7 +494,9 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
     /* the smaller of the gains against either view of now: a slowdown the factors do not
      * explain would slow the new plan too, and factors that overstate what the iterations show
      * (a busy time inflated by a loaded host) promise a gain the job would not see */
-    out->gain = current > 0 && measured > 0 ? 1 - out->new_s / (current < measured ? current : measured) : 0;
+    out->gain = current > 0 && measured > 0
+                    ? 1 - out->new_s / (current < measured ? current : measured)
+                    : 0;
     out->plan_json = plan_json;
     plan_json = NULL;
     /* the move's cost: the whole model's state over the slowest measured link, plus a fixed
@@ -642,9 +584,10 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
      * pipedream's first stage runs up to a minibatch per stage ahead of the last. */
     double iter = p->iter_avg > 0 ? p->iter_avg : p->iteration_s[p->n_stages - 1];
     uint64_t lead = iter > 0 ? (uint64_t)ceil(PAUSE_LEAD_S / iter) : 0;
-    p->pause_step =
+    uint64_t pause_step =
         furthest + PAUSE_AHEAD + (lead < 200 ? lead : 200) + (p->async ? (uint64_t)p->n_stages : 0);
-    if (p->pause_step >= p->steps) {
+    if (pause_step >= p->steps) {
+        p->pause_step = pause_step; /* too late for any move: none is evaluated again */
         pthread_mutex_unlock(&c->lock);
         p = NULL;
         sc_strfmt(out->message, sizeof out->message,
@@ -652,7 +595,6 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
                   (unsigned long long)furthest, (unsigned long long)steps);
         goto out;
     }
-    memset(p->paused, 0, sizeof p->paused);
     p->decided_s = sc_clock_now_s();
     p->plan_s = plan_s;
     double detect = p->changed_s > 0 ? p->decided_s - p->changed_s : 0;
@@ -661,7 +603,7 @@ sc_status coord_jobs_rebalance(coord *c, const char *job_id, bool force, bool dr
               "(gain %.1f%%); detected in %.2f s, planned in %.1f ms",
               asked && !p->leaving[0] ? "rebalance asked for: " : "", change, current, measured,
               out->new_s, 100 * out->gain, detect, 1e3 * plan_s);
-    send_pause(c, p);
+    coord_jobs_pause_begin(c, p, pause_step);
     if (!force)
         coord_speeds_note_move(c->speeds, job_id);
     if (freezing) { /* the driver plans the move with the new prefix */
@@ -681,270 +623,4 @@ out:
     coord_jobs_chosen_free(ws, n);
     coord_jobspec_clear(&spec);
     return rc;
-}
-
-/* Under c->lock: how many workers job p holds. */
-static size_t held(coord *c, const coord_progress *p)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < coord_registry_count(c->registry); i++)
-        n += strcmp(coord_registry_at(c->registry, i)->job_id, p->job_id) == 0;
-    return n;
-}
-
-/* Under c->lock: whether free worker `w` is one job p would profile again: one it knows (left
- * out by a re-plan), or, for an elastic job below its most, any alive free worker. */
-static bool candidate(coord *c, const coord_progress *p, const coord_worker *w, size_t have)
-{
-    if (w->job_id[0] != '\0' || w->state != COORD_WORKER_ALIVE || w->leaving ||
-        w->rec.hardware_len == 0)
-        return false;
-    return coord_speeds_known(c->speeds, p->job_id, w->rec.id) ||
-           (p->workers_max > 0 && have < p->workers_max);
-}
-
-/* Under c->lock: whether worker `w` runs job p and its link is under suspicion (speeds.h:
- * probed slower than at first, or a link from or to it adopted slower than its reference), or,
- * once per run, every link of a run whose baseline is off its prediction: a link that slowed
- * between the probes and the training looks unchanged to the transfers' figures (their
- * reference is the slow speed), and only a probe tells. */
-static bool suspect(coord *c, const coord_progress *p, const coord_worker *w)
-{
-    return strcmp(w->job_id, p->job_id) == 0 && w->state == COORD_WORKER_ALIVE && !w->leaving &&
-           ((baseline_off(p) && !p->base_probed) ||
-            coord_speeds_link_suspect(c->speeds, p->job_id, w->rec.id, CHANGE));
-}
-
-static bool has_candidates(coord *c, const coord_progress *p)
-{
-    size_t have = held(c, p);
-    for (size_t i = 0; i < coord_registry_count(c->registry); i++)
-        if (candidate(c, p, coord_registry_at(c->registry, i), have) ||
-            suspect(c, p, coord_registry_at(c->registry, i)))
-            return true;
-    return false;
-}
-
-/* Probes again the links of job `id`'s workers under suspicion, while they train. A slow link
- * between two workers may be either one's uplink: the probes (each worker's own path) tell
- * which, and when it is fast again, which no transfer shows once a re-plan stopped using the
- * link. A fresh probe replaces the worker's link in the model (and the measured links from and
- * to it start again); one more than CHANGE off the model's figure marks the job. Network calls
- * without the lock. */
-static void probe_suspects(coord *c, const char *id)
-{
-    pthread_mutex_lock(&c->lock);
-    coord_progress *p = coord_jobs_progress(c, id);
-    size_t total = coord_registry_count(c->registry), n = 0;
-    coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
-    double *before = calloc(total ? total : 1, sizeof *before);
-    for (size_t i = 0; p != NULL && ws != NULL && before != NULL && i < total; i++) {
-        const coord_worker *w = coord_registry_at(c->registry, i);
-        if (!suspect(c, p, w))
-            continue;
-        coord_jobs_chosen_fill(&ws[n], w);
-        free(coord_speeds_profile(c->speeds, id, w->rec.id, &before[n]));
-        n++;
-    }
-    pthread_mutex_unlock(&c->lock);
-    for (size_t i = 0; i < n; i++)
-        coord_jobs_probe_link(c, &ws[i]);
-    pthread_mutex_lock(&c->lock);
-    p = coord_jobs_progress(c, id);
-    if (p != NULL && baseline_off(p))
-        p->base_probed = true;
-    for (size_t i = 0; p != NULL && i < n; i++) {
-        double link = ws[i].link_bytes_per_s;
-        if (!(link > 0))
-            continue;
-        coord_speeds_set_link(c->speeds, id, ws[i].id, link);
-        if (before[i] > 0 && fabs(link / before[i] - 1) <= CHANGE)
-            continue;
-        sc_strfmt(p->reprobed, sizeof p->reprobed,
-                  "worker %s ('%s') now probes its link at %.3g bytes/s (%.3g in the speed model)",
-                  ws[i].id, ws[i].name, link, before[i]);
-        SC_LOG_INFO(LOG, "job %s: %s", id, p->reprobed);
-        if (p->pause_step == 0) {
-            p->evaluate = true;
-            if (p->changed_s == 0)
-                p->changed_s = sc_clock_now_s();
-        }
-    }
-    pthread_mutex_unlock(&c->lock);
-    free(before);
-    coord_jobs_chosen_free(ws, n);
-}
-
-bool coord_jobs_rebalance_wanted(coord *c, char *id, size_t size)
-{
-    double now = sc_clock_now_s();
-    for (size_t i = 0; i < c->n_running; i++) {
-        coord_progress *p = &c->running[i];
-        if (p->finished || p->pause_step != 0)
-            continue;
-        if (!p->probe && p->rebalance_auto && p->base_n[0][0] >= base_need(p, 0, 0) &&
-            now - p->probed_s >= c->cfg.reprofile_ms / 1000.0 && has_candidates(c, p)) {
-            p->probe = true;
-            p->probed_s = now;
-        }
-        if (p->evaluate || p->probe) {
-            sc_strlcpy(id, p->job_id, size);
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Profiles again the workers job `id` knows but a re-plan left out (they run nothing, so only
- * a new profile tells how fast they are now) and probes their links again; a speed or a link
- * that changed by more than CHANGE replaces the model's and marks the job for evaluation. Network
- * calls: takes the lock only to read and write the registry, the store and the speed model. */
-static void probe_left_out(coord *c, const char *id)
-{
-    pthread_mutex_lock(&c->lock);
-    coord_progress *p = coord_jobs_progress(c, id);
-    if (p != NULL)
-        p->probe = false;
-    size_t total = coord_registry_count(c->registry), n = 0;
-    coord_chosen_worker *ws = calloc(total ? total : 1, sizeof *ws);
-    double *before = calloc(total ? total : 1, sizeof *before);
-    double *link_before = calloc(total ? total : 1, sizeof *link_before);
-    coord_job job;
-    char *spec_json = NULL;
-    if (p != NULL && ws != NULL && before != NULL && link_before != NULL &&
-        coord_store_job_get(c->store, id, &job, NULL) == SC_OK) {
-        spec_json = job.spec_json;
-        job.spec_json = NULL;
-        coord_job_clear(&job);
-        size_t have = held(c, p);
-        for (size_t i = 0; i < total; i++) {
-            const coord_worker *w = coord_registry_at(c->registry, i);
-            if (!candidate(c, p, w, have + n))
-                continue;
-            coord_chosen_worker *cw = &ws[n];
-            coord_jobs_chosen_fill(cw, w);
-            char *known = coord_speeds_profile(c->speeds, id, w->rec.id, &link_before[n]);
-            cw->link_bytes_per_s = 0; /* probed again: a link that changed shows too */
-            before[n] = known != NULL ? coord_profile_total_s(known) : 0;
-            free(known);
-            n++;
-        }
-    }
-    pthread_mutex_unlock(&c->lock);
-    coord_jobspec spec;
-    memset(&spec, 0, sizeof spec);
-    sc_err err;
-    sc_err_clear(&err);
-    if (n > 0 && spec_json != NULL &&
-        coord_jobspec_parse(id, spec_json, strlen(spec_json), &spec, &err) == SC_OK &&
-        coord_jobs_profile_all(c, &spec, id, ws, n, &err) == SC_OK) {
-        pthread_mutex_lock(&c->lock);
-        for (size_t i = 0; i < n; i++) {
-            double now = coord_profile_total_s(ws[i].profile_json);
-            bool joined = before[i] <= 0; /* new to the job: an elastic job may grow onto it */
-            /* a link the model has (probed, times what training measured on it) against the
-             * probe now: a link cut while the worker ran, restored since it was left out */
-            double link = ws[i].link_bytes_per_s;
-            bool link_moved =
-                link > 0 && link_before[i] > 0 && fabs(link / link_before[i] - 1) > CHANGE;
-            if (now <= 0 || (!joined && fabs(now / before[i] - 1) <= CHANGE && !link_moved))
-                continue;
-            const char *ids[1] = {ws[i].id}, *profiles[1] = {ws[i].profile_json};
-            double links[1] = {link > 0 ? link : link_before[i]};
-            coord_speeds_keep(&c->speeds, id, ids, profiles, links, 1);
-            p = coord_jobs_progress(c, id);
-            char what[COORD_REASON_MAX] = "";
-            if (link_moved && fabs(now / before[i] - 1) <= CHANGE)
-                sc_strfmt(what, sizeof what,
-                          "worker %s ('%s'), left out of the plan, now probes its link at %.3g "
-                          "bytes/s (%.3g in the speed model)",
-                          ws[i].id, ws[i].name, link, link_before[i]);
-            else if (!joined)
-                sc_strfmt(what, sizeof what,
-                          "worker %s ('%s'), left out of the plan, now profiles at %.2fx the "
-                          "time it was planned with",
-                          ws[i].id, ws[i].name, now / before[i]);
-            if (p != NULL && what[0])
-                sc_strlcpy(p->reprobed, what, sizeof p->reprobed);
-            if (what[0])
-                SC_LOG_INFO(LOG, "job %s: %s", id, what);
-            else if (joined)
-                SC_LOG_INFO(LOG, "job %s: worker %s ('%s') is free; profiled to grow onto it", id,
-                            ws[i].id, ws[i].name);
-            if (p != NULL && p->pause_step == 0) {
-                p->evaluate = true;
-                if (p->changed_s == 0)
-                    p->changed_s = sc_clock_now_s();
-            }
-        }
-        pthread_mutex_unlock(&c->lock);
-    } else if (n > 0 && err.msg[0]) {
-        SC_LOG_INFO(LOG, "job %s: profiling the workers its plan left out failed: %s", id, err.msg);
-    }
-    coord_jobspec_clear(&spec);
-    free(spec_json);
-    free(before);
-    free(link_before);
-    coord_jobs_chosen_free(ws, n);
-}
-
-void coord_jobs_rebalance_tick(coord *c, const char *id)
-{
-    pthread_mutex_lock(&c->lock);
-    coord_progress *p = coord_jobs_progress(c, id);
-    bool probe = p != NULL && p->probe;
-    pthread_mutex_unlock(&c->lock);
-    if (probe) {
-        probe_suspects(c, id); /* first: the left-out workers' figures are read after it */
-        probe_left_out(c, id);
-    }
-    pthread_mutex_lock(&c->lock);
-    p = coord_jobs_progress(c, id);
-    bool evaluate = p != NULL && p->evaluate, leaving = p != NULL && p->leaving[0];
-    pthread_mutex_unlock(&c->lock);
-    if (!evaluate)
-        return;
-    coord_rebalance_result res;
-    sc_err err;
-    sc_err_clear(&err);
-    if (coord_jobs_rebalance(c, id, leaving, false, &res, &err) != SC_OK)
-        SC_LOG_INFO(LOG, "job %s: no rebalance: %s", id, err.msg);
-    free(res.plan_json);
-}
-
-bool coord_jobs_worker_leaving(coord *c, coord_worker *w)
-{
-    coord_progress *p = w->job_id[0] ? coord_jobs_progress(c, w->job_id) : NULL;
-    if (p == NULL || p->finished || p->pause_step != 0 || p->leaving[0] ||
-        p->workers_min == 0 || held(c, p) <= p->workers_min)
-        return false;
-    char endpoint[COORD_NAME_MAX];
-    if (!coord_worker_state_endpoint(w, endpoint, sizeof endpoint))
-        return false; /* an older worker: its blocks cannot be taken from it */
-    w->leaving = true;
-    sc_strlcpy(p->leaving, w->rec.id, sizeof p->leaving);
-    p->evaluate = true;
-    p->changed_s = sc_clock_now_s();
-    SC_LOG_INFO(LOG, "job %s: worker %s ('%s') leaves; moving its blocks to the others first",
-                p->job_id, w->rec.id, w->rec.name);
-    pthread_cond_broadcast(&c->wake);
-    return true;
-}
-
-void coord_jobs_shutdown_left(coord *c, const char *job_id)
-{
-    for (size_t i = 0; i < coord_registry_count(c->registry); i++) {
-        coord_worker *w = coord_registry_at(c->registry, i);
-        /* its job moved off it (the new plan does not hold it), or it was freed */
-        if (!w->leaving || w->state != COORD_WORKER_ALIVE ||
-            (w->job_id[0] != '\0' && strcmp(w->job_id, job_id) != 0))
-            continue;
-        w->job_id[0] = '\0';
-        SC_LOG_INFO(LOG, "worker %s (%s) handed its blocks over; it may go", w->rec.id,
-                    w->rec.name);
-        coord_queue_command_locked(c, w->rec.id, STAGECRAFT__COMMAND_KIND__COMMAND_SHUTDOWN, "",
-                                   0, NULL, NULL);
-        w->state = COORD_WORKER_DEAD; /* it must register again to come back */
-        w->leaving = false;
-    }
 }

@@ -12,11 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sc_clock.h"
 #include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
-#include "coordinator/jobs.h"
+#include "coordinator/jobs_internal.h"
 
 #define LOG "jobs"
 
@@ -172,4 +173,23 @@ void coord_jobs_worker_error(coord *c, const coord_worker *w, const Stagecraft__
         coord_jobs_release_workers(c, job_id);
         pthread_cond_broadcast(&c->wake);
     }
+}
+
+bool coord_jobs_worker_leaving(coord *c, coord_worker *w)
+{
+    coord_progress *p = w->job_id[0] ? coord_jobs_progress(c, w->job_id) : NULL;
+    if (p == NULL || p->finished || p->pause_step != 0 || p->leaving[0] || p->workers_min == 0 ||
+        coord_jobs_held(c, p->job_id) <= p->workers_min)
+        return false;
+    char endpoint[COORD_NAME_MAX];
+    if (!coord_worker_state_endpoint(w, endpoint, sizeof endpoint))
+        return false; /* an older worker: its blocks cannot be taken from it */
+    w->leaving = true;
+    sc_strlcpy(p->leaving, w->rec.id, sizeof p->leaving);
+    p->evaluate = true;
+    p->changed_s = sc_clock_now_s();
+    SC_LOG_INFO(LOG, "job %s: worker %s ('%s') leaves; moving its blocks to the others first",
+                p->job_id, w->rec.id, w->rec.name);
+    pthread_cond_broadcast(&c->wake);
+    return true;
 }

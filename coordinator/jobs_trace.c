@@ -22,7 +22,7 @@
 #include "common/sc_log.h"
 #include "common/sc_util.h"
 #include "coordinator/coord_internal.h"
-#include "coordinator/jobs.h"
+#include "coordinator/jobs_internal.h"
 #include "coordinator/trace.h"
 
 #define TIMELINE_TIMEOUT_MS 2000 /* per call: a worker that hangs costs this once */
@@ -293,7 +293,11 @@ sc_status coord_jobs_trace(coord *c, const char *job_id, int iterations, char **
     size_t n = 0;
     pthread_mutex_lock(&c->lock);
     sc_status rc = coord_store_job_get(c->store, job_id, &job, err);
-    bool kept = rc == SC_OK && job.state != COORD_JOB_RUNNING;
+    /* a job whose stages train on to a move's pause still runs them */
+    const coord_progress *pausing =
+        rc == SC_OK && job.state == COORD_JOB_REBALANCING ? coord_jobs_progress(c, job_id) : NULL;
+    bool kept = rc == SC_OK && job.state != COORD_JOB_RUNNING &&
+                !(pausing != NULL && pausing->pause_step != 0 && !coord_jobs_pause_done(pausing));
     if (kept) /* an ended job (or one between runs): what was kept when it last ended */
         rc = kept_trace(c, &job, json, sum, answered, missing, err);
     else if (rc == SC_OK)

@@ -55,7 +55,7 @@ typedef struct {
     /* coord_jobs_heartbeat: since when its heartbeats disagree with job_id (0: they agree), and
      * when a command was last sent again to settle it */
     uint64_t disagree_since_ns, repaired_ns;
-    /* it said it leaves and stays until its job's blocks have moved off it (jobs_rebalance.c):
+    /* it said it leaves and stays until its job's blocks have moved off it (jobs_recovery.c):
      * no job takes it meanwhile */
     bool leaving;
 } coord_worker;

@@ -97,8 +97,8 @@ static sc_status reg_worker(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
     if (req->hardware)
         SC_CHECK(sc_wire_pack(&req->hardware->base, &rec.hardware, &rec.hardware_len, err));
 
-    Stagecraft__RegisterWorkerResponse *resp = (void *)sc_rpc_ctx_new_message(
-        ctx, &stagecraft__register_worker_response__descriptor);
+    Stagecraft__RegisterWorkerResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__register_worker_response__descriptor);
     coord_worker *w;
     pthread_mutex_lock(&c->lock);
     sc_status rc = coord_registry_register(c->registry, &rec, sc_clock_now_ns(), &w, err);
@@ -364,7 +364,7 @@ static sc_status cancel_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protob
                      id, coord_job_state_name(job.state), job.reason);
         coord_job_clear(&job);
     } else if (rc == SC_OK) {
-        bool ran = job.state == COORD_JOB_RUNNING;
+        bool ran = job.state == COORD_JOB_RUNNING || job.state == COORD_JOB_REBALANCING;
         coord_job_clear(&job);
         rc = coord_store_job_transition(c->store, id, COORD_JOB_CANCELLED, reason, err);
         if (rc == SC_OK)
@@ -435,8 +435,8 @@ static Stagecraft__WorkerState worker_state_to_wire(coord_worker_state s)
     return STAGECRAFT__WORKER_STATE__WORKER_STATE_UNSPECIFIED;
 }
 
-static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
-                              ProtobufCMessage **out, void *user, sc_err *err)
+static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                              void *user, sc_err *err)
 {
     (void)msg;
     (void)err;
@@ -461,8 +461,8 @@ static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
         info->activity = sc_rpc_ctx_strdup(ctx, w->reported_state);
         info->last_heartbeat_unix_ms = w->last_heartbeat_unix_ms;
         if (w->rec.hardware_len > 0) {
-            Stagecraft__HardwareReport *hw = stagecraft__hardware_report__unpack(
-                &alloc, w->rec.hardware_len, w->rec.hardware);
+            Stagecraft__HardwareReport *hw =
+                stagecraft__hardware_report__unpack(&alloc, w->rec.hardware_len, w->rec.hardware);
             if (hw != NULL) {
                 info->devices = hw->devices;
                 info->n_devices = hw->n_devices;
@@ -566,9 +566,11 @@ static sc_status get_checkpoint(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     return SC_OK;
 }
 
-#define METHOD(svc, name, lower, handler)                                                         \
-    {"/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                      \
-     &stagecraft__##lower##_response__descriptor, handler, NULL, NULL}
+#define METHOD(svc, name, lower, handler)                                                          \
+    {                                                                                              \
+        "/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                   \
+            &stagecraft__##lower##_response__descriptor, handler, NULL, NULL                       \
+    }
 
 const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "RegisterWorker", register_worker, reg_worker),

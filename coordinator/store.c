@@ -104,8 +104,8 @@ static sc_status check_schema_version(coord_store *s, sc_err *err)
     } else {
         sqlite3_finalize(st);
         char sql[128];
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO meta(key, value) VALUES('schema_version', '%d')", SCHEMA_VERSION);
+        snprintf(sql, sizeof sql, "INSERT INTO meta(key, value) VALUES('schema_version', '%d')",
+                 SCHEMA_VERSION);
         return exec(s, sql, err);
     }
     sqlite3_finalize(st);
@@ -266,9 +266,9 @@ sc_status coord_store_job_transition(coord_store *s, const char *id, coord_job_s
                      coord_job_state_name(from), coord_job_state_name(to));
         goto rollback;
     }
-    SC_CHECK_GOTO(prepare(s, "UPDATE jobs SET state=?, reason=?, updated_ms=? WHERE id=?", &st,
-                          err),
-                  rollback);
+    SC_CHECK_GOTO(
+        prepare(s, "UPDATE jobs SET state=?, reason=?, updated_ms=? WHERE id=?", &st, err),
+        rollback);
     sqlite3_bind_text(st, 1, coord_job_state_name(to), -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, now);
@@ -335,6 +335,31 @@ sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char 
     return update_one(s, st, id, err);
 }
 
+sc_status coord_store_job_amend_reason(coord_store *s, const char *id, const char *reason,
+                                       sc_err *err)
+{
+    SC_CHECK(exec(s, "BEGIN IMMEDIATE", err));
+    sc_status rc = coord_store_job_set_reason(s, id, reason, err);
+    sqlite3_stmt *st = NULL;
+    if (rc == SC_OK)
+        rc = prepare(s,
+                     "UPDATE transitions SET reason=? WHERE seq=(SELECT MAX(seq) FROM transitions "
+                     "WHERE job_id=?)",
+                     &st, err);
+    if (rc == SC_OK) {
+        sqlite3_bind_text(st, 1, reason, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = db_fail(s, err, "amend transition");
+        sqlite3_finalize(st);
+    }
+    if (rc != SC_OK) {
+        exec(s, "ROLLBACK", NULL);
+        return rc;
+    }
+    return exec(s, "COMMIT", err);
+}
+
 sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char *worker_ids,
                                       sc_err *err)
 {
@@ -353,8 +378,7 @@ sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t 
                                        uint64_t last_checkpoint_step, sc_err *err)
 {
     sqlite3_stmt *st;
-    SC_CHECK(prepare(s,
-                     "UPDATE jobs SET step=?, last_checkpoint_step=?, updated_ms=? WHERE id=?",
+    SC_CHECK(prepare(s, "UPDATE jobs SET step=?, last_checkpoint_step=?, updated_ms=? WHERE id=?",
                      &st, err));
     sqlite3_bind_int64(st, 1, (sqlite3_int64)step);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)last_checkpoint_step);
@@ -405,8 +429,8 @@ sc_status coord_store_job_list(coord_store *s, coord_job **jobs, size_t *n, sc_e
     return SC_OK;
 }
 
-sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out,
-                                  size_t *n, sc_err *err)
+sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out, size_t *n,
+                                  sc_err *err)
 {
     *out = NULL;
     *n = 0;

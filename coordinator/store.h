@@ -23,13 +23,13 @@ typedef struct coord_store coord_store;
 #define COORD_REASON_MAX 512
 
 typedef struct {
-    char id[COORD_ID_MAX];     /* "job-<n>" */
+    char id[COORD_ID_MAX]; /* "job-<n>" */
     char name[COORD_NAME_MAX];
     coord_job_state state;
     char reason[COORD_REASON_MAX];
-    char *spec_json;           /* owned; the submitted stagecraft-job document */
-    char *plan_json;           /* owned; NULL until planned */
-    char *worker_ids;          /* owned; comma-separated ids of the job's workers, or NULL */
+    char *spec_json;  /* owned; the submitted stagecraft-job document */
+    char *plan_json;  /* owned; NULL until planned */
+    char *worker_ids; /* owned; comma-separated ids of the job's workers, or NULL */
     uint64_t step;
     uint64_t steps;
     uint64_t last_checkpoint_step;
@@ -46,12 +46,12 @@ typedef struct {
 } coord_transition;
 
 typedef struct {
-    char id[COORD_ID_MAX];     /* "w-<n>" */
+    char id[COORD_ID_MAX]; /* "w-<n>" */
     char name[COORD_NAME_MAX];
     char host[COORD_NAME_MAX];
     char endpoint[COORD_NAME_MAX];
     uint64_t epoch;
-    uint8_t *hardware;         /* owned; packed HardwareReport */
+    uint8_t *hardware; /* owned; packed HardwareReport */
     size_t hardware_len;
     int64_t registered_unix_ms;
 } coord_worker_rec;
@@ -73,6 +73,12 @@ sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *p
 /* Updates the reason shown for a job's current state without changing the state. */
 sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char *reason,
                                      sc_err *err);
+
+/* Updates the reason of a job's current state and of the transition that entered it (its
+ * history's last entry), for a state whose account is completed while it lasts (a rebalance
+ * that says how its pause went once every stage paused). The state and times do not change. */
+sc_status coord_store_job_amend_reason(coord_store *s, const char *id, const char *reason,
+                                       sc_err *err);
 
 /* Records the workers a job runs on ("w-1,w-4"), or NULL to clear. */
 sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char *worker_ids,
@@ -101,8 +107,8 @@ sc_status coord_store_trace_get(coord_store *s, const char *job_id, char **trace
                                 char **meta_json, sc_err *err);
 
 /* A job's transitions, oldest first; caller frees *out with free(). */
-sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out,
-                                  size_t *n, sc_err *err);
+sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out, size_t *n,
+                                  sc_err *err);
 
 void coord_job_clear(coord_job *job);
 void coord_job_list_free(coord_job **jobs, size_t n);

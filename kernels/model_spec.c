@@ -28,12 +28,25 @@ static const kn_model_build_fn model_builders[] = {
 };
 static const char *const cpu_kernel_kinds[] = {"fast", "reference", NULL};
 
+/* The keys of a model spec, per kind (in model_kinds' order): every kind's own, then those of
+ * every kind (format and version when the spec is a file of its own). A key not listed is
+ * refused: a typo must not pass for an absent optional key. */
+#define MODEL_COMMON_KEYS "kind", "name", "seed", "cpu_kernels", "format", "version", NULL
+static const char *const gpt_keys[] = {"vocab", "seq_len",      "layers",         "width",
+                                       "heads", "split_blocks", MODEL_COMMON_KEYS};
+static const char *const vgg_keys[] = {"config", "image", "classes", "width_divisor",
+                                       MODEL_COMMON_KEYS};
+static const char *const mlp_keys[] = {"sizes", MODEL_COMMON_KEYS};
+static const char *const hf_keys[] = {"path", "seq_len", "split_blocks", MODEL_COMMON_KEYS};
+static const char *const *const model_keys[] = {gpt_keys, vgg_keys, mlp_keys, hf_keys};
+
 sc_status kn_model_from_node(kn_model **out, const sc_jnode *root, sc_err *err)
 {
     *out = NULL;
     SC_CHECK(sc_jnode_expect_object(root, err));
     int kind;
     SC_CHECK(sc_json_get_enum(root, "kind", model_kinds, &kind, err));
+    SC_CHECK(sc_jnode_known_keys(root, model_keys[kind], err));
     const char *name;
     int64_t seed;
     SC_CHECK(sc_json_opt_string(root, "name", NULL, &name, err));

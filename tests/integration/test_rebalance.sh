@@ -60,6 +60,14 @@ dry=$("$sc" rebalance job-2 --dry-run --json)
 history job-2 | grep -q "^rebalancing" && fail "a dry run rebalanced: $(history job-2)"
 out=$("$sc" rebalance job-2)
 grep -q "rebalancing after step" <<<"$out" && pass "rebalance started: $out" || fail "rebalance: $out"
+# status says what happens from the moment the pause is asked for: the stages train on to the
+# pause step (2 steps and 0.15 s ahead at least), then the job is re-planned and assigned, all
+# after this answer; the state was set before it
+pause=$(sed -n 's/.*rebalancing after step \([0-9]*\):.*/\1/p' <<<"$out")
+now=$(job_state job-2)
+[ "$now" = rebalancing ] && field job-2 reason | grep -Eq "(pausing|paused) after step $pause" &&
+    pass "status shows the move as its pause starts: $now, $(field job-2 reason | grep -Eo "(pausing|paused) after step $pause.*")" ||
+    fail "right after the rebalance began job-2 is $now: $(field job-2 reason)"
 # the move's measured cost: the reason of its first step, then what the next decision weighs
 reason_has() { field "$1" reason | grep -q "$2"; }
 if wait_for 300 reason_has job-2 "s after every stage paused (the move's cost"; then

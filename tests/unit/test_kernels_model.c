@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kernels/model.h"
 #include "common/sc_clock.h"
+#include "kernels/model.h"
 #include "kernels/profile.h"
 #include "kernels/stage.h"
 
@@ -201,6 +201,18 @@ static void test_bad_specs(void **state)
     expect_refused("{\"format\": \"stagecraft-profile\", \"version\": 1, \"kind\": \"mlp\"}",
                    "stagecraft-model", NULL);
     expect_refused(HDR "\"kind\": \"mlp\", \"sizes\": [4, 2], }", "invalid JSON", NULL);
+    /* a key the kind does not have is refused with its line, column and path, and the closest
+     * valid key; another kind's key is no key of this one */
+    expect_refused(HDR "\"kind\": \"gpt\", \"vocab\": 10, \"seq_len\": 4, \"layers\": 1,\n"
+                       "\"width\": 8, \"heads\": 2, \"layres\": 3}",
+                   "bad.json:2:35: $.layres: unknown key \"layres\"", "did you mean \"layers\"?");
+    expect_refused(HDR "\"kind\": \"mlp\", \"sizes\": [4, 2], \"sead\": 3}", "$.sead",
+                   "did you mean \"seed\"?");
+    expect_refused(HDR "\"kind\": \"mlp\", \"sizes\": [4, 2], \"classes\": 3}",
+                   "$.classes: unknown key", "\"sizes\"");
+    expect_refused(HDR "\"kind\": \"vgg\", \"config\": \"vgg11\", \"image\": [3, 32, 32], "
+                       "\"classes\": 10, \"width_divsor\": 2}",
+                   "$.width_divsor", "did you mean \"width_divisor\"?");
 }
 
 static void test_model_load_file(void **state)
@@ -977,8 +989,8 @@ static void test_alloc_beyond_memory(void **state)
     kn_ctx *ctx = NULL;
     sc_err err;
     sc_err_clear(&err);
-    assert_int_equal(kn_ctx_new(&ctx, (kn_device){.kind = KN_DEV_CPU, .index = 0}, KN_PREC_FP32, &err),
-                     SC_OK);
+    assert_int_equal(
+        kn_ctx_new(&ctx, (kn_device){.kind = KN_DEV_CPU, .index = 0}, KN_PREC_FP32, &err), SC_OK);
     size_t phys = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
     void *p = (void *)1;
     assert_int_equal(kn_ctx_alloc(ctx, phys + phys / 2, &p, &err), SC_ERR_NOMEM);
