@@ -1,8 +1,8 @@
 /*
  * The Coordinator gRPC service: RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob,
- * ListWorkers, GetTrace, GetCheckpoint. Handlers run on the RPC layer's pool; they take c->lock
- * only around registry and store work, and build responses in call-owned memory (sc_rpc_ctx_alloc),
- * so nothing they return points into shared state.
+ * ListWorkers, GetTrace, GetCheckpoint, GetLogs. Handlers run on the RPC layer's pool; they take
+ * c->lock only around registry and store work, and build responses in call-owned memory
+ * (sc_rpc_ctx_alloc), so nothing they return points into shared state.
  */
 #include "coordinator/service.h"
 
@@ -19,6 +19,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/logs.h"
 #include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
@@ -566,6 +567,16 @@ static sc_status get_checkpoint(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     return SC_OK;
 }
 
+/* Workers' recent log lines (logs.h): needs no token, as status needs none. */
+static sc_status get_logs(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                          void *user, sc_err *err)
+{
+    Stagecraft__GetLogsResponse *resp = NULL;
+    SC_CHECK(coord_logs_answer(user, ctx, (const Stagecraft__GetLogsRequest *)msg, &resp, err));
+    *out = &resp->base;
+    return SC_OK;
+}
+
 #define METHOD(svc, name, lower, handler)                                                         \
     {"/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                      \
      &stagecraft__##lower##_response__descriptor, handler, NULL, NULL}
@@ -580,6 +591,7 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "ListWorkers", list_workers, list_workers),
     METHOD("Coordinator", "GetTrace", get_trace, get_trace),
     METHOD("Coordinator", "GetCheckpoint", get_checkpoint, get_checkpoint),
+    METHOD("Coordinator", "GetLogs", get_logs, get_logs),
 };
 const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;
 

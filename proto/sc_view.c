@@ -174,3 +174,22 @@ json_t *sc_view_workers(const Stagecraft__ListWorkersResponse *resp)
         json_array_append_new(arr, sc_view_worker(resp->workers[i]));
     return json_pack("{s:o}", "workers", arr);
 }
+
+json_t *sc_view_logs(const Stagecraft__GetLogsResponse *resp)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < resp->n_workers; i++) {
+        const Stagecraft__WorkerLog *w = resp->workers[i];
+        json_t *lines = json_array();
+        for (size_t k = 0; k < w->n_lines; k++)
+            json_array_append_new(lines,
+                                  json_pack("{s:I, s:s}", "seq", (json_int_t)w->lines[k]->seq,
+                                            "text", w->lines[k]->text ? w->lines[k]->text : ""));
+        bool failed = w->error != NULL && w->error[0] != '\0';
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:o, s:I, s:o}", "worker_id", w->worker_id,
+                                             "name", w->name ? w->name : "", "lines", lines,
+                                             "newest_seq", (json_int_t)w->newest_seq, "error",
+                                             failed ? json_string(w->error) : json_null()));
+    }
+    return json_pack("{s:o}", "workers", arr);
+}
