@@ -108,9 +108,12 @@ int cmd_worker(const cli_command *self, int argc, char **argv);
 int cmd_submit(const cli_command *self, int argc, char **argv);
 
 #define CMD_STATUS_USAGE                                                                           \
-    "usage: stagecraft status [JOB [--follow]] [--coordinator HOST:PORT] [--json]\n\n"             \
+    "usage: stagecraft status [JOB [--follow | --history]] [--coordinator HOST:PORT] [--json]\n\n" \
     "Without JOB: every job with its state. With JOB: its state and why, progress and plan.\n"     \
     "--json prints the job(s) with job_id, state, step and plan.\n"                                \
+    "  --history  JOB's training series instead: step, loss, samples/s and iteration time per\n"   \
+    "             step, oldest first, as the coordinator keeps them (at most 1000 points,\n"       \
+    "             older steps thinned); with --json, the job object gains \"history\"\n"           \
     "  --follow   print JOB's state changes as they happen and a live progress line (step\n"       \
     "             bar, loss, samples/s, ETA) until it ends; exit status 0 only when it\n"          \
     "             succeeded, 1 when it failed or was cancelled (--json: one JSON object\n"         \

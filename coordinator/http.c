@@ -172,7 +172,10 @@ static enum MHD_Result api_jobs(coord_http *h, struct MHD_Connection *conn)
     return send_json(h, conn, MHD_HTTP_OK, o);
 }
 
-static enum MHD_Result api_job(coord_http *h, struct MHD_Connection *conn, const char *id)
+/* /api/jobs/JOB: the object of `status JOB --json`; /api/jobs/JOB/history (`history`): the
+ * job's id, state and step with its training series, as `status JOB --history --json` has it. */
+static enum MHD_Result api_job(coord_http *h, struct MHD_Connection *conn, const char *id,
+                               bool history)
 {
     sc_err err;
     sc_err_clear(&err);
@@ -180,11 +183,16 @@ static enum MHD_Result api_job(coord_http *h, struct MHD_Connection *conn, const
     ProtobufCMessage *m;
     Stagecraft__GetJobRequest req = STAGECRAFT__GET_JOB_REQUEST__INIT;
     req.job_id = (char *)id;
+    req.history = history;
     sc_status rc = coord_service_call(h->coord, "/stagecraft.Coordinator/GetJob", &req.base,
                                       "http", &call, &m, &err);
     if (rc != SC_OK)
         return send_error(h, conn, status_to_http(rc), "%s", err.msg);
-    json_t *o = sc_view_job(((const Stagecraft__GetJobResponse *)m)->job);
+    const Stagecraft__JobInfo *j = ((const Stagecraft__GetJobResponse *)m)->job;
+    json_t *o = history ? json_pack("{s:s, s:s, s:I, s:I, s:o}", "job_id", j->job_id, "state",
+                                    sc_view_job_state_name(j->state), "step", (json_int_t)j->step,
+                                    "steps", (json_int_t)j->steps, "history", sc_view_history(j))
+                        : sc_view_job(j);
     sc_rpc_local_free(&call);
     return send_json(h, conn, MHD_HTTP_OK, o);
 }
@@ -499,12 +507,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(url, "/api/jobs") == 0)
         return api_jobs(h, conn);
     if (strncmp(url, "/api/jobs/", 10) == 0 && url[10] != '\0' && strchr(url + 10, '/') == NULL)
-        return api_job(h, conn, url + 10);
+        return api_job(h, conn, url + 10, false);
+    const char *slash = strncmp(url, "/api/jobs/", 10) == 0 ? strchr(url + 10, '/') : NULL;
+    if (slash != NULL && slash > url + 10 && strcmp(slash, "/history") == 0 &&
+        (size_t)(slash - url - 10) < 128) {
+        char id[128];
+        memcpy(id, url + 10, (size_t)(slash - url - 10));
+        id[slash - url - 10] = '\0';
+        return api_job(h, conn, id, true);
+    }
     if (strncmp(url, "/api/logs/", 10) == 0 && url[10] != '\0' && strchr(url + 10, '/') == NULL)
         return api_logs(h, conn, url + 10);
     return send_error(h, conn, MHD_HTTP_NOT_FOUND,
                       "no page %.128s: the paths are /, /metrics, /api/jobs, /api/jobs/JOB, "
-                      "/api/logs/WORKER or /api/logs/JOB and /api/workers",
+                      "/api/jobs/JOB/history, /api/logs/WORKER or /api/logs/JOB and /api/workers",
                       url);
 }
 

@@ -4,6 +4,7 @@
  */
 #include "proto/sc_view.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -173,6 +174,22 @@ json_t *sc_view_workers(const Stagecraft__ListWorkersResponse *resp)
     for (size_t i = 0; i < resp->n_workers; i++)
         json_array_append_new(arr, sc_view_worker(resp->workers[i]));
     return json_pack("{s:o}", "workers", arr);
+}
+
+json_t *sc_view_history(const Stagecraft__JobInfo *j)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < j->n_history; i++) {
+        const Stagecraft__HistoryPoint *h = j->history[i];
+        json_array_append_new(
+            arr,
+            json_pack("{s:I, s:o, s:o, s:f, s:I}", "step", (json_int_t)h->step, "loss",
+                      /* JSON has no NaN: a diverged loss reads as not measured */
+                      sc_view_figure(h->has_loss && isfinite(h->loss), h->loss), "samples_per_s",
+                      sc_view_figure(h->samples_per_s_known, h->samples_per_s), "iteration_s",
+                      h->iteration_s, "at_unix_ms", (json_int_t)h->at_unix_ms));
+    }
+    return arr;
 }
 
 json_t *sc_view_logs(const Stagecraft__GetLogsResponse *resp)

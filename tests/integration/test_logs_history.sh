@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Workers' recent log lines through the coordinator: `stagecraft logs JOB` prints lines of
-# every worker of the job (in time order, each with its worker's id), `logs WORKER` one
-# worker's, --lines bounds them, --follow prints new ones; a worker that does not answer is
-# named and the others are printed; bad targets and counts are refused.
+# Workers' recent log lines and a job's training series, through the coordinator:
+# `stagecraft logs JOB` prints lines of every worker of the job (in time order, each with its
+# worker's id), `logs WORKER` one worker's, --lines bounds them, --follow prints new ones; a
+# worker that does not answer is named and the others are printed; /api/logs/JOB serves the
+# same lines; `status JOB --history`
+# (table and JSON) and /api/jobs/JOB/history give every step the job ran with a finite loss,
+# also after the coordinator restarts; bad targets and counts are refused.
 # Usage: test_logs_history.sh PATH/TO/stagecraft
 sc=${1:?usage: test_logs_history.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -63,6 +66,19 @@ jq -e '.target == "job-1" and (.workers | length) == 2 and all(.workers[]; .erro
 "$sc" logs "$id_b" --lines 1000 >"$work/b.out" 2>&1 && ! grep -qv "^$id_b: " "$work/b.out" &&
     pass "logs $id_b: only its lines ($(wc -l <"$work/b.out"))" || fail "logs $id_b: $(head -3 "$work/b.out")"
 
+# 2. the training series: every step 1..40 with a finite loss
+"$sc" status job-1 --history --json >"$work/hist.json" 2>&1
+jq -e '[.history[].step] == [range(1; 41)] and all(.history[]; (.loss | type) == "number" and .iteration_s > 0)' "$work/hist.json" >/dev/null &&
+    pass "status --history --json: steps 1-40, each with a finite loss" ||
+    fail "status --history --json: $(jq -c '.history[:3], (.history | length)' "$work/hist.json" 2>&1 | head -c 400)"
+"$sc" status job-1 --history >"$work/hist.out" 2>&1
+head -1 "$work/hist.out" | grep -q '^job-1 (succeeded): 40 steps recorded, 1 to 40$' &&
+    [ "$(grep -cE '^ +[0-9]+ +[0-9.]+ +([0-9.]+|-) +[0-9.e-]+$' "$work/hist.out")" = 40 ] &&
+    pass "status --history: a table of 40 rows" || fail "status --history: $(head -4 "$work/hist.out")"
+http_get "http://127.0.0.1:$port/api/jobs/job-1/history" >"$work/api.json" 2>&1
+jq -e --slurpfile cli "$work/hist.json" '.job_id == "job-1" and .history == $cli[0].history' "$work/api.json" >/dev/null &&
+    pass "/api/jobs/job-1/history is the CLI's series" || fail "/api/jobs/job-1/history: $(head -c 300 "$work/api.json")"
+
 # 3. a worker that does not answer is named, the other's lines are printed, no hang
 kill -STOP "$pid_b"
 "$sc" logs job-1 >"$work/part.out" 2>"$work/part.err"
@@ -89,6 +105,16 @@ n_seq=$(grep -c . "$work/follow.out")
 [ "$(sort "$work/follow.out" | uniq -d | wc -l)" = 0 ] && pass "--follow printed $n_seq lines, none twice" ||
     fail "--follow repeated lines"
 
+# 5. the series survives a restart of the coordinator
+kill -TERM "$coord_pid"
+wait "$coord_pid" 2>/dev/null
+listen=$STAGECRAFT_COORDINATOR start_coordinator coord2 "$work/state" --dead-after 30 --http off
+"$sc" status job-1 --history --json >"$work/hist2.json" 2>&1
+jq -e --slurpfile before "$work/hist.json" '.history == $before[0].history' "$work/hist2.json" >/dev/null &&
+    pass "after a restart, job-1's series is the same 40 steps" || fail "after restart: $(head -c 300 "$work/hist2.json")"
+jq -e '[.history[].step] == [range(1; 6)]' <("$sc" status job-2 --history --json) >/dev/null &&
+    pass "job-2 has its own series of 5 steps" || fail "job-2's series"
+
 # 6. refusals
 "$sc" logs job-99 >"$work/r1.out" 2>&1
 [ $? -eq 2 ] && grep -q "no worker or job 'job-99'" "$work/r1.out" && pass "an unknown target is refused" ||
@@ -96,5 +122,8 @@ n_seq=$(grep -c . "$work/follow.out")
 "$sc" logs a --lines 0 >"$work/r2.out" 2>&1
 [ $? -eq 2 ] && grep -q -- "--lines '0'" "$work/r2.out" && pass "--lines 0 is bad usage" ||
     fail "--lines 0: $(cat "$work/r2.out")"
+"$sc" status --history >"$work/r3.out" 2>&1
+[ $? -eq 2 ] && grep -q -- "--history needs a JOB" "$work/r3.out" && pass "--history without a job is bad usage" ||
+    fail "--history alone: $(cat "$work/r3.out")"
 : "$pid_a"
 finish
