@@ -115,10 +115,20 @@ static void *ask_main(void *arg)
     req.lines = w->lines;
     req.after_seq = w->after_seq;
     ProtobufCMessage *m = NULL;
-    if (sc_rpc_call(cli, "/stagecraft.Worker/ReadLog", &req.base,
-                    &stagecraft__read_log_response__descriptor, &m, COORD_LOGS_TIMEOUT_MS,
-                    &w->err) == SC_OK)
+    sc_err why;
+    sc_err_clear(&why);
+    sc_status rc =
+        sc_rpc_call(cli, "/stagecraft.Worker/ReadLog", &req.base,
+                    &stagecraft__read_log_response__descriptor, &m, COORD_LOGS_TIMEOUT_MS, &why);
+    if (rc == SC_OK)
         w->resp = (Stagecraft__ReadLogResponse *)m;
+    else if (rc == SC_ERR_TIMEOUT) /* the RPC layer's guesses are about a wrong address */
+        SC_ERRF(&w->err, rc,
+                "did not answer within %d ms (its process may be stopped, hung or overloaded, "
+                "or its host unreachable; it is at %s)",
+                COORD_LOGS_TIMEOUT_MS, w->endpoint);
+    else
+        SC_ERRF(&w->err, rc, "%s", why.msg);
     sc_rpc_client_destroy(&cli);
     return NULL;
 }

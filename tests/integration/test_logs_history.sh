@@ -47,7 +47,7 @@ for id in "$id_a" "$id_b"; do
         pass "logs job-1 has lines of $id" || fail "logs job-1 lacks $id: $(head -5 "$work/logs.out")"
 done
 sorted=$(sed 's/^[^:]*: //' "$work/logs.out" | cut -c1-24)
-[ "$sorted" = "$(sort -s <<<"$sorted")" ] && pass "the lines are in time order" ||
+[ "$sorted" = "$(LC_ALL=C sort -s <<<"$sorted")" ] && pass "the lines are in time order" ||
     fail "lines out of time order"
 "$sc" logs job-1 --json >"$work/logs.json" 2>&1 &&
     jq -e --arg a "$id_a" --arg b "$id_b" '[.workers[].worker_id] | sort == ([$a, $b] | sort)' "$work/logs.json" >/dev/null &&
