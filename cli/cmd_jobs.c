@@ -17,7 +17,7 @@
 /* how often a followed job prints progress when stdout is not a terminal */
 #define FOLLOW_PROGRESS_S 5.0
 
-enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON, O_FOLLOW, O_DRY_RUN };
+enum { O_COORD = 1, O_JSON, O_TOKEN, O_REASON, O_FOLLOW, O_DRY_RUN, O_HISTORY };
 
 static const struct option client_opts[] = {
     {"coordinator", required_argument, NULL, O_COORD},
@@ -26,6 +26,7 @@ static const struct option client_opts[] = {
     {"reason", required_argument, NULL, O_REASON},
     {"follow", no_argument, NULL, O_FOLLOW},
     {"dry-run", no_argument, NULL, O_DRY_RUN},
+    {"history", no_argument, NULL, O_HISTORY},
     {NULL, 0, NULL, 0},
 };
 
@@ -36,6 +37,7 @@ typedef struct {
     int json;
     int follow;      /* submit and status JOB: follow the job to its end */
     int dry_run;     /* rebalance: show the plan, change nothing */
+    int history;     /* status JOB: its training series */
     const char *arg; /* the one positional argument, or NULL */
 } client_args;
 
@@ -56,6 +58,8 @@ static bool client_takes(const cli_command *self, int opt)
         return self->run == cmd_submit || self->run == cmd_status;
     case O_DRY_RUN:
         return self->run == cmd_rebalance;
+    case O_HISTORY:
+        return self->run == cmd_status;
     }
     return false;
 }
@@ -94,6 +98,9 @@ static int parse_client_args(const cli_command *self, int argc, char **argv, int
             break;
         case O_DRY_RUN:
             a->dry_run = 1;
+            break;
+        case O_HISTORY:
+            a->history = 1;
             break;
         }
     }
@@ -230,6 +237,27 @@ static void print_plan(json_t *plan)
     }
 }
 
+/* status JOB --history: the job's training series as a table, oldest step first. */
+static void print_history(const Stagecraft__JobInfo *j)
+{
+    if (j->n_history == 0) {
+        printf("%s (%s): no steps recorded yet\n", j->job_id, sc_view_job_state_name(j->state));
+        return;
+    }
+    printf("%s (%s): %zu steps recorded, %llu to %llu\n", j->job_id,
+           sc_view_job_state_name(j->state), j->n_history, (unsigned long long)j->history[0]->step,
+           (unsigned long long)j->history[j->n_history - 1]->step);
+    printf("%10s %12s %12s %13s\n", "STEP", "LOSS", "SAMPLES/S", "ITERATION_S");
+    for (size_t i = 0; i < j->n_history; i++) {
+        const Stagecraft__HistoryPoint *h = j->history[i];
+        char loss[32], rate[32];
+        cli_fmt_figure(loss, sizeof loss, h->has_loss, "%.4f", h->loss);
+        cli_fmt_figure(rate, sizeof rate, h->samples_per_s_known, "%.1f", h->samples_per_s);
+        printf("%10llu %12s %12s %13.4g\n", (unsigned long long)h->step, loss, rate,
+               h->iteration_s);
+    }
+}
+
 int cmd_status(const cli_command *self, int argc, char **argv)
 {
     client_args a;
@@ -241,6 +269,8 @@ int cmd_status(const cli_command *self, int argc, char **argv)
     ProtobufCMessage *m = NULL;
     if (a.arg == NULL && a.follow)
         return cli_usage_error(self, "--follow needs a JOB to follow");
+    if (a.history && (a.arg == NULL || a.follow))
+        return cli_usage_error(self, "--history needs a JOB, without --follow");
     if (a.arg == NULL) {
         Stagecraft__ListJobsRequest req = STAGECRAFT__LIST_JOBS_REQUEST__INIT;
         if (cli_call(a.coordinator, "/stagecraft.Coordinator/ListJobs", &req.base,
@@ -270,12 +300,17 @@ int cmd_status(const cli_command *self, int argc, char **argv)
         return follow(self, &a, a.arg);
     Stagecraft__GetJobRequest req = STAGECRAFT__GET_JOB_REQUEST__INIT;
     req.job_id = (char *)a.arg;
+    req.history = a.history;
     if (cli_call(a.coordinator, "/stagecraft.Coordinator/GetJob", &req.base,
                  &stagecraft__get_job_response__descriptor, &m, &err) != SC_OK)
         return cli_report(self, &err);
     Stagecraft__JobInfo *j = ((Stagecraft__GetJobResponse *)m)->job;
     json_t *o = sc_view_job(j);
-    if (a.json) {
+    if (a.history)
+        json_object_set_new(o, "history", sc_view_history(j));
+    if (a.history && !a.json) {
+        print_history(j);
+    } else if (a.json) {
         json_dumpf(o, stdout, JSON_INDENT(2));
         printf("\n");
     } else {

@@ -16,6 +16,7 @@
 #include "kernels/threads_cpu.h"
 #include "topology/topo_bind.h"
 #include "worker/agent.h"
+#include "worker/service.h"
 
 #define EXIT_GRACE_MS 5000
 
@@ -165,6 +166,9 @@ int cmd_worker(const cli_command *self, int argc, char **argv)
         return cli_report(self, &err);
     cfg.join_token = join;
 
+    /* its recent lines, for `stagecraft logs` through the coordinator (Worker.ReadLog) */
+    if (sc_log_keep_lines(WK_LOG_LINES, &err) != SC_OK)
+        return cli_report(self, &err);
     static volatile sig_atomic_t stop;
     cli_on_stop_signals(&stop);
     wk_agent *a = NULL;

@@ -25,6 +25,8 @@ const cli_command cli_commands[] = {
      CMD_REBALANCE_USAGE, cmd_rebalance},
     {"trace", "write a running job's measured timeline beside its plan (Chrome trace)",
      CMD_TRACE_USAGE, cmd_trace},
+    {"logs", "print the recent log lines of a worker or of a job's workers", CMD_LOGS_USAGE,
+     cmd_logs},
     {"profile", "measure each block of a model on this machine (profile JSON)", CMD_PROFILE_USAGE,
      cmd_profile},
     {"eval", "mean next-token loss of a language model on token shards", CMD_EVAL_USAGE, cmd_eval},

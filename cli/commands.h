@@ -108,12 +108,15 @@ int cmd_worker(const cli_command *self, int argc, char **argv);
 int cmd_submit(const cli_command *self, int argc, char **argv);
 
 #define CMD_STATUS_USAGE                                                                           \
-    "usage: stagecraft status [JOB [--follow]] [--coordinator HOST:PORT] [--json]\n\n"             \
-    "Without JOB: every job with its state. With JOB: its state and why, progress and plan.\n"   \
-    "--json prints the job(s) with job_id, state, step and plan.\n"                              \
-    "  --follow   print JOB's state changes as they happen and a live progress line (step\n"     \
-    "             bar, loss, samples/s, ETA) until it ends; exit status 0 only when it\n"       \
-    "             succeeded, 1 when it failed or was cancelled (--json: one JSON object\n"     \
+    "usage: stagecraft status [JOB [--follow | --history]] [--coordinator HOST:PORT] [--json]\n\n" \
+    "Without JOB: every job with its state. With JOB: its state and why, progress and plan.\n"     \
+    "--json prints the job(s) with job_id, state, step and plan.\n"                                \
+    "  --history  JOB's training series instead: step, loss, samples/s and iteration time per\n"   \
+    "             step, oldest first, as the coordinator keeps them (at most 1000 points,\n"       \
+    "             older steps thinned); with --json, the job object gains \"history\"\n"           \
+    "  --follow   print JOB's state changes as they happen and a live progress line (step\n"       \
+    "             bar, loss, samples/s, ETA) until it ends; exit status 0 only when it\n"          \
+    "             succeeded, 1 when it failed or was cancelled (--json: one JSON object\n"         \
     "             a line per change or progress update)\n"
 int cmd_status(const cli_command *self, int argc, char **argv);
 
@@ -137,6 +140,20 @@ int cmd_cancel(const cli_command *self, int argc, char **argv);
     "  --coordinator H:P    the coordinator (else STAGECRAFT_COORDINATOR, else 127.0.0.1:7070)\n"  \
     "  --json               print the summary as one JSON object\n"
 int cmd_trace(const cli_command *self, int argc, char **argv);
+
+#define CMD_LOGS_USAGE                                                                             \
+    "usage: stagecraft logs WORKER|JOB [--lines N] [--follow] [--coordinator HOST:PORT] "          \
+    "[--json]\n\n"                                                                                 \
+    "Prints the recent log lines of a worker (its id or name), or of every worker of a job,\n"     \
+    "fetched through the coordinator: each worker's newest N lines, all in time order, the\n"      \
+    "newest last, each prefixed with its worker's id. A worker that does not answer within 2 s\n"  \
+    "is named on stderr and the others are printed (exit 1 only when none answered).\n"            \
+    "  --lines N            the newest N lines of each worker (default 50; a worker keeps 1000)\n" \
+    "  --follow             then print new lines as they come, until interrupted\n"                \
+    "  --coordinator H:P    the coordinator (else STAGECRAFT_COORDINATOR, else 127.0.0.1:7070)\n"  \
+    "  --json               one document {\"workers\": [{worker_id, name, lines, error}]};\n"      \
+    "                       with --follow, one object {worker_id, seq, text} a line\n"
+int cmd_logs(const cli_command *self, int argc, char **argv);
 #define CMD_REBALANCE_USAGE                                                                        \
     "usage: stagecraft rebalance JOB [--dry-run] [--json] [--coordinator HOST:PORT]\n"             \
     "                            [--token-file FILE]\n\n"                                          \

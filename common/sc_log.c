@@ -15,6 +15,8 @@
 static atomic_int log_level = -1; /* -1: not yet read from the environment */
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char level_char[] = {'E', 'W', 'I', 'D', 'T'};
+/* the kept lines (sc_log_keep_lines): set once, then only read */
+static _Atomic(sc_logring *) log_ring = NULL;
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
 bool sc_log_level_parse(const char *name, sc_log_level *out)
@@ -49,6 +51,23 @@ void sc_log_set_level(sc_log_level level)
     atomic_store(&log_level, (int)level);
 }
 
+sc_status sc_log_keep_lines(size_t lines, sc_err *err)
+{
+    if (atomic_load(&log_ring) != NULL)
+        return SC_OK;
+    sc_logring *r = NULL;
+    SC_CHECK(sc_logring_new(&r, lines, err));
+    sc_logring *none = NULL;
+    if (!atomic_compare_exchange_strong(&log_ring, &none, r))
+        sc_logring_destroy(&r);
+    return SC_OK;
+}
+
+sc_logring *sc_log_ring(void)
+{
+    return atomic_load(&log_ring);
+}
+
 bool sc_log_enabled(sc_log_level level)
 {
     return level <= sc_log_get_level();
@@ -81,6 +100,10 @@ void sc_logv(sc_log_level level, const char *component, const char *fmt, va_list
     pthread_mutex_lock(&log_lock);
     fputs(line, stderr);
     fflush(stderr);
+    /* under log_lock: the ring's order is stderr's */
+    sc_logring *ring = atomic_load(&log_ring);
+    if (ring != NULL)
+        sc_logring_push(ring, line);
     pthread_mutex_unlock(&log_lock);
 }
 

@@ -57,6 +57,7 @@ typedef struct {
     double moved_s;
     uint64_t moved_sum;
     uint64_t stored_step;       /* what the store has */
+    uint64_t history_step;      /* the newest step of this run in the job's series (history.h) */
     uint64_t complete_sent;     /* the last checkpoint step announced complete to the workers */
     int checkpoint_error_stage; /* the stage whose failure the store shows, -1 when none */
     bool finished;              /* the job succeeded; figures kept for status */

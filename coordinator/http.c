@@ -172,7 +172,10 @@ static enum MHD_Result api_jobs(coord_http *h, struct MHD_Connection *conn)
     return send_json(h, conn, MHD_HTTP_OK, o);
 }
 
-static enum MHD_Result api_job(coord_http *h, struct MHD_Connection *conn, const char *id)
+/* /api/jobs/JOB: the object of `status JOB --json`; /api/jobs/JOB/history (`history`): the
+ * job's id, state and step with its training series, as `status JOB --history --json` has it. */
+static enum MHD_Result api_job(coord_http *h, struct MHD_Connection *conn, const char *id,
+                               bool history)
 {
     sc_err err;
     sc_err_clear(&err);
@@ -180,11 +183,43 @@ static enum MHD_Result api_job(coord_http *h, struct MHD_Connection *conn, const
     ProtobufCMessage *m;
     Stagecraft__GetJobRequest req = STAGECRAFT__GET_JOB_REQUEST__INIT;
     req.job_id = (char *)id;
+    req.history = history;
     sc_status rc = coord_service_call(h->coord, "/stagecraft.Coordinator/GetJob", &req.base,
                                       "http", &call, &m, &err);
     if (rc != SC_OK)
         return send_error(h, conn, status_to_http(rc), "%s", err.msg);
-    json_t *o = sc_view_job(((const Stagecraft__GetJobResponse *)m)->job);
+    const Stagecraft__JobInfo *j = ((const Stagecraft__GetJobResponse *)m)->job;
+    json_t *o = history ? json_pack("{s:s, s:s, s:I, s:I, s:o}", "job_id", j->job_id, "state",
+                                    sc_view_job_state_name(j->state), "step", (json_int_t)j->step,
+                                    "steps", (json_int_t)j->steps, "history", sc_view_history(j))
+                        : sc_view_job(j);
+    sc_rpc_local_free(&call);
+    return send_json(h, conn, MHD_HTTP_OK, o);
+}
+
+/* /api/logs/TARGET[?lines=N]: the recent log lines of a worker or of a job's workers, as
+ * `stagecraft logs TARGET --json` prints them (the workers are asked with a deadline each). */
+static enum MHD_Result api_logs(coord_http *h, struct MHD_Connection *conn, const char *target)
+{
+    const char *lines = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "lines");
+    char *end = NULL;
+    long n = lines != NULL ? strtol(lines, &end, 10) : 0;
+    if (lines != NULL && (end == lines || *end != '\0' || n < 1 || n > 1000))
+        return send_error(h, conn, MHD_HTTP_BAD_REQUEST,
+                          "lines=%.32s: expected a count from 1 to 1000", lines);
+    sc_err err;
+    sc_err_clear(&err);
+    sc_rpc_local *call;
+    ProtobufCMessage *m;
+    Stagecraft__GetLogsRequest req = STAGECRAFT__GET_LOGS_REQUEST__INIT;
+    req.target = (char *)target;
+    req.lines = (uint32_t)n;
+    sc_status rc = coord_service_call(h->coord, "/stagecraft.Coordinator/GetLogs", &req.base,
+                                      "http", &call, &m, &err);
+    if (rc != SC_OK)
+        return send_error(h, conn, status_to_http(rc), "%s", err.msg);
+    json_t *o = sc_view_logs((const Stagecraft__GetLogsResponse *)m);
+    json_object_set_new(o, "target", json_string(target));
     sc_rpc_local_free(&call);
     return send_json(h, conn, MHD_HTTP_OK, o);
 }
@@ -472,10 +507,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(url, "/api/jobs") == 0)
         return api_jobs(h, conn);
     if (strncmp(url, "/api/jobs/", 10) == 0 && url[10] != '\0' && strchr(url + 10, '/') == NULL)
-        return api_job(h, conn, url + 10);
+        return api_job(h, conn, url + 10, false);
+    const char *slash = strncmp(url, "/api/jobs/", 10) == 0 ? strchr(url + 10, '/') : NULL;
+    if (slash != NULL && slash > url + 10 && strcmp(slash, "/history") == 0 &&
+        (size_t)(slash - url - 10) < 128) {
+        char id[128];
+        memcpy(id, url + 10, (size_t)(slash - url - 10));
+        id[slash - url - 10] = '\0';
+        return api_job(h, conn, id, true);
+    }
+    if (strncmp(url, "/api/logs/", 10) == 0 && url[10] != '\0' && strchr(url + 10, '/') == NULL)
+        return api_logs(h, conn, url + 10);
     return send_error(h, conn, MHD_HTTP_NOT_FOUND,
-                      "no page %.128s: the paths are /, /metrics, /api/jobs, /api/jobs/JOB and "
-                      "/api/workers",
+                      "no page %.128s: the paths are /, /metrics, /api/jobs, /api/jobs/JOB, "
+                      "/api/jobs/JOB/history, /api/logs/WORKER or /api/logs/JOB and /api/workers",
                       url);
 }
 

@@ -72,6 +72,12 @@ void coord_jobs_release_workers(coord *c, const char *job_id);
 /* Under c->lock: forgets every job's progress (the coordinator stops). */
 void coord_jobs_progress_clear(coord *c);
 
+/* ---- jobs_history.c ---- */
+
+/* Under c->lock: a report of running job p's last stage, first copy, adds its step to the job's
+ * training series in the store (history.h), once per step. */
+void coord_jobs_history_observe(coord *c, coord_progress *p, const Stagecraft__IterationReport *r);
+
 /* ---- jobs_reduce.c ---- */
 
 /* Under c->lock: the all-reduce of stage s's copies per iteration at their measured speeds (the

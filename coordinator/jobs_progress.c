@@ -142,6 +142,7 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         }
     }
     checkpoint_error_report(c, p, r);
+    coord_jobs_history_observe(c, p, r);
     if (!coord_jobs_rebalance_observe(c, p, r))
         return;
     if (p->freeze && !r->parked)

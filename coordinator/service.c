@@ -1,8 +1,8 @@
 /*
  * The Coordinator gRPC service: RegisterWorker, SubmitJob, GetJob, ListJobs, CancelJob,
- * ListWorkers, GetTrace, GetCheckpoint. Handlers run on the RPC layer's pool; they take c->lock
- * only around registry and store work, and build responses in call-owned memory (sc_rpc_ctx_alloc),
- * so nothing they return points into shared state.
+ * ListWorkers, GetTrace, GetCheckpoint, GetLogs. Handlers run on the RPC layer's pool; they take
+ * c->lock only around registry and store work, and build responses in call-owned memory
+ * (sc_rpc_ctx_alloc), so nothing they return points into shared state.
  */
 #include "coordinator/service.h"
 
@@ -19,6 +19,7 @@
 #include "coordinator/coord_internal.h"
 #include "coordinator/jobs.h"
 #include "coordinator/jobspec.h"
+#include "coordinator/logs.h"
 #include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
@@ -282,6 +283,31 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
     json_decref(plan);
 }
 
+/* The job's training series (GetJob's `history`), copied into the call. */
+static void add_series(sc_rpc_ctx *ctx, Stagecraft__JobInfo *info, const coord_history_point *pts,
+                       size_t n)
+{
+    if (n == 0)
+        return;
+    info->history = sc_rpc_ctx_alloc(ctx, n * sizeof *info->history);
+    Stagecraft__HistoryPoint *all = sc_rpc_ctx_alloc(ctx, n * sizeof *all);
+    if (info->history == NULL || all == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        Stagecraft__HistoryPoint *h = &all[i];
+        stagecraft__history_point__init(h);
+        h->step = pts[i].step;
+        h->loss = pts[i].loss;
+        h->has_loss = pts[i].has_loss;
+        h->samples_per_s = pts[i].samples_per_s;
+        h->samples_per_s_known = pts[i].samples_per_s_known;
+        h->iteration_s = pts[i].iteration_s;
+        h->at_unix_ms = pts[i].at_unix_ms;
+        info->history[i] = h;
+    }
+    info->n_history = n;
+}
+
 static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
                          void *user, sc_err *err)
 {
@@ -295,7 +321,16 @@ static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
     sc_status rc = coord_store_job_get(c->store, id, &job, err);
     if (rc == SC_OK)
         coord_store_job_history(c->store, id, &hist, &n_hist, NULL);
+    coord_history_point *series = NULL;
+    size_t n_series = 0;
+    bool found = rc == SC_OK;
+    if (rc == SC_OK && req->history)
+        rc = coord_store_history_get(c->store, id, &series, &n_series, err);
     pthread_mutex_unlock(&c->lock);
+    if (rc != SC_OK && found) {
+        coord_job_clear(&job);
+        free(hist);
+    }
     SC_CHECK(rc);
     Stagecraft__GetJobResponse *resp =
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_job_response__descriptor);
@@ -313,6 +348,8 @@ static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
     }
     resp->job->n_transitions = resp->job->transitions ? n_hist : 0;
     free(hist);
+    add_series(ctx, resp->job, series, n_series);
+    free(series);
     add_progress(c, ctx, resp->job);
     *out = &resp->base;
     return SC_OK;
@@ -566,6 +603,16 @@ static sc_status get_checkpoint(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
     return SC_OK;
 }
 
+/* Workers' recent log lines (logs.h): needs no token, as status needs none. */
+static sc_status get_logs(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                          void *user, sc_err *err)
+{
+    Stagecraft__GetLogsResponse *resp = NULL;
+    SC_CHECK(coord_logs_answer(user, ctx, (const Stagecraft__GetLogsRequest *)msg, &resp, err));
+    *out = &resp->base;
+    return SC_OK;
+}
+
 #define METHOD(svc, name, lower, handler)                                                          \
     {                                                                                              \
         "/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                   \
@@ -582,6 +629,7 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "ListWorkers", list_workers, list_workers),
     METHOD("Coordinator", "GetTrace", get_trace, get_trace),
     METHOD("Coordinator", "GetCheckpoint", get_checkpoint, get_checkpoint),
+    METHOD("Coordinator", "GetLogs", get_logs, get_logs),
 };
 const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;
 

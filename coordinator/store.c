@@ -42,7 +42,12 @@ static const char schema[] =
     /* added after the first release: older releases open a database with it and ignore it */
     "CREATE TABLE IF NOT EXISTS traces("
     "  job_id TEXT PRIMARY KEY, trace_json TEXT NOT NULL, meta_json TEXT NOT NULL,"
-    "  kept_ms INTEGER NOT NULL);";
+    "  kept_ms INTEGER NOT NULL);"
+    /* added later still, as traces were: each job's training series (history.h); a loss or a
+     * throughput not measured is NULL */
+    "CREATE TABLE IF NOT EXISTS history("
+    "  job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL, samples_per_s REAL,"
+    "  iteration_s REAL NOT NULL, at_ms INTEGER NOT NULL, PRIMARY KEY(job_id, step));";
 
 static int64_t now_unix_ms(void)
 {
@@ -505,6 +510,138 @@ sc_status coord_store_trace_get(coord_store *s, const char *job_id, char **trace
         }
     }
     sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- training series (history.h) ---------------------------------------------------------- */
+
+/* Appends one row of job `job_id`'s series. */
+static sc_status history_insert(coord_store *s, const char *job_id, const coord_history_point *p,
+                                sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "INSERT OR REPLACE INTO history(job_id, step, loss, samples_per_s, "
+                     "iteration_s, at_ms) VALUES(?, ?, ?, ?, ?, ?)",
+                     &st, err));
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)p->step);
+    if (p->has_loss)
+        sqlite3_bind_double(st, 3, p->loss);
+    else
+        sqlite3_bind_null(st, 3);
+    if (p->samples_per_s_known)
+        sqlite3_bind_double(st, 4, p->samples_per_s);
+    else
+        sqlite3_bind_null(st, 4);
+    sqlite3_bind_double(st, 5, p->iteration_s);
+    sqlite3_bind_int64(st, 6, p->at_unix_ms);
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return r == SQLITE_DONE ? SC_OK : db_fail(s, err, "record a step of a job's history");
+}
+
+/* Runs `sql` with job_id bound to ?1 and `step` to ?2 (when it has one). */
+static sc_status history_exec(coord_store *s, const char *sql, const char *job_id, uint64_t step,
+                              sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, sql, &st, err));
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
+    if (sqlite3_bind_parameter_count(st) > 1)
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)step);
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return r == SQLITE_DONE ? SC_OK : db_fail(s, err, "update a job's history");
+}
+
+sc_status coord_store_history_get(coord_store *s, const char *job_id, coord_history_point **out,
+                                  size_t *n, sc_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s,
+                     "SELECT step, loss, samples_per_s, iteration_s, at_ms FROM history "
+                     "WHERE job_id=? ORDER BY step",
+                     &st, err));
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
+    size_t cap = 0;
+    coord_history_point *pts = NULL;
+    sc_status rc = SC_OK;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            size_t want = cap ? 2 * cap : 64;
+            coord_history_point *grown = realloc(pts, want * sizeof *pts);
+            if (grown == NULL) {
+                rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory reading the history of job %s",
+                             job_id);
+                break;
+            }
+            pts = grown;
+            cap = want;
+        }
+        coord_history_point *p = &pts[(*n)++];
+        p->step = (uint64_t)sqlite3_column_int64(st, 0);
+        p->has_loss = sqlite3_column_type(st, 1) != SQLITE_NULL;
+        p->loss = p->has_loss ? sqlite3_column_double(st, 1) : 0;
+        p->samples_per_s_known = sqlite3_column_type(st, 2) != SQLITE_NULL;
+        p->samples_per_s = p->samples_per_s_known ? sqlite3_column_double(st, 2) : 0;
+        p->iteration_s = sqlite3_column_double(st, 3);
+        p->at_unix_ms = sqlite3_column_int64(st, 4);
+    }
+    if (rc == SC_OK && r != SQLITE_DONE)
+        rc = db_fail(s, err, "read a job's history");
+    sqlite3_finalize(st);
+    if (rc != SC_OK) {
+        free(pts);
+        *n = 0;
+        return rc;
+    }
+    *out = pts;
+    return SC_OK;
+}
+
+/* Within the caller's transaction: thins job_id's series to coord_history_thin's choice when it
+ * holds more than `max` points. */
+static sc_status history_bound(coord_store *s, const char *job_id, size_t max, sc_err *err)
+{
+    sqlite3_stmt *st;
+    SC_CHECK(prepare(s, "SELECT COUNT(*) FROM history WHERE job_id=?", &st, err));
+    sqlite3_bind_text(st, 1, job_id, -1, SQLITE_TRANSIENT);
+    size_t count = sqlite3_step(st) == SQLITE_ROW ? (size_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (count <= max)
+        return SC_OK;
+    coord_history_point *pts = NULL;
+    size_t n = 0;
+    SC_CHECK(coord_store_history_get(s, job_id, &pts, &n, err));
+    size_t kept = coord_history_thin(pts, n);
+    sc_status rc = history_exec(s, "DELETE FROM history WHERE job_id=?", job_id, 0, err);
+    for (size_t i = 0; rc == SC_OK && i < kept; i++)
+        rc = history_insert(s, job_id, &pts[i], err);
+    free(pts);
+    return rc;
+}
+
+sc_status coord_store_history_add(coord_store *s, const char *job_id,
+                                  const coord_history_point *pts, size_t n, size_t max, sc_err *err)
+{
+    if (n == 0)
+        return SC_OK;
+    SC_CHECK(exec(s, "BEGIN IMMEDIATE", err));
+    /* steps at or after the first one are of a run that did not last (the job resumed before
+     * them) */
+    sc_status rc = history_exec(s, "DELETE FROM history WHERE job_id=?1 AND step>=?2", job_id,
+                                pts[0].step, err);
+    for (size_t i = 0; rc == SC_OK && i < n; i++)
+        rc = history_insert(s, job_id, &pts[i], err);
+    if (rc == SC_OK)
+        rc = history_bound(s, job_id, max, err);
+    if (rc == SC_OK)
+        return exec(s, "COMMIT", err);
+    exec(s, "ROLLBACK", NULL);
     return rc;
 }
 

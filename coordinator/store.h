@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "common/sc_status.h"
+#include "coordinator/history.h"
 #include "coordinator/job_state.h"
 
 typedef struct coord_store coord_store;
@@ -105,6 +106,17 @@ sc_status coord_store_trace_put(coord_store *s, const char *job_id, const char *
  * SC_ERR_NOT_FOUND when none was kept. */
 sc_status coord_store_trace_get(coord_store *s, const char *job_id, char **trace_json,
                                 char **meta_json, sc_err *err);
+
+/* Records points pts[n] (by step, oldest first) of job `job_id`'s training series: the points
+ * it held at or after pts[0]'s step go first (a job that resumed from an earlier step trains
+ * them again), and a series over `max` points is thinned (history.h). One transaction. */
+sc_status coord_store_history_add(coord_store *s, const char *job_id,
+                                  const coord_history_point *pts, size_t n, size_t max,
+                                  sc_err *err);
+
+/* Job `job_id`'s series, oldest step first, into *out (free() it; NULL and 0 when empty). */
+sc_status coord_store_history_get(coord_store *s, const char *job_id, coord_history_point **out,
+                                  size_t *n, sc_err *err);
 
 /* A job's transitions, oldest first; caller frees *out with free(). */
 sc_status coord_store_job_history(coord_store *s, const char *id, coord_transition **out, size_t *n,

@@ -4,6 +4,7 @@
  */
 #include "proto/sc_view.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -172,5 +173,40 @@ json_t *sc_view_workers(const Stagecraft__ListWorkersResponse *resp)
     json_t *arr = json_array();
     for (size_t i = 0; i < resp->n_workers; i++)
         json_array_append_new(arr, sc_view_worker(resp->workers[i]));
+    return json_pack("{s:o}", "workers", arr);
+}
+
+json_t *sc_view_history(const Stagecraft__JobInfo *j)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < j->n_history; i++) {
+        const Stagecraft__HistoryPoint *h = j->history[i];
+        json_array_append_new(
+            arr,
+            json_pack("{s:I, s:o, s:o, s:f, s:I}", "step", (json_int_t)h->step, "loss",
+                      /* JSON has no NaN: a diverged loss reads as not measured */
+                      sc_view_figure(h->has_loss && isfinite(h->loss), h->loss), "samples_per_s",
+                      sc_view_figure(h->samples_per_s_known, h->samples_per_s), "iteration_s",
+                      h->iteration_s, "at_unix_ms", (json_int_t)h->at_unix_ms));
+    }
+    return arr;
+}
+
+json_t *sc_view_logs(const Stagecraft__GetLogsResponse *resp)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < resp->n_workers; i++) {
+        const Stagecraft__WorkerLog *w = resp->workers[i];
+        json_t *lines = json_array();
+        for (size_t k = 0; k < w->n_lines; k++)
+            json_array_append_new(lines,
+                                  json_pack("{s:I, s:s}", "seq", (json_int_t)w->lines[k]->seq,
+                                            "text", w->lines[k]->text ? w->lines[k]->text : ""));
+        bool failed = w->error != NULL && w->error[0] != '\0';
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:o, s:I, s:o}", "worker_id", w->worker_id,
+                                             "name", w->name ? w->name : "", "lines", lines,
+                                             "newest_seq", (json_int_t)w->newest_seq, "error",
+                                             failed ? json_string(w->error) : json_null()));
+    }
     return json_pack("{s:o}", "workers", arr);
 }

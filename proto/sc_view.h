@@ -36,6 +36,15 @@ double sc_view_profiling_s(const Stagecraft__JobInfo *j, int *rounds);
 /* One entry of `workers --json`'s "workers" array. New reference, as sc_view_job. */
 json_t *sc_view_worker(const Stagecraft__WorkerInfo *w);
 
+/* A job's training series (GetJob with history): [{"step", "loss", "samples_per_s",
+ * "iteration_s", "at_unix_ms"}...], oldest first; a figure not measured (or a loss that is not
+ * finite) is null. New reference. */
+json_t *sc_view_history(const Stagecraft__JobInfo *j);
+
+/* GetLogs' answer: {"workers": [{"worker_id", "name", "lines": [{"seq", "text"}...] (oldest
+ * first), "newest_seq", "error" (null when it answered)}...]}. New reference. */
+json_t *sc_view_logs(const Stagecraft__GetLogsResponse *resp);
+
 /* {"jobs": [...]} and {"workers": [...]}: the whole documents the two commands print. */
 json_t *sc_view_jobs(const Stagecraft__ListJobsResponse *resp);
 json_t *sc_view_workers(const Stagecraft__ListWorkersResponse *resp);

@@ -10,6 +10,7 @@
  * "leaving", so that the coordinator re-plans its job at once instead of waiting for silence.
  */
 #include "worker/agent.h"
+#include "worker/report_steps.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -114,6 +115,7 @@ struct wk_agent {
      * and the error that stopped it (repeated with every heartbeat; the coordinator acts on it
      * once, for the run it names). Both only while the worker holds that trainer. */
     kept_msg last, failed;
+    wk_report_steps steps;     /* the steps since the last report sent, to go with the next */
     bool last_pending;         /* `last` has not gone out yet */
     bool sent_since_heartbeat; /* a report went out since the previous heartbeat */
     uint64_t last_sent_ns;
@@ -505,10 +507,12 @@ static void send_report(wk_agent *a, const char *id, uint64_t epoch)
     env.body_case = STAGECRAFT__CONTROL_ENVELOPE__BODY_ITERATION_REPORT;
     env.iteration_report = &a->last.m.report;
     a->last.m.report.job_id = a->last.job;
+    wk_report_steps_attach(&a->steps, &a->last.m.report);
     sc_err err;
     sc_err_clear(&err);
     if (sc_ctl_send(a->ctl, NULL, &env, &err) != SC_OK)
         SC_LOG_DEBUG(LOG, "report not sent: %s", err.msg);
+    wk_report_steps_sent(&a->steps, &a->last.m.report);
 }
 
 static void send_failed(wk_agent *a)
@@ -560,6 +564,7 @@ static void send_reports(wk_agent *a)
                 send_failed(a);
             }
         } else {
+            wk_report_steps_add(&a->steps, &m.report, gen, job);
             kept_set(&a->last, &m, gen, job);
             a->last_pending = true;
         }

@@ -1,6 +1,7 @@
 /*
  * Worker gRPC service (see service.h). GetTimeline answers with the measured events of the
- * stage this worker runs (worker/runtime/timeline.h) and a sample of its clock. Profile measures
+ * stage this worker runs (worker/runtime/timeline.h) and a sample of its clock; ReadLog with the
+ * process's newest log lines (sc_log_keep_lines). Profile measures
  * the requested model's blocks on this worker's device with the kernels' profiler and returns the
  * stagecraft-profile JSON; one profile runs at a time (a second request while profiling is refused
  * as unavailable).
@@ -515,6 +516,41 @@ static sc_status get_timeline(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
     return SC_OK;
 }
 
+/* The process's newest log lines (sc_log_keep_lines, set when the worker starts). Touches no
+ * worker state: it answers while a stage trains or profiles. */
+static sc_status read_log(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out,
+                          void *user, sc_err *err)
+{
+    (void)user;
+    const Stagecraft__ReadLogRequest *req = (const void *)msg;
+    sc_logring *ring = sc_log_ring();
+    if (ring == NULL)
+        return SC_ERRF(err, SC_ERR_UNSUPPORTED, "ReadLog: this process keeps no log lines");
+    sc_logring_line *lines = NULL;
+    size_t n = 0;
+    uint64_t newest = 0;
+    SC_CHECK(sc_logring_read(ring, req->after_seq, req->lines, &lines, &n, &newest, err));
+    Stagecraft__ReadLogResponse *resp =
+        (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__read_log_response__descriptor);
+    resp->lines = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *resp->lines);
+    Stagecraft__LogLine *all = sc_rpc_ctx_alloc(ctx, (n ? n : 1) * sizeof *all);
+    bool ok = resp->lines != NULL && all != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        stagecraft__log_line__init(&all[i]);
+        all[i].seq = lines[i].seq;
+        all[i].text = sc_rpc_ctx_strdup(ctx, lines[i].text);
+        ok = all[i].text != NULL;
+        resp->lines[i] = &all[i];
+    }
+    sc_logring_lines_free(&lines, n);
+    if (!ok)
+        return SC_ERRF(err, SC_ERR_NOMEM, "out of memory answering ReadLog");
+    resp->n_lines = n;
+    resp->newest_seq = newest;
+    *out = &resp->base;
+    return SC_OK;
+}
+
 size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
 {
     const sc_rpc_method methods[] = {
@@ -530,6 +566,8 @@ size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max)
          &stagecraft__probe_link_response__descriptor, probe_link, NULL, st},
         {"/stagecraft.Worker/GetTimeline", &stagecraft__get_timeline_request__descriptor,
          &stagecraft__get_timeline_response__descriptor, get_timeline, NULL, st},
+        {"/stagecraft.Worker/ReadLog", &stagecraft__read_log_request__descriptor,
+         &stagecraft__read_log_response__descriptor, read_log, NULL, st},
     };
     size_t n = sizeof methods / sizeof *methods;
     if (n > max)

@@ -1,5 +1,6 @@
 /*
- * The Worker gRPC service (Describe, AssignStage, Profile, Release, ProbeLink, GetTimeline) and
+ * The Worker gRPC service (Describe, AssignStage, Profile, Release, ProbeLink, GetTimeline,
+ * ReadLog) and
  * the worker state it shares with the agent's control loop.
  */
 #ifndef WK_SERVICE_H
@@ -15,6 +16,9 @@
 
 #define COORD_WORKER_ID_MAX 64
 #define WK_SERVICE_MAX_METHODS 8
+/* The newest log lines a worker process keeps for ReadLog (sc_log_keep_lines): at most
+ * WK_LOG_LINES * SC_LOGRING_LINE_MAX bytes. */
+#define WK_LOG_LINES 1000
 /* Micro-batch sizes one Profile request may ask for (each at most
  * SC_WIRE_MAX_MICROBATCH_SIZE). */
 #define WK_PROFILE_MAX_SIZES 16
