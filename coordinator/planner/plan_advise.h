@@ -39,13 +39,17 @@ typedef struct plan_advise_objective {
  * SC_ERR_INVALID naming what was wrong and the valid forms. */
 sc_status plan_advise_objective_parse(const char *text, plan_advise_objective *out, sc_err *err);
 
+/* 2^8: every catalogue of up to 8 devices is searched exactly, whatever its classes. */
+#define PLAN_ADVISE_EXACT_LIMIT 256
+
 typedef struct plan_advise_cfg {
     const plan_cluster *catalog; /* device types with prices (or not: cost is then 0) */
     plan_request request;        /* the plan request; its cluster is set per candidate */
     int strategy;                /* a plan_strategy, or -1: every strategy, the fastest kept */
     plan_advise_objective objective;
     double tokens_per_sample; /* for cost per million tokens and deadlines; 0 means 1 */
-    long exact_limit;         /* count vectors planned exactly up to this; 0: 4096 */
+    long exact_limit;         /* count vectors planned exactly up to this; 0:
+                                 PLAN_ADVISE_EXACT_LIMIT */
     long max_evaluations;     /* the greedy ascent's cap on plans; 0: 4000 */
 } plan_advise_cfg;
 

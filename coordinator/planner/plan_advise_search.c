@@ -4,8 +4,10 @@
  * A candidate is a count per class, a class being the devices of one type on one server (they
  * are interchangeable: plan_cluster_subset), so a catalogue of N devices in C classes has
  * prod(n_c + 1) - 1 candidates instead of 2^N - 1 subsets. Up to exact_limit of them every one
- * is planned. Above it, a greedy ascent from nothing: at each step every move that adds one
- * device of a class, or fills the class, is planned, and the move with the most samples per
+ * is planned. Above it, a greedy ascent from nothing: at the first step every move that adds a
+ * whole class or one device of a class is planned; at each later step the ADV_SCREEN classes
+ * whose devices give the most speed per price (a little less in a zone not used yet) are
+ * planned as whole classes, and the move with the most samples per
  * second gained per unit of cost added (per device added when there are no prices) is taken,
  * until no move adds throughput or the devices run out. Classes that cannot be told apart
  * (servers of one type, alike in zone, bandwidths and slots, holding as many chosen devices)
@@ -186,13 +188,39 @@ static double gain(const adv_search *s, int from, int to, int added)
     return dsps / added;
 }
 
+/* Moves planned per step after the first. */
+#define ADV_SCREEN 4
+
+/* What adding class c to x is expected to be worth, before planning it: its devices' speed per
+ * unit of price (speed alone without prices), a little less in a zone x does not use yet (its
+ * cuts would cross zones) or on a slower network. */
+static double estimate(const adv_search *s, int c, const int *x)
+{
+    const plan_cluster *cat = s->cfg->catalog;
+    const adv_class *k = &s->classes[c];
+    const plan_device_type *t = &cat->types[k->type];
+    double e = t->relative_speed;
+    if (plan_cluster_has_prices(cat) && t->price_per_hour > 0)
+        e /= t->price_per_hour;
+    int zone = cat->servers[k->server].zone, used = 0, any = 0;
+    for (int d = 0; d < s->n_classes; d++)
+        if (x[d] > 0) {
+            any = 1;
+            used |= cat->servers[s->classes[d].server].zone == zone;
+        }
+    if (any && !used)
+        e *= 0.95;
+    return e * (1 + 1e-3 * log1p(cat->servers[k->server].nic_bw_bytes_per_s / 1e9));
+}
+
 static sc_status ascend(adv_search *s, long max_eval, plan_advise_result *out, sc_err *err)
 {
     int C = s->n_classes;
     int *x = calloc((size_t)C, sizeof *x), *y = malloc((size_t)C * sizeof *y);
     int *best_x = malloc((size_t)C * sizeof *best_x);
+    double *est = malloc((size_t)C * sizeof *est);
     sc_status rc = SC_OK;
-    if (x == NULL || y == NULL || best_x == NULL) {
+    if (x == NULL || y == NULL || best_x == NULL || est == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -200,14 +228,31 @@ static sc_status ascend(adv_search *s, long max_eval, plan_advise_result *out, s
     for (;;) {
         double best_gain = 0;
         int best_pt = -1;
-        for (int c = 0; c < C && s->n_pts < max_eval; c++) {
+        for (int c = 0; c < C; c++)
+            est[c] = -1;
+        for (int c = 0; c < C; c++) {
             int room = s->classes[c].n - x[c], seen = 0;
             for (int d = 0; d < c && !seen; d++)
                 seen = alike(s, c, d, x);
-            if (room == 0 || seen)
+            if (room > 0 && !seen)
+                est[c] = estimate(s, c, x);
+        }
+        /* after the first step, only the ADV_SCREEN classes of best estimate are planned */
+        for (int c = 0; c < C && cur >= 0; c++) {
+            int better = 0;
+            for (int d = 0; d < C; d++)
+                better += est[d] > est[c] || (est[d] == est[c] && d < c);
+            if (better >= ADV_SCREEN)
+                est[c] = -1;
+        }
+        for (int c = 0; c < C && s->n_pts < max_eval; c++) {
+            int room = s->classes[c].n - x[c];
+            if (est[c] < 0)
                 continue;
-            int steps[2] = {1, room};
-            for (int k = 0; k < (room > 1 ? 2 : 1); k++) {
+            /* whole classes (a server's devices of a type, as clouds rent them), and from
+             * nothing also single devices, so the cheapest small sets are seen */
+            int steps[2] = {room, 1};
+            for (int k = 0; k < (room > 1 && cur < 0 ? 2 : 1); k++) {
                 memcpy(y, x, (size_t)C * sizeof *y);
                 y[c] += steps[k];
                 int i;
@@ -236,6 +281,7 @@ done:
     free(x);
     free(y);
     free(best_x);
+    free(est);
     return rc;
 }
 
@@ -253,7 +299,7 @@ sc_status plan_advise_run(const plan_advise_cfg *cfg, plan_advise_result *out, s
     for (int c = 0; c < s.n_classes; c++)
         cand *= s.classes[c].n + 1;
     out->candidates = cand - 1;
-    long limit = cfg->exact_limit > 0 ? cfg->exact_limit : 4096;
+    long limit = cfg->exact_limit > 0 ? cfg->exact_limit : PLAN_ADVISE_EXACT_LIMIT;
     if (out->candidates <= (double)limit) {
         out->exact = 1;
         SC_CHECK_GOTO(enumerate(&s, err), done);
