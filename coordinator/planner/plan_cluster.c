@@ -128,13 +128,20 @@ fail:
 
 /* The keys a catalogue may hold (plan_cluster_load_catalog): the format's own and the hardware
  * detail `stagecraft topo --json` writes. */
-static const char *const root_keys[] = {"format",  "version",           "device_types",
-                                        "servers", "zones",             "reference_device",
-                                        "links",   "relative_speed_basis", NULL};
-static const char *const type_keys[] = {"relative_speed", "memory_bytes",  "block_times",
-                                        "cpu_quota",      "price_per_hour", "gflops",
-                                        "gflops_source",  "kind",           "memory_source",
-                                        "model",          NULL};
+static const char *const root_keys[] = {
+    "format",           "version", "device_types",         "servers", "zones",
+    "reference_device", "links",   "relative_speed_basis", NULL};
+static const char *const type_keys[] = {"relative_speed",
+                                        "memory_bytes",
+                                        "block_times",
+                                        "cpu_quota",
+                                        "price_per_hour",
+                                        "gflops",
+                                        "gflops_source",
+                                        "kind",
+                                        "memory_source",
+                                        "model",
+                                        NULL};
 static const char *const server_keys[] = {"name",
                                           "devices",
                                           "zone",
@@ -384,8 +391,8 @@ void plan_cluster_set_zone_link(plan_cluster *c, int za, int zb, double bw_bytes
     size_t n = (size_t)c->n_zones;
     for (size_t a = 0; a < n; a++)
         for (size_t b = 0; b < n; b++) {
-            int hit = za < 0 ? a != b
-                             : ((int)a == za && (int)b == zb) || ((int)a == zb && (int)b == za);
+            int hit =
+                za < 0 ? a != b : ((int)a == za && (int)b == zb) || ((int)a == zb && (int)b == za);
             if (!hit)
                 continue;
             c->zone_bw[a * n + b] = bw_bytes_per_s;

@@ -33,7 +33,7 @@ typedef struct plan_device_type {
                             * (profiled over many periods); plan_sim_share says what bursts
                             * after idle spells gain */
     double quota_period_s;
-    int n_block_times;     /* measured times per block name, for the profile's micro-batch */
+    int n_block_times; /* measured times per block name, for the profile's micro-batch */
     plan_block_time *block_times;
     double price_per_hour; /* a catalogue's on-demand price of one device for an hour (any
                             * currency, the same in the whole file); -1: not given */
