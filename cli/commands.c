@@ -34,6 +34,8 @@ const cli_command cli_commands[] = {
      cmd_export},
     {"plan", "compare pipeline partitioning strategies offline (table, JSON, trace)",
      CMD_PLAN_USAGE, cmd_plan},
+    {"advise", "choose which devices to plan on, for throughput or for cost (Pareto front)",
+     CMD_ADVISE_USAGE, cmd_advise},
     {"demo", "train a small GPT on a local cluster of workers", CMD_DEMO_USAGE, cmd_demo},
     {NULL, NULL, NULL, NULL},
 };

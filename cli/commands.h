@@ -259,6 +259,32 @@ int cmd_export(const cli_command *self, int argc, char **argv);
     "Exit status: 0 ok, 1 runtime failure, 2 bad usage or input.\n"
 int cmd_plan(const cli_command *self, int argc, char **argv);
 
+#define CMD_ADVISE_USAGE                                                                           \
+    "usage: stagecraft advise --model FILE --catalog FILE\n"                                       \
+    "                         [--objective throughput|cost|min-cost-at=S|max-throughput-at=C|\n"   \
+    "                                      deadline=TOKENS@HOURS]\n"                               \
+    "                         [--batch B] [--microbatches M|auto] [--stages N]\n"                  \
+    "                         [--schedule S] [--strategy NAME|all] [--tokens-per-sample T]\n"      \
+    "                         [--json]\n\n"                                                        \
+    "Chooses which of a catalogue's devices to train a model on: plans every candidate set as\n"  \
+    "`stagecraft plan` would with the same flags, prices it, and prints the best set for the\n"    \
+    "objective (devices, plan, samples/s, cost per hour and per million tokens) and the Pareto\n"  \
+    "front of throughput against cost per hour.\n"                                                 \
+    "  --model FILE        stagecraft-profile JSON, or a PipeDream graph.txt\n"                    \
+    "  --catalog FILE      stagecraft-cluster JSON whose device types carry price_per_hour\n"      \
+    "                      (servers may name a zone; docs/reference/formats.md)\n"                 \
+    "  --objective O       throughput (default): most samples/s; cost: least cost per sample;\n"   \
+    "                      min-cost-at=S: least cost per hour at >= S samples/s;\n"               \
+    "                      max-throughput-at=C: most samples/s at <= C per hour;\n"               \
+    "                      deadline=TOKENS@HOURS: least cost to train TOKENS within HOURS\n"       \
+    "  --batch B, --microbatches M|auto, --stages N, --schedule S: as for plan\n"                  \
+    "  --strategy NAME     the planner's strategy (default hetero), or all (slow: the fastest)\n" \
+    "  --tokens-per-sample T  tokens in one sample (costs per million tokens; default: costs\n"    \
+    "                      per million samples)\n"                                                 \
+    "  --json              print {\"best\", \"pareto\", \"search\"} (docs/reference/formats.md)\n"    \
+    "Exit status: 0 ok, 1 runtime failure, 2 bad usage or input, or no set meets the objective.\n"
+int cmd_advise(const cli_command *self, int argc, char **argv);
+
 #define CMD_DEMO_USAGE                                                                             \
     "usage: stagecraft demo [--workers N] [--steps N] [--data FILE] [--device auto|cpu|cuda]\n"    \
     "                       [--finetune DIR|none] [--finetune-steps N] [--keep]\n"                 \

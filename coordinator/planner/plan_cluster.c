@@ -6,6 +6,7 @@
  */
 #include "coordinator/planner/plan_cluster.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,9 @@ void plan_cluster_destroy(plan_cluster **cp)
         free(c->links[l].devices);
     free(c->links);
     free(c->bw_matrix);
+    free(c->zone_names);
+    free(c->zone_bw);
+    free(c->zone_price_per_gb);
     free(c);
     *cp = NULL;
 }
@@ -52,6 +56,7 @@ sc_status plan_cluster_add_type(plan_cluster *c, const char *name, double relati
     sc_strlcpy(t->name, name, sizeof t->name);
     t->relative_speed = relative_speed;
     t->memory_bytes = memory_bytes > 0 ? memory_bytes : HUGE_VAL;
+    t->price_per_hour = -1;
     if (type_out)
         *type_out = c->n_types;
     c->n_types++;
@@ -121,14 +126,57 @@ fail:
 
 /* ---------------------------------------------------------------- JSON */
 
-static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, sc_err *err)
+/* The keys a catalogue may hold (plan_cluster_load_catalog): the format's own and the hardware
+ * detail `stagecraft topo --json` writes. */
+static const char *const root_keys[] = {
+    "format",           "version", "device_types",         "servers", "zones",
+    "reference_device", "links",   "relative_speed_basis", NULL};
+static const char *const type_keys[] = {"relative_speed",
+                                        "memory_bytes",
+                                        "block_times",
+                                        "cpu_quota",
+                                        "price_per_hour",
+                                        "gflops",
+                                        "gflops_source",
+                                        "kind",
+                                        "memory_source",
+                                        "model",
+                                        NULL};
+static const char *const server_keys[] = {"name",
+                                          "devices",
+                                          "zone",
+                                          "intra_bandwidth_bytes_per_s",
+                                          "nic_bandwidth_bytes_per_s",
+                                          "nic_bandwidth_source",
+                                          "compute_slots",
+                                          "reduce_bandwidth_bytes_per_s",
+                                          "cpu_cores",
+                                          "cpu_workers",
+                                          "device_info",
+                                          "host_memory_bandwidth_bytes_per_s",
+                                          "host_memory_bytes",
+                                          "nics",
+                                          "numa_nodes",
+                                          "numa_nodes_detail",
+                                          NULL};
+static const char *const zones_keys[] = {"bandwidth_bytes_per_s", "price_per_gb", "pairs", NULL};
+static const char *const pair_keys[] = {"zones", "bandwidth_bytes_per_s", "price_per_gb", NULL};
+
+static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, int strict, sc_err *err)
 {
     double speed, mem;
     SC_CHECK(sc_jnode_expect_object(tn, err));
+    if (strict)
+        SC_CHECK(sc_jnode_known_keys(tn, type_keys, err));
     SC_CHECK(sc_json_get_number(tn, "relative_speed", 1e-6, 1e6, &speed, err));
     SC_CHECK(sc_json_opt_number(tn, "memory_bytes", 1, 1e18, 0, &mem, err));
     SC_CHECK(plan_cluster_add_type(c, tn->key, speed, mem, NULL, err));
     plan_device_type *t = &c->types[c->n_types - 1];
+    SC_CHECK(sc_json_opt_number(tn, "price_per_hour", 0, 1e9, -1, &t->price_per_hour, err));
+    if (strict && t->price_per_hour < 0)
+        return sc_jnode_fail(tn, err, SC_ERR_INVALID,
+                             "a catalogue's device type needs \"price_per_hour\" (the price of "
+                             "one device for an hour, e.g. 2.5)");
     if (sc_jnode_has(tn, "cpu_quota")) {
         sc_jnode q;
         SC_CHECK(sc_json_get_object(tn, "cpu_quota", &q, err));
@@ -163,12 +211,23 @@ static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, sc_err *err)
 }
 
 static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err);
+static sc_status parse_zones(plan_cluster *c, const sc_jnode *root, sc_err *err);
 
-static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
+static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, int strict, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), types, servers;
     SC_CHECK(sc_jnode_expect_object(&root, err));
     SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-cluster", 1, NULL, err));
+    if (strict) {
+        SC_CHECK(sc_jnode_known_keys(&root, root_keys, err));
+        if (sc_jnode_has(&root, "links")) {
+            sc_jnode ln;
+            SC_CHECK(sc_jnode_member(&root, "links", &ln, err));
+            return sc_jnode_fail(&ln, err, SC_ERR_INVALID,
+                                 "a catalogue cannot list links (it names devices that can be "
+                                 "had, not how one machine is wired); leave \"links\" out");
+        }
+    }
     SC_CHECK(sc_json_get_object(&root, "device_types", &types, err));
     if (sc_jnode_size(&types) == 0)
         return sc_jnode_fail(&types, err, SC_ERR_INVALID,
@@ -179,7 +238,7 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
     json_object_foreach(types.value, key, val)
     {
         sc_jnode tn = {types.doc, &types, key, 0, val};
-        SC_CHECK(parse_type(c, &tn, err));
+        SC_CHECK(parse_type(c, &tn, strict, err));
     }
     SC_CHECK(sc_json_get_array(&root, "servers", 1, PLAN_MAX_DEVICES, &servers, err));
     for (size_t i = 0; i < sc_jnode_size(&servers); i++) {
@@ -188,6 +247,8 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
         char defname[32];
         double intra, nic;
         SC_CHECK(sc_jnode_expect_object(&s, err));
+        if (strict)
+            SC_CHECK(sc_jnode_known_keys(&s, server_keys, err));
         snprintf(defname, sizeof defname, "s%zu", i);
         SC_CHECK(sc_json_opt_string(&s, "name", defname, &name, err));
         SC_CHECK(sc_json_get_array(&s, "devices", 1, PLAN_MAX_DEVICES, &devs, err));
@@ -226,12 +287,147 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, sc_err *err)
         SC_CHECK(sc_json_opt_number(&s, "reduce_bandwidth_bytes_per_s", 1, 1e18, 0, &reduce, err));
         c->servers[c->n_servers - 1].compute_slots = (int)slots;
         c->servers[c->n_servers - 1].reduce_bw_bytes_per_s = reduce;
+        const char *zone;
+        SC_CHECK(sc_json_opt_string(&s, "zone", "", &zone, err));
+        SC_CHECK(plan_cluster_set_zone(c, c->n_servers - 1, zone, err));
     }
+    SC_CHECK(parse_zones(c, &root, err));
     return parse_links(c, &root, err);
 }
 
-sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text, size_t len,
-                             sc_err *err)
+/* "zones": {"bandwidth_bytes_per_s", "price_per_gb", "pairs": [{"zones": [a, b], ...}]}: the
+ * default between any two zones, then pairs that differ from it. */
+static sc_status parse_zones(plan_cluster *c, const sc_jnode *root, sc_err *err)
+{
+    if (!sc_jnode_has(root, "zones"))
+        return SC_OK;
+    sc_jnode z, pairs;
+    double bw, price;
+    SC_CHECK(sc_json_get_object(root, "zones", &z, err));
+    SC_CHECK(sc_jnode_known_keys(&z, zones_keys, err));
+    SC_CHECK(sc_json_opt_number(&z, "bandwidth_bytes_per_s", 1, 1e18, HUGE_VAL, &bw, err));
+    SC_CHECK(sc_json_opt_number(&z, "price_per_gb", 0, 1e6, 0, &price, err));
+    plan_cluster_set_zone_link(c, -1, -1, bw, price);
+    if (!sc_jnode_has(&z, "pairs"))
+        return SC_OK;
+    SC_CHECK(sc_json_get_array(&z, "pairs", 0, 1 << 16, &pairs, err));
+    for (size_t i = 0; i < sc_jnode_size(&pairs); i++) {
+        sc_jnode p = sc_jnode_element(&pairs, i), names;
+        int zi[2];
+        SC_CHECK(sc_jnode_expect_object(&p, err));
+        SC_CHECK(sc_jnode_known_keys(&p, pair_keys, err));
+        SC_CHECK(sc_json_get_array(&p, "zones", 2, 2, &names, err));
+        for (int k = 0; k < 2; k++) {
+            sc_jnode nn = sc_jnode_element(&names, (size_t)k);
+            const char *name;
+            SC_CHECK(sc_jnode_string(&nn, &name, err));
+            zi[k] = -1;
+            for (int q = 0; q < c->n_zones; q++)
+                if (strcmp(c->zone_names[q], name) == 0)
+                    zi[k] = q;
+            if (zi[k] < 0 || name[0] == '\0') {
+                char known[512] = "";
+                for (int q = 0; q < c->n_zones; q++) {
+                    if (c->zone_names[q][0] == '\0')
+                        continue;
+                    if (known[0])
+                        strncat(known, ", ", sizeof known - strlen(known) - 1);
+                    strncat(known, c->zone_names[q], sizeof known - strlen(known) - 1);
+                }
+                return sc_jnode_fail(&nn, err, SC_ERR_INVALID,
+                                     "no server is in zone \"%s\"; the servers' zones are: %s",
+                                     name, known[0] ? known : "(none)");
+            }
+        }
+        if (zi[0] == zi[1])
+            return sc_jnode_fail(&names, err, SC_ERR_INVALID,
+                                 "a pair names two distinct zones (within a zone, the servers' "
+                                 "own bandwidths apply)");
+        double pbw, pprice;
+        SC_CHECK(sc_json_opt_number(&p, "bandwidth_bytes_per_s", 1, 1e18, bw, &pbw, err));
+        SC_CHECK(sc_json_opt_number(&p, "price_per_gb", 0, 1e6, price, &pprice, err));
+        plan_cluster_set_zone_link(c, zi[0], zi[1], pbw, pprice);
+    }
+    return SC_OK;
+}
+
+sc_status plan_cluster_set_zone(plan_cluster *c, int server, const char *name, sc_err *err)
+{
+    assert(server >= 0 && server < c->n_servers);
+    int z = 0;
+    while (z < c->n_zones && strcmp(c->zone_names[z], name) != 0)
+        z++;
+    if (z == c->n_zones) {
+        size_t n = (size_t)z + 1;
+        char(*names)[PLAN_NAME_MAX] = realloc(c->zone_names, n * sizeof *names);
+        SC_ALLOC_CHECK(names, err);
+        c->zone_names = names;
+        double *bw = malloc(n * n * sizeof *bw), *price = malloc(n * n * sizeof *price);
+        if (bw == NULL || price == NULL) {
+            free(bw);
+            free(price);
+            return SC_ERRF(err, SC_ERR_NOMEM, "out of memory for %zu zones", n);
+        }
+        for (size_t a = 0; a < n; a++)
+            for (size_t b = 0; b < n; b++) {
+                int old = a < n - 1 && b < n - 1;
+                bw[a * n + b] = old ? c->zone_bw[a * (n - 1) + b] : HUGE_VAL;
+                price[a * n + b] = old ? c->zone_price_per_gb[a * (n - 1) + b] : 0;
+            }
+        free(c->zone_bw);
+        free(c->zone_price_per_gb);
+        c->zone_bw = bw;
+        c->zone_price_per_gb = price;
+        sc_strlcpy(c->zone_names[z], name, PLAN_NAME_MAX);
+        c->n_zones++;
+    }
+    c->servers[server].zone = z;
+    return SC_OK;
+}
+
+void plan_cluster_set_zone_link(plan_cluster *c, int za, int zb, double bw_bytes_per_s,
+                                double price_per_gb)
+{
+    size_t n = (size_t)c->n_zones;
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < n; b++) {
+            int hit =
+                za < 0 ? a != b : ((int)a == za && (int)b == zb) || ((int)a == zb && (int)b == za);
+            if (!hit)
+                continue;
+            c->zone_bw[a * n + b] = bw_bytes_per_s;
+            c->zone_price_per_gb[a * n + b] = price_per_gb;
+        }
+}
+
+double plan_cluster_price_per_byte(const plan_cluster *c, int a, int b)
+{
+    int za = c->servers[c->devices[a].server].zone, zb = c->servers[c->devices[b].server].zone;
+    if (za == zb || c->zone_price_per_gb == NULL)
+        return 0;
+    return c->zone_price_per_gb[(size_t)za * (size_t)c->n_zones + (size_t)zb] / 1e9;
+}
+
+int plan_cluster_has_prices(const plan_cluster *c)
+{
+    for (int t = 0; t < c->n_types; t++)
+        if (c->types[t].price_per_hour < 0)
+            return 0;
+    return c->n_types > 0;
+}
+
+double plan_cluster_devices_price_per_hour(const plan_cluster *c)
+{
+    double sum = 0;
+    for (int d = 0; d < c->n_devices; d++) {
+        double p = c->types[c->devices[d].type].price_per_hour;
+        sum += p > 0 ? p : 0;
+    }
+    return sum;
+}
+
+static sc_status parse_text(plan_cluster **out, const char *source, const char *text, size_t len,
+                            int strict, sc_err *err)
 {
     sc_jdoc *doc = NULL;
     plan_cluster *c = NULL;
@@ -240,7 +436,7 @@ sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char 
     SC_CHECK(sc_jdoc_parse(&doc, source, text, len, err));
     SC_CHECK_GOTO(plan_cluster_new_empty(&c, err), fail);
     sc_strlcpy(c->source, source, sizeof c->source);
-    SC_CHECK_GOTO(parse_doc(c, doc, err), fail);
+    SC_CHECK_GOTO(parse_doc(c, doc, strict, err), fail);
     sc_jdoc_destroy(&doc);
     *out = c;
     return SC_OK;
@@ -250,15 +446,37 @@ fail:
     return rc;
 }
 
-sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err)
+sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text, size_t len,
+                             sc_err *err)
+{
+    return parse_text(out, source, text, len, 0, err);
+}
+
+sc_status plan_cluster_parse_catalog(plan_cluster **out, const char *source, const char *text,
+                                     size_t len, sc_err *err)
+{
+    return parse_text(out, source, text, len, 1, err);
+}
+
+static sc_status load_file(plan_cluster **out, const char *path, int strict, sc_err *err)
 {
     char *text = NULL;
     size_t len = 0;
     *out = NULL;
     SC_CHECK(sc_file_read(path, PLAN_CLUSTER_MAX_BYTES, &text, &len, err));
-    sc_status rc = plan_cluster_parse(out, path, text, len, err);
+    sc_status rc = parse_text(out, path, text, len, strict, err);
     free(text);
     return rc;
+}
+
+sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err)
+{
+    return load_file(out, path, 0, err);
+}
+
+sc_status plan_cluster_load_catalog(plan_cluster **out, const char *path, sc_err *err)
+{
+    return load_file(out, path, 1, err);
 }
 
 static int link_has(const plan_link *l, int d)
@@ -317,6 +535,11 @@ static double pair_bw(const plan_cluster *c, int a, int b)
                     ? sa->intra_bw_bytes_per_s
                     : (sa->nic_bw_bytes_per_s < sb->nic_bw_bytes_per_s ? sa->nic_bw_bytes_per_s
                                                                        : sb->nic_bw_bytes_per_s);
+    if (sa != sb && sa->zone != sb->zone && c->zone_bw != NULL) {
+        double zbw = c->zone_bw[(size_t)sa->zone * (size_t)c->n_zones + (size_t)sb->zone];
+        if (zbw < bw)
+            bw = zbw;
+    }
     if (c->n_links == 0)
         return bw;
     int route[64];

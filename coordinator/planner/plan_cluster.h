@@ -33,8 +33,10 @@ typedef struct plan_device_type {
                             * (profiled over many periods); plan_sim_share says what bursts
                             * after idle spells gain */
     double quota_period_s;
-    int n_block_times;     /* measured times per block name, for the profile's micro-batch */
+    int n_block_times; /* measured times per block name, for the profile's micro-batch */
     plan_block_time *block_times;
+    double price_per_hour; /* a catalogue's on-demand price of one device for an hour (any
+                            * currency, the same in the whole file); -1: not given */
 } plan_device_type;
 
 typedef struct plan_server {
@@ -49,6 +51,7 @@ typedef struct plan_server {
                                    * measured to all-reduce at, which caps what the cost model
                                    * charges them (plan_group_reduce_bw); 0: not measured, the
                                    * bandwidths alone bound it */
+    int zone; /* index into the cluster's zone names; 0 for every server when none names one */
 } plan_server;
 
 typedef struct plan_device {
@@ -86,12 +89,54 @@ typedef struct plan_cluster {
     int n_links; /* 0 when the file lists none */
     plan_link *links;
     double *bw_matrix; /* (n_devices, n_devices) when links are given, else NULL */
+    /* Zones (optional: a server's "zone", the document's "zones"): 0 when no server names one.
+     * Between servers of two zones the bandwidth is also capped by zone_bw and each byte
+     * costs zone_price_per_gb / 1e9 (both (n_zones, n_zones), symmetric; HUGE_VAL and 0 when
+     * not given). */
+    int n_zones;
+    char (*zone_names)[PLAN_NAME_MAX];
+    double *zone_bw;
+    double *zone_price_per_gb;
 } plan_cluster;
 
 #define PLAN_CLUSTER_MAX_BYTES (16u << 20)
 #define PLAN_MAX_DEVICES 4096
 
 sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err);
+
+/* A catalogue (`stagecraft advise --catalog`): a cluster file read strictly. A key the format
+ * does not define is refused (naming it and the valid ones), every device type must carry
+ * `price_per_hour`, and `links` are refused (a catalogue lists what can be had, not how one
+ * machine is wired). Errors as plan_cluster_load's. */
+sc_status plan_cluster_load_catalog(plan_cluster **out, const char *path, sc_err *err);
+sc_status plan_cluster_parse_catalog(plan_cluster **out, const char *source, const char *text,
+                                     size_t len, sc_err *err);
+
+/* Puts server `server` in zone `name` (registered on first use). */
+sc_status plan_cluster_set_zone(plan_cluster *c, int server, const char *name, sc_err *err);
+
+/* Sets the bandwidth cap (HUGE_VAL: none) and price per GB between zones za and zb (both
+ * directions); with za == zb == -1, between every two distinct zones. */
+void plan_cluster_set_zone_link(plan_cluster *c, int za, int zb, double bw_bytes_per_s,
+                                double price_per_gb);
+
+/* Price of one byte between devices a and b (0 on one zone or without prices). */
+double plan_cluster_price_per_byte(const plan_cluster *c, int a, int b);
+
+/* 1 when every device type has a price_per_hour. */
+int plan_cluster_has_prices(const plan_cluster *c);
+
+/* Price of the cluster's devices for one hour (those without a price count 0). */
+double plan_cluster_devices_price_per_hour(const plan_cluster *c);
+
+/* A cluster holding devices devs[0..n-1] of c (distinct ids): c's device types, zones and
+ * prices, each server that holds one of them with its own bandwidths, and on each server the
+ * chosen devices grouped by type (in device_types order), so that subsets taking as many of
+ * each type from each server give the same cluster. order[i] (n entries, may be NULL) is the
+ * id in c of the subset's device i. SC_ERR_INVALID when c has links (not carried over) or an
+ * id is out of range or repeated. */
+sc_status plan_cluster_subset(const plan_cluster *c, const int *devs, int n, plan_cluster **out,
+                              int *order, sc_err *err);
 sc_status plan_cluster_parse(plan_cluster **out, const char *source, const char *text, size_t len,
                              sc_err *err);
 
