@@ -353,6 +353,9 @@ int cmd_status(const cli_command *self, int argc, char **argv)
             printf("%s %s -> %s %.3g bytes/s measured, %.3g expected\n",
                    i ? "        " : "links:  ", j->links[i]->from_worker, j->links[i]->to_worker,
                    j->links[i]->measured_bytes_per_s, j->links[i]->expected_bytes_per_s);
+        if (j->loss_scale > 0) /* fp16 */
+            printf("fp16:    loss scale %g, %llu step(s) skipped on an overflow\n", j->loss_scale,
+                   (unsigned long long)j->skipped_steps);
         int rounds;
         double prof_s = sc_view_profiling_s(j, &rounds);
         if (rounds > 0)

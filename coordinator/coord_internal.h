@@ -44,6 +44,8 @@ typedef struct {
     double memory_bytes[COORD_MAX_STAGES]; /* the largest a copy of the stage reported */
     double loss;                           /* from the last stage */
     bool loss_known; /* a last-stage report brought a loss since this run began */
+    double loss_scale;      /* fp16: the last stage's loss scale (0: not fp16) */
+    uint64_t skipped_steps; /* fp16: the steps skipped on an overflow this run */
     /* the job's throughput over wall-clock time: samples of the steps done (every stage's
      * every copy) since the window's start, over the time since; the window restarts from its
      * middle once it spans RATE_WINDOW_S, so it follows a job that slows down or speeds up */

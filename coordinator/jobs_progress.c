@@ -136,6 +136,8 @@ void coord_jobs_report(coord *c, const char *worker_id, const Stagecraft__Iterat
         if (s == p->n_stages - 1 && r->has_loss) {
             p->loss = r->loss;
             p->loss_known = true;
+            p->loss_scale = r->loss_scale;
+            p->skipped_steps = r->skipped_steps;
             if (k == 0) /* every step's loss, for whoever wants the curve (bench_freeze.sh) */
                 SC_LOG_DEBUG(LOG, "job %s step %llu: loss %.6f", p->job_id,
                              (unsigned long long)r->step, r->loss);

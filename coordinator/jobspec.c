@@ -24,7 +24,8 @@ static const char *const job_keys[] = {
     "format", "version", "name", "model", "data", "batch_size", "microbatches", "schedule",
     "strategy", "workers", "steps", "seed", "checkpoint_every", "checkpoint_keep",
     "checkpoint_replicas", "stages", "transport", "export", "rebalance", "freeze", "optimizer",
-    "precision", NULL};
+    "precision", "loss_scale", NULL};
+static const char *const loss_scale_keys[] = {"initial", "interval", NULL};
 static const char *const data_keys[] = {"kind", "path", NULL};
 static const char *const optimizer_keys[] = {"kind", "lr", "weight_decay", "momentum", NULL};
 static const char *const elastic_keys[] = {"min", "max", NULL};
@@ -317,6 +318,32 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
     if (sc_jnode_has(&root, "precision")) {
         SC_CHECK(sc_json_get_enum(&root, "precision", precisions, &which, err));
         sc_strlcpy(spec->precision, precisions[which], sizeof spec->precision);
+    }
+    /* "loss_scale": fp16's dynamic loss scale, its start and growth interval (the workers read
+     * them from the job; checked here so a bad value fails at submit) */
+    if (sc_jnode_has(&root, "loss_scale")) {
+        sc_jnode ls;
+        double initial, interval;
+        SC_CHECK(sc_json_get_object(&root, "loss_scale", &ls, err));
+        SC_CHECK(sc_jnode_known_keys(&ls, loss_scale_keys, err));
+        SC_CHECK(sc_json_opt_number(&ls, "initial", 0x1p-24, 0x1p100, 65536.0, &initial, err));
+        SC_CHECK(sc_json_opt_number(&ls, "interval", 1.0, 1e9, 2000.0, &interval, err));
+        if (interval != (double)(int64_t)interval) {
+            sc_jnode n;
+            SC_CHECK(sc_jnode_member(&ls, "interval", &n, err));
+            return sc_jnode_fail(&n, err, SC_ERR_INVALID,
+                                 "loss_scale.interval %g is not a whole number of steps", interval);
+        }
+    }
+    /* fp16 needs the stages to agree on each step's overflow, which pipedream's per-minibatch
+     * steps do not allow */
+    if (strcmp(spec->precision, "fp16") == 0 && strcmp(spec->schedule, "pipedream") == 0) {
+        sc_jnode n;
+        SC_CHECK(sc_jnode_member(&root, "precision", &n, err));
+        return sc_jnode_fail(&n, err, SC_ERR_UNSUPPORTED,
+                             "precision fp16 needs a dynamic loss scale, which schedule pipedream "
+                             "cannot agree on across stages; valid: bf16, tf32 or fp32 with "
+                             "pipedream, or another schedule (gpipe, 1f1b, zb1, sliced, auto)");
     }
 
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);

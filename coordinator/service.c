@@ -242,6 +242,8 @@ static void add_progress(coord *c, sc_rpc_ctx *ctx, Stagecraft__JobInfo *info)
     if (p != NULL) {
         info->loss = p->loss;
         info->loss_known = p->loss_known;
+        info->loss_scale = p->loss_scale;
+        info->skipped_steps = p->skipped_steps;
         info->samples_per_s = p->samples_per_s;
         info->samples_per_s_known = p->samples_per_s > 0; /* set once a window has steps */
         info->predicted_iteration_s = p->predicted_iteration_s;

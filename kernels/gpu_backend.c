@@ -100,6 +100,7 @@ const char *kn_gpu_backend_path(void)
     X(kn_maxpool2d_forward_cuda)                                                                   \
     X(kn_maxpool2d_backward_cuda)                                                                  \
     X(kn_sq_sum_add_cuda)                                                                          \
+    X(kn_scale_cuda)                                                                               \
     X(kn_sgd_step_cuda)                                                                            \
     X(kn_adamw_step_cuda)                                                                          \
     X(kn_adamw_multi_cuda)                                                                         \

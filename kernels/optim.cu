@@ -141,3 +141,19 @@ extern "C" int kn_sq_sum_add_cuda(kn_ctx *ctx, const float *x, size_t n, double 
     KN_LAUNCH_CHECK();
     return 0;
 }
+
+__global__ static void scale_kernel(float *x, size_t n, float a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+
+extern "C" int kn_scale_cuda(kn_ctx *ctx, float *x, size_t n, float a)
+{
+    if (n == 0)
+        return 0;
+    scale_kernel<<<kn_blocks(n, 256), 256, 0, kn_stream(ctx)>>>(x, n, a);
+    KN_LAUNCH_CHECK();
+    return 0;
+}

@@ -51,6 +51,8 @@ double kn_sq_sum_cpu(const float *x, size_t n);
 /* adds kn_sq_sum_cpu(x, n) (in another order of additions) into *out, a double in device
  * memory */
 KN_GPU_FN(int, kn_sq_sum_add_cuda, (kn_ctx *ctx, const float *x, size_t n, double *out));
+/* x[i] *= a over n floats in device memory (fp16's loss scale taken out of the gradients) */
+KN_GPU_FN(int, kn_scale_cuda, (kn_ctx *ctx, float *x, size_t n, float a));
 KN_GPU_FN(int, kn_sgd_step_cuda,
           (kn_ctx *ctx, float *p, const float *g, float *v, size_t n, float lr, float momentum,
            float wd));

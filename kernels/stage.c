@@ -668,6 +668,25 @@ sc_status kn_stage_zero_grads(kn_stage *st, sc_err *err)
     return kn_ctx_zero(st->ctx, st->grads, st->nlearn * sizeof(float), err);
 }
 
+sc_status kn_stage_scale_grads(kn_stage *st, float a, sc_err *err)
+{
+#ifdef SC_HAVE_CUDA
+    if (st->cfg.device.kind == KN_DEV_CUDA) {
+        int rc = kn_cuda_enter(st->ctx);
+        if (rc == 0)
+            rc = kn_scale_cuda(st->ctx, st->grads, st->nlearn, a);
+        if (rc != 0)
+            return SC_ERRF(err, SC_ERR_CUDA, "scaling the gradients: %s",
+                           kn_cuda_error_string(rc));
+        return SC_OK;
+    }
+#endif
+    (void)err;
+    for (size_t i = 0; i < st->nlearn; i++)
+        st->grads[i] *= a;
+    return SC_OK;
+}
+
 void kn_stage_set_lr(kn_stage *st, float lr)
 {
     st->cfg.optim.lr = lr;

@@ -146,6 +146,8 @@ const float *kn_stage_grad_input(const kn_stage *st);
 sc_status kn_stage_grad_input_to_host(kn_stage *st, float *host, sc_err *err);
 
 sc_status kn_stage_zero_grads(kn_stage *st, sc_err *err);
+/* grads *= a (every learnable gradient): fp16's loss scale taken out before the step. */
+sc_status kn_stage_scale_grads(kn_stage *st, float a, sc_err *err);
 /* One optimizer step over all parameters with the stage's optimizer config (lr may be changed
  * between steps with kn_stage_set_lr). Weight decay applies to matrices only. */
 sc_status kn_stage_step(kn_stage *st, sc_err *err);

@@ -118,6 +118,10 @@ json_t *sc_view_job(const Stagecraft__JobInfo *j)
                             j->transitions[i]->to_state, "reason", j->transitions[i]->reason,
                             "at_unix_ms", (json_int_t)j->transitions[i]->at_unix_ms));
     json_object_set_new(o, "transitions", hist);
+    if (j->loss_scale > 0) { /* fp16 */
+        json_object_set_new(o, "loss_scale", json_real(j->loss_scale));
+        json_object_set_new(o, "skipped_steps", json_integer((json_int_t)j->skipped_steps));
+    }
     int rounds;
     double prof_s = sc_view_profiling_s(j, &rounds);
     json_object_set_new(o, "profiling_s", json_real(prof_s));

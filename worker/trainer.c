@@ -225,6 +225,10 @@ sc_status wk_trainer_new(wk_trainer **out, const Stagecraft__AssignStageRequest 
     cfg.optimizer = jstr(opt, "kind", "adamw");
     /* resolved by the coordinator for every stage alike (absent from older ones: fp32) */
     cfg.precision = jstr(plan, "precision", "fp32");
+    /* fp16's loss scale (the job's "loss_scale", checked at submit; absent: the defaults) */
+    json_t *scale = json_object_get(job, "loss_scale");
+    cfg.loss_scale_init = jnum(scale, "initial", 0.0);
+    cfg.loss_scale_interval = (int)jnum(scale, "interval", 0.0);
     cfg.lr = jnum(opt, "lr", 3e-4);
     cfg.weight_decay = jnum(opt, "weight_decay", 0.0);
     cfg.momentum = jnum(opt, "momentum", 0.9);

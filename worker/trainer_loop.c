@@ -194,6 +194,8 @@ void wk_trainer_train(wk_trainer *t)
         m.report.iteration_s = rep.iteration_s;
         m.report.busy_s = rep.busy_s;
         m.report.memory_bytes = rep.memory_bytes;
+        m.report.loss_scale = rep.loss_scale;
+        m.report.skipped_steps = rep.skipped_steps;
         m.report.forward_s = rep.forward_s;
         m.report.backward_s = rep.backward_s;
         m.report.samples_per_s = rep.samples_per_s;

@@ -3,7 +3,9 @@
 # GPUs' 16-bit numerics), a GPT on the learnable synthetic chain, the same seed and steps; the
 # activations and gradients between the two workers cross in 16 bits. Each 16-bit job's final
 # loss is within 2% of the fp32 job's, the plan names the precision, and the loss really moved
-# (from about ln(vocab) at the start).
+# (from about ln(vocab) at the start). An fp16 job whose loss scale starts far too high skips
+# its first steps on every stage, halves the scale until the gradients fit (then grows it back
+# as they shrink), says so in status, and trains.
 # Usage: test_precision_job.sh PATH/TO/stagecraft
 sc=${1:?usage: test_precision_job.sh PATH/TO/stagecraft}
 . "$(dirname "$0")/lib.sh"
@@ -49,4 +51,24 @@ for x in (b16, f16):
     ok = ok and math.isfinite(x) and abs(x - f32) <= 0.02 * f32
 sys.exit(0 if ok else 1)
 PY
+n=$((n + 1))
+sed -e 's/"name": "prec-fp16"/"name": "prec-fp16-scaled"/' \
+    -e 's/"precision": "fp16"/"precision": "fp16", "loss_scale": {"initial": 16777216, "interval": 50}/' \
+    "$work/fp16.json" >"$work/fp16s.json"
+"$sc" submit "$work/fp16s.json" >/dev/null || fail "submit the scaled fp16 job"
+if wait_for 240 is_state "job-$n" succeeded; then
+    "$sc" status "job-$n" --json >"$work/fp16s.status"
+    python3 - "$work/fp16s.status" <<'PY' && pass "fp16 from a scale of 2^24: steps skipped on an overflow, the scale moved, the loss trained" || fail "the scaled fp16 job: $(cat "$work/fp16s.status" | head -c 600)"
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+print(f"  fp16 scaled: loss {d['loss']}, loss scale {d.get('loss_scale')}, skipped {d.get('skipped_steps')}")
+ok = 1 <= d.get("skipped_steps", 0) < 100 and d.get("loss_scale", 0) >= 1
+ok = ok and math.isfinite(d["loss"]) and d["loss"] < 0.5 * math.log(64)
+sys.exit(0 if ok else 1)
+PY
+    "$sc" status "job-$n" | grep -q "^fp16:    loss scale .* step(s) skipped on an overflow" ||
+        fail "status shows no fp16 line: $("$sc" status "job-$n" | head -n 8)"
+else
+    fail "the scaled fp16 job is $(job_state "job-$n")"
+fi
 finish

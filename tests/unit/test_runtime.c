@@ -104,6 +104,10 @@ static int g_frozen;
 static bool g_skip_norms;
 /* rt_runner_cfg.zb1_defer of every runner (zb1's deferral caps; a test sets it around one run) */
 static const int *g_zb1_defer;
+/* rt_runner_cfg.precision and fp16's loss scale of every runner (set around one run) */
+static const char *g_precision;
+static double g_scale_init;
+static int g_scale_interval;
 
 static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
 {
@@ -132,6 +136,9 @@ static rt_runner_cfg spec_cfg(const run_spec *rs, int stage, int nblocks)
     c.frozen_blocks = g_frozen;
     c.skip_grad_norms = g_skip_norms;
     c.zb1_defer = g_zb1_defer;
+    c.precision = g_precision;
+    c.loss_scale_init = g_scale_init;
+    c.loss_scale_interval = g_scale_interval;
     if (g_per_stage != NULL) {
         c.microbatch_sizes = g_per_stage->sizes[stage];
         c.microbatches = g_per_stage->counts[stage];
@@ -420,6 +427,38 @@ static void test_grad_norms_skipped(void **state)
     assert_memory_equal(with, without, n_with * sizeof *with);
     free(with);
     free(without);
+}
+
+/* fp16's dynamic loss scale: a start far too large overflows, every stage skips the same steps
+ * (the verdict travels up and back down the pipeline), the scale halves until the gradients fit
+ * and then trains; the stages end with one scale and finite parameters. */
+static void test_fp16_loss_scale(void **state)
+{
+    (void)state;
+    const run_spec rs = {GPT_JSON, "1f1b", 3, 8, 4, 12, "adamw", "zmq", NULL, NULL, NULL, 0};
+    rt_report reports[3];
+    size_t n = 0;
+    g_precision = "fp16";
+    g_scale_init = 0x1p24; /* the head's loss gradient, S / 64 per position, overflows fp16 */
+    g_scale_interval = 4;
+    float *params = train_pipeline(&rs, &n, reports);
+    g_precision = NULL;
+    g_scale_init = 0;
+    g_scale_interval = 0;
+    for (int s = 0; s < rs.stages; s++) {
+        print_message("stage %d: loss scale %g, %llu step(s) skipped\n", s,
+                      (double)reports[s].loss_scale,
+                      (unsigned long long)reports[s].skipped_steps);
+        assert_true(reports[s].skipped_steps >= 1);
+        assert_true(reports[s].skipped_steps < (uint64_t)rs.steps); /* it trained too */
+        assert_int_equal(reports[s].skipped_steps, reports[0].skipped_steps);
+        assert_true(reports[s].loss_scale == reports[0].loss_scale);
+        assert_true(reports[s].loss_scale < 0x1p24f);
+    }
+    assert_true(reports[rs.stages - 1].has_loss && isfinite(reports[rs.stages - 1].loss));
+    for (size_t i = 0; i < n; i++)
+        assert_true(isfinite(params[i]));
+    free(params);
 }
 
 static void test_equivalence_gpt(void **state)
@@ -2593,6 +2632,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence_gpt),
         cmocka_unit_test(test_grad_norms_skipped),
+        cmocka_unit_test(test_fp16_loss_scale),
         cmocka_unit_test(test_timeline_records),
         cmocka_unit_test(test_checkpoint_prune),
         cmocka_unit_test(test_equivalence_gpt_text),

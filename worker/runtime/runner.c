@@ -296,6 +296,7 @@ static sc_status runner_init(rt_runner *r, const rt_runner_cfg *c, sc_err *err)
     /* pipedream steps per micro-batch, so each loss is its own micro-batch's mean (the default) */
     if (r->last && !r->pipedream)
         kn_stage_set_loss_scale(r->st, 1.0f / (float)((size_t)r->batch * (size_t)r->tps));
+    SC_CHECK(rt_runner_scale_setup(r, c, err)); /* fp16: the loss scale on top of that */
 
     if (r->first || r->last) {
         rt_data_cfg dc;

@@ -122,6 +122,10 @@ typedef struct {
     const char *optimizer;       /* "adamw" or "sgd" */
     const char *precision;       /* "fp32", "tf32", "bf16" or "fp16" (kernels/precision.h: the
                                   * plan's, resolved); NULL: fp32 */
+    /* fp16 only: the dynamic loss scale's start and the steps without overflow after which it
+     * doubles (runner_scale.c); 0: 65536 and 2000, as PyTorch's GradScaler. */
+    double loss_scale_init;
+    int loss_scale_interval;
     double lr, weight_decay, momentum; /* momentum: SGD only */
     const char *device;                /* "cpu" or "cuda:N" */
     const char *transport;             /* "zmq", "local" or "nccl" (cuda:N devices, no
@@ -279,6 +283,11 @@ typedef struct {
     rt_link_sample links[RT_LINK_MAX];
     int n_links;
     rt_reduce_sample reduce; /* the copies' all-reduce through host memory this step */
+    /* fp16: the loss scale for the next step, whether this step's update was skipped (an
+     * overflow on some stage), and the steps skipped since the start; 0, false, 0 otherwise */
+    float loss_scale;
+    bool skipped;
+    uint64_t skipped_steps;
 } rt_report;
 
 typedef struct rt_runner rt_runner;

@@ -371,8 +371,11 @@ static sc_status run_action(rt_runner *r, uint64_t step, const rt_action *a, rt_
             rt_timeline_add(r->tl, RT_TL_ALLREDUCE, -1, step, reduced_ns, t0_ns);
         }
         SC_CHECK(rt_runner_tie_exchange(r, step, err));
+        bool skip = false; /* fp16: an overflow on some stage skips the update everywhere */
+        SC_CHECK(rt_runner_scale_agree(r, step, &skip, err));
         SC_CHECK(gpu_mark(r, NULL, step, err));
-        SC_CHECK(rt_runner_optimizer_apply(r, err));
+        if (!skip)
+            SC_CHECK(rt_runner_optimizer_apply(r, err));
         SC_CHECK(gpu_mark(r, a, step, err));
         rep->optimizer_s += sc_clock_now_s() - t0;
         break;
@@ -475,7 +478,11 @@ sc_status rt_runner_step(rt_runner *r, uint64_t step, rt_report *report, sc_err 
     rep.microbatches = r->own_mbs;
     rep.slots = r->slots + (r->gather_cap > 0 ? 1 : 0);
     rep.n_blocks = r->nb;
-    rep.grad_sq_norms = r->grad_norms ? r->norms : NULL;
+    /* a skipped step's norms are the overflow's: nothing for the freezing policy to read */
+    rep.grad_sq_norms = r->grad_norms && !r->scale_skipped ? r->norms : NULL;
+    rep.loss_scale = r->scaling ? r->scale : 0.0f;
+    rep.skipped = r->scale_skipped;
+    rep.skipped_steps = r->scale_skips;
     rt_timeline_commit(r->tl);
     take_links(r, &rep);
     if (report != NULL)

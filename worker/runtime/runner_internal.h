@@ -10,6 +10,7 @@
  *   runner_connect.c     the transports: opening, connecting, routing a send
  *   runner_update.c      the update at OPT: the copies' all-reduce, the optimizer step
  *   runner_tie.c         the tied tensor's gradient exchange between the end stages
+ *   runner_scale.c       fp16's dynamic loss scale: the stages' verdict on an overflow
  * Invariant: every field of rt_runner is written by rt_runner_new (runner.c and the planning it
  * calls) and afterwards only by the one thread that calls the runner (runner.h), except that
  * rt_runner_abort may reach the transports from any thread.
@@ -165,6 +166,14 @@ struct rt_runner {
     int n_timed, max_timed;
     rt_gpu_timed *timed;      /* [max_timed] */
     uint64_t timed_origin_ns; /* host clock once mark 0 had passed */
+    /* fp16's dynamic loss scale (runner_scale.c): the loss gradient is multiplied by `scale`,
+     * the gradients divided by it before the step; scale_good counts the steps since the last
+     * overflow or growth, scale_skips the steps skipped since the start. */
+    bool scaling;
+    float scale, loss_base;
+    int scale_interval, scale_good;
+    bool scale_skipped; /* this step's update was skipped */
+    uint64_t scale_skips;
 };
 
 /* The monotonic clock in ns, and the same reading in seconds (exactly sc_clock_now_s()'s), so
@@ -247,6 +256,14 @@ sc_status rt_runner_reduce_copies(rt_runner *r, uint64_t step, int tag0, bool me
                                   double *loss_sum, sc_err *err);
 /* The optimizer step on the device, after the gradient norms (r->norms). */
 sc_status rt_runner_optimizer_apply(rt_runner *r, sc_err *err);
+
+/* ---- runner_scale.c ---- */
+
+/* rt_runner_new: the loss scale of an fp16 stage (none otherwise); refuses pipedream. */
+sc_status rt_runner_scale_setup(rt_runner *r, const rt_runner_cfg *c, sc_err *err);
+/* At OPT, after the copies' all-reduce and the tied relay: every stage learns whether any
+ * overflowed (*skip: then no update), the gradients are unscaled, the scale moves. */
+sc_status rt_runner_scale_agree(rt_runner *r, uint64_t step, bool *skip, sc_err *err);
 
 /* ---- runner_tie.c ---- */
 
