@@ -144,6 +144,16 @@ static void test_bad_specs(void **state)
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"precision\": \"bf61\"",
                  "$.precision: expected one of \"auto\", \"bf16\", \"fp16\", \"tf32\", "
                  "\"fp32\", got \"bf61\"");
+    /* fp16's loss scale: its own keys, a whole interval, no pipedream */
+    expect_error("\"schedule\": \"auto\"",
+                 "\"schedule\": \"auto\", \"loss_scale\": {\"intial\": 1024}",
+                 "unknown key \"intial\": did you mean \"initial\"?");
+    expect_error("\"schedule\": \"auto\"",
+                 "\"schedule\": \"auto\", \"loss_scale\": {\"interval\": 2.5}",
+                 "loss_scale.interval 2.5 is not a whole number of steps");
+    expect_error("\"schedule\": \"auto\"",
+                 "\"schedule\": \"pipedream\", \"precision\": \"fp16\"",
+                 "precision fp16 needs a dynamic loss scale, which schedule pipedream");
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"zigzag\"",
                  "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
