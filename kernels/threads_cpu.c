@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -148,6 +149,8 @@ int kn_cpu_cores_available(void)
 }
 
 static atomic_int threads; /* 0 until first set or used */
+static atomic_bool fixed;  /* set by kn_cpu_set_threads(n > 0): the count no longer follows */
+static atomic_ullong follow_checked_ns; /* kn_cpu_threads_follow_quota's last look */
 static atomic_bool forked; /* this process is a fork() child of one that may have computed */
 static _Thread_local int serial_depth; /* kn_cpu_blas_serial_begin calls open on this thread */
 
@@ -241,8 +244,27 @@ sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err)
                        "%s: %d threads asked for; valid: 1 to %d, or 0 for the cores this process "
                        "may use (%d here)",
                        what, n, KN_CPU_THREADS_MAX, kn_cpu_cores_available());
+    atomic_store(&fixed, n > 0);
     apply(n == 0 ? kn_cpu_cores_available() : n);
     return SC_OK;
+}
+
+int kn_cpu_threads_follow_quota(void)
+{
+    if (atomic_load(&fixed) || serial_depth > 0)
+        return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    unsigned long long now = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+    unsigned long long last = atomic_load(&follow_checked_ns);
+    if (last != 0 && now - last < 1000000000ull) /* at most once a second: a few file reads */
+        return 0;
+    atomic_store(&follow_checked_ns, now);
+    int n = kn_cpu_cores_available();
+    if (n == kn_cpu_threads())
+        return 0;
+    apply(n);
+    return n;
 }
 
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;

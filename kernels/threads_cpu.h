@@ -39,6 +39,13 @@ sc_status kn_cpu_set_threads(int n, const char *what, sc_err *err);
 /* The thread count in use (the default on first use). */
 int kn_cpu_threads(void);
 
+/* Unless kn_cpu_set_threads fixed a count: reads the cores this process may use again (its
+ * cgroup's quota may have changed: a Kubernetes in-place resize, `docker update --cpus`,
+ * `systemctl set-property CPUQuota=`) at most once a second, and follows it. Returns the new
+ * count when it changed, else 0. Call it between computations, from the thread that runs them
+ * (a worker's stage between steps, its profiler before measuring), never inside one. */
+int kn_cpu_threads_follow_quota(void);
+
 /* Makes the BLAS products this thread runs next use the process's thread count. The fast
  * kernels call it before their products: OpenBLAS's OpenMP variant takes the count from the
  * calling thread's OpenMP setting (OMP_NUM_THREADS, else every core), not from the process's,

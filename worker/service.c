@@ -18,6 +18,7 @@
 #include "common/sc_util.h"
 #include "kernels/model.h"
 #include "kernels/profile.h"
+#include "kernels/threads_cpu.h"
 #include "proto/sc_wire.h"
 #include "worker/blocks/block_server.h"
 #include "worker/data/data.h"
@@ -351,6 +352,12 @@ static sc_status run_profile(wk_state *st, const Stagecraft__ProfileRequest *req
     kn_profile_block *blocks = rc == SC_OK ? calloc((size_t)n, sizeof *blocks) : NULL;
     if (rc == SC_OK && blocks == NULL)
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory profiling");
+    if (rc == SC_OK && cfg.device.kind == KN_DEV_CPU) { /* the quota as it is now */
+        int threads_now = kn_cpu_threads_follow_quota();
+        if (threads_now > 0)
+            SC_LOG_INFO("worker", "the CPU quota changed: the kernels use %d thread%s",
+                        threads_now, threads_now == 1 ? "" : "s");
+    }
     if (rc == SC_OK)
         rc = kn_profile_run(model, &cfg, blocks, err);
     void *doc = NULL;

@@ -199,6 +199,14 @@ void wk_trainer_train(wk_trainer *t)
         m.report.forward_s = rep.forward_s;
         m.report.backward_s = rep.backward_s;
         m.report.samples_per_s = rep.samples_per_s;
+        /* a quota changed while the stage runs (a resize): the kernels' threads follow it */
+        int threads_now = kn_cpu_threads_follow_quota();
+        if (threads_now > 0)
+            SC_LOG_INFO("trainer",
+                        "job %s stage %d: the CPU quota changed; the kernels use %d thread%s "
+                        "from step %llu",
+                        t->job_id, t->stage, threads_now, threads_now == 1 ? "" : "s",
+                        (unsigned long long)step + 1);
         quota_now(&quota);
         if (quota.fraction > 0) {
             /* the compute's CPU at the quota's pace: its threads, held to `fraction` of their
