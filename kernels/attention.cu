@@ -125,14 +125,7 @@ __device__ __forceinline__ void warp_row_lse(const H *a, int n, int lane, float 
             s += expf(x - m);
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        float M = fmaxf(m, m2);
-        if (M != -INFINITY) {
-            s = s * expf(m - M) + s2 * expf(m2 - M);
-            m = M;
-        }
-    }
+    kn_warp_lse(m, s);
     *m_out = m;
     *s_out = s;
 }
@@ -232,6 +225,57 @@ static inline bool idx32(size_t n)
     return n < 0x80000000u;
 }
 
+/* The layout kernels' launches over B*T*C elements, in 32-bit index math where it fits. */
+template <typename H>
+static int launch_split_heads(cudaStream_t s, H *q, H *k, H *v, const float *qkv, int B, int T,
+                              int NH, int hs)
+{
+    size_t n = (size_t)B * T * NH * hs;
+    if (idx32(n))
+        split_heads_h<H, unsigned><<<kn_blocks(n, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    else
+        split_heads_h<H, size_t><<<kn_blocks(n, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+static int launch_permute_y(cudaStream_t s, float *out, float *y, int B, int T, int NH, int hs,
+                            int to_out)
+{
+    size_t n = (size_t)B * T * NH * hs;
+    if (idx32(n))
+        permute_y<unsigned><<<kn_blocks(n, 256), 256, 0, s>>>(out, y, B, T, NH, hs, to_out);
+    else
+        permute_y<size_t><<<kn_blocks(n, 256), 256, 0, s>>>(out, y, B, T, NH, hs, to_out);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+template <typename H>
+static int launch_scatter_heads(cudaStream_t s, H *dy, const float *dout, int B, int T, int NH,
+                                int hs)
+{
+    size_t n = (size_t)B * T * NH * hs;
+    if (idx32(n))
+        scatter_heads_h<H, unsigned><<<kn_blocks(n, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
+    else
+        scatter_heads_h<H, size_t><<<kn_blocks(n, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
+static int launch_merge_heads3(cudaStream_t s, float *dqkv, const float *dq, const float *dk,
+                               const float *dv, int B, int T, int NH, int hs)
+{
+    size_t n = (size_t)B * T * NH * hs;
+    if (idx32(n))
+        merge_heads3<unsigned><<<kn_blocks(n, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    else
+        merge_heads3<size_t><<<kn_blocks(n, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    KN_LAUNCH_CHECK();
+    return 0;
+}
+
 /* one strided-batched product per sample over its NH heads: 16-bit A and B, C in ct, fp32
  * accumulation */
 static int gemm_heads(kn_ctx *ctx, cudaDataType_t ht, cublasOperation_t ta, cublasOperation_t tb,
@@ -258,11 +302,7 @@ static int attention_forward_half(kn_ctx *ctx, cudaDataType_t ht, float *out, fl
     H *a = (H *)att;
     cudaStream_t s = kn_stream(ctx);
     float scale = 1.0f / sqrtf((float)hs);
-    if (idx32(BTC))
-        split_heads_h<H, unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    else
-        split_heads_h<H, size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_split_heads<H>(s, q, k, v, qkv, B, T, NH, hs));
     for (int b = 0; b < B; b++) { /* scores^T per head: K (T x hs) . Q^T (hs x T), scaled */
         size_t o = (size_t)b * NH * T * hs;
         KN_GEMM_TRY(gemm_heads(ctx, ht, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k + o, hs, sT,
@@ -275,11 +315,7 @@ static int attention_forward_half(kn_ctx *ctx, cudaDataType_t ht, float *out, fl
         KN_GEMM_TRY(gemm_heads(ctx, ht, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v + o, hs, sT,
                                a + 2 * b * NTT, T, sTT, CUDA_R_32F, y + o, hs, sT, NH));
     }
-    if (idx32(BTC))
-        permute_y<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
-    else
-        permute_y<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_permute_y(s, out, y, B, T, NH, hs, 1));
     return 0;
 }
 
@@ -297,16 +333,8 @@ static int attention_backward_half(kn_ctx *ctx, cudaDataType_t ht, float *dqkv, 
     const H *a = (const H *)att;
     cudaStream_t s = kn_stream(ctx);
     float scale = 1.0f / sqrtf((float)hs);
-    if (idx32(BTC))
-        split_heads_h<H, unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    else
-        split_heads_h<H, size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
-    if (idx32(BTC))
-        scatter_heads_h<H, unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
-    else
-        scatter_heads_h<H, size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(dy, dout, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_split_heads<H>(s, q, k, v, qkv, B, T, NH, hs));
+    KN_GEMM_TRY(launch_scatter_heads<H>(s, dy, dout, B, T, NH, hs));
     for (int b = 0; b < B; b++) {
         size_t o = (size_t)b * NH * T * hs, oa = 2 * b * NTT;
         /* datt^T (T x T) = V (T x hs) . dy^T (hs x T) */
@@ -327,11 +355,7 @@ static int attention_backward_half(kn_ctx *ctx, cudaDataType_t ht, float *dqkv, 
         KN_GEMM_TRY(gemm_heads(ctx, ht, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q + o, hs, sT,
                                datt + oa, T, sTT, CUDA_R_32F, dk + o, hs, sT, NH));
     }
-    if (idx32(BTC))
-        merge_heads3<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
-    else
-        merge_heads3<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_merge_heads3(s, dqkv, dq, dk, dv, B, T, NH, hs));
     return 0;
 }
 
@@ -350,13 +374,7 @@ extern "C" int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, fl
     cudaStream_t s = kn_stream(ctx);
     cublasHandle_t h = kn_cublas(ctx);
     const float one = 1.0f, zero = 0.0f, scale = 1.0f / sqrtf((float)hs);
-    if (idx32(BTC))
-        split_heads_h<float, unsigned>
-            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    else
-        split_heads_h<float, size_t>
-            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_split_heads<float>(s, q, k, v, qkv, B, T, NH, hs));
     /* scores^T per head: (T x T) = K (T x hs) . Q^T (hs x T), scaled */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &scale, k, hs,
                                             sT, q, hs, sT, &zero, att, T, sTT, batch));
@@ -365,11 +383,7 @@ extern "C" int kn_attention_forward_cuda(kn_ctx *ctx, float *out, float *att, fl
     /* y^T (hs x T) = V^T (hs x T) . att^T (T x T) */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, &one, v, hs, sT,
                                             att, T, sTT, &zero, y, hs, sT, batch));
-    if (idx32(BTC))
-        permute_y<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
-    else
-        permute_y<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(out, y, B, T, NH, hs, 1);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_permute_y(s, out, y, B, T, NH, hs, 1));
     return 0;
 }
 
@@ -391,18 +405,8 @@ extern "C" int kn_attention_backward_cuda(kn_ctx *ctx, float *dqkv, float *ws, c
     cudaStream_t s = kn_stream(ctx);
     cublasHandle_t h = kn_cublas(ctx);
     const float one = 1.0f, zero = 0.0f, scale = 1.0f / sqrtf((float)hs);
-    if (idx32(BTC))
-        split_heads_h<float, unsigned>
-            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    else
-        split_heads_h<float, size_t>
-            <<<kn_blocks(BTC, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
-    if (idx32(BTC))
-        permute_y<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>((float *)dout, dy, B, T, NH, hs, 0);
-    else
-        permute_y<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>((float *)dout, dy, B, T, NH, hs, 0);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_split_heads<float>(s, q, k, v, qkv, B, T, NH, hs));
+    KN_GEMM_TRY(launch_permute_y(s, (float *)dout, dy, B, T, NH, hs, 0));
     /* datt^T (T x T) = V (T x hs) . dy^T (hs x T) */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, &one, v, hs, sT,
                                             dy, hs, sT, &zero, datt, T, sTT, batch));
@@ -417,10 +421,6 @@ extern "C" int kn_attention_backward_cuda(kn_ctx *ctx, float *dqkv, float *ws, c
     /* dk^T (hs x T) = Q^T (hs x T) . dpre (T x T) */
     KN_CUBLAS_TRY(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, &one, q, hs, sT,
                                             datt, T, sTT, &zero, dk, hs, sT, batch));
-    if (idx32(BTC))
-        merge_heads3<unsigned><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
-    else
-        merge_heads3<size_t><<<kn_blocks(BTC, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
-    KN_LAUNCH_CHECK();
+    KN_GEMM_TRY(launch_merge_heads3(s, dqkv, dq, dk, dv, B, T, NH, hs));
     return 0;
 }

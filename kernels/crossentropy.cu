@@ -19,16 +19,6 @@ __device__ static int clamp_target(int32_t t, int V)
     return t < 0 ? 0 : (t >= V ? V - 1 : t);
 }
 
-/* (m, s) <- the pair of a running maximum and the sum of exp(x - m) over both sets */
-__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
-{
-    float M = fmaxf(m, m2);
-    if (M == -INFINITY) /* both empty */
-        return;
-    s = s * expf(m - M) + s2 * expf(m2 - M);
-    m = M;
-}
-
 __device__ __forceinline__ float in_f(float x)
 {
     return x;
@@ -66,10 +56,7 @@ __global__ static void ce_fwd(float *losses, float *probs, const L *logits, size
             s += expf(x - m);
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
-    }
+    kn_warp_lse(m, s);
     if (lane == 0) {
         shm[warp] = m;
         shs[warp] = s;
@@ -78,10 +65,7 @@ __global__ static void ce_fwd(float *losses, float *probs, const L *logits, size
     if (warp == 0) {
         m = lane < nwarps ? shm[lane] : -INFINITY;
         s = lane < nwarps ? shs[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            lse_merge(m, s, m2, s2);
-        }
+        kn_warp_lse(m, s);
         if (lane == 0) {
             row_m = m;
             row_s = s;

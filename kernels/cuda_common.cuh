@@ -94,6 +94,26 @@ __device__ __forceinline__ float kn_warp_max(float v)
     return v;
 }
 
+/* Online softmax: (m, s) a running maximum and the sum of exp(x - m) over some values; merging
+ * another pair (m2, s2) gives the pair over both sets (empty sets are (-inf, 0)). */
+__device__ __forceinline__ void kn_lse_merge(float &m, float &s, float m2, float s2)
+{
+    float M = fmaxf(m, m2);
+    if (M == -INFINITY) /* both empty */
+        return;
+    s = s * expf(m - M) + s2 * expf(m2 - M);
+    m = M;
+}
+
+/* The pair over the whole warp, in every lane. */
+__device__ __forceinline__ void kn_warp_lse(float &m, float &s)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        kn_lse_merge(m, s, m2, s2);
+    }
+}
+
 /* sums over a whole block (blockDim.x a multiple of 32, <= 1024); every thread gets the sum */
 __device__ __forceinline__ float kn_block_sum(float v, float *shared32)
 {
