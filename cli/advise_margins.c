@@ -213,7 +213,7 @@ static void print_text(const advise_args *a, const Stagecraft__GetPlanInputsResp
 }
 
 static sc_status print_json(const Stagecraft__GetPlanInputsResponse *r, const plan_cluster *cl,
-                            const plan_advise_point *all, json_t *coord_plan,
+                            const char *merged, const plan_advise_point *all, json_t *coord_plan,
                             const plan_advise_margins *m, sc_err *err)
 {
     json_t *workers = json_array(), *drop = json_array(), *add = json_array();
@@ -245,6 +245,9 @@ static sc_status print_json(const Stagecraft__GetPlanInputsResponse *r, const pl
         r->note);
     if (root == NULL)
         return SC_ERRF(err, SC_ERR_NOMEM, "out of memory writing the JSON");
+    /* what was planned: a catalogue and a profile `advise --catalog` reads as they are */
+    json_object_set_new(root, "cluster", json_loads(merged, 0, NULL));
+    json_object_set_new(root, "profile", json_loads(r->profile_json, 0, NULL));
     int bad = json_dumpf(root, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(12));
     json_decref(root);
     printf("\n");
@@ -324,7 +327,7 @@ int advise_margins_main(const cli_command *self, const advise_args *a)
             all.devices_per_hour += cl->types[cl->devices[d].type].price_per_hour;
     all.cost_per_hour = all.devices_per_hour + all.traffic_per_hour;
     if (a->json) {
-        if (print_json(r, cl, &all, coord_plan, &margins, &err) != SC_OK)
+        if (print_json(r, cl, merged, &all, coord_plan, &margins, &err) != SC_OK)
             goto report;
     } else {
         print_text(a, r, cl, &all,

@@ -41,6 +41,15 @@ coord=$(jq '.coordinator_plan.samples_per_s' "$work/w.json")
 same "$all" "$coord" && pass "all three plan $all samples/s, as the coordinator plans them" ||
     fail "advise predicts $all samples/s for all workers, the coordinator plans $coord"
 
+# the workers as a catalogue: their cluster with a price on each type, searched by advise --catalog
+jq '.cluster | .device_types[] += {"price_per_hour": 0.5}' "$work/w.json" >"$work/workers-cat.json"
+jq '.profile' "$work/w.json" >"$work/profile.json"
+"$sc" advise --model "$work/profile.json" --catalog "$work/workers-cat.json" --batch 8 \
+    --microbatches 2 --strategy minmax --objective min-cost-at=1 --json >"$work/c.json" 2>&1 &&
+    [ "$(jq '.best.devices | length' "$work/c.json")" -ge 1 ] &&
+    pass "the workers' cluster with prices is a catalogue advise --catalog searches" ||
+    fail "advise --catalog on the workers: $(head -c 600 "$work/c.json")"
+
 # the text form, with a catalogue: dropping each worker, adding the catalogue's server
 cat >"$work/catalog.json" <<'JSON'
 {"format": "stagecraft-cluster", "version": 1,
