@@ -49,6 +49,13 @@ sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
                    const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                    sc_err *err)
 {
+    return cli_call_timeout(addr, method, req, resp_desc, resp, CLI_CALL_TIMEOUT_MS, err);
+}
+
+sc_status cli_call_timeout(const char *addr, const char *method, ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                           int timeout_ms, sc_err *err)
+{
     sc_rpc_client *cli = NULL;
     /* A coordinator serving TLS: STAGECRAFT_TLS_CA verifies it, STAGECRAFT_TLS_CERT/KEY are
      * presented when it requires client certificates. */
@@ -57,7 +64,7 @@ sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
     if (cfg.tls.ca_path == NULL && cfg.tls.cert_path == NULL)
         memset(&cfg.tls, 0, sizeof cfg.tls);
     SC_CHECK(sc_rpc_client_new(&cli, addr, &cfg, err));
-    sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, CLI_CALL_TIMEOUT_MS, err);
+    sc_status rc = sc_rpc_call(cli, method, req, resp_desc, resp, timeout_ms, err);
     sc_rpc_client_destroy(&cli);
     return rc;
 }

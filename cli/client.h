@@ -28,6 +28,11 @@ sc_status cli_call(const char *addr, const char *method, ProtobufCMessage *req,
                    const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                    sc_err *err);
 
+/* cli_call with a deadline of timeout_ms (a call that profiles workers takes longer). */
+sc_status cli_call_timeout(const char *addr, const char *method, ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                           int timeout_ms, sc_err *err);
+
 /* Writes `v` with the printf format `fmt` (one double conversion) into buf, or "-" when the
  * figure is not known yet: a progress line never shows a zero that was not measured. */
 void cli_fmt_figure(char *buf, size_t size, bool known, const char *fmt, double v);

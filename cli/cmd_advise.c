@@ -7,20 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/advise.h"
 #include "cli/commands.h"
 #include "common/sc_util.h"
 #include "coordinator/planner/plan_advise.h"
 
-typedef struct advise_args {
-    const char *model, *catalog, *objective;
-    int64_t batch, microbatches, stages;
-    double tokens_per_sample;
-    int json, strategy, schedule;
-} advise_args;
-
 static const char *const advise_flag_names[] = {
-    "--model",    "--catalog", "--objective",         "--batch", "--microbatches", "--schedule",
-    "--strategy", "--stages",  "--tokens-per-sample", "--json",  "--help",         NULL};
+    "--model", "--catalog",      "--workers",  "--job",      "--coordinator", "--objective",
+    "--batch", "--microbatches", "--schedule", "--strategy", "--stages",      "--tokens-per-sample",
+    "--json",  "--help",         NULL};
 
 static int parse_args(const cli_command *self, int argc, char **argv, advise_args *a)
 {
@@ -48,6 +43,10 @@ static int parse_args(const cli_command *self, int argc, char **argv, advise_arg
             a->json = 1;
             continue;
         }
+        if (strcmp(f, "--workers") == 0) {
+            a->workers = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             return cli_usage_error(self, "%s needs a value", f);
         const char *v = argv[++i];
@@ -56,15 +55,22 @@ static int parse_args(const cli_command *self, int argc, char **argv, advise_arg
             a->model = v;
         else if (strcmp(f, "--catalog") == 0)
             a->catalog = v;
+        else if (strcmp(f, "--job") == 0)
+            a->job = v;
+        else if (strcmp(f, "--coordinator") == 0)
+            a->coordinator = v;
         else if (strcmp(f, "--objective") == 0)
             a->objective = v;
-        else if (strcmp(f, "--batch") == 0)
+        else if (strcmp(f, "--batch") == 0) {
             rc = sc_parse_int64(v, 1, PLAN_MAX_BATCH, "--batch", &a->batch, &err);
-        else if (strcmp(f, "--stages") == 0)
+            a->have_batch = 1;
+        } else if (strcmp(f, "--stages") == 0) {
             rc = sc_parse_int64(v, 1, PLAN_MAX_DEVICES, "--stages", &a->stages, &err);
-        else if (strcmp(f, "--tokens-per-sample") == 0)
+            a->have_stages = 1;
+        } else if (strcmp(f, "--tokens-per-sample") == 0)
             rc = sc_parse_double(v, 1, 1e9, "--tokens-per-sample", &a->tokens_per_sample, &err);
         else if (strcmp(f, "--microbatches") == 0) {
+            a->have_micro = 1;
             if (strcmp(v, "auto") == 0)
                 a->microbatches = 0;
             else
@@ -72,12 +78,14 @@ static int parse_args(const cli_command *self, int argc, char **argv, advise_arg
                                     &a->microbatches, &err);
         } else if (strcmp(f, "--schedule") == 0) {
             a->schedule = plan_sched_parse(v);
+            a->have_schedule = 1;
             if (a->schedule < 0)
                 return cli_usage_error(
                     self, "--schedule '%s': expected gpipe, 1f1b, pipedream, sliced, zb1 or auto",
                     v);
         } else if (strcmp(f, "--strategy") == 0) {
             a->strategy = strcmp(v, "all") == 0 ? -1 : plan_strategy_parse(v);
+            a->have_strategy = 1;
             if (a->strategy < 0 && strcmp(v, "all") != 0)
                 return cli_usage_error(self,
                                        "--strategy '%s': expected uniform, blockpartition, "
@@ -88,11 +96,18 @@ static int parse_args(const cli_command *self, int argc, char **argv, advise_arg
         if (rc != SC_OK)
             return cli_usage_error(self, "%s", err.msg);
     }
-    if (a->model == NULL)
-        return cli_usage_error(self, "--model FILE is required");
-    if (a->catalog == NULL)
-        return cli_usage_error(self, "--catalog FILE is required (a stagecraft-cluster file "
-                                     "whose device types carry price_per_hour)");
+    if (a->workers && a->job != NULL)
+        return cli_usage_error(self, "give --workers or --job JOB, not both");
+    if (a->job != NULL && a->model != NULL)
+        return cli_usage_error(self, "--job JOB plans the job's own model: drop --model");
+    if (a->job == NULL && a->model == NULL)
+        return cli_usage_error(self, "--model FILE is required (with --workers: a "
+                                     "stagecraft-job file)");
+    if (a->catalog == NULL && !a->workers && a->job == NULL)
+        return cli_usage_error(self, "give --catalog FILE (a stagecraft-cluster file whose device "
+                                     "types carry price_per_hour), --workers or --job JOB");
+    if (a->coordinator != NULL && !a->workers && a->job == NULL)
+        return cli_usage_error(self, "--coordinator is used with --workers or --job only");
     return CLI_OK;
 }
 
@@ -238,6 +253,8 @@ int cmd_advise(const cli_command *self, int argc, char **argv)
     int code = parse_args(self, argc, argv, &a);
     if (code != CLI_OK)
         return code;
+    if (a.workers || a.job != NULL)
+        return advise_margins_main(self, &a);
     sc_err err;
     sc_err_clear(&err);
     plan_profile *prof = NULL;

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "common/sc_util.h"
 #include "coordinator/planner/plan.h"
+#include "coordinator/planner/plan_hint.h"
 
 typedef struct plan_args {
     const char *model, *cluster, *trace;
@@ -150,6 +151,31 @@ static sc_status check_trace_path(const char *path, sc_err *err)
     return SC_OK;
 }
 
+/* Under the table: a subset of the devices that plans faster (or, with prices, costs less per
+ * sample) than all of them with the fastest plan's strategy (plan_hint.h bounds the search). A
+ * failure to find one prints nothing: the hint is never the command's answer. */
+static void print_hint(const plan_request *req, const plan_result *res, int n)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (res[i].ok && res[i].fits_memory &&
+            (best < 0 || res[i].throughput_samples_per_s > res[best].throughput_samples_per_s))
+            best = i;
+    if (best < 0)
+        return;
+    plan_hint h;
+    sc_err e;
+    sc_err_clear(&e);
+    char line[512];
+    plan_request r = *req;
+    r.record_trace = 0;
+    if (plan_hint_find(&r, res[best].strategy, res[best].throughput_samples_per_s, &h, &e) != SC_OK)
+        return;
+    plan_hint_line(req->cluster, &h, line, sizeof line);
+    if (line[0])
+        printf("%s\n", line);
+}
+
 int cmd_plan(const cli_command *self, int argc, char **argv)
 {
     if (cli_wants_help(self, argc, argv)) {
@@ -219,6 +245,8 @@ int cmd_plan(const cli_command *self, int argc, char **argv)
         err = first_err;
         goto report;
     }
+    if (!a.json)
+        print_hint(&req, res, n);
     if (a.trace) {
         int best = -1;
         for (int i = 0; i < n; i++)

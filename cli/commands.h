@@ -261,6 +261,8 @@ int cmd_plan(const cli_command *self, int argc, char **argv);
 
 #define CMD_ADVISE_USAGE                                                                           \
     "usage: stagecraft advise --model FILE --catalog FILE\n"                                       \
+    "       stagecraft advise --workers --model JOB_FILE [--catalog FILE] [--coordinator H:P]\n"  \
+    "       stagecraft advise --job JOB [--catalog FILE] [--coordinator H:P]\n"                    \
     "                         [--objective throughput|cost|min-cost-at=S|max-throughput-at=C|\n"   \
     "                                      deadline=TOKENS@HOURS]\n"                               \
     "                         [--batch B] [--microbatches M|auto] [--stages N]\n"                  \
@@ -269,10 +271,17 @@ int cmd_plan(const cli_command *self, int argc, char **argv);
     "Chooses which of a catalogue's devices to train a model on: plans every candidate set as\n"  \
     "`stagecraft plan` would with the same flags, prices it, and prints the best set for the\n"    \
     "objective (devices, plan, samples/s, cost per hour and per million tokens) and the Pareto\n"  \
-    "front of throughput against cost per hour.\n"                                                 \
-    "  --model FILE        stagecraft-profile JSON, or a PipeDream graph.txt\n"                    \
+    "front of throughput against cost per hour. With --workers or --job: the coordinator's idle\n" \
+    "workers (or a running job's) at their measured speeds, what dropping each one is worth\n"     \
+    "and, with --catalog, what adding each of the catalogue's servers is worth.\n"                 \
+    "  --model FILE        stagecraft-profile JSON, or a PipeDream graph.txt; with --workers a\n"  \
+    "                      stagecraft-job file (its model is profiled on the workers)\n"           \
     "  --catalog FILE      stagecraft-cluster JSON whose device types carry price_per_hour\n"      \
     "                      (servers may name a zone; docs/reference/formats.md)\n"                 \
+    "  --workers           the coordinator's idle workers, with their measured speeds\n"           \
+    "  --job JOB           a running job's workers, with the speeds its training measured\n"       \
+    "  --coordinator H:P   with --workers or --job (default STAGECRAFT_COORDINATOR, else\n"        \
+    "                      127.0.0.1:7070)\n"                                                      \
     "  --objective O       throughput (default): most samples/s; cost: least cost per sample;\n"   \
     "                      min-cost-at=S: least cost per hour at >= S samples/s;\n"               \
     "                      max-throughput-at=C: most samples/s at <= C per hour;\n"               \

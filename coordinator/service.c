@@ -20,6 +20,7 @@
 #include "coordinator/jobs.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/logs.h"
+#include "coordinator/plan_inputs.h"
 #include "coordinator/speeds.h"
 #include "coordinator/tokens.h"
 #include "proto/sc_wire.h"
@@ -615,6 +616,18 @@ static sc_status get_logs(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Protobuf
     return SC_OK;
 }
 
+/* What the coordinator plans with (plan_inputs.h): needs no token, as a dry rebalance needs
+ * none; it may profile idle workers, as a submitted job would. */
+static sc_status get_plan_inputs(sc_rpc_ctx *ctx, const ProtobufCMessage *msg,
+                                 ProtobufCMessage **out, void *user, sc_err *err)
+{
+    Stagecraft__GetPlanInputsResponse *resp = NULL;
+    SC_CHECK(coord_plan_inputs_answer(user, ctx, (const Stagecraft__GetPlanInputsRequest *)msg,
+                                      &resp, err));
+    *out = &resp->base;
+    return SC_OK;
+}
+
 #define METHOD(svc, name, lower, handler)                                                          \
     {                                                                                              \
         "/stagecraft." svc "/" name, &stagecraft__##lower##_request__descriptor,                   \
@@ -632,6 +645,7 @@ const sc_rpc_method coord_service_methods[] = {
     METHOD("Coordinator", "GetTrace", get_trace, get_trace),
     METHOD("Coordinator", "GetCheckpoint", get_checkpoint, get_checkpoint),
     METHOD("Coordinator", "GetLogs", get_logs, get_logs),
+    METHOD("Coordinator", "GetPlanInputs", get_plan_inputs, get_plan_inputs),
 };
 const size_t coord_service_n_methods = sizeof coord_service_methods / sizeof *coord_service_methods;
 

@@ -124,24 +124,12 @@ static double traffic_per_hour(const plan_profile *p, const plan_cluster *cl, co
     return per_iter / r->iteration_time_s * 3600.0;
 }
 
-sc_status plan_advise_eval(const plan_advise_cfg *cfg, const int *devs, int n,
-                           plan_advise_point *pt, plan_result *res, plan_cluster **cl_out,
-                           sc_err *err)
+sc_status plan_advise_eval_cluster(const plan_advise_cfg *cfg, const plan_cluster *cl,
+                                   plan_advise_point *pt, plan_result *res, sc_err *err)
 {
-    memset(pt, 0, sizeof *pt);
+    (void)err;
     if (res != NULL)
         memset(res, 0, sizeof *res);
-    if (cl_out != NULL)
-        *cl_out = NULL;
-    pt->devices = malloc((size_t)n * sizeof *pt->devices);
-    SC_ALLOC_CHECK(pt->devices, err);
-    pt->n_devices = n;
-    plan_cluster *cl = NULL;
-    sc_status rc = plan_cluster_subset(cfg->catalog, devs, n, &cl, pt->devices, err);
-    if (rc != SC_OK) {
-        plan_advise_point_free(pt);
-        return rc;
-    }
     plan_request req = cfg->request;
     req.cluster = cl;
     req.record_trace = 0;
@@ -166,6 +154,8 @@ sc_status plan_advise_eval(const plan_advise_cfg *cfg, const int *devs, int n,
             plan_result_free(&r);
         }
     }
+    pt->samples_per_s = 0;
+    pt->traffic_per_hour = 0;
     pt->devices_per_hour = plan_cluster_devices_price_per_hour(cl);
     if (have) {
         pt->samples_per_s = best.throughput_samples_per_s;
@@ -177,6 +167,30 @@ sc_status plan_advise_eval(const plan_advise_cfg *cfg, const int *devs, int n,
         *res = best;
     else if (have)
         plan_result_free(&best);
+    return SC_OK;
+}
+
+sc_status plan_advise_eval(const plan_advise_cfg *cfg, const int *devs, int n,
+                           plan_advise_point *pt, plan_result *res, plan_cluster **cl_out,
+                           sc_err *err)
+{
+    memset(pt, 0, sizeof *pt);
+    if (res != NULL)
+        memset(res, 0, sizeof *res);
+    if (cl_out != NULL)
+        *cl_out = NULL;
+    pt->devices = malloc((size_t)n * sizeof *pt->devices);
+    SC_ALLOC_CHECK(pt->devices, err);
+    pt->n_devices = n;
+    plan_cluster *cl = NULL;
+    sc_status rc = plan_cluster_subset(cfg->catalog, devs, n, &cl, pt->devices, err);
+    if (rc == SC_OK)
+        rc = plan_advise_eval_cluster(cfg, cl, pt, res, err);
+    if (rc != SC_OK) {
+        plan_advise_point_free(pt);
+        plan_cluster_destroy(&cl);
+        return rc;
+    }
     if (cl_out != NULL)
         *cl_out = cl;
     else

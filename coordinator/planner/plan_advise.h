@@ -85,6 +85,11 @@ typedef struct plan_advise_result {
 sc_status plan_advise_eval(const plan_advise_cfg *cfg, const int *devs, int n,
                            plan_advise_point *pt, plan_result *res, plan_cluster **cl, sc_err *err);
 
+/* Plans cluster cl as it is (no subset, devices in its order): *pt's figures as
+ * plan_advise_eval's, pt->devices left as the caller set them; *res as there. */
+sc_status plan_advise_eval_cluster(const plan_advise_cfg *cfg, const plan_cluster *cl,
+                                   plan_advise_point *pt, plan_result *res, sc_err *err);
+
 /* Whether a meets the objective, and whether a is better than b for it (both meeting it). */
 int plan_advise_meets(const plan_advise_cfg *cfg, const plan_advise_point *a);
 int plan_advise_better(const plan_advise_cfg *cfg, const plan_advise_point *a,
