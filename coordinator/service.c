@@ -497,6 +497,9 @@ static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
         info->job_id = sc_rpc_ctx_strdup(ctx, w->job_id);
         info->activity = sc_rpc_ctx_strdup(ctx, w->reported_state);
         info->last_heartbeat_unix_ms = w->last_heartbeat_unix_ms;
+        info->link_bytes_per_s = w->link_bytes_per_s;
+        info->link_latency_s = w->link_latency_s;
+        info->link_probed_unix_ms = w->link_probed_unix_ms;
         if (w->rec.hardware_len > 0) {
             Stagecraft__HardwareReport *hw =
                 stagecraft__hardware_report__unpack(&alloc, w->rec.hardware_len, w->rec.hardware);

@@ -196,10 +196,48 @@ c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
 c.request("POST", "/api/jobs", body="{}")
 sys.exit(0 if c.getresponse().status == 405 else 1)
 PY
-page=$(body_of "$base/")
-grep -q "<svg\|createElementNS" <<<"$page" && grep -q "/api/workers" <<<"$page" &&
-    ! grep -qi 'src="http\|href="http' <<<"$page" && pass "the page is served whole, nothing external" ||
-    fail "the page: $(head -c 300 <<<"$page")"
+# the page and every module it imports, from the coordinator itself (nothing external)
+python3 - "$base" <<'PY' && pass "the page and its modules are served whole, nothing external" || fail "the page's files: see above"
+import re, sys, urllib.request
+base, seen, todo, problems = sys.argv[1], set(), ["/"], []
+while todo:
+    path = todo.pop()
+    if path in seen:
+        continue
+    seen.add(path)
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        body, ctype = r.read().decode(), r.headers["Content-Type"]
+    if re.search(r'(src|href)="(https?:)?//|import[^;]*from\s*"(https?:)?//', body):
+        problems.append(path + " refers to another host")
+    refs = re.findall(r'(?:src|href)="(/web/[^"]+)"', body)
+    refs += ["/web/" + m for m in re.findall(r'from\s*"\./([a-z_]+\.js)"', body)]
+    todo += refs
+    if path.endswith(".js") and not ctype.startswith("text/javascript"):
+        problems.append("%s served as %s" % (path, ctype))
+if not any(p.endswith("cluster.js") for p in seen) or len(seen) < 5:
+    problems.append("modules reached: %s" % sorted(seen))
+for p in problems:
+    print("FAIL: page " + p)
+sys.exit(1 if problems else 0)
+PY
+[ "$(code_of "$base/web/nothing.js")" = 404 ] && pass "an unknown page file is 404" ||
+    fail "an unknown page file is not 404"
+
+# /api/cluster: the server of the worker with its devices, and the worker as /api/workers has it
+body_of "$base/api/cluster" >"$work/api_cluster.json"
+python3 - "$work/api_cluster.json" "$work/api_workers.json" <<'PY' && pass "/api/cluster: the server, its worker, devices and probed link" || fail "/api/cluster: $(head -c 400 "$work/api_cluster.json")"
+import json, sys
+c, w = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["workers"][0]
+assert set(c) == {"servers", "coordinator_links", "worker_links"}, c.keys()
+[s] = c["servers"]
+assert s["host"] == w["host"] and [x["id"] for x in s["workers"]] == [w["id"]], s
+assert s["devices"] == len(w["devices"]) and s["memory_bytes"] == sum(d["memory_bytes"] for d in w["devices"]), s
+probed = [l for l in c["coordinator_links"] if l["worker_id"] == w["id"]]
+sw = s["workers"][0]
+# a running job profiled the worker, so its path to the coordinator was probed
+assert len(probed) == 1 and probed[0]["bytes_per_s"] > 0 and probed[0]["latency_s"] > 0, c["coordinator_links"]
+assert sw["link_bytes_per_s"] == probed[0]["bytes_per_s"] and sw["link_probed_unix_ms"] > 0, sw
+PY
 
 # bad clients: one that never finishes its headers, one with a 4 MiB header
 python3 - "$port" "$work" <<'PY' &
