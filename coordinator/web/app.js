@@ -4,6 +4,7 @@
 import { POLL_MS, api, tokenSuffix } from "./api.js";
 import { showCluster } from "./cluster.js";
 import { fetchHistories, fetchJobs, showJobs } from "./jobs.js";
+import { showJob } from "./job.js";
 import { showLogs } from "./logs.js";
 
 const $ = id => document.getElementById(id);
@@ -20,14 +21,35 @@ async function overview() {
   showLogs($("logs"), cluster.servers.flatMap(s => s.workers));
 }
 
-async function poll() {
+// The job the address names (#/jobs/JOB or /jobs/JOB), null for the overview.
+function jobOfAddress() {
+  const m = location.hash.match(/^#\/jobs\/([^&]+)/) || location.pathname.match(/^\/jobs\/([^/]+)$/);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+async function poll(g) {
   try {
-    await overview();
+    const id = jobOfAddress();
+    $("overview").hidden = id !== null;
+    $("job").hidden = id === null;
+    if (id !== null) await showJob($("job"), id);
+    else await overview();
     $("note").textContent =
       "updated " + new Date().toLocaleTimeString() + "; every " + POLL_MS / 1000 + " s";
   } catch (e) {
     $("note").textContent = "cannot reach the coordinator: " + e.message;
   }
-  setTimeout(poll, POLL_MS);
+  if (g === generation) timer = setTimeout(() => poll(g), POLL_MS);
 }
-poll();
+
+// a new address is drawn at once (a job's page is built anew); a poll of the old one that is
+// still in flight ends its loop when it returns
+let timer = null, generation = 0;
+window.addEventListener("hashchange", () => {
+  clearTimeout(timer);
+  generation++;
+  $("job").replaceChildren();
+  poll(generation);
+});
+$("home").href = "/#" + tokenSuffix().slice(1);
+poll(generation);

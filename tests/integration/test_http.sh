@@ -188,6 +188,26 @@ body_of "$base/api/jobs" >"$work/api_jobs.json"
 same_json "$work/api_jobs.json" "$work/cli_jobs.json" step,updated_unix_ms,last_checkpoint_step &&
     pass "/api/jobs is what status --json prints" || fail "/api/jobs differs from status --json"
 
+# a job's page is the page; its trace is what `stagecraft trace` writes (measured and planned rows)
+[ "$(code_of "$base/jobs/$id")" = 200 ] && body_of "$base/jobs/$id" | grep -q 'src="/web/app.js"' &&
+    pass "/jobs/$id serves the page" || fail "/jobs/$id is not the page"
+body_of "$base/api/jobs/$id/trace?iterations=4" >"$work/api_trace.json"
+python3 - "$work/api_trace.json" <<'PY' && pass "/api/jobs/$id/trace: 4 iterations, measured and planned rows" || fail "/api/jobs/$id/trace: $(head -c 300 "$work/api_trace.json")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+o = t["otherData"]
+assert o["last_iteration"] - o["first_iteration"] == 3, o
+names = [e["args"]["name"] for e in t["traceEvents"] if e["name"] == "process_name"]
+assert any(n.startswith("measured: stage 0") for n in names) and "planned: stage 0" in names, names
+assert any(e["ph"] == "X" and e["cat"] == "forward" for e in t["traceEvents"])
+PY
+[ "$(code_of "$base/api/jobs/$id/trace?iterations=0")" = 400 ] &&
+    pass "a trace of 0 iterations is refused (400)" || fail "iterations=0 not refused"
+[ "$(code_of "$base/api/jobs/job-999999/trace")" = 404 ] && pass "an unknown job's trace is 404" ||
+    fail "an unknown job's trace is not 404"
+[ "$(code_of "$base/api/jobs/$id/nothing")" = 404 ] && pass "an unknown job route is 404" ||
+    fail "an unknown job route is not 404"
+
 [ "$(code_of "$base/nowhere")" = 404 ] && pass "an unknown path is 404" || fail "unknown path not 404"
 [ "$(code_of "$base/api/jobs/job-999999")" = 404 ] && pass "an unknown job is 404" || fail "unknown job not 404"
 python3 - "$port" <<'PY' && pass "POST is 405" || fail "POST not refused with 405"
