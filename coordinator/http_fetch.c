@@ -4,6 +4,7 @@
  */
 #include <stdlib.h>
 
+#include "coordinator/coord_internal.h"
 #include "coordinator/http_internal.h"
 #include "coordinator/service.h"
 
@@ -65,4 +66,10 @@ void coord_http_jobs_free(coord_http_jobs *j)
     free(j->jobs);
     sc_rpc_local_free(&j->list_call);
     *j = (coord_http_jobs){0};
+}
+
+bool coord_http_rpc_calls(coord_http *h, size_t i, const char **method, unsigned long *calls)
+{
+    /* the server is thread-safe and lives as long as the coordinator (coord_internal.h) */
+    return h->coord->rpc != NULL && sc_rpc_server_calls(h->coord->rpc, i, method, calls);
 }

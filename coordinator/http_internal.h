@@ -77,6 +77,10 @@ typedef struct {
 sc_status coord_http_fetch_jobs(coord_http *h, coord_http_jobs *out, sc_err *err);
 void coord_http_jobs_free(coord_http_jobs *j);
 
+/* The gRPC calls the coordinator's server received of its i-th method (sc_rpc_server_calls);
+ * false past the last one. */
+bool coord_http_rpc_calls(coord_http *h, size_t i, const char **method, unsigned long *calls);
+
 /* Whether a job in state s may still change (not succeeded, failed or cancelled). */
 bool coord_http_job_is_live(Stagecraft__JobState s);
 

@@ -58,6 +58,37 @@ static void put_job_sample(FILE *f, const char *metric, const Stagecraft__JobInf
     put_value(f, v);
 }
 
+/* A counter per live job: its transitions into state `to` (GetJob's history of states). */
+static void put_transitions(FILE *f, const Stagecraft__JobInfo **jobs, size_t n, const char *name,
+                            const char *to, const char *help)
+{
+    put_family(f, name, "counter", help);
+    for (size_t i = 0; i < n; i++) {
+        if (!coord_http_job_is_live(jobs[i]->state))
+            continue;
+        size_t count = 0;
+        for (size_t k = 0; k < jobs[i]->n_transitions; k++)
+            count += strcmp(jobs[i]->transitions[k]->to_state, to) == 0;
+        put_job_sample(f, name, jobs[i], NULL, (double)count);
+    }
+}
+
+/* stagecraft_link_bytes_per_second{job,name,from,to,kind} */
+static void put_link_sample(FILE *f, const Stagecraft__JobInfo *j, const Stagecraft__LinkStatus *l,
+                            const char *kind, double v)
+{
+    fputs("stagecraft_link_bytes_per_second{job=\"", f);
+    put_label(f, j->job_id);
+    fputs("\",name=\"", f);
+    put_label(f, j->name);
+    fputs("\",from=\"", f);
+    put_label(f, l->from_worker);
+    fputs("\",to=\"", f);
+    put_label(f, l->to_worker);
+    fprintf(f, "\",kind=\"%s\"}", kind);
+    put_value(f, v);
+}
+
 static void metrics_workers(coord_http *h, FILE *f)
 {
     sc_err err;
@@ -170,7 +201,43 @@ static void metrics_jobs(coord_http *h, FILE *f)
                            jobs[i]->stages[s]->busy_fraction);
         }
     }
+    put_family(f, "stagecraft_job_frozen_blocks", "gauge",
+               "The leading blocks the job's freezing policy has frozen (live jobs).");
+    for (size_t i = 0; i < n; i++)
+        if (coord_http_job_is_live(jobs[i]->state))
+            put_job_sample(f, "stagecraft_job_frozen_blocks", jobs[i], NULL,
+                           (double)jobs[i]->frozen_blocks);
+    put_transitions(f, jobs, n, "stagecraft_job_rebalances_total", "rebalancing",
+                    "Rebalances the job started (re-plans onto measured speeds), live jobs.");
+    put_transitions(f, jobs, n, "stagecraft_job_recoveries_total", "recovering",
+                    "Recoveries the job went through (a worker lost), live jobs.");
+    put_family(f, "stagecraft_link_bytes_per_second", "gauge",
+               "A link between two workers of a live job, one direction: the speed its messages "
+               "measure and the one the plan expects.");
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; coord_http_job_is_live(jobs[i]->state) && k < jobs[i]->n_links; k++) {
+            const Stagecraft__LinkStatus *l = jobs[i]->links[k];
+            put_link_sample(f, jobs[i], l, "measured", l->measured_bytes_per_s);
+            put_link_sample(f, jobs[i], l, "expected", l->expected_bytes_per_s);
+        }
+    }
     coord_http_jobs_free(&all);
+}
+
+/* stagecraft_rpc_calls_total{method}: the gRPC calls received, by method. */
+static void metrics_rpc(coord_http *h, FILE *f)
+{
+    put_family(f, "stagecraft_rpc_calls_total", "counter",
+               "gRPC calls the coordinator received, by method (the page's and /metrics' own "
+               "questions are asked in process and not counted).");
+    const char *method;
+    unsigned long calls;
+    for (size_t i = 0; coord_http_rpc_calls(h, i, &method, &calls); i++) {
+        fputs("stagecraft_rpc_calls_total{method=\"", f);
+        put_label(f, method);
+        fputs("\"}", f);
+        put_value(f, (double)calls);
+    }
 }
 
 enum MHD_Result coord_http_metrics(coord_http *h, struct MHD_Connection *conn)
@@ -182,6 +249,7 @@ enum MHD_Result coord_http_metrics(coord_http *h, struct MHD_Connection *conn)
         return coord_http_send_error(h, conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
     metrics_workers(h, f);
     metrics_jobs(h, f);
+    metrics_rpc(h, f);
     put_family(f, "stagecraft_http_requests_total", "counter",
                "HTTP requests the coordinator answered, by status code (before this one).");
     for (size_t i = 0; i < COORD_HTTP_CODES; i++) {

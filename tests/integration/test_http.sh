@@ -155,7 +155,9 @@ for n, line in enumerate(text.splitlines(), 1):
 names = {s[0] for s in series}
 for want in ["stagecraft_workers", "stagecraft_worker_heartbeat_age_seconds", "stagecraft_job_step",
              "stagecraft_job_loss", "stagecraft_job_samples_per_second",
-             "stagecraft_job_iteration_seconds", "stagecraft_job_state"]:
+             "stagecraft_job_iteration_seconds", "stagecraft_job_state",
+             "stagecraft_job_rebalances_total", "stagecraft_job_recoveries_total",
+             "stagecraft_job_frozen_blocks", "stagecraft_rpc_calls_total"]:
     if want not in names:
         problems.append("no %s sample" % want)
 if ("stagecraft_workers", 'state="alive"') not in series:
@@ -165,6 +167,16 @@ if not any(s[0] == "stagecraft_job_iteration_seconds" and 'kind="predicted"' in 
 if not any(s[0] == "stagecraft_job_state" and ('job="%s"' % job) in s[1] and 'state="running"' in s[1]
            for s in series):
     problems.append("the job is not running in stagecraft_job_state")
+value = {s: float(v) for s, v in ((s, l.rsplit(" ", 1)[1]) for l in text.splitlines()
+         if not l.startswith("#") for s in [l.rsplit(" ", 1)[0]])}
+jl = 'job="%s",name="http-view"' % job
+if value.get("stagecraft_job_rebalances_total{%s}" % jl) != 0 or value.get("stagecraft_job_frozen_blocks{%s}" % jl) != 0:
+    problems.append("the job's rebalances or frozen blocks are not 0")
+# the test's own `stagecraft submit` and `status` calls reached the gRPC server
+if not value.get('stagecraft_rpc_calls_total{method="/stagecraft.Coordinator/SubmitJob"}', 0) >= 1:
+    problems.append("no SubmitJob call counted")
+if not value.get('stagecraft_rpc_calls_total{method="/stagecraft.Coordinator/GetJob"}', 0) >= 1:
+    problems.append("no GetJob call counted")
 for p in problems:
     print("FAIL: metrics " + p)
 sys.exit(1 if problems else 0)
