@@ -82,6 +82,8 @@ void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w)
         rc = coord_link_probe(cli, timeout_ms, &m, &err);
     sc_rpc_client_destroy(&cli);
     w->link_bytes_per_s = rc == SC_OK ? m.bytes_per_s : 0;
+    w->link_latency_s = rc == SC_OK ? m.latency_s : 0;
+    w->link_probed_unix_ms = rc == SC_OK ? sc_clock_unix_ms() : 0;
     if (rc == SC_OK)
         SC_LOG_INFO(LOG,
                     "worker %s ('%s'): link to the coordinator %.4g bytes/s (up %.4g with %zu "
@@ -93,6 +95,20 @@ void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w)
                     "worker %s ('%s'): link probe failed, so its server's NIC bandwidth is the "
                     "hardware report's unless another of its workers is measured: %s",
                     w->id, w->name, err.msg);
+}
+
+void coord_jobs_note_probes(coord *c, const coord_chosen_worker *ws, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ws[i].link_probed_unix_ms <= 0)
+            continue;
+        coord_worker *w = coord_registry_find(c->registry, ws[i].id);
+        if (w == NULL)
+            continue;
+        w->link_bytes_per_s = ws[i].link_bytes_per_s;
+        w->link_latency_s = ws[i].link_latency_s;
+        w->link_probed_unix_ms = ws[i].link_probed_unix_ms;
+    }
 }
 
 /* The data kinds as Worker.Profile names them. */

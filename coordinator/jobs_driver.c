@@ -151,6 +151,7 @@ static void keep_profiles(coord *c, const char *id, const coord_chosen_worker *w
         }
         pthread_mutex_lock(&c->lock);
         coord_speeds_keep(&c->speeds, id, ids, profiles, links, n);
+        coord_jobs_note_probes(c, ws, n);
         pthread_mutex_unlock(&c->lock);
     }
     free(ids);

@@ -23,7 +23,9 @@ typedef struct {
     Stagecraft__HardwareReport *hw;
     char *profile_json;
     double link_bytes_per_s; /* measured path to the coordinator (link_probe.h); 0: not measured */
-    double reduce_bytes_per_s; /* its copies' all-reduce as the job measured it (speeds.h); 0 */
+    double link_latency_s;   /* the probe's latency when it ran for this job; 0 otherwise */
+    int64_t link_probed_unix_ms; /* when coord_jobs_probe_link measured it; 0: not for this job */
+    double reduce_bytes_per_s;   /* its copies' all-reduce as the job measured it (speeds.h); 0 */
 } coord_chosen_worker;
 
 /* ---- jobs_workers.c: which workers a job takes, and giving back those its plan leaves out -- */
@@ -106,6 +108,11 @@ sc_status coord_jobs_add_transports(const coord_jobspec *spec, const coord_chose
 /* Measures the link between the coordinator and worker `w` into w->link_bytes_per_s
  * (link_probe.h); a failure is logged and leaves it 0. A network call: without c->lock. */
 void coord_jobs_probe_link(const coord *c, coord_chosen_worker *w);
+
+/* Under c->lock: the links that coord_jobs_probe_link measured among ws[0..n) (those with
+ * link_probed_unix_ms set) become their workers' last probe in the registry, which the cluster
+ * view shows (ListWorkers). */
+void coord_jobs_note_probes(coord *c, const coord_chosen_worker *ws, size_t n);
 
 /* Profiles the model on the chosen workers that have no profile yet (each on its own device),
  * filling ws[i].profile_json: workers of one server one at a time, those of distinct servers (or

@@ -83,6 +83,7 @@ static void probe_suspects(coord *c, const char *id)
     for (size_t i = 0; i < n; i++)
         coord_jobs_probe_link(c, &ws[i]);
     pthread_mutex_lock(&c->lock);
+    coord_jobs_note_probes(c, ws, n);
     p = coord_jobs_progress(c, id);
     if (p != NULL && coord_jobs_baseline_off(p))
         p->base_probed = true;

@@ -40,13 +40,17 @@ typedef struct {
 } coord_registry_cfg;
 
 typedef struct {
-    coord_worker_rec rec;       /* id, name, host, endpoint, epoch, hardware report */
+    coord_worker_rec rec; /* id, name, host, endpoint, epoch, hardware report */
     coord_worker_state state;
     uint64_t last_heartbeat_ns; /* monotonic */
     int64_t last_heartbeat_unix_ms;
-    char job_id[COORD_ID_MAX];  /* the job it serves, or "" */
-    char reported_state[32];    /* from its last heartbeat */
-    uint8_t curve_key[32];      /* its ZeroMQ CURVE public key, when has_curve_key */
+    char job_id[COORD_ID_MAX]; /* the job it serves, or "" */
+    char reported_state[32];   /* from its last heartbeat */
+    /* its path to the coordinator as last probed (coord_jobs_note_probes): the slower
+     * direction, the latency and when (0: never probed since it registered) */
+    double link_bytes_per_s, link_latency_s;
+    int64_t link_probed_unix_ms;
+    uint8_t curve_key[32]; /* its ZeroMQ CURVE public key, when has_curve_key */
     bool has_curve_key;
     /* the routing id of its control connection: set from a heartbeat of its current epoch that
      * came with its key (coordinator.c), "" from its registration until then */
@@ -73,8 +77,8 @@ const coord_registry_cfg *coord_registry_config(const coord_registry *reg);
  * worker is to use. Errors: SC_ERR_EXISTS for a live duplicate name, SC_ERR_PERMISSION for a
  * previous id that belongs to another name, SC_ERR_INVALID for an empty name. The hardware
  * report is copied. */
-sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *req,
-                                  uint64_t now_ns, coord_worker **out, sc_err *err);
+sc_status coord_registry_register(coord_registry *reg, const coord_worker_rec *req, uint64_t now_ns,
+                                  coord_worker **out, sc_err *err);
 
 /* Restores a worker known from the store (after a coordinator restart) as dead until it
  * re-registers; its id and epoch are kept. */

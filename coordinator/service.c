@@ -17,6 +17,7 @@
 #include "common/sc_util.h"
 #include "coordinator/command_queue.h"
 #include "coordinator/coord_internal.h"
+#include "coordinator/freezing.h"
 #include "coordinator/jobs.h"
 #include "coordinator/jobspec.h"
 #include "coordinator/logs.h"
@@ -329,6 +330,7 @@ static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
     bool found = rc == SC_OK;
     if (rc == SC_OK && req->history)
         rc = coord_store_history_get(c->store, id, &series, &n_series, err);
+    int frozen = found ? coord_freezing_frozen(c->freezing, id) : 0;
     pthread_mutex_unlock(&c->lock);
     if (rc != SC_OK && found) {
         coord_job_clear(&job);
@@ -338,6 +340,7 @@ static sc_status get_job(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, ProtobufC
     Stagecraft__GetJobResponse *resp =
         (void *)sc_rpc_ctx_new_message(ctx, &stagecraft__get_job_response__descriptor);
     resp->job = job_info(ctx, &job, true);
+    resp->job->frozen_blocks = frozen > 0 ? (uint32_t)frozen : 0;
     coord_job_clear(&job);
     resp->job->transitions = sc_rpc_ctx_alloc(ctx, (n_hist ? n_hist : 1) * sizeof(void *));
     for (size_t i = 0; resp->job->transitions && i < n_hist; i++) {
@@ -500,6 +503,9 @@ static sc_status list_workers(sc_rpc_ctx *ctx, const ProtobufCMessage *msg, Prot
         info->job_id = sc_rpc_ctx_strdup(ctx, w->job_id);
         info->activity = sc_rpc_ctx_strdup(ctx, w->reported_state);
         info->last_heartbeat_unix_ms = w->last_heartbeat_unix_ms;
+        info->link_bytes_per_s = w->link_bytes_per_s;
+        info->link_latency_s = w->link_latency_s;
+        info->link_probed_unix_ms = w->link_probed_unix_ms;
         if (w->rec.hardware_len > 0) {
             Stagecraft__HardwareReport *hw =
                 stagecraft__hardware_report__unpack(&alloc, w->rec.hardware_len, w->rec.hardware);

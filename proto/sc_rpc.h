@@ -97,6 +97,12 @@ int sc_rpc_server_port(const sc_rpc_server *srv);
  * delay this until they return. Idempotent; call from one thread, not from a handler. */
 void sc_rpc_server_shutdown(sc_rpc_server *srv, int64_t grace_ms);
 
+/* The calls the server received of its i-th method (i < the methods it serves, in the order
+ * its cfg listed them) since it started, with the method's full name in *name (owned by the
+ * server); false past the last method. Safe from any thread while the server lives. */
+bool sc_rpc_server_calls(const sc_rpc_server *srv, size_t i, const char **name,
+                         unsigned long *calls);
+
 /* Shuts down (grace 0) if still serving, frees everything, sets *srv to NULL. Accepts NULL. */
 void sc_rpc_server_destroy(sc_rpc_server **srv);
 

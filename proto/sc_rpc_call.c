@@ -16,12 +16,12 @@
  */
 #include "proto/sc_rpc.h"
 
+#include <assert.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -217,6 +217,7 @@ static void on_new_call(srv_call *c, bool ok)
         SC_LOG_INFO(RPC_LOG, "%s from %s", msg, c->ctx.peer);
         call_reply(c, SC_ERR_UNSUPPORTED, msg, NULL);
     } else {
+        atomic_fetch_add(&srv->calls[c->method - srv->methods], 1);
         grpc_op recv_op;
         memset(&recv_op, 0, sizeof recv_op);
         recv_op.op = GRPC_OP_RECV_MESSAGE;

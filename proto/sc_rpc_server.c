@@ -104,6 +104,7 @@ static void server_free(sc_rpc_server *srv)
     for (size_t i = 0; i < srv->n_methods; i++)
         free((char *)srv->methods[i].name);
     free(srv->methods);
+    free(srv->calls);
     free(srv->workers);
     pthread_cond_destroy(&srv->state_cv);
     pthread_cond_destroy(&srv->job_cv);
@@ -140,7 +141,8 @@ sc_status sc_rpc_server_new(sc_rpc_server **out, const sc_rpc_server_cfg *cfg, s
 
     srv->workers = calloc((size_t)n_workers, sizeof *srv->workers);
     srv->methods = calloc(cfg->n_methods ? cfg->n_methods : 1, sizeof *srv->methods);
-    if (srv->workers == NULL || srv->methods == NULL) {
+    srv->calls = calloc(cfg->n_methods ? cfg->n_methods : 1, sizeof *srv->calls);
+    if (srv->workers == NULL || srv->methods == NULL || srv->calls == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory creating the RPC server");
         goto fail;
     }
@@ -285,4 +287,14 @@ void sc_rpc_server_destroy(sc_rpc_server **p)
     sc_rpc_server_shutdown(*p, 0);
     server_free(*p);
     *p = NULL;
+}
+
+bool sc_rpc_server_calls(const sc_rpc_server *srv, size_t i, const char **name,
+                         unsigned long *calls)
+{
+    if (i >= srv->n_methods)
+        return false;
+    *name = srv->methods[i].name;
+    *calls = atomic_load(&srv->calls[i]);
+    return true;
 }

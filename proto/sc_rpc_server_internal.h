@@ -69,6 +69,7 @@ struct sc_rpc_server {
     size_t max_bytes;
     sc_rpc_method *methods; /* names owned */
     size_t n_methods;
+    atomic_ulong *calls; /* [n_methods]: calls received of each (sc_rpc_server_calls) */
 
     pthread_t cq_thread;
     bool cq_thread_started;

@@ -84,19 +84,17 @@ json_t *sc_view_job(const Stagecraft__JobInfo *j)
         json_t *ids = json_array();
         for (size_t k = 0; k < st->n_worker_ids; k++)
             json_array_append_new(ids, json_string(st->worker_ids[k]));
-        json_array_append_new(stages, json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f, s:f, s:f, s:f, "
-                                                "s:f}",
-                                                "stage", (int)st->stage, "busy_fraction",
-                                                st->busy_fraction, "busy_s", st->measured_compute_s,
-                                                "first_block", (int)st->first_block, "last_block",
-                                                (int)st->last_block, "worker_ids", ids,
-                                                "predicted_compute_s", st->predicted_compute_s,
-                                                "predicted_allreduce_s", st->predicted_allreduce_s,
-                                                "measured_allreduce_s", st->measured_allreduce_s,
-                                                "predicted_memory_bytes",
-                                                st->predicted_memory_bytes,
-                                                "measured_memory_bytes",
-                                                st->measured_memory_bytes));
+        json_array_append_new(
+            stages,
+            json_pack("{s:i, s:f, s:f, s:i, s:i, s:o, s:f, s:f, s:f, s:f, "
+                      "s:f}",
+                      "stage", (int)st->stage, "busy_fraction", st->busy_fraction, "busy_s",
+                      st->measured_compute_s, "first_block", (int)st->first_block, "last_block",
+                      (int)st->last_block, "worker_ids", ids, "predicted_compute_s",
+                      st->predicted_compute_s, "predicted_allreduce_s", st->predicted_allreduce_s,
+                      "measured_allreduce_s", st->measured_allreduce_s, "predicted_memory_bytes",
+                      st->predicted_memory_bytes, "measured_memory_bytes",
+                      st->measured_memory_bytes));
     }
     json_object_set_new(o, "stage_figures", stages);
     json_t *links = json_array();
@@ -151,17 +149,24 @@ json_t *sc_view_worker(const Stagecraft__WorkerInfo *w)
     json_t *devs = json_array();
     for (size_t d = 0; d < w->n_devices; d++) {
         Stagecraft__Device *dv = w->devices[d];
-        json_array_append_new(
-            devs, json_pack("{s:s, s:i, s:s, s:I, s:s, s:i, s:f}", "kind", dv->kind, "index",
-                            (int)dv->index, "name", dv->name, "memory_bytes",
-                            (json_int_t)dv->memory_bytes, "pci_bus_id", dv->pci_bus_id,
-                            "numa_node", dv->numa_node, "gflops", dv->gflops));
+        json_array_append_new(devs,
+                              json_pack("{s:s, s:i, s:s, s:I, s:s, s:i, s:f}", "kind", dv->kind,
+                                        "index", (int)dv->index, "name", dv->name, "memory_bytes",
+                                        (json_int_t)dv->memory_bytes, "pci_bus_id", dv->pci_bus_id,
+                                        "numa_node", dv->numa_node, "gflops", dv->gflops));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I, s:s}", "id", w->id, "name",
-                     w->name, "host", w->host, "state", sc_view_worker_state_name(w->state),
-                     "devices", devs, "last_heartbeat_unix_ms",
-                     (json_int_t)w->last_heartbeat_unix_ms, "job_id", w->job_id, "endpoint",
-                     w->endpoint, "epoch", (json_int_t)w->epoch, "activity", w->activity);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:s, s:I, s:s}", "id", w->id, "name",
+                          w->name, "host", w->host, "state", sc_view_worker_state_name(w->state),
+                          "devices", devs, "last_heartbeat_unix_ms",
+                          (json_int_t)w->last_heartbeat_unix_ms, "job_id", w->job_id, "endpoint",
+                          w->endpoint, "epoch", (json_int_t)w->epoch, "activity", w->activity);
+    /* its path to the coordinator as last probed; null until a job probes it */
+    bool probed = w->link_probed_unix_ms > 0;
+    json_object_set_new(o, "link_bytes_per_s", sc_view_figure(probed, w->link_bytes_per_s));
+    json_object_set_new(o, "link_latency_s", sc_view_figure(probed, w->link_latency_s));
+    json_object_set_new(o, "link_probed_unix_ms",
+                        probed ? json_integer(w->link_probed_unix_ms) : json_null());
+    return o;
 }
 
 json_t *sc_view_jobs(const Stagecraft__ListJobsResponse *resp)

@@ -45,6 +45,18 @@ json_t *sc_view_history(const Stagecraft__JobInfo *j);
  * first), "newest_seq", "error" (null when it answered)}...]}. New reference. */
 json_t *sc_view_logs(const Stagecraft__GetLogsResponse *resp);
 
+/* The cluster as the coordinator knows it (sc_view_cluster.c): {"servers": [{"host", "workers":
+ * [sc_view_worker...], "devices", "memory_bytes"}...] (in the order their first worker
+ * registered), "coordinator_links": [{"worker_id", "name", "host", "bytes_per_s", "latency_s",
+ * "probed_unix_ms"}...] (each worker's path to the coordinator as last probed; probed ones
+ * only), "worker_links": [{"job_id", "from", "to", "from_host", "to_host",
+ * "measured_bytes_per_s", "expected_bytes_per_s", "reference_bytes_per_s", "message_bytes",
+ * "message_s", "samples"}...] (the links between workers that the given jobs measure as they
+ * train; message_s: one message's transit at the measured speed, null when unmeasured)}.
+ * `jobs` (n_jobs) are GetJob's objects (a listing's carry no links). New reference. */
+json_t *sc_view_cluster(const Stagecraft__ListWorkersResponse *workers,
+                        const Stagecraft__JobInfo *const *jobs, size_t n_jobs);
+
 /* {"jobs": [...]} and {"workers": [...]}: the whole documents the two commands print. */
 json_t *sc_view_jobs(const Stagecraft__ListJobsResponse *resp);
 json_t *sc_view_workers(const Stagecraft__ListWorkersResponse *resp);

@@ -155,7 +155,9 @@ for n, line in enumerate(text.splitlines(), 1):
 names = {s[0] for s in series}
 for want in ["stagecraft_workers", "stagecraft_worker_heartbeat_age_seconds", "stagecraft_job_step",
              "stagecraft_job_loss", "stagecraft_job_samples_per_second",
-             "stagecraft_job_iteration_seconds", "stagecraft_job_state"]:
+             "stagecraft_job_iteration_seconds", "stagecraft_job_state",
+             "stagecraft_job_rebalances_total", "stagecraft_job_recoveries_total",
+             "stagecraft_job_frozen_blocks", "stagecraft_rpc_calls_total"]:
     if want not in names:
         problems.append("no %s sample" % want)
 if ("stagecraft_workers", 'state="alive"') not in series:
@@ -165,6 +167,16 @@ if not any(s[0] == "stagecraft_job_iteration_seconds" and 'kind="predicted"' in 
 if not any(s[0] == "stagecraft_job_state" and ('job="%s"' % job) in s[1] and 'state="running"' in s[1]
            for s in series):
     problems.append("the job is not running in stagecraft_job_state")
+value = {s: float(v) for s, v in ((s, l.rsplit(" ", 1)[1]) for l in text.splitlines()
+         if not l.startswith("#") for s in [l.rsplit(" ", 1)[0]])}
+jl = 'job="%s",name="http-view"' % job
+if value.get("stagecraft_job_rebalances_total{%s}" % jl) != 0 or value.get("stagecraft_job_frozen_blocks{%s}" % jl) != 0:
+    problems.append("the job's rebalances or frozen blocks are not 0")
+# the test's own `stagecraft submit` and `status` calls reached the gRPC server
+if not value.get('stagecraft_rpc_calls_total{method="/stagecraft.Coordinator/SubmitJob"}', 0) >= 1:
+    problems.append("no SubmitJob call counted")
+if not value.get('stagecraft_rpc_calls_total{method="/stagecraft.Coordinator/GetJob"}', 0) >= 1:
+    problems.append("no GetJob call counted")
 for p in problems:
     print("FAIL: metrics " + p)
 sys.exit(1 if problems else 0)
@@ -188,6 +200,26 @@ body_of "$base/api/jobs" >"$work/api_jobs.json"
 same_json "$work/api_jobs.json" "$work/cli_jobs.json" step,updated_unix_ms,last_checkpoint_step &&
     pass "/api/jobs is what status --json prints" || fail "/api/jobs differs from status --json"
 
+# a job's page is the page; its trace is what `stagecraft trace` writes (measured and planned rows)
+[ "$(code_of "$base/jobs/$id")" = 200 ] && body_of "$base/jobs/$id" | grep -q 'src="/web/app.js"' &&
+    pass "/jobs/$id serves the page" || fail "/jobs/$id is not the page"
+body_of "$base/api/jobs/$id/trace?iterations=4" >"$work/api_trace.json"
+python3 - "$work/api_trace.json" <<'PY' && pass "/api/jobs/$id/trace: 4 iterations, measured and planned rows" || fail "/api/jobs/$id/trace: $(head -c 300 "$work/api_trace.json")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+o = t["otherData"]
+assert o["last_iteration"] - o["first_iteration"] == 3, o
+names = [e["args"]["name"] for e in t["traceEvents"] if e["name"] == "process_name"]
+assert any(n.startswith("measured: stage 0") for n in names) and "planned: stage 0" in names, names
+assert any(e["ph"] == "X" and e["cat"] == "forward" for e in t["traceEvents"])
+PY
+[ "$(code_of "$base/api/jobs/$id/trace?iterations=0")" = 400 ] &&
+    pass "a trace of 0 iterations is refused (400)" || fail "iterations=0 not refused"
+[ "$(code_of "$base/api/jobs/job-999999/trace")" = 404 ] && pass "an unknown job's trace is 404" ||
+    fail "an unknown job's trace is not 404"
+[ "$(code_of "$base/api/jobs/$id/nothing")" = 404 ] && pass "an unknown job route is 404" ||
+    fail "an unknown job route is not 404"
+
 [ "$(code_of "$base/nowhere")" = 404 ] && pass "an unknown path is 404" || fail "unknown path not 404"
 [ "$(code_of "$base/api/jobs/job-999999")" = 404 ] && pass "an unknown job is 404" || fail "unknown job not 404"
 python3 - "$port" <<'PY' && pass "POST is 405" || fail "POST not refused with 405"
@@ -196,10 +228,48 @@ c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
 c.request("POST", "/api/jobs", body="{}")
 sys.exit(0 if c.getresponse().status == 405 else 1)
 PY
-page=$(body_of "$base/")
-grep -q "<svg\|createElementNS" <<<"$page" && grep -q "/api/workers" <<<"$page" &&
-    ! grep -qi 'src="http\|href="http' <<<"$page" && pass "the page is served whole, nothing external" ||
-    fail "the page: $(head -c 300 <<<"$page")"
+# the page and every module it imports, from the coordinator itself (nothing external)
+python3 - "$base" <<'PY' && pass "the page and its modules are served whole, nothing external" || fail "the page's files: see above"
+import re, sys, urllib.request
+base, seen, todo, problems = sys.argv[1], set(), ["/"], []
+while todo:
+    path = todo.pop()
+    if path in seen:
+        continue
+    seen.add(path)
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        body, ctype = r.read().decode(), r.headers["Content-Type"]
+    if re.search(r'(src|href)="(https?:)?//|import[^;]*from\s*"(https?:)?//', body):
+        problems.append(path + " refers to another host")
+    refs = re.findall(r'(?:src|href)="(/web/[^"]+)"', body)
+    refs += ["/web/" + m for m in re.findall(r'from\s*"\./([a-z_]+\.js)"', body)]
+    todo += refs
+    if path.endswith(".js") and not ctype.startswith("text/javascript"):
+        problems.append("%s served as %s" % (path, ctype))
+if not any(p.endswith("cluster.js") for p in seen) or len(seen) < 5:
+    problems.append("modules reached: %s" % sorted(seen))
+for p in problems:
+    print("FAIL: page " + p)
+sys.exit(1 if problems else 0)
+PY
+[ "$(code_of "$base/web/nothing.js")" = 404 ] && pass "an unknown page file is 404" ||
+    fail "an unknown page file is not 404"
+
+# /api/cluster: the server of the worker with its devices, and the worker as /api/workers has it
+body_of "$base/api/cluster" >"$work/api_cluster.json"
+python3 - "$work/api_cluster.json" "$work/api_workers.json" <<'PY' && pass "/api/cluster: the server, its worker, devices and probed link" || fail "/api/cluster: $(head -c 400 "$work/api_cluster.json")"
+import json, sys
+c, w = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))["workers"][0]
+assert set(c) == {"servers", "coordinator_links", "worker_links"}, c.keys()
+[s] = c["servers"]
+assert s["host"] == w["host"] and [x["id"] for x in s["workers"]] == [w["id"]], s
+assert s["devices"] == len(w["devices"]) and s["memory_bytes"] == sum(d["memory_bytes"] for d in w["devices"]), s
+probed = [l for l in c["coordinator_links"] if l["worker_id"] == w["id"]]
+sw = s["workers"][0]
+# a running job profiled the worker, so its path to the coordinator was probed
+assert len(probed) == 1 and probed[0]["bytes_per_s"] > 0 and probed[0]["latency_s"] > 0, c["coordinator_links"]
+assert sw["link_bytes_per_s"] == probed[0]["bytes_per_s"] and sw["link_probed_unix_ms"] > 0, sw
+PY
 
 # bad clients: one that never finishes its headers, one with a 4 MiB header
 python3 - "$port" "$work" <<'PY' &
