@@ -59,15 +59,17 @@ dry=$("$sc" rebalance job-2 --dry-run --json)
     fail "dry run: $dry"
 history job-2 | grep -q "^rebalancing" && fail "a dry run rebalanced: $(history job-2)"
 out=$("$sc" rebalance job-2)
+answered_ms=$(date +%s%3N)
 grep -q "rebalancing after step" <<<"$out" && pass "rebalance started: $out" || fail "rebalance: $out"
-# status says what happens from the moment the pause is asked for: the stages train on to the
-# pause step (2 steps and 0.15 s ahead at least), then the job is re-planned and assigned, all
-# after this answer; the state was set before it
+# status says what happens from the moment the pause is asked for: the job turned rebalancing
+# (its history stamps when) before the command's answer came back, whatever happened since
 pause=$(sed -n 's/.*rebalancing after step \([0-9]*\):.*/\1/p' <<<"$out")
-now=$(job_state job-2)
-[ "$now" = rebalancing ] && field job-2 reason | grep -Eq "(pausing|paused) after step $pause" &&
-    pass "status shows the move as its pause starts: $now, $(field job-2 reason | grep -Eo "(pausing|paused) after step $pause.*")" ||
-    fail "right after the rebalance began job-2 is $now: $(field job-2 reason)"
+began=$("$sc" status job-2 --json | jq -r --arg p "$pause" '[.transitions[] |
+    select(.to == "rebalancing" and (.reason | test("(pausing|paused) after step " + $p + "\\b")))]
+    | first | .at_unix_ms // empty')
+[ -n "$began" ] && [ "$began" -le "$answered_ms" ] &&
+    pass "the job was rebalancing (pausing after step $pause) before the command answered" ||
+    fail "no rebalancing transition before the answer ($answered_ms): $("$sc" status job-2 --json | jq -c '.transitions[-3:]')"
 # the move's measured cost: the reason of its first step, then what the next decision weighs
 reason_has() { field "$1" reason | grep -q "$2"; }
 if wait_for 300 reason_has job-2 "s after every stage paused (the move's cost"; then
