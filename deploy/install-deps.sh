@@ -25,6 +25,8 @@ packages=(
     # tests of the deploy files: shellcheck on every script, systemd-analyze verify on the
     # units, a virtual environment for the Kubernetes schema check
     shellcheck systemd python3-venv
+    # the dashboard's browser test: Playwright (from PyPI, in a virtual environment) drives it
+    chromium fonts-dejavu-core
 )
 
 missing=()

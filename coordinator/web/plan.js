@@ -41,7 +41,7 @@ export function planModel(job) {
 }
 
 export function drawPlan(m) {
-  const BW = 210, BH = 150, GAP = 40;
+  const BW = 260, BH = 150, GAP = 40;
   const W = m.stages.length * (BW + GAP), H = BH + 30;
   const svg = svgEl("svg", { width: W, height: H, role: "img", "aria-label": "plan",
                              id: "plan-svg" });
