@@ -25,8 +25,9 @@ packages=(
     # tests of the deploy files: shellcheck on every script, systemd-analyze verify on the
     # units, a virtual environment for the Kubernetes schema check
     shellcheck systemd python3-venv
-    # the dashboard's browser test: Playwright (from PyPI, in a virtual environment) drives it
-    chromium fonts-dejavu-core
+    # the dashboard's tests: Playwright (from PyPI, in a virtual environment) drives Chromium;
+    # promtool (in prometheus) checks /metrics
+    chromium fonts-dejavu-core prometheus
 )
 
 missing=()
