@@ -201,6 +201,29 @@ static void metrics_jobs(coord_http *h, FILE *f)
                            jobs[i]->stages[s]->busy_fraction);
         }
     }
+    /* each stage's compute per iteration as measured and as its workers' profiles predict: a
+     * worker's speed against its profile */
+    put_family(f, "stagecraft_job_stage_compute_seconds", "gauge",
+               "Each stage's compute per iteration, measured and predicted from its workers' "
+               "profiles (live jobs).");
+    for (size_t i = 0; i < n; i++) {
+        if (!coord_http_job_is_live(jobs[i]->state))
+            continue;
+        for (size_t s = 0; s < jobs[i]->n_stages; s++) {
+            const Stagecraft__StageStatus *st = jobs[i]->stages[s];
+            char extra[64];
+            if (st->measured_compute_s > 0) {
+                snprintf(extra, sizeof extra, ",stage=\"%u\",kind=\"measured\"", st->stage);
+                put_job_sample(f, "stagecraft_job_stage_compute_seconds", jobs[i], extra,
+                               st->measured_compute_s);
+            }
+            if (st->predicted_compute_s > 0) {
+                snprintf(extra, sizeof extra, ",stage=\"%u\",kind=\"predicted\"", st->stage);
+                put_job_sample(f, "stagecraft_job_stage_compute_seconds", jobs[i], extra,
+                               st->predicted_compute_s);
+            }
+        }
+    }
     put_family(f, "stagecraft_job_frozen_blocks", "gauge",
                "The leading blocks the job's freezing policy has frozen (live jobs).");
     for (size_t i = 0; i < n; i++)

@@ -16,7 +16,20 @@ static const char *host_of(const Stagecraft__ListWorkersResponse *ws, const char
     return "";
 }
 
-static json_t *servers(const Stagecraft__ListWorkersResponse *ws)
+/* The stage worker `id` runs in one of the jobs (the first that names it), NULL for none. */
+static const Stagecraft__StageStatus *stage_of(const Stagecraft__JobInfo *const *jobs,
+                                               size_t n_jobs, const char *id)
+{
+    for (size_t j = 0; j < n_jobs; j++)
+        for (size_t s = 0; s < jobs[j]->n_stages; s++)
+            for (size_t k = 0; k < jobs[j]->stages[s]->n_worker_ids; k++)
+                if (strcmp(jobs[j]->stages[s]->worker_ids[k], id) == 0)
+                    return jobs[j]->stages[s];
+    return NULL;
+}
+
+static json_t *servers(const Stagecraft__ListWorkersResponse *ws,
+                       const Stagecraft__JobInfo *const *jobs, size_t n_jobs)
 {
     json_t *out = json_array();
     for (size_t i = 0; i < ws->n_workers; i++) {
@@ -33,7 +46,17 @@ static json_t *servers(const Stagecraft__ListWorkersResponse *ws)
                                "memory_bytes", (json_int_t)0);
             json_array_append_new(out, server);
         }
-        json_array_append_new(json_object_get(server, "workers"), sc_view_worker(w));
+        /* its speed against its profile: its stage's compute per iteration as measured and as
+         * the plan predicted from the profiles (null where it runs no stage) */
+        json_t *wj = sc_view_worker(w);
+        const Stagecraft__StageStatus *st = stage_of(jobs, n_jobs, w->id);
+        json_object_set_new(wj, "compute_measured_s",
+                            sc_view_figure(st != NULL && st->measured_compute_s > 0,
+                                           st != NULL ? st->measured_compute_s : 0));
+        json_object_set_new(wj, "compute_predicted_s",
+                            sc_view_figure(st != NULL && st->predicted_compute_s > 0,
+                                           st != NULL ? st->predicted_compute_s : 0));
+        json_array_append_new(json_object_get(server, "workers"), wj);
         json_int_t mem = json_integer_value(json_object_get(server, "memory_bytes"));
         for (size_t d = 0; d < w->n_devices; d++)
             mem += (json_int_t)w->devices[d]->memory_bytes;
@@ -86,7 +109,8 @@ static json_t *worker_links(const Stagecraft__ListWorkersResponse *ws,
 json_t *sc_view_cluster(const Stagecraft__ListWorkersResponse *workers,
                         const Stagecraft__JobInfo *const *jobs, size_t n_jobs)
 {
-    return json_pack("{s:o, s:o, s:o}", "servers", servers(workers), "coordinator_links",
+    return json_pack("{s:o, s:o, s:o}", "servers", servers(workers, jobs, n_jobs),
+                     "coordinator_links",
                      coordinator_links(workers), "worker_links",
                      worker_links(workers, jobs, n_jobs));
 }

@@ -12,7 +12,7 @@ function serverTable(servers, now) {
   const t = el("table", { id: "workers" });
   const head = el("tr");
   for (const h of ["server / worker", "id", "state", "activity", "devices", "heartbeat", "job",
-                   "link to coordinator"])
+                   "compute: measured / profiled", "link to coordinator"])
     head.appendChild(el("th", {}, h));
   t.appendChild(el("thead")).appendChild(head);
   const body = t.appendChild(el("tbody"));
@@ -21,7 +21,7 @@ function serverTable(servers, now) {
     cell(tr, s.host || "(no host)");
     const td = cell(tr, s.workers.length + " worker(s), " + s.devices + " device(s), " +
                     si(s.memory_bytes) + "B");
-    td.colSpan = 7;
+    td.colSpan = 8;
     body.appendChild(tr);
     for (const w of s.workers) {
       const r = el("tr", { "data-worker": w.name });
@@ -33,6 +33,10 @@ function serverTable(servers, now) {
       cell(r, w.last_heartbeat_unix_ms > 0
         ? ((now - w.last_heartbeat_unix_ms) / 1000).toFixed(1) + " s ago" : "never", "n");
       cell(r, w.job_id || "-");
+      // its stage's compute per iteration against what its profile predicted
+      cell(r, w.compute_measured_s === null || w.compute_predicted_s === null ? "-"
+        : seconds(w.compute_measured_s) + " / " + seconds(w.compute_predicted_s) + " (" +
+          (w.compute_measured_s / w.compute_predicted_s).toFixed(2) + "x)", "n");
       cell(r, w.link_bytes_per_s === null ? "not probed"
         : si(w.link_bytes_per_s) + "B/s, " + seconds(w.link_latency_s), "n");
       body.appendChild(r);

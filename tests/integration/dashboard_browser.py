@@ -41,6 +41,11 @@ def main():
         for name in a.workers:
             page.locator("#cluster").get_by_text(name, exact=False).first.wait_for(timeout=20000)
         ok("the cluster lists the workers " + ", ".join(a.workers))
+        # each worker's speed against its profile: its stage's compute, measured / profiled
+        for name in a.workers:
+            speed = page.locator(f'#workers tr[data-worker="{name}"] td', has_text="x)").first
+            speed.wait_for(timeout=20000)
+            ok(f"{name}'s compute against its profile: {speed.inner_text()}")
         row = page.locator("#jobs tbody tr", has_text=a.job).first
         row.wait_for(timeout=20000)
         ok("the jobs table lists " + a.job)
