@@ -45,7 +45,7 @@ static sc_status fetch_stage(const Stagecraft__CheckpointStage *st, const char *
     if (level > SC_LOG_ERROR)
         sc_log_set_level(SC_LOG_ERROR);
     sc_status rc = wk_blocks_fetch(eps, n, job_id, step, m, (int)st->first_block,
-                                   (int)st->last_block, timeout_ms, false, im, &fs, &why);
+                                   (int)st->last_block, timeout_ms, false, NULL, im, &fs, &why);
     sc_log_set_level(level);
     free(eps);
     if (rc == SC_OK) {

@@ -307,6 +307,16 @@ sc_status coord_jobs_profile_all(coord *c, const coord_jobspec *spec, const char
     for (int g = 0; g < groups; g++) {
         if (started[g])
             pthread_join(th[g], NULL);
+        /* a worker whose Profile call timed out still measures: STOP for the job cancels it,
+         * so that it is free for the next try (or another job) at once */
+        if (pg[g].rc == SC_ERR_TIMEOUT && pg[g].failed < n) {
+            SC_LOG_WARN(LOG,
+                        "job %s: worker %s ('%s') did not profile in time; cancelling its "
+                        "profile",
+                        job_id, ws[pg[g].failed].id, ws[pg[g].failed].name);
+            coord_queue_command(c, ws[pg[g].failed].id, STAGECRAFT__COMMAND_KIND__COMMAND_STOP,
+                                job_id, 0, NULL, NULL);
+        }
         if (pg[g].rc != SC_OK && pg[g].failed < first) {
             first = pg[g].failed;
             rc = pg[g].rc;

@@ -59,11 +59,20 @@ typedef struct {
     double *fw_sum, *bw_sum, *wg_sum; /* [n]: every timed pass's times added */
     /* [n] each: the same passes' thread CPU seconds, when `cpu_clock` (below) */
     double *fw_cpu, *bw_cpu, *wg_cpu;
-    bool cpu_clock;     /* a one-thread CPU device: a block's work is its thread's CPU time */
+    bool cpu_clock;           /* a one-thread CPU device: a block's work is its thread's CPU time */
+    const atomic_int *cancel; /* kn_profile_cfg.cancel */
     double pass_wall_s; /* the timed passes' wall time, first forward to last backward, added */
     void *dev_in, *dev_tgt, *dev_dout;
     kn_ctx *ctx0; /* the first stage's: where the chain's inputs live */
 } chain;
+
+/* SC_ERR_CANCELLED once `cancel` (kn_profile_cfg.cancel, may be NULL) is set. */
+static sc_status check_cancel(const atomic_int *cancel, sc_err *err)
+{
+    if (cancel != NULL && atomic_load(cancel) != 0)
+        return SC_ERRF(err, SC_ERR_CANCELLED, "profiling was cancelled");
+    return SC_OK;
+}
 
 static void chain_free(chain *c)
 {
@@ -142,6 +151,7 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
     for (int i = 0; i < c->n; i++) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
         double t, cpu0 = c->cpu_clock ? sc_clock_thread_cpu_s() : 0;
+        SC_CHECK(check_cancel(c->cancel, err));
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_forward(c->st[i], 0, in, c->dev_tgt, n, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
@@ -157,6 +167,7 @@ static sc_status chain_pass(chain *c, int n, int repeats, int it, sc_err *err)
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
         const float *dout = i == c->n - 1 ? c->dev_dout : kn_stage_grad_input(c->st[i + 1]);
         double t, w, cpu0 = c->cpu_clock ? sc_clock_thread_cpu_s() : 0, cpu1 = 0;
+        SC_CHECK(check_cancel(c->cancel, err));
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_backward_input(c->st[i], 0, dout, err));
         SC_CHECK(kn_ctx_time_end(ctx, &t, err));
@@ -192,6 +203,7 @@ static sc_status optimizer_pass(chain *c, int repeats, int it, sc_err *err)
     for (int i = 0; i < c->n; i++) {
         kn_ctx *ctx = kn_stage_ctx(c->st[i]);
         double norm, t, cpu0 = c->cpu_clock ? sc_clock_thread_cpu_s() : 0;
+        SC_CHECK(check_cancel(c->cancel, err));
         SC_CHECK(kn_ctx_time_begin(ctx, err));
         SC_CHECK(kn_stage_grad_sq_norms(c->st[i], &norm, err));
         SC_CHECK(kn_stage_step(c->st[i], err));
@@ -227,7 +239,8 @@ static bool more_passes(const kn_profile_cfg *cfg, int k, double start_s)
 {
     if (k < cfg->repeats)
         return true;
-    return cfg->min_time_s > 0 && k < KN_PROFILE_PASSES_MAX &&
+    return cfg->min_time_s > 0 &&
+           k < (cfg->max_passes > 0 ? cfg->max_passes : KN_PROFILE_PASSES_MAX) &&
            sc_clock_now_s() - start_s < cfg->min_time_s;
 }
 
@@ -236,7 +249,7 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
                                kn_profile_block *out, sc_err *err)
 {
     int R = cfg->repeats;
-    chain c = {.a = a, .n = n};
+    chain c = {.a = a, .n = n, .cancel = cfg->cancel};
     c.st = calloc((size_t)n, sizeof *c.st);
     c.fw = calloc((size_t)n * R, sizeof *c.fw);
     c.bw = calloc((size_t)n * R, sizeof *c.bw);
@@ -255,6 +268,7 @@ static sc_status profile_chain(const kn_model *m, int a, int n, const kn_profile
         goto out;
     }
     for (int i = 0; i < n; i++) {
+        SC_CHECK_GOTO(check_cancel(cfg->cancel, err), out);
         kn_stage_cfg scfg = kn_stage_cfg_default(a + i, a + i, cfg->device, cap);
         scfg.precision = cfg->precision;
         scfg.split_backward = true; /* B and W timed apart */
@@ -354,7 +368,11 @@ sc_status kn_profile_run(const kn_model *m, const kn_profile_cfg *cfg, kn_profil
         int n = 1;
         while (a + n < nb && bytes + block_bytes(kn_model_block(m, a + n), cap) <= CHAIN_BYTES)
             bytes += block_bytes(kn_model_block(m, a + n++), cap);
-        sc_status rc = profile_chain(m, a, n, cfg, cap, out, err);
+        sc_status rc = check_cancel(cfg->cancel, err);
+        if (rc == SC_OK)
+            rc = profile_chain(m, a, n, cfg, cap, out, err);
+        if (rc == SC_ERR_CANCELLED)
+            return rc;
         if (rc != SC_OK) {
             sc_err_prefix(err, "profiling blocks %d..%d", a, a + n - 1);
             return rc;

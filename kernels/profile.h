@@ -19,6 +19,7 @@
 #ifndef KN_PROFILE_H
 #define KN_PROFILE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -33,15 +34,21 @@ typedef struct {
     kn_device device;
     int sizes[KN_PROFILE_SIZES_MAX]; /* micro-batch sizes to measure, ascending not required */
     int nsizes;
-    int warmup;  /* untimed iterations per size (>= 0) */
-    int repeats; /* timed iterations per size (>= 1) */
+    int warmup;             /* untimed iterations per size (>= 0) */
+    int repeats;            /* timed iterations per size (>= 1) */
     kn_precision precision; /* precision.h; never AUTO */
     /* > 0: sustained speed. Each size (and the optimizer step) runs timed passes until at
-     * least `repeats` of them have taken min_time_s together (at most KN_PROFILE_PASSES_MAX),
+     * least `repeats` of them have taken min_time_s together (at most max_passes, or
+     * KN_PROFILE_PASSES_MAX when max_passes is 0),
      * and a block's time is the mean over them: a device whose CPU quota, clock or power cap
      * throttles it only after a burst shows its long-run time, which the median of short
      * passes hides. 0: the median of `repeats` passes. */
     double min_time_s;
+    int max_passes;
+    /* Optional (NULL: never): when it reads non-zero the profile stops at its next check, before
+     * each block of a pass and each pass, between the stages it builds and between chains, and
+     * kn_profile_run returns SC_ERR_CANCELLED (a worker's job ended, or the worker stops). */
+    const atomic_int *cancel;
 } kn_profile_cfg;
 
 #define KN_PROFILE_PASSES_MAX 100000

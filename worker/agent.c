@@ -106,7 +106,9 @@ struct wk_agent {
      * refused, as by a worker that does not have the method; "die-on-move": the worker kills
      * itself when told to pause for a move (COMMAND_REBALANCE), as if lost mid-move;
      * "hang-stage" (wk_state.hang_stage): each stage hangs in its fourth step, deaf to stop,
-     * until the worker gets SIGUSR2, as a step stuck in a kernel would. */
+     * until the worker gets SIGUSR2, as a step stuck in a kernel would; "slow-profile"
+     * (wk_state.slow_profile): the first profile measures for an hour unless cancelled, as
+     * a huge model's would. */
     bool drop_start, drop_stop, drop_reports, drop_errors, stale_heartbeat, die_on_move;
     /* What the trainer last said, kept to be said again: its newest iteration report (sent at
      * most every REPORT_EVERY_MS, since a small model steps thousands of times a second and a
@@ -199,10 +201,10 @@ static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
 {
     static const char *const names[] = {"drop-start",  "drop-stop",       "drop-reports",
                                         "drop-errors", "stale-heartbeat", "refuse-probe",
-                                        "die-on-move", "hang-stage"};
-    bool *flags[] = {&a->drop_start,  &a->drop_stop,       &a->drop_reports,
-                     &a->drop_errors, &a->stale_heartbeat, &a->shared.refuse_probe,
-                     &a->die_on_move, &a->shared.hang_stage};
+                                        "die-on-move", "hang-stage",      "slow-profile"};
+    bool *flags[] = {&a->drop_start,  &a->drop_stop,         &a->drop_reports,
+                     &a->drop_errors, &a->stale_heartbeat,   &a->shared.refuse_probe,
+                     &a->die_on_move, &a->shared.hang_stage, &a->shared.slow_profile};
     enum { N_FAULTS = sizeof names / sizeof names[0] };
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
@@ -213,7 +215,7 @@ static sc_status parse_faults(wk_agent *a, const char *list, sc_err *err)
             return SC_ERRF(err, SC_ERR_INVALID,
                            "STAGECRAFT_WORKER_FAULTS: unknown fault '%.*s'; valid: drop-start, "
                            "drop-stop, drop-reports, drop-errors, stale-heartbeat, refuse-probe, "
-                           "die-on-move, hang-stage, separated by commas",
+                           "die-on-move, hang-stage, slow-profile, separated by commas",
                            (int)(len > 40 ? 40 : len), p);
         *flags[i] = true;
         p += len + (p[len] == ',');
@@ -269,7 +271,8 @@ sc_status wk_agent_new(wk_agent **out, const wk_agent_cfg *cfg, sc_err *err)
     if (faults != NULL && faults[0] != '\0') {
         if ((rc = parse_faults(a, faults, err)) != SC_OK)
             goto fail;
-        SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: messages are lost on purpose", faults);
+        SC_LOG_WARN(LOG, "STAGECRAFT_WORKER_FAULTS=%s: faults are injected on purpose (a test)",
+                    faults);
     }
     sc_strlcpy(a->shared.device, device, sizeof a->shared.device);
     sc_strlcpy(a->shared.state, "idle", sizeof a->shared.state);
@@ -339,6 +342,7 @@ void wk_agent_destroy(wk_agent **ap)
     kept_clear(&a->last);
     kept_clear(&a->failed);
     wk_hardware_free(&a->shared.hardware);
+    wk_state_stopping(&a->shared);
     wk_state_release(&a->shared, NULL, "worker stopping");
     wk_state_reap_wait(&a->shared, STOP_WAIT_MS);
     wk_block_server_stop(&a->shared.blocks);
@@ -436,6 +440,11 @@ static void send_heartbeat(wk_agent *a)
     char state[32], job[COORD_WORKER_ID_MAX], id[COORD_WORKER_ID_MAX];
     sc_strlcpy(state, a->shared.state, sizeof state);
     sc_strlcpy(job, a->shared.job_id, sizeof job);
+    /* a profile for a job this worker holds no stage of yet: that job, so that a coordinator
+     * for which it has ended says STOP (which cancels the profile) */
+    if (job[0] == '\0' && a->shared.profile_job[0] != '\0' &&
+        strcmp(a->shared.profile_job, "(none)") != 0)
+        sc_strlcpy(job, a->shared.profile_job, sizeof job);
     sc_strlcpy(id, a->shared.id, sizeof id);
     env.epoch = a->shared.epoch;
     hb.step = a->shared.trainer ? wk_trainer_step(a->shared.trainer) : a->shared.step;
@@ -840,6 +849,8 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             }
             send_reports(a);
         }
+        if (*stop)
+            wk_state_stopping(&a->shared); /* a profile stops at its next block */
         if (*stop && outcome == CTL_OK) {
             if (say_leaving(a))
                 drain(a);
@@ -855,6 +866,7 @@ sc_status wk_agent_run(wk_agent *a, volatile sig_atomic_t *stop, sc_err *err)
             break;
         }
     }
+    wk_state_stopping(&a->shared);
     wk_state_release(&a->shared, NULL, "worker stopping");
     wk_state_reap_wait(&a->shared, STOP_WAIT_MS);
     return result;

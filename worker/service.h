@@ -7,6 +7,7 @@
 #define WK_SERVICE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,20 +38,26 @@ typedef struct {
     uint64_t epoch;
     char device[32];
     Stagecraft__HardwareReport *hardware; /* set before serving, immutable after */
-    char state[32]; /* idle, profiling, assigned, training, leaving, stuck */
+    char state[32];                       /* idle, profiling, assigned, training, leaving, stuck */
     char job_id[COORD_WORKER_ID_MAX];
     uint32_t stage, replica, first_block, last_block;
     char transport[16];
     char *plan_json;  /* owned */
     char *model_json; /* owned */
     uint64_t step;
-    struct wk_trainer *trainer; /* the assigned stage's trainer, or NULL */
-    uint64_t trainer_gen;       /* counts the trainers set: tells a new one from an old */
-    char bind_host[256];        /* immutable: host the data-plane inbox binds */
-    char checkpoint_dir[1100];  /* immutable: where stage checkpoints go */
+    struct wk_trainer *trainer;     /* the assigned stage's trainer, or NULL */
+    uint64_t trainer_gen;           /* counts the trainers set: tells a new one from an old */
+    char bind_host[256];            /* immutable: host the data-plane inbox binds */
+    char checkpoint_dir[1100];      /* immutable: where stage checkpoints go */
     struct wk_block_server *blocks; /* immutable: serves kept state and checkpoints to peers */
-    bool refuse_probe;          /* immutable: a test's fault, ProbeLink refused (unimplemented) */
-    bool hang_stage;            /* immutable: a test's fault, each stage hangs (wk_trainer_fault_hang) */
+    bool refuse_probe; /* immutable: a test's fault, ProbeLink refused (unimplemented) */
+    bool hang_stage;   /* immutable: a test's fault, each stage hangs (wk_trainer_fault_hang) */
+    bool slow_profile; /* a test's fault: the first profile runs for an hour unless cancelled */
+    /* The profile running (state "profiling"): the job it measures for, and its cancel flag
+     * (kn_profile_cfg.cancel), set when that job is released or stopped, or the worker stops */
+    char profile_job[COORD_WORKER_ID_MAX];
+    atomic_int profile_cancel;
+    bool stopping; /* the process stops: no new profile starts */
     /* trainers told to stop whose threads have not ended yet, and when each counts as stuck
      * (monotonic ns): wk_state_reap frees them once they end; one past its time makes the
      * worker "stuck", and it takes no stage until none is left */
@@ -68,9 +75,15 @@ size_t wk_service_methods(wk_state *st, sc_rpc_method *out, size_t max);
 sc_status wk_assign_kinds_check(const Stagecraft__AssignStageRequest *req, bool nccl_here,
                                 sc_err *err);
 
-/* Drops the assignment of `job_id` (any job when NULL) and returns to idle. Takes st->lock.
- * Never waits for the stage's thread: it is told to stop and parked (wk_state_reap). */
+/* Drops the assignment of `job_id` (any job when NULL) and returns to idle, and cancels a
+ * profile running for that job (for any job when NULL): the worker stays "profiling" until the
+ * profile has returned. Takes st->lock. Never waits for the stage's thread: it is told to stop
+ * and parked (wk_state_reap). */
 void wk_state_release(wk_state *st, const char *job_id, const char *why);
+
+/* The worker stops (SIGTERM, SIGINT): cancels the running profile, and refuses a new one.
+ * Takes st->lock. */
+void wk_state_stopping(wk_state *st);
 
 /* Frees the parked trainers whose threads have ended, and sets the state "stuck" while one is
  * past its time to stop (wk_trainer_stop_ms from when it was told), back to "idle" once none

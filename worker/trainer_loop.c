@@ -131,7 +131,9 @@ void wk_trainer_train(wk_trainer *t)
         return;
     }
     if (t->resume_step > 0 && wk_trainer_resume(t, &err) != SC_OK) {
-        wk_trainer_push_resume_error(t, &err);
+        /* told to stop while taking its state over (the fetch is cancelled): nothing to say */
+        if (!atomic_load(&t->stop))
+            wk_trainer_push_resume_error(t, &err);
         return;
     }
     uint64_t last_ckpt = t->last_checkpoint;

@@ -156,7 +156,7 @@ static sc_status fetch_stage(wk_trainer *t, uint64_t step, rt_stage_image *im, w
     int first = rt_runner_first_block(t->runner), last = rt_runner_last_block(t->runner);
     sc_status rc = k == 0 ? SC_ERRF(err, SC_ERR_NOT_FOUND, "no worker to ask for its blocks")
                           : wk_blocks_fetch(src, k, t->job_id, step, model, first, last,
-                                            FETCH_TIMEOUT_MS, self != NULL, im, fs, err);
+                                            FETCH_TIMEOUT_MS, self != NULL, &t->stop, im, fs, err);
     free(src);
     return rc;
 }

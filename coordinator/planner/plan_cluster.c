@@ -126,8 +126,11 @@ fail:
 
 /* ---------------------------------------------------------------- JSON */
 
-/* The keys a catalogue may hold (plan_cluster_load_catalog): the format's own and the hardware
- * detail `stagecraft topo --json` writes. */
+/* The keys of a cluster file, at every level the planner reads: the format's own and those
+ * stagecraft writes itself (`stagecraft topo --json`, the coordinator's cluster of a job). A key
+ * outside these lists is refused with the closest valid one (a misspelt optional key must not
+ * pass for an absent one). The hardware detail topo writes inside "device_info", "nics",
+ * "numa_nodes_detail" and "cpu_workers" is descriptive: the planner reads none of it. */
 static const char *const root_keys[] = {
     "format",           "version", "device_types",         "servers", "zones",
     "reference_device", "links",   "relative_speed_basis", NULL};
@@ -142,6 +145,8 @@ static const char *const type_keys[] = {"relative_speed",
                                         "memory_source",
                                         "model",
                                         NULL};
+static const char *const quota_keys[] = {"fraction", "period_s", NULL};
+static const char *const block_time_keys[] = {"forward_s", "backward_s", NULL};
 static const char *const server_keys[] = {"name",
                                           "devices",
                                           "zone",
@@ -159,27 +164,29 @@ static const char *const server_keys[] = {"name",
                                           "numa_nodes",
                                           "numa_nodes_detail",
                                           NULL};
+static const char *const link_keys[] = {
+    "kind", "name", "bandwidth_bytes_per_s", "server", "shared", "devices", NULL};
 static const char *const zones_keys[] = {"bandwidth_bytes_per_s", "price_per_gb", "pairs", NULL};
 static const char *const pair_keys[] = {"zones", "bandwidth_bytes_per_s", "price_per_gb", NULL};
 
-static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, int strict, sc_err *err)
+static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, int catalog, sc_err *err)
 {
     double speed, mem;
     SC_CHECK(sc_jnode_expect_object(tn, err));
-    if (strict)
-        SC_CHECK(sc_jnode_known_keys(tn, type_keys, err));
+    SC_CHECK(sc_jnode_known_keys(tn, type_keys, err));
     SC_CHECK(sc_json_get_number(tn, "relative_speed", 1e-6, 1e6, &speed, err));
     SC_CHECK(sc_json_opt_number(tn, "memory_bytes", 1, 1e18, 0, &mem, err));
     SC_CHECK(plan_cluster_add_type(c, tn->key, speed, mem, NULL, err));
     plan_device_type *t = &c->types[c->n_types - 1];
     SC_CHECK(sc_json_opt_number(tn, "price_per_hour", 0, 1e9, -1, &t->price_per_hour, err));
-    if (strict && t->price_per_hour < 0)
+    if (catalog && t->price_per_hour < 0)
         return sc_jnode_fail(tn, err, SC_ERR_INVALID,
                              "a catalogue's device type needs \"price_per_hour\" (the price of "
                              "one device for an hour, e.g. 2.5)");
     if (sc_jnode_has(tn, "cpu_quota")) {
         sc_jnode q;
         SC_CHECK(sc_json_get_object(tn, "cpu_quota", &q, err));
+        SC_CHECK(sc_jnode_known_keys(&q, quota_keys, err));
         /* a fraction of 1 or more never throttles: the quota is left out of such a type */
         SC_CHECK(sc_json_get_number(&q, "fraction", 1e-4, 1, &t->quota_fraction, err));
         SC_CHECK(sc_json_get_number(&q, "period_s", 1e-4, 10, &t->quota_period_s, err));
@@ -202,6 +209,7 @@ static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, int strict, sc_
         sc_jnode e = {bt.doc, &bt, key, 0, val};
         plan_block_time *x = &t->block_times[t->n_block_times];
         SC_CHECK(sc_jnode_expect_object(&e, err));
+        SC_CHECK(sc_jnode_known_keys(&e, block_time_keys, err));
         SC_CHECK(sc_json_get_number(&e, "forward_s", 0, 1e9, &x->forward_s, err));
         SC_CHECK(sc_json_get_number(&e, "backward_s", 0, 1e9, &x->backward_s, err));
         sc_strlcpy(x->block, key, sizeof x->block);
@@ -213,13 +221,13 @@ static sc_status parse_type(plan_cluster *c, const sc_jnode *tn, int strict, sc_
 static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err);
 static sc_status parse_zones(plan_cluster *c, const sc_jnode *root, sc_err *err);
 
-static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, int strict, sc_err *err)
+static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, int catalog, sc_err *err)
 {
     sc_jnode root = sc_jdoc_root(doc), types, servers;
     SC_CHECK(sc_jnode_expect_object(&root, err));
     SC_CHECK(sc_jdoc_check_format(doc, "stagecraft-cluster", 1, NULL, err));
-    if (strict) {
-        SC_CHECK(sc_jnode_known_keys(&root, root_keys, err));
+    SC_CHECK(sc_jnode_known_keys(&root, root_keys, err));
+    if (catalog) {
         if (sc_jnode_has(&root, "links")) {
             sc_jnode ln;
             SC_CHECK(sc_jnode_member(&root, "links", &ln, err));
@@ -238,7 +246,7 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, int strict, sc_e
     json_object_foreach(types.value, key, val)
     {
         sc_jnode tn = {types.doc, &types, key, 0, val};
-        SC_CHECK(parse_type(c, &tn, strict, err));
+        SC_CHECK(parse_type(c, &tn, catalog, err));
     }
     SC_CHECK(sc_json_get_array(&root, "servers", 1, PLAN_MAX_DEVICES, &servers, err));
     for (size_t i = 0; i < sc_jnode_size(&servers); i++) {
@@ -247,8 +255,7 @@ static sc_status parse_doc(plan_cluster *c, const sc_jdoc *doc, int strict, sc_e
         char defname[32];
         double intra, nic;
         SC_CHECK(sc_jnode_expect_object(&s, err));
-        if (strict)
-            SC_CHECK(sc_jnode_known_keys(&s, server_keys, err));
+        SC_CHECK(sc_jnode_known_keys(&s, server_keys, err));
         snprintf(defname, sizeof defname, "s%zu", i);
         SC_CHECK(sc_json_opt_string(&s, "name", defname, &name, err));
         SC_CHECK(sc_json_get_array(&s, "devices", 1, PLAN_MAX_DEVICES, &devs, err));
@@ -427,7 +434,7 @@ double plan_cluster_devices_price_per_hour(const plan_cluster *c)
 }
 
 static sc_status parse_text(plan_cluster **out, const char *source, const char *text, size_t len,
-                            int strict, sc_err *err)
+                            int catalog, sc_err *err)
 {
     sc_jdoc *doc = NULL;
     plan_cluster *c = NULL;
@@ -436,7 +443,7 @@ static sc_status parse_text(plan_cluster **out, const char *source, const char *
     SC_CHECK(sc_jdoc_parse(&doc, source, text, len, err));
     SC_CHECK_GOTO(plan_cluster_new_empty(&c, err), fail);
     sc_strlcpy(c->source, source, sizeof c->source);
-    SC_CHECK_GOTO(parse_doc(c, doc, strict, err), fail);
+    SC_CHECK_GOTO(parse_doc(c, doc, catalog, err), fail);
     sc_jdoc_destroy(&doc);
     *out = c;
     return SC_OK;
@@ -458,13 +465,13 @@ sc_status plan_cluster_parse_catalog(plan_cluster **out, const char *source, con
     return parse_text(out, source, text, len, 1, err);
 }
 
-static sc_status load_file(plan_cluster **out, const char *path, int strict, sc_err *err)
+static sc_status load_file(plan_cluster **out, const char *path, int catalog, sc_err *err)
 {
     char *text = NULL;
     size_t len = 0;
     *out = NULL;
     SC_CHECK(sc_file_read(path, PLAN_CLUSTER_MAX_BYTES, &text, &len, err));
-    sc_status rc = parse_text(out, path, text, len, strict, err);
+    sc_status rc = parse_text(out, path, text, len, catalog, err);
     free(text);
     return rc;
 }
@@ -577,6 +584,7 @@ static sc_status parse_links(plan_cluster *c, const sc_jnode *root, sc_err *err)
         plan_link *l = &c->links[i];
         const char *kind, *name;
         SC_CHECK(sc_jnode_expect_object(&e, err));
+        SC_CHECK(sc_jnode_known_keys(&e, link_keys, err));
         SC_CHECK(sc_json_opt_string(&e, "kind", "other", &kind, err));
         l->kind = PLAN_LINK_OTHER;
         for (int k = 0; link_kinds[k]; k++)

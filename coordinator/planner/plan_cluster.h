@@ -102,12 +102,15 @@ typedef struct plan_cluster {
 #define PLAN_CLUSTER_MAX_BYTES (16u << 20)
 #define PLAN_MAX_DEVICES 4096
 
+/* Reads a cluster file. A key the format does not define, at any level the planner reads, is
+ * refused (SC_ERR_INVALID naming the key, its line, column and JSON path, the closest valid key
+ * and the valid ones); the keys stagecraft itself writes (`stagecraft topo --json`, a job's
+ * cluster) are all valid. */
 sc_status plan_cluster_load(plan_cluster **out, const char *path, sc_err *err);
 
-/* A catalogue (`stagecraft advise --catalog`): a cluster file read strictly. A key the format
- * does not define is refused (naming it and the valid ones), every device type must carry
- * `price_per_hour`, and `links` are refused (a catalogue lists what can be had, not how one
- * machine is wired). Errors as plan_cluster_load's. */
+/* A catalogue (`stagecraft advise --catalog`): a cluster file read more strictly: every device type
+ * must carry `price_per_hour`, and `links` are refused (a catalogue lists what can be had, not how
+ * one machine is wired). Errors as plan_cluster_load's. */
 sc_status plan_cluster_load_catalog(plan_cluster **out, const char *path, sc_err *err);
 sc_status plan_cluster_parse_catalog(plan_cluster **out, const char *source, const char *text,
                                      size_t len, sc_err *err);

@@ -10,6 +10,8 @@
 /* cmocka needs the four headers above first */
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,9 +155,9 @@ static void test_pieces_assemble(void **state)
                              wk_block_server_endpoint(a)};
     rt_stage_image im;
     wk_fetch_stats st;
-    assert_int_equal(
-        wk_blocks_fetch(sources, 3, "job-1", 7, f->model, 1, f->nb - 1, 300, false, &im, &st, &err),
-        SC_OK);
+    assert_int_equal(wk_blocks_fetch(sources, 3, "job-1", 7, f->model, 1, f->nb - 1, 300, false,
+                                     NULL, &im, &st, &err),
+                     SC_OK);
     assert_image(f, &im, 1, f->nb - 1);
     assert_int_equal(im.opt_t, 7);
     assert_int_equal(im.first_block, 1);
@@ -167,18 +169,50 @@ static void test_pieces_assemble(void **state)
     assert_int_equal(answered, 1);
 
     /* another step is held by no one: refused, naming the block */
-    assert_int_equal(
-        wk_blocks_fetch(sources + 1, 2, "job-1", 8, f->model, 0, 1, 300, false, &im, &st, &err),
-        SC_ERR_NOT_FOUND);
+    assert_int_equal(wk_blocks_fetch(sources + 1, 2, "job-1", 8, f->model, 0, 1, 300, false, NULL,
+                                     &im, &st, &err),
+                     SC_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "block 0 of job job-1 at step 8 is held by none"));
     /* dropped: gone */
     wk_block_server_drop(a, "job-1", false);
     sc_err_clear(&err);
-    assert_int_equal(
-        wk_blocks_fetch(sources + 1, 2, "job-1", 7, f->model, 0, 1, 300, false, &im, &st, &err),
-        SC_ERR_NOT_FOUND);
+    assert_int_equal(wk_blocks_fetch(sources + 1, 2, "job-1", 7, f->model, 0, 1, 300, false, NULL,
+                                     &im, &st, &err),
+                     SC_ERR_NOT_FOUND);
     wk_block_server_stop(&a);
     wk_block_server_stop(&b);
+}
+
+/* A fetch from a server that never answers stops once it is cancelled (a stage told to stop),
+ * long before its time-out, with SC_ERR_CANCELLED; a flag set before it asks nothing. */
+static void *cancel_soon(void *arg)
+{
+    usleep(100 * 1000); /* lets the fetch wait; the check is the status it returns */
+    atomic_store((atomic_bool *)arg, true);
+    return NULL;
+}
+
+static void test_fetch_cancelled(void **state)
+{
+    fixture *f = *state;
+    sc_err err;
+    sc_err_clear(&err);
+    const char *sources[] = {"tcp://127.0.0.1:1"};
+    rt_stage_image im;
+    wk_fetch_stats st;
+    atomic_bool cancel = true;
+    assert_int_equal(wk_blocks_fetch(sources, 1, "job-1", 7, f->model, 0, f->nb - 1, 600000, false,
+                                     &cancel, &im, &st, &err),
+                     SC_ERR_CANCELLED);
+    atomic_store(&cancel, false);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cancel_soon, &cancel), 0);
+    sc_err_clear(&err);
+    assert_int_equal(wk_blocks_fetch(sources, 1, "job-1", 7, f->model, 0, f->nb - 1, 600000, false,
+                                     &cancel, &im, &st, &err),
+                     SC_ERR_CANCELLED);
+    assert_non_null(strstr(err.msg, "taking blocks over was cancelled"));
+    pthread_join(t, NULL);
 }
 
 static void test_from_checkpoint_files(void **state)
@@ -198,7 +232,7 @@ static void test_from_checkpoint_files(void **state)
     rt_stage_image im;
     wk_fetch_stats st;
     assert_int_equal(wk_blocks_fetch(sources, 2, "job-2", 5, f->model, 0, f->nb - 1, 1000, false,
-                                     &im, &st, &err),
+                                     NULL, &im, &st, &err),
                      SC_OK);
     assert_image(f, &im, 0, f->nb - 1);
     rt_stage_image_clear(&im);
@@ -207,7 +241,7 @@ static void test_from_checkpoint_files(void **state)
     rt_stage_image odd = image(f, 2, f->nb - 1, 5, 4);
     wk_block_server_keep(b, "job-2", &odd);
     assert_int_equal(wk_blocks_fetch(sources, 2, "job-2", 5, f->model, 0, f->nb - 1, 1000, false,
-                                     &im, &st, &err),
+                                     NULL, &im, &st, &err),
                      SC_ERR_INVALID);
     assert_non_null(strstr(err.msg, "after 4 updates"));
     wk_block_server_stop(&a);
@@ -258,12 +292,12 @@ static void test_bad_requests(void **state)
     rt_stage_image im;
     wk_fetch_stats st;
     assert_int_equal(wk_blocks_fetch(sources, 1, "job-3", 3, f->model, 0, f->nb - 1, 1000, false,
-                                     &im, &st, &err),
+                                     NULL, &im, &st, &err),
                      SC_OK);
     assert_image(f, &im, 0, f->nb - 1);
     rt_stage_image_clear(&im);
     assert_int_equal(wk_blocks_fetch(sources, 1, "job-3", 3, f->model, 2, f->nb + 3, 1000, false,
-                                     &im, &st, &err),
+                                     NULL, &im, &st, &err),
                      SC_ERR_INVALID);
     wk_block_server_stop(&s);
 }
@@ -273,6 +307,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pieces_assemble, setup, teardown),
         cmocka_unit_test_setup_teardown(test_from_checkpoint_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fetch_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_requests, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

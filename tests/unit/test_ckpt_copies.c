@@ -245,7 +245,8 @@ static void copier_takes_checkpoints_and_refuses_bad_files(void **state)
     const char *src[1] = {wk_block_server_endpoint(sb)};
     wk_fetch_stats fs;
     assert_int_equal(
-        wk_blocks_fetch(src, 1, "job-1", 4, model, 1, nb - 1, 5000, false, &got, &fs, &err), SC_OK);
+        wk_blocks_fetch(src, 1, "job-1", 4, model, 1, nb - 1, 5000, false, NULL, &got, &fs, &err),
+        SC_OK);
     assert_memory_equal(got.params, im.params, im.nparams * sizeof(float));
     rt_stage_image_clear(&got);
 
@@ -257,7 +258,7 @@ static void copier_takes_checkpoints_and_refuses_bad_files(void **state)
     fclose(f);
     sc_err_clear(&err);
     assert_int_equal(
-        wk_blocks_fetch(src, 1, "job-1", 6, model, 1, nb - 1, 5000, false, &got, &fs, &err),
+        wk_blocks_fetch(src, 1, "job-1", 6, model, 1, nb - 1, 5000, false, NULL, &got, &fs, &err),
         SC_ERR_NOT_FOUND);
     assert_non_null(strstr(err.msg, "stage1-step6.ckpt"));
     assert_non_null(strstr(err.msg, "refused"));

@@ -12,7 +12,10 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -981,6 +984,45 @@ static void test_profile_json(void **state)
     kn_model_destroy(&m);
 }
 
+/* A cancel flag set before the profile stops it before anything is built; set while it runs (a
+ * profile that would take an hour), it stops at its next check and returns SC_ERR_CANCELLED. */
+static void *cancel_when_running(void *arg)
+{
+    atomic_int *flag = arg;
+    usleep(50 * 1000); /* lets the profile start; the check is the status it returns */
+    atomic_store(flag, 1);
+    return NULL;
+}
+
+static void test_profile_cancel(void **state)
+{
+    (void)state;
+    kn_model *m = model_from(mlp_tiny);
+    kn_profile_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.device = CPU;
+    cfg.sizes[0] = 4;
+    cfg.nsizes = 1;
+    cfg.warmup = 1;
+    cfg.repeats = 3;
+    atomic_int flag = 1;
+    cfg.cancel = &flag;
+    kn_profile_block blocks[3];
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(kn_profile_run(m, &cfg, blocks, &err), SC_ERR_CANCELLED);
+    assert_non_null(strstr(err.msg, "profiling was cancelled"));
+    atomic_store(&flag, 0);
+    cfg.min_time_s = 3600; /* an hour of passes, however short */
+    cfg.max_passes = INT_MAX;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cancel_when_running, &flag), 0);
+    sc_err_clear(&err);
+    assert_int_equal(kn_profile_run(m, &cfg, blocks, &err), SC_ERR_CANCELLED);
+    pthread_join(t, NULL);
+    kn_model_destroy(&m);
+}
+
 /* Host memory beyond the machine's is refused at once with a message, not promised by an
  * overcommitting calloc and killed later. */
 static void test_alloc_beyond_memory(void **state)
@@ -1025,6 +1067,7 @@ int main(void)
         cmocka_unit_test(test_gather_refusals),
         cmocka_unit_test(test_resume_is_exact),
         cmocka_unit_test(test_profile_json),
+        cmocka_unit_test(test_profile_cancel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "coordinator/planner/plan_cluster.h"
@@ -85,6 +86,58 @@ static void test_cluster_errors(void **state)
     assert_null(c);
     assert_non_null(strstr(err.msg, "$.links[0].kind"));
     assert_non_null(strstr(err.msg, "unknown link kind \"nvlnk\""));
+}
+
+/* A key the format does not define is refused at every level the planner reads, naming the
+ * key, its JSON path, line and column and the closest valid key. */
+static void refused(const char *text, const char *path, const char *key, const char *near)
+{
+    plan_cluster *c = NULL;
+    sc_err err;
+    sc_err_clear(&err);
+    assert_int_equal(plan_cluster_parse(&c, "typo.json", text, strlen(text), &err), SC_ERR_INVALID);
+    assert_null(c);
+    char want[160];
+    snprintf(want, sizeof want, "%s: unknown key \"%s\"", path, key);
+    if (strstr(err.msg, want) == NULL || strstr(err.msg, near) == NULL)
+        print_error("message: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, want));
+    assert_non_null(strstr(err.msg, near));
+    assert_non_null(strstr(err.msg, "typo.json:"));
+}
+
+#define HEAD "{\"format\": \"stagecraft-cluster\", \"version\": 1,\n"
+#define SERVER                                                                                     \
+    "\"servers\": [{\"devices\": [\"a\", \"a\"], \"intra_bandwidth_bytes_per_s\": 1e9,\n"          \
+    " \"nic_bandwidth_bytes_per_s\": 1e9}]"
+
+static void test_cluster_unknown_keys(void **state)
+{
+    (void)state;
+    refused(HEAD "\"device_typse\": {}}", "typo.json:2:17: $.device_typse", "device_typse",
+            "did you mean \"device_types\"?");
+    refused(HEAD "\"device_types\": {\"a\": {\"relative_sped\": 1}},\n" SERVER "}",
+            "$.device_types.a.relative_sped", "relative_sped", "did you mean \"relative_speed\"?");
+    refused(HEAD "\"device_types\": {\"a\": {\"relative_speed\": 1,\n"
+                 " \"cpu_quota\": {\"fraction\": 0.5, \"period\": 0.1}}},\n" SERVER "}",
+            "typo.json:3:43: $.device_types.a.cpu_quota.period", "period",
+            "did you mean \"period_s\"?");
+    refused(HEAD "\"device_types\": {\"a\": {\"relative_speed\": 1, \"block_times\":\n"
+                 " {\"b0\": {\"forward_s\": 1, \"backwards_s\": 2}}}},\n" SERVER "}",
+            "$.device_types.a.block_times.b0.backwards_s", "backwards_s",
+            "did you mean \"backward_s\"?");
+    refused(HEAD "\"device_types\": {\"a\": {\"relative_speed\": 1}},\n"
+                 "\"servers\": [{\"devices\": [\"a\"], \"intra_bandwidth_bytes_per_s\": 1e9,\n"
+                 " \"nic_bandwidth_bytes_per_s\": 1e9, \"zone_name\": \"x\"}]}",
+            "typo.json:4:49: $.servers[0].zone_name", "zone_name", "valid keys here:");
+    refused(HEAD "\"device_types\": {\"a\": {\"relative_speed\": 1}},\n" SERVER ",\n"
+                 "\"links\": [{\"kind\": \"nvlink\", \"bandwith_bytes_per_s\": 3e11, \"devices\": "
+                 "[0, 1]}]}",
+            "$.links[0].bandwith_bytes_per_s", "bandwith_bytes_per_s",
+            "did you mean \"bandwidth_bytes_per_s\"?");
+    refused(HEAD "\"device_types\": {\"a\": {\"relative_speed\": 1}},\n" SERVER ",\n"
+                 "\"zones\": {\"price_per_gig\": 1}}",
+            "$.zones.price_per_gig", "price_per_gig", "did you mean \"price_per_gb\"?");
 }
 
 static void test_uniform(void **state)
@@ -170,8 +223,11 @@ static void test_links(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cluster_json), cmocka_unit_test(test_cluster_errors),
-        cmocka_unit_test(test_uniform),      cmocka_unit_test(test_cost),
+        cmocka_unit_test(test_cluster_json),
+        cmocka_unit_test(test_cluster_errors),
+        cmocka_unit_test(test_cluster_unknown_keys),
+        cmocka_unit_test(test_uniform),
+        cmocka_unit_test(test_cost),
         cmocka_unit_test(test_links),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,10 +7,12 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/sc_json.h"
 
@@ -152,6 +154,77 @@ static void test_cpu_worker_layout(void **state)
     free(out);
 }
 
+/* Every cluster file `stagecraft topo --json` writes loads in `stagecraft plan --cluster`
+ * (cluster files refuse unknown keys: each key topo writes must be one the reader knows); the
+ * fixtures here, and every *.xml of the folder SC_TEST_TOPOLOGIES names when it is set. A typo
+ * in such a file is refused with exit 2, naming the key and the closest valid one. */
+static void round_trip(const char *xmls)
+{
+    char tmpl[] = "/tmp/sc-topo-cluster-XXXXXX";
+    int fd = mkstemp(tmpl);
+    assert_true(fd >= 0);
+    close(fd);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' topo --json --xml %s > '%s' 2>/dev/null", SC_STAGECRAFT_BIN,
+             xmls, tmpl);
+    int status = system(cmd);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "plan --model " SC_TEST_DATA_DIR "/planner/tiny.json --cluster '%s'", tmpl);
+    int rc = run(args, &out);
+    if (rc != 0)
+        print_error("%s: plan --cluster of topo's output: exit %d: %s\n", xmls, rc, out);
+    assert_int_equal(rc, 0);
+    free(out);
+    unlink(tmpl);
+}
+
+static void test_topo_json_plans(void **state)
+{
+    (void)state;
+    const char *fixtures[] = {"gpu_server.xml", "gpu_server_more.xml", "cpu_only.xml",
+                              "mixed_vendor.xml", "worker_report.xml"};
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "'%s%s'", DATA, fixtures[i]);
+        round_trip(path);
+    }
+    round_trip("'" DATA "gpu_server.xml' '" DATA "cpu_only.xml' '" DATA "mixed_vendor.xml'");
+    const char *more = getenv("SC_TEST_TOPOLOGIES");
+    DIR *dir = more != NULL && more[0] ? opendir(more) : NULL;
+    for (struct dirent *e = dir ? readdir(dir) : NULL; e != NULL; e = readdir(dir)) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".xml") != 0)
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "'%s/%s'", more, e->d_name);
+        round_trip(path);
+    }
+    if (dir != NULL)
+        closedir(dir);
+
+    char tmpl[] = "/tmp/sc-typo-cluster-XXXXXX";
+    int fd = mkstemp(tmpl);
+    assert_true(fd >= 0);
+    const char *typo = "{\"format\": \"stagecraft-cluster\", \"version\": 1,\n"
+                       " \"device_types\": {\"a\": {\"relative_speed\": 1}},\n"
+                       " \"servers\": [{\"devices\": [\"a\"], \"intra_bandwidth_bytes_per_s\": "
+                       "1e9,\n  \"nic_bandwidth_bytes_per_s\": 1e9, \"compute_slot\": 2}]}\n";
+    assert_int_equal(write(fd, typo, strlen(typo)), (ssize_t)strlen(typo));
+    close(fd);
+    char args[2048], *out = NULL;
+    snprintf(args, sizeof args,
+             "plan --model " SC_TEST_DATA_DIR "/planner/tiny.json --cluster '%s'", tmpl);
+    assert_int_equal(run(args, &out), 2);
+    if (strstr(out, "$.servers[0].compute_slot: unknown key \"compute_slot\"") == NULL)
+        print_error("output: %s\n", out);
+    assert_non_null(strstr(out, ":4:53: $.servers[0].compute_slot: unknown key \"compute_slot\""));
+    assert_non_null(strstr(out, "did you mean \"compute_slots\"?"));
+    free(out);
+    unlink(tmpl);
+}
+
 static void test_help(void **state)
 {
     (void)state;
@@ -164,11 +237,9 @@ static void test_help(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_output),
-        cmocka_unit_test(test_human_output),
-        cmocka_unit_test(test_bad_input_exit_2),
-        cmocka_unit_test(test_cpu_worker_layout),
-        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_json_output),      cmocka_unit_test(test_human_output),
+        cmocka_unit_test(test_bad_input_exit_2), cmocka_unit_test(test_cpu_worker_layout),
+        cmocka_unit_test(test_topo_json_plans),  cmocka_unit_test(test_help),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

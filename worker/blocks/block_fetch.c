@@ -1,6 +1,8 @@
 /* Taking blocks over from other workers (see block_fetch.h). */
 #include "worker/blocks/block_fetch.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +32,33 @@ static void answer_close(answer *r)
     r->have = false;
 }
 
+/* Waits up to timeout_ms for an answer on `s`, in slices of CANCEL_SLICE_MS so that `cancel`
+ * (may be NULL) is seen within one: SC_OK when one is there, SC_ERR_TIMEOUT, SC_ERR_CANCELLED. */
+#define CANCEL_SLICE_MS 100
+static sc_status wait_answer(void *s, int timeout_ms, const atomic_bool *cancel)
+{
+    uint64_t end = sc_clock_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        if (cancel != NULL && atomic_load(cancel))
+            return SC_ERR_CANCELLED;
+        uint64_t now = sc_clock_now_ns();
+        if (now >= end)
+            return SC_ERR_TIMEOUT;
+        long left_ms = (long)((end - now) / 1000000ull) + 1;
+        zmq_pollitem_t item = {s, 0, ZMQ_POLLIN, 0};
+        int n = zmq_poll(&item, 1, left_ms < CANCEL_SLICE_MS ? left_ms : CANCEL_SLICE_MS);
+        if (n > 0)
+            return SC_OK;
+        if (n < 0 && zmq_errno() != EINTR)
+            return SC_ERR_TIMEOUT;
+    }
+}
+
 /* Asks `source` for blocks [first, last]: SC_OK with the answer (status may be ABSENT), or an
- * error when the source cannot be reached or its answer is malformed. */
+ * error when the source cannot be reached or its answer is malformed; SC_ERR_CANCELLED as soon as
+ * `cancel` (may be NULL) is set. */
 static sc_status ask(void *ctx, const char *source, const void *req, size_t req_len, int timeout_ms,
-                     answer *r, sc_err *err)
+                     const atomic_bool *cancel, answer *r, sc_err *err)
 {
     memset(r, 0, sizeof *r);
     void *s = zmq_socket(ctx, ZMQ_REQ);
@@ -49,9 +74,14 @@ static sc_status ask(void *ctx, const char *source, const void *req, size_t req_
                      zmq_strerror(zmq_errno()));
         goto out;
     }
+    sc_status waited = wait_answer(s, timeout_ms, cancel);
+    if (waited == SC_ERR_CANCELLED) {
+        rc = SC_ERRF(err, SC_ERR_CANCELLED, "%s: taking blocks over was cancelled", source);
+        goto out;
+    }
     zmq_msg_t head;
     zmq_msg_init(&head);
-    if (zmq_msg_recv(&head, s, 0) < 0) {
+    if (waited != SC_OK || zmq_msg_recv(&head, s, 0) < 0) {
         zmq_msg_close(&head);
         rc = SC_ERRF(err, SC_ERR_TIMEOUT, "%s: no answer within %d ms", source, timeout_ms);
         goto out;
@@ -83,7 +113,8 @@ out:
 
 sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_id, uint64_t step,
                           const kn_model *model, int first, int last, int timeout_ms,
-                          bool own_first, rt_stage_image *out, wk_fetch_stats *stats, sc_err *err)
+                          bool own_first, const atomic_bool *cancel, rt_stage_image *out,
+                          wk_fetch_stats *stats, sc_err *err)
 {
     memset(out, 0, sizeof *out);
     memset(stats, 0, sizeof *stats);
@@ -127,7 +158,12 @@ sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_
             answer r;
             sc_err why;
             sc_err_clear(&why);
-            if (ask(ctx, sources[i], req, req_len, timeout_ms, &r, &why) != SC_OK) {
+            sc_status asked = ask(ctx, sources[i], req, req_len, timeout_ms, cancel, &r, &why);
+            if (asked == SC_ERR_CANCELLED) {
+                rc = SC_ERRF(err, SC_ERR_CANCELLED, "%s", why.msg);
+                break;
+            }
+            if (asked != SC_OK) {
                 SC_LOG_WARN(LOG, "job %s: %s", job_id, why.msg);
                 size_t used = strlen(tried);
                 snprintf(tried + used, sizeof tried - used, "%s%.200s", used ? "; " : "", why.msg);

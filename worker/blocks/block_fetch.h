@@ -7,6 +7,7 @@
 #ifndef WK_BLOCK_FETCH_H
 #define WK_BLOCK_FETCH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,9 +28,11 @@ typedef struct {
  * not answer within timeout_ms is skipped). With `own_first`, sources[0] is this worker's own
  * server: what it answers stayed here and is counted apart (stats->local_bytes). SC_ERR_NOT_FOUND
  * names the first block no source holds; SC_ERR_INVALID a source whose answer disagrees with the
- * others (optimizer, its step count) or with the model. */
+ * others (optimizer, its step count) or with the model. `cancel` (may be NULL): once it is set,
+ * the fetch stops within a tenth of a second, SC_ERR_CANCELLED (the stage was told to stop). */
 sc_status wk_blocks_fetch(const char *const *sources, size_t n, const char *job_id, uint64_t step,
                           const kn_model *model, int first, int last, int timeout_ms,
-                          bool own_first, rt_stage_image *out, wk_fetch_stats *stats, sc_err *err);
+                          bool own_first, const atomic_bool *cancel, rt_stage_image *out,
+                          wk_fetch_stats *stats, sc_err *err);
 
 #endif /* WK_BLOCK_FETCH_H */

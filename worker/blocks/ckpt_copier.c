@@ -33,13 +33,13 @@ typedef struct {
 
 struct wk_copier {
     char job_id[64];
-    char dir[1200]; /* JOB/replicas */
+    char dir[1200];  /* JOB/replicas */
     kn_model *model; /* owned: the thread may outlive the trainer that made it */
     target t[WK_COPIER_MAX];
     size_t n;
     pthread_t thread;
     bool running, stop, orphan; /* orphan: destroyed while running; the thread frees */
-    pthread_mutex_t lock; /* guards everything below, t[].held and stop */
+    pthread_mutex_t lock;       /* guards everything below, t[].held and stop */
     pthread_cond_t wake;
     uint64_t due[DUE_MAX];
     size_t due_head, due_count;
@@ -119,7 +119,7 @@ static sc_status copy_one(wk_copier *c, const target *t, uint64_t step, sc_err *
     wk_fetch_stats fs;
     uint64_t t0 = sc_clock_now_ns();
     SC_CHECK(wk_blocks_fetch(src, 1, c->job_id, step, c->model, t->first, t->last, FETCH_TIMEOUT_MS,
-                             false, &im, &fs, err));
+                             false, NULL, &im, &fs, err));
     pthread_mutex_lock(&c->lock);
     bool stopped = c->stop; /* a copy of a stage replaced meanwhile is not written */
     pthread_mutex_unlock(&c->lock);
