@@ -118,7 +118,7 @@ had=$(rebalances job-2)
 cut=$(field job-2 step)
 more_than() { [ "$(rebalances "$1")" -gt "$2" ]; }
 wait_for 120 more_than job-2 "$had" || fail "job-2 did not rebalance: $(history job-2)"
-paused=$(history job-2 | sed -n 's/^rebalancing: .*paused after step \([0-9]*\).*/\1/p' | sed -n "$((had + 1))p")
+paused=$(history job-2 | sed -n -E 's/^rebalancing: .*(pausing|paused) after step ([0-9]+).*/\2/p' | sed -n "$((had + 1))p")
 [ -n "$paused" ] && [ $((paused - cut)) -le 15 ] &&
     pass "rebalanced after step $paused, $((paused - cut)) steps after the cut (step $cut)" ||
     fail "paused after step '$paused', the cut was at step $cut: $(history job-2)"
@@ -150,7 +150,7 @@ if wait_for 120 more_than job-2 "$had" && wait_for 60 is_state job-2 running &&
 else
     fail "no rebalance back: $(rebalances job-2) rebalances, gain '$(gain_of_last)': $(history job-2)"
 fi
-back=$(history job-2 | sed -n 's/^rebalancing: .*paused after step \([0-9]*\).*/\1/p' | sed -n "$((had + 1))p")
+back=$(history job-2 | sed -n -E 's/^rebalancing: .*(pausing|paused) after step ([0-9]+).*/\2/p' | sed -n "$((had + 1))p")
 if [ "$after" -gt 0 ] && awk -v f="$cut_factor" 'BEGIN { exit !(f != "" && f + 0 >= 2) }'; then
     [ -n "$back" ] && [ $((back - restored)) -le 20 ] &&
         pass "rebalanced back after step $back, $((back - restored)) steps after the restore (step $restored)" ||
