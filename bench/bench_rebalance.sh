@@ -93,7 +93,7 @@ for w in $widths; do
     more() { [ "$(rebalances "$a")" -gt "$had" ]; }
     wait_until 300 more
     paused=$(st "$a" | jq -r "[.transitions[] | select(.to == \"rebalancing\")][$had].reason" |
-        sed -n 's/.*paused after step \([0-9]*\).*/\1/p')
+        sed -n -E 's/.*(pausing|paused) after step ([0-9]+).*/\2/p')
     wait_until 120 at_step "$a" $((paused + 1))
     t_back=$(date +%s.%N)
     after=$(rate "$a" 60)
