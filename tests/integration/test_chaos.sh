@@ -91,6 +91,8 @@ lowest_resume() {
         sort -n | head -1
 }
 
+# mark: counts the job's transitions as a fault strikes (those after it are its consequences)
+mark() { n_before=$(transitions "$id" | wc -l); }
 # since JOB FROM STATE: a transition to STATE came after the first FROM ones
 since() { transitions "$1" | tail -n +"$(($2 + 1))" | grep -q "^$3"; }
 # resumed: the job runs again after the fault (a "training on" transition came since it struck),
@@ -105,11 +107,11 @@ for ((i = 0; i < n_faults; i++)); do
     wait_running 120 "$id" || fail "$id is $(job_state "$id") before fault $i"
     mapfile -t victims < <(job_workers "$id")
     v=${victims[RANDOM % ${#victims[@]}]}
-    n_before=$(transitions "$id" | wc -l)
     case $f in
     kill9)
         freeze_when_known 120 "$id" "$target" "${wpid[$v]}" ||
             fail "$id did not checkpoint step $target"
+        mark
         known=$(ckpt_known "$id")
         kill -KILL "${wpid[$v]}"; wait "${wpid[$v]}" 2>/dev/null
         restart "$v"
@@ -117,6 +119,7 @@ for ((i = 0; i < n_faults; i++)); do
     stop)
         freeze_when_known 120 "$id" "$target" "${wpid[$v]}" ||
             fail "$id did not checkpoint step $target"
+        mark
         known=$(ckpt_known "$id")
         wait_for 60 since "$id" "$n_before" recovering || fail "$id did not notice $v stopped"
         wait_for 180 resumed || fail "$id did not run again without $v"
@@ -127,15 +130,18 @@ for ((i = 0; i < n_faults; i++)); do
         # the newest step the coordinator knows (and any newer one) get a flipped byte
         freeze_when_known 120 "$id" "$target" "${wpid[@]}" ||
             fail "$id did not checkpoint step $target"
+        mark
         known=$(ckpt_known "$id")
         kill -KILL "${wpid[$v]}"; wait "${wpid[$v]}" 2>/dev/null
+        flipped=()
         for ck in "$work/wstate/checkpoints/$id"/stage0-step*.ckpt; do
             n=${ck##*step}; n=${n%.ckpt}
             [ "$n" -ge "$known" ] || continue
             byte=$(od -An -tu1 -j 200 -N1 "$ck" | tr -d ' ')
             printf "\\$(printf '%03o' $((byte ^ 1)))" | dd of="$ck" bs=1 seek=200 conv=notrunc 2>/dev/null
-            echo "    flipped a byte of $(basename "$ck")"
+            flipped+=("$n")
         done
+        echo "    flipped a byte of stage 0's checkpoint of step(s) $(printf '%s\n' "${flipped[@]}" | sort -n | head -3 | tr '\n' ' ')(${#flipped[@]} in all)"
         for w in "${!wpid[@]}"; do [ "$w" != "$v" ] && kill -CONT "${wpid[$w]}"; done
         restart "$v"
         floor=$((known - every)) ;;
@@ -144,6 +150,7 @@ for ((i = 0; i < n_faults; i++)); do
         deadline=$((SECONDS + 120)) known=0
         until [ "$known" -ge "$target" ] 2>/dev/null || [ $SECONDS -ge $deadline ]; do known=$(ckpt_known "$id"); done
         [ "$known" -ge "$target" ] 2>/dev/null || fail "$id did not checkpoint step $target"
+        mark
         kill -KILL "$coord_pid"; wait "$coord_pid" 2>/dev/null
         v=coordinator
         listen=127.0.0.1:$port start_coordinator "coord$i" "$work/state" --heartbeat-ms 200 --dead-after 5
