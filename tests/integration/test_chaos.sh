@@ -24,10 +24,10 @@ seed=${STAGECRAFT_CHAOS_SEED:-$(($(date +%s) % 100000))}
 echo "chaos seed: $seed (replay with STAGECRAFT_CHAOS_SEED=$seed)"
 RANDOM=$seed
 faults=(kill9 stop corrupt coord)
-n_faults=${STAGECRAFT_CHAOS_FAULTS:-3}
-
-every=10 steps=1500
-[ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && steps=600
+# three faults (STAGECRAFT_CHAOS_FAULTS=N for more) in about a minute; two in a slow build
+every=10 steps=1500 n_faults=3
+[ "${STAGECRAFT_SLOW_BUILD:-0}" = 1 ] && steps=600 n_faults=2
+n_faults=${STAGECRAFT_CHAOS_FAULTS:-$n_faults}
 start_coordinator coord "$work/state" --heartbeat-ms 200 --dead-after 5
 port=${STAGECRAFT_COORDINATOR##*:}
 declare -A wpid
