@@ -14,13 +14,21 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/sc_log.h"
 #include "common/sc_util.h"
+#include "coordinator/store_reserve.h"
 
 #define SCHEMA_VERSION 1
+#define LOG "store"
 
 struct coord_store {
     sqlite3 *db;
     char path[4096];
+    char dir[4096];
+    coord_reserve reserve;
+    bool last_full;     /* the last failure was for want of space */
+    bool full;          /* the disk filled and the reserve is not made again yet */
+    char full_msg[256]; /* SQLite's words for the last failure for want of space */
 };
 
 static const char schema[] =
@@ -56,8 +64,26 @@ static int64_t now_unix_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether the database's last error was for want of space (SQLITE_FULL, or a write, a
+ * journal or the shared-memory file refused with ENOSPC). */
+static bool no_space(coord_store *s)
+{
+    return sqlite3_errcode(s->db) == SQLITE_FULL || sqlite3_system_errno(s->db) == ENOSPC;
+}
+
+static sc_status full_error(coord_store *s, sc_err *err, const char *what)
+{
+    sc_strlcpy(s->full_msg, sqlite3_errmsg(s->db), sizeof s->full_msg);
+    return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                   "the coordinator's state folder %s is full: %s: %s; free space on its disk",
+                   s->dir, what, sqlite3_errmsg(s->db));
+}
+
 static sc_status db_fail(coord_store *s, sc_err *err, const char *what)
 {
+    s->last_full = no_space(s);
+    if (s->last_full)
+        return full_error(s, err, what);
     return SC_ERRF(err, SC_ERR_IO, "state database %s: %s: %s", s->path, what,
                    sqlite3_errmsg(s->db));
 }
@@ -66,12 +92,87 @@ static sc_status exec(coord_store *s, const char *sql, sc_err *err)
 {
     char *msg = NULL;
     if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        SC_ERRF(err, SC_ERR_IO, "state database %s: %s", s->path, msg ? msg : "error");
+        s->last_full = no_space(s);
+        sc_status rc = s->last_full ? full_error(s, err, sql)
+                                    : SC_ERRF(err, SC_ERR_IO, "state database %s: %s", s->path,
+                                              msg ? msg : "error");
         sqlite3_free(msg);
-        return SC_ERR_IO;
+        return rc;
     }
     return SC_OK;
 }
+
+/* ---- a full disk ------------------------------------------------------------------------- */
+
+/* Ends a transaction a failed write left open (a failed COMMIT may leave it so): the next
+ * BEGIN would fail for ever otherwise. */
+static void settle(coord_store *s)
+{
+    if (!sqlite3_get_autocommit(s->db))
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Notes that the disk is full (the last failure was for want of space), saying so once. */
+static void mark_full(coord_store *s)
+{
+    if (!s->full)
+        SC_LOG_ERROR(LOG,
+                     "the coordinator's state folder %s is full (%s): new jobs are refused until "
+                     "there is %zu MiB free there, and no training series or traces are kept "
+                     "meanwhile; free space on its disk",
+                     s->dir, s->full_msg, 2 * s->reserve.bytes >> 20);
+    s->full = true;
+}
+
+/* Whether the disk has room again (the reserve is made again), saying so once; tries at most
+ * once a second unless `now`. */
+static bool room_again(coord_store *s, bool now)
+{
+    if (!s->full)
+        return true;
+    if (!coord_reserve_refill(&s->reserve, now))
+        return false;
+    s->full = false;
+    SC_LOG_WARN(LOG, "the coordinator's state folder %s has room again: new jobs are accepted",
+                s->dir);
+    return true;
+}
+
+/* After a failed write: when it failed for want of space, frees the reserve; true when it did
+ * (the write may run once more). */
+static bool spend_reserve(coord_store *s)
+{
+    settle(s);
+    if (!s->last_full)
+        return false;
+    mark_full(s);
+    if (!coord_reserve_spend(&s->reserve))
+        return false;
+    SC_LOG_WARN(LOG, "state folder %s: freed its %zu MiB reserve for the jobs already accepted",
+                s->dir, s->reserve.bytes >> 20);
+    return true;
+}
+
+/* After a write: closes what it left open; once the disk has room again, makes the reserve
+ * again. */
+static sc_status after_write(coord_store *s, sc_status rc)
+{
+    settle(s);
+    if (rc == SC_OK)
+        room_again(s, false);
+    return rc;
+}
+
+/* Returns the result of `call` (an sc_status expression), a write for what the coordinator
+ * already accepted: one that failed for want of space runs once more in the reserve's room. */
+#define WRITE(s, call)                                                                             \
+    do {                                                                                           \
+        (s)->last_full = false;                                                                    \
+        sc_status rc_ = (call);                                                                    \
+        if (rc_ != SC_OK && spend_reserve(s))                                                      \
+            rc_ = (call);                                                                          \
+        return after_write((s), rc_);                                                              \
+    } while (0)
 
 static sc_status prepare(coord_store *s, const char *sql, sqlite3_stmt **st, sc_err *err)
 {
@@ -125,6 +226,7 @@ sc_status coord_store_open(coord_store **out, const char *dir, sc_err *err)
     coord_store *s = calloc(1, sizeof *s);
     SC_ALLOC_CHECK(s, err);
     snprintf(s->path, sizeof s->path, "%s/stagecraft.db", dir);
+    sc_strlcpy(s->dir, dir, sizeof s->dir);
     sc_status rc = SC_OK;
     if (sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) !=
         SQLITE_OK) {
@@ -132,10 +234,22 @@ sc_status coord_store_open(coord_store **out, const char *dir, sc_err *err)
         goto fail;
     }
     sqlite3_busy_timeout(s->db, 5000);
-    SC_CHECK_GOTO(exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err), fail);
+    /* the write-ahead log goes back to its start after each checkpoint of 256 pages, and is cut
+     * back to 1 MiB: a full disk leaves it room to go on in the reserve */
+    SC_CHECK_GOTO(exec(s,
+                       "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+                       "PRAGMA wal_autocheckpoint=256; PRAGMA journal_size_limit=1048576;",
+                       err),
+                  fail);
     SC_CHECK_GOTO(exec(s, schema, err), fail);
     SC_CHECK_GOTO(check_schema_version(s, err), fail);
     SC_CHECK_GOTO(add_new_columns(s, err), fail);
+    coord_reserve_init(&s->reserve, dir, COORD_RESERVE_BYTES);
+    if (!s->reserve.held)
+        SC_LOG_WARN(LOG,
+                    "state folder %s: cannot keep %zu MiB in reserve (%s): a disk that fills "
+                    "will stop the jobs' records at once",
+                    dir, COORD_RESERVE_BYTES >> 20, s->reserve.path);
     *out = s;
     return SC_OK;
 fail:
@@ -187,7 +301,7 @@ static void job_from_row(sqlite3_stmt *st, coord_job *job)
     copy_text(job->checkpoint_error, sizeof job->checkpoint_error, st, 12);
 }
 
-sc_status coord_store_job_insert(coord_store *s, coord_job *job, sc_err *err)
+static sc_status job_insert_once(coord_store *s, coord_job *job, sc_err *err)
 {
     sqlite3_stmt *st = NULL;
     sc_status rc = SC_OK;
@@ -255,7 +369,7 @@ sc_status coord_store_job_get(coord_store *s, const char *id, coord_job *job, sc
     return rc;
 }
 
-sc_status coord_store_job_transition(coord_store *s, const char *id, coord_job_state to,
+static sc_status job_transition_once(coord_store *s, const char *id, coord_job_state to,
                                      const char *reason, sc_err *err)
 {
     coord_job job;
@@ -318,7 +432,7 @@ static sc_status update_one(coord_store *s, sqlite3_stmt *st, const char *id, sc
     return rc;
 }
 
-sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *plan_json,
+static sc_status job_set_plan_once(coord_store *s, const char *id, const char *plan_json,
                                    sc_err *err)
 {
     sqlite3_stmt *st;
@@ -329,7 +443,7 @@ sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *p
     return update_one(s, st, id, err);
 }
 
-sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char *reason,
+static sc_status job_set_reason_once(coord_store *s, const char *id, const char *reason,
                                      sc_err *err)
 {
     sqlite3_stmt *st;
@@ -340,11 +454,11 @@ sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char 
     return update_one(s, st, id, err);
 }
 
-sc_status coord_store_job_amend_reason(coord_store *s, const char *id, const char *reason,
+static sc_status job_amend_reason_once(coord_store *s, const char *id, const char *reason,
                                        sc_err *err)
 {
     SC_CHECK(exec(s, "BEGIN IMMEDIATE", err));
-    sc_status rc = coord_store_job_set_reason(s, id, reason, err);
+    sc_status rc = job_set_reason_once(s, id, reason, err);
     sqlite3_stmt *st = NULL;
     if (rc == SC_OK)
         rc = prepare(s,
@@ -365,7 +479,7 @@ sc_status coord_store_job_amend_reason(coord_store *s, const char *id, const cha
     return exec(s, "COMMIT", err);
 }
 
-sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char *worker_ids,
+static sc_status job_set_workers_once(coord_store *s, const char *id, const char *worker_ids,
                                       sc_err *err)
 {
     sqlite3_stmt *st;
@@ -379,7 +493,7 @@ sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char
     return update_one(s, st, id, err);
 }
 
-sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
+static sc_status job_set_progress_once(coord_store *s, const char *id, uint64_t step,
                                        uint64_t last_checkpoint_step, sc_err *err)
 {
     sqlite3_stmt *st;
@@ -392,7 +506,7 @@ sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t 
     return update_one(s, st, id, err);
 }
 
-sc_status coord_store_job_set_checkpoint_error(coord_store *s, const char *id, const char *text,
+static sc_status job_set_checkpoint_error_once(coord_store *s, const char *id, const char *text,
                                                sc_err *err)
 {
     sqlite3_stmt *st;
@@ -472,7 +586,7 @@ sc_status coord_store_job_history(coord_store *s, const char *id, coord_transiti
     return SC_OK;
 }
 
-sc_status coord_store_trace_put(coord_store *s, const char *job_id, const char *trace_json,
+static sc_status trace_put_once(coord_store *s, const char *job_id, const char *trace_json,
                                 const char *meta_json, sc_err *err)
 {
     sqlite3_stmt *st;
@@ -625,7 +739,7 @@ static sc_status history_bound(coord_store *s, const char *job_id, size_t max, s
     return rc;
 }
 
-sc_status coord_store_history_add(coord_store *s, const char *job_id,
+static sc_status history_add_once(coord_store *s, const char *job_id,
                                   const coord_history_point *pts, size_t n, size_t max, sc_err *err)
 {
     if (n == 0)
@@ -665,7 +779,7 @@ void coord_job_list_free(coord_job **jobs, size_t n)
     *jobs = NULL;
 }
 
-sc_status coord_store_worker_put(coord_store *s, const coord_worker_rec *w, sc_err *err)
+static sc_status worker_put_once(coord_store *s, const coord_worker_rec *w, sc_err *err)
 {
     sqlite3_stmt *st;
     SC_CHECK(prepare(s,
@@ -735,4 +849,93 @@ void coord_worker_list_free(coord_worker_rec **list, size_t n)
         free((*list)[i].hardware);
     free(*list);
     *list = NULL;
+}
+
+/* ---- the writes, each run once more in the reserve's room when the disk is full -------- */
+
+sc_status coord_store_job_transition(coord_store *s, const char *id, coord_job_state to,
+                                     const char *reason, sc_err *err)
+{
+    WRITE(s, job_transition_once(s, id, to, reason, err));
+}
+
+sc_status coord_store_job_set_plan(coord_store *s, const char *id, const char *plan_json,
+                                   sc_err *err)
+{
+    WRITE(s, job_set_plan_once(s, id, plan_json, err));
+}
+
+sc_status coord_store_job_set_reason(coord_store *s, const char *id, const char *reason,
+                                     sc_err *err)
+{
+    WRITE(s, job_set_reason_once(s, id, reason, err));
+}
+
+sc_status coord_store_job_amend_reason(coord_store *s, const char *id, const char *reason,
+                                       sc_err *err)
+{
+    WRITE(s, job_amend_reason_once(s, id, reason, err));
+}
+
+sc_status coord_store_job_set_workers(coord_store *s, const char *id, const char *worker_ids,
+                                      sc_err *err)
+{
+    WRITE(s, job_set_workers_once(s, id, worker_ids, err));
+}
+
+sc_status coord_store_job_set_progress(coord_store *s, const char *id, uint64_t step,
+                                       uint64_t last_checkpoint_step, sc_err *err)
+{
+    WRITE(s, job_set_progress_once(s, id, step, last_checkpoint_step, err));
+}
+
+sc_status coord_store_job_set_checkpoint_error(coord_store *s, const char *id, const char *text,
+                                               sc_err *err)
+{
+    WRITE(s, job_set_checkpoint_error_once(s, id, text, err));
+}
+
+sc_status coord_store_worker_put(coord_store *s, const coord_worker_rec *w, sc_err *err)
+{
+    WRITE(s, worker_put_once(s, w, err));
+}
+
+/* A write of something new (a job, a trace, a series): it takes no room from the reserve. */
+static sc_status write_new(coord_store *s, sc_status rc)
+{
+    settle(s);
+    if (rc != SC_OK && s->last_full)
+        mark_full(s);
+    return after_write(s, rc);
+}
+
+sc_status coord_store_job_insert(coord_store *s, coord_job *job, sc_err *err)
+{
+    if (!room_again(s, true))
+        return SC_ERRF(err, SC_ERR_TOO_LARGE,
+                       "the coordinator's state folder %s is full: no new job is accepted until "
+                       "there is %zu MiB free there (the room left is kept for the jobs already "
+                       "accepted); free space on its disk",
+                       s->dir, 2 * s->reserve.bytes >> 20);
+    s->last_full = false;
+    return write_new(s, job_insert_once(s, job, err));
+}
+
+/* A trace and a training series are not kept while the disk is full (said once, as it fills). */
+sc_status coord_store_trace_put(coord_store *s, const char *job_id, const char *trace_json,
+                                const char *meta_json, sc_err *err)
+{
+    if (!room_again(s, false))
+        return SC_OK;
+    s->last_full = false;
+    return write_new(s, trace_put_once(s, job_id, trace_json, meta_json, err));
+}
+
+sc_status coord_store_history_add(coord_store *s, const char *job_id,
+                                  const coord_history_point *pts, size_t n, size_t max, sc_err *err)
+{
+    if (!room_again(s, false))
+        return SC_OK;
+    s->last_full = false;
+    return write_new(s, history_add_once(s, job_id, pts, n, max, err));
 }

@@ -4,7 +4,11 @@
  * worker its old id). One SQLite database, `stagecraft.db` in the state folder, in WAL mode.
  *
  * Every write is one transaction, committed before the call returns: a coordinator killed at any
- * moment loses no accepted job. Heartbeats are not stored (they are in-memory, see registry.h).
+ * moment loses no accepted job. A write that fails for want of space (the disk full) frees the
+ * folder's reserve (store_reserve.h) and runs once more: the jobs already accepted go on being
+ * recorded, while a new job is refused (SC_ERR_TOO_LARGE, naming the folder) and traces and
+ * training series are not kept, until the disk has room for the reserve again. A failed write
+ * never leaves a transaction open. Heartbeats are not stored (they are in-memory, see registry.h).
  * Not thread-safe: the coordinator's event-loop thread owns the store.
  */
 #ifndef COORD_STORE_H

@@ -28,6 +28,9 @@ packages=(
     # the dashboard's tests: Playwright (from PyPI, in a virtual environment) drives Chromium;
     # promtool (in prometheus) checks /metrics
     chromium fonts-dejavu-core prometheus
+    # load beside the chaos test's job (test_chaos.sh), and the SQLite shell that checks the
+    # coordinator's database after its disk filled (test_coordinator_disk_full.sh)
+    stress-ng sqlite3
 )
 
 missing=()

@@ -12,7 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "coordinator/store.h"
+#include "coordinator/store_reserve.h"
 
 static char dir[64];
 
@@ -72,9 +75,8 @@ static void test_jobs_survive_reopen(void **state)
     assert_string_equal(a.id, "job-1");
     assert_string_equal(b.id, "job-2");
 
-    assert_int_equal(coord_store_job_transition(s, a.id, COORD_JOB_PROFILING, "3 workers chosen",
-                                                &err),
-                     SC_OK);
+    assert_int_equal(
+        coord_store_job_transition(s, a.id, COORD_JOB_PROFILING, "3 workers chosen", &err), SC_OK);
     assert_int_equal(coord_store_job_set_plan(s, a.id, "{\"plans\": []}", &err), SC_OK);
     assert_int_equal(coord_store_job_transition(s, a.id, COORD_JOB_PLANNED, "hetero plan", &err),
                      SC_OK);
@@ -248,6 +250,34 @@ static void test_checkpoint_error_column(void **state)
     coord_store_close(&s);
 }
 
+/* The reserve of a full disk: a file whose blocks are allocated, freed and made again. */
+static void test_reserve(void **state)
+{
+    (void)state;
+    coord_reserve r;
+    coord_reserve_init(&r, dir, 1 << 20);
+    assert_true(r.held);
+    struct stat st;
+    assert_int_equal(stat(r.path, &st), 0);
+    assert_int_equal(st.st_size, 1 << 20);
+    assert_true((long long)st.st_blocks * 512 >= 1 << 20); /* allocated, not sparse */
+    assert_true(coord_reserve_spend(&r));
+    assert_false(r.held);
+    assert_int_not_equal(stat(r.path, &st), 0);
+    assert_false(coord_reserve_spend(&r));         /* nothing left to free */
+    assert_false(coord_reserve_refill(&r, false)); /* at most once a second */
+    assert_true(coord_reserve_refill(&r, true));
+    assert_int_equal(stat(r.path, &st), 0);
+    assert_int_equal(st.st_size, 1 << 20);
+    /* a store keeps one in its folder */
+    coord_store *s;
+    sc_err err;
+    assert_int_equal(coord_store_open(&s, dir, &err), SC_OK);
+    assert_int_equal(stat(r.path, &st), 0);
+    assert_int_equal(st.st_size, (off_t)COORD_RESERVE_BYTES);
+    coord_store_close(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +287,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_checkpoint_error_column, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_traces, make_dir, remove_dir),
         cmocka_unit_test(test_bad_state_folder),
+        cmocka_unit_test_setup_teardown(test_reserve, make_dir, remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
