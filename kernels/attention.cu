@@ -117,13 +117,7 @@ __device__ __forceinline__ void warp_row_lse(const H *a, int n, int lane, float 
 {
     float m = -INFINITY, s = 0.0f;
     for (int j = lane; j < n; j += 32) {
-        float x = to_f(a[j]);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
+        kn_lse_add(m, s, to_f(a[j]));
     }
     kn_warp_lse(m, s);
     *m_out = m;

@@ -48,13 +48,7 @@ __global__ static void ce_fwd(float *losses, float *probs, const L *logits, size
         zt = in_f(z[t]); /* read before probs (which may alias logits) is written */
     float m = -INFINITY, s = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = in_f(z[j]);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
+        kn_lse_add(m, s, in_f(z[j]));
     }
     kn_warp_lse(m, s);
     if (lane == 0) {

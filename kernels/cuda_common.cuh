@@ -105,6 +105,17 @@ __device__ __forceinline__ void kn_lse_merge(float &m, float &s, float m2, float
     m = M;
 }
 
+/* Adds one value x to the pair (one exp per value unless x is a new maximum). */
+__device__ __forceinline__ void kn_lse_add(float &m, float &s, float x)
+{
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += expf(x - m);
+    }
+}
+
 /* The pair over the whole warp, in every lane. */
 __device__ __forceinline__ void kn_warp_lse(float &m, float &s)
 {
