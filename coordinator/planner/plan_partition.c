@@ -70,6 +70,7 @@ void plan_partition_clear(plan_partition *p)
     p->objective_s = 0;
     p->no_fit = 0;
     p->note[0] = '\0';
+    p->search = 0;
     if (p->order != NULL) {
         free(p->order);
         p->order = NULL;
@@ -110,6 +111,7 @@ void plan_partition_copy(plan_partition *dst, const plan_partition *src)
                             src->n_dev[s]);
     dst->objective_s = src->objective_s;
     memcpy(dst->note, src->note, sizeof dst->note);
+    dst->search = src->search;
 }
 
 /* ================================================================ objective */
