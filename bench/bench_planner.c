@@ -5,6 +5,7 @@
  *   bench_planner --ga        (only the genetic search's evaluators)
  *   bench_planner --hetero N [M]  (hetero against exhaustive on N seeded small instances)
  *   bench_planner --zb1       (simulated bubble of zb1 against 1f1b)
+ *   bench_planner --zb1 PROFILE [BW [MEM]]  (the same on the profile's minmax plan)
  *   bench_planner --exact N   (hetero's exact search: time by size, and against exhaustive)
  *
  * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
@@ -149,6 +150,67 @@ static int hetero_gap(int n, int m)
     printf("worst iteration ratio %.4f (seed %d), over 1%%: %d\n", worst, worst_seed, over);
     printf("search time: hetero mean %.3g s, max %.3g s; exhaustive mean %.3g s\n", het_s / n,
            het_max, ex_s / n);
+    return 0;
+}
+
+/* --zb1 PROFILE: the profile's minmax plan on 4 devices of `bw` B/s, at most 4 stages, 8
+ * micro-batches, under 1f1b, zb1 capped at 1f1b's peak and zb1 by the devices' memory alone
+ * (`mem` bytes each; 0: none): bubble, its ratio to 1f1b's, each stage's deferred W and peak
+ * memory; and the floor no schedule goes below on those stages (1 - mean stage time / the
+ * slowest's, the idle time of unequal stages). */
+static int zb1_profile(const char *path, double bw, double mem)
+{
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    sc_err err;
+    if (plan_profile_load(&p, path, &err) != SC_OK ||
+        plan_cluster_new_uniform(&c, 4, bw, mem, &err) != SC_OK) {
+        fprintf(stderr, "bench_planner: %s\n", err.msg);
+        plan_profile_destroy(&p);
+        return 2;
+    }
+    printf("%s: minmax, 4 devices at %.3g B/s, memory %s, at most 4 stages, 8 micro-batches\n",
+           p->model, bw, mem > 0 ? "limited" : "unlimited");
+    printf("%-14s %7s %10s %8s %7s %14s  %s\n", "schedule", "stages", "iter_s", "bubble", "ratio",
+           "floor_bubble", "deferred_w / peak MB per stage");
+    double base = 0;
+    for (int k = 0; k < 3; k++) {
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .microbatches = 8,
+                            .max_stages = 4,
+                            .schedule = k == 0 ? PLAN_SCHED_1F1B : PLAN_SCHED_ZB1,
+                            .zb1_peak_cap = k == 1};
+        plan_result r;
+        if (plan_run(&req, PLAN_STRAT_MINMAX, &r, &err) != SC_OK) {
+            printf("%-14s refused: %s\n",
+                   k == 0   ? "1f1b"
+                   : k == 1 ? "zb1 1f1b_peak"
+                            : "zb1 device",
+                   err.msg);
+            plan_result_free(&r);
+            continue;
+        }
+        double most = 0, sum = 0;
+        int S = r.part->n_stages;
+        for (int s = 0; s < S; s++) {
+            most = r.compute_s[s] > most ? r.compute_s[s] : most;
+            sum += r.compute_s[s];
+        }
+        base = k == 0 ? r.bubble_fraction : base;
+        printf("%-14s %7d %10.5f %8.4f %7.3f %14.4f ",
+               k == 0   ? "1f1b"
+               : k == 1 ? "zb1 1f1b_peak"
+                        : "zb1 device",
+               S, r.iteration_time_s, r.bubble_fraction, base > 0 ? r.bubble_fraction / base : 0,
+               most > 0 ? 1 - sum / (S * most) : 0);
+        for (int s = 0; s < S; s++)
+            printf(" %d/%.0f", r.w_defer != NULL ? r.w_defer[s] : 0, r.peak_memory_bytes[s] / 1e6);
+        printf("\n");
+        plan_result_free(&r);
+    }
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
     return 0;
 }
 
@@ -465,6 +527,9 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "--zb1") == 0)
         return zb1_bubble();
+    if (argc >= 3 && argc <= 5 && strcmp(argv[1], "--zb1") == 0)
+        return zb1_profile(argv[2], argc >= 4 ? atof(argv[3]) : 1e11,
+                           argc == 5 ? atof(argv[4]) : 0);
     if (argc == 3 && strcmp(argv[1], "--exact") == 0) {
         int n = atoi(argv[2]);
         if (n < 1) {

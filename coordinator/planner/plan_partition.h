@@ -225,11 +225,13 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
  * takes for p. */
 int *plan_partition_copies(const plan_partition *p);
 
-/* zb1's memory budget for p: w_defer[s] (n_stages entries) = plan_schedule_zb1_caps over the
- * stages' stash bytes per micro-batch (plan_cost_stash, what a micro-batch keeps from F to W),
- * so that no copy holds more bytes than 1F1B's peak stage does, and lowered further until the
- * stage fits its smallest device (plan_cost_memory; down to 0, 1F1B's count): a zb1 plan fits
- * wherever the same partition under 1F1B fits. */
+/* zb1's memory budget for p: w_defer[s] (n_stages entries) = ZB-H1's deferral
+ * (plan_schedule_zb1_defer), or with c->zb1_peak_cap plan_schedule_zb1_caps over the stages'
+ * stash bytes per micro-batch (plan_cost_stash, what a micro-batch keeps from F to W), so that
+ * no copy holds more bytes than 1F1B's peak stage does; then lowered until the stage fits its
+ * smallest device (plan_cost_memory plus the W stashes of the micro-batches held and the
+ * largest block's scratch, as plan_run's peak counts them; down to 0, 1F1B's count): a zb1 plan
+ * fits wherever the same partition under 1F1B fits. */
 sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
                                    int *w_defer, sc_err *err);
 /* The schedule the runtime runs p with: plan_schedule_build_replicated with p's copies, and for

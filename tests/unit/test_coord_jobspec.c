@@ -43,11 +43,21 @@ static void test_good_spec(void **state)
     assert_string_equal(spec.optimizer, "adamw");
     assert_true(spec.lr == 3e-4);
     assert_int_equal(spec.checkpoint_every, 50);
-    assert_int_equal(spec.checkpoint_keep, 2);   /* not given: the newest 2 complete ones */
+    assert_int_equal(spec.checkpoint_keep, 2);     /* not given: the newest 2 complete ones */
     assert_int_equal(spec.checkpoint_replicas, 1); /* not given: one copy on another worker */
-    assert_string_equal(spec.transport, "auto"); /* not given: the coordinator picks */
-    assert_string_equal(spec.precision, "auto"); /* not given: the plan resolves it */
+    assert_string_equal(spec.transport, "auto");   /* not given: the coordinator picks */
+    assert_string_equal(spec.precision, "auto");   /* not given: the plan resolves it */
+    assert_false(spec.zb1_peak_cap);               /* not given: zb1 bounded by device memory */
     coord_jobspec_clear(&spec);
+    /* zb1's deferral capped at 1f1b's peak, or by the devices' memory, by name */
+    for (int i = 0; i < 2; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%.*s, \"zb1_memory\": \"%s\"}\n",
+                 (int)(strrchr(good, '}') - good), good, i ? "1f1b_peak" : "device");
+        assert_int_equal(coord_jobspec_parse("job.json", text, strlen(text), &spec, &err), SC_OK);
+        assert_int_equal(spec.zb1_peak_cap, i == 1);
+        coord_jobspec_clear(&spec);
+    }
     /* each precision by name */
     const char *const names[] = {"bf16", "fp16", "tf32", "fp32", "auto"};
     for (int i = 0; i < 5; i++) {
@@ -132,8 +142,8 @@ static void expect_error(const char *from, const char *to, const char *want)
     sc_err_clear(&err);
     sc_status rc = coord_jobspec_parse("job.json", text, strlen(text), &spec, &err);
     if (rc == SC_OK || strstr(err.msg, want) == NULL)
-        fail_msg("replacing %s by %s: got rc %d, message '%s', wanted '%s'", from, to, rc,
-                 err.msg, want);
+        fail_msg("replacing %s by %s: got rc %d, message '%s', wanted '%s'", from, to, rc, err.msg,
+                 want);
 }
 
 static void test_bad_specs(void **state)
@@ -144,6 +154,8 @@ static void test_bad_specs(void **state)
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"precision\": \"bf61\"",
                  "$.precision: expected one of \"auto\", \"bf16\", \"fp16\", \"tf32\", "
                  "\"fp32\", got \"bf61\"");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"zb1_memory\": \"peak\"",
+                 "$.zb1_memory: expected one of \"device\", \"1f1b_peak\", got \"peak\"");
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"zigzag\"",
                  "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
@@ -151,8 +163,7 @@ static void test_bad_specs(void **state)
     expect_error("\"heads\": 4", "\"heads\": 3", "$.model");
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": \"out\"",
                  "$.export: expected an absolute folder path");
-    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": 3",
-                 "$.export");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": 3", "$.export");
     expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
     expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
                  "$.data.file: unknown key \"file\": valid keys here: \"kind\", \"path\"");
@@ -203,8 +214,7 @@ static void test_bad_specs(void **state)
     expect_error("\"checkpoint_every\": 50",
                  "\"checkpoint_every\": 50, \"checkpoint_keep\": \"all\"",
                  "$.checkpoint_keep: expected an integer");
-    expect_error("\"checkpoint_every\": 50",
-                 "\"checkpoint_every\": 50, \"checkpoint_replicas\": 9",
+    expect_error("\"checkpoint_every\": 50", "\"checkpoint_every\": 50, \"checkpoint_replicas\": 9",
                  "$.checkpoint_replicas: expected an integer in [0, 8], got 9");
     expect_error("\"checkpoint_every\": 50",
                  "\"checkpoint_every\": 50, \"checkpoint_replicas\": true",
