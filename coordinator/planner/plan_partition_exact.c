@@ -8,9 +8,10 @@
  *     never a choice among them;
  *   - a lower bound on any plan extending a prefix of stages: a copy of a stage of r copies
  *     runs ceil(m / r) micro-batches' forward and backward, after the first micro-batch's
- *     forward through the stages before it and their transfers (not under sliced, whose
- *     halves reach a stage sooner) and before the last one's backward back through them (zb1:
- *     the input-gradient part); the blocks left need m times their work on the fastest device
+ *     forward through the stages before it and their transfers and before the last one's
+ *     backward back through them (neither under sliced, whose halves travel sooner; zb1:
+ *     the input-gradient part, after the copy's last backward, its weight gradients being free
+ *     to overlap); the blocks left need m times their work on the fastest device
  *     left, shared by the devices left; a prefix whose bound reaches the best plan so far (the
  *     caller's incumbent at first) is dropped;
  *   - memory: a stage's stash at its least (only its own copies after it) must fit.
@@ -75,9 +76,9 @@ static double forward_s(const plan_cost *c, int type, int first, int last)
     return s;
 }
 
-/* The backward of blocks first..last on a device of `type` that a micro-batch's gradient must
- * wait for on its way back: all of it, or under zb1 its input-gradient part (the weight
- * gradient may come later). */
+/* The part of the backward of blocks first..last on a device of `type` that a micro-batch's
+ * gradient must wait for on its way back: all of it, or under zb1 its input-gradient part (the
+ * weight gradient, W, may come later). */
 static double backward_s(const plan_search_cfg *cfg, int type, int first, int last)
 {
     const plan_cost *c = cfg->cost;
@@ -89,6 +90,13 @@ static double backward_s(const plan_search_cfg *cfg, int type, int first, int la
         s += cfg->sched == PLAN_SCHED_ZB1 ? (1 - share) * b[l] : b[l];
     }
     return s;
+}
+
+/* Forward and the backward part above of blocks first..last: what a copy must have done for a
+ * micro-batch before that micro-batch's gradient leaves it upstream. */
+static double until_sent_s(const plan_search_cfg *cfg, int type, int first, int last)
+{
+    return forward_s(cfg->cost, type, first, last) + backward_s(cfg, type, first, last);
 }
 
 /* The placed stages as a partition (the classes' devices taken in order), checked for memory
@@ -151,7 +159,8 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
             int a = e->ids[pk->first], b = e->ids[k->first + (pk == k ? 1 : 0)];
             link = c->act_bytes[start - 1] / plan_cluster_bw(c->cluster, a, b);
         }
-        double in = (sliced ? 0 : fwd + link) + bwd + link;
+        double in = sliced ? 0 : fwd + link, back = sliced ? 0 : bwd + link;
+        int zb1 = e->cfg->sched == PLAN_SCHED_ZB1;
         for (int r = 1; r <= avail && r <= DP_MAX_COPIES; r++) {
             if (!plan_replicas_runnable(e->cfg->sched, e->m, r))
                 continue;
@@ -162,7 +171,15 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
             int lo = s + 1 == e->S_max || left == 0 ? e->L - 1 : start;
             for (int end = lo; end < e->L; end++) {
                 double w = plan_cost_work(c, k->type, start, end);
-                double own = in + per_copy * w;
+                /* the copy's work starts after the first micro-batch's forward reaches it;
+                 * its last backward's gradient then goes back through the stages before it.
+                 * zb1: that backward may come before the copy's last weight gradients, which
+                 * overlap the way back, so only the work up to it counts there */
+                double own = in + per_copy * w + (zb1 ? 0 : back);
+                if (zb1) {
+                    double sent = in + per_copy * until_sent_s(e->cfg, k->type, start, end) + back;
+                    own = sent > own ? sent : own;
+                }
                 if (own >= e->best)
                     break; /* grows with end */
                 if (plan_cost_memory(c, start, end, stash, 0) > mem) {

@@ -1,10 +1,10 @@
 /* coordinator/planner/plan_partition_exact and hetero's use of it, on the uneven instances of
  * plan_instance_uneven (4-10 blocks on 2-3 servers of 2-8 devices in all, 3 device types,
  * links from 1 Gbit/s, memory limits on most types) with 4 to 32 micro-batches of one sample:
- *   - on the instances of at most 4 devices, the exact search's iteration equals a brute force
- *     written here (every ordered choice of alike device groups by id, every cut, memory
- *     checked, every plan simulated, nothing pruned), and hetero's plan through plan_run is
- *     that figure;
+ *   - on the instances of at most 4 devices, under 1f1b, zb1 and gpipe in turn, the exact
+ *     search's iteration equals a brute force written here (every ordered choice of alike
+ *     device groups by id, every cut, memory checked, every plan simulated, nothing pruned),
+ *     and hetero's plan through plan_run is that figure;
  *   - on 500 instances (250 in debug builds, where the simulator runs some ten times slower),
  *     hetero through plan_run is within 1% of exhaustive's simulated iteration, succeeds
  *     wherever exhaustive does, and says its search was exact on every instance its budget
@@ -36,6 +36,13 @@ static int micro_of(uint64_t seed)
 {
     static const int m[4] = {4, 8, 16, 32};
     return m[seed % 4];
+}
+
+/* the schedule the brute-force comparison plans seed with: 1f1b, zb1 and gpipe in turn */
+static plan_sched_kind sched_of(uint64_t seed)
+{
+    static const plan_sched_kind k[3] = {PLAN_SCHED_1F1B, PLAN_SCHED_ZB1, PLAN_SCHED_GPIPE};
+    return k[(seed / 4) % 3];
 }
 
 typedef struct brute {
@@ -114,7 +121,7 @@ static void test_exact_equals_brute_force(void **state)
     (void)state;
     int checked = 0;
     long plans = 0;
-    for (uint64_t seed = 1; checked < 40; seed++) {
+    for (uint64_t seed = 1; checked < 60; seed++) {
         plan_profile *p = NULL;
         plan_cluster *c = NULL;
         instance(seed, &p, &c);
@@ -129,7 +136,7 @@ static void test_exact_equals_brute_force(void **state)
         assert_int_equal(plan_cost_new(&cost, p, c, 1, m, &err), SC_OK);
         plan_search_cfg cfg = {.cost = cost,
                                .ref_cost = cost,
-                               .sched = PLAN_SCHED_1F1B,
+                               .sched = sched_of(seed),
                                .n_micro = m,
                                .select_by_sim = 1};
         brute b = {.cfg = &cfg, .L = p->n_blocks, .D = c->n_devices, .best = HUGE_VAL};
@@ -155,7 +162,7 @@ static void test_exact_equals_brute_force(void **state)
                                 .cluster = c,
                                 .batch = m,
                                 .microbatches = m,
-                                .schedule = PLAN_SCHED_1F1B};
+                                .schedule = sched_of(seed)};
             plan_result he;
             assert_int_equal(plan_run(&req, PLAN_STRAT_HETERO, &he, &err), SC_OK);
             assert_int_equal(he.part->search, PLAN_SEARCH_EXACT);
