@@ -11,8 +11,8 @@
  *     forward through the stages before it and their transfers and before the last one's
  *     backward back through them (neither under sliced, whose halves travel sooner; zb1:
  *     the input-gradient part, after the copy's last backward, its weight gradients being free
- *     to overlap); the blocks left need m times their work on the fastest device
- *     left, shared by the devices left; a prefix whose bound reaches the best plan so far (the
+ *     to overlap); the blocks left need m times their work, each block on the fastest
+ *     type left, shared by the devices left; a prefix whose bound reaches the best plan so far (the
  *     caller's incumbent at first) is dropped;
  *   - memory: a stage's stash at its least (only its own copies after it) must fit.
  * A budget of work units (stages tried, a simulation counting PLAN_EXACT_SIM_UNITS) bounds the
@@ -48,6 +48,7 @@ typedef struct ex_search {
     int st_class[PLAN_EXACT_MAX_DEVICES], st_rep[PLAN_EXACT_MAX_DEVICES];
     plan_partition *cand, *best_plan;
     plan_sim_stage *sim;
+    double *rest; /* (S_max, L + 1): per depth, the suffix sums of ex_rec's bound */
     double best;
     long units, budget;
     int over, mem_cut;
@@ -165,6 +166,21 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
             if (!plan_replicas_runnable(e->cfg->sched, e->m, r))
                 continue;
             int left = e->free_devs - r;
+            /* the blocks from l on, each on the fastest type left after this stage: their
+             * work on any devices left is at least this sum */
+            double *rest_work = e->rest + (size_t)s * (size_t)(e->L + 1);
+            rest_work[e->L] = 0;
+            for (int l = e->L - 1; l > start && left > 0; l--) {
+                double least = HUGE_VAL;
+                for (int cj = 0; cj < e->n_class; cj++) {
+                    const ex_class *o = &e->cls[cj];
+                    if (o->n - o->used - (cj == ci ? r : 0) > 0) {
+                        double wl = plan_cost_work(c, o->type, l, l);
+                        least = wl < least ? wl : least;
+                    }
+                }
+                rest_work[l] = rest_work[l + 1] + least;
+            }
             double stash = search_stash(e->cfg, s + 1, r, r);
             int per_copy = (e->m + r - 1) / r;
             /* the last stage possible takes every block left */
@@ -190,15 +206,7 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
                 if (end + 1 < e->L) {
                     if (left == 0)
                         continue;
-                    double least = HUGE_VAL;
-                    for (int cj = 0; cj < e->n_class; cj++) {
-                        const ex_class *o = &e->cls[cj];
-                        if (o->n - o->used - (cj == ci ? r : 0) > 0) {
-                            double wj = plan_cost_work(c, o->type, end + 1, e->L - 1);
-                            least = wj < least ? wj : least;
-                        }
-                    }
-                    rest = e->m * least / left;
+                    rest = e->m * rest_work[end + 1] / left;
                 }
                 double b = bound > own ? bound : own;
                 if ((rest > b ? rest : b) >= e->best)
@@ -272,7 +280,11 @@ sc_status plan_partition_exact(const plan_search_cfg *cfg, long budget, double i
     }
     sc_status rc = SC_OK;
     e.sim = calloc((size_t)cl->n_devices, sizeof *e.sim);
-    SC_ALLOC_CHECK(e.sim, err);
+    e.rest = malloc((size_t)e.S_max * (size_t)(e.L + 1) * sizeof *e.rest);
+    if (e.sim == NULL || e.rest == NULL) {
+        rc = SC_ERRF(err, SC_ERR_NOMEM, "exact search: out of memory");
+        goto done;
+    }
     SC_CHECK_GOTO(plan_partition_new(&e.cand, e.L, cl->n_devices, err), done);
     SC_CHECK_GOTO(plan_partition_new(&e.best_plan, e.L, cl->n_devices, err), done);
     ex_rec(&e, 0, 0, 0, 0, 0);
@@ -290,5 +302,6 @@ done:
     plan_partition_destroy(&e.cand);
     plan_partition_destroy(&e.best_plan);
     free(e.sim);
+    free(e.rest);
     return rc;
 }
