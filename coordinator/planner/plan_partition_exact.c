@@ -12,8 +12,10 @@
  *     backward back through them (neither under sliced, whose halves travel sooner; zb1:
  *     the input-gradient part, after the copy's last backward, its weight gradients being free
  *     to overlap); the blocks left need m times their work, each block on the fastest
- *     type left, shared by the devices left; a prefix whose bound reaches the best plan so far (the
- *     caller's incumbent at first) is dropped;
+ *     type left, shared by the devices left; and the last micro-batch a copy forwards must go
+ *     through the blocks left and back before the copy's backward of it (at the leaves: through
+ *     the later stages and their transfers); a prefix whose bound reaches the best plan so far
+ *     (the caller's incumbent at first) is dropped;
  *   - memory: a stage's stash at its least (only its own copies after it) must fit.
  * A budget of work units (stages tried, a simulation counting PLAN_EXACT_SIM_UNITS) bounds the
  * search; past it the search gives up and says so (the caller runs its heuristic).
@@ -49,6 +51,12 @@ typedef struct ex_search {
     plan_partition *cand, *best_plan;
     plan_sim_stage *sim;
     double *rest; /* (S_max, L + 1): per depth, the suffix sums of ex_rec's bound */
+    double *pass; /* (S_max, L + 1): the same for a micro-batch's trip (forward, backward part) */
+    /* per stage placed: one micro-batch's forward and backward part on it, the transfer into it,
+     * the micro-batches its first copy runs */
+    double st_f[PLAN_EXACT_MAX_DEVICES], st_bp[PLAN_EXACT_MAX_DEVICES];
+    double st_link[PLAN_EXACT_MAX_DEVICES];
+    int st_pc[PLAN_EXACT_MAX_DEVICES];
     double best;
     long units, budget;
     int over, mem_cut;
@@ -117,6 +125,22 @@ static void ex_leaf(ex_search *e, int n_stages)
         e->mem_cut = 1;
         return;
     }
+    /* with every stage known: the last micro-batch a stage's first copy forwards goes through
+     * every later stage and back before that copy runs its backward, then on upstream */
+    if (e->cfg->sched != PLAN_SCHED_SLICED) {
+        double after = 0;
+        for (int x = n_stages - 1; x >= 0; x--) {
+            double before_f = 0, before_b = 0;
+            for (int y = 0; y < x; y++) {
+                before_f += e->st_f[y] + e->st_link[y + 1];
+                before_b += e->st_bp[y] + e->st_link[y + 1];
+            }
+            double trip = before_f + e->st_pc[x] * e->st_f[x] + after + e->st_bp[x] + before_b;
+            if (trip >= e->best)
+                return;
+            after += e->st_f[x] + e->st_bp[x] + 2 * e->st_link[x];
+        }
+    }
     e->units += PLAN_EXACT_SIM_UNITS;
     double it;
     sc_status rc = plan_search_simulate(e->cfg, p, e->sim, &it, e->err);
@@ -169,17 +193,21 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
             /* the blocks from l on, each on the fastest type left after this stage: their
              * work on any devices left is at least this sum */
             double *rest_work = e->rest + (size_t)s * (size_t)(e->L + 1);
-            rest_work[e->L] = 0;
+            double *rest_pass = e->pass + (size_t)s * (size_t)(e->L + 1);
+            rest_work[e->L] = rest_pass[e->L] = 0;
             for (int l = e->L - 1; l > start && left > 0; l--) {
-                double least = HUGE_VAL;
+                double least = HUGE_VAL, quickest = HUGE_VAL;
                 for (int cj = 0; cj < e->n_class; cj++) {
                     const ex_class *o = &e->cls[cj];
                     if (o->n - o->used - (cj == ci ? r : 0) > 0) {
                         double wl = plan_cost_work(c, o->type, l, l);
+                        double pl = until_sent_s(e->cfg, o->type, l, l);
                         least = wl < least ? wl : least;
+                        quickest = pl < quickest ? pl : quickest;
                     }
                 }
                 rest_work[l] = rest_work[l + 1] + least;
+                rest_pass[l] = rest_pass[l + 1] + quickest;
             }
             double stash = search_stash(e->cfg, s + 1, r, r);
             int per_copy = (e->m + r - 1) / r;
@@ -202,11 +230,17 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
                     e->mem_cut = 1;
                     break;
                 }
-                double rest = 0;
+                double rest = 0, f = forward_s(c, k->type, start, end);
+                double bp = backward_s(e->cfg, k->type, start, end);
                 if (end + 1 < e->L) {
                     if (left == 0)
                         continue;
                     rest = e->m * rest_work[end + 1] / left;
+                    /* the copy's last forward's micro-batch through the blocks left and back
+                     * (their transfers not counted), then this stage's backward part and on
+                     * upstream */
+                    double trip = sliced ? 0 : in + per_copy * f + rest_pass[end + 1] + bp + back;
+                    rest = trip > rest ? trip : rest;
                 }
                 double b = bound > own ? bound : own;
                 if ((rest > b ? rest : b) >= e->best)
@@ -215,10 +249,13 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
                 e->st_last[s] = end;
                 e->st_class[s] = ci;
                 e->st_rep[s] = r;
+                e->st_f[s] = f;
+                e->st_bp[s] = bp;
+                e->st_link[s] = link;
+                e->st_pc[s] = per_copy;
                 k->used += r;
                 e->free_devs -= r;
-                ex_rec(e, s + 1, end + 1, b, fwd + link + forward_s(c, k->type, start, end),
-                       bwd + link + backward_s(e->cfg, k->type, start, end));
+                ex_rec(e, s + 1, end + 1, b, fwd + link + f, bwd + link + bp);
                 k->used -= r;
                 e->free_devs += r;
                 if (e->rc != SC_OK || e->over)
@@ -281,7 +318,8 @@ sc_status plan_partition_exact(const plan_search_cfg *cfg, long budget, double i
     sc_status rc = SC_OK;
     e.sim = calloc((size_t)cl->n_devices, sizeof *e.sim);
     e.rest = malloc((size_t)e.S_max * (size_t)(e.L + 1) * sizeof *e.rest);
-    if (e.sim == NULL || e.rest == NULL) {
+    e.pass = malloc((size_t)e.S_max * (size_t)(e.L + 1) * sizeof *e.pass);
+    if (e.sim == NULL || e.rest == NULL || e.pass == NULL) {
         rc = SC_ERRF(err, SC_ERR_NOMEM, "exact search: out of memory");
         goto done;
     }
@@ -303,5 +341,6 @@ done:
     plan_partition_destroy(&e.best_plan);
     free(e.sim);
     free(e.rest);
+    free(e.pass);
     return rc;
 }

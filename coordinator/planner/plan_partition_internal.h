@@ -98,9 +98,9 @@ sc_status plan_partition_no_fit(const plan_search_cfg *cfg, const char *who, pla
 /* The most devices the exact search takes. */
 #define PLAN_EXACT_MAX_DEVICES 8
 /* Its work units: one per stage tried, PLAN_EXACT_SIM_UNITS per plan simulated. The default
- * budget is about one second of search on one core of a 2020s server (docs/benchmarks.md). */
+ * budget is about one second of search on one core (docs/benchmarks.md). */
 #define PLAN_EXACT_SIM_UNITS 40L
-#define PLAN_EXACT_DEFAULT_BUDGET 4000000L
+#define PLAN_EXACT_DEFAULT_BUDGET 8000000L
 
 /* Whether the exact search applies to cfg at all: at most PLAN_EXACT_MAX_DEVICES devices, no
  * explicit links or measured bandwidth matrix, no CPU quota, not pipedream. */
