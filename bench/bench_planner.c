@@ -19,7 +19,7 @@
  * (forward f, backward 2f of which half is the weight gradient, transfers of 0 or f/10 each way)
  * and prints both bubble fractions, their ratio and the most micro-batches a stage stashes;
  * then both on two stages of 2 and 1 copies, the copies' all-reduce after the last W.
- * --exact times hetero (which runs its exact search up to 8 devices) on chains of 10 and 16
+ * --exact times hetero (which runs its exact search up to 8 devices) on chains of 10, 16 and 64
  * blocks over 2..8 devices that are all unlike (one per server, speeds from 1 down), where no
  * symmetry helps, with 4 and 16 micro-batches; then on the uneven instances of
  * tests/unit/test_planner_exact.c (seeds 1..N) it prints hetero's worst simulated iteration
@@ -450,11 +450,13 @@ static int exact_bench(int n)
 {
     printf("hetero's search on unlike devices (one per server), 1f1b\n");
     printf("%7s %7s %5s %12s %10s\n", "blocks", "devices", "m", "search_s", "search");
-    for (int L = 10; L <= 16; L += 6)
+    static const int chains[3] = {10, 16, 64};
+    for (int li = 0; li < 3; li++)
         for (int D = 2; D <= 8; D++)
             for (int m = 4; m <= 16; m *= 4) {
                 plan_profile *p = NULL;
                 plan_cluster *c = NULL;
+                int L = chains[li];
                 unlike_instance(L, D, &p, &c);
                 plan_request req = {.profile = p,
                                     .cluster = c,

@@ -17,8 +17,10 @@
  *     the later stages and their transfers); a prefix whose bound reaches the best plan so far
  *     (the caller's incumbent at first) is dropped;
  *   - memory: a stage's stash at its least (only its own copies after it) must fit.
- * A budget of work units (stages tried, a simulation counting PLAN_EXACT_SIM_UNITS) bounds the
- * search; past it the search gives up and says so (the caller runs its heuristic).
+ * A budget of work units (each cut tried for a stage, blocks x classes / 8 for each bound on
+ * the blocks left, a simulation PLAN_EXACT_SIM_UNITS per micro-batch and stage) bounds the
+ * search; past it the
+ * search gives up and says so (the caller runs its heuristic).
  *
  * Not for pipedream (its stream crosses iterations), clusters with explicit links (devices of
  * a server then differ) or CPU quotas (bursts can beat the sustained times the bound uses):
@@ -141,7 +143,7 @@ static void ex_leaf(ex_search *e, int n_stages)
             after += e->st_f[x] + e->st_bp[x] + 2 * e->st_link[x];
         }
     }
-    e->units += PLAN_EXACT_SIM_UNITS;
+    e->units += PLAN_EXACT_SIM_UNITS * e->m * n_stages;
     double it;
     sc_status rc = plan_search_simulate(e->cfg, p, e->sim, &it, e->err);
     if (rc != SC_OK) {
@@ -195,6 +197,7 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
             double *rest_work = e->rest + (size_t)s * (size_t)(e->L + 1);
             double *rest_pass = e->pass + (size_t)s * (size_t)(e->L + 1);
             rest_work[e->L] = rest_pass[e->L] = 0;
+            e->units += left > 0 ? (e->L - start) * e->n_class / 8 : 0;
             for (int l = e->L - 1; l > start && left > 0; l--) {
                 double least = HUGE_VAL, quickest = HUGE_VAL;
                 for (int cj = 0; cj < e->n_class; cj++) {
@@ -213,7 +216,16 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
             int per_copy = (e->m + r - 1) / r;
             /* the last stage possible takes every block left */
             int lo = s + 1 == e->S_max || left == 0 ? e->L - 1 : start;
+            double f = lo > start ? forward_s(c, k->type, start, lo - 1) : 0;
+            double bp = lo > start ? backward_s(e->cfg, k->type, start, lo - 1) : 0;
             for (int end = lo; end < e->L; end++) {
+                if (++e->units > e->budget) {
+                    e->over = 1;
+                    return;
+                }
+                /* this stage's blocks start..end: its forward and backward part so far */
+                f += forward_s(c, k->type, end, end);
+                bp += backward_s(e->cfg, k->type, end, end);
                 double w = plan_cost_work(c, k->type, start, end);
                 /* the copy's work starts after the first micro-batch's forward reaches it;
                  * its last backward's gradient then goes back through the stages before it.
@@ -221,7 +233,7 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
                  * overlap the way back, so only the work up to it counts there */
                 double own = in + per_copy * w + (zb1 ? 0 : back);
                 if (zb1) {
-                    double sent = in + per_copy * until_sent_s(e->cfg, k->type, start, end) + back;
+                    double sent = in + per_copy * (f + bp) + back;
                     own = sent > own ? sent : own;
                 }
                 if (own >= e->best)
@@ -230,8 +242,7 @@ static void ex_rec(ex_search *e, int s, int start, double bound, double fwd, dou
                     e->mem_cut = 1;
                     break;
                 }
-                double rest = 0, f = forward_s(c, k->type, start, end);
-                double bp = backward_s(e->cfg, k->type, start, end);
+                double rest = 0;
                 if (end + 1 < e->L) {
                     if (left == 0)
                         continue;

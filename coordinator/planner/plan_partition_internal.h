@@ -97,10 +97,11 @@ sc_status plan_partition_no_fit(const plan_search_cfg *cfg, const char *who, pla
 
 /* The most devices the exact search takes. */
 #define PLAN_EXACT_MAX_DEVICES 8
-/* Its work units: one per stage tried, PLAN_EXACT_SIM_UNITS per plan simulated. The default
- * budget is about one second of search on one core (docs/benchmarks.md). */
-#define PLAN_EXACT_SIM_UNITS 40L
-#define PLAN_EXACT_DEFAULT_BUDGET 8000000L
+/* Its work units: one per cut tried for a stage, blocks x classes / 8 per bound on the blocks
+ * left, PLAN_EXACT_SIM_UNITS per micro-batch and stage of a plan simulated. The default budget
+ * is about one second of search on one core (docs/benchmarks.md). */
+#define PLAN_EXACT_SIM_UNITS 4L
+#define PLAN_EXACT_DEFAULT_BUDGET 64000000L
 
 /* Whether the exact search applies to cfg at all: at most PLAN_EXACT_MAX_DEVICES devices, no
  * explicit links or measured bandwidth matrix, no CPU quota, not pipedream. */
