@@ -5,6 +5,8 @@
  *   bench_planner --ga        (only the genetic search's evaluators)
  *   bench_planner --hetero N [M]  (hetero against exhaustive on N seeded small instances)
  *   bench_planner --zb1       (simulated bubble of zb1 against 1f1b)
+ *   bench_planner --zb1 PROFILE [BW [MEM]]  (the same on the profile's minmax plan)
+ *   bench_planner --exact N   (hetero's exact search: time by size, and against exhaustive)
  *
  * For each profile given (our JSON or PipeDream graph.txt), runs every strategy on 4 and 16
  * identical devices; then a synthetic 1,500-block chain on 16 devices and on 64 unequal
@@ -17,6 +19,11 @@
  * (forward f, backward 2f of which half is the weight gradient, transfers of 0 or f/10 each way)
  * and prints both bubble fractions, their ratio and the most micro-batches a stage stashes;
  * then both on two stages of 2 and 1 copies, the copies' all-reduce after the last W.
+ * --exact times hetero (which runs its exact search up to 8 devices) on chains of 10, 16 and 64
+ * blocks over 2..8 devices that are all unlike (one per server, speeds from 1 down), where no
+ * symmetry helps, with 4 and 16 micro-batches; then on the uneven instances of
+ * tests/unit/test_planner_exact.c (seeds 1..N) it prints hetero's worst simulated iteration
+ * over exhaustive's and both search times by device count.
  */
 #include <math.h>
 #include <stdint.h>
@@ -143,6 +150,67 @@ static int hetero_gap(int n, int m)
     printf("worst iteration ratio %.4f (seed %d), over 1%%: %d\n", worst, worst_seed, over);
     printf("search time: hetero mean %.3g s, max %.3g s; exhaustive mean %.3g s\n", het_s / n,
            het_max, ex_s / n);
+    return 0;
+}
+
+/* --zb1 PROFILE: the profile's minmax plan on 4 devices of `bw` B/s, at most 4 stages, 8
+ * micro-batches, under 1f1b, zb1 capped at 1f1b's peak and zb1 by the devices' memory alone
+ * (`mem` bytes each; 0: none): bubble, its ratio to 1f1b's, each stage's deferred W and peak
+ * memory; and the floor no schedule goes below on those stages (1 - mean stage time / the
+ * slowest's, the idle time of unequal stages). */
+static int zb1_profile(const char *path, double bw, double mem)
+{
+    plan_profile *p = NULL;
+    plan_cluster *c = NULL;
+    sc_err err;
+    if (plan_profile_load(&p, path, &err) != SC_OK ||
+        plan_cluster_new_uniform(&c, 4, bw, mem, &err) != SC_OK) {
+        fprintf(stderr, "bench_planner: %s\n", err.msg);
+        plan_profile_destroy(&p);
+        return 2;
+    }
+    printf("%s: minmax, 4 devices at %.3g B/s, memory %s, at most 4 stages, 8 micro-batches\n",
+           p->model, bw, mem > 0 ? "limited" : "unlimited");
+    printf("%-14s %7s %10s %8s %7s %14s  %s\n", "schedule", "stages", "iter_s", "bubble", "ratio",
+           "floor_bubble", "deferred_w / peak MB per stage");
+    double base = 0;
+    for (int k = 0; k < 3; k++) {
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .microbatches = 8,
+                            .max_stages = 4,
+                            .schedule = k == 0 ? PLAN_SCHED_1F1B : PLAN_SCHED_ZB1,
+                            .zb1_peak_cap = k == 1};
+        plan_result r;
+        if (plan_run(&req, PLAN_STRAT_MINMAX, &r, &err) != SC_OK) {
+            printf("%-14s refused: %s\n",
+                   k == 0   ? "1f1b"
+                   : k == 1 ? "zb1 1f1b_peak"
+                            : "zb1 device",
+                   err.msg);
+            plan_result_free(&r);
+            continue;
+        }
+        double most = 0, sum = 0;
+        int S = r.part->n_stages;
+        for (int s = 0; s < S; s++) {
+            most = r.compute_s[s] > most ? r.compute_s[s] : most;
+            sum += r.compute_s[s];
+        }
+        base = k == 0 ? r.bubble_fraction : base;
+        printf("%-14s %7d %10.5f %8.4f %7.3f %14.4f ",
+               k == 0   ? "1f1b"
+               : k == 1 ? "zb1 1f1b_peak"
+                        : "zb1 device",
+               S, r.iteration_time_s, r.bubble_fraction, base > 0 ? r.bubble_fraction / base : 0,
+               most > 0 ? 1 - sum / (S * most) : 0);
+        for (int s = 0; s < S; s++)
+            printf(" %d/%.0f", r.w_defer != NULL ? r.w_defer[s] : 0, r.peak_memory_bytes[s] / 1e6);
+        printf("\n");
+        plan_result_free(&r);
+    }
+    plan_cluster_destroy(&c);
+    plan_profile_destroy(&p);
     return 0;
 }
 
@@ -361,6 +429,97 @@ static void ga_throughput(void)
     free(f), free(b), free(cm), free(cap);
 }
 
+/* A chain of L blocks (as synthetic_chain) on D unlike devices: one per server, speeds from 1
+ * down to 0.3, NICs of 1.25e9 B/s. */
+static void unlike_instance(int L, int D, plan_profile **p, plan_cluster **c)
+{
+    sc_err err;
+    *p = synthetic_chain(L);
+    plan_cluster_new_empty(c, &err);
+    for (int d = 0; d < D; d++) {
+        int t;
+        char name[16];
+        snprintf(name, sizeof name, "t%d", d);
+        plan_cluster_add_type(*c, name, 1.0 - 0.7 * d / 8, 0, &t, &err);
+        snprintf(name, sizeof name, "s%d", d);
+        plan_cluster_add_server(*c, name, 5e10, 1.25e9, &t, 1, &err);
+    }
+}
+
+static int exact_bench(int n)
+{
+    printf("hetero's search on unlike devices (one per server), 1f1b\n");
+    printf("%7s %7s %5s %12s %10s\n", "blocks", "devices", "m", "search_s", "search");
+    static const int chains[3] = {10, 16, 64};
+    for (int li = 0; li < 3; li++)
+        for (int D = 2; D <= 8; D++)
+            for (int m = 4; m <= 16; m *= 4) {
+                plan_profile *p = NULL;
+                plan_cluster *c = NULL;
+                int L = chains[li];
+                unlike_instance(L, D, &p, &c);
+                plan_request req = {.profile = p,
+                                    .cluster = c,
+                                    .batch = m,
+                                    .microbatches = m,
+                                    .schedule = PLAN_SCHED_1F1B};
+                plan_result r;
+                sc_err err;
+                if (plan_run(&req, PLAN_STRAT_HETERO, &r, &err) != SC_OK) {
+                    printf("%7d %7d %5d  refused: %s\n", L, D, m, err.msg);
+                } else {
+                    printf("%7d %7d %5d %12.4f %10s\n", L, D, m, r.search_time_s,
+                           r.part->search == PLAN_SEARCH_EXACT ? "exact" : "heuristic");
+                }
+                plan_result_free(&r);
+                plan_cluster_destroy(&c);
+                plan_profile_destroy(&p);
+            }
+    double worst = 0, het[9] = {0}, het_max[9] = {0}, ex[9] = {0};
+    int count[9] = {0}, exact = 0, compared = 0;
+    for (int seed = 1; seed <= n; seed++) {
+        static const int ms[4] = {4, 8, 16, 32};
+        plan_profile *p = NULL;
+        plan_cluster *c = NULL;
+        sc_err err;
+        if (plan_instance_uneven((uint64_t)seed, &p, &c, &err) != SC_OK) {
+            fprintf(stderr, "bench_planner: seed %d: %s\n", seed, err.msg);
+            return 1;
+        }
+        int m = ms[seed % 4], D = c->n_devices;
+        plan_request req = {
+            .profile = p, .cluster = c, .batch = m, .microbatches = m, .schedule = PLAN_SCHED_1F1B};
+        plan_result he, x;
+        int okh = plan_run(&req, PLAN_STRAT_HETERO, &he, &err) == SC_OK;
+        int okx = plan_run(&req, PLAN_STRAT_EXHAUSTIVE, &x, &err) == SC_OK;
+        count[D]++;
+        het[D] += he.search_time_s;
+        het_max[D] = he.search_time_s > het_max[D] ? he.search_time_s : het_max[D];
+        ex[D] += x.search_time_s;
+        exact += okh && he.part->search == PLAN_SEARCH_EXACT;
+        if (okh && okx) {
+            double ratio = he.iteration_time_s / x.iteration_time_s;
+            worst = ratio > worst ? ratio : worst;
+            compared++;
+        }
+        plan_result_free(&he);
+        plan_result_free(&x);
+        plan_cluster_destroy(&c);
+        plan_profile_destroy(&p);
+    }
+    printf("\nuneven instances 1..%d (2-3 servers, 4-10 blocks, 4-32 micro-batches, 1f1b)\n", n);
+    printf("%7s %9s %14s %13s %15s\n", "devices", "instances", "hetero_mean_s", "hetero_max_s",
+           "exhaustive_s");
+    for (int D = 2; D <= 8; D++)
+        if (count[D] > 0)
+            printf("%7d %9d %14.4f %13.4f %15.4f\n", D, count[D], het[D] / count[D], het_max[D],
+                   ex[D] / count[D]);
+    printf("worst hetero / exhaustive iteration %.4f over %d instances both fit; hetero exact on "
+           "%d\n",
+           worst, compared, exact);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     sc_err err;
@@ -370,6 +529,17 @@ int main(int argc, char **argv)
     }
     if (argc == 2 && strcmp(argv[1], "--zb1") == 0)
         return zb1_bubble();
+    if (argc >= 3 && argc <= 5 && strcmp(argv[1], "--zb1") == 0)
+        return zb1_profile(argv[2], argc >= 4 ? atof(argv[3]) : 1e11,
+                           argc == 5 ? atof(argv[4]) : 0);
+    if (argc == 3 && strcmp(argv[1], "--exact") == 0) {
+        int n = atoi(argv[2]);
+        if (n < 1) {
+            fprintf(stderr, "bench_planner: --exact N: N seeds >= 1\n");
+            return 2;
+        }
+        return exact_bench(n);
+    }
     if (argc >= 3 && argc <= 4 && strcmp(argv[1], "--hetero") == 0) {
         int n = atoi(argv[2]), m = argc == 4 ? atoi(argv[3]) : 256;
         if (n < 1 || m < 1 || m > PLAN_MAX_BATCH) {

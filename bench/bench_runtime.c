@@ -24,14 +24,15 @@
  * at 1/r of each micro-batch's time).
  *
  * A fourth, "zb1" (alone with --zb1): the zero-bubble schedule against 1f1b with the same
- * stages and micro-batches, twice: as jobs run it, each stage's deferred W capped so that it
- * holds no more bytes than 1f1b's fullest stage (plan_schedule_zb1_caps over the stages' slot
- * bytes, measured as a stage's bytes with two slots less those with one; rt_runner_cfg
- * zb1_defer), and uncapped (ZB-H1, "zb1-h1"). On the stand-in pipeline (backward stand-in split
- * half B, half W, as the runner splits extra_backward_s; the reference is ZB-H1's (p-1)(F+B-W)
- * idle time per stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the same lists)
- * and on the real GPT over 2 stages (real B and W kernels: the W share of the backward is
- * measured), with the most micro-batches each stage held at once (activation slots in use) and
+ * stages and micro-batches, twice: as a job with "zb1_memory": "1f1b_peak" runs it ("zb1-peak"),
+ * each stage's deferred W capped so that it holds no more bytes than 1f1b's fullest stage
+ * (plan_schedule_zb1_caps over the stages' slot bytes, measured as a stage's bytes with two
+ * slots less those with one; rt_runner_cfg zb1_defer), and uncapped (ZB-H1, "zb1"), as jobs run
+ * it by default where the devices' memory holds it. On the stand-in pipeline (backward stand-in
+ * split half B, half W, as the runner splits extra_backward_s; the reference is ZB-H1's
+ * (p-1)(F+B-W) idle time per stage, (p-1)/(3m+p-1) here, and the planner's simulator playing the
+ * same lists) and on the real GPT over 2 stages (real B and W kernels: the W share of the backward
+ * is measured), with the most micro-batches each stage held at once (activation slots in use) and
  * the peak bytes over stages (held x slot bytes). Then the simulator alone: what the cap costs
  * on p equal stages whose last stage's slot is larger than the others'.
  *
@@ -228,10 +229,11 @@ static void slot_bytes(const char *model, int nblocks, int p, int samples, bool 
     }
 }
 
-/* The schedules of the zb1 tables: 1f1b, zb1 as jobs run it (its deferral capped to 1f1b's peak
- * bytes, plan_schedule_zb1_caps over the stages' measured slot bytes) and ZB-H1 uncapped. */
+/* The schedules of the zb1 tables: 1f1b, zb1 as a job with "zb1_memory": "1f1b_peak" runs it
+ * (its deferral capped to 1f1b's peak bytes, plan_schedule_zb1_caps over the stages' measured
+ * slot bytes) and zb1 as jobs run it by default where memory allows (ZB-H1, uncapped). */
 enum { ZB_1F1B, ZB_CAPPED, ZB_H1, ZB_ROWS };
-static const char *const zb_names[ZB_ROWS] = {"1f1b", "zb1", "zb1-h1"};
+static const char *const zb_names[ZB_ROWS] = {"1f1b", "zb1-peak", "zb1"};
 
 /* One row of a zb1 table: runs it, prints the held counts per stage and the peak bytes over
  * stages (held x slot), and returns 0 with that peak in *peak, or 1. */
@@ -328,7 +330,8 @@ static int zb1_table(double f_ms, int iters)
         "zb1 table (stand-in): tiny GPT, forward %.1f ms, backward %.1f ms per micro-batch (zb1: "
         "B and W %.1f ms each); micro-batches of 4 samples; held = most micro-batches each "
         "stage held (F to B, zb1 F to W); peak = the most bytes any stage held (held x its "
-        "slot's bytes); zb1 = capped to 1f1b's peak bytes, zb1-h1 = ZB-H1 uncapped\n",
+        "slot's bytes); zb1-peak = capped to 1f1b's peak bytes (zb1_memory 1f1b_peak), zb1 = "
+        "ZB-H1, as jobs run it where memory allows\n",
         f_ms, 2 * f_ms, f_ms);
     printf("%-6s %2s %2s %9s %9s %9s %12s %9s %10s %8s\n", "sched", "p", "m", "measured",
            "reference", "simulated", "iteration_ms", "held", "peak_KB", "peak/1f1b");

@@ -19,16 +19,17 @@ typedef struct plan_args {
     int have_bw, json, all;
     int strategy;
     int schedule;
+    int zb1_peak_cap;
 } plan_args;
 
 /* The flags `plan` takes, and whether each takes a value (--help is handled before parsing). */
 static const struct {
     const char *name;
     int takes_value;
-} plan_flags[] = {{"--model", 1},    {"--cluster", 1},  {"--gpus", 1},         {"--bandwidth", 1},
-                  {"--memory", 1},   {"--batch", 1},    {"--microbatches", 1}, {"--stages", 1},
-                  {"--schedule", 1}, {"--strategy", 1}, {"--json", 0},         {"--trace", 1},
-                  {"--help", 0}};
+} plan_flags[] = {{"--model", 1},      {"--cluster", 1},  {"--gpus", 1},         {"--bandwidth", 1},
+                  {"--memory", 1},     {"--batch", 1},    {"--microbatches", 1}, {"--stages", 1},
+                  {"--schedule", 1},   {"--strategy", 1}, {"--json", 0},         {"--trace", 1},
+                  {"--zb1-memory", 1}, {"--help", 0}};
 
 #define N_PLAN_FLAGS ((int)(sizeof plan_flags / sizeof plan_flags[0]))
 
@@ -103,6 +104,10 @@ static int parse_args(const cli_command *self, int argc, char **argv, plan_args 
                 return cli_usage_error(
                     self, "--schedule '%s': expected gpipe, 1f1b, pipedream, sliced, zb1 or auto",
                     v);
+        } else if (strcmp(f, "--zb1-memory") == 0) {
+            if (strcmp(v, "device") != 0 && strcmp(v, "1f1b_peak") != 0)
+                return cli_usage_error(self, "--zb1-memory '%s': expected device or 1f1b_peak", v);
+            a->zb1_peak_cap = strcmp(v, "1f1b_peak") == 0;
         } else if (strcmp(f, "--strategy") == 0) {
             if (strcmp(v, "all") == 0) {
                 a->all = 1;
@@ -208,6 +213,7 @@ int cmd_plan(const cli_command *self, int argc, char **argv)
                         .schedule = (plan_sched_kind)a.schedule,
                         .runtime_zb1 = 1, /* the workers run zb1: auto may pick it */
                         .max_stages = (int)a.stages,
+                        .zb1_peak_cap = a.zb1_peak_cap,
                         .record_trace = a.trace != NULL};
     int first_ok = -1;
     sc_err first_err;

@@ -235,7 +235,7 @@ int cmd_export(const cli_command *self, int argc, char **argv);
     "usage: stagecraft plan --model FILE (--cluster FILE | --gpus N --bandwidth B [--memory M])\n" \
     "                       [--batch B] [--microbatches M|auto] [--stages N]\n"                   \
     "                       [--schedule gpipe|1f1b|pipedream|sliced|zb1|auto]\n"                 \
-    "                       [--strategy NAME|all]\n"                                           \
+    "                       [--strategy NAME|all] [--zb1-memory device|1f1b_peak]\n"         \
     "                       [--json] [--trace FILE]\n\n"                                         \
     "Plans pipeline parallelism offline: cuts the model's blocks into stages, places them on\n"  \
     "devices, picks the micro-batches, simulates the schedule and compares strategies.\n"       \
@@ -254,6 +254,8 @@ int cmd_export(const cli_command *self, int argc, char **argv);
     "                      or auto (the fastest of gpipe, 1f1b, sliced and zb1 that fits)\n"    \
     "  --strategy NAME     uniform, blockpartition, minmax, pipedream, autopipe, hetero,\n"     \
     "                      umpipe, exhaustive, or all (default)\n"                               \
+    "  --zb1-memory R      what bounds zb1's deferred weight gradients: device (default,\n"     \
+    "                      each device's memory) or 1f1b_peak (also 1f1b's fullest stage)\n"   \
     "  --json              print {\"plans\": [...]} (docs/reference/formats.md)\n"                 \
     "  --trace FILE        write the fastest plan's simulated schedule as a Chrome trace\n"     \
     "Exit status: 0 ok, 1 runtime failure, 2 bad usage or input.\n"

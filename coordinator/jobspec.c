@@ -15,16 +15,37 @@
 static const char *const data_kinds[] = {"text", "tokens", "cifar10", "synthetic", NULL};
 static const char *const schedules[] = {"auto",   "gpipe",   "1f1b", "pipedream",
                                         "sliced", "unequal", "zb1",  NULL};
-static const char *const strategies[] = {"hetero", "uniform", "blockpartition", "minmax",
-                                         "pipedream", "autopipe", "umpipe", "exhaustive", NULL};
+static const char *const strategies[] = {"hetero", "uniform",    "blockpartition",
+                                         "minmax", "pipedream",  "autopipe",
+                                         "umpipe", "exhaustive", NULL};
 static const char *const optimizers[] = {"adamw", "sgd", NULL};
 static const char *const model_kinds[] = {"gpt", "vgg", "mlp", "hf", NULL};
 /* every key of a job file and of its objects (the model's are its builder's to check) */
-static const char *const job_keys[] = {
-    "format", "version", "name", "model", "data", "batch_size", "microbatches", "schedule",
-    "strategy", "workers", "steps", "seed", "checkpoint_every", "checkpoint_keep",
-    "checkpoint_replicas", "stages", "transport", "export", "rebalance", "freeze", "optimizer",
-    "precision", "loss_scale", NULL};
+static const char *const job_keys[] = {"format",
+                                       "version",
+                                       "name",
+                                       "model",
+                                       "data",
+                                       "batch_size",
+                                       "microbatches",
+                                       "schedule",
+                                       "strategy",
+                                       "workers",
+                                       "steps",
+                                       "seed",
+                                       "checkpoint_every",
+                                       "checkpoint_keep",
+                                       "checkpoint_replicas",
+                                       "stages",
+                                       "transport",
+                                       "export",
+                                       "rebalance",
+                                       "freeze",
+                                       "optimizer",
+                                       "precision",
+                                       "loss_scale",
+                                       "zb1_memory",
+                                       NULL};
 static const char *const loss_scale_keys[] = {"initial", "interval", NULL};
 static const char *const data_keys[] = {"kind", "path", NULL};
 static const char *const optimizer_keys[] = {"kind", "lr", "weight_decay", "momentum", NULL};
@@ -66,8 +87,8 @@ static sc_status parse_workers(const sc_jnode *root, coord_jobspec *spec, sc_err
                                      SC_WIRE_MAX_WORKER_NAME);
             for (size_t j = 0; j < i; j++)
                 if (strcmp(spec->worker_names[j], name) == 0)
-                    return sc_jnode_fail(&e, err, SC_ERR_INVALID,
-                                         "worker \"%s\" is listed twice", name);
+                    return sc_jnode_fail(&e, err, SC_ERR_INVALID, "worker \"%s\" is listed twice",
+                                         name);
             spec->worker_names[i] = strdup(name);
             SC_ALLOC_CHECK(spec->worker_names[i], err);
         }
@@ -346,6 +367,15 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
                              "pipedream, or another schedule (gpipe, 1f1b, zb1, sliced, auto)");
     }
 
+    /* "zb1_memory": what bounds zb1's deferred weight gradients: each device's memory
+     * ("device", the default) or, as well, 1f1b's fullest stage ("1f1b_peak") */
+    static const char *const zb1_memories[] = {"device", "1f1b_peak", NULL};
+    spec->zb1_peak_cap = false;
+    if (sc_jnode_has(&root, "zb1_memory")) {
+        SC_CHECK(sc_json_get_enum(&root, "zb1_memory", zb1_memories, &which, err));
+        spec->zb1_peak_cap = which == 1;
+    }
+
     sc_strlcpy(spec->optimizer, "adamw", sizeof spec->optimizer);
     spec->lr = 3e-4;
     spec->weight_decay = 0.0;
@@ -356,15 +386,14 @@ static sc_status parse_body(const sc_jdoc *doc, coord_jobspec *spec, sc_err *err
         SC_CHECK(sc_json_get_enum(&opt, "kind", optimizers, &which, err));
         sc_strlcpy(spec->optimizer, optimizers[which], sizeof spec->optimizer);
         SC_CHECK(sc_json_opt_number(&opt, "lr", 1e-12, 10.0, spec->lr, &spec->lr, err));
-        SC_CHECK(sc_json_opt_number(&opt, "weight_decay", 0.0, 1.0, 0.0, &spec->weight_decay,
-                                    err));
+        SC_CHECK(sc_json_opt_number(&opt, "weight_decay", 0.0, 1.0, 0.0, &spec->weight_decay, err));
         SC_CHECK(sc_json_opt_number(&opt, "momentum", 0.0, 0.9999, 0.9, &spec->momentum, err));
     }
     return SC_OK;
 }
 
-sc_status coord_jobspec_parse(const char *source, const char *text, size_t len,
-                              coord_jobspec *spec, sc_err *err)
+sc_status coord_jobspec_parse(const char *source, const char *text, size_t len, coord_jobspec *spec,
+                              sc_err *err)
 {
     memset(spec, 0, sizeof *spec);
     if (len > COORD_JOBSPEC_MAX_BYTES)

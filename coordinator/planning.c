@@ -402,6 +402,7 @@ static sc_status run_strategy(const coord_jobspec *spec, int strategy, int micro
     req.max_stages = (int)spec->max_stages;
     req.schedule = (plan_sched_kind)plan_sched_parse(sched);
     req.runtime_zb1 = 1; /* the workers run zb1 (worker/runtime/schedule.h) */
+    req.zb1_peak_cap = spec->zb1_peak_cap;
     plan_result res;
     memset(&res, 0, sizeof res);
     sc_status rc = plan_run(&req, (plan_strategy)strategy, &res, err);
@@ -515,8 +516,7 @@ static const char *plan_precision(const coord_jobspec *spec, const coord_plan_wo
         json_array_foreach(json_object_get(st, "devices"), k, d)
         {
             json_int_t i = json_integer_value(d);
-            if (i < 0 || (size_t)i >= n || workers[i].hw == NULL ||
-                workers[i].hw->n_devices == 0)
+            if (i < 0 || (size_t)i >= n || workers[i].hw == NULL || workers[i].hw->n_devices == 0)
                 continue;
             const Stagecraft__Device *dev = workers[i].hw->devices[0];
             if (dev->kind == NULL || strcmp(dev->kind, "cuda") != 0)

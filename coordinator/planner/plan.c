@@ -70,6 +70,15 @@ void plan_result_free(plan_result *r)
 
 /* ---------------------------------------------------------------- simulation helpers */
 
+/* plan_cost_new with the request's zb1 memory rule. */
+static sc_status cost_new(const plan_request *req, plan_cost **out, const plan_profile *p,
+                          const plan_cluster *c, double samples, int batch, sc_err *err)
+{
+    SC_CHECK(plan_cost_new(out, p, c, samples, batch, err));
+    (*out)->zb1_peak_cap = req->zb1_peak_cap != 0;
+    return SC_OK;
+}
+
 static int sched_units(plan_sched_kind k, int devices, int m)
 {
     /* PipeDream has no flush: play enough minibatches to reach the steady state (its warm-up
@@ -87,7 +96,8 @@ static sc_status simulate(const plan_request *req, const plan_cost *c, const pla
     sc_status rc;
     plan_sim_stage *st = calloc((size_t)S, sizeof *st);
     SC_ALLOC_CHECK(st, err);
-    /* zb1: with its deferred W capped to 1f1b's peak memory, as the runtime runs it */
+    /* zb1: with its deferred W capped by memory (plan_partition_zb1_defer), as the runtime runs it
+     */
     SC_CHECK_GOTO(plan_partition_schedule(c, p, req->schedule,
                                           sched_units(req->schedule, p->n_devs, m), sliced, &s,
                                           err),
@@ -202,7 +212,7 @@ static sc_status check_request(const plan_request *req, int batch, sc_err *err)
         return SC_ERRF(err, SC_ERR_INVALID, "--stages: expected 1 to %d", D);
     /* a block that fits no device at all can never be placed */
     plan_cost *c = NULL;
-    SC_CHECK(plan_cost_new(&c, req->profile, req->cluster, 1, batch, err));
+    SC_CHECK(cost_new(req, &c, req->profile, req->cluster, 1, batch, err));
     double most = 0;
     for (int t = 0; t < req->cluster->n_types; t++)
         most =
@@ -302,8 +312,8 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
             if (fabs(log(cand[i]) - log(ms)) < fabs(log(m) - log(ms)))
                 m = cand[i];
     }
-    SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
-    SC_CHECK_GOTO(plan_cost_new(&ref, prof, cl, ref_samples(prof, batch), batch, err), done);
+    SC_CHECK_GOTO(cost_new(req, &cost, prof, cl, (double)batch / m, batch, err), done);
+    SC_CHECK_GOTO(cost_new(req, &ref, prof, cl, ref_samples(prof, batch), batch, err), done);
     SC_CHECK_GOTO(plan_partition_new(&out->part, L, D, err), done);
     /* umpipe's plans run fill-drain (the whole batch's stash at once): its partition is
      * searched under that memory, whatever schedule the request names */
@@ -328,7 +338,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
         sc_err_clear(&serr);
         plan_cost_destroy(&cost);
         plan_partition_destroy(&out->part);
-        SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+        SC_CHECK_GOTO(cost_new(req, &cost, prof, cl, (double)batch / m, batch, err), done);
         SC_CHECK_GOTO(plan_partition_new(&out->part, L, D, err), done);
         cfg.cost = cost;
         cfg.n_micro = m;
@@ -356,7 +366,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
          * with most), not at the size minmax partitioned with */
         out->micro_size = (double)batch / out->n_micro;
         plan_cost_destroy(&cost);
-        SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, out->micro_size, batch, err), done);
+        SC_CHECK_GOTO(cost_new(req, &cost, prof, cl, out->micro_size, batch, err), done);
         for (int s = 0; s < S; s++) {
             out->compute_s[s] = plan_partition_stage_time(cost, out->part, s);
             out->allreduce_s[s] = plan_partition_reduce_time(cost, out->part, s);
@@ -379,7 +389,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
         SC_CHECK_GOTO(plan_profile_reorder(&reordered, prof, out->part->order, err), done);
         prof = reordered;
         plan_cost_destroy(&cost);
-        SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+        SC_CHECK_GOTO(cost_new(req, &cost, prof, cl, (double)batch / m, batch, err), done);
     }
 
     /* --microbatches auto: closed form on the bottleneck stage, then a simulated sweep */
@@ -415,7 +425,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
             plan_cost *cm = NULL;
             double it;
             int k, fits;
-            rc = plan_cost_new(&cm, prof, cl, (double)batch / mc, batch, err);
+            rc = cost_new(req, &cm, prof, cl, (double)batch / mc, batch, err);
             if (rc == SC_OK)
                 rc = pick_sliced(req, cm, out->part, batch, mc, peak, &k, &it, &fits, err);
             plan_cost_destroy(&cm);
@@ -449,7 +459,7 @@ static sc_status plan_run_once(const plan_request *req, plan_strategy strat, pla
         if (best_m > 0 && best_m != m) {
             m = best_m;
             plan_cost_destroy(&cost);
-            SC_CHECK_GOTO(plan_cost_new(&cost, prof, cl, (double)batch / m, batch, err), done);
+            SC_CHECK_GOTO(cost_new(req, &cost, prof, cl, (double)batch / m, batch, err), done);
         }
     }
     out->n_micro = m;

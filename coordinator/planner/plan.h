@@ -1,8 +1,8 @@
 /*
  * plan: the strategy driver. Runs one partitioning strategy on a profile and a cluster, picks
  * the micro-batch count, simulates the chosen schedule and fills a plan result; writes results
- * as the plan JSON of docs/reference/formats.md and the simulated schedule as a Chrome trace (the writers
- * are plan_write.c).
+ * as the plan JSON of docs/reference/formats.md and the simulated schedule as a Chrome trace (the
+ * writers are plan_write.c).
  *
  * Does not read files (the caller loads profile and cluster) and prints nothing but what it is
  * asked to write. Every strategy is compared by the same objective and the same simulator.
@@ -51,9 +51,12 @@ typedef struct plan_request {
                                  workers do (worker/runtime/schedule.h), `stagecraft plan`
                                  sets 1; 0 leaves it out */
     int max_stages;           /* 0 = no cap */
-    double slice_efficiency; /* half-size kernels' efficiency for sliced; 0 = 0.9 */
-    long exhaustive_limit;   /* 0 = default */
-    int record_trace;        /* keep simulated events in the result */
+    int zb1_peak_cap;         /* zb1: cap each stage's deferred W so that no copy holds more
+                                 bytes than 1f1b's fullest (a job's "zb1_memory":
+                                 "1f1b_peak"); 0, the default: only by each device's memory */
+    double slice_efficiency;  /* half-size kernels' efficiency for sliced; 0 = 0.9 */
+    long exhaustive_limit;    /* 0 = default */
+    int record_trace;         /* keep simulated events in the result */
 } plan_request;
 
 /* The largest global batch planned (as a job spec's batch_size): the micro-batch sweep and the
@@ -88,9 +91,9 @@ typedef struct plan_result {
     double *peak_memory_bytes; /* (n_stages) */
     double *allreduce_s;       /* (n_stages) the copies' all-reduce each iteration, as charged
                                 * (plan_partition_reduce_time; 0: one copy) */
-    int *w_defer;              /* (n_stages) zb1: the W each stage defers within 1f1b's peak
-                                * memory (plan_partition_zb1_defer; JSON stages[].deferred_w);
-                                * NULL for the other schedules */
+    int *w_defer;              /* (n_stages) zb1: the W each stage defers within its devices'
+                                * memory (and 1f1b's peak with zb1_peak_cap)
+                                * (plan_partition_zb1_defer); NULL otherwise */
     int n_micro;
     double micro_size; /* samples per micro-batch (equal sizes) */
     int sliced;        /* warm-up micro-batches cut in halves (sliced schedule) */

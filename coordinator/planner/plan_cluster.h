@@ -191,6 +191,8 @@ typedef struct plan_cost {
     double *wstash_prefix; /* (n_blocks + 1) per micro-batch: zb1's W stashes */
     double *scratch;       /* (n_blocks) per block, at the planned micro-batch size */
     double *param_prefix;  /* (n_blocks + 1) */
+    int zb1_peak_cap;      /* zb1's deferred W capped at 1f1b's peak bytes as well as by each
+                            * device's memory (plan_partition_zb1_defer); 0 after plan_cost_new */
 } plan_cost;
 
 /* Errors: a block_times entry naming no block of the profile (SC_ERR_INVALID). */

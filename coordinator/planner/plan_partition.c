@@ -70,6 +70,7 @@ void plan_partition_clear(plan_partition *p)
     p->objective_s = 0;
     p->no_fit = 0;
     p->note[0] = '\0';
+    p->search = 0;
     if (p->order != NULL) {
         free(p->order);
         p->order = NULL;
@@ -110,6 +111,7 @@ void plan_partition_copy(plan_partition *dst, const plan_partition *src)
                             src->n_dev[s]);
     dst->objective_s = src->objective_s;
     memcpy(dst->note, src->note, sizeof dst->note);
+    dst->search = src->search;
 }
 
 /* ================================================================ objective */
@@ -289,25 +291,36 @@ int *plan_partition_copies(const plan_partition *p)
 sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
                                    int *w_defer, sc_err *err)
 {
-    double *slot = malloc((size_t)p->n_stages * sizeof *slot);
-    SC_ALLOC_CHECK(slot, err);
     const int *reps = plan_partition_copies(p);
-    for (int s = 0; s < p->n_stages; s++) /* what a micro-batch keeps from F to W */
-        slot[s] = plan_cost_stash(c, p->first[s], p->last[s]);
-    plan_schedule_zb1_caps(p->n_stages, reps, n_micro, slot, w_defer);
-    /* and within the stage's smallest device, where 1f1b's count fits (the searches count 1f1b's
-     * stash for zb1, so zb1 fits wherever 1f1b does) */
+    if (c->zb1_peak_cap) {
+        double *slot = malloc((size_t)p->n_stages * sizeof *slot);
+        SC_ALLOC_CHECK(slot, err);
+        for (int s = 0; s < p->n_stages; s++) /* what a micro-batch keeps from F to W */
+            slot[s] = plan_cost_stash(c, p->first[s], p->last[s]);
+        plan_schedule_zb1_caps(p->n_stages, reps, n_micro, slot, w_defer);
+        free(slot);
+    } else {
+        for (int s = 0; s < p->n_stages; s++) /* ZB-H1's own deferral */
+            w_defer[s] = plan_schedule_zb1_defer(p->n_stages, reps, n_micro, s);
+    }
+    /* and within the stage's smallest device, counted as the plan's peak is (plan_run): the
+     * stash and the W stashes of every micro-batch held, and the largest block's scratch. 0
+     * fits where 1f1b's count does (the searches count 1f1b's stash for zb1). */
     for (int s = 0; s < p->n_stages; s++) {
-        double room = HUGE_VAL;
+        double room = HUGE_VAL, scratch = 0;
         for (int i = 0; i < p->n_dev[s]; i++)
             room = fmin(room, dev_memory(c, p->devs[p->dev_start[s] + i]));
-        while (w_defer[s] > 0 &&
-               plan_cost_memory(c, p->first[s], p->last[s],
-                                plan_schedule_zb1_held(p->n_stages, reps, n_micro, s, w_defer[s]),
-                                0) > room)
+        for (int l = p->first[s]; l <= p->last[s]; l++)
+            scratch = fmax(scratch, c->scratch[l]);
+        double wstash = c->wstash_prefix[p->last[s] + 1] - c->wstash_prefix[p->first[s]];
+        while (w_defer[s] > 0) {
+            int held = plan_schedule_zb1_held(p->n_stages, reps, n_micro, s, w_defer[s]);
+            if (plan_cost_memory(c, p->first[s], p->last[s], held, 0) + wstash * held + scratch <=
+                room)
+                break;
             w_defer[s]--;
+        }
     }
-    free(slot);
     return SC_OK;
 }
 
@@ -322,7 +335,7 @@ double plan_partition_stage_memory(const plan_search_cfg *cfg, const plan_partit
     if (cfg->sched == PLAN_SCHED_ZB1) { /* the plan known whole: stage 0's warm-up exactly */
         inflight = plan_stash_count_zb1_copy(sc_pipeline_warmup(all, p->n_dev[0]) + 1, p->n_dev[s],
                                              cfg->n_micro);
-        /* and the deferral capped to 1f1b's peak memory and the stage's devices, as the plan
+        /* and the deferral capped by the stage's devices (and 1f1b's peak when asked), as the plan
          * runs (out of memory: ZB-H1's count, a bound) */
         int *w_defer = malloc((size_t)p->n_stages * sizeof *w_defer);
         if (w_defer != NULL && cfg->n_micro > 0 &&

@@ -26,6 +26,8 @@
 #include "coordinator/planner/plan_cluster.h"
 #include "coordinator/planner/plan_schedule.h"
 
+enum { PLAN_SEARCH_EXACT = 1, PLAN_SEARCH_HEURISTIC = 2 };
+
 typedef struct plan_partition {
     int cap_stages;
     int cap_devices;
@@ -40,6 +42,9 @@ typedef struct plan_partition {
     int no_fit;         /* the strategy failed because no partition fits the devices' memory
                          * at the configured micro-batch size (smaller ones might) */
     char note[160];     /* what the strategy simplified, if anything */
+    int search;         /* hetero picking by simulation: PLAN_SEARCH_EXACT when its exact
+                         * search ran to the end (plan_partition_exact), PLAN_SEARCH_HEURISTIC
+                         * when its order search did; 0 for the other strategies */
     /* NULL: positions are the profile's own. Else (n_order = the profile's n_blocks) position i
      * holds the profile's block order[i], a topological order of its DAG in which every stage
      * is contiguous (plan_profile_reorder builds the profile in that order). */
@@ -82,7 +87,8 @@ typedef struct plan_search_cfg {
 
 #define PLAN_EXHAUSTIVE_DEFAULT_LIMIT 20000000L
 
-/* ---- the common objective (docs/reference/formats.md) ------------------------------------------- */
+/* ---- the common objective (docs/reference/formats.md) -------------------------------------------
+ */
 
 /* Compute time of stage s per micro-batch: the slowest replica's (forward + backward) divided
  * by the replicas, plus, when replicated, its share of the weight all-reduce
@@ -219,11 +225,13 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p,
  * takes for p. */
 int *plan_partition_copies(const plan_partition *p);
 
-/* zb1's memory budget for p: w_defer[s] (n_stages entries) = plan_schedule_zb1_caps over the
- * stages' stash bytes per micro-batch (plan_cost_stash, what a micro-batch keeps from F to W),
- * so that no copy holds more bytes than 1F1B's peak stage does, and lowered further until the
- * stage fits its smallest device (plan_cost_memory; down to 0, 1F1B's count): a zb1 plan fits
- * wherever the same partition under 1F1B fits. */
+/* zb1's memory budget for p: w_defer[s] (n_stages entries) = ZB-H1's deferral
+ * (plan_schedule_zb1_defer), or with c->zb1_peak_cap plan_schedule_zb1_caps over the stages'
+ * stash bytes per micro-batch (plan_cost_stash, what a micro-batch keeps from F to W), so that
+ * no copy holds more bytes than 1F1B's peak stage does; then lowered until the stage fits its
+ * smallest device (plan_cost_memory plus the W stashes of the micro-batches held and the
+ * largest block's scratch, as plan_run's peak counts them; down to 0, 1F1B's count): a zb1 plan
+ * fits wherever the same partition under 1F1B fits. */
 sc_status plan_partition_zb1_defer(const plan_cost *c, const plan_partition *p, int n_micro,
                                    int *w_defer, sc_err *err);
 /* The schedule the runtime runs p with: plan_schedule_build_replicated with p's copies, and for
@@ -241,6 +249,12 @@ sc_status plan_partition_simulate(const plan_cost *c, const plan_partition *p,
                                   const plan_schedule *s, const struct plan_sim_stage *stages,
                                   int n_micro, double slice_efficiency, int record_events,
                                   struct plan_sim_result *out, sc_err *err);
+/* A search's candidate simulated as plan_run will run it: cfg's schedule (pipedream over
+ * enough minibatches to reach its steady state; sliced with cfg->sliced halves, at most the
+ * stages - 1 and the micro-batches), cfg->n_micro micro-batches; *iter_s its iteration. `st`
+ * holds cand's stages (n_stages entries). Errors as plan_partition_simulate. */
+sc_status plan_search_simulate(const plan_search_cfg *cfg, const plan_partition *cand,
+                               struct plan_sim_stage *st, double *iter_s, sc_err *err);
 /* The same for unequal micro-batch sizes per stage (plan_sim_run_sized_shared): the umpipe
  * strategy's figures. */
 struct plan_sim_sized;

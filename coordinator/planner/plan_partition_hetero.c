@@ -8,6 +8,10 @@
  * ruled anything out, it searches again for each count of halved warm-up micro-batches. A stage
  * cap (cfg->max_stages) bounds every DP's stages; copies then stay allowed on any instance.
  *
+ * With select_by_sim on clusters plan_exact_eligible accepts (up to 8 devices), the exact
+ * search of plan_partition_exact runs first and its plan is the answer when it ends within its
+ * budget; the order search runs otherwise (out->search says which).
+ *
  * Does not pick the micro-batch count (plan_run does); a stage's copies are alike devices of
  * one server, only as many as the runtime runs. Invariant: the partition returned fits every
  * device's memory under the stash rule it was found under.
@@ -65,9 +69,6 @@ static int same_plan(const plan_partition *a, const plan_partition *b)
     return memcmp(a->devs, b->devs, (size_t)a->n_devs * sizeof(int)) == 0;
 }
 
-static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_partition *cand,
-                                    plan_sim_stage *st, double *iter_s, sc_err *err);
-
 static void track_try(het_search *h, het_track *tr, const int *order)
 {
     double tie = 1e-9;
@@ -95,7 +96,7 @@ static void track_try(het_search *h, het_track *tr, const int *order)
     double it = HUGE_VAL;
     sc_err e;
     sc_err_clear(&e);
-    if (simulate_candidate(h->cfg, p, h->st, &it, &e) != SC_OK)
+    if (plan_search_simulate(h->cfg, p, h->st, &it, &e) != SC_OK)
         it = HUGE_VAL;
     /* full: the slowest tie after the first gives way to a faster one */
     int at = tr->n;
@@ -173,30 +174,6 @@ static int next_perm(int *a, int n)
  * drain and the activation round trip of 1F1B are counted, which only the simulator sees. */
 #define HET_STAGED_MAX_DEVICES 16
 #define HET_STAGED_MAX_BLOCKS 512
-
-static sc_status simulate_candidate(const plan_search_cfg *cfg, const plan_partition *cand,
-                                    plan_sim_stage *st, double *iter_s, sc_err *err)
-{
-    int S = cand->n_stages, m = cfg->n_micro > 0 ? cfg->n_micro : 1;
-    int units =
-        cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * cand->n_devs + 4 ? 4 * cand->n_devs + 4 : m;
-    /* sliced: with the halves whose stash the candidate's memory was checked for */
-    int halves = cfg->sched == PLAN_SCHED_SLICED ? cfg->sliced : 0;
-    halves = halves < S - 1 ? halves : S - 1;
-    halves = halves < m ? halves : m;
-    double eff = cfg->slice_efficiency > 0 ? cfg->slice_efficiency : 0.9;
-    plan_schedule *s = NULL;
-    plan_sim_result r;
-    SC_CHECK(plan_partition_schedule(cfg->cost, cand, cfg->sched, units, halves, &s, err));
-    plan_partition_sim_stages(cfg->cost, cand, st);
-    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, eff, 0, &r, err);
-    plan_schedule_destroy(&s);
-    if (rc != SC_OK)
-        return rc;
-    *iter_s = r.iteration_s;
-    plan_sim_result_free(&r);
-    return SC_OK;
-}
 
 /* Memory bound used inside the DPs, where the later stages are not known yet: a stage of
  * `copies` copies in a plan of at most n_stages stages, with at most `after` copies from it on
@@ -323,7 +300,7 @@ static sc_status pick_by_stages(const plan_search_cfg *cfg, const int *order, in
                     plan_partition_push(cand, firsts[x], x + 1 < s ? firsts[x + 1] - 1 : L - 1,
                                         order + dstart[x], reps[x]);
                 double it;
-                SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+                SC_CHECK_GOTO(plan_search_simulate(cfg, cand, st, &it, err), done);
                 if (it < *best_iter * (1 - 1e-12)) {
                     *best_iter = it;
                     plan_partition_copy(out, cand);
@@ -387,7 +364,7 @@ static sc_status pick_by_simulation(const plan_search_cfg *cfg, dp_tables *t, co
                 goto done;
             }
             double it;
-            SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+            SC_CHECK_GOTO(plan_search_simulate(cfg, cand, st, &it, err), done);
             if (it < best * (1 - 1e-12)) {
                 best = it;
                 plan_partition_copy(out, cand);
@@ -439,7 +416,7 @@ static sc_status refine_by_simulation(const plan_search_cfg *cfg, plan_partition
                     continue;
                 }
                 double it;
-                SC_CHECK_GOTO(simulate_candidate(cfg, cand, st, &it, err), done);
+                SC_CHECK_GOTO(plan_search_simulate(cfg, cand, st, &it, err), done);
                 if (it < *best_iter * (1 - 1e-9)) {
                     *best_iter = it;
                     plan_partition_copy(out, cand);
@@ -457,7 +434,7 @@ done:
 /* hetero for one stash rule (cfg->sliced as given). *score: the simulated iteration of the
  * plan when cfg->select_by_sim, else its bottleneck; *mem_cut is set when memory ruled out
  * anything. */
-static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, double *score,
+static sc_status hetero_orders(const plan_search_cfg *cfg, plan_partition *out, double *score,
                                int *mem_cut, sc_err *err)
 {
     const plan_cost *c = cfg->cost;
@@ -650,6 +627,32 @@ done:
     return rc;
 }
 
+/* hetero_orders, then, picked by simulation on a small cluster, the exact search with its plan
+ * as the incumbent (plan_partition_exact): *exact stays 1 when that search ran to the end,
+ * and its plan replaces the order search's when faster (or when that found none fitting). */
+static sc_status hetero_search(const plan_search_cfg *cfg, plan_partition *out, double *score,
+                               int *mem_cut, int *exact, sc_err *err)
+{
+    sc_status rc = hetero_orders(cfg, out, score, mem_cut, err);
+    if (!cfg->select_by_sim || !plan_exact_eligible(cfg) || (rc != SC_OK && !out->no_fit)) {
+        *exact = 0;
+        return rc;
+    }
+    int done = 0, no_fit = rc != SC_OK;
+    double it;
+    SC_CHECK(
+        plan_partition_exact(cfg, 0, no_fit ? HUGE_VAL : *score, out, &it, &done, mem_cut, err));
+    *exact &= done;
+    if (no_fit && isfinite(it)) { /* out holds the exact search's plan */
+        if (err != NULL)
+            sc_err_clear(err);
+        rc = SC_OK;
+    }
+    if (rc == SC_OK)
+        *score = it;
+    return rc;
+}
+
 /* A plan's simulated iteration under the sliced schedule with the fastest count of halved
  * warm-up micro-batches, 0..tries, under which it fits memory (HUGE_VAL when none), as plan_run
  * will run it: plans found under different counts are compared by it. */
@@ -665,7 +668,7 @@ static sc_status sliced_score(const plan_search_cfg *cfg, const plan_partition *
         double it;
         if (plan_partition_check_memory(&sc, p, NULL) != SC_OK)
             continue;
-        rc = simulate_candidate(&sc, p, st, &it, err);
+        rc = plan_search_simulate(&sc, p, st, &it, err);
         if (rc == SC_OK && it < *score)
             *score = it;
     }
@@ -677,7 +680,7 @@ static sc_status sliced_score(const plan_search_cfg *cfg, const plan_partition *
  * (plan_partition_hetero): the best plan that fits under one of them replaces *out when its
  * score is lower, or when *out has none (*found 0). */
 static sc_status hetero_sliced(const plan_search_cfg *cfg, int tries, plan_partition *out,
-                               double *score, int *found, sc_err *err)
+                               double *score, int *found, int *exact, sc_err *err)
 {
     plan_partition *cand = NULL;
     SC_CHECK(plan_partition_new(&cand, out->cap_stages, out->cap_devices, err));
@@ -688,7 +691,7 @@ static sc_status hetero_sliced(const plan_search_cfg *cfg, int tries, plan_parti
         int ignored = 0;
         sc_err e;
         sc_err_clear(&e);
-        sc_status r = hetero_search(&sc, cand, &s, &ignored, &e);
+        sc_status r = hetero_search(&sc, cand, &s, &ignored, exact, &e);
         if (r == SC_OK && cfg->select_by_sim)
             r = sliced_score(cfg, cand, tries, &s, &e);
         if (r != SC_OK && !cand->no_fit) { /* not memory: out of memory, say */
@@ -711,7 +714,8 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
     int cut = 0;
     sc_err first;
     sc_err_clear(&first);
-    sc_status rc = hetero_search(cfg, out, &score, &cut, &first);
+    int exact = 1;
+    sc_status rc = hetero_search(cfg, out, &score, &cut, &exact, &first);
     int tries = plan_search_sliced_tries(cfg, cfg->cost->cluster->n_devices), found = rc == SC_OK;
     /* sliced with fewer micro-batches than devices, and memory ruled something out without
      * halves: their stash counts differ (plan_stash_count_sliced), so search again under each
@@ -719,9 +723,11 @@ sc_status plan_partition_hetero(const plan_search_cfg *cfg, plan_partition *out,
     if (cut && tries > 0 && (found || out->no_fit)) {
         if (found && cfg->select_by_sim)
             SC_CHECK(sliced_score(cfg, out, tries, &score, err));
-        sc_status src = hetero_sliced(cfg, tries, out, &score, &found, err);
+        sc_status src = hetero_sliced(cfg, tries, out, &score, &found, &exact, err);
         rc = src != SC_OK ? src : found ? SC_OK : rc;
     }
+    if (rc == SC_OK && cfg->select_by_sim)
+        out->search = exact ? PLAN_SEARCH_EXACT : PLAN_SEARCH_HEURISTIC;
     if (rc != SC_OK && !found && err != NULL && err->code == SC_OK)
         *err = first;
     return rc;

@@ -93,6 +93,32 @@ int plan_search_max_stages(const plan_search_cfg *cfg);
 sc_status plan_partition_no_fit(const plan_search_cfg *cfg, const char *who, plan_partition *out,
                                 sc_err *err);
 
+/* ---- hetero's exact search (plan_partition_exact.c) ------------------------------------- */
+
+/* The most devices the exact search takes. */
+#define PLAN_EXACT_MAX_DEVICES 8
+/* Its work units: one per cut tried for a stage, blocks x classes / 8 per bound on the blocks
+ * left, PLAN_EXACT_SIM_UNITS per micro-batch and stage of a plan simulated. The default budget
+ * is about one second of search on one core (docs/benchmarks.md). */
+#define PLAN_EXACT_SIM_UNITS 4L
+#define PLAN_EXACT_DEFAULT_BUDGET 64000000L
+
+/* Whether the exact search applies to cfg at all: at most PLAN_EXACT_MAX_DEVICES devices, no
+ * explicit links or measured bandwidth matrix, no CPU quota, not pipedream. */
+int plan_exact_eligible(const plan_search_cfg *cfg);
+/* The plan of least simulated iteration (plan_search_simulate) among every plan of contiguous
+ * stages on 1..DP_MAX_COPIES alike devices of one server each (copies plan_replicas_runnable),
+ * that fits memory (plan_partition_check_memory), within `budget` work units (0: the default),
+ * when one beats `incumbent` (the iteration of a plan the caller has; HUGE_VAL: none).
+ * *completed 1 when the search ran to the end: then, when a plan beats the incumbent, `out`
+ * holds the best and *iter_s is its iteration; else out is untouched and *iter_s is the
+ * incumbent (HUGE_VAL: no plan fits). *completed 0 when cfg is not eligible or the budget ran
+ * out (out untouched, *iter_s the incumbent). *mem_cut is set when memory ruled out anything.
+ * Errors: out of memory, a simulation's. */
+sc_status plan_partition_exact(const plan_search_cfg *cfg, long budget, double incumbent,
+                               plan_partition *out, double *iter_s, int *completed, int *mem_cut,
+                               sc_err *err);
+
 /* ---- the DP over a device order (plan_partition_dp.c) --------------------------------- */
 
 /* The most copies of one stage any DP gives (hetero's max_rep). */

@@ -178,3 +178,28 @@ void plan_partition_sim_stages(const plan_cost *c, const plan_partition *p, plan
         st[s].send_bwd_s = cut;
     }
 }
+
+sc_status plan_search_simulate(const plan_search_cfg *cfg, const plan_partition *cand,
+                               plan_sim_stage *st, double *iter_s, sc_err *err)
+{
+    int S = cand->n_stages, m = cfg->n_micro > 0 ? cfg->n_micro : 1;
+    /* pipedream's stream crosses iterations: enough minibatches to reach its steady state */
+    int units =
+        cfg->sched == PLAN_SCHED_PIPEDREAM && m < 4 * cand->n_devs + 4 ? 4 * cand->n_devs + 4 : m;
+    /* sliced: with the halves whose stash the candidate's memory was checked for */
+    int halves = cfg->sched == PLAN_SCHED_SLICED ? cfg->sliced : 0;
+    halves = halves < S - 1 ? halves : S - 1;
+    halves = halves < m ? halves : m;
+    double eff = cfg->slice_efficiency > 0 ? cfg->slice_efficiency : 0.9;
+    plan_schedule *s = NULL;
+    plan_sim_result r;
+    SC_CHECK(plan_partition_schedule(cfg->cost, cand, cfg->sched, units, halves, &s, err));
+    plan_partition_sim_stages(cfg->cost, cand, st);
+    sc_status rc = plan_partition_simulate(cfg->cost, cand, s, st, m, eff, 0, &r, err);
+    plan_schedule_destroy(&s);
+    if (rc != SC_OK)
+        return rc;
+    *iter_s = r.iteration_s;
+    plan_sim_result_free(&r);
+    return SC_OK;
+}

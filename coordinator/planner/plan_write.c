@@ -1,6 +1,6 @@
 /*
- * plan_write: plan results as the plan JSON of docs/reference/formats.md and as a human table, and a
- * result's simulated schedule as a Chrome trace.
+ * plan_write: plan results as the plan JSON of docs/reference/formats.md and as a human table, and
+ * a result's simulated schedule as a Chrome trace.
  *
  * Computes nothing: every figure written is the result's own. Invariant: text that comes from
  * the inputs (model, block and file names, error messages) is escaped in the JSON and made
@@ -48,6 +48,12 @@ static double wgrad_share(const plan_profile *p, int *assumed)
     return b > 0 ? w / b : 0;
 }
 
+/* A partition's `search` (PLAN_SEARCH_*) as the plan file and the table name it. */
+static const char *search_name(int search)
+{
+    return search == PLAN_SEARCH_EXACT ? "exact" : "heuristic";
+}
+
 sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r, int n,
                           sc_err *err)
 {
@@ -74,6 +80,8 @@ sc_status plan_write_json(FILE *f, const plan_request *req, const plan_result *r
                 x->batch, x->objective_s, x->bottleneck_s, x->iteration_time_s,
                 x->throughput_samples_per_s, x->bubble_fraction, x->lower_bound_s,
                 x->lower_bound_replicated_s, x->search_time_s, x->fits_memory ? "true" : "false");
+        if (x->part->search != 0)
+            fprintf(f, ", \"search\": \"%s\"", search_name(x->part->search));
         if (x->note[0]) {
             fprintf(f, ", \"note\": ");
             json_str(f, x->note);
@@ -206,6 +214,9 @@ void plan_write_table(FILE *f, const plan_request *req, const plan_result *r, in
         if (req->schedule == PLAN_SCHED_AUTO)
             fprintf(f, "  [%s]",
                     x->strategy == PLAN_STRAT_UMPIPE ? "unequal" : plan_sched_name(x->schedule));
+        /* hetero: whether its exact search ran to the end or its heuristic decided */
+        if (x->part->search != 0)
+            fprintf(f, "  search: %s", search_name(x->part->search));
         fputc('\n', f);
         zb1 |= x->schedule == PLAN_SCHED_ZB1 && x->strategy != PLAN_STRAT_UMPIPE;
     }

@@ -1,9 +1,9 @@
 /* coordinator/jobspec: the job spec of FORMATS.md, valid and invalid. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 #include <string.h>
 
 #include <stdio.h>
@@ -43,11 +43,21 @@ static void test_good_spec(void **state)
     assert_string_equal(spec.optimizer, "adamw");
     assert_true(spec.lr == 3e-4);
     assert_int_equal(spec.checkpoint_every, 50);
-    assert_int_equal(spec.checkpoint_keep, 2);   /* not given: the newest 2 complete ones */
+    assert_int_equal(spec.checkpoint_keep, 2);     /* not given: the newest 2 complete ones */
     assert_int_equal(spec.checkpoint_replicas, 1); /* not given: one copy on another worker */
-    assert_string_equal(spec.transport, "auto"); /* not given: the coordinator picks */
-    assert_string_equal(spec.precision, "auto"); /* not given: the plan resolves it */
+    assert_string_equal(spec.transport, "auto");   /* not given: the coordinator picks */
+    assert_string_equal(spec.precision, "auto");   /* not given: the plan resolves it */
+    assert_false(spec.zb1_peak_cap);               /* not given: zb1 bounded by device memory */
     coord_jobspec_clear(&spec);
+    /* zb1's deferral capped at 1f1b's peak, or by the devices' memory, by name */
+    for (int i = 0; i < 2; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%.*s, \"zb1_memory\": \"%s\"}\n",
+                 (int)(strrchr(good, '}') - good), good, i ? "1f1b_peak" : "device");
+        assert_int_equal(coord_jobspec_parse("job.json", text, strlen(text), &spec, &err), SC_OK);
+        assert_int_equal(spec.zb1_peak_cap, i == 1);
+        coord_jobspec_clear(&spec);
+    }
     /* each precision by name */
     const char *const names[] = {"bf16", "fp16", "tf32", "fp32", "auto"};
     for (int i = 0; i < 5; i++) {
@@ -132,8 +142,8 @@ static void expect_error(const char *from, const char *to, const char *want)
     sc_err_clear(&err);
     sc_status rc = coord_jobspec_parse("job.json", text, strlen(text), &spec, &err);
     if (rc == SC_OK || strstr(err.msg, want) == NULL)
-        fail_msg("replacing %s by %s: got rc %d, message '%s', wanted '%s'", from, to, rc,
-                 err.msg, want);
+        fail_msg("replacing %s by %s: got rc %d, message '%s', wanted '%s'", from, to, rc, err.msg,
+                 want);
 }
 
 static void test_bad_specs(void **state)
@@ -151,9 +161,10 @@ static void test_bad_specs(void **state)
     expect_error("\"schedule\": \"auto\"",
                  "\"schedule\": \"auto\", \"loss_scale\": {\"interval\": 2.5}",
                  "loss_scale.interval 2.5 is not a whole number of steps");
-    expect_error("\"schedule\": \"auto\"",
-                 "\"schedule\": \"pipedream\", \"precision\": \"fp16\"",
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"pipedream\", \"precision\": \"fp16\"",
                  "precision fp16 needs a dynamic loss scale, which schedule pipedream");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"zb1_memory\": \"peak\"",
+                 "$.zb1_memory: expected one of \"device\", \"1f1b_peak\", got \"peak\"");
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"zigzag\"",
                  "$.schedule: expected one of \"auto\", \"gpipe\", \"1f1b\"");
     expect_error("\"kind\": \"gpt\"", "\"kind\": \"rnn\"",
@@ -161,8 +172,7 @@ static void test_bad_specs(void **state)
     expect_error("\"heads\": 4", "\"heads\": 3", "$.model");
     expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": \"out\"",
                  "$.export: expected an absolute folder path");
-    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": 3",
-                 "$.export");
+    expect_error("\"schedule\": \"auto\"", "\"schedule\": \"auto\", \"export\": 3", "$.export");
     expect_error("\"kind\": \"text\"", "\"kind\": \"tape\"", "$.data.kind: expected one of");
     expect_error("\"path\": \"/usr/share/common-licenses/GPL-3\"", "\"file\": \"x\"",
                  "$.data.file: unknown key \"file\": valid keys here: \"kind\", \"path\"");
@@ -213,8 +223,7 @@ static void test_bad_specs(void **state)
     expect_error("\"checkpoint_every\": 50",
                  "\"checkpoint_every\": 50, \"checkpoint_keep\": \"all\"",
                  "$.checkpoint_keep: expected an integer");
-    expect_error("\"checkpoint_every\": 50",
-                 "\"checkpoint_every\": 50, \"checkpoint_replicas\": 9",
+    expect_error("\"checkpoint_every\": 50", "\"checkpoint_every\": 50, \"checkpoint_replicas\": 9",
                  "$.checkpoint_replicas: expected an integer in [0, 8], got 9");
     expect_error("\"checkpoint_every\": 50",
                  "\"checkpoint_every\": 50, \"checkpoint_replicas\": true",

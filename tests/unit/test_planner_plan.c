@@ -50,8 +50,12 @@ static void test_all_strategies_json(void **state)
         assert_true(r[s].bubble_fraction >= 0 && r[s].bubble_fraction < 1);
         assert_true(r[s].search_time_s >= 0);
     }
-    /* hetero is at least as good as any single-device-per-stage plan on the objective */
-    assert_true(r[PLAN_STRAT_HETERO].bottleneck_s <= r[PLAN_STRAT_EXHAUSTIVE].bottleneck_s * 1.01);
+    /* hetero (exact on this small cluster) is at least as fast as any single-device-per-stage
+     * plan: on the simulated iteration, which it minimises; the bottleneck is per micro-batch,
+     * and the two may pick different micro-batch sizes */
+    assert_int_equal(r[PLAN_STRAT_HETERO].part->search, PLAN_SEARCH_EXACT);
+    assert_true(r[PLAN_STRAT_HETERO].iteration_time_s <=
+                r[PLAN_STRAT_EXHAUSTIVE].iteration_time_s * 1.01);
     FILE *f = tmpfile();
     assert_int_equal(plan_write_json(f, &req, r, PLAN_STRAT_COUNT, &err), SC_OK);
     rewind(f);

@@ -609,10 +609,11 @@ static void test_caps(void **state)
     }
 }
 
-/* Four equal blocks but the last (a GPT's head) stashing four times as much, on four devices:
- * the zb1 plan defers no W on the last stage and no more on the others than 1f1b's peak allows
- * (deferred_w in the plan), its peak memory is 1f1b's, and its simulated time lies between
- * ZB-H1's uncapped lists and 1f1b's on the same stages: the cap's cost in bubble. */
+/* Four equal blocks but the last (a GPT's head) stashing four times as much, on four devices,
+ * with the 1f1b-peak cap asked for (a job's "zb1_memory": "1f1b_peak"): the zb1 plan defers no W
+ * on the last stage and no more on the others than 1f1b's peak allows (deferred_w in the plan),
+ * its peak memory is 1f1b's, and its simulated time lies between ZB-H1's uncapped lists and
+ * 1f1b's on the same stages: the cap's cost in bubble. */
 static void test_planner_caps(void **state)
 {
     (void)state;
@@ -633,6 +634,7 @@ static void test_planner_caps(void **state)
                         .batch = 8,
                         .microbatches = 8,
                         .max_stages = 4,
+                        .zb1_peak_cap = 1,
                         .schedule = PLAN_SCHED_ZB1};
     plan_result z, a;
     assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &z, &err), SC_OK);
@@ -691,6 +693,59 @@ static void test_planner_caps(void **state)
     plan_profile_destroy(&p);
 }
 
+/* The same stages by default: zb1's deferral bounded by the devices' memory alone. Unlimited,
+ * every stage defers ZB-H1's count (0, 1, 2, 3; each holds 4 micro-batches) and the plan
+ * simulates as ZB-H1 (27 units on equal F = B = W, here 0.27 s and the transfers) where the cap gave
+ * 0.30 s. With devices of 16 MB and the head's block keeping a 1 MB W stash per micro-batch,
+ * the last stage holds 3 (4 MB stash + 1 MB W stash each: 15 MB, a fourth would pass 16 MB):
+ * it defers 2, and the predicted peak counts the W stashes. */
+static void test_planner_device_memory(void **state)
+{
+    (void)state;
+    sc_err err;
+    plan_profile *p = NULL;
+    assert_int_equal(plan_profile_new(&p, 4, &err), SC_OK);
+    for (int l = 0; l < 4; l++) {
+        p->blocks[l].forward_s = 0.01;
+        p->blocks[l].backward_s = 0.02;
+        p->blocks[l].activation_bytes = 1e3;
+        p->blocks[l].stash_bytes = l == 3 ? 4e6 : 1e6;
+        p->blocks[l].parameter_bytes = 1e3;
+    }
+    static const double mem[2] = {0, 16e6};
+    static const int want[2][4] = {{0, 1, 2, 3}, {0, 1, 2, 2}};
+    for (int k = 0; k < 2; k++) {
+        p->blocks[3].wstash_bytes = k ? 1e6 : 0;
+        plan_cluster *c = NULL;
+        assert_int_equal(plan_cluster_new_uniform(&c, 4, 1e10, mem[k], &err), SC_OK);
+        plan_request req = {.profile = p,
+                            .cluster = c,
+                            .batch = 8,
+                            .microbatches = 8,
+                            .max_stages = 4,
+                            .schedule = PLAN_SCHED_ZB1};
+        plan_result z;
+        assert_int_equal(plan_run(&req, PLAN_STRAT_UNIFORM, &z, &err), SC_OK);
+        assert_int_equal(z.part->n_stages, 4);
+        assert_true(z.fits_memory);
+        for (int s = 0; s < 4; s++) {
+            assert_int_equal(z.w_defer[s], want[k][s]);
+            assert_float_equal(z.sim.peak_inflight[s], 4 - s + want[k][s], 0);
+        }
+        if (k == 0) {
+            assert_float_equal(z.iteration_time_s, 0.27, 1e-5);
+        } else {
+            /* parameters and their state, the stash and the W stash of 3 micro-batches */
+            assert_float_equal(z.peak_memory_bytes[3], 4e3 + 3 * 4e6 + 3 * 1e6, 1e-3);
+            assert_true(z.peak_memory_bytes[3] <= 16e6);
+            assert_true(z.iteration_time_s < 0.30 - 1e-9);
+        }
+        plan_result_free(&z);
+        plan_cluster_destroy(&c);
+    }
+    plan_profile_destroy(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -698,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_by_hand),
         cmocka_unit_test(test_replicated_by_hand),
         cmocka_unit_test(test_capped_at_1f1b_memory),
+        cmocka_unit_test(test_planner_device_memory),
         cmocka_unit_test(test_bubble_below_1f1b),
         cmocka_unit_test(test_shared),
         cmocka_unit_test(test_planner),
