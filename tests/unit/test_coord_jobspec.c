@@ -1,9 +1,10 @@
 /* coordinator/jobspec: the job spec of FORMATS.md, valid and invalid. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* cmocka needs the four headers above first */
+#include <cmocka.h>
 #include <string.h>
 
 #include <stdio.h>
