@@ -189,7 +189,7 @@ static void test_capped_hetero_replicates(void **state)
 }
 
 /* A limit with memory a hard limit: four blocks of 100-byte stashes on devices of 1000 bytes
- * (test_planner_plan.c's fill-drain instance); capped at 2 stages hetero fits under 1F1B. */
+ * (test_planner_plan_memory.c's fill-drain instance); capped at 2 stages hetero fits under 1F1B. */
 static void test_capped_hetero_fits_memory(void **state)
 {
     (void)state;
