@@ -31,6 +31,9 @@ remove_cg() {
 }
 trap remove_cg EXIT
 set_cores 1 || { echo "skipped: the quota cannot be written"; exit 77; }
+# a process can join the cgroup (a delegated or nested hierarchy may refuse it)
+bash -c 'echo $$ >"$1/cgroup.procs"' _ "$cg" 2>/dev/null ||
+    { echo "skipped: a process cannot join the cgroup"; exit 77; }
 
 start_coordinator coord "$work/state"
 # the worker starts inside the cgroup: its shell joins it, then becomes the worker
