@@ -225,15 +225,29 @@ static sc_status widen(rt_transport *t, const rt_msg *m, void *data, size_t byte
 {
     size_t n = bytes / sizeof(float);
     kn_precision p = wire_precision(m->wire);
-    if (t->dev_stream == NULL) {
-        kn_unpack16(p, data, (const uint16_t *)rt_msg_payload(m), n);
-        return SC_OK;
+    const unsigned char *payload = rt_msg_payload(m);
+    uint16_t *aligned = NULL;
+    if (((uintptr_t)payload & 1u) != 0) { /* zmq keeps a small message inside its record, at
+                                           * any address: 16-bit loads need it aligned */
+        aligned = malloc(n * sizeof(uint16_t) + 1);
+        SC_ALLOC_CHECK(aligned, err);
+        memcpy(aligned, payload, n * sizeof(uint16_t));
+        payload = (const unsigned char *)aligned;
     }
-    float *tmp = malloc(bytes);
-    SC_ALLOC_CHECK(tmp, err);
-    kn_unpack16(p, tmp, (const uint16_t *)rt_msg_payload(m), n);
-    sc_status rc = rt_dev_copy(t->cfg.device, t->dev_stream, data, tmp, bytes, err);
-    free(tmp);
+    sc_status rc = SC_OK;
+    if (t->dev_stream == NULL) {
+        kn_unpack16(p, data, (const uint16_t *)payload, n);
+    } else {
+        float *tmp = malloc(bytes);
+        if (tmp == NULL) {
+            rc = SC_ERRF(err, SC_ERR_NOMEM, "out of memory widening %zu bytes", bytes);
+        } else {
+            kn_unpack16(p, tmp, (const uint16_t *)payload, n);
+            rc = rt_dev_copy(t->cfg.device, t->dev_stream, data, tmp, bytes, err);
+            free(tmp);
+        }
+    }
+    free(aligned);
     return rc;
 }
 
