@@ -30,7 +30,7 @@ for prec in fp32 bf16 fp16; do
  "precision": "$prec", "optimizer": {"kind": "adamw", "lr": 0.003}}
 JSON
     "$sc" submit "$work/$prec.json" >/dev/null || fail "submit $prec"
-    wait_for 240 is_state "job-$n" succeeded || {
+    wait_for 120 is_state "job-$n" succeeded || {
         fail "$prec: job-$n is $(job_state "job-$n")"
         continue
     }
@@ -56,7 +56,7 @@ sed -e 's/"name": "prec-fp16"/"name": "prec-fp16-scaled"/' \
     -e 's/"precision": "fp16"/"precision": "fp16", "loss_scale": {"initial": 16777216, "interval": 50}/' \
     "$work/fp16.json" >"$work/fp16s.json"
 "$sc" submit "$work/fp16s.json" >/dev/null || fail "submit the scaled fp16 job"
-if wait_for 240 is_state "job-$n" succeeded; then
+if wait_for 120 is_state "job-$n" succeeded; then
     "$sc" status "job-$n" --json >"$work/fp16s.status"
     python3 - "$work/fp16s.status" <<'PY' && pass "fp16 from a scale of 2^24: steps skipped on an overflow, the scale moved, the loss trained" || fail "the scaled fp16 job: $(cat "$work/fp16s.status" | head -c 600)"
 import json, math, sys
