@@ -37,7 +37,7 @@ job keep-default 40 ', "checkpoint_every": 2' >"$work/k2.json"
 job keep-3 40 ', "checkpoint_every": 2, "checkpoint_keep": 3' >"$work/k3.json"
 for spec in k2 k3; do
     id=$(submit "$work/$spec.json")
-    wait_for 120 is_state "$id" succeeded || fail "$spec job $id is $(job_state "$id")"
+    wait_for 300 is_state "$id" succeeded || fail "$spec job $id is $(job_state "$id")"
     want="stage0-step38.ckpt stage0-step40.ckpt "
     [ $spec = k3 ] && want="stage0-step36.ckpt $want"
     # the last deletions follow the last report by a control message: poll briefly
