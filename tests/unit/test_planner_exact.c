@@ -91,7 +91,7 @@ static void brute_rec(brute *b, int s, int start)
         b->best = it < b->best ? it : b->best;
         return;
     }
-    if (s == b->S_max)
+    if (s == b->S_max || s >= 8) /* at most 8 stages: the arrays' room */
         return;
     for (int mask = 1; mask < (1 << b->D); mask++) {
         int n = __builtin_popcount((unsigned)mask);
